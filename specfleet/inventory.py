@@ -1,0 +1,305 @@
+"""The inventory: which hosts exist, how to reach them, and their variables.
+
+YAML in an Ansible-like shape, validated with pydantic. Precedence of settings
+and variables: host > group (in the order the groups are listed) > all.
+
+    all:                      # connection defaults and global vars
+      user: maymust
+      key: ~/.ssh/id_ed25519
+      known_hosts: ~/.ssh/known_hosts
+      vars: {venv_path: /vllm-venv}
+    hosts:
+      w1: {address: 10.10.30.14, vars: {storage_ip: 192.168.160.179}}
+    groups:
+      workers: {hosts: [w1], vars: {gpu_arch: sm_120}}
+
+Every problem is reported as one InventoryError naming the file, the host (or
+group) and the field, before anything touches a host.
+"""
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+DEFAULT_INVENTORY = "inventory/hosts.yml"
+INVENTORY_ENV = "SPECFLEET_INVENTORY"
+
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+HOSTNAME_RE = re.compile(
+    r"^(?=.{1,253}$)([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$"
+)
+# Variable names that hold secrets: their values are masked in every output.
+SECRET_VAR_RE = re.compile(r"(password|passwd|token|secret)", re.IGNORECASE)
+
+
+class InventoryError(Exception):
+    """A bad inventory: one message naming file, host and field."""
+
+
+def check_address(value: str) -> str:
+    value = str(value).strip()
+    if re.fullmatch(r"[0-9.]+", value):
+        try:
+            ipaddress.IPv4Address(value)
+        except ValueError:
+            raise ValueError(f"{value!r} is not a valid IPv4 address") from None
+        return value
+    if not HOSTNAME_RE.match(value):
+        raise ValueError(f"{value!r} is not a valid IPv4 address or host name")
+    return value
+
+
+class Connectable(BaseModel):
+    """Connection settings that all, a group or a host may set."""
+
+    model_config = ConfigDict(extra="forbid")
+    user: str | None = None
+    port: int | None = Field(default=None, ge=1, le=65535)
+    key: str | None = None
+    known_hosts: str | None = None
+    become: bool | None = None  # escalate with sudo where a step needs root
+    connect_timeout: float | None = Field(default=None, gt=0)
+    command_timeout: float | None = Field(default=None, gt=0)
+    vars: dict[str, Any] = Field(default_factory=dict)
+
+
+class HostEntry(Connectable):
+    address: str
+
+    @field_validator("address")
+    @classmethod
+    def _address(cls, v: str) -> str:
+        return check_address(v)
+
+
+class GroupEntry(Connectable):
+    hosts: list[str] = Field(default_factory=list)
+
+
+class BastionEntry(BaseModel):
+    """The machine specfleet runs on; it builds the venv the workers get."""
+
+    model_config = ConfigDict(extra="forbid")
+    vars: dict[str, Any] = Field(default_factory=dict)
+
+
+class InventoryFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    all: Connectable = Field(default_factory=Connectable)
+    bastion: BastionEntry = Field(default_factory=BastionEntry)
+    hosts: dict[str, HostEntry]
+    groups: dict[str, GroupEntry] = Field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Host:
+    """One resolved host: settings and vars after precedence."""
+
+    name: str
+    address: str
+    user: str
+    port: int
+    key: str | None
+    known_hosts: str
+    become: bool
+    connect_timeout: float
+    command_timeout: float
+    groups: tuple[str, ...]
+    vars: dict[str, Any] = field(hash=False, compare=False)
+
+    def var(self, name: str, default: Any = None) -> Any:
+        return self.vars.get(name, default)
+
+    def require(self, name: str) -> Any:
+        if name not in self.vars or self.vars[name] in (None, ""):
+            raise KeyError(f"host {self.name!r}: inventory variable {name!r} is not set")
+        return self.vars[name]
+
+    @property
+    def needs_sudo(self) -> bool:
+        return self.become and self.user != "root"
+
+
+@dataclass
+class Inventory:
+    path: Path
+    hosts: dict[str, Host]
+    groups: dict[str, list[str]]
+    bastion_vars: dict[str, Any]
+    all_vars: dict[str, Any]
+
+    def select(self, spec: str | None) -> list[Host]:
+        """Hosts named by a comma list of host and group names ('all' = every host)."""
+        if not spec or spec.strip() == "all":
+            return list(self.hosts.values())
+        chosen: list[str] = []
+        for token in [t.strip() for t in spec.split(",") if t.strip()]:
+            if token in self.hosts:
+                names = [token]
+            elif token in self.groups:
+                names = self.groups[token]
+            elif token == "all":
+                names = list(self.hosts)
+            else:
+                known = ", ".join(sorted(self.hosts) + sorted(self.groups))
+                raise InventoryError(
+                    f"{self.path}: --hosts names {token!r}, which is neither a host nor a group "
+                    f"(known: {known})"
+                )
+            chosen += [n for n in names if n not in chosen]
+        return [self.hosts[n] for n in chosen]
+
+    def secrets(self) -> list[str]:
+        """Values of secret-named vars anywhere in the inventory, for masking."""
+        out = []
+        for scope in [self.all_vars, self.bastion_vars, *(h.vars for h in self.hosts.values())]:
+            out += _secret_values(scope)
+        return sorted(set(out), key=len, reverse=True)
+
+
+def _secret_values(vars_: dict[str, Any]) -> list[str]:
+    return [str(v) for k, v in vars_.items() if SECRET_VAR_RE.search(k) and v not in (None, "")]
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML silently keeps the last of two equal keys; an inventory must not."""
+
+    def construct_mapping(self, node, deep=False):  # noqa: D401 - PyYAML hook
+        seen: dict[Any, Any] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise InventoryError(
+                    f"duplicate key {key!r} at line {key_node.start_mark.line + 1} "
+                    f"(first at line {seen[key]})"
+                )
+            seen[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep=deep)
+
+
+def resolve_path(path: str | os.PathLike | None) -> Path:
+    if path:
+        return Path(path)
+    return Path(os.environ.get(INVENTORY_ENV) or DEFAULT_INVENTORY)
+
+
+def _where(loc: tuple, file: Path) -> str:
+    """Turn a pydantic error location into 'host 'w1', field 'address''."""
+    parts = list(loc)
+    if len(parts) >= 2 and parts[0] in ("hosts", "groups"):
+        kind = "host" if parts[0] == "hosts" else "group"
+        field_ = ".".join(str(p) for p in parts[2:]) or "(entry)"
+        return f"{file}: {kind} {parts[1]!r}, field {field_!r}"
+    return f"{file}: field {'.'.join(str(p) for p in parts)!r}"
+
+
+def load_inventory(path: str | os.PathLike | None = None) -> Inventory:
+    file = resolve_path(path)
+    if not file.is_file():
+        hint = ""
+        if str(file) == DEFAULT_INVENTORY:
+            hint = (
+                f" (pass --inventory PATH or set {INVENTORY_ENV}; "
+                "`fab testbed.up` writes inventory/testbed.yml, inventory/example.yml shows the format)"
+            )
+        raise InventoryError(f"{file}: inventory file not found{hint}")
+    try:
+        raw = yaml.load(file.read_text(), Loader=_UniqueKeyLoader)
+    except InventoryError as e:
+        raise InventoryError(f"{file}: {e}") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(e, "problem", None) or str(e)
+        raise InventoryError(f"{file}: YAML syntax error{where}: {problem}") from None
+    if not isinstance(raw, dict):
+        raise InventoryError(f"{file}: expected a mapping with 'hosts:' at the top level")
+    try:
+        doc = InventoryFile.model_validate(raw)
+    except ValidationError as e:
+        err = e.errors()[0]
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = "unknown field"
+        elif err["type"] == "missing":
+            msg = "is required"
+        raise InventoryError(f"{_where(tuple(err['loc']), file)}: {msg}") from None
+    return _resolve(file, doc)
+
+
+def _resolve(file: Path, doc: InventoryFile) -> Inventory:
+    for gname, group in doc.groups.items():
+        if not NAME_RE.match(gname):
+            raise InventoryError(f"{file}: group {gname!r}: names may use letters, digits, '-', '_', '.'")
+        if gname in doc.hosts:
+            raise InventoryError(f"{file}: group {gname!r}: a host has the same name")
+        for member in group.hosts:
+            if member not in doc.hosts:
+                raise InventoryError(
+                    f"{file}: group {gname!r}, field 'hosts': unknown host {member!r} "
+                    f"(hosts are: {', '.join(doc.hosts)})"
+                )
+    hosts: dict[str, Host] = {}
+    seen_addr: dict[tuple[str, int], str] = {}
+    base = file.parent
+    for name, entry in doc.hosts.items():
+        if not NAME_RE.match(name):
+            raise InventoryError(
+                f"{file}: host {name!r}: a host name may use only letters, digits, '-', '_' and '.'"
+            )
+        groups = [g for g, ge in doc.groups.items() if name in ge.hosts]
+        layers: list[Connectable] = [doc.all, *(doc.groups[g] for g in groups), entry]
+        merged: dict[str, Any] = {}
+        vars_: dict[str, Any] = {}
+        for layer in layers:
+            for k in ("user", "port", "key", "known_hosts", "become", "connect_timeout", "command_timeout"):
+                v = getattr(layer, k)
+                if v is not None:
+                    merged[k] = v
+            vars_.update(layer.vars)
+        key = merged.get("key")
+        if key:
+            key_path = _expand(key, base)
+            if not key_path.is_file():
+                raise InventoryError(f"{file}: host {name!r}, field 'key': key file {key_path} does not exist")
+            key = str(key_path)
+        known = str(_expand(merged.get("known_hosts", "~/.ssh/known_hosts"), base))
+        port = merged.get("port", 22)
+        if (entry.address, port) in seen_addr:
+            raise InventoryError(
+                f"{file}: host {name!r}, field 'address': {entry.address}:{port} is already "
+                f"host {seen_addr[(entry.address, port)]!r} (duplicate host)"
+            )
+        seen_addr[(entry.address, port)] = name
+        hosts[name] = Host(
+            name=name,
+            address=entry.address,
+            user=merged.get("user", "root"),
+            port=port,
+            key=key,
+            known_hosts=known,
+            become=merged.get("become", True),
+            connect_timeout=merged.get("connect_timeout", 10.0),
+            command_timeout=merged.get("command_timeout", 600.0),
+            groups=tuple(groups),
+            vars=vars_,
+        )
+    return Inventory(
+        path=file,
+        hosts=hosts,
+        groups={g: list(ge.hosts) for g, ge in doc.groups.items()},
+        bastion_vars={**doc.all.vars, **doc.bastion.vars},
+        all_vars=dict(doc.all.vars),
+    )
+
+
+def _expand(p: str, base: Path) -> Path:
+    path = Path(os.path.expanduser(os.path.expandvars(p)))
+    return path if path.is_absolute() else (base / path)

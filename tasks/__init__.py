@@ -1,0 +1,4 @@
+"""The command line: each module is one area of tasks, collected into `ns`."""
+from invoke import Collection
+
+ns = Collection()
