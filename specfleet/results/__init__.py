@@ -1,0 +1,10 @@
+"""The local half of `fab collect`: validate result files, gate on node
+equivalence, merge, and report. Entry point: `report_campaign`."""
+from .campaign import Campaign, Quarantined, scan_campaign
+from .gate import EquivalenceRule, GateResult, check_equivalence
+from .schema import Result, ResultError, load_result
+
+__all__ = [
+    "Campaign", "Quarantined", "scan_campaign", "EquivalenceRule", "GateResult",
+    "check_equivalence", "Result", "ResultError", "load_result",
+]

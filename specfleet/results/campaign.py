@@ -1,0 +1,268 @@
+"""Scan a collected campaign directory.
+
+Layout (docs/dev/contracts.md):
+
+    results/<campaign>/<host>/<config>_conc<N>.json        one run
+    results/<campaign>/<host>/<config>_conc<N>_r<K>.json   repeat K of it
+    results/<campaign>/<host>/<config>.server.log          server log
+    results/<campaign>/<host>/<config>.done                done marker
+    results/<campaign>/<host>/state.json                   runner state (optional)
+
+Only items of a done config (marker, or `state.json` says done) are used. A
+result file of a done config that does not validate is moved to
+`results/<campaign>/quarantine/<host>/` with a `<name>.reason.txt` beside it;
+nothing else is moved or deleted. Result data comes from JSON only; the server
+log is read (regex) for KV-cache facts and the vLLM version.
+"""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .schema import PROVENANCE_KEYS, Result, ResultError, load_result
+
+RESULT_RE = re.compile(r"^(?P<config>.+?)_conc(?P<conc>\d+)(?:_r(?P<rep>\d+))?\.json$")
+QUARANTINE_DIR = "quarantine"
+STATE_FILE = "state.json"
+# Directories under the campaign that are not hosts.
+NOT_HOSTS = {QUARANTINE_DIR, "plots", "report"}
+
+KV_SIZE_RE = re.compile(r"\b(?:(GPU|CPU|XPU|TPU|HPU)\s+)?KV cache size:\s*([\d,]+)\s*tokens")
+MAX_CONC_RE = re.compile(r"Maximum concurrency for\s*([\d,]+)\s*tokens per request:\s*([\d,.]+)x")
+WEIGHTS_RE = re.compile(r"Model loading took\s*([\d.]+)\s*GiB")
+KV_MEM_RE = re.compile(r"Available KV cache memory:\s*([\d.]+)\s*GiB")
+LOG_VERSION_RE = re.compile(r"Initializing a V1 LLM engine \(v([^)\s]+)\)|\bversion\s+(\d+\.\d+\.\d+\S*)")
+
+
+@dataclass
+class Run:
+    host: str
+    config: str
+    conc: int
+    repeat: int | None
+    path: Path
+    result: Result
+
+
+@dataclass
+class Quarantined:
+    host: str
+    source: Path
+    dest: Path
+    reason: str
+
+    def message(self) -> str:
+        return f"quarantined {self.source} -> {self.dest}: {self.reason}"
+
+
+@dataclass
+class KVFacts:
+    host: str
+    config: str
+    log: Path
+    device: str | None = None
+    kv_tokens: int | None = None
+    tokens_per_request: int | None = None
+    max_concurrency: float | None = None
+    weights_gib: float | None = None
+    kv_budget_gib: float | None = None
+    vllm_version: str | None = None
+
+
+@dataclass
+class NodeInfo:
+    host: str
+    provenance: dict[str, str] = field(default_factory=dict)
+    run_dates: list[str] = field(default_factory=list)
+    state: dict[str, Any] | None = None
+
+
+@dataclass
+class Campaign:
+    root: Path
+    runs: list[Run] = field(default_factory=list)
+    quarantined: list[Quarantined] = field(default_factory=list)
+    kv: list[KVFacts] = field(default_factory=list)
+    nodes: dict[str, NodeInfo] = field(default_factory=dict)
+    pending: list[Path] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return self.root.name
+
+    @property
+    def simulated(self) -> bool:
+        return any(r.result.simulated for r in self.runs)
+
+    @property
+    def hosts(self) -> list[str]:
+        return sorted({r.host for r in self.runs})
+
+    @property
+    def configs(self) -> list[str]:
+        return sorted({r.config for r in self.runs})
+
+    @property
+    def concurrencies(self) -> list[int]:
+        return sorted({r.conc for r in self.runs})
+
+
+def _num(s: str) -> float:
+    return float(s.replace(",", ""))
+
+
+def parse_server_log(path: Path, host: str, config: str) -> KVFacts:
+    """KV-cache facts from a vLLM server log (regex on log text)."""
+    facts = KVFacts(host=host, config=config, log=path)
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return facts
+    if m := KV_SIZE_RE.search(text):
+        facts.device = m.group(1)
+        facts.kv_tokens = int(_num(m.group(2)))
+    if m := MAX_CONC_RE.search(text):
+        facts.tokens_per_request = int(_num(m.group(1)))
+        facts.max_concurrency = _num(m.group(2))
+    if m := WEIGHTS_RE.search(text):
+        facts.weights_gib = float(m.group(1))
+    if m := KV_MEM_RE.search(text):
+        facts.kv_budget_gib = float(m.group(1))
+    if m := LOG_VERSION_RE.search(text):
+        facts.vllm_version = m.group(1) or m.group(2)
+    return facts
+
+
+def _done_configs_from_state(state: Any) -> set[str]:
+    """Accepted shapes: {"configs": {cfg: "done" | {"status"|"state": "done"}}},
+    {"done": [cfg, ...]}, {"items": [{"config": cfg, "status": "done"}, ...]}."""
+    done: set[str] = set()
+    if not isinstance(state, dict):
+        return done
+
+    def is_done(v: Any) -> bool:
+        if isinstance(v, str):
+            return v.lower() == "done"
+        if isinstance(v, dict):
+            return any(str(v.get(k, "")).lower() == "done" for k in ("status", "state"))
+        return v is True
+
+    configs = state.get("configs")
+    if isinstance(configs, dict):
+        done |= {c for c, v in configs.items() if is_done(v)}
+    if isinstance(state.get("done"), list):
+        done |= {str(c) for c in state["done"]}
+    items = state.get("items")
+    if isinstance(items, list):
+        done |= {str(i["config"]) for i in items if isinstance(i, dict) and "config" in i and is_done(i)}
+    return done
+
+
+def _state_provenance(state: Any) -> dict[str, str]:
+    out: dict[str, str] = {}
+    if not isinstance(state, dict):
+        return out
+    for src in (state, state.get("provenance"), state.get("facts"), state.get("host")):
+        if isinstance(src, dict):
+            for k in PROVENANCE_KEYS + ("gpu_name", "started", "finished"):
+                v = src.get(k)
+                if isinstance(v, (str, int, float)) and k not in out:
+                    out[k] = str(v)
+    return out
+
+
+def _quarantine(root: Path, host: str, path: Path, reason: str) -> Quarantined:
+    qdir = root / QUARANTINE_DIR / host
+    qdir.mkdir(parents=True, exist_ok=True)
+    dest = qdir / path.name
+    k = 1
+    while dest.exists():
+        dest = qdir / f"{path.name}.{k}"
+        k += 1
+    shutil.move(str(path), str(dest))
+    dest.with_name(dest.name + ".reason.txt").write_text(reason + "\n", encoding="utf-8")
+    return Quarantined(host=host, source=path, dest=dest, reason=reason)
+
+
+def _check_consistency(run: Run) -> str | None:
+    """A reason to refuse a file whose content contradicts its name, else None."""
+    mc = run.result.max_concurrency
+    if mc is not None and mc != run.conc:
+        return f"max_concurrency is {mc} but the file name says conc{run.conc}"
+    return None
+
+
+def scan_campaign(root: Path | str, quarantine: bool = True) -> Campaign:
+    """Read every host directory of a campaign; move invalid files of done items
+    to quarantine (unless quarantine=False, then they are only reported)."""
+    root = Path(root)
+    if not root.is_dir():
+        raise FileNotFoundError(f"campaign directory {root} does not exist")
+    camp = Campaign(root=root)
+    for hdir in sorted(p for p in root.iterdir() if p.is_dir() and p.name not in NOT_HOSTS):
+        host = hdir.name
+        node = camp.nodes.setdefault(host, NodeInfo(host=host))
+        state = None
+        sp = hdir / STATE_FILE
+        if sp.exists():
+            try:
+                state = json.loads(sp.read_text(encoding="utf-8"))
+                node.state = state if isinstance(state, dict) else None
+            except (OSError, ValueError) as e:
+                camp.warnings.append(f"{sp}: unreadable state file ignored ({e})")
+        node.provenance.update(_state_provenance(state))
+        done = {p.name[: -len(".done")] for p in hdir.glob("*.done")} | _done_configs_from_state(state)
+
+        for log in sorted(hdir.glob("*.server.log")):
+            cfg = log.name[: -len(".server.log")]
+            if cfg in done:
+                camp.kv.append(parse_server_log(log, host, cfg))
+
+        for path in sorted(hdir.glob("*.json")):
+            if path.name == STATE_FILE:
+                continue
+            m = RESULT_RE.match(path.name)
+            if not m:
+                camp.warnings.append(f"{path}: not named <config>_conc<N>[_r<K>].json, ignored")
+                continue
+            cfg, conc = m["config"], int(m["conc"])
+            rep = int(m["rep"]) if m["rep"] is not None else None
+            if cfg not in done:
+                camp.pending.append(path)
+                camp.warnings.append(f"{path}: config '{cfg}' on {host} has no done marker, not merged")
+                continue
+            try:
+                res = load_result(path)
+                run = Run(host, cfg, conc, rep, path, res)
+                if reason := _check_consistency(run):
+                    raise ResultError(path, reason)
+            except ResultError as e:
+                if quarantine:
+                    camp.quarantined.append(_quarantine(root, host, path, e.problem))
+                else:
+                    camp.quarantined.append(Quarantined(host, path, path, e.problem))
+                continue
+            meta = res.metadata()
+            if meta.get("node") and meta["node"] != host:
+                camp.warnings.append(f"{path}: metadata node '{meta['node']}' differs from directory '{host}'")
+            if meta.get("config") and meta["config"] != cfg:
+                camp.warnings.append(f"{path}: metadata config '{meta['config']}' differs from file name '{cfg}'")
+            for k, v in meta.items():
+                if k not in ("node", "config"):
+                    node.provenance.setdefault(k, v)
+            if res.date:
+                node.run_dates.append(res.date)
+            if res.failed:
+                camp.warnings.append(f"{path}: {res.failed} request(s) failed")
+            camp.runs.append(run)
+    for kv in camp.kv:
+        if kv.vllm_version:
+            camp.nodes[kv.host].provenance.setdefault("vllm_version", kv.vllm_version)
+    if not any(n for n in camp.nodes):
+        camp.warnings.append(f"{root}: no host directories found")
+    return camp

@@ -1,0 +1,92 @@
+"""Conclusions in words, computed from the merged tables.
+
+Thresholds (documented in docs/report.md): a configuration is "slower" when its
+speedup < 1.00; speculation "rarely fires" below RARE_DRAFTS_PER_100 drafts per
+100 output tokens; acceptance is "low" below LOW_ACCEPT_LEN tokens per draft.
+"""
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from .merge import Tables
+
+RARE_DRAFTS_PER_100 = 10.0
+LOW_ACCEPT_LEN = 1.5
+
+
+def _f(v: float, nd: int = 2) -> str:
+    return "n/a" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:,.{nd}f}"
+
+
+def slow_reason(row: pd.Series) -> str:
+    if not row.get("has_spec_keys", False):
+        return ("the result has no spec_decode_* keys: no draft was made in the measured window "
+                "(speculation never fired, or the server ran without a speculative config)")
+    d100, alen, rate = row["drafts_per_100_tokens"], row["acceptance_length"], row["acceptance_rate_pct"]
+    if not math.isnan(d100) and d100 < RARE_DRAFTS_PER_100:
+        return (f"speculation rarely fires: {_f(row['drafts'], 0)} drafts for {_f(row['output_tokens'], 0)} "
+                f"output tokens ({_f(d100, 1)} per 100); when it fires the acceptance length is "
+                f"{_f(alen, 3)}, so the per-step overhead is paid on the other steps for nothing")
+    if not math.isnan(alen) and alen < LOW_ACCEPT_LEN:
+        return (f"low acceptance: acceptance length {_f(alen, 3)} (rate {_f(rate, 1)} %), most drafted "
+                "tokens are rejected and verification costs more than it saves")
+    return (f"drafting and verification overhead exceeds the gain (acceptance length {_f(alen, 3)}, "
+            f"rate {_f(rate, 1)} %, {_f(d100, 1)} drafts per 100 output tokens)")
+
+
+def _base_row(runs: pd.DataFrame, baseline: str, node: str, conc: int) -> pd.Series | None:
+    b = runs[(runs.config == baseline) & (runs.node == node) & (runs.concurrency == conc)]
+    return None if b.empty else b.iloc[0]
+
+
+def conclusions(t: Tables, baseline: str = "vanilla") -> list[str]:
+    runs = t.runs
+    out: list[str] = []
+    if runs.empty:
+        return ["No valid runs were merged."]
+    best_by_conc: dict[int, tuple[str, float]] = {}
+    for conc in sorted(runs.concurrency.unique()):
+        cand = runs[(runs.concurrency == conc) & (runs.config != baseline) & runs.speedup.notna()]
+        if cand.empty:
+            out.append(f"Concurrency {conc}: no configuration with a same-node '{baseline}' run to compare.")
+            continue
+        best = cand.loc[cand.speedup.idxmax()]
+        b = _base_row(runs, baseline, best.node, conc)
+        best_by_conc[conc] = (best.config, best.speedup)
+        if best.speedup > 1.0:
+            out.append(
+                f"Concurrency {conc}: best is **{best.config}** at {best.speedup:.2f}x the baseline on "
+                f"{best.node} ({_f(b.output_tok_s)} -> {_f(best.output_tok_s)} output tok/s, "
+                f"TPOT {_f(b.tpot_ms)} -> {_f(best.tpot_ms)} ms, duration {_f(b.duration_s)} -> "
+                f"{_f(best.duration_s)} s).")
+            dt = best.ttft_ms - b.ttft_ms
+            out.append(
+                f"Concurrency {conc}: TTFT cost of {best.config}: {_f(b.ttft_ms)} -> {_f(best.ttft_ms)} ms "
+                f"({dt:+.2f} ms, {100 * dt / b.ttft_ms:+.0f} %).")
+        else:
+            out.append(f"Concurrency {conc}: no configuration beats '{baseline}' "
+                       f"(best: {best.config} at {best.speedup:.2f}x).")
+        for _, r in cand[cand.speedup < 1.0].iterrows():
+            out.append(f"Concurrency {conc}: **{r.config}** on {r.node} is SLOWER than the baseline "
+                       f"({r.speedup:.2f}x): {slow_reason(r)}.")
+        itl = []
+        for _, r in cand.iterrows():
+            b = _base_row(runs, baseline, r.node, conc)
+            if r.itl_ms > b.itl_ms and r.tpot_ms < b.tpot_ms:
+                itl.append(f"{r.config} on {r.node} (ITL {_f(b.itl_ms)} -> {_f(r.itl_ms)} ms, "
+                           f"TPOT {_f(b.tpot_ms)} -> {_f(r.tpot_ms)} ms)")
+        if itl:
+            out.append(f"Concurrency {conc}: ITL caveat: {'; '.join(itl)} show higher ITL but lower TPOT "
+                       "than the baseline. One streamed chunk carries several accepted tokens, so ITL "
+                       "measures gaps between chunks, not tokens: judge by TPOT and output tok/s.")
+    cfgs = {c for c, _ in best_by_conc.values()}
+    if len(best_by_conc) > 1 and len(cfgs) == 1:
+        cfg = cfgs.pop()
+        trend = ", ".join(f"{s:.2f}x at conc {c}" for c, (_, s) in sorted(best_by_conc.items()))
+        out.append(f"{cfg} is best at every concurrency measured ({trend}).")
+    versions = {v for v in t.provenance.vllm if v}
+    if len(versions) > 1:
+        out.append(f"WARNING: nodes ran different vLLM versions ({', '.join(sorted(versions))}).")
+    return out

@@ -1,0 +1,220 @@
+"""Merge the runs of a campaign into the report's tables (pandas DataFrames).
+
+All numbers come from the result JSON (server logs only for KV facts). Values
+are means over repeats of one (node, config, concurrency); the speedup of a
+configuration is its output tok/s over the **same node's** baseline output tok/s
+at the same concurrency.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from .campaign import Campaign, Run
+
+RUN_METRICS = {
+    "output_throughput": "output_tok_s",
+    "total_token_throughput": "total_tok_s",
+    "mean_tpot_ms": "tpot_ms",
+    "mean_ttft_ms": "ttft_ms",
+    "mean_itl_ms": "itl_ms",
+    "duration": "duration_s",
+    "total_output_tokens": "output_tokens",
+    "completed": "completed",
+    "failed": "failed",
+}
+SPEC_METRICS = {
+    "spec_decode_acceptance_rate": "acceptance_rate_pct",
+    "spec_decode_acceptance_length": "acceptance_length",
+    "spec_decode_num_drafts": "drafts",
+    "spec_decode_draft_tokens": "draft_tokens",
+    "spec_decode_accepted_tokens": "accepted_tokens",
+}
+CATEGORY_KEYS = ("categories", "request_categories")
+GIB = 1024 ** 3
+
+
+@dataclass
+class Tables:
+    runs: pd.DataFrame
+    spec: pd.DataFrame
+    kv: pd.DataFrame
+    provenance: pd.DataFrame
+    bandwidth: pd.DataFrame | None = None
+    categories: pd.DataFrame | None = None
+    min_tpot_ms: float | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def _mean(vals: list) -> float:
+    vals = [float(v) for v in vals if v is not None]
+    return statistics.fmean(vals) if vals else math.nan
+
+
+def _std(vals: list) -> float:
+    vals = [float(v) for v in vals if v is not None]
+    return statistics.stdev(vals) if len(vals) > 1 else math.nan
+
+
+def _groups(camp: Campaign) -> dict[tuple[int, str, str], list[Run]]:
+    g: dict[tuple[int, str, str], list[Run]] = {}
+    for r in camp.runs:
+        g.setdefault((r.conc, r.config, r.host), []).append(r)
+    return g
+
+
+def config_order(camp: Campaign, baseline: str) -> list[str]:
+    return [baseline] * (baseline in camp.configs) + [c for c in camp.configs if c != baseline]
+
+
+def runs_table(camp: Campaign, baseline: str) -> pd.DataFrame:
+    """The §4.1 table for all concurrencies: one row per (conc, config, node)."""
+    order = {c: i for i, c in enumerate(config_order(camp, baseline))}
+    rows = []
+    for (conc, cfg, host), runs in _groups(camp).items():
+        row = {"concurrency": conc, "config": cfg, "node": host, "repeats": len(runs)}
+        for key, col in RUN_METRICS.items():
+            row[col] = _mean([getattr(r.result, key) for r in runs])
+        row["output_tok_s_std"] = _std([r.result.output_throughput for r in runs])
+        for key, col in SPEC_METRICS.items():
+            row[col] = _mean([getattr(r.result, key) for r in runs])
+        row["has_spec_keys"] = any(r.result.has_spec for r in runs)
+        row["simulated"] = any(r.result.simulated for r in runs)
+        row["_order"] = order[cfg]
+        rows.append(row)
+    cols = ["concurrency", "config", "node", "repeats", *RUN_METRICS.values(), "output_tok_s_std",
+            *SPEC_METRICS.values(), "has_spec_keys", "simulated"]
+    if not rows:
+        return pd.DataFrame(columns=["speedup", *cols])
+    df = pd.DataFrame(rows).sort_values(["concurrency", "_order", "node"]).drop(columns="_order")
+    base = df[df.config == baseline].set_index(["node", "concurrency"])["output_tok_s"]
+    df["speedup"] = [out / base.get((n, c), math.nan) for n, c, out in
+                     zip(df.node, df.concurrency, df.output_tok_s)]
+    out_tok = df["output_tokens"].where(df["output_tokens"] > 0)
+    df["drafts_per_100_tokens"] = 100.0 * df["drafts"] / out_tok
+    cols.insert(4, "speedup")
+    return df[cols + ["drafts_per_100_tokens"]].reset_index(drop=True)
+
+
+def spec_table(runs: pd.DataFrame, baseline: str) -> pd.DataFrame:
+    cols = ["concurrency", "config", "node", *SPEC_METRICS.values(), "drafts_per_100_tokens",
+            "output_tokens", "has_spec_keys"]
+    return runs[runs.config != baseline][cols].reset_index(drop=True)
+
+
+def kv_table(camp: Campaign) -> pd.DataFrame:
+    maxconc = {}
+    for r in camp.runs:
+        maxconc[(r.host, r.config)] = max(maxconc.get((r.host, r.config), 0), r.conc)
+    rows = []
+    for f in camp.kv:
+        c = maxconc.get((f.host, f.config))
+        demand = (100.0 * c * f.tokens_per_request / f.kv_tokens
+                  if c and f.tokens_per_request and f.kv_tokens else math.nan)
+        rows.append({"node": f.host, "config": f.config, "device": f.device or "",
+                     "weights_gib": f.weights_gib, "kv_budget_gib": f.kv_budget_gib,
+                     "kv_tokens": f.kv_tokens, "tokens_per_request": f.tokens_per_request,
+                     "max_concurrency_x": f.max_concurrency, "max_measured_conc": c,
+                     "worst_case_kv_demand_pct": demand})
+    return pd.DataFrame(rows, columns=["node", "config", "device", "weights_gib", "kv_budget_gib",
+                                       "kv_tokens", "tokens_per_request", "max_concurrency_x",
+                                       "max_measured_conc", "worst_case_kv_demand_pct"])
+
+
+def provenance_table(camp: Campaign) -> pd.DataFrame:
+    rows = []
+    for host in sorted(camp.nodes):
+        n = camp.nodes[host]
+        p = n.provenance
+        dates = sorted(n.run_dates)
+        rows.append({"node": host, "vllm": p.get("vllm_version", ""), "torch": p.get("torch_version", ""),
+                     "gpu": p.get("gpu", p.get("gpu_name", "")),
+                     "driver": p.get("driver", p.get("driver_version", "")),
+                     "plan_hash": p.get("plan_hash", ""), "engine": p.get("engine", ""),
+                     "first_run": dates[0] if dates else "", "last_run": dates[-1] if dates else "",
+                     "runs": sum(1 for r in camp.runs if r.host == host)})
+    return pd.DataFrame(rows, columns=["node", "vllm", "torch", "gpu", "driver", "plan_hash", "engine",
+                                       "first_run", "last_run", "runs"])
+
+
+def bandwidth_table(runs: pd.DataFrame, gpu_bandwidth_gbps: float, weights_gib: float
+                    ) -> tuple[pd.DataFrame, float]:
+    """Lowest TPOT if every step must read all weights once: weights / bandwidth.
+    fraction = bound / measured TPOT (1.0 = at the bound; > 1 only possible when a
+    step yields more than one token per request, i.e. speculative decoding)."""
+    min_tpot_ms = weights_gib * GIB / (gpu_bandwidth_gbps * 1e9) * 1000.0
+    df = runs[["concurrency", "config", "node", "tpot_ms"]].copy()
+    df["bound_tpot_ms"] = min_tpot_ms
+    df["fraction_of_bound"] = min_tpot_ms / df["tpot_ms"]
+    return df.reset_index(drop=True), min_tpot_ms
+
+
+def _request_tpots(run: Run) -> list[tuple[str, float]] | None:
+    res = run.result
+    cats = next((res.extra[k] for k in CATEGORY_KEYS if isinstance(res.extra.get(k), list)), None)
+    if cats is None or not res.has_detail or res.latencies is None:
+        return None
+    n = len(cats)
+    if not (len(res.latencies) == len(res.ttfts) == len(res.output_lens) == n):
+        return None
+    out = []
+    for cat, lat, ttft, ol in zip(cats, res.latencies, res.ttfts, res.output_lens):
+        if ol and ol > 1:
+            out.append((str(cat), (lat - ttft) / (ol - 1) * 1000.0))
+    return out
+
+
+def category_table(camp: Campaign, baseline: str) -> tuple[pd.DataFrame | None, str | None]:
+    """Per Spec-Bench category mean TPOT and TPOT speedup vs the same node's baseline.
+    Needs --save-detailed arrays and a per-request category list in the JSON
+    (key `categories`/`request_categories`); vLLM itself records none."""
+    rows = []
+    for (conc, cfg, host), runs in _groups(camp).items():
+        per: dict[str, list[float]] = {}
+        for r in runs:
+            t = _request_tpots(r)
+            if t is None:
+                continue
+            for cat, v in t:
+                per.setdefault(cat, []).append(v)
+        for cat, vals in per.items():
+            rows.append({"concurrency": conc, "config": cfg, "node": host, "category": cat,
+                         "requests": len(vals), "tpot_ms": statistics.fmean(vals)})
+    if not rows:
+        return None, ("per-category table skipped: the result files have no per-request arrays "
+                      "(--save-detailed) with a request-to-category mapping; vLLM does not record "
+                      "Spec-Bench categories")
+    df = pd.DataFrame(rows)
+    base = df[df.config == baseline].set_index(["node", "concurrency", "category"])["tpot_ms"]
+    df["tpot_speedup"] = [base.get((n, c, k), math.nan) / t for n, c, k, t in
+                          zip(df.node, df.concurrency, df.category, df.tpot_ms)]
+    return df.sort_values(["concurrency", "category", "config", "node"]).reset_index(drop=True), None
+
+
+def build_tables(camp: Campaign, baseline: str = "vanilla", gpu_bandwidth_gbps: float | None = None,
+                 weights_gib: float | None = None) -> Tables:
+    runs = runs_table(camp, baseline)
+    t = Tables(runs=runs, spec=spec_table(runs, baseline), kv=kv_table(camp),
+               provenance=provenance_table(camp))
+    missing = sorted({f"{n}@{c}" for n, c in zip(runs.node, runs.concurrency)} -
+                     {f"{n}@{c}" for n, c in zip(runs[runs.config == baseline].node,
+                                                   runs[runs.config == baseline].concurrency)})
+    if missing:
+        t.notes.append(f"no '{baseline}' run on {', '.join(missing)}: speedup there is not computed")
+    if weights_gib is None:
+        logged = [f.weights_gib for f in camp.kv if f.config == baseline and f.weights_gib]
+        if logged:
+            weights_gib = max(logged)
+            t.notes.append(f"weights size {weights_gib:g} GiB taken from the '{baseline}' server log")
+    if gpu_bandwidth_gbps and weights_gib:
+        t.bandwidth, t.min_tpot_ms = bandwidth_table(runs, gpu_bandwidth_gbps, weights_gib)
+    else:
+        t.notes.append("memory-bandwidth bound not computed: give the GPU bandwidth (GB/s) and "
+                       "the weights' size (GiB)")
+    t.categories, note = category_table(camp, baseline)
+    if note:
+        t.notes.append(note)
+    return t

@@ -1,0 +1,202 @@
+"""The result file of `vllm bench serve --save-result` as a pydantic model.
+
+Keys follow vLLM 0.32.0 (`vllm/benchmarks/serve.py`); keys that older releases
+do not write (`failed`, `latencies`, `queue_times`, `rtfx`, `max_*`,
+`start_times`) are optional, as are the per-request arrays (only with
+`--save-detailed`) and the `spec_decode_*` keys (absent for vanilla servers or
+when no draft was made). Unknown keys are kept: `--metadata KEY=VALUE` adds
+top-level string keys (`node`, `config`, `vllm_version`, `plan_hash`, ...) and
+the simulated engine adds `simulated`, `engine`, `simulated_time_scale`.
+
+`load_result(path)` raises one `ResultError` naming the file and the problem.
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+
+REQUIRED_KEYS = (
+    "duration",
+    "completed",
+    "output_throughput",
+    "total_token_throughput",
+    "mean_tpot_ms",
+    "mean_ttft_ms",
+    "mean_itl_ms",
+)
+SPEC_KEYS = (
+    "spec_decode_acceptance_rate",
+    "spec_decode_acceptance_length",
+    "spec_decode_num_drafts",
+    "spec_decode_draft_tokens",
+    "spec_decode_accepted_tokens",
+)
+# Metadata keys we read for provenance (all optional, values are strings).
+PROVENANCE_KEYS = (
+    "node", "config", "vllm_version", "torch_version", "gpu", "driver",
+    "driver_version", "cuda_version", "plan_hash", "campaign", "engine",
+)
+
+
+class ResultError(Exception):
+    """A result file that cannot be used; the message names file and problem."""
+
+    def __init__(self, path: Path | str, problem: str):
+        self.path = Path(path)
+        self.problem = problem
+        super().__init__(f"{self.path}: {problem}")
+
+
+class Result(BaseModel):
+    """One `--save-result` JSON object. Extra keys are allowed and kept."""
+
+    model_config = ConfigDict(extra="allow")
+
+    # header
+    date: str | None = None
+    backend: str | None = None
+    endpoint_type: str | None = None
+    label: str | None = None
+    model_id: str | None = None
+    tokenizer_id: str | None = None
+    num_prompts: int | None = None
+    # traffic
+    request_rate: float | None = None
+    burstiness: float | None = None
+    max_concurrency: int | None = None
+    # totals
+    duration: float
+    completed: int
+    failed: int | None = None
+    total_input_tokens: int | None = None
+    total_output_tokens: int | None = None
+    request_throughput: float | None = None
+    request_goodput: float | None = None
+    output_throughput: float
+    total_token_throughput: float
+    max_output_tokens_per_s: float | None = None
+    max_concurrent_requests: int | None = None
+    rtfx: float | None = None
+    # latency stats (means required; others optional)
+    mean_ttft_ms: float
+    median_ttft_ms: float | None = None
+    std_ttft_ms: float | None = None
+    p99_ttft_ms: float | None = None
+    mean_tpot_ms: float
+    median_tpot_ms: float | None = None
+    std_tpot_ms: float | None = None
+    p99_tpot_ms: float | None = None
+    mean_itl_ms: float
+    median_itl_ms: float | None = None
+    std_itl_ms: float | None = None
+    p99_itl_ms: float | None = None
+    # per-request arrays
+    latencies: list[float] | None = None
+    queue_times: list[float] | None = None
+    start_times: list[float] | None = None
+    input_lens: list[int] | None = None
+    output_lens: list[int] | None = None
+    ttfts: list[float] | None = None
+    itls: list[list[float]] | None = None
+    generated_texts: list[str] | None = None
+    errors: list[str] | None = None
+    # speculative decoding (absent when nothing was drafted)
+    spec_decode_acceptance_rate: float | None = None
+    spec_decode_acceptance_length: float | None = None
+    spec_decode_num_drafts: int | None = None
+    spec_decode_draft_tokens: int | None = None
+    spec_decode_accepted_tokens: int | None = None
+    spec_decode_per_position_acceptance_rates: list[float] | None = None
+
+    @field_validator("request_rate", mode="before")
+    @classmethod
+    def _rate(cls, v: Any) -> Any:
+        if isinstance(v, str) and v.strip().lower() in ("inf", "infinity"):
+            return math.inf
+        return v
+
+    @property
+    def extra(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+    @property
+    def simulated(self) -> bool:
+        v = self.extra.get("simulated")
+        return v is True or (isinstance(v, str) and v.strip().lower() in ("true", "1", "yes"))
+
+    @property
+    def has_spec(self) -> bool:
+        return self.spec_decode_num_drafts is not None
+
+    @property
+    def has_detail(self) -> bool:
+        return self.ttfts is not None and self.output_lens is not None
+
+    def metadata(self) -> dict[str, str]:
+        """The provenance keys present (from `--metadata` or the engine)."""
+        out = {}
+        for k in PROVENANCE_KEYS:
+            v = self.extra.get(k)
+            if v is not None:
+                out[k] = str(v)
+        return out
+
+
+def _describe(err: ValidationError) -> str:
+    missing, bad = [], []
+    for e in err.errors():
+        key = ".".join(str(p) for p in e["loc"])
+        if e["type"] == "missing":
+            missing.append(key)
+        else:
+            bad.append(f"key '{key}': {e['msg']} (got {e.get('input')!r:.40})")
+    parts = []
+    if missing:
+        parts.append("missing required key(s): " + ", ".join(missing))
+    parts.extend(bad[:5])
+    return "; ".join(parts)
+
+
+def parse_result(data: Any, path: Path | str = "<memory>") -> Result:
+    """Validate an already-decoded JSON value."""
+    if not isinstance(data, dict):
+        raise ResultError(path, f"top level is {type(data).__name__}, expected a JSON object")
+    missing = [k for k in REQUIRED_KEYS if k not in data]
+    if missing:
+        raise ResultError(path, "missing required key(s): " + ", ".join(missing))
+    try:
+        res = Result.model_validate(data)
+    except ValidationError as e:
+        raise ResultError(path, _describe(e)) from None
+    for k in REQUIRED_KEYS:
+        v = getattr(res, k)
+        if not math.isfinite(v) or v < 0:
+            raise ResultError(path, f"key '{k}' is {v!r}, expected a finite number >= 0")
+    if res.completed == 0:
+        raise ResultError(path, "completed == 0: no request finished, nothing to measure")
+    if res.duration <= 0:
+        raise ResultError(path, f"duration is {res.duration!r}, expected > 0")
+    return res
+
+
+def load_result(path: Path | str) -> Result:
+    """Read and validate one result file; raise ResultError naming file and problem."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise ResultError(path, f"cannot read: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise ResultError(path, f"not UTF-8 text ({e.reason} at byte {e.start})") from None
+    if not text.strip():
+        raise ResultError(path, "empty file")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        hint = " (truncated?)" if e.pos >= len(text.rstrip()) - 1 else ""
+        raise ResultError(path, f"invalid JSON at line {e.lineno} column {e.colno}: {e.msg}{hint}") from None
+    return parse_result(data, path)
