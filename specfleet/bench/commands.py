@@ -1,0 +1,123 @@
+"""The exact `vllm serve` / `vllm bench serve` command lines of one queue item.
+
+The same argv lists go into the printed plan (`commands_for`, shlex-quoted) and into the
+runner's spec (`item_argv`). Two placeholders are filled in on the worker by the runner:
+
+    @MODEL@         the first model candidate that holds a config.json (run-bench.sh's pick())
+    @VLLM_VERSION@  what `<venv>/bin/vllm --version` printed during preflight
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import posixpath
+import shlex
+from dataclasses import dataclass
+
+from .plan import Plan
+
+MODEL = "@MODEL@"
+VLLM_VERSION = "@VLLM_VERSION@"
+
+
+@dataclass(frozen=True)
+class Paths:
+    """Where things live on the worker."""
+
+    venv: str                       # e.g. /opt/vllm-venv; the CLI is <venv>/bin/vllm
+    work_dir: str                   # results go to <work_dir>/<campaign>/<host>/
+    dataset: str | None = None      # worker path of the dataset; None = the plan's dataset_path
+    model: str | None = None        # a resolved model path; None = @MODEL@ (runner resolves)
+    vllm_version: str | None = None  # None = the plan's pin, else @VLLM_VERSION@
+
+    def result_dir(self, plan: Plan, node: str) -> str:
+        return posixpath.join(self.work_dir, plan.campaign, node)
+
+
+def result_filename(config: str, concurrency: int, rep: int = 1, repeat: int = 1) -> str:
+    suffix = f"_r{rep}" if repeat > 1 else ""
+    return f"{config}_conc{concurrency}{suffix}.json"
+
+
+def serve_argv(plan: Plan, item: str, paths: Paths) -> list[str]:
+    c = plan.config(item)
+    s = plan.server
+    argv = [posixpath.join(paths.venv, "bin", "vllm"), "serve", paths.model or MODEL,
+            "--served-model-name", plan.model.served_name,
+            "--host", s.host, "--port", str(s.port), *s.args]
+    if s.prefix_cache == "disabled":
+        argv.append("--no-enable-prefix-caching")
+    if c.speculative_config is not None:
+        argv += ["--speculative-config", json.dumps(c.speculative_config, separators=(",", ":"))]
+    return argv + list(c.extra_args)
+
+
+def bench_argv(plan: Plan, node: str, item: str, concurrency: int, paths: Paths,
+               rep: int = 1) -> list[str]:
+    b = plan.benchmark
+    s = plan.server
+    model = paths.model or MODEL
+    version = paths.vllm_version or plan.vllm_version or VLLM_VERSION
+    metadata = [f"node={node}", f"config={item}", f"plan_hash={plan.plan_hash()}",
+                f"vllm_version={version}", f"campaign={plan.campaign}"]
+    if b.repeat > 1:
+        metadata.append(f"repeat={rep}")
+    fmt = lambda x: str(int(x)) if float(x).is_integer() else str(x)  # noqa: E731
+    return [
+        posixpath.join(paths.venv, "bin", "vllm"), "bench", "serve",
+        "--backend", b.backend,
+        "--base-url", f"http://{s.host}:{s.port}",
+        "--endpoint", b.endpoint,
+        "--model", plan.model.served_name,
+        "--tokenizer", model,          # the served name is not a HF repo id (report §3.3)
+        "--dataset-name", b.dataset_name,
+        "--dataset-path", paths.dataset or b.dataset_path,
+        "--num-prompts", str(b.num_prompts),
+        "--no-oversample",
+        "--spec-bench-output-len", str(b.output_len),
+        "--max-concurrency", str(concurrency),
+        "--temperature", fmt(b.temperature),
+        "--percentile-metrics", ",".join(b.percentile_metrics),
+        "--metric-percentiles", ",".join(fmt(p) for p in b.metric_percentiles),
+        "--num-warmups", str(b.num_warmups),
+        *(["--save-detailed"] if b.save_detailed else []),
+        "--save-result",
+        "--result-dir", paths.result_dir(plan, node),
+        "--result-filename", result_filename(item, concurrency, rep, b.repeat),
+        "--metadata", *metadata,
+    ]
+
+
+def item_argv(plan: Plan, node: str, item: str, paths: Paths) -> dict:
+    """One queue item as the runner spec holds it (see runner.py for the schema)."""
+    benches = []
+    for conc in plan.benchmark.concurrencies:
+        for rep in range(1, plan.benchmark.repeat + 1):
+            benches.append({
+                "concurrency": conc,
+                "rep": rep,
+                "argv": bench_argv(plan, node, item, conc, paths, rep),
+                "result_file": result_filename(item, conc, rep, plan.benchmark.repeat),
+            })
+    out = {"name": item, "serve_argv": serve_argv(plan, item, paths), "bench": benches,
+           "required_paths": required_paths(plan, item, paths)}
+    out["item_hash"] = hashlib.sha256(json.dumps(out, sort_keys=True).encode()).hexdigest()[:12]
+    return out
+
+
+def required_paths(plan: Plan, item: str, paths: Paths) -> list[str]:
+    """Files the worker must be able to read before the model load starts."""
+    req = [paths.dataset or plan.benchmark.dataset_path]
+    sc = plan.config(item).speculative_config or {}
+    if isinstance(sc.get("model"), str) and sc["model"].startswith("/"):
+        req.append(posixpath.join(sc["model"], "config.json"))
+    return req
+
+
+def commands_for(plan: Plan, node: str, item: str, paths: Paths) -> list[str]:
+    """Shell-quoted command lines: `vllm serve ...` then one `vllm bench serve ...` per run."""
+    lines = [shlex.join(serve_argv(plan, item, paths))]
+    for conc in plan.benchmark.concurrencies:
+        for rep in range(1, plan.benchmark.repeat + 1):
+            lines.append(shlex.join(bench_argv(plan, node, item, conc, paths, rep)))
+    return lines

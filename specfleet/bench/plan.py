@@ -1,0 +1,351 @@
+"""The plan file: what a benchmark campaign measures, validated before anything runs.
+
+    campaign: qwen3-32b-specdec
+    model: {name: Qwen/Qwen3-32B, candidates: [/mnt/Qwen3-32B, /mnt/models/Qwen3-32B],
+            weights_gib: 61.0, served_name: bench}
+    server: {args: [--max-model-len, "2048", ...], prefix_cache: reset}
+    configurations:
+      - {name: vanilla, speculative_config: null}
+      - {name: eagle3, speculative_config: {method: eagle3, model: /mnt/draft, num_speculative_tokens: 3}}
+    baseline: vanilla
+    benchmark: {dataset_path: /data/question.jsonl, chat_template: double}
+
+Every problem is one PlanError naming the file, the configuration (if any) and the field.
+docs/campaign.md is the full reference.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shlex
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+
+# Flags the plan sets through its own fields; in server.args / extra_args they would conflict.
+OWNED_FLAGS = {
+    "--port": "server.port",
+    "--host": "server.host",
+    "--served-model-name": "model.served_name",
+    "--speculative-config": "configurations[].speculative_config",
+    "-sc": "configurations[].speculative_config",
+    "--enable-prefix-caching": "server.prefix_cache",
+    "--no-enable-prefix-caching": "server.prefix_cache",
+}
+REMOVED_FLAGS = {
+    "--disable-log-requests": "removed in vLLM >= 0.12; use --no-enable-log-requests "
+    "(default off anyway)",
+}
+# Speculative methods whose drafts come from a separate draft model directory.
+DRAFT_MODEL_METHODS = {"eagle", "eagle3", "draft_model", "medusa", "mlp_speculator"}
+KNOWN_METHODS = DRAFT_MODEL_METHODS | {"ngram", "[ngram]", "ngram_gpu", "mtp", "suffix"}
+
+
+class PlanError(Exception):
+    """A bad plan: one message naming file, configuration and field."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+def _argv(v: Any) -> list[str]:
+    """A list of CLI words: a YAML list (numbers allowed) or one shell-like string."""
+    if v is None:
+        return []
+    if isinstance(v, str):
+        return shlex.split(v)
+    if not isinstance(v, list):
+        raise ValueError("must be a list of command-line words or one string")
+    out = []
+    for w in v:
+        if isinstance(w, bool) or not isinstance(w, (str, int, float)):
+            raise ValueError(f"{w!r} is not a command-line word (string or number)")
+        out.append(str(w))
+    return out
+
+
+def _check_flags(words: list[str]) -> list[str]:
+    for w in words:
+        flag = w.split("=", 1)[0]
+        if flag in REMOVED_FLAGS:
+            raise ValueError(f"{flag} is {REMOVED_FLAGS[flag]}")
+        if flag in OWNED_FLAGS:
+            raise ValueError(f"{flag} is set by the plan field {OWNED_FLAGS[flag]}, not here")
+    return words
+
+
+class Model(_Strict):
+    name: str = Field(min_length=1)
+    candidates: list[str] = Field(min_length=1)
+    weights_gib: float = Field(gt=0)
+    served_name: str = Field(default="bench", min_length=1)
+
+    @field_validator("candidates")
+    @classmethod
+    def _abs(cls, v: list[str]) -> list[str]:
+        for p in v:
+            if not p.startswith("/"):
+                raise ValueError(f"{p!r} is not an absolute path (the worker resolves it)")
+        if len(set(v)) != len(v):
+            raise ValueError("lists the same path twice")
+        return v
+
+
+class Server(_Strict):
+    args: list[str] = Field(default_factory=list)
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=1, le=65535)
+    health_timeout_s: float = Field(default=2400, gt=0)
+    health_poll_s: float = Field(default=5, gt=0)
+    prefix_cache: Literal["reset", "fresh-server-per-concurrency", "disabled"] = "reset"
+
+    @field_validator("args", mode="before")
+    @classmethod
+    def _words(cls, v: Any) -> list[str]:
+        return _argv(v)
+
+    @field_validator("args")
+    @classmethod
+    def _flags(cls, v: list[str]) -> list[str]:
+        return _check_flags(v)
+
+
+def check_speculative_config(sc: dict[str, Any]) -> dict[str, Any]:
+    """Type checks of the keys vLLM reads (config/speculative.py), before a 10-minute load."""
+    method = sc.get("method")
+    if not isinstance(method, str) or not method:
+        raise ValueError("needs 'method' (a string such as ngram or eagle3)")
+    if method not in KNOWN_METHODS:
+        raise ValueError(f"unknown method {method!r} (known: {', '.join(sorted(KNOWN_METHODS))})")
+    for key in ("num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_max",
+                "draft_tensor_parallel_size"):
+        if key in sc and (isinstance(sc[key], bool) or not isinstance(sc[key], int) or sc[key] < 1):
+            raise ValueError(f"{key} must be a positive integer, not {sc[key]!r}")
+    if "model" in sc and (not isinstance(sc["model"], str) or not sc["model"]):
+        raise ValueError(f"model must be a path string, not {sc['model']!r}")
+    if method in ("ngram", "[ngram]", "ngram_gpu"):
+        if "num_speculative_tokens" not in sc:
+            raise ValueError("ngram needs num_speculative_tokens")
+        lo, hi = sc.get("prompt_lookup_min"), sc.get("prompt_lookup_max")
+        if lo is not None and hi is not None and lo > hi:
+            raise ValueError(f"prompt_lookup_min {lo} is larger than prompt_lookup_max {hi}")
+    if method in DRAFT_MODEL_METHODS and "model" not in sc:
+        raise ValueError(f"{method} needs 'model' (the draft model directory)")
+    return sc
+
+
+class Configuration(_Strict):
+    name: str
+    speculative_config: dict[str, Any] | None = None
+    extra_args: list[str] = Field(default_factory=list)
+    load_estimate_s: float | None = Field(default=None, gt=0)
+
+    @field_validator("extra_args", mode="before")
+    @classmethod
+    def _words(cls, v: Any) -> list[str]:
+        return _argv(v)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not NAME_RE.match(v):
+            raise ValueError(f"{v!r}: names may use letters, digits, '-', '_', '.' (it names files)")
+        return v
+
+    @field_validator("speculative_config")
+    @classmethod
+    def _sc(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        return None if v is None else check_speculative_config(v)
+
+    @field_validator("extra_args")
+    @classmethod
+    def _flags(cls, v: list[str]) -> list[str]:
+        return _check_flags(v)
+
+    @property
+    def method(self) -> str | None:
+        return None if self.speculative_config is None else self.speculative_config["method"]
+
+
+class Benchmark(_Strict):
+    backend: Literal["openai-chat", "openai", "vllm"] = "openai-chat"
+    endpoint: str = "/v1/chat/completions"
+    dataset_name: Literal["spec_bench"] = "spec_bench"
+    dataset_path: str
+    num_prompts: int = Field(default=16, ge=1)
+    output_len: int = Field(default=512, ge=1)
+    concurrencies: list[int] = Field(default_factory=lambda: [1, 16], min_length=1)
+    temperature: float = Field(default=0.0, ge=0)
+    percentile_metrics: list[str] = Field(default_factory=lambda: ["ttft", "tpot", "itl", "e2el"])
+    metric_percentiles: list[float] = Field(default_factory=lambda: [50, 90, 99])
+    save_detailed: bool = True
+    num_warmups: int = Field(default=1, ge=0)
+    repeat: int = Field(default=1, ge=1)
+    timeout_s: float = Field(default=7200, gt=0)
+    # Required on purpose: see docs/campaign.md "The chat template question".
+    chat_template: Literal["double", "single"]
+
+    @field_validator("percentile_metrics", "metric_percentiles", mode="before")
+    @classmethod
+    def _csv(cls, v: Any) -> Any:
+        return [x.strip() for x in v.split(",")] if isinstance(v, str) else v
+
+    @field_validator("concurrencies")
+    @classmethod
+    def _conc(cls, v: list[int]) -> list[int]:
+        if any(c < 1 for c in v) or len(set(v)) != len(v):
+            raise ValueError("must be distinct positive integers")
+        return v
+
+    @field_validator("percentile_metrics")
+    @classmethod
+    def _metrics(cls, v: list[str]) -> list[str]:
+        bad = [m for m in v if m not in ("ttft", "tpot", "itl", "e2el")]
+        if bad:
+            raise ValueError(f"unknown metric(s) {bad} (known: ttft, tpot, itl, e2el)")
+        return v
+
+    @model_validator(mode="after")
+    def _template(self) -> "Benchmark":
+        chat = self.backend == "openai-chat"
+        if chat != self.endpoint.startswith("/v1/chat/"):
+            raise ValueError(f"backend {self.backend} does not go with endpoint {self.endpoint}")
+        if self.chat_template == "double" and not chat:
+            raise ValueError("chat_template 'double' means backend openai-chat on /v1/chat/completions")
+        if self.chat_template == "single" and chat:
+            raise ValueError(
+                "chat_template 'single' needs backend openai (or vllm) on /v1/completions: "
+                "spec_bench templates client-side and the chat endpoint would template again"
+            )
+        return self
+
+
+class Equivalence(_Strict):
+    metric: str = "output_throughput"
+    concurrency: int = Field(default=16, ge=1)
+    tolerance_pct: float = Field(default=3.0, gt=0)
+
+
+class Plan(_Strict):
+    campaign: str
+    vllm_version: str | None = None
+    model: Model
+    server: Server = Field(default_factory=Server)
+    configurations: list[Configuration] = Field(min_length=1)
+    baseline: str
+    benchmark: Benchmark
+    equivalence: Equivalence = Field(default_factory=Equivalence)
+    gpu_memory_free_mib: int = Field(default=5000, gt=0)
+    stop_timeout_s: float = Field(default=120, gt=0)
+
+    @field_validator("campaign")
+    @classmethod
+    def _campaign(cls, v: str) -> str:
+        if not NAME_RE.match(v):
+            raise ValueError(f"{v!r}: names may use letters, digits, '-', '_', '.' (it names a folder)")
+        return v
+
+    @model_validator(mode="after")
+    def _cross(self) -> "Plan":
+        names = [c.name for c in self.configurations]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"configurations: name {dup[0]!r} appears twice")
+        if self.baseline not in names:
+            raise ValueError(f"baseline: {self.baseline!r} is not a configuration (have: {', '.join(names)})")
+        if self.equivalence.concurrency not in self.benchmark.concurrencies:
+            raise ValueError(
+                f"equivalence.concurrency: {self.equivalence.concurrency} is not among "
+                f"benchmark.concurrencies {self.benchmark.concurrencies}"
+            )
+        return self
+
+    def config(self, name: str) -> Configuration:
+        for c in self.configurations:
+            if c.name == name:
+                return c
+        raise KeyError(f"plan {self.campaign!r} has no configuration {name!r}")
+
+    def canonical_json(self) -> str:
+        return json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+
+    def plan_hash(self) -> str:
+        return hashlib.sha256(self.canonical_json().encode()).hexdigest()[:12]
+
+
+def plan_hash(plan: Plan) -> str:
+    return plan.plan_hash()
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML silently keeps the last of two equal keys; a plan must not."""
+
+    def construct_mapping(self, node, deep=False):  # noqa: D401 - PyYAML hook
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise PlanError(
+                    f"duplicate key {key!r} at line {key_node.start_mark.line + 1} "
+                    f"(first at line {seen[key]})"
+                )
+            seen[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep=deep)
+
+
+def _where(loc: tuple, file: Path, raw: Any) -> str:
+    parts = list(loc)
+    if len(parts) >= 2 and parts[0] == "configurations" and isinstance(parts[1], int):
+        name = f"#{parts[1] + 1}"
+        try:
+            entry = raw["configurations"][parts[1]]
+            if isinstance(entry, dict) and entry.get("name"):
+                name = repr(entry["name"])
+        except (KeyError, IndexError, TypeError):
+            pass
+        field_ = ".".join(str(p) for p in parts[2:]) or "(entry)"
+        return f"{file}: configuration {name}, field {field_!r}"
+    return f"{file}: field {'.'.join(str(p) for p in parts) or '(top level)'!r}"
+
+
+def parse_plan(raw: Any, file: str | os.PathLike = "<plan>") -> Plan:
+    file = Path(file)
+    if not isinstance(raw, dict):
+        raise PlanError(f"{file}: expected a mapping with 'campaign:', 'model:', ... at the top level")
+    try:
+        return Plan.model_validate(raw)
+    except ValidationError as e:
+        err = e.errors()[0]
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = "unknown field"
+        elif err["type"] == "missing":
+            msg = "is required"
+        loc = tuple(err["loc"])
+        if not loc and ":" in msg.split(" ")[0]:  # cross-field errors carry their field first
+            head, _, msg = msg.partition(": ")
+            raise PlanError(f"{file}: field {head!r}: {msg}") from None
+        raise PlanError(f"{_where(loc, file, raw)}: {msg}") from None
+
+
+def load_plan(path: str | os.PathLike) -> Plan:
+    file = Path(path)
+    if not file.is_file():
+        raise PlanError(f"{file}: plan file not found (plans/ holds examples)")
+    try:
+        raw = yaml.load(file.read_text(), Loader=_UniqueKeyLoader)
+    except PlanError as e:
+        raise PlanError(f"{file}: {e}") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(e, "problem", None) or str(e)
+        raise PlanError(f"{file}: YAML syntax error{where}: {problem}") from None
+    return parse_plan(raw, file)

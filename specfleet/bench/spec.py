@@ -1,0 +1,43 @@
+"""Build the JSON run spec that runner.py executes on one worker (schema: docs/campaign.md)."""
+from __future__ import annotations
+
+import json
+import time
+
+from .commands import Paths, item_argv
+from .plan import Plan
+
+SPEC_SCHEMA = 1
+
+
+def build_run_spec(plan: Plan, node: str, queue: list[str], paths: Paths, *,
+                   env_file: str | None = None, run_id: str | None = None,
+                   gpu_index: int | None = None) -> dict:
+    """The run spec for `node` running `queue` (config names in order, baseline first)."""
+    ph = plan.plan_hash()
+    return {
+        "schema": SPEC_SCHEMA,
+        "run_id": run_id or f"{plan.campaign}-{ph}-{node}-{time.strftime('%Y%m%dT%H%M%S')}",
+        "campaign": plan.campaign,
+        "plan_hash": ph,
+        "host": node,
+        "work_dir": paths.work_dir,
+        "venv": paths.venv,
+        "env_file": env_file,
+        "model_candidates": list(plan.model.candidates),
+        "expected_vllm_version": plan.vllm_version,
+        "server_host": plan.server.host,
+        "port": plan.server.port,
+        "health_timeout_s": plan.server.health_timeout_s,
+        "health_poll_s": plan.server.health_poll_s,
+        "prefix_cache": plan.server.prefix_cache,
+        "bench_timeout_s": plan.benchmark.timeout_s,
+        "gpu_memory_free_mib": plan.gpu_memory_free_mib,
+        "gpu_index": gpu_index,
+        "stop_timeout_s": plan.stop_timeout_s,
+        "items": [item_argv(plan, node, name, paths) for name in queue],
+    }
+
+
+def dump_run_spec(spec: dict) -> str:
+    return json.dumps(spec, indent=2, sort_keys=True) + "\n"

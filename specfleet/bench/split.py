@@ -1,0 +1,260 @@
+"""Split a plan's configurations across nodes to minimise the campaign's makespan.
+
+Every node runs the baseline first (the report's node-equivalence check, §5.1); every other
+configuration runs on exactly one node. An item's duration on a node is
+
+    load (weights / the node's read bandwidth + start-up) + benchmark (output tokens / speed)
+
+where the read bandwidth depends on where the node reads the model from (`model_source`:
+`local` ~2 GB/s, `nfs` ~105 MB/s, report §3.1/§5.2), and the speed is the baseline's
+throughput at each concurrency times a per-method relative speed. Durations measured in an
+earlier campaign (e.g. the report's, REPORT_DURATIONS) replace the estimates.
+
+Search: exact branch and bound (bounded effort) seeded by LPT + local improvement; the result
+carries the lower bound max(total work / nodes, baseline + largest other item).
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+from .plan import Plan, PlanError
+
+READ_MB_S = {"local": 2000.0, "nfs": 105.0}
+STARTUP_S = 60.0          # torch.compile, CUDA graphs, warm-up after the weights are read
+GPU_BW_GB_S = 1792.0      # RTX PRO 6000 Blackwell; only used when nothing better is known
+DECODE_EFFICIENCY = 0.78  # report: 21.29 tok/s measured vs 1792 GB/s / 65.5 GB = 27.4
+CONC_EXPONENT = 0.955     # report: 301.19 / 21.29 = 14.1 = 16 ** 0.955
+METHOD_SPEED = {None: 1.0, "ngram": 1.1, "[ngram]": 1.1, "ngram_gpu": 1.1, "suffix": 1.2,
+                "eagle": 1.8, "eagle3": 2.0, "mtp": 1.8, "draft_model": 1.5, "medusa": 1.5}
+BENCH_OVERHEAD_S = 15.0   # client start, tokenizer load, warm-up, result write per bench run
+
+# The report's measured benchmark durations (s) per concurrency (§4.1) and its NFS load (~10 min).
+REPORT_DURATIONS: dict[str, dict] = {
+    "vanilla": {"bench_s": {1: 378.65, 16: 26.61}},
+    "ngram": {"bench_s": {1: 357.42, 16: 28.48}},
+    "ngram_improved": {"bench_s": {1: 324.43, 16: 26.41}},
+    "eagle3": {"bench_s": {1: 178.13, 16: 14.56}},
+}
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """What the split needs to know about a node (from inventory vars)."""
+
+    name: str
+    model_source: str = "nfs"          # 'local' or 'nfs'
+    read_mb_s: float | None = None     # measured read bandwidth overrides the source's default
+
+    @property
+    def bandwidth_mb_s(self) -> float:
+        if self.read_mb_s:
+            return self.read_mb_s
+        if self.model_source not in READ_MB_S:
+            raise PlanError(f"node {self.name!r}: model_source must be one of {sorted(READ_MB_S)}")
+        return READ_MB_S[self.model_source]
+
+
+@dataclass
+class Split:
+    queues: dict[str, list[str]]           # node -> ordered config names, baseline first
+    node_s: dict[str, float]               # node -> estimated busy time
+    makespan_s: float
+    lower_bound_s: float
+    method: str                            # 'exact' or 'heuristic'
+    durations: dict[str, dict[str, float]] = field(default_factory=dict)  # config -> node -> s
+
+    @property
+    def ratio(self) -> float:
+        return self.makespan_s / self.lower_bound_s if self.lower_bound_s else 1.0
+
+
+def load_s(plan: Plan, config: str, node: NodeInfo) -> float:
+    c = plan.config(config)
+    if c.load_estimate_s is not None:
+        return c.load_estimate_s
+    size_mb = plan.model.weights_gib * 1073.741824
+    return size_mb / node.bandwidth_mb_s + STARTUP_S
+
+
+def bench_s(plan: Plan, config: str, measured: dict | None = None) -> float:
+    """Benchmark time of one configuration over all concurrencies and repeats."""
+    b = plan.benchmark
+    c = plan.config(config)
+    total = 0.0
+    for conc in b.concurrencies:
+        if measured and conc in measured.get("bench_s", {}):
+            one = measured["bench_s"][conc] * b.num_prompts * b.output_len / (16 * 512)
+        else:
+            tok_s1 = DECODE_EFFICIENCY * GPU_BW_GB_S / (plan.model.weights_gib * 1.073741824)
+            tok_s = tok_s1 * min(conc, b.num_prompts) ** CONC_EXPONENT * METHOD_SPEED.get(c.method, 1.0)
+            one = b.num_prompts * b.output_len / tok_s
+        total += (one + BENCH_OVERHEAD_S) * b.repeat
+    return total
+
+
+def item_s(plan: Plan, config: str, node: NodeInfo, durations: dict[str, dict] | None = None) -> float:
+    """Estimated wall time of one queue item (load + benchmark + restarts the policy needs)."""
+    measured = (durations or {}).get(config)
+    load = measured["load_s"] if measured and "load_s" in measured else load_s(plan, config, node)
+    loads = len(plan.benchmark.concurrencies) if plan.server.prefix_cache == "fresh-server-per-concurrency" else 1
+    return load * loads + bench_s(plan, config, measured)
+
+
+def parse_pins(specs: list[str] | str | None) -> dict[str, str]:
+    """'eagle3=w2,ngram=w1' or ['eagle3=w2'] -> {'eagle3': 'w2'}."""
+    if not specs:
+        return {}
+    if isinstance(specs, str):
+        specs = [specs]
+    pins: dict[str, str] = {}
+    for part in (p.strip() for s in specs for p in s.split(",")):
+        if not part:
+            continue
+        cfg, sep, node = part.partition("=")
+        if not sep or not cfg.strip() or not node.strip():
+            raise PlanError(f"--assign {part!r}: expected CONFIG=NODE")
+        pins[cfg.strip()] = node.strip()
+    return pins
+
+
+def split(plan: Plan, nodes: list[NodeInfo], pins: dict[str, str] | None = None,
+          durations: dict[str, dict] | None = None, max_expansions: int = 200_000) -> Split:
+    if not nodes:
+        raise PlanError("no nodes selected for the campaign")
+    names = [n.name for n in nodes]
+    if len(set(names)) != len(names):
+        raise PlanError(f"a node is listed twice: {names}")
+    pins = dict(pins or {})
+    for cfg, node in pins.items():
+        if not any(c.name == cfg for c in plan.configurations):
+            _bad_pin(plan, cfg)
+        if node not in names:
+            raise PlanError(f"--assign {cfg}={node}: {node!r} is not a selected node ({', '.join(names)})")
+        if cfg == plan.baseline:
+            raise PlanError(f"--assign {cfg}={node}: the baseline runs on every node anyway")
+    others = [c.name for c in plan.configurations if c.name != plan.baseline]
+    dur = {c: {n.name: item_s(plan, c, n, durations) for n in nodes} for c in [plan.baseline, *others]}
+    base = {n: dur[plan.baseline][n] for n in names}
+
+    # Lower bound: every node runs its baseline; each other item runs somewhere at least at its best.
+    best = {c: min(dur[c].values()) for c in others}
+    lb = max(
+        (sum(base.values()) + sum(best.values())) / len(names),
+        max(base.values()),
+        max((min(base[n] + dur[c][n] for n in names) for c in others), default=0.0),
+    )
+    assign = _lpt(others, names, dur, base, pins)
+    assign = _improve(assign, others, names, dur, base, pins)
+    method = "heuristic"
+    exact = _branch_and_bound(others, names, dur, base, pins, assign, max_expansions)
+    if exact is not None:
+        assign, method = exact, "exact"
+    load = _loads(assign, names, dur, base)
+    queues = {n: [plan.baseline] + [c for c in others if assign[c] == n] for n in names}
+    return Split(queues=queues, node_s=load, makespan_s=max(load.values()), lower_bound_s=lb,
+                 method=method, durations=dur)
+
+
+def _bad_pin(plan: Plan, cfg: str) -> None:
+    known = ", ".join(c.name for c in plan.configurations)
+    raise PlanError(f"--assign {cfg}=...: the plan has no configuration {cfg!r} (have: {known})")
+
+
+def _loads(assign, names, dur, base) -> dict[str, float]:
+    load = dict(base)
+    for c, n in assign.items():
+        load[n] += dur[c][n]
+    return load
+
+
+def _lpt(others, names, dur, base, pins) -> dict[str, str]:
+    assign = {c: pins[c] for c in others if c in pins}
+    load = _loads(assign, names, dur, base)
+    free = sorted((c for c in others if c not in pins), key=lambda c: -min(dur[c].values()))
+    for c in free:
+        n = min(names, key=lambda n: (load[n] + dur[c][n], load[n]))
+        assign[c] = n
+        load[n] += dur[c][n]
+    return assign
+
+
+def _improve(assign, others, names, dur, base, pins) -> dict[str, str]:
+    """Moves and swaps while they lower (makespan, sum of squares)."""
+    def score(a):
+        ld = _loads(a, names, dur, base)
+        return (max(ld.values()), sum(v * v for v in ld.values()))
+
+    assign, cur = dict(assign), score(assign)
+    free = [c for c in others if c not in pins]
+    improved = True
+    while improved:
+        improved = False
+        for c, n in itertools.product(free, names):
+            if assign[c] != n:
+                trial = {**assign, c: n}
+                s = score(trial)
+                if s < cur:
+                    assign, cur, improved = trial, s, True
+        for a, b in itertools.combinations(free, 2):
+            if assign[a] != assign[b]:
+                trial = {**assign, a: assign[b], b: assign[a]}
+                s = score(trial)
+                if s < cur:
+                    assign, cur, improved = trial, s, True
+    return assign
+
+
+def _branch_and_bound(others, names, dur, base, pins, start, max_expansions):
+    """Exact minimum makespan, or None if the effort limit is hit first."""
+    fixed = {c: pins[c] for c in others if c in pins}
+    free = sorted((c for c in others if c not in pins), key=lambda c: -min(dur[c].values()))
+    load0 = _loads(fixed, names, dur, base)
+    best_val = max(_loads(start, names, dur, base).values())
+    best = dict(start)
+    remaining_min = [sum(min(dur[c].values()) for c in free[i:]) for i in range(len(free) + 1)]
+    budget = [max_expansions]
+    cur: dict[str, str] = {}
+    # Nodes are interchangeable when they give every free item the same duration.
+    profile = {n: tuple(dur[c][n] for c in free) for n in names}
+
+    def rec(i: int, load: dict[str, float]) -> bool:
+        nonlocal best_val, best
+        budget[0] -= 1
+        if budget[0] < 0:
+            return False
+        if i == len(free):
+            m = max(load.values())
+            if m < best_val - 1e-9:
+                best_val, best = m, {**fixed, **cur}
+            return True
+        if max(max(load.values()), (sum(load.values()) + remaining_min[i]) / len(names)) >= best_val - 1e-9:
+            return True
+        c = free[i]
+        seen = set()
+        for n in sorted(names, key=lambda n: load[n] + dur[c][n]):
+            key = (profile[n], round(load[n], 6))
+            if key in seen:
+                continue
+            seen.add(key)
+            if load[n] + dur[c][n] >= best_val - 1e-9:
+                continue
+            cur[c] = n
+            load[n] += dur[c][n]
+            ok = rec(i + 1, load)
+            load[n] -= dur[c][n]
+            del cur[c]
+            if not ok:
+                return False
+        return True
+
+    return best if rec(0, dict(load0)) else None
+
+
+def format_split(s: Split) -> str:
+    lines = []
+    for n, q in s.queues.items():
+        lines.append(f"{n:>10}  {s.node_s[n] / 60:7.1f} min  {' -> '.join(q)}")
+    lines.append(f"makespan {s.makespan_s / 60:.1f} min, lower bound {s.lower_bound_s / 60:.1f} min "
+                 f"(x{s.ratio:.3f}, {s.method})")
+    return "\n".join(lines)

@@ -1,0 +1,159 @@
+"""Plan validation, plan_hash, commands."""
+import shlex
+import textwrap
+
+import pytest
+import yaml
+
+from specfleet.bench.commands import Paths, commands_for, item_argv
+from specfleet.bench.plan import PlanError, load_plan, parse_plan
+from specfleet.bench.spec import build_run_spec
+
+MINI = textwrap.dedent("""\
+    campaign: t
+    model: {name: m, candidates: [/m/a, /m/b], weights_gib: 1}
+    configurations:
+      - {name: vanilla, speculative_config: null}
+      - {name: ng, speculative_config: {method: ngram, num_speculative_tokens: 4, prompt_lookup_min: 2, prompt_lookup_max: 8}}
+    baseline: vanilla
+    benchmark: {dataset_path: /d/q.jsonl, chat_template: double}
+    """)
+
+
+def write(tmp_path, text, name="p.yml"):
+    f = tmp_path / name
+    f.write_text(text)
+    return f
+
+
+def err(tmp_path, text):
+    with pytest.raises(PlanError) as e:
+        load_plan(write(tmp_path, text))
+    return str(e.value)
+
+
+def test_repo_plans_load():
+    p = load_plan("plans/qwen3-32b.yml")
+    assert [c.name for c in p.configurations] == ["vanilla", "ngram", "ngram_improved", "eagle3"]
+    assert p.config("ngram").speculative_config == {
+        "method": "ngram", "num_speculative_tokens": 6, "prompt_lookup_min": 4, "prompt_lookup_max": 6}
+    assert p.config("ngram_improved").speculative_config["prompt_lookup_max"] == 128
+    assert p.config("eagle3").speculative_config["num_speculative_tokens"] == 3
+    assert p.benchmark.concurrencies == [1, 16] and p.benchmark.num_prompts == 16
+    assert p.benchmark.output_len == 512
+    d = load_plan("plans/demo.yml")
+    assert d.model.candidates == ["/mnt/Qwen3-32B", "/mnt/fabrix/models/Qwen3-32B"]
+    assert d.benchmark.dataset_path == "datasets/sample/question.jsonl"
+
+
+def test_defaults(tmp_path):
+    p = load_plan(write(tmp_path, MINI))
+    assert p.server.port == 8000 and p.server.health_timeout_s == 2400
+    assert p.server.prefix_cache == "reset" and p.gpu_memory_free_mib == 5000
+    assert p.benchmark.metric_percentiles == [50, 90, 99]
+
+
+def test_yaml_syntax_error_has_line(tmp_path):
+    m = err(tmp_path, MINI + "benchmark: [unclosed\n")
+    assert "YAML syntax error at line" in m and "p.yml" in m
+
+
+def test_duplicate_key(tmp_path):
+    m = err(tmp_path, MINI + "baseline: ng\n")
+    assert "duplicate key 'baseline'" in m and "line 8" in m
+
+
+def test_unknown_field(tmp_path):
+    m = err(tmp_path, MINI.replace("weights_gib: 1}", "weights_gib: 1, weigths: 2}"))
+    assert "field 'model.weigths': unknown field" in m
+    m = err(tmp_path, MINI.replace("{name: vanilla,", "{name: vanilla, bogus: 1,"))
+    assert "configuration 'vanilla', field 'bogus': unknown field" in m
+
+
+def test_baseline_missing(tmp_path):
+    m = err(tmp_path, MINI.replace("baseline: vanilla", "baseline: nope"))
+    assert "field 'baseline'" in m and "'nope' is not a configuration" in m
+
+
+@pytest.mark.parametrize("bad, needle", [
+    ("num_speculative_tokens: '4'", "num_speculative_tokens must be a positive integer"),
+    ("num_speculative_tokens: true", "num_speculative_tokens must be a positive integer"),
+    ("num_speculative_tokens: 4, prompt_lookup_min: 9", "larger than prompt_lookup_max"),
+])
+def test_bad_speculative_config(tmp_path, bad, needle):
+    text = MINI.replace("num_speculative_tokens: 4, prompt_lookup_min: 2", bad + (", prompt_lookup_min: 2" if "min" not in bad else ""))
+    m = err(tmp_path, text)
+    assert "configuration 'ng', field 'speculative_config'" in m and needle in m
+
+
+def test_eagle_needs_model_and_method_string(tmp_path):
+    m = err(tmp_path, MINI.replace("{method: ngram, num_speculative_tokens: 4, prompt_lookup_min: 2, prompt_lookup_max: 8}",
+                                   "{method: eagle3, num_speculative_tokens: 3}"))
+    assert "eagle3 needs 'model'" in m
+    m = err(tmp_path, MINI.replace("method: ngram", "method: 3"))
+    assert "needs 'method'" in m
+    m = err(tmp_path, MINI.replace("speculative_config: null", "speculative_config: [1]"))
+    assert "configuration 'vanilla', field 'speculative_config'" in m
+
+
+def test_owned_and_removed_flags(tmp_path):
+    m = err(tmp_path, MINI + "server: {args: [--port, '9000']}\n")
+    assert "server.port" in m
+    m = err(tmp_path, MINI + "server: {args: --disable-log-requests}\n")
+    assert "--no-enable-log-requests" in m
+
+
+def test_chat_template_is_explicit_and_consistent(tmp_path):
+    m = err(tmp_path, MINI.replace(", chat_template: double", ""))
+    assert "benchmark.chat_template': is required" in m
+    m = err(tmp_path, MINI.replace("chat_template: double", "chat_template: single"))
+    assert "needs backend openai" in m
+    p = load_plan(write(tmp_path, MINI.replace(
+        "chat_template: double", "chat_template: single, backend: openai, endpoint: /v1/completions")))
+    assert p.benchmark.backend == "openai"
+
+
+def test_plan_hash_stable_and_sensitive(tmp_path):
+    a = load_plan(write(tmp_path, MINI, "a.yml"))
+    # same content, other order and formatting
+    raw = yaml.safe_load(MINI)
+    b = parse_plan(dict(reversed(list(raw.items()))))
+    assert a.plan_hash() == b.plan_hash() and len(a.plan_hash()) == 12
+    c = load_plan(write(tmp_path, MINI.replace("prompt_lookup_max: 8", "prompt_lookup_max: 9"), "c.yml"))
+    assert c.plan_hash() != a.plan_hash()
+    d = load_plan(write(tmp_path, MINI.replace("/d/q.jsonl", "/d/r.jsonl"), "d.yml"))
+    assert d.plan_hash() != a.plan_hash()
+
+
+def test_commands_for_report_plan():
+    p = load_plan("plans/qwen3-32b.yml")
+    paths = Paths(venv="/vllm-venv", work_dir="/var/tmp/sf")
+    lines = commands_for(p, "w2", "eagle3", paths)
+    assert len(lines) == 3
+    serve = shlex.split(lines[0])
+    assert serve[:3] == ["/vllm-venv/bin/vllm", "serve", "@MODEL@"]
+    sc = serve[serve.index("--speculative-config") + 1]
+    assert sc == '{"method":"eagle3","model":"/mnt/Qwen3-32B-speculator.eagle3","num_speculative_tokens":3}'
+    assert "'{" in lines[0]  # the JSON is quoted for the shell
+    for w in ("--max-model-len", "2048", "--gpu-memory-utilization", "0.95", "--no-enable-log-requests"):
+        assert w in serve
+    bench = shlex.split(lines[2])
+    assert bench[bench.index("--tokenizer") + 1] == "@MODEL@"
+    assert bench[bench.index("--max-concurrency") + 1] == "16"
+    assert bench[bench.index("--result-filename") + 1] == "eagle3_conc16.json"
+    assert bench[bench.index("--result-dir") + 1] == "/var/tmp/sf/qwen3-32b-specdec/w2"
+    assert "--no-oversample" in bench and "--save-result" in bench and "--save-detailed" in bench
+    md = bench[bench.index("--metadata") + 1:]
+    assert md[:4] == ["node=w2", "config=eagle3", f"plan_hash={p.plan_hash()}", "vllm_version=0.28.0"]
+    assert bench[bench.index("--percentile-metrics") + 1] == "ttft,tpot,itl,e2el"
+    assert bench[bench.index("--metric-percentiles") + 1] == "50,90,99"
+
+
+def test_run_spec_shape():
+    p = load_plan("plans/demo.yml")
+    spec = build_run_spec(p, "w1", ["vanilla", "ngram"], Paths(venv="/opt/v", work_dir="/w", dataset="/w/q.jsonl"))
+    assert spec["host"] == "w1" and [i["name"] for i in spec["items"]] == ["vanilla", "ngram"]
+    it = spec["items"][1]
+    assert [b["result_file"] for b in it["bench"]] == ["ngram_conc1.json", "ngram_conc16.json"]
+    assert it["required_paths"] == ["/w/q.jsonl"]
+    assert item_argv(p, "w1", "ngram", Paths(venv="/opt/v", work_dir="/w", dataset="/w/q.jsonl"))["item_hash"] == it["item_hash"]
