@@ -224,7 +224,8 @@ def load_inventory(path: str | os.PathLike | None = None) -> Inventory:
     try:
         doc = InventoryFile.model_validate(raw)
     except ValidationError as e:
-        err = e.errors()[0]
+        # a misspelt field also makes the right one 'missing': name the misspelling first
+        err = sorted(e.errors(), key=lambda x: x["type"] != "extra_forbidden")[0]
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             msg = "unknown field"

@@ -1,0 +1,1 @@
+"""Roles: what a host should look like, as lists of steps (see specfleet.step)."""

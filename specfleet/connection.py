@@ -1,0 +1,183 @@
+"""One SSH connection per host, opened once and reused by every step.
+
+Fabric's Connection does the work; specfleet changes three of its defaults:
+- host keys are checked against the inventory's known_hosts file (Fabric
+  silently adds unknown keys; we refuse them, or add them only with an
+  explicit accept-new), and a changed key is always refused;
+- no ~/.ssh/config is read: the inventory is the single source of truth;
+- TCP_NODELAY is set on the socket: without it each command on a warm
+  connection waits ~40 ms for Nagle's algorithm (notes/testbed.md).
+"""
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import paramiko
+from fabric import Config, Connection
+
+from .inventory import Host
+
+_known_hosts_lock = threading.Lock()
+
+
+class Unreachable(Exception):
+    """The host could not be connected to (network, auth or host key)."""
+
+
+class CommandTimeout(Exception):
+    pass
+
+
+class RefuseUnknownHost(paramiko.MissingHostKeyPolicy):
+    def missing_host_key(self, client, hostname, key):
+        raise Unreachable(
+            f"host key for {hostname} ({key.get_name()}) is not in the known_hosts file; "
+            "verify it and add it (e.g. `ssh-keyscan -p PORT ADDRESS >> KNOWN_HOSTS`), "
+            "or run once with --accept-new-host-keys to record it"
+        )
+
+
+class AcceptNewHost(paramiko.MissingHostKeyPolicy):
+    """Like OpenSSH's StrictHostKeyChecking=accept-new: record unknown keys, never changed ones."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def missing_host_key(self, client, hostname, key):
+        with _known_hosts_lock:
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            with open(self.path, "a") as f:
+                f.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
+
+
+@dataclass
+class RunResult:
+    stdout: str
+    stderr: str
+    exited: int
+    duration: float
+
+    @property
+    def ok(self) -> bool:
+        return self.exited == 0
+
+
+class HostConnection:
+    """A host and its one open SSH connection."""
+
+    def __init__(self, host: Host, *, accept_new: bool = False):
+        self.host = host
+        self.accept_new = accept_new
+        config = Config(overrides={"load_ssh_configs": False})
+        # an inventory key means exactly that key; without one, do what ssh does (agent, ~/.ssh/id_*)
+        connect_kwargs = {"look_for_keys": not host.key, "allow_agent": not host.key,
+                          "banner_timeout": host.connect_timeout, "auth_timeout": host.connect_timeout}
+        if host.key:
+            connect_kwargs["key_filename"] = host.key
+        self.conn = Connection(
+            host.address, user=host.user, port=host.port, config=config,
+            connect_timeout=max(1, int(host.connect_timeout)), connect_kwargs=connect_kwargs,
+        )
+        client = self.conn.client
+        if Path(host.known_hosts).is_file():
+            client.load_host_keys(host.known_hosts)
+        client.set_missing_host_key_policy(
+            AcceptNewHost(host.known_hosts) if accept_new else RefuseUnknownHost()
+        )
+        self._lock = threading.Lock()  # one command at a time on this connection
+
+    def open(self) -> None:
+        if self.conn.is_connected:
+            return
+        try:
+            self.conn.open()
+        except Unreachable:
+            raise
+        except paramiko.BadHostKeyException as e:
+            raise Unreachable(
+                f"host key for {self.host.address} CHANGED (got {e.key.get_name()} "
+                f"{e.key.get_fingerprint().hex()}); refusing to connect. If the host was "
+                f"reinstalled, remove its old line from {self.host.known_hosts} after checking"
+            ) from None
+        except paramiko.AuthenticationException as e:
+            raise Unreachable(f"authentication failed for {self.host.user}@{self.host.address}: {e}") from None
+        except (OSError, paramiko.SSHException, EOFError) as e:
+            raise Unreachable(f"cannot connect to {self.host.address}:{self.host.port}: {e}") from None
+        self.conn.transport.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.conn.transport.set_keepalive(15)
+
+    def run(self, command: str, *, timeout: float | None = None, stdin: bytes | None = None) -> RunResult:
+        """Run a command on the open connection and capture its output.
+
+        A raw session channel, not Fabric's Runner: the Runner's polling threads
+        cost several ms per command, and steps issue many small commands.
+        """
+        self.open()
+        timeout = timeout or self.host.command_timeout
+        start = time.monotonic()
+        with self._lock:
+            chan = self.conn.transport.open_session(timeout=self.host.connect_timeout)
+            try:
+                chan.settimeout(timeout)
+                chan.exec_command(command)
+                if stdin is not None:
+                    chan.sendall(stdin)
+                chan.shutdown_write()
+                out, err = _drain(chan, start + timeout)
+                code = chan.recv_exit_status()
+            except socket.timeout:
+                raise CommandTimeout(f"command timed out after {timeout:.0f} s") from None
+            finally:
+                chan.close()
+        return RunResult(out.decode(errors="replace"), err.decode(errors="replace"), code,
+                         time.monotonic() - start)
+
+    def put_bytes(self, data: bytes, path: str, mode: int = 0o644) -> None:
+        self.open()
+        with self._lock:
+            sftp = self.conn.sftp()
+            with sftp.open(path, "wb") as f:
+                f.write(data)
+            sftp.chmod(path, mode)
+
+    def close(self) -> None:
+        try:
+            self.conn.close()
+        except Exception:  # closing a broken transport must never mask the real error
+            pass
+
+
+def _drain(chan: paramiko.Channel, deadline: float) -> tuple[bytes, bytes]:
+    """Read stdout to its end, then stderr (paramiko buffers stderr meanwhile)."""
+    out, err = bytearray(), bytearray()
+    for recv, buf in ((chan.recv, out), (chan.recv_stderr, err)):
+        while True:
+            if time.monotonic() > deadline:
+                raise socket.timeout()
+            chunk = recv(65536)  # blocks until data, EOF (b"") or the channel timeout
+            if not chunk:
+                break
+            buf += chunk
+    return bytes(out), bytes(err)
+
+
+def ssh_argv(host: Host, *, control_dir: str = "/tmp") -> list[str]:
+    """OpenSSH options for tools that bring their own ssh (rsync): same key, same known_hosts.
+
+    No user ssh_config is read (-F /dev/null) and unknown or changed host keys
+    are refused, as for specfleet's own connections. A control master lets
+    several rsync calls to one host share a connection.
+    """
+    argv = ["ssh", "-F", "/dev/null", "-p", str(host.port), "-l", host.user,
+            "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
+            "-o", f"UserKnownHostsFile={host.known_hosts}", "-o", "GlobalKnownHostsFile=/dev/null",
+            "-o", f"ConnectTimeout={max(1, int(host.connect_timeout))}",
+            "-o", "ControlMaster=auto", "-o", f"ControlPath={control_dir}/specfleet-ssh-%C",
+            "-o", "ControlPersist=60", "-o", "LogLevel=ERROR"]
+    if host.key:
+        argv += ["-i", host.key, "-o", "IdentitiesOnly=yes"]
+    return argv

@@ -1,0 +1,59 @@
+"""What people see: one line per change or failure as it happens, and the recap."""
+from __future__ import annotations
+
+import threading
+
+from rich.console import Console
+from rich.table import Table
+
+from .step import Status, StepResult
+
+STYLE = {
+    Status.OK: "green", Status.CHANGED: "yellow", Status.FAILED: "bold red",
+    Status.UNREACHABLE: "bold magenta", Status.SKIPPED: "cyan",
+}
+
+
+class Reporter:
+    """Prints results as hosts finish them; ok lines only when verbose."""
+
+    def __init__(self, console: Console | None = None, *, verbose: bool = False, diff: bool = False,
+                 check: bool = False):
+        self.console = console or Console(highlight=False)
+        self.verbose, self.diff, self.check = verbose, diff, check
+        self._lock = threading.Lock()
+
+    def __call__(self, r: StepResult) -> None:
+        if r.status is Status.OK and not self.verbose:
+            return
+        if r.status is Status.SKIPPED and not self.verbose:
+            return
+        label = "would change" if (r.status is Status.CHANGED and self.check) else r.status.value
+        with self._lock:
+            self.console.print(f"[{STYLE[r.status]}]{label:>12}[/] [bold]{r.host}[/]  {r.step}"
+                               + (f"  [dim]({r.duration * 1000:.0f} ms)[/]" if self.verbose else ""))
+            for c in r.changes:
+                self.console.print(f"{'':>14}- {c.summary}", markup=False)
+                if self.diff and c.diff:
+                    for line in c.diff.splitlines():
+                        style = "green" if line.startswith("+") else "red" if line.startswith("-") else "dim"
+                        self.console.print(f"{'':>16}{line}", style=style, markup=False)
+            if r.message and r.status in (Status.FAILED, Status.UNREACHABLE):
+                self.console.print(f"{'':>14}{r.message}", style=STYLE[r.status], markup=False)
+
+    def recap(self, counts: dict[str, dict[str, int]], dropped: dict[str, Status], title: str = "RECAP") -> None:
+        table = Table(title=title, title_justify="left")
+        table.add_column("host")
+        for s in Status:
+            table.add_column(s.value, justify="right")
+        table.add_column("result")
+        for host, c in counts.items():
+            result = dropped.get(host)
+            verdict = result.value if result else "fine"
+            table.add_row(host, *[_cell(s, c[s.value]) for s in Status],
+                          f"[{STYLE[result]}]{verdict}[/]" if result else "[green]fine[/]")
+        self.console.print(table)
+
+
+def _cell(s: Status, n: int) -> str:
+    return f"[{STYLE[s]}]{n}[/]" if n and s is not Status.OK else str(n)

@@ -1,0 +1,107 @@
+"""Inline SVG plots (matplotlib, Agg backend) for the self-contained HTML report.
+
+The SVG carries no external references: the <metadata> block (Dublin Core /
+Creative Commons URIs) is removed, text is drawn as paths (no font needed).
+"""
+from __future__ import annotations
+
+import io
+import re
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+
+RC = {"svg.fonttype": "path", "svg.hashsalt": "specfleet", "font.size": 9}
+
+
+def _svg(fig) -> str:
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
+    plt.close(fig)
+    s = buf.getvalue()
+    s = s[s.index("<svg"):]
+    s = re.sub(r"<metadata>.*?</metadata>", "", s, flags=re.S)
+    return s
+
+
+def _labels(df: pd.DataFrame) -> pd.Series:
+    multi = df.groupby("config")["node"].nunique()
+    return df.apply(lambda r: f"{r.config} ({r.node})" if multi[r.config] > 1 else r.config, axis=1)
+
+
+def _grouped_bars(ax, df: pd.DataFrame, col: str, fmt: str) -> None:
+    concs = sorted(df.concurrency.unique())
+    labels = list(dict.fromkeys(df["label"]))
+    width = 0.8 / max(len(labels), 1)
+    for i, lab in enumerate(labels):
+        sub = df[df.label == lab].set_index("concurrency")[col]
+        xs = [k + (i - (len(labels) - 1) / 2) * width for k in range(len(concs))]
+        vals = [sub.get(c, float("nan")) for c in concs]
+        bars = ax.bar(xs, vals, width, label=lab)
+        ax.bar_label(bars, labels=[fmt.format(v) if v == v else "" for v in vals], fontsize=7)
+    ax.set_xticks(range(len(concs)), [f"conc {c}" for c in concs])
+    ax.legend(fontsize=7, frameon=False)
+
+
+def speedup_svg(runs: pd.DataFrame, baseline: str) -> str | None:
+    df = runs[(runs.config != baseline) & runs.speedup.notna()].copy()
+    if df.empty:
+        return None
+    df["label"] = _labels(df)
+    with plt.rc_context(RC):
+        fig, ax = plt.subplots(figsize=(7, 3.2))
+        _grouped_bars(ax, df, "speedup", "{:.2f}x")
+        ax.axhline(1.0, color="black", lw=0.8, ls="--")
+        ax.set_ylabel(f"output tok/s vs same node's {baseline}")
+        ax.set_title("Speedup per configuration and concurrency")
+        return _svg(fig)
+
+
+def tpot_svg(runs: pd.DataFrame) -> str | None:
+    if runs.empty:
+        return None
+    df = runs.copy()
+    df["label"] = _labels(df)
+    with plt.rc_context(RC):
+        fig, ax = plt.subplots(figsize=(7, 3.2))
+        _grouped_bars(ax, df, "tpot_ms", "{:.1f}")
+        ax.set_ylabel("mean TPOT (ms), lower is better")
+        ax.set_title("Time per output token")
+        return _svg(fig)
+
+
+def acceptance_svg(spec: pd.DataFrame) -> str | None:
+    df = spec[spec.has_spec_keys].copy()
+    if df.empty:
+        return None
+    df["label"] = _labels(df)
+    with plt.rc_context(RC):
+        fig, (a1, a2) = plt.subplots(1, 2, figsize=(9, 3.2))
+        _grouped_bars(a1, df, "acceptance_rate_pct", "{:.1f}")
+        a1.set_ylabel("acceptance rate (%)")
+        a1.set_title("Accepted / drafted tokens")
+        _grouped_bars(a2, df, "acceptance_length", "{:.2f}")
+        a2.set_ylabel("acceptance length (tokens per draft)")
+        a2.set_title("1 + accepted / drafts")
+        return _svg(fig)
+
+
+def namespace_ids(svg: str, prefix: str) -> str:
+    """Prefix every id (and its references) so several inline SVGs can share one page."""
+    ids = set(re.findall(r'\bid="([^"]+)"', svg))
+    if not ids:
+        return svg
+    pat = re.compile(r'(\bid="|href="#|url\(#)(' + "|".join(map(re.escape, sorted(ids, key=len, reverse=True))) + r')(?=[")])')
+    return pat.sub(lambda m: f"{m.group(1)}{prefix}-{m.group(2)}", svg)
+
+
+def all_plots(runs: pd.DataFrame, spec: pd.DataFrame, baseline: str) -> list[tuple[str, str]]:
+    out = []
+    for title, svg in (("Speedup", speedup_svg(runs, baseline)), ("TPOT", tpot_svg(runs)),
+                       ("Acceptance", acceptance_svg(spec))):
+        if svg:
+            out.append((title, namespace_ids(svg, f"sf{len(out)}")))
+    return out

@@ -1,0 +1,186 @@
+"""Write the report (report.md, report.html, merged.csv, merged.json) and print
+the main tables to the terminal with rich.
+
+Both templates render the same list of sections (title, note, headers, rows
+of already formatted strings) so Markdown and HTML never disagree. Stamps
+(simulated inputs, forced merge of non-equivalent nodes) go at the top of every
+output; in merged.csv / merged.json they are the first column `stamp` of every
+row, so the files stay loadable with pandas.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import pandas as pd
+
+from .gate import GateResult
+from .merge import Tables
+from .plots import all_plots
+
+TEMPLATE_DIR = Path(__file__).resolve().parents[2] / "templates" / "report"
+SIMULATED_STAMP = ("SIMULATED ENGINE: inputs come from the simulated vLLM (specfleet-simvllm), "
+                   "not a real GPU run. These numbers are not performance measurements.")
+NOT_EQUIVALENT_STAMP = "NODES NOT EQUIVALENT: merged with --force although the node-equivalence gate failed."
+
+
+@dataclass
+class Section:
+    title: str
+    headers: list[str]
+    rows: list[list[str]]
+    note: str = ""
+    anchor: str = ""
+
+
+@dataclass
+class ReportModel:
+    campaign: str
+    baseline: str
+    stamps: list[str]
+    gate: GateResult
+    conclusions: list[str]
+    sections: list[Section]
+    notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    quarantined: list[str] = field(default_factory=list)
+
+
+def fmt(v: Any, nd: int = 2, suffix: str = "") -> str:
+    if v is None or v == "" or (isinstance(v, float) and math.isnan(v)):
+        return "–"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, (int, float)):
+        if float(v).is_integer() and nd == 0:
+            return f"{int(v):,}{suffix}"
+        return f"{v:,.{nd}f}{suffix}"
+    return str(v)
+
+
+def _section(title: str, df: pd.DataFrame, cols: list[tuple[str, str, int, str]], note: str = "") -> Section:
+    """cols: (column, header, decimals (-1 = text), suffix)."""
+    rows = [[(str(r[c]) if nd < 0 else fmt(r[c], nd, suf)) for c, _, nd, suf in cols]
+            for _, r in df.iterrows()]
+    return Section(title, [h for _, h, _, _ in cols], rows, note,
+                   anchor="".join(ch if ch.isalnum() else "-" for ch in title.lower()))
+
+
+RUN_COLS = [("config", "config", -1, ""), ("node", "node", -1, ""), ("output_tok_s", "out tok/s", 2, ""),
+            ("speedup", "speedup", 2, "x"), ("total_tok_s", "total tok/s", 2, ""), ("tpot_ms", "TPOT ms", 2, ""),
+            ("ttft_ms", "TTFT ms", 2, ""), ("itl_ms", "ITL ms", 2, ""), ("duration_s", "duration s", 2, ""),
+            ("repeats", "runs", 0, ""), ("output_tok_s_std", "out tok/s sd", 2, "")]
+SPEC_COLS = [("config", "config", -1, ""), ("concurrency", "conc", 0, ""), ("node", "node", -1, ""),
+             ("acceptance_rate_pct", "acceptance rate", 1, " %"), ("acceptance_length", "acceptance length", 3, ""),
+             ("drafts", "drafts", 0, ""), ("draft_tokens", "draft tokens", 0, ""),
+             ("accepted_tokens", "accepted tokens", 0, ""), ("drafts_per_100_tokens", "drafts / 100 out tok", 1, "")]
+GATE_COLS = [("concurrency", "conc", 0, ""), ("metric", "metric", -1, ""), ("node_a", "node A", -1, ""),
+             ("node_b", "node B", -1, ""), ("value_a", "A", 2, ""), ("value_b", "B", 2, ""),
+             ("diff_pct", "diff", 2, " %"), ("n_a", "n A", 0, ""), ("n_b", "n B", 0, ""),
+             ("p_value", "Welch p", 3, ""), ("rule", "rule", -1, ""), ("verdict", "verdict", -1, "")]
+KV_COLS = [("node", "node", -1, ""), ("config", "config", -1, ""), ("device", "device", -1, ""),
+           ("weights_gib", "weights GiB", 2, ""), ("kv_budget_gib", "KV budget GiB", 2, ""),
+           ("kv_tokens", "KV tokens", 0, ""), ("tokens_per_request", "tokens/request", 0, ""),
+           ("max_concurrency_x", "max concurrency", 2, "x"), ("max_measured_conc", "max conc run", 0, ""),
+           ("worst_case_kv_demand_pct", "worst-case KV demand", 1, " %")]
+BW_COLS = [("concurrency", "conc", 0, ""), ("config", "config", -1, ""), ("node", "node", -1, ""),
+           ("tpot_ms", "TPOT ms", 2, ""), ("bound_tpot_ms", "bound TPOT ms", 2, ""),
+           ("fraction_of_bound", "bound / TPOT", 2, "")]
+CAT_COLS = [("concurrency", "conc", 0, ""), ("category", "category", -1, ""), ("config", "config", -1, ""),
+            ("node", "node", -1, ""), ("requests", "requests", 0, ""), ("tpot_ms", "TPOT ms", 2, ""),
+            ("tpot_speedup", "TPOT speedup", 2, "x")]
+PROV_COLS = [(c, c.replace("_", " "), 0 if c == "runs" else -1, "") for c in
+             ("node", "vllm", "torch", "gpu", "driver", "plan_hash", "engine", "first_run", "last_run", "runs")]
+
+
+def build_model(campaign: str, tables: Tables, gate: GateResult, conclusions: list[str], *,
+                baseline: str, simulated: bool, forced: bool, warnings: list[str] | None = None,
+                quarantined: list[str] | None = None) -> ReportModel:
+    stamps = ([SIMULATED_STAMP] if simulated else []) + ([NOT_EQUIVALENT_STAMP] if forced and not gate.passed else [])
+    secs = []
+    for conc in sorted(tables.runs.concurrency.unique()):
+        secs.append(_section(f"Results at concurrency {conc}", tables.runs[tables.runs.concurrency == conc],
+                             RUN_COLS, f"Means over runs. Speedup = output tok/s / the same node's "
+                                       f"'{baseline}' output tok/s at this concurrency."))
+    if not tables.spec.empty:
+        secs.append(_section("Speculative decoding", tables.spec, SPEC_COLS,
+                             "From the spec_decode_* keys (server counters differenced over the run). "
+                             "'–' = the file has no such keys: nothing was drafted."))
+    if tables.categories is not None:
+        secs.append(_section("Per Spec-Bench category", tables.categories, CAT_COLS,
+                             "TPOT per request, averaged per category; speedup against the same node's baseline."))
+    secs.append(_section("Node equivalence (baseline on every node)", gate.table, GATE_COLS,
+                         "diff = (B - A) / A. " + gate.rule.describe() + "."))
+    if not tables.kv.empty:
+        secs.append(_section("KV cache (server logs)", tables.kv, KV_COLS,
+                             "Worst-case KV demand = max concurrency run x tokens per request / KV tokens."))
+    if tables.bandwidth is not None:
+        secs.append(_section("Memory-bandwidth bound", tables.bandwidth, BW_COLS,
+                             f"Lowest TPOT if each decode step reads all weights once: "
+                             f"{fmt(tables.min_tpot_ms)} ms. bound / TPOT > 1 means more than one token "
+                             "per weight read (speculative decoding)."))
+    secs.append(_section("Provenance", tables.provenance, PROV_COLS))
+    return ReportModel(campaign=campaign, baseline=baseline, stamps=stamps, gate=gate,
+                       conclusions=conclusions, sections=secs, notes=list(tables.notes),
+                       warnings=list(warnings or []), quarantined=list(quarantined or []))
+
+
+def _env() -> jinja2.Environment:
+    return jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATE_DIR)),
+                              autoescape=jinja2.select_autoescape(["html", "html.j2"]),
+                              trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined)
+
+
+def _md_cell(s: str) -> str:
+    return s.replace("|", "\\|").replace("\n", " ")
+
+
+def write_report(out_dir: Path, model: ReportModel, tables: Tables) -> dict[str, Path]:
+    out_dir = Path(out_dir)
+    env = _env()
+    env.filters["mdcell"] = _md_cell
+    paths = {"md": out_dir / "report.md", "html": out_dir / "report.html",
+             "csv": out_dir / "merged.csv", "json": out_dir / "merged.json"}
+    paths["md"].write_text(env.get_template("report.md.j2").render(m=model), encoding="utf-8")
+    plots = all_plots(tables.runs, tables.spec, model.baseline)
+    paths["html"].write_text(env.get_template("report.html.j2").render(m=model, plots=plots), encoding="utf-8")
+    merged = tables.runs.copy()
+    merged.insert(0, "stamp", " | ".join(model.stamps))
+    merged.insert(1, "campaign", model.campaign)
+    merged.to_csv(paths["csv"], index=False)
+    merged.to_json(paths["json"], orient="records", indent=1)
+    return paths
+
+
+def print_report(model: ReportModel, console=None, gate_only: bool = False) -> None:
+    """The main tables on the terminal (rich)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = console or Console()
+    for s in model.stamps:
+        console.print(f"[bold white on red] {s} [/]")
+    want = [s for s in model.sections if s.title.startswith("Node equivalence")] if gate_only else \
+        [s for s in model.sections if s.title.startswith(("Results", "Speculative", "Node equivalence"))]
+    for sec in want:
+        t = Table(title=sec.title, title_justify="left")
+        for h in sec.headers:
+            t.add_column(h, justify="left" if h in ("config", "node", "metric", "node A", "node B") else "right")
+        for row in sec.rows:
+            style = "bold red" if "FAIL" in row else None
+            t.add_row(*row, style=style)
+        console.print(t)
+    verdict = "[green]PASSED[/]" if model.gate.passed else "[bold red]FAILED[/]"
+    console.print(f"Node equivalence {verdict}: {model.gate.rule.describe()}")
+    for c in model.gate.checks:
+        console.print(f"  {c.node_a} vs {c.node_b} @ conc {c.conc}: {c.reason}", markup=False)
+    for p in model.gate.problems:
+        console.print(f"  problem: {p}", markup=False)
+    if not gate_only:
+        for c in model.conclusions:
+            console.print("• " + c.replace("**", ""), markup=False)
+    for q in model.quarantined:
+        console.print(q, style="yellow", markup=False)
