@@ -41,6 +41,7 @@ class ReportModel:
     campaign: str
     baseline: str
     stamps: list[str]
+    tags: list[str]
     gate: GateResult
     conclusions: list[str]
     sections: list[Section]
@@ -123,7 +124,8 @@ def build_model(campaign: str, tables: Tables, gate: GateResult, conclusions: li
                              f"{fmt(tables.min_tpot_ms)} ms. bound / TPOT > 1 means more than one token "
                              "per weight read (speculative decoding)."))
     secs.append(_section("Provenance", tables.provenance, PROV_COLS))
-    return ReportModel(campaign=campaign, baseline=baseline, stamps=stamps, gate=gate,
+    tags = (["SIMULATED"] if simulated else []) + (["NODES NOT EQUIVALENT"] if forced and not gate.passed else [])
+    return ReportModel(campaign=campaign, baseline=baseline, stamps=stamps, tags=tags, gate=gate,
                        conclusions=conclusions, sections=secs, notes=list(tables.notes),
                        warnings=list(warnings or []), quarantined=list(quarantined or []))
 
@@ -160,7 +162,9 @@ def print_report(model: ReportModel, console=None, gate_only: bool = False) -> N
     from rich.console import Console
     from rich.table import Table
 
-    console = console or Console()
+    if console is None:
+        import sys
+        console = Console() if sys.stdout.isatty() else Console(width=160)
     for s in model.stamps:
         console.print(f"[bold white on red] {s} [/]")
     want = [s for s in model.sections if s.title.startswith("Node equivalence")] if gate_only else \
