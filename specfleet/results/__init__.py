@@ -8,3 +8,6 @@ __all__ = [
     "Campaign", "Quarantined", "scan_campaign", "EquivalenceRule", "GateResult",
     "check_equivalence", "Result", "ResultError", "load_result",
 ]
+from .collect import CollectOutcome, report_campaign  # noqa: E402
+
+__all__ += ["CollectOutcome", "report_campaign"]

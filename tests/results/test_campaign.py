@@ -1,0 +1,89 @@
+import json
+import shutil
+
+from specfleet.results.campaign import parse_server_log, scan_campaign
+
+from campaign_builder import FIXTURES, REPORT, write_campaign
+
+
+def _all_files(root):
+    return sorted(p.name for p in root.rglob("*") if p.is_file())
+
+
+def test_scan_reads_every_done_run(campaign):
+    camp = scan_campaign(campaign)
+    assert len(camp.runs) == len(REPORT)
+    assert camp.hosts == ["w1", "w2"] and camp.concurrencies == [1, 16]
+    assert not camp.quarantined and not camp.pending
+    assert camp.nodes["w1"].provenance["vllm_version"] == "0.28.0"
+    assert camp.nodes["w2"].provenance["plan_hash"] == "abc123"
+
+
+def test_item_without_done_marker_is_not_merged(campaign):
+    (campaign / "w2" / "eagle3.done").unlink()
+    camp = scan_campaign(campaign)
+    assert "eagle3" not in camp.configs
+    assert {p.name for p in camp.pending} == {"eagle3_conc1.json", "eagle3_conc16.json"}
+    assert (campaign / "w2" / "eagle3_conc1.json").exists()  # left in place
+    assert any("no done marker" in w for w in camp.warnings)
+
+
+def test_state_json_can_mark_done(campaign):
+    (campaign / "w2" / "eagle3.done").unlink()
+    (campaign / "w2" / "state.json").write_text(json.dumps(
+        {"configs": {"eagle3": {"status": "done"}, "vanilla": {"status": "running"}},
+         "provenance": {"gpu": "RTX PRO 6000", "driver": "580.173.02", "torch_version": "2.13.0"}}))
+    camp = scan_campaign(campaign)
+    assert "eagle3" in camp.configs
+    assert camp.nodes["w2"].provenance["gpu"] == "RTX PRO 6000"
+    assert camp.nodes["w2"].provenance["driver"] == "580.173.02"
+
+
+def test_truncated_file_is_quarantined_and_nothing_else_lost(campaign):
+    bad = campaign / "w1" / "ngram_conc16.json"
+    text = bad.read_text()
+    bad.write_text(text[: len(text) // 2])
+    before = _all_files(campaign)
+    camp = scan_campaign(campaign)
+    assert len(camp.runs) == len(REPORT) - 1
+    [q] = camp.quarantined
+    assert q.dest == campaign / "quarantine" / "w1" / "ngram_conc16.json"
+    assert q.dest.read_text() == text[: len(text) // 2]  # moved, not rewritten
+    assert not bad.exists()
+    assert "ngram_conc16.json" in q.message() and "invalid JSON" in q.message()
+    assert (campaign / "quarantine" / "w1" / "ngram_conc16.json.reason.txt").exists()
+    after = _all_files(campaign)
+    assert sorted(set(before)) == sorted(set(after) - {"ngram_conc16.json.reason.txt"})
+
+
+def test_mislabelled_concurrency_is_quarantined(campaign):
+    p = campaign / "w2" / "eagle3_conc16.json"
+    d = json.loads(p.read_text())
+    d["max_concurrency"] = 4
+    p.write_text(json.dumps(d))
+    camp = scan_campaign(campaign)
+    assert [q.reason for q in camp.quarantined] == [
+        "max_concurrency is 4 but the file name says conc16"]
+
+
+def test_repeats_are_separate_runs(tmp_path):
+    root = tmp_path / "c"
+    write_campaign(root)
+    shutil.copy(root / "w1" / "vanilla_conc16.json", root / "w1" / "vanilla_conc16_r2.json")
+    camp = scan_campaign(root)
+    reps = [r.repeat for r in camp.runs if (r.host, r.config, r.conc) == ("w1", "vanilla", 16)]
+    assert sorted(reps, key=str) == sorted([None, 2], key=str)
+
+
+def test_real_cpu_server_log_kv_facts(tmp_path):
+    f = parse_server_log(FIXTURES / "serve_ngram.log", "w1", "ngram")
+    assert f.device == "CPU" and f.kv_tokens == 2_097_152
+    assert f.tokens_per_request == 2048 and f.max_concurrency == 1024.0
+    assert f.vllm_version == "0.32.0"
+
+
+def test_gpu_server_log_kv_facts(campaign):
+    camp = scan_campaign(campaign)
+    f = next(k for k in camp.kv if (k.host, k.config) == ("w2", "vanilla"))
+    assert (f.device, f.kv_tokens, f.tokens_per_request, f.max_concurrency) == ("GPU", 103840, 2048, 50.70)
+    assert f.weights_gib == 61.0348 and f.kv_budget_gib == 25.35

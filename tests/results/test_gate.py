@@ -1,0 +1,84 @@
+import json
+
+import pytest
+
+from specfleet.results.campaign import scan_campaign
+from specfleet.results.gate import EquivalenceRule, check_equivalence
+
+from campaign_builder import REPORT, result_json, write_campaign
+
+RULE = EquivalenceRule(metric="output_throughput", concurrency=16, tolerance_pct=3.0)
+
+
+def test_report_nodes_are_equivalent(campaign):
+    g = check_equivalence(scan_campaign(campaign), RULE)
+    assert g.passed
+    [c] = g.checks
+    assert (c.node_a, c.node_b, c.conc) == ("w1", "w2", 16)
+    assert c.diff_pct == pytest.approx((306.70 - 301.19) / 301.19 * 100)
+    # the §5.1 table: 5 metrics x 2 concurrencies for the one pair
+    assert len(g.table) == 10
+    row = g.table[(g.table.concurrency == 1) & (g.table.metric == "TPOT ms")].iloc[0]
+    assert (row.value_a, row.value_b) == (46.94, 47.01)
+    assert row.diff_pct == pytest.approx(0.149, abs=1e-3)
+
+
+def test_six_percent_slower_node_fails(tmp_path):
+    camp = scan_campaign(write_campaign(tmp_path / "c", scale={"w2": 0.94 * 301.19 / 306.70}))
+    g = check_equivalence(camp, RULE)
+    assert not g.passed
+    assert g.checks[0].diff_pct == pytest.approx(-6.0)
+    assert "exceeds 3 %" in g.checks[0].reason
+    assert list(g.table.verdict[g.table.verdict != ""]) == ["FAIL"]
+
+
+def test_tolerance_is_a_parameter(tmp_path):
+    camp = scan_campaign(write_campaign(tmp_path / "c", scale={"w2": 0.94 * 301.19 / 306.70}))
+    assert check_equivalence(camp, EquivalenceRule(tolerance_pct=7.0)).passed
+    assert not check_equivalence(camp, EquivalenceRule(tolerance_pct=1.0, concurrency=None)).passed
+
+
+def _repeats(root, host, values):
+    base = REPORT[(host, "vanilla", 16)]
+    for k, v in enumerate(values, 1):
+        d = result_json((v, *base[1:]), conc=16)
+        (root / host / f"vanilla_conc16_r{k}.json").write_text(json.dumps(d))
+    (root / host / "vanilla_conc16.json").unlink()
+
+
+def test_noisy_repeats_over_tolerance_but_not_significant_pass(tmp_path):
+    root = write_campaign(tmp_path / "c")
+    _repeats(root, "w1", [300.0, 340.0, 280.0])      # mean 306.7, sd ~30
+    _repeats(root, "w2", [320.0, 290.0, 340.0])      # mean 316.7: +3.3 %
+    g = check_equivalence(scan_campaign(root), RULE)
+    c = g.checks[0]
+    assert abs(c.diff_pct) > 3.0 and c.p_value > 0.05
+    assert g.passed and "noise" in c.reason
+
+
+def test_tight_repeats_over_tolerance_and_significant_fail(tmp_path):
+    root = write_campaign(tmp_path / "c")
+    _repeats(root, "w1", [300.0, 301.0, 302.0])
+    _repeats(root, "w2", [282.0, 283.0, 284.0])      # -6 %
+    g = check_equivalence(scan_campaign(root), RULE)
+    c = g.checks[0]
+    assert (c.n_a, c.n_b) == (3, 3) and c.p_value < 0.001
+    assert not g.passed and "significant" in c.reason
+
+
+def test_node_without_baseline_at_rule_concurrency_fails(campaign):
+    (campaign / "w2" / "vanilla_conc16.json").unlink()
+    g = check_equivalence(scan_campaign(campaign), RULE)
+    assert not g.passed
+    assert any("w2" in p and "concurrency 16" in p for p in g.problems)
+
+
+def test_single_node_passes_with_note(tmp_path):
+    data = {k: v for k, v in REPORT.items() if k[0] == "w1"}
+    g = check_equivalence(scan_campaign(write_campaign(tmp_path / "c", data)), RULE)
+    assert g.passed and g.notes and g.table.empty
+
+
+def test_unknown_metric_rejected():
+    with pytest.raises(ValueError, match="unknown gate metric"):
+        EquivalenceRule(metric="tok/s")
