@@ -1,0 +1,415 @@
+"""The testbed controller: a fleet of fake GPU workers on one Linux machine.
+
+Each worker `wI` is a network namespace `sf-wI` whose real OpenSSH sshd runs
+in a private mount + UTS namespace (see testbed/host/host-init). `sf-nfs`
+plays the storage server. The root namespace is the bastion. See
+docs/testbed.md for the topology, and docs/dev/contracts.md for the contract.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+from . import net, seed
+from .net import BR_MGMT, BR_STOR, NFS_IP, NFS_NS, TestbedError, mgmt_ip, stor_ip
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+HOST_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+FAULTS = ("stale-route", "dup-ip", "module-lost", "die-during-load", "never-healthy",
+          "crash-mid-bench", "leave-enginecore", "clear-engine-fault")
+ENGINE_FAULTS = FAULTS[3:7]
+SIM = "/var/lib/specfleet-testbed/sim.json"
+GPU_DIR = "/var/lib/specfleet-testbed/gpu"
+
+
+class Testbed:
+    """Build, inspect, break and tear down the namespace fleet (needs root)."""
+
+    def __init__(self, project_root: str | os.PathLike = PROJECT_ROOT,
+                 run_dir: str | os.PathLike = "/run/specfleet-testbed",
+                 disk_dir: str | os.PathLike = "/var/tmp/specfleet-testbed"):
+        self.project_root = Path(project_root)
+        self.run_dir = Path(run_dir)
+        self.disk_dir = Path(disk_dir)
+        self._procs: dict[int, subprocess.Popen] = {}  # children we must reap
+
+    # ---- state ---------------------------------------------------------------
+    @property
+    def state_file(self) -> Path:
+        return self.run_dir / "state.json"
+
+    def state(self) -> dict:
+        try:
+            return json.loads(self.state_file.read_text())
+        except FileNotFoundError:
+            return {}
+
+    def _save(self, st: dict) -> None:
+        tmp = self.state_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(st, indent=1))
+        tmp.replace(self.state_file)
+
+    @property
+    def workers(self) -> list[str]:
+        return self.state().get("workers", [])
+
+    @property
+    def key(self) -> Path:
+        return self.run_dir / "client" / "id_ed25519"
+
+    @property
+    def known_hosts(self) -> Path:
+        return self.run_dir / "client" / "known_hosts"
+
+    @property
+    def ssh_config(self) -> Path:
+        return self.run_dir / "client" / "ssh_config"
+
+    def address(self, host: str) -> str:
+        return mgmt_ip(self._index(host))
+
+    def storage_address(self, host: str) -> str:
+        return stor_ip(self._index(host))
+
+    def _index(self, host: str) -> int:
+        host = host.removeprefix("sf-")
+        if host not in self.workers:
+            raise TestbedError(f"no worker {host!r} in the testbed (workers: {', '.join(self.workers) or 'none'})")
+        return int(host[1:])
+
+    def pid(self, host: str) -> int:
+        """PID of the worker's sshd (its namespaces are the host's)."""
+        self._index(host)
+        return self.state()["pids"][host.removeprefix("sf-")]
+
+    # ---- up ------------------------------------------------------------------
+    def up(self, workers: int, speed: dict[str, float] | None = None,
+           inventory_path: str | os.PathLike | None = None) -> Path:
+        """Build `workers` hosts, wait until every sshd accepts TCP, write the inventory."""
+        t0 = time.monotonic()
+        if os.geteuid() != 0:
+            raise TestbedError("the testbed needs root (network namespaces, mounts)")
+        if not 1 <= workers <= net.MAX_WORKERS:
+            raise TestbedError(f"workers must be 1..{net.MAX_WORKERS}, not {workers}")
+        names = [f"w{i}" for i in range(1, workers + 1)]
+        speed = dict(speed or {})
+        unknown = sorted(set(speed) - set(names))
+        if unknown:
+            raise TestbedError(f"--speed names unknown workers: {', '.join(unknown)}")
+        self._refuse_if_busy()
+        st = {"workers": names, "speed": speed, "pids": {}, "t_up": time.time(),
+              "added_unreachable": False, "created_run_sshd": False}
+        try:
+            self._prepare_dirs(st)
+            self._seed(names, speed)
+            self._build_network(names, st)
+            self._start_nfs(st)
+            for i, n in enumerate(names, 1):
+                st["pids"][n] = self._boot(n, first=True)
+            self._save(st)
+            self._wait_ready(names)
+            inv = Path(inventory_path) if inventory_path else self.project_root / "inventory" / "testbed.yml"
+            st["inventory"] = str(seed.inventory(inv, self.run_dir, names))
+            st["up_seconds"] = round(time.monotonic() - t0, 3)
+            self._save(st)
+            return inv
+        except BaseException:
+            self.down()
+            raise
+
+    def _refuse_if_busy(self) -> None:
+        if self.state_file.exists() or net.our_netns() or net.our_links():
+            raise TestbedError(
+                "a testbed is already up (found "
+                + ", ".join(filter(None, [str(self.state_file) if self.state_file.exists() else "",
+                                          *net.our_netns(), *net.our_links()]))
+                + "); run `fab testbed.down` first")
+        problems = net.conflicts()
+        if problems:
+            raise TestbedError("10.10.30.0/24 or 192.168.160.0/24 is already in use in the root "
+                               "namespace by something that is not the testbed: " + "; ".join(problems))
+
+    def _prepare_dirs(self, st: dict) -> None:
+        shutil.rmtree(self.disk_dir, ignore_errors=True)  # leftovers of a crashed run: ours by name
+        self.run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.disk_dir.mkdir(mode=0o700, parents=True)
+        if not os.path.isdir("/run/sshd"):  # sshd's privilege-separation dir
+            os.mkdir("/run/sshd", 0o755)
+            st["created_run_sshd"] = True
+        self._save(st)
+
+    def _seed(self, names: list[str], speed: dict[str, float]) -> None:
+        seed.client_files(self.run_dir)
+        known = "".join(seed.sshd_files(self.run_dir, n, int(n[1:])) for n in names)
+        seed.write(self.known_hosts, known)
+        seed.export_tree(self.disk_dir)
+        for n in names:
+            seed.host_disk(self.disk_dir, self.run_dir, n, int(n[1:]), float(speed.get(n, 1.0)))
+        shutil.copy(seed.HOST_SRC / "host-init", self.run_dir / "host-init")
+
+    def _build_network(self, names: list[str], st: dict) -> None:
+        # The guard route goes in first, so there is never a moment where the
+        # root namespace could send storage-net traffic out of eth0.
+        if not net.has_unreachable_stor_route():
+            st["added_unreachable"] = True
+            self._save(st)
+            net.ip_batch([f"route add unreachable {net.STOR_NET}"])
+        lines = [f"link add {BR_MGMT} type bridge", f"link add {BR_STOR} type bridge",
+                 f"netns add {NFS_NS}", f"link add sf-nfs-s type veth peer name stor0 netns {NFS_NS}"]
+        for n in names:
+            lines += [f"netns add sf-{n}",
+                      f"link add sf-{n}-m type veth peer name ens33 netns sf-{n}",
+                      f"link add sf-{n}-s type veth peer name ens35 netns sf-{n}"]
+        net.ip_batch(lines)
+        root_links = [BR_MGMT, BR_STOR, "sf-nfs-s"] + [f"sf-{n}-{s}" for n in names for s in "ms"]
+        for link in root_links:  # no IPv6 on anything we add to the root namespace
+            Path(f"/proc/sys/net/ipv6/conf/{link}/disable_ipv6").write_text("1")
+        lines = [f"addr add {net.BASTION_IP}/24 dev {BR_MGMT}",
+                 f"link set {BR_MGMT} up", f"link set {BR_STOR} up",
+                 f"link set sf-nfs-s master {BR_STOR} up"]
+        for n in names:
+            lines += [f"link set sf-{n}-m master {BR_MGMT} up", f"link set sf-{n}-s master {BR_STOR} up"]
+        net.ip_batch(lines)
+        net.ip_batch(["link set lo up", "link set stor0 addrgenmode none",
+                      f"addr add {NFS_IP}/24 dev stor0", "link set stor0 up"], netns=NFS_NS)
+        # First boot: the addresses of each host's 50-testbed.yaml, set from
+        # here in parallel (a reboot runs the host's own `netplan apply`).
+        procs = []
+        for n in names:
+            i = int(n[1:])
+            cmds = ["link set lo up", "link set ens33 addrgenmode none", "link set ens35 addrgenmode none",
+                    f"addr add {mgmt_ip(i)}/24 dev ens33", f"addr add {stor_ip(i)}/24 dev ens35",
+                    "link set ens33 up", "link set ens35 up"]
+            p = subprocess.Popen(["ip", "-n", f"sf-{n}", "-batch", "-"], stdin=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True)
+            p.stdin.write("\n".join(cmds) + "\n")
+            p.stdin.close()
+            procs.append((n, p))
+        for n, p in procs:
+            if p.wait() != 0:
+                raise TestbedError(f"configuring sf-{n} failed: {p.stderr.read().strip()}")
+
+    def _start_nfs(self, st: dict) -> None:
+        """A TCP listener on 192.168.160.7:2049: reachability is all mount.nfs4 checks."""
+        log = open(self.run_dir / "nfs.log", "ab")
+        p = subprocess.Popen(
+            ["ip", "netns", "exec", NFS_NS, "socat",
+             f"TCP-LISTEN:2049,bind={NFS_IP},reuseaddr,fork,backlog=256", "EXEC:/bin/true"],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+        log.close()
+        self._procs[p.pid] = p
+        st["pids"]["nfs"] = p.pid
+        deadline = time.monotonic() + 10
+        # look at the listener's own socket table instead of connecting: the
+        # root namespace must never open a connection to 192.168.160.0/24
+        while not _listening(p.pid, 2049):
+            if p.poll() is not None or time.monotonic() > deadline:
+                raise TestbedError(f"NFS stand-in (socat) did not start: {_tail(self.run_dir / 'nfs.log')}")
+            time.sleep(0.01)
+
+    def _boot(self, name: str, first: bool) -> int:
+        hostrun = self.run_dir / "hosts" / name
+        env = {"PATH": HOST_PATH, "LANG": "C.UTF-8", "SF_NAME": f"sf-{name}",
+               "SF_HOSTRUN": str(hostrun), "SF_DISK": str(self.disk_dir / "hosts" / name),
+               "SF_BOOT": "first" if first else "reboot"}
+        log = open(hostrun / "sshd.log", "ab")
+        p = subprocess.Popen(
+            ["ip", "netns", "exec", f"sf-{name}", "unshare", "--mount", "--uts",
+             "--propagation", "private", "--", "/bin/bash", str(self.run_dir / "host-init")],
+            env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+            cwd="/")
+        log.close()
+        self._procs[p.pid] = p  # ip, unshare and host-init exec: this PID becomes sshd
+        return p.pid
+
+    def _wait_ready(self, names: list[str], timeout: float = 30) -> None:
+        addrs = {n: self.address(n) for n in names}
+        net.assert_mgmt_route(*addrs.values())
+        pending = dict(addrs)
+        deadline = time.monotonic() + timeout
+        while pending:
+            for n, a in list(pending.items()):
+                # connect only once the host's own socket table shows sshd
+                # listening: a connect before its address exists waits on ARP
+                if _listening(self.state()["pids"][n], 22) and _accepts(a, 22):
+                    del pending[n]
+                elif not net.alive(self.state()["pids"][n]):
+                    raise TestbedError(f"worker {n} died while booting: "
+                                       f"{_tail(self.run_dir / 'hosts' / n / 'sshd.log')}")
+            if pending and time.monotonic() > deadline:
+                raise TestbedError(f"sshd did not come up on {', '.join(pending)} within {timeout:.0f} s")
+            if pending:
+                time.sleep(0.01)
+
+    # ---- down ----------------------------------------------------------------
+    def down(self) -> float:
+        """Remove everything the testbed made (idempotent); returns seconds taken."""
+        t0 = time.monotonic()
+        st = self.state()
+        nss = net.our_netns()
+        pids = [p for ps in net.netns_pids(nss).values() for p in ps]
+        net.end_pids(pids, reap=self._reap)
+        net.ip_batch([f"netns del {ns}" for ns in nss], force=True)
+        links = net.our_links()  # veth ends normally vanish with their namespace
+        net.ip_batch([f"link del {link}" for link in links], force=True)
+        if st.get("added_unreachable"):
+            net.ip_batch([f"route del unreachable {net.STOR_NET}"], force=True)
+        if st.get("created_run_sshd"):
+            try:
+                os.rmdir("/run/sshd")
+            except OSError:
+                pass
+        inv = st.get("inventory")
+        if inv and Path(inv).is_file():
+            Path(inv).unlink()  # it would point at keys that no longer exist
+        shutil.rmtree(self.run_dir, ignore_errors=True)
+        shutil.rmtree(self.disk_dir, ignore_errors=True)
+        self._reap()
+        return time.monotonic() - t0
+
+    def _reap(self) -> None:
+        for pid, p in list(self._procs.items()):
+            if p.poll() is not None:
+                del self._procs[pid]
+
+    # ---- per host ------------------------------------------------------------
+    def exec(self, host: str, cmd: list[str] | str, *, input: str | None = None,
+             check: bool = False, timeout: float = 60) -> subprocess.CompletedProcess:
+        """Run CMD on HOST without SSH: nsenter into its sshd's net+mount+uts namespaces.
+
+        A string is run by /bin/sh -c; a list is run as is (no shell).
+        """
+        argv = ["/bin/sh", "-c", cmd] if isinstance(cmd, str) else list(cmd)
+        env = {"PATH": HOST_PATH, "HOME": "/root", "LANG": "C.UTF-8"}
+        p = subprocess.run(["nsenter", "-t", str(self.pid(host)), "-n", "-m", "-u", "--", *argv],
+                           input=input, capture_output=True, text=True, env=env, cwd="/",
+                           timeout=timeout)
+        if check and p.returncode != 0:
+            raise TestbedError(f"{host}: {shlex.join(argv)} failed (rc {p.returncode}): "
+                               f"{(p.stderr or p.stdout).strip()}")
+        return p
+
+    def reboot(self, host: str, timeout: float = 30) -> None:
+        """Power-cycle HOST: end its processes, reset its network, boot it again."""
+        name = host.removeprefix("sf-")
+        self._index(name)
+        ns = f"sf-{name}"
+        net.end_pids(net.netns_pids([ns])[ns], reap=self._reap)
+        net.ip_batch([f"{verb} flush dev {d}" for d in ("ens33", "ens35") for verb in ("addr", "route")]
+                     + ["link set ens33 down", "link set ens35 down"], netns=ns, force=True)
+        st = self.state()
+        st["pids"][name] = self._boot(name, first=False)
+        self._save(st)
+        self._wait_ready([name], timeout)
+
+    def fault(self, host: str, kind: str) -> str:
+        """Inject a field fault into HOST; returns what was done."""
+        name = host.removeprefix("sf-")
+        i = self._index(name)
+        ns = f"sf-{name}"
+        if kind == "stale-route":
+            net.ip_batch([f"route del {net.STOR_NET} dev ens35",
+                          f"route add {net.STOR_NET} dev ens33 scope link"], netns=ns, force=True)
+            return f"{name}: {net.STOR_NET} now routed via ens33 (stale route)"
+        if kind == "dup-ip":
+            net.ip_batch([f"addr add {net.DUP_IP}/24 dev ens35"], netns=ns, force=True)
+            yml = seed.netplan_yaml(i, [f"{net.DUP_IP}/24"], only="ens35")
+            self.exec(name, "umask 077 && cat > /etc/netplan/99-ens35.yaml", input=yml, check=True)
+            return f"{name}: {net.DUP_IP} added on ens35 and in /etc/netplan/99-ens35.yaml"
+        if kind == "module-lost":
+            self.exec(name, f": > {GPU_DIR}/modules", check=True)
+            return f"{name}: all kernel modules unloaded (nvidia-smi now fails)"
+        if kind in ENGINE_FAULTS or kind == "clear-engine-fault":
+            value = None if kind == "clear-engine-fault" else kind
+            code = ("import json,os,sys; p=sys.argv[1]; d=json.load(open(p)); "
+                    "d['fault']=json.loads(sys.argv[2]); open(p+'.tmp','w').write(json.dumps(d)+'\\n'); "
+                    "os.replace(p+'.tmp',p)")
+            self.exec(name, ["/usr/bin/python3", "-I", "-S", "-c", code, SIM, json.dumps(value)], check=True)
+            return f"{name}: simulated engine fault = {value}"
+        raise TestbedError(f"unknown fault {kind!r} (known: {', '.join(FAULTS)})")
+
+    # ---- inspection ----------------------------------------------------------
+    def status(self) -> dict:
+        """Workers, addresses, sshd alive, modules loaded, GPU memory used, faults."""
+        st = self.state()
+        if not st:
+            return {"up": False, "leftovers": net.our_netns() + net.our_links()}
+        hosts = {}
+        for n in st["workers"]:
+            pid = st["pids"][n]
+            root = Path(f"/proc/{pid}/root")  # the host's own mount view
+            ok = net.alive(pid) and _comm(pid) == "sshd"
+            addrs = json.loads(net.run(["ip", "-j", "-n", f"sf-{n}", "-4", "addr", "show"]).stdout or "[]")
+            hosts[n] = {
+                "address": self.address(n), "storage_ip": self.storage_address(n),
+                "addresses": {a["ifname"]: [f"{x['local']}/{x['prefixlen']}" for x in a["addr_info"]]
+                              for a in addrs if a["ifname"] != "lo"},
+                "storage_route": net.run(["ip", "-n", f"sf-{n}", "-o", "route", "show", str(net.STOR_NET)],
+                                         check=False).stdout.strip(),
+                "sshd_alive": ok, "sshd_pid": pid,
+                "modules": _read(root / GPU_DIR.lstrip("/") / "modules").split() if ok else [],
+                "gpu_memory_used_mib": _gpu_used(root / GPU_DIR.lstrip("/") / "reservations") if ok else 0,
+                "engine_fault": json.loads(_read(root / SIM.lstrip("/")) or "{}").get("fault") if ok else None,
+            }
+        return {"up": True, "workers": len(hosts), "bastion": net.BASTION_IP, "nfs_server": NFS_IP,
+                "nfs_alive": net.alive(st["pids"].get("nfs", 0)), "inventory": st.get("inventory"),
+                "up_seconds": st.get("up_seconds"), "hosts": hosts}
+
+    def ssh(self, host: str, timeout: float = 10):
+        """A connected paramiko SSHClient (strict known_hosts, TCP_NODELAY) for tests."""
+        import paramiko
+
+        addr = self.address(host)
+        net.assert_mgmt_route(addr)
+        c = paramiko.SSHClient()
+        c.load_host_keys(str(self.known_hosts))
+        c.set_missing_host_key_policy(paramiko.RejectPolicy())
+        c.connect(addr, username="root", key_filename=str(self.key), timeout=timeout,
+                  allow_agent=False, look_for_keys=False)
+        c.get_transport().sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return c
+
+
+def _accepts(addr: str, port: int) -> bool:
+    try:
+        socket.create_connection((addr, port), timeout=0.5).close()
+        return True
+    except OSError:
+        return False
+
+
+def _listening(pid: int, port: int) -> bool:
+    try:
+        rows = Path(f"/proc/{pid}/net/tcp").read_text().splitlines()[1:]
+    except OSError:
+        return False
+    return any(r.split()[1].endswith(f":{port:04X}") and r.split()[3] == "0A" for r in rows)
+
+
+def _comm(pid: int) -> str:
+    return _read(Path(f"/proc/{pid}/comm")).strip()
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
+
+
+def _gpu_used(res: Path) -> int:
+    total = 0
+    for f in res.glob("*") if res.is_dir() else []:
+        if f.name.isdigit() and net.alive(int(f.name)):
+            total += int(_read(f).strip() or 0)
+    return total
+
+
+def _tail(path: Path, n: int = 5) -> str:
+    return " | ".join(_read(path).strip().splitlines()[-n:]) or "(no output)"

@@ -1,0 +1,188 @@
+"""Files the testbed writes before any host boots: keys, sshd and client
+configs, each worker's on-disk private trees, the NFS export and the inventory."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import uuid
+from pathlib import Path
+
+import yaml
+from cryptography.hazmat.primitives import serialization as ser
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from .net import BASTION_IP, NFS_IP, STOR_NET, mgmt_ip, stor_ip
+
+HOST_SRC = Path(__file__).with_name("host")
+NFS_EXPORT = "/media/SSD-Storage/SW"
+NFS_MOUNT = "/mnt/fabrix"
+# Stand-ins put into each worker's private /usr/sbin: file name -> source file.
+STANDINS = {
+    "mount.nfs4": "mount.nfs4", "netplan": "netplan",
+    "nvidia-smi": "gpu-standin", "modprobe": "gpu-standin", "lsmod": "gpu-standin",
+}
+GPU = {  # what one simulated GPU says about itself (an sm_120 card, as in the field)
+    "name": "NVIDIA RTX PRO 6000 Blackwell Server Edition",
+    "memory_total_mib": 97887, "driver_version": "575.57.08", "cuda_version": "12.9",
+}
+
+
+def write(path: Path, text: str | bytes, mode: int = 0o644) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    with os.fdopen(fd, "wb") as f:
+        f.write(text.encode() if isinstance(text, str) else text)
+    os.chmod(path, mode)  # O_CREAT's mode is filtered by the umask
+
+
+def keypair(path: Path, comment: str) -> str:
+    """An ed25519 key in OpenSSH format (in-process: ssh-keygen costs a fork per host)."""
+    key = Ed25519PrivateKey.generate()
+    write(path, key.private_bytes(ser.Encoding.PEM, ser.PrivateFormat.OpenSSH,
+                                  ser.NoEncryption()), 0o600)
+    pub = key.public_key().public_bytes(ser.Encoding.OpenSSH, ser.PublicFormat.OpenSSH).decode()
+    write(path.with_suffix(".pub"), f"{pub} {comment}\n")
+    return pub
+
+
+def client_files(run_dir: Path) -> None:
+    client = run_dir / "client"
+    pub = keypair(client / "id_ed25519", "specfleet-testbed-client")
+    write(run_dir / "authorized_keys", pub + "\n", 0o600)
+    write(client / "known_hosts", "", 0o644)
+    write(client / "ssh_config", f"""\
+# OpenSSH client settings for the testbed: ssh -F {client}/ssh_config 10.10.30.14
+Host 10.10.30.*
+  User root
+  IdentityFile {client}/id_ed25519
+  IdentitiesOnly yes
+  UserKnownHostsFile {client}/known_hosts
+  GlobalKnownHostsFile /dev/null
+  StrictHostKeyChecking yes
+  BatchMode yes
+  ConnectTimeout 5
+  LogLevel ERROR
+""")
+
+
+def sshd_files(run_dir: Path, name: str, i: int) -> str:
+    """Host key + sshd_config for worker I; returns its known_hosts line."""
+    d = run_dir / "hosts" / name
+    pub = keypair(d / "ssh_host_ed25519_key", f"sf-{name}")
+    write(d / "sshd_config", f"""\
+# sshd of testbed worker {name}; runs inside namespace sf-{name}
+ListenAddress {mgmt_ip(i)}:22
+HostKey {d}/ssh_host_ed25519_key
+PidFile {d}/sshd.pid
+AuthorizedKeysFile {run_dir}/authorized_keys
+PermitRootLogin prohibit-password
+PubkeyAuthentication yes
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+UsePAM no
+UseDNS no
+PrintMotd no
+PrintLastLog no
+# the fleet runner opens many sessions at once; keep sshd from dropping them
+MaxStartups 200:30:400
+MaxSessions 64
+AcceptEnv LANG LC_*
+Subsystem sftp /usr/lib/openssh/sftp-server
+""")
+    return f"{mgmt_ip(i)} {pub}\n"
+
+
+def netplan_yaml(i: int, extra_stor: list[str] | None = None, only: str | None = None) -> str:
+    ifs = {"ens33": [f"{mgmt_ip(i)}/24"], "ens35": [f"{stor_ip(i)}/24", *(extra_stor or [])]}
+    lines = ["# written by the specfleet testbed", "network:", "  version: 2",
+             "  renderer: networkd", "  ethernets:"]
+    for ifname, addrs in ifs.items():
+        if only and ifname != only:
+            continue
+        lines += [f"    {ifname}:", "      dhcp4: false", "      addresses:"]
+        lines += [f"        - {a}" for a in addrs]
+    return "\n".join(lines) + "\n"
+
+
+def host_disk(disk: Path, run_dir: Path, name: str, i: int, speed: float) -> None:
+    """Seed worker I's on-disk private trees (overlay uppers and bind sources)."""
+    h = disk / "hosts" / name
+    for sub in ("opt", "mnt", "root", *(f"ovl/{o}/{d}" for o in ("_etc", "_var_lib", "_usr_sbin")
+                                         for d in ("upper", "work"))):
+        (h / sub).mkdir(parents=True, exist_ok=True)
+    # private /root with Debian's skeleton dotfiles: the bastion's .bashrc runs
+    # `pyenv init` (~120 ms) on every ssh exec
+    shutil.copytree("/etc/skel", h / "root", dirs_exist_ok=True, symlinks=True)
+    os.chmod(h / "root", 0o700)
+    etc = h / "ovl" / "_etc" / "upper"
+    write(etc / "netplan" / "50-testbed.yaml", netplan_yaml(i), 0o600)
+    os.chmod(etc / "netplan", 0o755)
+    state = h / "ovl" / "_var_lib" / "upper" / "specfleet-testbed"
+    write(state / "sim.json", json.dumps({"speed_factor": speed, "noise": 0.0, "fault": None}) + "\n")
+    write(state / "host.json", json.dumps({
+        "name": name, "export_root": str(disk / "export"), "storage_net": str(STOR_NET),
+        "nfs_server": NFS_IP, "run_dir": str(run_dir)}, indent=1) + "\n")
+    gpu = dict(GPU, uuid=f"GPU-{uuid.uuid5(uuid.NAMESPACE_DNS, f'{name}.specfleet-testbed')}")
+    write(state / "gpu" / "gpu.json", json.dumps(gpu, indent=1) + "\n")
+    (state / "gpu" / "reservations").mkdir(parents=True, exist_ok=True)
+    sbin = h / "ovl" / "_usr_sbin" / "upper"
+    sbin.mkdir(parents=True, exist_ok=True)
+    for dst, src in STANDINS.items():
+        shutil.copyfile(HOST_SRC / src, sbin / dst)
+        os.chmod(sbin / dst, 0o755)
+    os.symlink("mount.nfs4", sbin / "mount.nfs")
+
+
+def export_tree(disk: Path) -> Path:
+    """The storage server's export with a small simulated model (placeholders, not weights)."""
+    root = disk / "export" / NFS_EXPORT.lstrip("/")
+    m = root / "models" / "Qwen3-32B"
+    cfg = {
+        "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 5120,
+        "intermediate_size": 25600, "num_hidden_layers": 64, "num_attention_heads": 64,
+        "num_key_value_heads": 8, "head_dim": 128, "max_position_embeddings": 40960,
+        "vocab_size": 151936, "torch_dtype": "bfloat16", "rope_theta": 1000000,
+        "rms_norm_eps": 1e-06, "tie_word_embeddings": False, "transformers_version": "4.51.0",
+        "simvllm": {"weights_gib": 61.03, "simulated": True},
+    }
+    write(m / "config.json", json.dumps(cfg, indent=2) + "\n")
+    write(m / "tokenizer_config.json", json.dumps({
+        "tokenizer_class": "Qwen2Tokenizer", "model_max_length": 131072,
+        "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>", "simulated": True}, indent=2) + "\n")
+    for k in range(1, 4):  # a few tiny placeholders; the real checkpoint has 17 shards
+        write(m / f"model-{k:05d}-of-00017.safetensors", b"SIMULATED placeholder shard\n")
+    spec = root / "models" / "Qwen3-32B-speculator.eagle3"
+    write(spec / "config.json", json.dumps({
+        "architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama",
+        "speculators_model_type": "eagle3", "hidden_size": 5120, "num_hidden_layers": 1,
+        "draft_vocab_size": 32000, "vocab_size": 151936, "base_model": "Qwen/Qwen3-32B",
+        "simvllm": {"weights_gib": 1.44, "simulated": True}}, indent=2) + "\n")
+    write(root / "README", f"exported by sf-nfs ({NFS_IP}:{NFS_EXPORT}); simulated model files\n")
+    return root
+
+
+def inventory(path: Path, run_dir: Path, workers: list[str]) -> Path:
+    client = run_dir / "client"
+    doc = {
+        "all": {
+            "user": "root", "key": str(client / "id_ed25519"),
+            "known_hosts": str(client / "known_hosts"), "connect_timeout": 5,
+            "vars": {
+                "venv_path": "/opt/vllm-venv", "base_python": "/usr/bin/python3.11",
+                "storage_net": str(STOR_NET), "storage_iface": "ens35", "mgmt_iface": "ens33",
+                "nfs_server": NFS_IP, "nfs_export": NFS_EXPORT, "nfs_mount": NFS_MOUNT,
+                "model_candidates": ["/mnt/Qwen3-32B", f"{NFS_MOUNT}/models/Qwen3-32B"],
+                "gpu_index": 0, "testbed": True,
+            },
+        },
+        "bastion": {"vars": {"address": BASTION_IP}},
+        "hosts": {n: {"address": mgmt_ip(int(n[1:])), "vars": {"storage_ip": stor_ip(int(n[1:]))}}
+                  for n in workers},
+        "groups": {"workers": {"hosts": list(workers)}},
+    }
+    head = (f"# Written by `fab testbed.up` ({len(workers)} namespace workers); "
+            f"`fab testbed.down` makes it stale.\n")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write(path, head + yaml.safe_dump(doc, sort_keys=False, default_flow_style=None))
+    return path
