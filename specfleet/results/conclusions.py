@@ -49,6 +49,9 @@ def conclusions(t: Tables, baseline: str = "vanilla") -> list[str]:
     best_by_conc: dict[int, tuple[str, float]] = {}
     for conc in sorted(runs.concurrency.unique()):
         cand = runs[(runs.concurrency == conc) & (runs.config != baseline) & runs.speedup.notna()]
+        if runs[(runs.concurrency == conc) & (runs.config != baseline)].empty:
+            out.append(f"Concurrency {conc}: only the baseline ran.")
+            continue
         if cand.empty:
             out.append(f"Concurrency {conc}: no configuration with a same-node '{baseline}' run to compare.")
             continue

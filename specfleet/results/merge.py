@@ -66,6 +66,26 @@ def _groups(camp: Campaign) -> dict[tuple[int, str, str], list[Run]]:
     return g
 
 
+def _spec_means(runs: list[Run]) -> dict[str, float]:
+    """Spec-decode columns over repeats. A repeat without spec keys drafted nothing
+    (vLLM omits the keys when no draft token was made), so it counts as 0 drafts;
+    rate and length are pooled: 100 x sum(accepted) / sum(draft tokens),
+    1 + sum(accepted) / sum(drafts). A single run keeps the file's own values."""
+    nan = {col: math.nan for col in SPEC_METRICS.values()}
+    spec = [r.result for r in runs if r.result.has_spec]
+    if not spec:
+        return nan
+    if len(runs) == 1:
+        return {col: _mean([getattr(spec[0], key)]) for key, col in SPEC_METRICS.items()}
+    drafts = sum(r.result.spec_decode_num_drafts or 0 for r in runs)
+    dtok = sum(r.result.spec_decode_draft_tokens or 0 for r in runs)
+    acc = sum(r.result.spec_decode_accepted_tokens or 0 for r in runs)
+    n = len(runs)
+    return {"acceptance_rate_pct": 100.0 * acc / dtok if dtok else math.nan,
+            "acceptance_length": 1.0 + acc / drafts if drafts else math.nan,
+            "drafts": drafts / n, "draft_tokens": dtok / n, "accepted_tokens": acc / n}
+
+
 def config_order(camp: Campaign, baseline: str) -> list[str]:
     return [baseline] * (baseline in camp.configs) + [c for c in camp.configs if c != baseline]
 
@@ -79,8 +99,7 @@ def runs_table(camp: Campaign, baseline: str) -> pd.DataFrame:
         for key, col in RUN_METRICS.items():
             row[col] = _mean([getattr(r.result, key) for r in runs])
         row["output_tok_s_std"] = _std([r.result.output_throughput for r in runs])
-        for key, col in SPEC_METRICS.items():
-            row[col] = _mean([getattr(r.result, key) for r in runs])
+        row.update(_spec_means(runs))
         row["has_spec_keys"] = any(r.result.has_spec for r in runs)
         row["simulated"] = any(r.result.simulated for r in runs)
         row["_order"] = order[cfg]

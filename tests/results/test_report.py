@@ -190,3 +190,25 @@ def test_per_category_skipped_with_note(campaign):
     o = run(campaign)
     assert o.tables.categories is None
     assert any("per-category table skipped" in n for n in o.tables.notes)
+
+
+def test_repeats_pool_spec_counters_and_count_missing_keys_as_no_drafts(tmp_path):
+    root = tmp_path / "c" / "w1"
+    root.mkdir(parents=True)
+    for name, dest in (("vanilla_conc1.json", "vanilla_conc4.json"),
+                       ("ngram_conc4_sampled.json", "ngram_conc4_r1.json"),
+                       ("ngram_conc4_greedy_detailed.json", "ngram_conc4_r2.json")):
+        d = json.loads((FIXTURES / name).read_text())
+        d["max_concurrency"] = 4
+        (root / dest).write_text(json.dumps(d))
+    (root / "vanilla.done").write_text("")
+    (root / "ngram.done").write_text("")
+    o = run(tmp_path / "c", rule=EquivalenceRule(concurrency=4))
+    s = o.tables.spec.iloc[0]
+    assert s.drafts == 80 and s.accepted_tokens == 160  # (160 + 0) / 2 runs
+    assert s.acceptance_rate_pct == 100.0 and s.acceptance_length == 3.0
+    r = o.tables.runs
+    ng = _row(r, 4, "ngram", "w1")
+    assert ng.repeats == 2
+    assert ng.output_tok_s == pytest.approx((228.36211440604023 + 247.31894716501543) / 2)
+    assert ng.speedup == pytest.approx(ng.output_tok_s / 490.38400591338785)
