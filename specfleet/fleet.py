@@ -52,6 +52,7 @@ class Fleet:
         self.connections = {h.name: HostConnection(h, accept_new=accept_new) for h in self.hosts}
         self.results: list[StepResult] = []
         self.dropped: dict[str, Status] = {}  # host -> FAILED or UNREACHABLE
+        self.warnings: list[str] = []
         self._lock = threading.Lock()
 
     # -- running ---------------------------------------------------------
@@ -233,9 +234,21 @@ class Fleet:
         if self.on_result:
             self.on_result(r)
 
+    def record_local(self, r: StepResult) -> None:
+        """A result of work done on the bastion itself (host 'bastion'), counted like any other."""
+        self._record(r)
+
+    def warn(self, message: str) -> None:
+        """A problem to show in the recap that does not fail a host (e.g. a duplicate IP)."""
+        self.warnings.append(message)
+        if self.events:
+            self.events.write({"event": "warning", "message": self.redact(message)})
+
     # -- outcome -----------------------------------------------------------
     def counts(self) -> dict[str, dict[str, int]]:
-        table = {h.name: {s.value: 0 for s in Status} for h in self.hosts}
+        names = [h.name for h in self.hosts]
+        names += sorted({r.host for r in self.results} - set(names))
+        table = {n: {s.value: 0 for s in Status} for n in names}
         for r in self.results:
             table[r.host][r.status.value] += 1
         return table

@@ -1,6 +1,7 @@
 """Rendering the files specfleet places on hosts: every one comes from templates/."""
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 import jinja2
@@ -15,6 +16,7 @@ _env = jinja2.Environment(
     lstrip_blocks=True,
     autoescape=False,
 )
+_env.filters["shquote"] = shlex.quote
 
 
 def render(name: str, **context) -> str:

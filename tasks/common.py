@@ -64,6 +64,8 @@ def fleet_run(task: str, *, inventory=None, hosts=None, check=False, diff=False,
         events.close({"exit_code": code, "counts": fleet.counts()})
     if recap:
         reporter.recap(fleet.counts(), fleet.dropped, title=f"RECAP {task}")
+        for w in fleet.warnings:
+            reporter.console.print(f"[bold yellow]warning:[/] {w}")
     reporter.console.print(f"[dim]event log: {events.path}[/]")
     if code:
         raise Exit(code=code)

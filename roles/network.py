@@ -1,0 +1,110 @@
+"""network: find IPv4 addresses held by two hosts (field report: 192.168.160.179 on two workers).
+
+Linux does no duplicate address detection for IPv4 (`ip addr add` succeeds
+silently), so the check is explicit: every host's addresses, gathered in the
+same round trip as the other provision probes, grouped by address. Reporting
+is the default; removing an address is an explicit choice of host.
+"""
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+
+from specfleet.shell import q
+from specfleet.step import Change, Facts, Step, StepFailed
+from roles.facts import ADDR_RE
+
+# loopback and link-local repeat on every host by design
+IGNORED = [ipaddress.IPv4Network("127.0.0.0/8"), ipaddress.IPv4Network("169.254.0.0/16")]
+
+
+class Addresses(Step):
+    """Changes nothing; reports the host's IPv4 addresses with their interfaces."""
+
+    name = "ipv4 addresses"
+
+    def probe(self) -> str:
+        return "ip -o -4 addr show"
+
+    def report(self, facts: Facts) -> dict:
+        return {"addresses": parse_addresses(facts.stdout)}
+
+
+def parse_addresses(text: str) -> list[dict]:
+    out = []
+    for line in text.splitlines():
+        m = ADDR_RE.match(line)
+        if m:
+            out.append({"iface": m.group(1).split("@")[0], "ip": m.group(2), "prefix": int(m.group(3))})
+    return out
+
+
+@dataclass
+class Duplicate:
+    ip: str
+    holders: list[tuple[str, str, int]]  # (host, iface, prefix)
+
+
+def find_duplicates(addresses: dict[str, list[dict]]) -> list[Duplicate]:
+    by_ip: dict[str, list[tuple[str, str, int]]] = {}
+    for host, addrs in addresses.items():
+        for a in addrs:
+            ip = ipaddress.IPv4Address(a["ip"])
+            if any(ip in net for net in IGNORED):
+                continue
+            by_ip.setdefault(a["ip"], []).append((host, a["iface"], a["prefix"]))
+    return [Duplicate(ip, sorted(h)) for ip, h in sorted(by_ip.items()) if len({x[0] for x in h}) > 1]
+
+
+# Removes `- IP/PREFIX` from netplan address lists, block or inline form, with
+# the host's python3 (stdlib only) so no YAML library is needed on the worker.
+_NETPLAN_EDIT = r'''
+import re, sys, glob
+addr = sys.argv[1]
+for path in sorted(glob.glob("/etc/netplan/*.yaml")):
+    text = open(path).read()
+    new = re.sub(r"(?m)^[ \t]*-[ \t]*[\"']?" + re.escape(addr) + r"[\"']?[ \t]*\n", "", text)
+    new = re.sub(r"[\"']?" + re.escape(addr) + r"[\"']?[ \t]*,[ \t]*|,[ \t]*[\"']?" + re.escape(addr) + r"[\"']?(?=[ \t]*\])", "", new)
+    if new != text:
+        open(path, "w").write(new)
+        print(path)
+'''
+
+
+class RemoveAddress(Step):
+    """Take `ip/prefix` off `iface`, and out of the netplan file that adds it."""
+
+    probe_needs_root = True
+
+    def __init__(self, ip: str, prefix: int, iface: str):
+        self.ip, self.prefix, self.iface = ip, prefix, iface
+        self.name = f"remove {ip}/{prefix} from {iface}"
+
+    def probe(self) -> str:
+        cidr = q(f"{self.ip}/{self.prefix}")
+        return (f"ip -o -4 addr show dev {q(self.iface)} | grep -qF ' {self.ip}/' && echo LIVE; "
+                f"grep -lF -- {cidr} /etc/netplan/*.yaml 2>/dev/null | sed 's/^/NETPLAN /'; true")
+
+    def decide(self, facts: Facts) -> list[Change]:
+        changes = []
+        if "LIVE" in facts.lines:
+            changes.append(Change(f"ip addr del {self.ip}/{self.prefix} dev {self.iface}",
+                                  f"ip addr del {q(f'{self.ip}/{self.prefix}')} dev {q(self.iface)}",
+                                  f"-{self.ip}/{self.prefix} dev {self.iface}"))
+        files = [ln.split(" ", 1)[1] for ln in facts.lines if ln.startswith("NETPLAN ")]
+        if files:
+            changes.append(Change(f"remove {self.ip}/{self.prefix} from {', '.join(files)}",
+                                  f"python3 -c {q(_NETPLAN_EDIT)} {q(f'{self.ip}/{self.prefix}')}",
+                                  "\n".join(f"{f}: -{self.ip}/{self.prefix}" for f in files)))
+        return changes
+
+
+def removal_steps(host: str, dups: list[Duplicate]) -> list[Step]:
+    steps = []
+    for d in dups:
+        for h, iface, prefix in d.holders:
+            if h == host:
+                steps.append(RemoveAddress(d.ip, prefix, iface))
+    if not steps:
+        raise StepFailed(f"{host} holds none of the duplicate addresses")
+    return steps

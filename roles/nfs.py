@@ -1,0 +1,55 @@
+"""nfs: the storage route through the storage NIC, persisted, and the model share mounted read-only.
+
+Field report §2.4b: after a reboot `192.168.160.0/24 dev ens33 scope link`
+sent storage traffic out of the management NIC; NFS hung on ARP timeouts.
+The route is checked first (a wrong route costs a 3 s timeout per attempt),
+fixed with del + add, persisted with a netplan drop-in where the host uses
+netplan, and only then is the share mounted.
+"""
+from __future__ import annotations
+
+from specfleet.inventory import Host
+from specfleet.render import render
+from specfleet.step import Step
+from specfleet.steps.command import Assert
+from specfleet.steps.files import Directory, FileContent, LineInFile
+from specfleet.steps.guard import OnlyIf
+from specfleet.steps.mount import Mount
+from specfleet.steps.net import Route
+from specfleet.shell import q
+
+NETPLAN_FILE = "/etc/netplan/60-specfleet-storage.yaml"
+MOUNT_OPTIONS = "ro,vers=4.2,hard,proto=tcp"
+
+
+def source(host: Host) -> str:
+    return f"{host.require('nfs_server')}:{host.require('nfs_export')}"
+
+
+def fstab_line(host: Host) -> str:
+    return f"{source(host)} {host.require('nfs_mount')} nfs4 {MOUNT_OPTIONS},_netdev,nofail 0 0"
+
+
+def steps(host: Host, revert: bool = False) -> list[Step]:
+    mount = host.require("nfs_mount")
+    options = host.var("nfs_options", MOUNT_OPTIONS)
+    netplan = FileContent(NETPLAN_FILE, render(
+        "provision/netplan-storage.yaml.j2", storage_iface=host.require("storage_iface"),
+        storage_net=host.require("storage_net"), storage_ip=host.require("storage_ip"),
+        mgmt_iface=host.var("mgmt_iface", "ens33")), mode="0600", present=not revert)
+    uses_netplan = "[ -d /etc/netplan ]"
+    if revert:
+        # the route itself stays: removing a working route is never a fix
+        return [Mount(source(host), mount, "nfs4", options, present=False),
+                LineInFile("/etc/fstab", fstab_line(host), present=False),
+                OnlyIf(uses_netplan, netplan)]
+    return [
+        Route(host.require("storage_net"), host.require("storage_iface"), src=host.require("storage_ip")),
+        OnlyIf(uses_netplan, netplan, otherwise="no netplan: persist the route in the host's network config"),
+        LineInFile("/etc/fstab", fstab_line(host)),
+        Directory(mount),
+        Mount(source(host), mount, "nfs4", options),
+        Assert(f"{mount} readable",
+               f"find {q(mount)}/ -maxdepth 3 -type f -readable -print -quit | grep -q .",
+               f"nothing readable under {mount}: check the export and the server"),
+    ]

@@ -1,0 +1,138 @@
+"""venv-deploy (workers): the bastion's venv, at the same path, switched atomically.
+
+Each build lands in `<venv>.releases/<digest>/` (rsync, hard-linking unchanged
+files against the current release), then `<venv>` -- a symlink -- is flipped
+to it in one rename. The previous release stays for `--revert venv-deploy`.
+An unchanged venv transfers nothing: same digest, same directory, rsync -n
+itemizes nothing.
+"""
+from __future__ import annotations
+
+from specfleet.inventory import Host
+from specfleet.shell import q
+from specfleet.step import Change, Facts, Step, StepFailed
+from specfleet.steps.command import Assert
+from specfleet.steps.sync import RsyncTree
+
+
+def releases_dir(venv: str) -> str:
+    return venv.rstrip("/") + ".releases"
+
+
+class BaseInterpreter(Step):
+    """The worker has the venv's base interpreter at the same path and version."""
+
+    needs_root = False
+
+    def __init__(self, path: str, version: str):
+        self.path, self.version = path, version
+        self.name = f"base interpreter {path} {version}"
+
+    def probe(self) -> str:
+        return f"{q(self.path)} -c 'import sys; print(\".\".join(map(str, sys.version_info[:3])))' 2>&1"
+
+    def decide(self, facts: Facts) -> list[Change]:
+        got = facts.lines[-1] if facts.lines else ""
+        if facts.rc != 0 or not got[:1].isdigit():
+            raise StepFailed(f"{self.path} is missing here: install Python {self.version} at {self.path} "
+                             "(the venv's scripts and pyvenv.cfg point at it)")
+        if got.rsplit(".", 1)[0] != self.version.rsplit(".", 1)[0]:
+            raise StepFailed(f"{self.path} is Python {got} here but {self.version} on the bastion: "
+                             "the venv's compiled packages need the same minor version")
+        return []
+
+
+class CurrentRelease(Step):
+    """`venv` is a symlink to `release`; the one it replaced is remembered for rollback."""
+
+    def __init__(self, venv: str, release: str):
+        self.venv, self.release = venv.rstrip("/"), release.rstrip("/")
+        self.name = f"{self.venv} -> {self.release}"
+
+    def probe(self) -> str:
+        v = q(self.venv)
+        return (f"if [ -L {v} ]; then echo \"LINK $(readlink {v})\"; elif [ -d {v} ]; then echo DIR; "
+                f"elif [ -e {v} ]; then echo OTHER; else echo ABSENT; fi")
+
+    def decide(self, facts: Facts) -> list[Change]:
+        state = facts.lines[0] if facts.lines else "ABSENT"
+        v, rel, rels = q(self.venv), q(self.release), q(releases_dir(self.venv))
+        flip = f"ln -sfn {rel} {q(self.venv + '.specfleet-new')} && mv -Tf {q(self.venv + '.specfleet-new')} {v}"
+        if state == f"LINK {self.release}":
+            return []
+        if state == "OTHER":
+            raise StepFailed(f"{self.venv} exists and is neither a directory nor a symlink")
+        pre = ""
+        if state.startswith("LINK "):
+            pre = f"printf '%s\\n' {q(state[5:])} > {rels}/previous && "
+        elif state == "DIR":
+            # a venv copied by hand (as in the field report) becomes the rollback target
+            pre = (f"mv -T {v} {rels}/manual-copy && printf '%s\\n' {q(releases_dir(self.venv) + '/manual-copy')}"
+                   f" > {rels}/previous && ")
+        return [Change(f"switch {self.venv} to {self.release}", pre + flip,
+                       f"-{self.venv} ({state.lower()})\n+{self.venv} -> {self.release}")]
+
+
+class PruneReleases(Step):
+    """Keep the current and the previous release; older ones only fill the disk."""
+
+    def __init__(self, venv: str, keep: str):
+        self.venv, self.keep = venv.rstrip("/"), keep.rstrip("/")
+        self.name = f"prune old releases of {self.venv}"
+
+    def probe(self) -> str:
+        rels = q(releases_dir(self.venv))
+        return f"cat {rels}/previous 2>/dev/null | sed 's/^/PREV /'; ls -1 {rels} 2>/dev/null | sed 's/^/REL /'"
+
+    def decide(self, facts: Facts) -> list[Change]:
+        prev = next((ln[5:] for ln in facts.lines if ln.startswith("PREV ")), "")
+        rels = releases_dir(self.venv)
+        old = [f"{rels}/{ln[4:]}" for ln in facts.lines if ln.startswith("REL ") and ln[4:] != "previous"]
+        old = [p for p in old if p not in (self.keep, prev)]
+        if not old:
+            return []
+        return [Change(f"remove {len(old)} old release(s)", "rm -rf -- " + " ".join(q(p) for p in old),
+                       "\n".join(f"-{p}" for p in old))]
+
+
+class Rollback(Step):
+    """Flip `venv` back to the release recorded as previous."""
+
+    name = "roll back to the previous venv"
+
+    def __init__(self, venv: str):
+        self.venv = venv.rstrip("/")
+
+    def probe(self) -> str:
+        v, rels = q(self.venv), q(releases_dir(self.venv))
+        return f"echo \"NOW $(readlink {v})\"; echo \"PREV $(cat {rels}/previous 2>/dev/null)\""
+
+    def decide(self, facts: Facts) -> list[Change]:
+        kv = dict(ln.split(" ", 1) for ln in facts.lines if " " in ln)
+        now, prev = kv.get("NOW", ""), kv.get("PREV", "")
+        if not prev:
+            raise StepFailed(f"no previous release of {self.venv} recorded: nothing to roll back to")
+        if now == prev:
+            return []
+        new = q(self.venv + ".specfleet-new")
+        return [Change(f"switch {self.venv} back to {prev}",
+                       f"printf '%s\\n' {q(now)} > {q(releases_dir(self.venv))}/previous && "
+                       f"ln -sfn {q(prev)} {new} && mv -Tf {new} {q(self.venv)}",
+                       f"-{self.venv} -> {now}\n+{self.venv} -> {prev}")]
+
+
+def steps(host: Host, manifest: dict, revert: bool = False) -> list[Step]:
+    venv = host.require("venv_path")
+    if revert:
+        return [Rollback(venv)]
+    release = f"{releases_dir(venv)}/{manifest['digest']}"
+    rsync_path = "sudo -n rsync" if host.needs_sudo else None
+    imports = "; ".join(f"import {m}" for m in manifest.get("packages", {}) or {"sys": None})
+    return [
+        BaseInterpreter(manifest["base_python"], manifest["python_version"]),
+        RsyncTree(host, venv, release, link_dest=f"{venv}/", rsync_path=rsync_path),
+        CurrentRelease(venv, release),
+        PruneReleases(venv, release),
+        Assert("venv runs here", f"{q(venv)}/bin/python -c {q(imports)}",
+               f"the deployed venv does not import {', '.join(manifest.get('packages', {}))}"),
+    ]

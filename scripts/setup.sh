@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Prepare this machine for specfleet: Debian packages and the project's venv (.venv).
+# Idempotent and quick when nothing changed. Needs root (apt, network namespaces).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ "$(id -u)" != 0 ]; then
+  echo "scripts/setup.sh: run as root (the testbed makes network namespaces)" >&2; exit 1
+fi
+
+PACKAGES="openssh-server openssh-client rsync iproute2 iputils-arping socat procps psmisc python3-venv python3-yaml util-linux ${SPECFLEET_EXTRA_PACKAGES:-}"
+missing=""
+for p in $PACKAGES; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+if [ -n "$missing" ]; then
+  echo "setup: installing Debian packages:$missing"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >/dev/null
+fi
+
+# The control venv uses Debian's python: the workers' venv must be built from an
+# interpreter the workers have at the same path, and pyenv's is not one of them.
+stamp=.venv/.specfleet-setup
+want=$(sha256sum pyproject.toml | cut -c1-16)
+if [ ! -x .venv/bin/python ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  echo "setup: building .venv"
+  /usr/bin/python3 -m venv .venv
+  .venv/bin/pip install -q --upgrade pip
+  .venv/bin/pip install -q -e '.[test]'
+  echo "$want" > "$stamp"
+fi
