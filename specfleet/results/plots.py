@@ -43,7 +43,8 @@ def _grouped_bars(ax, df: pd.DataFrame, col: str, fmt: str) -> None:
         bars = ax.bar(xs, vals, width, label=lab)
         ax.bar_label(bars, labels=[fmt.format(v) if v == v else "" for v in vals], fontsize=7)
     ax.set_xticks(range(len(concs)), [f"conc {c}" for c in concs])
-    ax.legend(fontsize=7, frameon=False)
+    ax.legend(fontsize=7, frameon=False, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    ax.margins(y=0.12)
 
 
 def speedup_svg(runs: pd.DataFrame, baseline: str) -> str | None:
