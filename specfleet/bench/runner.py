@@ -1,0 +1,541 @@
+#!/usr/bin/env python3
+"""specfleet worker-side runner: one node's benchmark queue, detached from SSH. Stdlib only.
+
+    setsid nohup python3 runner.py --spec /path/run.json >runner.log 2>&1 </dev/null &
+
+Per item (skipped when `<config>.done` matches): preflight -> `vllm serve` in its own session
+-> /health wait (server liveness checked every poll) -> `vllm bench serve` per concurrency ->
+stop (SIGTERM group, SIGKILL group, leftover VLLM:: processes of this run, GPU memory below the
+threshold). state.json (atomic) records everything. Spec schema, exit codes: docs/campaign.md.
+"""
+from __future__ import annotations
+
+import argparse
+import fcntl
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+EXIT_OK, EXIT_FAILED, EXIT_SPEC, EXIT_LOCKED, EXIT_FATAL, EXIT_STOPPED = 0, 1, 2, 3, 4, 143
+REQUIRED = ("run_id", "campaign", "host", "work_dir", "venv", "model_candidates", "port", "items")
+DEFAULTS = {"schema": 1, "plan_hash": "", "env_file": None, "expected_vllm_version": None,
+            "server_host": "127.0.0.1", "health_timeout_s": 2400, "health_poll_s": 5,
+            "prefix_cache": "reset", "bench_timeout_s": 7200, "gpu_memory_free_mib": 5000,
+            "gpu_index": None, "stop_timeout_s": 120}
+TAIL = 40
+
+
+class ItemFailed(Exception):
+    """This item cannot finish; the queue goes on."""
+
+
+class Fatal(Exception):
+    """The queue cannot go on (e.g. GPU memory not released)."""
+
+
+class Stopped(Exception):
+    """SIGTERM: stop cleanly, leave the current item for a resumed runner."""
+
+
+def now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def log(msg: str) -> None:
+    print(f"{now()} {msg}", flush=True)
+
+
+def atomic_write(path: str, data: str) -> None:
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "w") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    dfd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
+def tail(path: str, n: int = TAIL) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, os.path.getsize(path) - 65536))
+            return "\n".join(f.read().decode(errors="replace").splitlines()[-n:])
+    except OSError as e:
+        return f"(no log: {e})"
+
+
+def _expand(value: str, env: dict) -> str:
+    out, i = [], 0
+    while i < len(value):
+        if value[i] == "$" and i + 1 < len(value):
+            j = i + 1
+            if value[j] == "{":
+                k = value.find("}", j)
+                name, i = value[j + 1:k], k + 1
+            else:
+                k = j
+                while k < len(value) and (value[k].isalnum() or value[k] == "_"):
+                    k += 1
+                name, i = value[j:k], k
+            out.append(env.get(name, "") if name else "$")
+        else:
+            out.append(value[i])
+            i += 1
+    return "".join(out)
+
+
+def parse_env_file(path: str, env: dict) -> dict:
+    """`export K=V` / `K=V` lines; 'single' literal, "double" and bare values expand $VAR."""
+    env = dict(env)
+    for raw in open(path, encoding="utf-8"):
+        line = raw.strip()
+        if line.startswith("export "):
+            line = line[7:].lstrip()
+        if not line or line.startswith("#") or "=" not in line:
+            continue
+        key, rest = line.split("=", 1)
+        if not key.isidentifier():
+            continue
+        if rest[:1] in ("'", '"'):
+            end = rest.find(rest[0], 1)
+            val = rest[1:end if end > 0 else len(rest)]
+            env[key] = val if rest[0] == "'" else _expand(val, env)
+        else:
+            env[key] = _expand(rest.split()[0] if rest.split() else "", env)
+    return env
+
+
+def proc_stat(pid: int):
+    """(state, ppid, pgrp, session) or None."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return fields[0], int(fields[1]), int(fields[2]), int(fields[3])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def proc_argv0(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().split(b"\0")[0].decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def proc_has_token(pid: int, token: bytes) -> bool:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return token in f.read().split(b"\0")
+    except OSError:
+        return False
+
+
+def live_pids():
+    me = os.getpid()
+    for d in os.listdir("/proc"):
+        if d.isdigit() and int(d) != me:
+            st = proc_stat(int(d))
+            if st and st[0] not in ("Z", "X"):
+                yield int(d), st
+
+
+def end_pids(pids: list[int], grace: float = 5.0) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline and any(_alive(p) for p in pids):
+            time.sleep(0.1)
+
+
+def _alive(pid: int) -> bool:
+    st = proc_stat(pid)
+    return bool(st) and st[0] not in ("Z", "X")
+
+
+class Runner:
+    def __init__(self, spec: dict):
+        self.spec = {**DEFAULTS, **spec}
+        s = self.spec
+        self.run_dir = os.path.join(s["work_dir"], s["campaign"], s["host"])
+        self.state_path = os.path.join(self.run_dir, "state.json")
+        self.token = f"SPECFLEET_RUN_DIR={self.run_dir}".encode()
+        self.server: subprocess.Popen | None = None
+        self.bench: subprocess.Popen | None = None
+        self.stopping = False
+        self.env: dict | None = None
+        self.vllm_version: str | None = None
+        self.model: str | None = None
+        self.state: dict = {}
+
+    # ---------------------------------------------------------------- state
+    def save(self) -> None:
+        self.state["updated_at"] = now()
+        atomic_write(self.state_path, json.dumps(self.state, indent=2) + "\n")
+
+    def set(self, rec: dict, status: str | None = None, phase: str | None = None, **kw) -> None:
+        if status:
+            rec["status"] = status
+        if phase is not None:
+            rec["phase"] = phase
+            log(f"[{rec['name']}] {status or rec['status']}: {phase}")
+        rec.update(kw)
+        self.save()
+
+    def done_marker(self, item: dict) -> str:
+        return os.path.join(self.run_dir, f"{item['name']}.done")
+
+    def is_done(self, item: dict) -> bool:
+        try:
+            with open(self.done_marker(item)) as f:
+                return json.load(f).get("item_hash") == item.get("item_hash")
+        except (OSError, ValueError, AttributeError):
+            return False
+
+    def check_stop(self) -> None:
+        if self.stopping:
+            raise Stopped("stopped by SIGTERM")
+
+    # ---------------------------------------------------------------- main loop
+    def run(self) -> int:
+        s = self.spec
+        os.makedirs(self.run_dir, exist_ok=True)
+        old = {}
+        try:
+            with open(self.state_path) as f:
+                old = {i["name"]: i for i in json.load(f).get("items", [])}
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+        self.state = {"schema": 1, "run_id": s["run_id"], "campaign": s["campaign"],
+                      "plan_hash": s["plan_hash"], "host": s["host"], "runner_pid": os.getpid(),
+                      "status": "running", "started_at": now(), "finished_at": None, "error": None,
+                      "vllm_version": None, "model_path": None, "current": None, "items": []}
+        for it in s["items"]:
+            done = self.is_done(it)
+            self.state["items"].append({
+                "name": it["name"], "item_hash": it.get("item_hash"),
+                "status": "done" if done else "pending", "phase": "done earlier" if done else "",
+                "attempts": old.get(it["name"], {}).get("attempts", 0), "started_at": None,
+                "finished_at": None, "error": None, "server_pid": None, "results": [], "notes": []})
+        self.save()
+        log(f"runner pid {os.getpid()} run {s['run_id']}: {len(s['items'])} items in {self.run_dir}")
+        self.end_previous_leftovers()
+        rc = EXIT_OK
+        for item, rec in zip(s["items"], self.state["items"]):
+            if rec["status"] == "done":
+                log(f"[{item['name']}] done marker present: skipped")
+                continue
+            try:
+                self.check_stop()
+                self.state["current"] = item["name"]
+                rec.update(attempts=rec["attempts"] + 1, started_at=now(), error=None, notes=[])
+                self.run_item(item, rec)
+            except ItemFailed as e:
+                rc = EXIT_FAILED
+                self.set(rec, "failed", f"failed during {rec['status']}", error=str(e), finished_at=now())
+            except Stopped as e:
+                self.set(rec, "pending", "interrupted by SIGTERM; redone on resume", error=str(e))
+                self.finish("stopped", "stopped by SIGTERM")
+                return EXIT_STOPPED
+            except Fatal as e:
+                self.set(rec, "failed", "queue stopped", error=str(e), finished_at=now())
+                self.finish("failed", f"queue stopped at {item['name']}: {e}")
+                return EXIT_FATAL
+        self.finish("done" if rc == EXIT_OK else "failed",
+                    None if rc == EXIT_OK else "some items failed (see items[].error)")
+        return rc
+
+    def finish(self, status: str, error: str | None) -> None:
+        self.state.update(status=status, error=error, finished_at=now(), current=None)
+        self.save()
+        log(f"runner {status}" + (f": {error}" if error else ""))
+
+    def run_item(self, item: dict, rec: dict) -> None:
+        self.set(rec, "preflight", "checking GPU, port, model, venv, env file")
+        self.preflight(item)
+        rec["model_path"] = self.model
+        try:
+            self.start_and_wait(item, rec)
+            self.set(rec, "benchmarking", "")
+            for i, b in enumerate(item["bench"]):
+                if i > 0:
+                    self.between_runs(item, rec)
+                self.set(rec, phase=f"bench concurrency {b['concurrency']} (run {i + 1}/{len(item['bench'])})")
+                rec["results"].append(self.run_bench(item, b))
+                self.save()
+        finally:
+            if self.server is not None:
+                self.set(rec, "stopping", "stopping server, waiting for GPU memory")
+                self.stop_server()
+        marker = {"item_hash": item.get("item_hash"), "run_id": self.spec["run_id"],
+                  "plan_hash": self.spec["plan_hash"], "finished_at": now(), "results": rec["results"]}
+        atomic_write(self.done_marker(item), json.dumps(marker, indent=2) + "\n")
+        self.set(rec, "done", "done", finished_at=now())
+
+    # ---------------------------------------------------------------- preflight
+    def gpu_used_mib(self) -> int:
+        cmd = ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"]
+        if self.spec["gpu_index"] is not None:
+            cmd.insert(1, f"--id={self.spec['gpu_index']}")
+        try:
+            p = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=self.env)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            raise ItemFailed(f"GPU not visible: nvidia-smi could not run: {e}") from None
+        if p.returncode != 0:
+            raise ItemFailed(
+                f"GPU not visible: nvidia-smi exit {p.returncode}: {(p.stdout + p.stderr).strip()[-300:]} "
+                "(after a reboot check that the nvidia module is loaded: modprobe nvidia)")
+        try:
+            return max(int(float(x)) for x in p.stdout.split())
+        except ValueError:
+            raise ItemFailed(f"nvidia-smi printed no memory figure: {p.stdout.strip()[:200]!r}") from None
+
+    def wait_gpu_free(self, timeout: float) -> int:
+        deadline = time.monotonic() + timeout
+        while True:
+            used = self.gpu_used_mib()
+            if used < self.spec["gpu_memory_free_mib"] or time.monotonic() >= deadline:
+                return used
+            time.sleep(1.0)
+
+    def preflight(self, item: dict) -> None:
+        s = self.spec
+        env = dict(os.environ)
+        if s["env_file"]:
+            if not os.path.isfile(s["env_file"]):
+                raise ItemFailed(f"env file {s['env_file']} is missing")
+            env = parse_env_file(s["env_file"], env)
+        venv_bin = os.path.join(s["venv"], "bin")
+        env.update(VIRTUAL_ENV=s["venv"], PATH=f"{venv_bin}:{env.get('PATH', '/usr/bin:/bin')}",
+                   SPECFLEET_RUN_ID=s["run_id"], SPECFLEET_RUN_DIR=self.run_dir)
+        if s["prefix_cache"] == "reset":
+            env["VLLM_SERVER_DEV_MODE"] = "1"  # exposes POST /reset_prefix_cache
+        self.env = env
+        used = self.wait_gpu_free(min(30.0, s["stop_timeout_s"]))
+        if used >= s["gpu_memory_free_mib"]:
+            raise ItemFailed(f"GPU memory used {used} MiB >= {s['gpu_memory_free_mib']} MiB before start: "
+                             "another process holds the GPU")
+        with socket.socket() as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind((s["server_host"], int(s["port"])))
+            except OSError as e:
+                raise ItemFailed(f"port {s['port']} on {s['server_host']} is in use ({e.strerror}): "
+                                 "a leftover server?") from None
+        self.model = next((d for d in s["model_candidates"]
+                           if os.access(os.path.join(d, "config.json"), os.R_OK)), None)
+        if not self.model:
+            raise ItemFailed("no readable model directory (with config.json) among: "
+                             + ", ".join(s["model_candidates"]))
+        self.state["model_path"] = self.model
+        for path in item.get("required_paths", []):
+            if not os.access(path, os.R_OK):
+                raise ItemFailed(f"required file {path} is not readable")
+        if self.vllm_version is None:
+            vllm = os.path.join(venv_bin, "vllm")
+            try:
+                p = subprocess.run([vllm, "--version"], capture_output=True, text=True, timeout=300, env=env)
+            except (OSError, subprocess.TimeoutExpired) as e:
+                raise ItemFailed(f"{vllm} --version could not run: {e}") from None
+            lines = [x.strip() for x in p.stdout.splitlines() if x.strip()]
+            if p.returncode != 0 or not lines:
+                raise ItemFailed(f"{vllm} --version exit {p.returncode}: {(p.stdout + p.stderr).strip()[-500:]}")
+            want = s["expected_vllm_version"]
+            if want and lines[-1] != want:
+                raise ItemFailed(f"the venv has vLLM {lines[-1]}, the plan pins {want}")
+            self.vllm_version = self.state["vllm_version"] = lines[-1]
+
+    # ---------------------------------------------------------------- server
+    def argv(self, argv: list[str]) -> list[str]:
+        return [a.replace("@MODEL@", self.model or "").replace("@VLLM_VERSION@", self.vllm_version or "unknown")
+                for a in argv]
+
+    def start_and_wait(self, item: dict, rec: dict) -> None:
+        s = self.spec
+        log_path = os.path.join(self.run_dir, f"{item['name']}.server.log")
+        with open(log_path, "a") as lf:
+            lf.write(f"==== specfleet {now()} run {s['run_id']}: {' '.join(self.argv(item['serve_argv']))}\n")
+            lf.flush()
+            self.server = subprocess.Popen(self.argv(item["serve_argv"]), stdout=lf, stderr=subprocess.STDOUT,
+                                           stdin=subprocess.DEVNULL, env=self.env, cwd=self.run_dir,
+                                           start_new_session=True)
+        self.set(rec, "loading", f"server pid {self.server.pid}: waiting for /health", server_pid=self.server.pid)
+        url = f"http://{s['server_host']}:{s['port']}/health"
+        deadline = time.monotonic() + s["health_timeout_s"]
+        while True:
+            try:
+                with urllib.request.urlopen(url, timeout=min(5.0, s["health_poll_s"] + 1)) as r:
+                    if r.status == 200:
+                        log(f"[{item['name']}] healthy")
+                        return
+            except (urllib.error.URLError, OSError):
+                pass
+            next_poll = time.monotonic() + s["health_poll_s"]
+            while time.monotonic() < next_poll:
+                self.check_server(item)
+                self.check_stop()
+                if time.monotonic() >= deadline:
+                    raise ItemFailed(f"server not healthy after {s['health_timeout_s']} s; last lines of "
+                                     f"{log_path}:\n{tail(log_path)}")
+                time.sleep(0.2)
+
+    def check_server(self, item: dict) -> None:
+        if self.server is not None and self.server.poll() is not None:
+            log_path = os.path.join(self.run_dir, f"{item['name']}.server.log")
+            raise ItemFailed(f"vllm serve exited with code {self.server.returncode}; last {TAIL} lines of "
+                             f"{log_path}:\n{tail(log_path)}")
+
+    def between_runs(self, item: dict, rec: dict) -> None:
+        s = self.spec
+        if s["prefix_cache"] == "reset":
+            req = urllib.request.Request(f"http://{s['server_host']}:{s['port']}/reset_prefix_cache",
+                                         method="POST", data=b"")
+            try:
+                with urllib.request.urlopen(req, timeout=30) as r:
+                    if r.status == 200:
+                        return
+            except (urllib.error.URLError, OSError) as e:
+                rec["notes"].append(f"POST /reset_prefix_cache failed ({e}); restarted the server instead")
+        if s["prefix_cache"] in ("reset", "fresh-server-per-concurrency"):
+            self.set(rec, "stopping", "restarting the server for a cold prefix cache")
+            self.stop_server()
+            self.start_and_wait(item, rec)
+            self.set(rec, "benchmarking", "")
+
+    def run_bench(self, item: dict, b: dict) -> str:
+        argv = self.argv(b["argv"])
+        rdir = argv[argv.index("--result-dir") + 1] if "--result-dir" in argv else self.run_dir
+        final = os.path.join(rdir, b["result_file"])
+        partial = final + ".partial"
+        if "--result-filename" in argv:
+            argv[argv.index("--result-filename") + 1] = os.path.basename(partial)
+        if os.path.exists(partial):
+            os.unlink(partial)
+        log_path = os.path.join(self.run_dir, b["result_file"].removesuffix(".json") + ".bench.log")
+        with open(log_path, "w") as lf:
+            self.bench = subprocess.Popen(argv, stdout=lf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                          env=self.env, cwd=self.run_dir, start_new_session=True)
+        deadline = time.monotonic() + self.spec["bench_timeout_s"]
+        try:
+            while self.bench.poll() is None:
+                self.check_server(item)
+                self.check_stop()
+                if time.monotonic() > deadline:
+                    raise ItemFailed(f"bench concurrency {b['concurrency']} exceeded {self.spec['bench_timeout_s']} s")
+                time.sleep(0.2)
+        finally:
+            if self.bench.poll() is None:
+                try:
+                    os.killpg(self.bench.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                self.bench.wait()
+        rc, self.bench = self.bench.returncode, None
+        if rc != 0:
+            raise ItemFailed(f"vllm bench serve (concurrency {b['concurrency']}) exited with code {rc}; "
+                             f"last lines of {log_path}:\n{tail(log_path)}")
+        try:
+            with open(partial) as f:
+                json.load(f)
+        except (OSError, ValueError) as e:
+            raise ItemFailed(f"bench result {partial} is missing or not JSON ({e})") from None
+        os.replace(partial, final)
+        return final
+
+    def stop_server(self) -> None:
+        p, self.server = self.server, None
+        if p is None:
+            return
+        pgid, grace = p.pid, min(30.0, self.spec["stop_timeout_s"] / 2)
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(pgid, sig)
+            except ProcessLookupError:
+                pass
+            deadline = time.monotonic() + grace
+            while time.monotonic() < deadline and (p.poll() is None or self.group_alive(pgid)):
+                time.sleep(0.2)
+        p.wait()
+        left = [pid for pid, st in live_pids() if proc_argv0(pid).startswith("VLLM::")
+                and (st[3] == pgid or st[2] == pgid or proc_has_token(pid, self.token))]
+        if left:
+            log(f"ending leftover VLLM:: processes of this run by PID: {left}")
+            end_pids(left)
+        used = self.wait_gpu_free(self.spec["stop_timeout_s"])
+        if used >= self.spec["gpu_memory_free_mib"]:
+            raise Fatal(f"GPU memory still {used} MiB (>= {self.spec['gpu_memory_free_mib']}) "
+                        f"{self.spec['stop_timeout_s']} s after the server stopped; not starting the next "
+                        "server into an out-of-memory failure (check nvidia-smi for the holder)")
+
+    @staticmethod
+    def group_alive(pgid: int) -> bool:
+        return any(st[2] == pgid for _, st in live_pids())
+
+    def end_previous_leftovers(self) -> None:
+        """After a runner crash or kill: end what an earlier runner of this run dir left."""
+        left = [pid for pid, _ in live_pids() if proc_has_token(pid, self.token)]
+        if left:
+            log(f"ending processes an earlier runner left (by PID): {left}")
+            end_pids(left)
+
+    def on_sigterm(self, signum, frame) -> None:
+        log(f"signal {signum}: stopping after cleaning up the current server")
+        self.stopping = True
+
+
+def load_spec(path: str) -> dict:
+    with open(path) as f:
+        spec = json.load(f)
+    missing = [k for k in REQUIRED if k not in spec]
+    if missing:
+        raise ValueError(f"missing keys {missing}")
+    for it in spec["items"]:
+        if not {"name", "serve_argv", "bench"} <= set(it):
+            raise ValueError(f"item {it.get('name')!r} needs name, serve_argv, bench")
+    return spec
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--spec", required=True, help="run spec JSON written by the bastion")
+    args = ap.parse_args(argv)
+    try:
+        spec = load_spec(args.spec)
+    except (OSError, ValueError) as e:
+        print(f"specfleet runner: bad run spec {args.spec}: {e}", file=sys.stderr)
+        return EXIT_SPEC
+    os.makedirs(spec["work_dir"], exist_ok=True)
+    lock_path = os.path.join(spec["work_dir"], ".specfleet-runner.lock")
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 4096, 0).decode(errors="replace").strip() or "unknown"
+        print(f"specfleet runner: another runner holds {lock_path} ({holder}); "
+              "use `fab bench.stop` or wait for it to finish", file=sys.stderr)
+        return EXIT_LOCKED
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"pid={os.getpid()} run_id={spec['run_id']}\n".encode(), 0)
+    runner = Runner(spec)
+    signal.signal(signal.SIGTERM, runner.on_sigterm)
+    signal.signal(signal.SIGINT, runner.on_sigterm)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    return runner.run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
