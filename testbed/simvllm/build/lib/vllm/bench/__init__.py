@@ -1,0 +1,1 @@
+"""`vllm bench serve` of the simulated vLLM."""

@@ -1,0 +1,223 @@
+"""Scheduler loop of the simulated engine (runs in the API server process, one thread).
+
+Continuous batching: each engine step admits waiting requests (prefill), then every running
+request gets 1 + accepted tokens. A step lasts calibration step time (batch size, kind) /
+speed_factor × (1 + noise), slept against absolute monotonic deadlines × the time scale so
+Python overhead does not accumulate. Tokens of one step go out as one SSE chunk.
+"""
+
+from __future__ import annotations
+
+import queue
+import random
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+from vllm import simenv
+from vllm.calibration import Model
+from vllm.metrics import Metrics
+from vllm.textsim import TextStream, planned_output_len, prompt_seed
+
+
+class EngineDeadError(RuntimeError):
+    pass
+
+
+@dataclass
+class Request:
+    request_id: str
+    prompt: str
+    prompt_tokens: int
+    max_tokens: int
+    greedy: bool
+    out: "queue.Queue" = field(default_factory=queue.Queue)
+    target_len: int = 0
+    generated: int = 0
+    text: TextStream | None = None
+    aborted: bool = False
+    arrival: float = 0.0  # time.monotonic() when the HTTP request reached the server
+
+
+class Engine:
+    def __init__(self, model: Model, metrics: Metrics, *, seed: int, max_num_seqs: int,
+                 kv_tokens: int, time_scale: float, host: dict, log_stats: bool):
+        self.model = model
+        self.metrics = metrics
+        self.max_num_seqs = max_num_seqs
+        self.kv_tokens = max(1, kv_tokens)
+        self.scale = time_scale
+        self.speed = host["speed_factor"]
+        self.noise = host["noise"]
+        self.rng = random.Random(seed)
+        self.noise_rng = random.Random(seed * 7919 + 17)
+        self.log_stats = log_stats
+        self.cv = threading.Condition()
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []
+        self.dead: str | None = None
+        self.admitted_total = 0
+        self.on_admit = None  # callback(n_admitted_total), used by the crash-mid-bench fault
+        self._thread = threading.Thread(target=self._loop, name="EngineCoreClient", daemon=True)
+        self._stats = threading.Thread(target=self._stats_loop, name="StatLogger", daemon=True)
+        self._last = {"t": time.monotonic(), "prompt": 0, "gen": 0, "drafts": 0, "draft_tok": 0,
+                      "acc": 0, "pos": [0] * len(metrics.accepted_per_pos)}
+
+    def start(self) -> None:
+        self._thread.start()
+        if self.log_stats:
+            self._stats.start()
+
+    # ------------------------------------------------------------ API side
+    def submit(self, req: Request) -> None:
+        with self.cv:
+            if self.dead:
+                raise EngineDeadError(self.dead)
+            self.waiting.append(req)
+            self.cv.notify()
+
+    def abort(self, req: Request) -> None:
+        req.aborted = True
+
+    def kill(self, reason: str) -> None:
+        """EngineCore died: fail everything in flight and everything after."""
+        with self.cv:
+            if self.dead:
+                return
+            self.dead = reason
+            for req in list(self.running) + list(self.waiting):
+                req.out.put(("error", reason))
+            self.running.clear()
+            self.waiting.clear()
+            self.cv.notify_all()
+
+    # ------------------------------------------------------------ loop
+    def _step_duration(self, batch: int, admitted: int) -> float:
+        sim_ms = self.model.step_ms(batch)
+        if admitted:
+            sim_ms += self.model.prefill_extra_ms(admitted)
+        sim_ms /= self.speed
+        if self.noise > 0:
+            sim_ms *= max(0.3, 1.0 + self.noise_rng.gauss(0.0, self.noise))
+        return sim_ms / 1000.0 * self.scale
+
+    def _loop(self) -> None:
+        deadline = None
+        while True:
+            with self.cv:
+                while not self.dead and not self.waiting and not self.running:
+                    deadline = None
+                    self.cv.wait()
+                if self.dead:
+                    return
+                admitted: list[Request] = []
+                while self.waiting and len(self.running) + len(admitted) < self.max_num_seqs:
+                    req = self.waiting.popleft()
+                    if not req.aborted:
+                        admitted.append(req)
+                decoding = [r for r in self.running if not r.aborted]
+                self.running = decoding + admitted
+                with self.metrics.lock:
+                    self.metrics.running = len(self.running)
+                    self.metrics.waiting = len(self.waiting)
+            batch = len(decoding) + len(admitted)
+            if batch == 0:
+                continue
+            now = time.monotonic()
+            if deadline is None or deadline < now - 0.25:
+                # idle engine: the step starts when the request reached the server, which keeps
+                # HTTP parsing and thread wake-up out of the simulated TTFT
+                deadline = now
+                if admitted:
+                    deadline = max(now - 0.05, min(r.arrival or now for r in admitted))
+            deadline += self._step_duration(batch, len(admitted))
+            delay = deadline - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            if self.dead:
+                return
+            self._emit(decoding, admitted)
+
+    def _emit(self, decoding: list[Request], admitted: list[Request]) -> None:
+        batch = len(decoding) + len(admitted)
+        freq = self.model.draft_freq(batch)
+        per_pos = self.model.per_pos(batch)
+        k = self.model.k
+        finished = []
+        with self.metrics.lock:
+            for req in admitted:  # prefill step: first token
+                self.admitted_total += 1
+                req.text = TextStream(req.prompt, prompt_seed(req.prompt) ^ self.rng.getrandbits(16)
+                                      if not req.greedy else prompt_seed(req.prompt))
+                req.target_len = planned_output_len(req.prompt, req.max_tokens, req.greedy, self.rng)
+                self.metrics.prompt_tokens += req.prompt_tokens
+                self._give(req, 1, finished)
+            for req in decoding:
+                n = 1
+                if k and self.rng.random() < freq:
+                    accepted = 0
+                    for p in per_pos:  # per_pos[i] = P(accepted >= i+1): conditional chain
+                        prev = per_pos[accepted - 1] if accepted else 1.0
+                        if self.rng.random() < (p / prev if prev > 0 else 0.0):
+                            accepted += 1
+                        else:
+                            break
+                    room = req.target_len - req.generated - 1
+                    accepted = max(0, min(accepted, room))
+                    self.metrics.record_draft(k, accepted)
+                    n += accepted
+                self._give(req, n, finished)
+            used = sum(r.prompt_tokens + r.generated for r in self.running)
+            self.metrics.kv_usage = min(1.0, used / self.kv_tokens)
+            self.metrics.iterations += 1
+        if self.on_admit and admitted:
+            self.on_admit(self.admitted_total)
+        if finished:
+            with self.cv:
+                self.running = [r for r in self.running if r not in finished]
+
+    def _give(self, req: Request, n: int, finished: list) -> None:
+        n = min(n, req.target_len - req.generated)
+        req.generated += n
+        self.metrics.generation_tokens += n
+        done = req.generated >= req.target_len
+        reason = None
+        if done:
+            reason = "length" if req.generated >= req.max_tokens else "stop"
+            self.metrics.success[reason] += 1
+            finished.append(req)
+        req.out.put(("tokens", req.text.tokens(n), n, reason))
+
+    # ------------------------------------------------------------ periodic log (loggers.py)
+    def _stats_loop(self) -> None:
+        while not self.dead:
+            time.sleep(10.0)
+            m, last = self.metrics, self._last
+            with m.lock:
+                now = time.monotonic()
+                dt = max(1e-6, now - last["t"])
+                p_tput = (m.prompt_tokens - last["prompt"]) / dt
+                g_tput = (m.generation_tokens - last["gen"]) / dt
+                drafts, dtok, acc = (m.num_drafts - last["drafts"], m.num_draft_tokens - last["draft_tok"],
+                                     m.num_accepted - last["acc"])
+                pos = [a - b for a, b in zip(m.accepted_per_pos, last["pos"])]
+                running, waiting, kv = m.running, m.waiting, m.kv_usage
+                self._last = {"t": now, "prompt": m.prompt_tokens, "gen": m.generation_tokens,
+                              "drafts": m.num_drafts, "draft_tok": m.num_draft_tokens,
+                              "acc": m.num_accepted, "pos": list(m.accepted_per_pos)}
+            if p_tput == 0 and g_tput == 0:
+                continue
+            simenv.log("APIServer", "INFO", "loggers.py:259",
+                       f"Engine 000: Avg prompt throughput: {p_tput:.1f} tokens/s, Avg generation "
+                       f"throughput: {g_tput:.1f} tokens/s (wall clock of the SIMULATED engine), "
+                       f"Running: {running} reqs, Waiting: {waiting} reqs, GPU KV cache usage: "
+                       f"{kv * 100:.1f}%, Prefix cache hit rate: 0.0%")
+            if m.spec_enabled and drafts > 0:
+                rates = ", ".join(f"{p / drafts:.3f}" for p in pos)
+                simenv.log("APIServer", "INFO", "metrics.py:100",
+                           f"SpecDecoding metrics: Mean acceptance length: {1 + acc / drafts:.2f}, "
+                           f"Accepted throughput: {acc / dt:.2f} tokens/s, Drafted throughput: "
+                           f"{dtok / dt:.2f} tokens/s, Accepted: {acc} tokens, Drafted: {dtok} tokens, "
+                           f"Per-position acceptance rate: {rates}, Avg Draft acceptance rate: "
+                           f"{100 * acc / max(1, dtok):.1f}%")

@@ -1,0 +1,179 @@
+"""Host environment of the simulated engine: knobs, time scales, GPU stand-in, logging.
+
+Everything host-specific is read here:
+  * `/var/lib/specfleet-testbed/sim.json` (or `$SIMVLLM_HOST_CONFIG`): speed_factor, noise, fault
+  * `/var/lib/specfleet-testbed/gpu/` (or `$SIMVLLM_GPU_DIR`): gpu.json, modules, reservations/<pid>
+  * `$SIMVLLM_TIME_SCALE`: wall seconds per simulated GPU second (serving side sleeps sim × scale)
+  * `$SIMVLLM_LOAD_SCALE`: wall seconds per simulated second of model loading
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import sys
+import threading
+
+TESTBED_DIR = "/var/lib/specfleet-testbed"
+DEFAULT_TIME_SCALE = 0.05
+DEFAULT_LOAD_SCALE = 0.005
+FAULTS = ("die-during-load", "never-healthy", "crash-mid-bench", "leave-enginecore")
+
+# RTX PRO 6000 Blackwell (the field report's GPU) when no gpu.json is present.
+DEFAULT_GPU = {
+    "name": "NVIDIA RTX PRO 6000 Blackwell Server Edition",
+    "memory_total_mib": 97887,
+    "driver_version": "580.173.02",
+    "cuda_version": "13.0",
+    "uuid": "GPU-00000000-0000-0000-0000-000000000000",
+}
+
+NFS_BANDWIDTH = 105e6  # bytes/s, report §3.1 / §5.2
+LOCAL_BANDWIDTH = 2e9  # bytes/s
+ENGINE_INIT_SIM_S = 160.0  # simulated profile + KV-cache + CUDA-graph capture
+
+
+def _float_env(name: str, default: float) -> float:
+    try:
+        value = float(os.environ.get(name, ""))
+        return value if value > 0 else default
+    except ValueError:
+        return default
+
+
+def time_scale() -> float:
+    return _float_env("SIMVLLM_TIME_SCALE", DEFAULT_TIME_SCALE)
+
+
+def load_scale() -> float:
+    return _float_env("SIMVLLM_LOAD_SCALE", DEFAULT_LOAD_SCALE)
+
+
+def host_config() -> dict:
+    path = os.environ.get("SIMVLLM_HOST_CONFIG") or os.path.join(TESTBED_DIR, "sim.json")
+    cfg = {"speed_factor": 1.0, "noise": 0.0, "fault": None}
+    try:
+        with open(path, encoding="utf-8") as f:
+            loaded = json.load(f)
+        if isinstance(loaded, dict):
+            cfg.update(loaded)
+    except (OSError, ValueError):
+        pass
+    try:
+        cfg["speed_factor"] = float(cfg.get("speed_factor") or 1.0)
+        if cfg["speed_factor"] <= 0:
+            cfg["speed_factor"] = 1.0
+    except (TypeError, ValueError):
+        cfg["speed_factor"] = 1.0
+    try:
+        cfg["noise"] = max(0.0, float(cfg.get("noise") or 0.0))
+    except (TypeError, ValueError):
+        cfg["noise"] = 0.0
+    if cfg.get("fault") not in FAULTS:
+        cfg["fault"] = None
+    return cfg
+
+
+def gpu_dir() -> str:
+    return os.environ.get("SIMVLLM_GPU_DIR") or os.path.join(TESTBED_DIR, "gpu")
+
+
+def gpu_info() -> dict:
+    info = dict(DEFAULT_GPU)
+    try:
+        with open(os.path.join(gpu_dir(), "gpu.json"), encoding="utf-8") as f:
+            info.update(json.load(f))
+    except (OSError, ValueError):
+        pass
+    return info
+
+
+def nvidia_loaded() -> bool:
+    """False only on a testbed worker whose stand-in driver is not loaded."""
+    path = os.path.join(gpu_dir(), "modules")
+    if not os.path.isdir(gpu_dir()) or not os.path.exists(path):
+        return True
+    try:
+        with open(path, encoding="utf-8") as f:
+            return "nvidia" in {line.strip() for line in f}
+    except OSError:
+        return True
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # zombies hold no memory
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def used_mib(exclude_pid: int | None = None) -> int:
+    rdir = os.path.join(gpu_dir(), "reservations")
+    total = 0
+    try:
+        names = os.listdir(rdir)
+    except OSError:
+        return 0
+    for name in names:
+        if not name.isdigit() or int(name) == exclude_pid or not pid_alive(int(name)):
+            continue
+        try:
+            with open(os.path.join(rdir, name), encoding="utf-8") as f:
+                total += int(float(f.read().strip() or 0))
+        except (OSError, ValueError):
+            pass
+    return total
+
+
+def is_nfs_path(path: str) -> bool:
+    real = os.path.realpath(path)
+    if real.startswith("/mnt/fabrix") or path.startswith("/mnt/fabrix"):
+        return True
+    best, fstype = "", ""
+    try:
+        with open("/proc/mounts", encoding="utf-8") as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) < 3:
+                    continue
+                mnt = parts[1].replace("\\040", " ")
+                if (real == mnt or real.startswith(mnt.rstrip("/") + "/")) and len(mnt) > len(best):
+                    best, fstype = mnt, parts[2]
+    except OSError:
+        return False
+    return fstype.startswith("nfs")
+
+
+# ---------------------------------------------------------------- logging
+_log_lock = threading.Lock()
+
+
+def log(role: str, level: str, src: str, msg: str, stream=None) -> None:
+    """One vLLM-format log line: `(APIServer pid=N) INFO 11-29 22:13:52 [file.py:123] msg`."""
+    ts = datetime.datetime.now().strftime("%m-%d %H:%M:%S")
+    line = f"({role} pid={os.getpid()}) {level} {ts} [{src}] {msg}\n"
+    out = stream or sys.stdout
+    with _log_lock:
+        try:
+            out.write(line)
+            out.flush()
+        except (OSError, ValueError):
+            pass
+
+
+def raw(text: str, stream=None) -> None:
+    out = stream or sys.stdout
+    with _log_lock:
+        try:
+            out.write(text if text.endswith("\n") else text + "\n")
+            out.flush()
+        except (OSError, ValueError):
+            pass
