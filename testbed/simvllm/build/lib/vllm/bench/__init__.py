@@ -1,1 +1,0 @@
-"""`vllm bench serve` of the simulated vLLM."""
