@@ -123,6 +123,10 @@ def parse_server_log(path: Path, host: str, config: str) -> KVFacts:
         text = path.read_text(encoding="utf-8", errors="replace")
     except OSError:
         return facts
+    # the runner appends one block per server start: use the last start's lines
+    starts = [m.start() for m in re.finditer(r"^==== specfleet ", text, re.M)]
+    if starts:
+        text = text[starts[-1]:]
     if m := KV_SIZE_RE.search(text):
         facts.device = m.group(1)
         facts.kv_tokens = int(_num(m.group(2)))
@@ -140,7 +144,7 @@ def parse_server_log(path: Path, host: str, config: str) -> KVFacts:
 
 def _done_configs_from_state(state: Any) -> set[str]:
     """Accepted shapes: {"configs": {cfg: "done" | {"status"|"state": "done"}}},
-    {"done": [cfg, ...]}, {"items": [{"config": cfg, "status": "done"}, ...]}."""
+    {"done": [cfg, ...]}, {"items": [{"name"|"config": cfg, "status": "done"}, ...]} (the bench runner's)."""
     done: set[str] = set()
     if not isinstance(state, dict):
         return done
@@ -159,7 +163,9 @@ def _done_configs_from_state(state: Any) -> set[str]:
         done |= {str(c) for c in state["done"]}
     items = state.get("items")
     if isinstance(items, list):
-        done |= {str(i["config"]) for i in items if isinstance(i, dict) and "config" in i and is_done(i)}
+        for i in items:
+            if isinstance(i, dict) and is_done(i) and (i.get("name") or i.get("config")):
+                done.add(str(i.get("name") or i.get("config")))
     return done
 
 
@@ -169,7 +175,7 @@ def _state_provenance(state: Any) -> dict[str, str]:
         return out
     for src in (state, state.get("provenance"), state.get("facts"), state.get("host")):
         if isinstance(src, dict):
-            for k in PROVENANCE_KEYS + ("gpu_name", "started", "finished"):
+            for k in PROVENANCE_KEYS + ("gpu_name", "started_at", "finished_at", "model_path"):
                 v = src.get(k)
                 if isinstance(v, (str, int, float)) and k not in out:
                     out[k] = str(v)

@@ -153,7 +153,8 @@ def provenance_table(camp: Campaign) -> pd.DataFrame:
                      "gpu": p.get("gpu", p.get("gpu_name", "")),
                      "driver": p.get("driver", p.get("driver_version", "")),
                      "plan_hash": p.get("plan_hash", ""), "engine": p.get("engine", ""),
-                     "first_run": dates[0] if dates else "", "last_run": dates[-1] if dates else "",
+                     "first_run": dates[0] if dates else p.get("started_at", ""),
+                     "last_run": dates[-1] if dates else p.get("finished_at", ""),
                      "runs": sum(1 for r in camp.runs if r.host == host)})
     return pd.DataFrame(rows, columns=["node", "vllm", "torch", "gpu", "driver", "plan_hash", "engine",
                                        "first_run", "last_run", "runs"])

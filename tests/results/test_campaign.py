@@ -87,3 +87,21 @@ def test_gpu_server_log_kv_facts(campaign):
     f = next(k for k in camp.kv if (k.host, k.config) == ("w2", "vanilla"))
     assert (f.device, f.kv_tokens, f.tokens_per_request, f.max_concurrency) == ("GPU", 103840, 2048, 50.70)
     assert f.weights_gib == 61.0348 and f.kv_budget_gib == 25.35
+
+
+def test_bench_runner_state_items_mark_done(campaign):
+    (campaign / "w1" / "ngram.done").unlink()
+    (campaign / "w1" / "state.json").write_text(json.dumps(
+        {"schema": 1, "host": "w1", "plan_hash": "abc123", "vllm_version": "0.28.0",
+         "started_at": "2026-08-28T01:00:00Z",
+         "items": [{"name": "ngram", "status": "done"}, {"name": "vanilla", "status": "failed"}]}))
+    camp = scan_campaign(campaign)
+    assert "ngram" in {r.config for r in camp.runs if r.host == "w1"}
+    assert camp.nodes["w1"].provenance["started_at"] == "2026-08-28T01:00:00Z"
+
+
+def test_appended_server_log_uses_last_start(tmp_path):
+    log = tmp_path / "x.server.log"
+    log.write_text("==== specfleet t1 run r1: vllm serve\nGPU KV cache size: 1,000 tokens\n"
+                   "==== specfleet t2 run r2: vllm serve\nGPU KV cache size: 2,000 tokens\n")
+    assert parse_server_log(log, "w1", "x").kv_tokens == 2000
