@@ -22,149 +22,18 @@ import time
 import urllib.error
 import urllib.request
 
+try:
+    from .runner_lib import (Fatal, ItemFailed, Stopped, atomic_write, end_pids, gpu_used_mib, live_pids,
+                             load_spec, log, now, parse_env_file, proc_argv0, proc_has_token, tail)
+except ImportError:  # run as a script on the worker, runner_lib.py copied beside it
+    from runner_lib import (Fatal, ItemFailed, Stopped, atomic_write, end_pids, gpu_used_mib,  # type: ignore
+                            live_pids, load_spec, log, now, parse_env_file, proc_argv0, proc_has_token, tail)
+
 EXIT_OK, EXIT_FAILED, EXIT_SPEC, EXIT_LOCKED, EXIT_FATAL, EXIT_STOPPED = 0, 1, 2, 3, 4, 143
-REQUIRED = ("run_id", "campaign", "host", "work_dir", "venv", "model_candidates", "port", "items")
 DEFAULTS = {"schema": 1, "plan_hash": "", "env_file": None, "expected_vllm_version": None,
             "server_host": "127.0.0.1", "health_timeout_s": 2400, "health_poll_s": 5,
             "prefix_cache": "reset", "bench_timeout_s": 7200, "gpu_memory_free_mib": 5000,
             "gpu_index": None, "stop_timeout_s": 120}
-TAIL = 40
-
-
-class ItemFailed(Exception):
-    """This item cannot finish; the queue goes on."""
-
-
-class Fatal(Exception):
-    """The queue cannot go on (e.g. GPU memory not released)."""
-
-
-class Stopped(Exception):
-    """SIGTERM: stop cleanly, leave the current item for a resumed runner."""
-
-
-def now() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-
-
-def log(msg: str) -> None:
-    print(f"{now()} {msg}", flush=True)
-
-
-def atomic_write(path: str, data: str) -> None:
-    tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "w") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    dfd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
-
-
-def tail(path: str, n: int = TAIL) -> str:
-    try:
-        with open(path, "rb") as f:
-            f.seek(max(0, os.path.getsize(path) - 65536))
-            return "\n".join(f.read().decode(errors="replace").splitlines()[-n:])
-    except OSError as e:
-        return f"(no log: {e})"
-
-
-def _expand(value: str, env: dict) -> str:
-    out, i = [], 0
-    while i < len(value):
-        if value[i] == "$" and i + 1 < len(value):
-            j = i + 1
-            if value[j] == "{":
-                k = value.find("}", j)
-                name, i = value[j + 1:k], k + 1
-            else:
-                k = j
-                while k < len(value) and (value[k].isalnum() or value[k] == "_"):
-                    k += 1
-                name, i = value[j:k], k
-            out.append(env.get(name, "") if name else "$")
-        else:
-            out.append(value[i])
-            i += 1
-    return "".join(out)
-
-
-def parse_env_file(path: str, env: dict) -> dict:
-    """`export K=V` / `K=V` lines; 'single' literal, "double" and bare values expand $VAR."""
-    env = dict(env)
-    for raw in open(path, encoding="utf-8"):
-        line = raw.strip()
-        if line.startswith("export "):
-            line = line[7:].lstrip()
-        if not line or line.startswith("#") or "=" not in line:
-            continue
-        key, rest = line.split("=", 1)
-        if not key.isidentifier():
-            continue
-        if rest[:1] in ("'", '"'):
-            end = rest.find(rest[0], 1)
-            val = rest[1:end if end > 0 else len(rest)]
-            env[key] = val if rest[0] == "'" else _expand(val, env)
-        else:
-            env[key] = _expand(rest.split()[0] if rest.split() else "", env)
-    return env
-
-
-def proc_stat(pid: int):
-    """(state, ppid, pgrp, session) or None."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return fields[0], int(fields[1]), int(fields[2]), int(fields[3])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def proc_argv0(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().split(b"\0")[0].decode(errors="replace").strip()
-    except OSError:
-        return ""
-
-
-def proc_has_token(pid: int, token: bytes) -> bool:
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            return token in f.read().split(b"\0")
-    except OSError:
-        return False
-
-
-def live_pids():
-    me = os.getpid()
-    for d in os.listdir("/proc"):
-        if d.isdigit() and int(d) != me:
-            st = proc_stat(int(d))
-            if st and st[0] not in ("Z", "X"):
-                yield int(d), st
-
-
-def end_pids(pids: list[int], grace: float = 5.0) -> None:
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in pids:
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
-        deadline = time.monotonic() + grace
-        while time.monotonic() < deadline and any(_alive(p) for p in pids):
-            time.sleep(0.1)
-
-
-def _alive(pid: int) -> bool:
-    st = proc_stat(pid)
-    return bool(st) and st[0] not in ("Z", "X")
 
 
 class Runner:
@@ -288,21 +157,7 @@ class Runner:
 
     # ---------------------------------------------------------------- preflight
     def gpu_used_mib(self) -> int:
-        cmd = ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"]
-        if self.spec["gpu_index"] is not None:
-            cmd.insert(1, f"--id={self.spec['gpu_index']}")
-        try:
-            p = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=self.env)
-        except (OSError, subprocess.TimeoutExpired) as e:
-            raise ItemFailed(f"GPU not visible: nvidia-smi could not run: {e}") from None
-        if p.returncode != 0:
-            raise ItemFailed(
-                f"GPU not visible: nvidia-smi exit {p.returncode}: {(p.stdout + p.stderr).strip()[-300:]} "
-                "(after a reboot check that the nvidia module is loaded: modprobe nvidia)")
-        try:
-            return max(int(float(x)) for x in p.stdout.split())
-        except ValueError:
-            raise ItemFailed(f"nvidia-smi printed no memory figure: {p.stdout.strip()[:200]!r}") from None
+        return gpu_used_mib(self.spec["gpu_index"], self.env)
 
     def wait_gpu_free(self, timeout: float) -> int:
         deadline = time.monotonic() + timeout
@@ -396,7 +251,7 @@ class Runner:
     def check_server(self, item: dict) -> None:
         if self.server is not None and self.server.poll() is not None:
             log_path = os.path.join(self.run_dir, f"{item['name']}.server.log")
-            raise ItemFailed(f"vllm serve exited with code {self.server.returncode}; last {TAIL} lines of "
+            raise ItemFailed(f"vllm serve exited with code {self.server.returncode}; last 40 lines of "
                              f"{log_path}:\n{tail(log_path)}")
 
     def between_runs(self, item: dict, rec: dict) -> None:
@@ -495,18 +350,6 @@ class Runner:
     def on_sigterm(self, signum, frame) -> None:
         log(f"signal {signum}: stopping after cleaning up the current server")
         self.stopping = True
-
-
-def load_spec(path: str) -> dict:
-    with open(path) as f:
-        spec = json.load(f)
-    missing = [k for k in REQUIRED if k not in spec]
-    if missing:
-        raise ValueError(f"missing keys {missing}")
-    for it in spec["items"]:
-        if not {"name", "serve_argv", "bench"} <= set(it):
-            raise ValueError(f"item {it.get('name')!r} needs name, serve_argv, bench")
-    return spec
 
 
 def main(argv: list[str] | None = None) -> int:

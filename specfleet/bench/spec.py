@@ -3,11 +3,15 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 from .commands import Paths, item_argv
 from .plan import Plan
 
 SPEC_SCHEMA = 1
+# Copy both to one directory on the worker, then:
+#   setsid nohup python3 <dir>/runner.py --spec <run.json> >runner.log 2>&1 </dev/null &
+RUNNER_FILES = (Path(__file__).with_name("runner.py"), Path(__file__).with_name("runner_lib.py"))
 
 
 def build_run_spec(plan: Plan, node: str, queue: list[str], paths: Paths, *,

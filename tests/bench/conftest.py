@@ -11,13 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from specfleet.bench import runner as runner_mod
 from specfleet.bench.commands import Paths
 from specfleet.bench.plan import parse_plan
-from specfleet.bench.spec import build_run_spec
+from specfleet.bench.spec import RUNNER_FILES, build_run_spec
 
 FAKES = Path(__file__).parent / "fakes"
-RUNNER = Path(runner_mod.__file__)
 
 
 def free_port() -> int:
@@ -53,6 +51,11 @@ class Bed:
         self.work = tmp / "work"
         self.port = free_port()
         self.procs: list[subprocess.Popen] = []
+        # as on a worker: the two files alone in a directory, no site-packages (stdlib only)
+        self.runner = tmp / "runner" / "runner.py"
+        self.runner.parent.mkdir()
+        for f in RUNNER_FILES:
+            shutil.copy(f, self.runner.parent / f.name)
 
     def plan(self, faults: dict[str, str] | None = None, stop_timeout_s: float = 10, **server):
         faults = faults or {}
@@ -87,7 +90,7 @@ class Bed:
 
     def start(self, spec_path) -> subprocess.Popen:
         log = open(self.tmp / f"runner-{len(self.procs)}.log", "w")
-        p = subprocess.Popen([sys.executable, str(RUNNER), "--spec", str(spec_path)], stdout=log,
+        p = subprocess.Popen([sys.executable, "-S", str(self.runner), "--spec", str(spec_path)], stdout=log,
                              stderr=subprocess.STDOUT, env=self.env(), start_new_session=True)
         self.procs.append(p)
         return p
