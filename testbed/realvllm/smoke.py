@@ -175,13 +175,17 @@ def wait_healthy(base_url: str, *, handle: ServerHandle | None = None,
 
 def list_processes(ps_argv: Sequence[str] = ("ps", "-eo", "pid=,pgid=,args=")
                    ) -> list[tuple[int, int, str]]:
-    """(pid, pgid, args) of every process, from ``ps_argv`` (may be an ssh-wrapped ps)."""
+    """(pid, pgid, args) of every live process, from ``ps_argv`` (may be an ssh-wrapped ps).
+    Zombies (``<defunct>``) are left out: they hold no memory or ports."""
     out = subprocess.run(list(ps_argv), capture_output=True, text=True, check=True).stdout
     rows = []
     for line in out.splitlines():
         parts = line.strip().split(None, 2)
         if len(parts) >= 2 and parts[0].isdigit() and parts[1].isdigit():
-            rows.append((int(parts[0]), int(parts[1]), parts[2] if len(parts) == 3 else ""))
+            args = parts[2] if len(parts) == 3 else ""
+            if args.endswith("<defunct>"):  # zombies: already dead, waiting to be reaped
+                continue
+            rows.append((int(parts[0]), int(parts[1]), args))
     return rows
 
 
