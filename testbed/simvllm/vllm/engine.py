@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import queue
 import random
+import sys
 import threading
 import time
 from collections import deque
@@ -65,6 +66,9 @@ class Engine:
                       "acc": 0, "pos": [0] * len(metrics.accepted_per_pos)}
 
     def start(self) -> None:
+        # steps are a few wall milliseconds: do not let handler threads hold the GIL for the
+        # default 5 ms switch interval while the scheduler thread is due
+        sys.setswitchinterval(0.0002)
         self._thread.start()
         if self.log_stats:
             self._stats.start()
@@ -106,11 +110,18 @@ class Engine:
         deadline = None
         while True:
             with self.cv:
+                was_idle = not self.running
                 while not self.dead and not self.waiting and not self.running:
                     deadline = None
                     self.cv.wait()
                 if self.dead:
                     return
+                if was_idle and deadline is None:
+                    # scheduler tick: requests sent together (a burst of a concurrency-N client)
+                    # are batched into one prefill step, as on a GPU where they arrive within µs
+                    tick_end = time.monotonic() + min(0.004, 0.5 * self._step_duration(1, 0))
+                    while (left := tick_end - time.monotonic()) > 0 and not self.dead:
+                        self.cv.wait(left)
                 admitted: list[Request] = []
                 while self.waiting and len(self.running) + len(admitted) < self.max_num_seqs:
                     req = self.waiting.popleft()

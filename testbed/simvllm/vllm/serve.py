@@ -185,7 +185,13 @@ def run(args) -> int:
     log("INFO", "calibration.py:1", f"Simulated timing model: {kind.label} (calibration source: "
         f"{calibration.SOURCE})")
     log("INFO", "entry.py:136", "Supported tasks: ['generate']")
-    activate(srv)
+    try:
+        activate(srv)
+    except OSError as e:
+        log("ERROR", "launcher.py:93", f"listen() failed on {bind_host}:{args.port}: {e}")
+        proc.send_signal(signal.SIGTERM)
+        proc.wait()
+        return fail("OSError", f"[Errno {e.errno}] {e.strerror}")
     log("INFO", "entry.py:140", f"Starting vLLM server on http://{bind_host}:{args.port}")
     simenv.raw(f"INFO:     Started server process [{os.getpid()}]")
     simenv.raw("INFO:     Waiting for application startup.")

@@ -71,6 +71,14 @@ def _pooled(url: str, timeout: float):
     return conn, key
 
 
+def prepare(url: str, timeout: float) -> None:
+    """Open this thread's keep-alive connection ahead of time (errors surface at request time)."""
+    try:
+        _pooled(url, timeout)
+    except OSError:
+        pass
+
+
 def _drop(key) -> None:
     conn = getattr(_local, "pool", {}).pop(key, None)
     if conn is not None:
