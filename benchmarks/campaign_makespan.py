@@ -1,0 +1,73 @@
+#!/usr/bin/env python3
+"""Automatic split quality: makespan over the lower bound for campaigns on 2, 4 and 8 nodes.
+
+Item times come from the field report's durations (benchmark seconds per concurrency of vanilla,
+n-gram, improved n-gram, eagle3; ~10 min NFS load vs ~30 s local) plus random extra
+configurations drawn around them. The lower bound is max(total work / nodes, max over nodes of
+the baseline, baseline + the largest other item; for two node classes (local copy vs NFS) also the
+LP relaxation, for all nodes the pigeonhole bound). Target: worst ratio <= 1.05.
+
+    .venv/bin/python benchmarks/campaign_makespan.py [--trials 8] [--seed 1]
+"""
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from specfleet.bench.plan import load_plan, parse_plan  # noqa: E402
+from specfleet.bench.split import REPORT_DURATIONS, NodeInfo, split  # noqa: E402
+
+REPORT_PLAN = Path(__file__).resolve().parents[1] / "plans" / "qwen3-32b.yml"
+
+
+def campaign(rng: random.Random, n_nodes: int):
+    base = load_plan(REPORT_PLAN).model_dump(mode="json")
+    cfgs = list(base["configurations"])
+    durations = {k: {"bench_s": dict(v["bench_s"])} for k, v in REPORT_DURATIONS.items()}
+    report_items = [k for k in REPORT_DURATIONS if k != "vanilla"]
+    for i in range(rng.randint(2 * n_nodes, 4 * n_nodes)):
+        like = rng.choice(report_items)
+        k = rng.choice([2, 3, 4, 5, 6, 8])
+        sc = ({"method": "eagle3", "model": "/mnt/draft", "num_speculative_tokens": k} if like == "eagle3"
+              else {"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_min": rng.randint(1, 4),
+                    "prompt_lookup_max": rng.choice([6, 16, 64, 128])})
+        name = f"x{i}_{like}_k{k}"
+        cfgs.append({"name": name, "speculative_config": sc})
+        scale = rng.uniform(0.6, 1.4)
+        durations[name] = {"bench_s": {c: s * scale for c, s in REPORT_DURATIONS[like]["bench_s"].items()}}
+    plan = parse_plan({**base, "configurations": cfgs})
+    nodes = [NodeInfo(f"w{j + 1}", rng.choice(["local", "nfs", "nfs"])) for j in range(n_nodes)]
+    return plan, nodes, durations
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--trials", type=int, default=8)
+    ap.add_argument("--seed", type=int, default=1)
+    args = ap.parse_args()
+    rng = random.Random(args.seed)
+    worst = (0.0, "")
+    print(f"{'nodes':>5} {'trial':>5} {'items':>5} {'makespan min':>12} {'bound min':>9} {'ratio':>6} "
+          f"{'method':>9} {'ms':>6}")
+    for n in (2, 4, 8):
+        for t in range(args.trials):
+            plan, nodes, durations = campaign(rng, n)
+            t0 = time.perf_counter()
+            s = split(plan, nodes, durations=durations)
+            ms = (time.perf_counter() - t0) * 1000
+            print(f"{n:>5} {t:>5} {len(plan.configurations):>5} {s.makespan_s / 60:>12.1f} "
+                  f"{s.lower_bound_s / 60:>9.1f} {s.ratio:>6.3f} {s.method:>9} {ms:>6.0f}")
+            if s.ratio > worst[0]:
+                worst = (s.ratio, f"{n} nodes, trial {t}")
+    ok = "meets" if worst[0] <= 1.05 else "MISSES"
+    print(f"worst makespan / lower bound = {worst[0]:.3f} ({worst[1]}); {ok} the 1.05 target")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
