@@ -1,0 +1,78 @@
+"""Lower bounds on a campaign's makespan (used by split.py to judge its split).
+
+Arguments everywhere: `others` (config names other than the baseline), `names` (node names),
+`dur[config][node]` (seconds), `base[node]` (the baseline's seconds on that node), `pins`.
+"""
+from __future__ import annotations
+
+
+def two_class_bound(others, names, dur, base, pins, lo) -> float:
+    """LP-relaxation bound when the nodes fall into two classes (e.g. local copy vs NFS).
+
+    The simple bound lets every item run at its best duration; but only the fast nodes give
+    that. Fractional assignment: fill the fast class's capacity with the items that free the
+    most slow-class time per second of fast-class time; binary search the smallest feasible T.
+    """
+    profiles: dict[tuple, list[str]] = {}
+    for n in names:
+        profiles.setdefault((base[n], *(dur[c][n] for c in others)), []).append(n)
+    if len(profiles) != 2 or not others:
+        return lo
+    (pa, na), (pb, nb) = sorted(profiles.items())
+    ia = {c: i + 1 for i, c in enumerate(others)}
+
+    def feasible(t: float) -> bool:
+        cap_a, cap_b = len(na) * (t - pa[0]), len(nb) * (t - pb[0])
+        if cap_a < -1e-9 or cap_b < -1e-9:
+            return False
+        # Counting: a node of a class holds at most as many items as its shortest ones that fit.
+        n_items = len(others)
+        sa, sb = sorted(pa[1:]), sorted(pb[1:])
+        ka = sum(1 for i in range(n_items) if pa[0] + sum(sa[:i + 1]) <= t + 1e-9)
+        kb = sum(1 for i in range(n_items) if pb[0] + sum(sb[:i + 1]) <= t + 1e-9)
+        min_b, min_a = max(0, n_items - len(na) * ka), max(0, n_items - len(nb) * kb)
+        if min_a + min_b > n_items or sum(sb[:min_b]) > cap_b + 1e-9 or sum(sa[:min_a]) > cap_a + 1e-9:
+            return False
+        free = []
+        for c in others:
+            da, db = pa[ia[c]], pb[ia[c]]
+            ok_a = pa[0] + da <= t + 1e-9 and (c not in pins or pins[c] in na)
+            ok_b = pb[0] + db <= t + 1e-9 and (c not in pins or pins[c] in nb)
+            if not ok_a and not ok_b:
+                return False
+            if ok_a and not ok_b:
+                cap_a -= da
+            elif ok_b and not ok_a:
+                cap_b -= db
+            else:
+                free.append((da, db))
+        if cap_a < -1e-9:
+            return False
+        need_b = sum(db for _, db in free) - cap_b
+        for da, db in sorted(free, key=lambda x: -x[1] / x[0]):
+            if need_b <= 1e-9 or cap_a <= 1e-9:
+                break
+            f = min(1.0, cap_a / da)
+            cap_a -= f * da
+            need_b -= f * db
+        return need_b <= 1e-9
+
+    hi = max(sum(pa[1:]) + pa[0], sum(pb[1:]) + pb[0])
+    if not feasible(hi):
+        return lo
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if feasible(mid) else (mid, hi)
+    return lo
+
+
+def pigeonhole_bound(others, names, dur, base) -> float:
+    """Of the k*m+1 longest items some node runs k+1: at least the k+1 shortest of them, each at
+    its best duration, after the smallest baseline."""
+    m, b = len(names), min(base.values())
+    d = sorted((min(dur[c].values()) for c in others), reverse=True)
+    best, k = 0.0, 1
+    while k * m + 1 <= len(d):
+        best = max(best, b + sum(d[k * m - k:k * m + 1]))
+        k += 1
+    return best
