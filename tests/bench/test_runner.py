@@ -127,3 +127,14 @@ def test_killed_runner_resumes_without_redoing(bed, monkeypatch):
     assert it["vanilla"]["attempts"] == 1 and it["ngram"]["attempts"] == 2 and it["eagle3"]["attempts"] == 1
     assert "ending processes an earlier runner left" in bed.log()
     assert all(v["status"] == "done" for v in it.values()) and bed.gpu_used() == 0
+
+
+def test_failed_bench_keeps_partial(bed, monkeypatch):
+    monkeypatch.setenv("FAKE_BENCH_FAIL", "vanilla")
+    rc = bed.run(bed.spec(bed.plan(), queue=["vanilla", "ngram"]))
+    assert rc == EXIT_FAILED
+    it = bed.items()
+    assert "exited with code 1" in it["vanilla"]["error"] and "fake client crash" in it["vanilla"]["error"]
+    assert (bed.run_dir / "vanilla_conc1.json.partial").exists()
+    assert not (bed.run_dir / "vanilla_conc1.json").exists() and not (bed.run_dir / "vanilla.done").exists()
+    assert it["ngram"]["status"] == "done" and bed.gpu_used() == 0
