@@ -1,0 +1,48 @@
+"""Shared helpers for end-to-end tests: inventories derived from the testbed's, and running `fab`."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+PROJECT = Path(__file__).resolve().parents[2]
+FAB = str(Path(sys.executable).parent / "fab")
+
+
+def inventory_of(tb) -> Path:
+    return Path(tb.state()["inventory"])
+
+
+def derived_inventory(tb, tmp_path: Path, edit) -> Path:
+    """A copy of the testbed inventory, changed by `edit(doc)`."""
+    doc = yaml.safe_load(inventory_of(tb).read_text())
+    edit(doc)
+    out = tmp_path / "inventory.yml"
+    out.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return out
+
+
+def fab(*args: str, inventory: Path | None = None, runs: Path | None = None, timeout: float = 600,
+        env: dict | None = None) -> subprocess.CompletedProcess:
+    e = {**os.environ, "COLUMNS": "200", **(env or {})}
+    if inventory:
+        e["SPECFLEET_INVENTORY"] = str(inventory)
+    if runs:
+        e["SPECFLEET_RUNS_DIR"] = str(runs)
+    return subprocess.run([FAB, *args], cwd=PROJECT, env=e, capture_output=True, text=True, timeout=timeout)
+
+
+def events(runs: Path) -> list[dict]:
+    lines = []
+    for f in sorted(runs.glob("*.jsonl")):
+        lines += [json.loads(ln) for ln in f.read_text().splitlines() if ln.strip()]
+    return lines
+
+
+def host_sh(tb, host: str, script: str) -> subprocess.CompletedProcess:
+    """Read a host's state without SSH (nsenter into its namespaces)."""
+    return tb.exec(host, ["bash", "-c", script])
