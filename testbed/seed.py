@@ -14,6 +14,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from .net import BASTION_IP, NFS_IP, STOR_NET, mgmt_ip, stor_ip
 
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
 HOST_SRC = Path(__file__).with_name("host")
 NFS_EXPORT = "/media/SSD-Storage/SW"
 NFS_MOUNT = "/mnt/fabrix"
@@ -173,10 +175,18 @@ def inventory(path: Path, run_dir: Path, workers: list[str]) -> Path:
                 "storage_net": str(STOR_NET), "storage_iface": "ens35", "mgmt_iface": "ens33",
                 "nfs_server": NFS_IP, "nfs_export": NFS_EXPORT, "nfs_mount": NFS_MOUNT,
                 "model_candidates": ["/mnt/Qwen3-32B", f"{NFS_MOUNT}/models/Qwen3-32B"],
-                "gpu_index": 0, "testbed": True,
+                "gpu_index": 0, "testbed": True, "env_file": "/etc/specfleet/vllm.env",
+                "gpu_memory_bandwidth_gbps": 1792, "engine": "simulated",
             },
         },
-        "bastion": {"vars": {"address": BASTION_IP}},
+        # the bastion builds the workers' venv with the simulated engine in it
+        # (docs/engines.md), and provision places the sample dataset on workers
+        "bastion": {"vars": {
+            "address": BASTION_IP,
+            "venv_requirements": [str(PROJECT_ROOT / "testbed" / "simvllm")],
+            "venv_verify_packages": ["vllm"],
+            "datasets": [str(PROJECT_ROOT / "datasets" / "sample" / "question.jsonl")],
+        }},
         "hosts": {n: {"address": mgmt_ip(int(n[1:])), "vars": {"storage_ip": stor_ip(int(n[1:]))}}
                   for n in workers},
         "groups": {"workers": {"hosts": list(workers)}},
