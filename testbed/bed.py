@@ -31,6 +31,8 @@ GPU_DIR = "/var/lib/specfleet-testbed/gpu"
 class Testbed:
     """Build, inspect, break and tear down the namespace fleet (needs root)."""
 
+    __test__ = False  # not a pytest test class, despite the name
+
     def __init__(self, project_root: str | os.PathLike = PROJECT_ROOT,
                  run_dir: str | os.PathLike = "/run/specfleet-testbed",
                  disk_dir: str | os.PathLike = "/var/tmp/specfleet-testbed"):
@@ -70,6 +72,11 @@ class Testbed:
     @property
     def ssh_config(self) -> Path:
         return self.run_dir / "client" / "ssh_config"
+
+    @property
+    def inventory_path(self) -> Path | None:
+        inv = self.state().get("inventory")
+        return Path(inv) if inv else None
 
     def address(self, host: str) -> str:
         return mgmt_ip(self._index(host))

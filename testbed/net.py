@@ -30,6 +30,8 @@ NETNS_DIR = Path("/run/netns")
 class TestbedError(RuntimeError):
     """Something the operator must fix; the message says what."""
 
+    __test__ = False  # not a pytest test class, despite the name
+
 
 def mgmt_ip(i: int) -> str:
     return f"10.10.30.{13 + i}"
