@@ -83,6 +83,7 @@ class Runner:
     def run(self) -> int:
         s = self.spec
         os.makedirs(self.run_dir, exist_ok=True)
+        os.chdir(self.run_dir)  # relative paths in the spec (dataset) are relative to the run folder
         old = {}
         try:
             with open(self.state_path) as f:
