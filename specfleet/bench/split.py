@@ -48,6 +48,12 @@ class NodeInfo:
     model_source: str = "nfs"          # 'local' or 'nfs'
     read_mb_s: float | None = None     # measured read bandwidth overrides the source's default
 
+    @classmethod
+    def from_vars(cls, name: str, vars_: dict) -> "NodeInfo":
+        """From inventory host vars `model_source` (local|nfs) and `model_read_mb_s`."""
+        mbs = vars_.get("model_read_mb_s")
+        return cls(name, str(vars_.get("model_source", "nfs")), float(mbs) if mbs else None)
+
     @property
     def bandwidth_mb_s(self) -> float:
         if self.read_mb_s:

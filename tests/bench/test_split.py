@@ -72,3 +72,11 @@ def test_quality_on_random_campaigns():
         worst = max(worst, s.ratio)
         assert all(q[0] == "vanilla" for q in s.queues.values())
     assert worst <= 1.10
+
+
+def test_node_info_from_inventory_vars():
+    n = NodeInfo.from_vars("w1", {"model_source": "local"})
+    assert n.bandwidth_mb_s == 2000.0
+    assert NodeInfo.from_vars("w2", {"model_read_mb_s": "250"}).bandwidth_mb_s == 250.0
+    with pytest.raises(PlanError, match="model_source"):
+        NodeInfo.from_vars("w3", {"model_source": "s3"}).bandwidth_mb_s
