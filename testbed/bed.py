@@ -215,9 +215,9 @@ class Testbed:
         deadline = time.monotonic() + 10
         # look at the listener's own socket table instead of connecting: the
         # root namespace must never open a connection to 192.168.160.0/24
-        while not _listening(p.pid, 2049):
+        while not net.listening(p.pid, 2049):
             if p.poll() is not None or time.monotonic() > deadline:
-                raise TestbedError(f"NFS stand-in (socat) did not start: {_tail(self.run_dir / 'nfs.log')}")
+                raise TestbedError(f"NFS stand-in (socat) did not start: {net.tail(self.run_dir / 'nfs.log')}")
             time.sleep(0.01)
 
     def _boot(self, name: str, first: bool) -> int:
@@ -244,11 +244,11 @@ class Testbed:
             for n, a in list(pending.items()):
                 # connect only once the host's own socket table shows sshd
                 # listening: a connect before its address exists waits on ARP
-                if _listening(self.state()["pids"][n], 22) and _accepts(a, 22):
+                if net.listening(self.state()["pids"][n], 22) and net.accepts(a, 22):
                     del pending[n]
                 elif not net.alive(self.state()["pids"][n]):
                     raise TestbedError(f"worker {n} died while booting: "
-                                       f"{_tail(self.run_dir / 'hosts' / n / 'sshd.log')}")
+                                       f"{net.tail(self.run_dir / 'hosts' / n / 'sshd.log')}")
             if pending and time.monotonic() > deadline:
                 raise TestbedError(f"sshd did not come up on {', '.join(pending)} within {timeout:.0f} s")
             if pending:
@@ -351,7 +351,7 @@ class Testbed:
         for n in st["workers"]:
             pid = st["pids"][n]
             root = Path(f"/proc/{pid}/root")  # the host's own mount view
-            ok = net.alive(pid) and _comm(pid) == "sshd"
+            ok = net.alive(pid) and net.comm(pid) == "sshd"
             addrs = json.loads(net.run(["ip", "-j", "-n", f"sf-{n}", "-4", "addr", "show"]).stdout or "[]")
             hosts[n] = {
                 "address": self.address(n), "storage_ip": self.storage_address(n),
@@ -360,9 +360,9 @@ class Testbed:
                 "storage_route": net.run(["ip", "-n", f"sf-{n}", "-o", "route", "show", str(net.STOR_NET)],
                                          check=False).stdout.strip(),
                 "sshd_alive": ok, "sshd_pid": pid,
-                "modules": _read(root / GPU_DIR.lstrip("/") / "modules").split() if ok else [],
-                "gpu_memory_used_mib": _gpu_used(root / GPU_DIR.lstrip("/") / "reservations") if ok else 0,
-                "engine_fault": json.loads(_read(root / SIM.lstrip("/")) or "{}").get("fault") if ok else None,
+                "modules": net.read(root / GPU_DIR.lstrip("/") / "modules").split() if ok else [],
+                "gpu_memory_used_mib": net.gpu_used(root / GPU_DIR.lstrip("/") / "reservations") if ok else 0,
+                "engine_fault": json.loads(net.read(root / SIM.lstrip("/")) or "{}").get("fault") if ok else None,
             }
         return {"up": True, "workers": len(hosts), "bastion": net.BASTION_IP, "nfs_server": NFS_IP,
                 "nfs_alive": net.alive(st["pids"].get("nfs", 0)), "inventory": st.get("inventory"),
@@ -382,41 +382,3 @@ class Testbed:
         c.get_transport().sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return c
 
-
-def _accepts(addr: str, port: int) -> bool:
-    try:
-        socket.create_connection((addr, port), timeout=0.5).close()
-        return True
-    except OSError:
-        return False
-
-
-def _listening(pid: int, port: int) -> bool:
-    try:
-        rows = Path(f"/proc/{pid}/net/tcp").read_text().splitlines()[1:]
-    except OSError:
-        return False
-    return any(r.split()[1].endswith(f":{port:04X}") and r.split()[3] == "0A" for r in rows)
-
-
-def _comm(pid: int) -> str:
-    return _read(Path(f"/proc/{pid}/comm")).strip()
-
-
-def _read(path: Path) -> str:
-    try:
-        return path.read_text()
-    except OSError:
-        return ""
-
-
-def _gpu_used(res: Path) -> int:
-    total = 0
-    for f in res.glob("*") if res.is_dir() else []:
-        if f.name.isdigit() and net.alive(int(f.name)):
-            total += int(_read(f).strip() or 0)
-    return total
-
-
-def _tail(path: Path, n: int = 5) -> str:
-    return " | ".join(_read(path).strip().splitlines()[-n:]) or "(no output)"

@@ -10,6 +10,7 @@ import ipaddress
 import json
 import os
 import signal
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -178,3 +179,45 @@ def end_pids(pids: list[int], grace: float = 2.0, reap=None) -> None:
         if reap:
             reap()
         time.sleep(0.02)
+
+
+# ---- small probes used by the controller ---------------------------------
+
+def accepts(addr: str, port: int) -> bool:
+    """TCP connect (callers run assert_mgmt_route first)."""
+    try:
+        socket.create_connection((addr, port), timeout=0.5).close()
+        return True
+    except OSError:
+        return False
+
+
+def listening(pid: int, port: int) -> bool:
+    try:
+        rows = Path(f"/proc/{pid}/net/tcp").read_text().splitlines()[1:]
+    except OSError:
+        return False
+    return any(r.split()[1].endswith(f":{port:04X}") and r.split()[3] == "0A" for r in rows)
+
+
+def comm(pid: int) -> str:
+    return read(Path(f"/proc/{pid}/comm")).strip()
+
+
+def read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
+
+
+def gpu_used(res: Path) -> int:
+    total = 0
+    for f in res.glob("*") if res.is_dir() else []:
+        if f.name.isdigit() and alive(int(f.name)):
+            total += int(read(f).strip() or 0)
+    return total
+
+
+def tail(path: Path, n: int = 5) -> str:
+    return " | ".join(read(path).strip().splitlines()[-n:]) or "(no output)"
