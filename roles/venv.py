@@ -22,6 +22,8 @@ from typing import Callable
 from tenacity import RetryError, Retrying, stop_after_attempt, wait_exponential
 
 MANIFEST = "specfleet-manifest.json"
+# what building a local requirement leaves in its directory: not part of its content
+BUILD_LITTER = {"build", "dist", "__pycache__", ".pytest_cache"}
 
 # Runs inside the built venv: versions of the packages the plan needs, and
 # torch's CUDA arch list when torch is there (the report checked sm_120).
@@ -84,8 +86,10 @@ class VenvSpec:
             p = Path(item)
             if p.is_dir():
                 for f in sorted(p.rglob("*")):
-                    if f.is_file() and "__pycache__" not in f.parts and ".egg-info" not in str(f):
-                        h.update(str(f.relative_to(p)).encode() + f.read_bytes())
+                    rel = f.relative_to(p)
+                    if f.is_file() and not any(part in BUILD_LITTER or part.endswith(".egg-info")
+                                               for part in rel.parts):
+                        h.update(str(rel).encode() + f.read_bytes())
         return h.hexdigest()[:12]
 
 

@@ -139,6 +139,13 @@ class Fleet:
                     changes = step.decide(facts[i])
                     data = step.report(facts[i])
                 except StepFailed as e:
+                    if self.check and any(d.changed for d in done):
+                        # the check may only fail because an earlier change was not made
+                        r = StepResult(host.name, step.name, Status.SKIPPED, duration=share,
+                                       message=f"cannot tell before the changes above are made ({e})")
+                        self._record(r)
+                        done.append(r)
+                        continue
                     r = StepResult(host.name, step.name, Status.FAILED, message=str(e), duration=share)
                     self._record(r)
                     return done + [r] + self._drop(host, pending[i + 1:], Status.FAILED, None, 0)

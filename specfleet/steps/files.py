@@ -9,11 +9,18 @@ from ..shell import q, write_file_script
 from ..step import Change, Facts, Step, StepFailed
 
 
+MAX_DIFF_LINES = 60
+
+
 def unified_diff(path: str, old: str | None, new: str | None) -> str:
+    """A unified diff, cut after MAX_DIFF_LINES lines (a dataset is not worth reading in a terminal)."""
     a = (old or "").splitlines(keepends=True)
     b = (new or "").splitlines(keepends=True)
-    return "".join(difflib.unified_diff(a, b, f"{path} (host)" if old is not None else "/dev/null",
-                                        f"{path} (wanted)" if new is not None else "/dev/null"))
+    lines = list(difflib.unified_diff(a, b, f"{path} (host)" if old is not None else "/dev/null",
+                                      f"{path} (wanted)" if new is not None else "/dev/null"))
+    if len(lines) > MAX_DIFF_LINES:
+        lines = lines[:MAX_DIFF_LINES] + [f"... {len(lines) - MAX_DIFF_LINES} more diff lines\n"]
+    return "".join(lines)
 
 
 class FileContent(Step):
