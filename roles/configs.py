@@ -12,7 +12,7 @@ from specfleet.inventory import Host
 from specfleet.step import Step
 from specfleet.steps.files import Directory, FileContent
 
-RUNNER_SRC = Path(__file__).resolve().parent.parent / "specfleet" / "bench" / "runner.py"
+from specfleet.bench.spec import RUNNER_FILES
 DEFAULT_HOME = "/var/lib/specfleet"
 
 
@@ -30,9 +30,9 @@ def dataset_path(host: Host, local: str) -> str:
 
 def steps(host: Host, datasets: list[str], revert: bool = False) -> list[Step]:
     if revert:
-        return [FileContent(runner_path(host), present=False)]
-    out: list[Step] = [Directory(home(host)), Directory(f"{home(host)}/datasets"),
-                       FileContent(runner_path(host), RUNNER_SRC.read_bytes(), mode="0755")]
+        return [FileContent(f"{home(host)}/{f.name}", present=False) for f in RUNNER_FILES]
+    out: list[Step] = [Directory(home(host)), Directory(f"{home(host)}/datasets")]
+    out += [FileContent(f"{home(host)}/{f.name}", f.read_bytes(), mode="0755") for f in RUNNER_FILES]
     for ds in datasets:
         out.append(FileContent(dataset_path(host, ds), Path(ds).read_bytes()))
     return out

@@ -24,6 +24,7 @@ EXIT_OK = 0
 EXIT_BAD_INPUT = 1
 EXIT_FAILED = 2
 EXIT_UNREACHABLE = 4  # bit flags: 6 = some failed and some unreachable
+EXIT_NOT_MERGED = 8   # collect: the nodes were not equivalent (or nothing valid), nothing merged
 
 StepsFor = Callable[[Host], Iterable[Step]]
 
@@ -53,6 +54,7 @@ class Fleet:
         self.results: list[StepResult] = []
         self.dropped: dict[str, Status] = {}  # host -> FAILED or UNREACHABLE
         self.warnings: list[str] = []
+        self.extra_exit = 0
         self._lock = threading.Lock()
 
     # -- running ---------------------------------------------------------
@@ -245,6 +247,15 @@ class Fleet:
         """A result of work done on the bastion itself (host 'bastion'), counted like any other."""
         self._record(r)
 
+    def record_local_for(self, host: str, step: str, status: Status, message: str = "") -> None:
+        """Record a verdict the bastion reached about a host (e.g. a failed queue item)."""
+        self._record(StepResult(host, step, status, message=message))
+
+    def not_merged(self, message: str) -> None:
+        """collect's verdict: the run ends with EXIT_NOT_MERGED and this message in the recap."""
+        self.extra_exit |= EXIT_NOT_MERGED
+        self.warn(message)
+
     def warn(self, message: str) -> None:
         """A problem to show in the recap that does not fail a host (e.g. a duplicate IP)."""
         self.warnings.append(message)
@@ -261,7 +272,7 @@ class Fleet:
         return table
 
     def exit_code(self) -> int:
-        code = EXIT_OK
+        code = EXIT_OK | self.extra_exit
         for status in self.dropped.values():
             code |= EXIT_FAILED if status is Status.FAILED else EXIT_UNREACHABLE
         return code

@@ -1,0 +1,84 @@
+"""The bastion's view of a worker's runner: read its state, start it, stop it.
+
+The runner runs detached on the worker (setsid, nohup, every stream
+redirected), so it survives the SSH connection dropping and `fab` being
+interrupted; the bastion only reads state.json and the runner's lock file.
+"""
+from __future__ import annotations
+
+import json
+import posixpath
+from dataclasses import dataclass, field
+
+from ..connection import HostConnection
+from ..shell import q
+
+SEP = "@@specfleet-sep@@"
+
+
+@dataclass
+class RunnerView:
+    """What one round trip tells about a worker's campaign."""
+
+    spec: dict | None = None
+    state: dict | None = None
+    runner_pid: int | None = None
+    alive: bool = False
+    done_markers: list[str] = field(default_factory=list)
+
+    @property
+    def finished(self) -> bool:
+        return bool(self.state) and not self.alive and self.state.get("status") in ("done", "failed", "stopped")
+
+    def counts(self) -> tuple[int, int, int]:
+        items = (self.state or {}).get("items", [])
+        done = sum(i["status"] == "done" for i in items)
+        failed = sum(i["status"] == "failed" for i in items)
+        return done, failed, len(items) - done - failed
+
+
+def run_dir(work_dir: str, campaign: str, host: str) -> str:
+    return posixpath.join(work_dir, campaign, host)
+
+
+def view(hc: HostConnection, work_dir: str, campaign: str) -> RunnerView:
+    d = q(run_dir(work_dir, campaign, hc.host.name))
+    lock = q(posixpath.join(work_dir, ".specfleet-runner.lock"))
+    script = (
+        f"cat {d}/run.json 2>/dev/null; echo {SEP}; cat {d}/state.json 2>/dev/null; echo {SEP}; "
+        f"pid=$(sed -n 's/^pid=\\([0-9]*\\).*/\\1/p' {lock} 2>/dev/null); echo \"$pid\"; "
+        # alive = that PID exists and is a runner (PIDs are reused after a reboot)
+        f"[ -n \"$pid\" ] && tr '\\0' ' ' < /proc/$pid/cmdline 2>/dev/null | grep -q runner.py && echo ALIVE; "
+        f"echo {SEP}; ls {d} 2>/dev/null | sed -n 's/\\.done$//p'")
+    res = hc.run(script, timeout=30)
+    parts = (res.stdout.split(SEP + "\n") + ["", "", "", ""])[:4]
+    pid_lines = parts[2].split()
+    return RunnerView(spec=_json(parts[0]), state=_json(parts[1]),
+                      runner_pid=int(pid_lines[0]) if pid_lines and pid_lines[0].isdigit() else None,
+                      alive="ALIVE" in pid_lines, done_markers=parts[3].split())
+
+
+def _json(text: str) -> dict | None:
+    try:
+        return json.loads(text) if text.strip() else None
+    except ValueError:
+        return None  # a half-written file is never trusted (the runner writes atomically anyway)
+
+
+def start(hc: HostConnection, python: str, runner: str, spec_path: str, log_path: str) -> int:
+    """Start the runner detached; returns its PID."""
+    # No `&&` before the `&`: that would background a subshell whose stdout is
+    # still this SSH channel, and the command would not return until the runner ends.
+    cmd = (f"cd /; setsid nohup {q(python)} -S {q(runner)} --spec {q(spec_path)} "
+           f">> {q(log_path)} 2>&1 < /dev/null & echo $!")
+    res = hc.run(cmd, timeout=30)
+    if res.exited != 0 or not res.stdout.strip().isdigit():
+        raise RuntimeError(f"could not start the runner: {res.stderr.strip()[-300:]}")
+    return int(res.stdout.strip())
+
+
+def stop(hc: HostConnection, pid: int, wait_s: float = 180) -> bool:
+    """SIGTERM the runner (it stops its server cleanly) and wait for it to exit."""
+    cmd = (f"kill -TERM {pid} 2>/dev/null || exit 0; "
+           f"for i in $(seq {int(wait_s * 5)}); do kill -0 {pid} 2>/dev/null || exit 0; sleep 0.2; done; exit 1")
+    return hc.run(cmd, timeout=wait_s + 30).exited == 0

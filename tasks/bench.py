@@ -1,0 +1,188 @@
+"""`fab bench`, `fab status`, `fab stop`: run a campaign's queues on the workers, detached from SSH."""
+from __future__ import annotations
+
+import posixpath
+import time
+
+from invoke import task
+from invoke.exceptions import Exit
+from rich.table import Table
+
+from roles import configs
+from specfleet.bench import NodeInfo, Paths, PlanError, build_run_spec, commands_for, dump_run_spec, load_plan
+from specfleet.bench import format_split, parse_pins, split
+from specfleet.bench import remote
+from specfleet.bench.spec import RUNNER_FILES
+from specfleet.connection import CommandTimeout, Unreachable
+from specfleet.fleet import EXIT_BAD_INPUT
+from specfleet.step import Status
+from specfleet.steps.files import Directory, FileContent
+from tasks.common import fleet_help, fleet_run
+
+DEFAULT_PLAN = "plans/qwen3-32b.yml"
+PLAN_HELP = f"the campaign's plan file (default {DEFAULT_PLAN})"
+
+
+def plan_of(path: str | None):
+    try:
+        return load_plan(path or DEFAULT_PLAN)
+    except PlanError as e:
+        raise Exit(f"error: {e}", code=EXIT_BAD_INPUT) from None
+
+
+def work_dir(host) -> str:
+    return host.var("bench_work_dir", f"{configs.home(host)}/campaigns")
+
+
+def paths_for(host, plan) -> Paths:
+    return Paths(venv=host.require("venv_path"), work_dir=work_dir(host),
+                 dataset=configs.dataset_path(host, plan.benchmark.dataset_path))
+
+
+@task(help=fleet_help(plan=PLAN_HELP, assign="pin configurations to nodes, e.g. eagle3=w2 (repeatable)",
+                      wait="follow progress until every runner is done (default; --no-wait returns at once)",
+                      poll="seconds between progress reads (default 2)"), iterable=["assign"])
+def bench(c, plan=None, inventory=None, hosts=None, check=False, diff=False, assign=None, wait=True, poll=2.0,
+          forks=32, serial=False, accept_new_host_keys=False, verbose=False):
+    """Split the plan's configurations across the nodes and run each node's queue (resumable, reattaches)."""
+    p = plan_of(plan)
+    with fleet_run("bench", inventory=inventory, hosts=hosts, check=check, diff=diff, forks=forks, serial=serial,
+                   accept_new_host_keys=accept_new_host_keys, verbose=verbose,
+                   default_hosts="workers") as (fleet, inv, rep):
+        try:
+            nodes = [NodeInfo.from_vars(h.name, h.vars) for h in fleet.hosts]
+            queues = split(p, nodes, pins=parse_pins(assign or []))
+        except PlanError as e:
+            raise Exit(f"error: {e}", code=EXIT_BAD_INPUT) from None
+        rep.console.print(format_split(queues), markup=False)
+        for host in fleet.hosts:
+            rep.console.print(f"[bold]{host.name}[/]: " + " -> ".join(queues.queues[host.name]))
+            for item in queues.queues[host.name]:
+                for line in commands_for(p, host.name, item, paths_for(host, p)):
+                    rep.console.print(f"    {line}", markup=False, soft_wrap=True)
+        if check:
+            return
+        views = fleet.each("read campaign state", lambda hc: remote.view(hc, work_dir(hc.host), p.campaign))
+        specs = {}
+        for host in fleet.active:
+            v = views.get(host.name)
+            spec = build_run_spec(p, host.name, queues.queues[host.name], paths_for(host, p),
+                                  env_file=host.var("env_file"), gpu_index=host.var("gpu_index"))
+            if v and v.spec and v.spec.get("plan_hash") == spec["plan_hash"] and \
+                    [i["name"] for i in v.spec["items"]] == [i["name"] for i in spec["items"]]:
+                spec["run_id"] = v.spec["run_id"]  # same campaign: resume it, keep its identity
+            elif v and v.alive:
+                fleet.record_local_for(host.name, "start runner", Status.FAILED,
+                                       f"a runner for another plan or queue is running (pid {v.runner_pid}); "
+                                       "`fab stop` it first")
+                continue
+            specs[host.name] = spec
+        fleet.play(lambda h: _placement(h, p, specs[h.name]), hosts=[h for h in fleet.active if h.name in specs])
+
+        def start(hc):
+            v = views.get(hc.host.name)
+            fresh = remote.view(hc, work_dir(hc.host), p.campaign)
+            if fresh.alive:
+                return Status.OK, f"reattached to runner pid {fresh.runner_pid}"
+            d = remote.run_dir(work_dir(hc.host), p.campaign, hc.host.name)
+            pid = remote.start(hc, hc.host.var("runner_python", "/usr/bin/python3"), configs.runner_path(hc.host),
+                               f"{d}/run.json", f"{d}/runner.log")
+            resumed = " (resuming)" if v and v.state else ""
+            return Status.CHANGED, f"started runner pid {pid}{resumed}"
+        fleet.each("start runner", start, hosts=[h for h in fleet.active if h.name in specs])
+        if wait:
+            _follow(fleet, p, rep, poll)
+
+
+def _placement(host, plan, spec):
+    d = remote.run_dir(work_dir(host), plan.campaign, host.name)
+    home = configs.home(host)
+    return [Directory(home), Directory(f"{home}/datasets"), Directory(d),
+            *[FileContent(f"{home}/{f.name}", f.read_bytes(), mode="0755") for f in RUNNER_FILES],
+            FileContent(configs.dataset_path(host, plan.benchmark.dataset_path),
+                        open(plan.benchmark.dataset_path, "rb").read()),
+            FileContent(f"{d}/run.json", dump_run_spec(spec))]
+
+
+def _follow(fleet, plan, rep, poll):
+    """Read every runner's state until all are finished; a dropped connection is retried, not fatal."""
+    last: dict[str, str] = {}
+    views: dict[str, remote.RunnerView] = {}
+    while fleet.active:
+        for host in fleet.active:
+            hc = fleet.connections[host.name]
+            try:
+                views[host.name] = remote.view(hc, work_dir(host), plan.campaign)
+            except (Unreachable, CommandTimeout, OSError) as e:
+                hc.close()
+                line = f"{host.name}: connection lost ({e}); retrying"
+                if last.get(host.name) != line:
+                    rep.console.print(f"[magenta]{line}[/]")
+                    last[host.name] = line
+                continue
+            line = _progress_line(host.name, views[host.name])
+            if last.get(host.name) != line:
+                rep.console.print(line, markup=False)
+                last[host.name] = line
+        if views and all(views.get(h.name) and views[h.name].finished for h in fleet.active):
+            break
+        time.sleep(poll)
+    _campaign_table(rep, views)
+    for name, v in views.items():
+        done, failed, left = v.counts()
+        for item in (v.state or {}).get("items", []):
+            if item["status"] == "failed":
+                fleet.record_local_for(name, f"item {item['name']}", Status.FAILED, item.get("error") or "failed")
+
+
+def _progress_line(name: str, v: remote.RunnerView) -> str:
+    if not v.state:
+        return f"{name}: runner starting"
+    done, failed, left = v.counts()
+    cur = next((i for i in v.state["items"] if i["name"] == v.state.get("current")), None)
+    where = f"{cur['name']}: {cur['status']} ({cur.get('phase') or ''})" if cur else v.state.get("status")
+    alive = "" if v.alive or v.finished else " [runner not running: run `fab bench` again to resume]"
+    return f"{name}: {where} | done {done}, failed {failed}, left {left}{alive}"
+
+
+def _campaign_table(rep, views):
+    table = Table(title="campaign", title_justify="left")
+    for col in ("host", "item", "status", "attempts", "error"):
+        table.add_column(col, overflow="fold")
+    for name, v in views.items():
+        for item in (v.state or {}).get("items", []):
+            table.add_row(name, item["name"], item["status"], str(item.get("attempts", "")),
+                          (item.get("error") or "")[-300:])
+    rep.console.print(table)
+
+
+@task(help=fleet_help(changes=False, plan=PLAN_HELP))
+def status(c, plan=None, inventory=None, hosts=None, forks=32, serial=False, accept_new_host_keys=False,
+           verbose=False):
+    """Show the progress of a running or finished campaign on every worker."""
+    p = plan_of(plan)
+    with fleet_run("status", inventory=inventory, hosts=hosts, forks=forks, serial=serial,
+                   accept_new_host_keys=accept_new_host_keys, verbose=verbose, default_hosts="workers",
+                   recap=False) as (fleet, inv, rep):
+        views = fleet.each("read campaign state", lambda hc: remote.view(hc, work_dir(hc.host), p.campaign))
+        for name, v in views.items():
+            rep.console.print(_progress_line(name, v), markup=False)
+        _campaign_table(rep, views)
+
+
+@task(help=fleet_help(changes=False, plan=PLAN_HELP))
+def stop(c, plan=None, inventory=None, hosts=None, forks=32, serial=False, accept_new_host_keys=False,
+         verbose=False):
+    """Stop the runners cleanly: each stops its vLLM server, frees the GPU and exits (resumable later)."""
+    p = plan_of(plan)
+    with fleet_run("stop", inventory=inventory, hosts=hosts, forks=forks, serial=serial,
+                   accept_new_host_keys=accept_new_host_keys, verbose=verbose,
+                   default_hosts="workers") as (fleet, inv, rep):
+        def one(hc):
+            v = remote.view(hc, work_dir(hc.host), p.campaign)
+            if not v.alive:
+                return Status.OK, "no runner running"
+            if not remote.stop(hc, v.runner_pid):
+                return Status.FAILED, f"runner pid {v.runner_pid} did not exit within the timeout"
+            return Status.CHANGED, f"stopped runner pid {v.runner_pid}"
+        fleet.each("stop runner", one)
