@@ -25,8 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from .yamlfile import YamlFileError, first_error, load_yaml
 
 DEFAULT_INVENTORY = "inventory/hosts.yml"
 INVENTORY_ENV = "SPECFLEET_INVENTORY"
@@ -168,22 +169,6 @@ def _secret_values(vars_: dict[str, Any]) -> list[str]:
     return [str(v) for k, v in vars_.items() if SECRET_VAR_RE.search(k) and v not in (None, "")]
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """PyYAML silently keeps the last of two equal keys; an inventory must not."""
-
-    def construct_mapping(self, node, deep=False):  # noqa: D401 - PyYAML hook
-        seen: dict[Any, Any] = {}
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)
-            if key in seen:
-                raise InventoryError(
-                    f"duplicate key {key!r} at line {key_node.start_mark.line + 1} "
-                    f"(first at line {seen[key]})"
-                )
-            seen[key] = key_node.start_mark.line + 1
-        return super().construct_mapping(node, deep=deep)
-
-
 def resolve_path(path: str | os.PathLike | None) -> Path:
     if path:
         return Path(path)
@@ -211,27 +196,16 @@ def load_inventory(path: str | os.PathLike | None = None) -> Inventory:
             )
         raise InventoryError(f"{file}: inventory file not found{hint}")
     try:
-        raw = yaml.load(file.read_text(), Loader=_UniqueKeyLoader)
-    except InventoryError as e:
-        raise InventoryError(f"{file}: {e}") from None
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(e, "problem", None) or str(e)
-        raise InventoryError(f"{file}: YAML syntax error{where}: {problem}") from None
+        raw = load_yaml(file)
+    except YamlFileError as e:
+        raise InventoryError(str(e)) from None
     if not isinstance(raw, dict):
         raise InventoryError(f"{file}: expected a mapping with 'hosts:' at the top level")
     try:
         doc = InventoryFile.model_validate(raw)
     except ValidationError as e:
-        # a misspelt field also makes the right one 'missing': name the misspelling first
-        err = sorted(e.errors(), key=lambda x: x["type"] != "extra_forbidden")[0]
-        msg = err["msg"].removeprefix("Value error, ")
-        if err["type"] == "extra_forbidden":
-            msg = "unknown field"
-        elif err["type"] == "missing":
-            msg = "is required"
-        raise InventoryError(f"{_where(tuple(err['loc']), file)}: {msg}") from None
+        loc, msg = first_error(e)
+        raise InventoryError(f"{_where(loc, file)}: {msg}") from None
     return _resolve(file, doc)
 
 

@@ -23,8 +23,9 @@ import shlex
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from ..yamlfile import YamlFileError, first_error, load_yaml
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 
@@ -284,22 +285,6 @@ def plan_hash(plan: Plan) -> str:
     return plan.plan_hash()
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """PyYAML silently keeps the last of two equal keys; a plan must not."""
-
-    def construct_mapping(self, node, deep=False):  # noqa: D401 - PyYAML hook
-        seen: dict[Any, int] = {}
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)
-            if key in seen:
-                raise PlanError(
-                    f"duplicate key {key!r} at line {key_node.start_mark.line + 1} "
-                    f"(first at line {seen[key]})"
-                )
-            seen[key] = key_node.start_mark.line + 1
-        return super().construct_mapping(node, deep=deep)
-
-
 def _where(loc: tuple, file: Path, raw: Any) -> str:
     parts = list(loc)
     if len(parts) >= 2 and parts[0] == "configurations" and isinstance(parts[1], int):
@@ -322,13 +307,7 @@ def parse_plan(raw: Any, file: str | os.PathLike = "<plan>") -> Plan:
     try:
         return Plan.model_validate(raw)
     except ValidationError as e:
-        err = e.errors()[0]
-        msg = err["msg"].removeprefix("Value error, ")
-        if err["type"] == "extra_forbidden":
-            msg = "unknown field"
-        elif err["type"] == "missing":
-            msg = "is required"
-        loc = tuple(err["loc"])
+        loc, msg = first_error(e)
         if not loc and ":" in msg.split(" ")[0]:  # cross-field errors carry their field first
             head, _, msg = msg.partition(": ")
             raise PlanError(f"{file}: field {head!r}: {msg}") from None
@@ -340,12 +319,7 @@ def load_plan(path: str | os.PathLike) -> Plan:
     if not file.is_file():
         raise PlanError(f"{file}: plan file not found (plans/ holds examples)")
     try:
-        raw = yaml.load(file.read_text(), Loader=_UniqueKeyLoader)
-    except PlanError as e:
-        raise PlanError(f"{file}: {e}") from None
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(e, "problem", None) or str(e)
-        raise PlanError(f"{file}: YAML syntax error{where}: {problem}") from None
+        raw = load_yaml(file)
+    except YamlFileError as e:
+        raise PlanError(str(e)) from None
     return parse_plan(raw, file)

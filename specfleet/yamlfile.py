@@ -1,0 +1,55 @@
+"""Reading the YAML files people write (inventory, plan): strict, with errors that say where.
+
+Shared by the inventory and the plan: duplicate keys are refused (PyYAML would
+silently keep the last one), syntax errors carry line and column, and a
+pydantic error becomes one line naming the field.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+
+class YamlFileError(Exception):
+    """A problem in the file, already worded as `<file>: <what>`."""
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    def construct_mapping(self, node, deep=False):  # PyYAML hook
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise YamlFileError(f"duplicate key {key!r} at line {key_node.start_mark.line + 1} "
+                                    f"(first at line {seen[key]})")
+            seen[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep=deep)
+
+
+def load_yaml(file: Path) -> Any:
+    try:
+        return yaml.load(file.read_text(), Loader=_UniqueKeyLoader)
+    except YamlFileError as e:
+        raise YamlFileError(f"{file}: {e}") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(e, "problem", None) or str(e)
+        raise YamlFileError(f"{file}: YAML syntax error{where}: {problem}") from None
+
+
+def first_error(e: ValidationError) -> tuple[tuple, str]:
+    """The error to show, and its message in plain words.
+
+    A misspelt field also makes the right one 'missing': the misspelling is named first.
+    """
+    err = sorted(e.errors(), key=lambda x: x["type"] != "extra_forbidden")[0]
+    msg = err["msg"].removeprefix("Value error, ")
+    if err["type"] == "extra_forbidden":
+        msg = "unknown field"
+    elif err["type"] == "missing":
+        msg = "is required"
+    return tuple(err["loc"]), msg
