@@ -82,6 +82,7 @@ def acceptance_svg(spec: pd.DataFrame) -> str | None:
     with plt.rc_context(RC):
         fig, (a1, a2) = plt.subplots(1, 2, figsize=(9, 3.2))
         _grouped_bars(a1, df, "acceptance_rate_pct", "{:.1f}")
+        a1.get_legend().remove()  # same series as a2's legend, which would sit on top of a2
         a1.set_ylabel("acceptance rate (%)")
         a1.set_title("Accepted / drafted tokens")
         _grouped_bars(a2, df, "acceptance_length", "{:.2f}")

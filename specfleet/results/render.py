@@ -153,7 +153,7 @@ def write_report(out_dir: Path, model: ReportModel, tables: Tables) -> dict[str,
     merged.insert(0, "stamp", " | ".join(model.stamps))
     merged.insert(1, "campaign", model.campaign)
     merged.to_csv(paths["csv"], index=False)
-    merged.to_json(paths["json"], orient="records", indent=1)
+    merged.to_json(paths["json"], orient="records", indent=1, double_precision=15)  # default: 10 decimals
     return paths
 
 
