@@ -12,6 +12,7 @@ from specfleet.bench import remote
 from specfleet.connection import ssh_argv
 from specfleet.fleet import EXIT_NOT_MERGED
 from specfleet.results import EquivalenceRule, report_campaign
+from specfleet.results.campaign import QUARANTINE_DIR
 from specfleet.step import Status, StepFailed
 from tasks.bench import PLAN_HELP, plan_of, work_dir
 from tasks.common import fleet_help, fleet_run
@@ -31,6 +32,13 @@ def includes_for(done: list[str]) -> list[str]:
     return rules + ["--exclude=*"]
 
 
+def finished_items(v: remote.RunnerView) -> list[str]:
+    """Items with a done marker, except those the runner's state shows as not done: a configuration
+    that changed is measured again under its old marker, which stays until the new run is done."""
+    status = {i.get("name"): i.get("status") for i in (v.state or {}).get("items", []) if isinstance(i, dict)}
+    return [n for n in v.done_markers if status.get(n, "done") == "done"]
+
+
 def fetch(hc, plan, dest: Path):
     v = remote.view(hc, work_dir(hc.host), plan.campaign)
     if not v.state and not v.done_markers:
@@ -38,8 +46,14 @@ def fetch(hc, plan, dest: Path):
     src = remote.run_dir(work_dir(hc.host), plan.campaign, hc.host.name)
     out = dest / hc.host.name
     out.mkdir(parents=True, exist_ok=True)
+    done = finished_items(v)
+    # A file that an earlier collect quarantined (moved away) is not fetched again while the worker's
+    # copy is the same (size and mtime): it would only be quarantined once more, on every collect.
+    # A re-run's new file differs and is fetched.
+    qdir = (dest / QUARANTINE_DIR / hc.host.name).resolve()
+    compare = [f"--compare-dest={qdir}"] if qdir.is_dir() else []
     argv = ["rsync", "-a", "--protect-args", "-e", shlex.join(ssh_argv(hc.host)), "--out-format=%i %n",
-            *includes_for(v.done_markers), "--", f"{hc.host.address}:{src}/", f"{out}/"]
+            *compare, *includes_for(done), "--", f"{hc.host.address}:{src}/", f"{out}/"]
     p = subprocess.run(argv, capture_output=True, text=True)
     if p.returncode != 0:
         raise StepFailed(f"rsync from {hc.host.name} failed (exit {p.returncode}): {p.stderr.strip()[-300:]}")
@@ -50,12 +64,15 @@ def fetch(hc, plan, dest: Path):
         manifest_data = json.loads(manifest) if manifest.strip() else {}
     except ValueError:
         manifest_data = {}
-    (out / "provenance.json").write_text(json.dumps({
+    prov = json.dumps({
         "host": hc.host.name, "gpu": gpu.strip(), "venv": manifest_data.get("packages", {}),
         "python": manifest_data.get("python_version"), "venv_digest": manifest_data.get("digest"),
-        "items_done": v.done_markers, "runner_status": (v.state or {}).get("status")}, indent=2) + "\n")
+        "items_done": done, "runner_status": (v.state or {}).get("status")}, indent=2) + "\n"
+    pf = out / "provenance.json"
+    if not pf.is_file() or pf.read_text() != prov:  # a collect that finds nothing new touches nothing
+        pf.write_text(prov)
     if not [f for f in fetched if f not in ("state.json", "runner.log")]:
-        return Status.OK, f"nothing new ({len(v.done_markers)} finished item(s) already here)"
+        return Status.OK, f"nothing new ({len(done)} finished item(s) already here)"
     return Status.CHANGED, f"fetched {len(fetched)} file(s): {', '.join(sorted(fetched))}"
 
 

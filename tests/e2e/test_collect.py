@@ -1,0 +1,272 @@
+"""`fab collect` end to end on the testbed: a short campaign (tests/e2e/plans/collect-fast.yml) run by
+`fab bench` on two provisioned workers, then collected into a temporary results folder.
+
+The expected numbers are read from the collected result JSON files themselves, never from
+specfleet's output; what a worker holds is read on the worker (nsenter, no SSH).
+"""
+from __future__ import annotations
+
+import csv
+import json
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from e2e_helpers import events, fab, host_sh, inventory_of
+
+pytestmark = pytest.mark.e2e
+
+PLAN = "tests/e2e/plans/collect-fast.yml"  # fab runs in the project root
+CAMPAIGN = "collect-fast"
+WORK = "/var/lib/specfleet/campaigns"
+HOSTS = ("w1", "w2")
+MERGED = ("report.md", "report.html", "merged.csv", "merged.json")
+# result-file key -> merged.json column
+METRICS = {"output_throughput": "output_tok_s", "total_token_throughput": "total_tok_s",
+           "mean_tpot_ms": "tpot_ms", "mean_ttft_ms": "ttft_ms", "mean_itl_ms": "itl_ms",
+           "duration": "duration_s", "completed": "completed", "total_output_tokens": "output_tokens"}
+SPEC = {"spec_decode_acceptance_rate": "acceptance_rate_pct",
+        "spec_decode_acceptance_length": "acceptance_length", "spec_decode_num_drafts": "drafts"}
+RESULT_RE = re.compile(r"^(?P<config>.+)_conc(?P<conc>\d+)\.json$")
+SIM = "SIMULATED ENGINE"
+NOT_EQ = "NODES NOT EQUIVALENT"
+
+
+def out(r) -> str:
+    return f"exit {r.returncode}\n--- stdout\n{r.stdout[-6000:]}\n--- stderr\n{r.stderr[-3000:]}"
+
+
+def run_dir(host: str) -> str:
+    return f"{WORK}/{CAMPAIGN}/{host}"
+
+
+def worker_state(tb, host: str) -> dict | None:
+    r = host_sh(tb, host, f"cat {run_dir(host)}/state.json 2>/dev/null")
+    try:
+        return json.loads(r.stdout) if r.stdout.strip() else None
+    except ValueError:
+        return None  # read while the runner renames it: try again
+
+
+def worker_files(tb, host: str) -> set[str]:
+    return set(host_sh(tb, host, f"ls {run_dir(host)} 2>/dev/null").stdout.split())
+
+
+def wait_for(pred, timeout: float, what: str):
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        v = pred()
+        if v:
+            return v
+        time.sleep(0.2)
+    pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def provisioned(testbed_factory, tmp_path: Path, speed: dict | None = None):
+    tb = testbed_factory(workers=2, speed=speed or {})
+    inv = inventory_of(tb)
+    r = fab("provision", inventory=inv, runs=tmp_path / "runs-provision")
+    assert r.returncode == 0, out(r)
+    return tb, inv
+
+
+def bench(inv: Path, tmp_path: Path, *extra: str):
+    r = fab("bench", "--hosts", ",".join(HOSTS), "--plan", PLAN, *extra, inventory=inv, runs=tmp_path / "runs-bench")
+    assert r.returncode == 0, out(r)
+    return r
+
+
+def collect(inv: Path, results: Path, runs: Path, *extra: str):
+    return fab("collect", "--plan", PLAN, "--results", str(results), *extra, inventory=inv, runs=runs)
+
+
+def wait_finished(tb, timeout: float = 300) -> None:
+    def finished():
+        states = [worker_state(tb, h) for h in HOSTS]
+        return all(s and s.get("status") in ("done", "failed", "stopped") for s in states) and states
+    for s in wait_for(finished, timeout, "both runners to finish"):
+        assert s["status"] == "done", json.dumps(s, indent=1)[-3000:]
+
+
+def result_files(camp: Path) -> dict[tuple[str, str, int], dict]:
+    """(node, config, concurrency) -> the collected result JSON, for every host folder."""
+    found = {}
+    for hdir in sorted(p for p in camp.iterdir() if p.is_dir() and p.name != "quarantine"):
+        for f in hdir.glob("*.json"):
+            if m := RESULT_RE.match(f.name):
+                found[(hdir.name, m["config"], int(m["conc"]))] = json.loads(f.read_text())
+    return found
+
+
+def check_merged_matches_files(camp: Path) -> list[dict]:
+    """merged.json has one row per collected result file, with that file's numbers, and every
+    speedup is the row's output tok/s over the same node's baseline at the same concurrency."""
+    rows = json.loads((camp / "merged.json").read_text())
+    files = result_files(camp)
+    assert sorted((r["node"], r["config"], r["concurrency"]) for r in rows) == sorted(files)
+    for r in rows:
+        d = files[(r["node"], r["config"], r["concurrency"])]
+        assert (d["node"], d["config"], d["max_concurrency"]) == (r["node"], r["config"], r["concurrency"])
+        for key, col in METRICS.items():
+            assert r[col] == pytest.approx(d[key], rel=1e-9), (r["node"], r["config"], r["concurrency"], key)
+        base = files[(r["node"], "vanilla", r["concurrency"])]
+        assert r["speedup"] == pytest.approx(d["output_throughput"] / base["output_throughput"], rel=1e-9)
+        for key, col in SPEC.items():
+            if key in d:
+                assert r[col] == pytest.approx(d[key], rel=1e-9), (r["config"], key)
+            else:
+                assert r[col] is None, (r["config"], key)
+        assert r["simulated"] is True and d["simulated"] is True
+    return rows
+
+
+def stamps_of(camp: Path) -> dict[str, str]:
+    """The top of each output, where the stamps go."""
+    md = (camp / "report.md").read_text()
+    html = (camp / "report.html").read_text()
+    body = html[html.index("<body>"):]
+    with open(camp / "merged.csv", newline="") as fh:
+        csv_stamps = {row["stamp"] for row in csv.DictReader(fh)}
+    json_stamps = {r["stamp"] for r in json.loads((camp / "merged.json").read_text())}
+    return {"md": md[:md.index("# Speculative-decoding campaign")],
+            "html_title": re.search(r"<title>(.*?)</title>", html, re.S).group(1),
+            "html_banner": body[:body.index("<h1>")],
+            "csv": " / ".join(sorted(csv_stamps)) if len(csv_stamps) == 1 else f"differs per row: {csv_stamps}",
+            "json": " / ".join(sorted(json_stamps)) if len(json_stamps) == 1 else f"differs per row: {json_stamps}"}
+
+
+def recap(stdout: str) -> dict[str, dict[str, str]]:
+    """host -> {ok, changed, failed, unreachable, skipped, result} from the RECAP table."""
+    rows = {}
+    for ln in stdout.split("RECAP collect", 1)[-1].splitlines():
+        cells = [c.strip() for c in re.split(r"[│┃|]", ln)[1:-1]]
+        if len(cells) == 7 and cells[0] in HOSTS:
+            rows[cells[0]] = dict(zip(("ok", "changed", "failed", "unreachable", "skipped", "result"), cells[1:]))
+    return rows
+
+
+def flat(text: str) -> str:
+    return " ".join(text.split())  # undo the terminal's line wrapping
+
+
+def mtimes(camp: Path) -> dict[str, int]:
+    return {str(p.relative_to(camp)): p.stat().st_mtime_ns for p in camp.rglob("*")
+            if p.is_file() and p.parent != camp}  # host folders and quarantine, not the report
+
+
+def test_collect_while_running_then_merge_quarantine_and_nothing_new(testbed_factory, tmp_path):
+    tb, inv = provisioned(testbed_factory, tmp_path)
+    results = tmp_path / "results"
+    camp = results / CAMPAIGN
+    bench(inv, tmp_path, "--no-wait")
+
+    # 1. Collect while the campaign runs: on some worker the first item is done and the second is in
+    #    its concurrency-1 run, so its finished <config>_conc8.json is already on the worker.
+    def caught():
+        for h in HOSTS:
+            st = worker_state(tb, h)
+            items = (st or {}).get("items", [])
+            if len(items) > 1 and items[0]["status"] == "done" and items[1]["status"] == "benchmarking" \
+                    and re.match(r"bench concurrency 1\b", items[1].get("phase") or "") \
+                    and f"{items[1]['name']}_conc8.json" in worker_files(tb, h):
+                return h, items[1]["name"]
+    host, running = wait_for(caught, 180, "a second item benchmarking at concurrency 1")
+    partial = collect(inv, results, tmp_path / "runs-partial")
+    st = worker_state(tb, host)
+    assert next(i for i in st["items"] if i["name"] == running)["status"] != "done", \
+        "the item finished during the collect: the plan's runs are too short for this test"
+    assert partial.returncode in (0, 8), out(partial)
+    got = {f.name for f in (camp / host).iterdir()}
+    assert not {f"{running}_conc8.json", f"{running}.done", f"{running}.server.log"} & got, got
+    assert {"vanilla_conc8.json", "vanilla_conc1.json", "vanilla.done", "state.json"} <= got, got
+    for h in HOSTS:
+        hdir = camp / h
+        prov = json.loads((hdir / "provenance.json").read_text())
+        done_here = {p.name[:-len(".done")] for p in hdir.glob("*.done")}
+        assert done_here == set(prov["items_done"]), (h, done_here, prov)
+        for f in hdir.glob("*.json"):
+            if m := RESULT_RE.match(f.name):
+                assert m["config"] in done_here, f"{h}: {f.name} of an unfinished item was collected"
+        assert not list(hdir.glob("*.partial")) and not list(hdir.glob("*.bench.log"))
+    if partial.returncode == 0:
+        assert running not in {r["config"] for r in json.loads((camp / "merged.json").read_text())
+                               if r["node"] == host}
+
+    # 2. The campaign finishes. On w1 a finished result file is truncated (a half-written copy,
+    #    e.g. a full disk) and a failed run's half-written .partial lies beside it.
+    wait_finished(tb)
+    w1_cfg = next(i["name"] for i in worker_state(tb, "w1")["items"] if i["name"] != "vanilla")
+    bad = f"{w1_cfg}_conc1.json"
+    assert host_sh(tb, "w1", f"cd {run_dir('w1')} && truncate -s 700 {bad} && "
+                             f"head -c 300 vanilla_conc8.json > vanilla_conc8.json.partial").returncode == 0
+
+    full = collect(inv, results, tmp_path / "runs-full")
+    assert full.returncode == 0, out(full)
+    # quarantined, named on the terminal and in the report, never merged
+    q = camp / "quarantine" / "w1" / bad
+    assert q.is_file() and q.stat().st_size == 700 and not (camp / "w1" / bad).exists()
+    assert "invalid JSON" in (q.parent / f"{bad}.reason.txt").read_text()
+    assert re.search(rf"quarantined \S*/w1/{re.escape(bad)} -> \S*/quarantine/w1/{re.escape(bad)}: invalid JSON",
+                     flat(full.stdout)), out(full)
+    assert bad in (camp / "report.md").read_text() and bad in (camp / "report.html").read_text()
+    assert not list((camp / "w1").glob("*.partial"))
+    rows = check_merged_matches_files(camp)
+    assert ("w1", w1_cfg, 1) not in {(r["node"], r["config"], r["concurrency"]) for r in rows}
+    # the rest merged: every other (node, config, concurrency) the workers ran
+    ran = {(h, i["name"], c) for h in HOSTS for i in worker_state(tb, h)["items"] for c in (1, 8)}
+    assert {(r["node"], r["config"], r["concurrency"]) for r in rows} == ran - {("w1", w1_cfg, 1)}
+    assert {r["config"] for r in rows} == {"vanilla", "ngram", "eagle3"}
+    s = stamps_of(camp)
+    assert (camp / "report.md").read_text().startswith(f"> **⚠ {SIM}"), s["md"]
+    assert SIM in s["html_banner"] and "[SIMULATED]" in s["html_title"] and SIM in s["csv"] and SIM in s["json"], s
+    assert NOT_EQ not in json.dumps(s), s
+    assert "Node equivalence: **PASSED**" in (camp / "report.md").read_text()
+
+    # 3. Collect again: nothing new on any host, no file touched, the quarantined file not fetched again.
+    before = mtimes(camp)
+    again = collect(inv, results, tmp_path / "runs-again")
+    assert again.returncode == 0, out(again)
+    steps = [e for e in events(tmp_path / "runs-again") if e.get("event") == "step"]
+    assert {e["host"] for e in steps} == set(HOSTS), steps
+    for e in steps:
+        assert e["status"] == "ok" and not e["changed"] and "nothing new" in e["message"], e
+    assert {h: (r["ok"], r["changed"], r["result"]) for h, r in recap(again.stdout).items()} == \
+        {h: ("1", "0", "fine") for h in HOSTS}, out(again)
+    assert mtimes(camp) == before
+    assert sorted(p.name for p in (camp / "quarantine" / "w1").iterdir()) == [bad, f"{bad}.reason.txt"]
+    assert check_merged_matches_files(camp) == rows
+
+
+def test_slower_node_is_refused_and_force_merges_stamped(testbed_factory, tmp_path):
+    tb, inv = provisioned(testbed_factory, tmp_path, speed={"w2": 0.94})
+    bench(inv, tmp_path)
+    results = tmp_path / "results"
+    camp = results / CAMPAIGN
+
+    refused = collect(inv, results, tmp_path / "runs-refused")
+    assert refused.returncode == 8, out(refused)
+    assert not [n for n in MERGED if (camp / n).exists()]
+    assert "Node equivalence (baseline on every node)" in refused.stdout and "FAIL" in refused.stdout, out(refused)
+    assert re.search(r"w1 vs w2 @ conc 8: -\d+\.\d+ % exceeds 3 %", flat(refused.stdout)), out(refused)
+    # the printed diff is the files' own: w2's baseline output tok/s at concurrency 8 vs w1's
+    files = result_files(camp)
+    diff = (files[("w2", "vanilla", 8)]["output_throughput"] / files[("w1", "vanilla", 8)]["output_throughput"] - 1) * 100
+    assert -9 < diff < -3, diff
+    assert f"{diff:+.2f} %" in flat(refused.stdout), (diff, out(refused))
+
+    forced = collect(inv, results, tmp_path / "runs-forced", "--force")
+    assert forced.returncode == 0, out(forced)
+    s = stamps_of(camp)
+    for where, text in s.items():
+        assert NOT_EQ in text and SIM in text, (where, text)
+    assert "[NODES NOT EQUIVALENT]" in s["html_title"]
+    assert "> **⚠ NODES NOT EQUIVALENT" in s["md"]
+    assert "Node equivalence: **FAILED**" in (camp / "report.md").read_text()
+    check_merged_matches_files(camp)
+
+    # a refused collect afterwards removes the forced report, so it cannot pass for current
+    again = collect(inv, results, tmp_path / "runs-again")
+    assert again.returncode == 8, out(again)
+    assert not [n for n in MERGED if (camp / n).exists()]

@@ -1,0 +1,46 @@
+"""What `fab collect` takes from a worker's run folder: the rsync filters and the finished items,
+checked with the local rsync on a folder laid out as the bench runner leaves it. No SSH here
+(tests/e2e/test_collect.py runs the same against the testbed)."""
+import json
+import subprocess
+
+from specfleet.bench.remote import RunnerView
+from tasks.collect import finished_items, includes_for
+
+RUN_FOLDER = {
+    # done
+    "vanilla.done": "{}", "vanilla_conc8.json": "{}", "vanilla_conc1.json": "{}",
+    "vanilla.server.log": "log", "vanilla_conc8.bench.log": "log",
+    # running: its concurrency-8 run is finished, concurrency 1 is being written
+    "ngram.server.log": "log", "ngram_conc8.json": "{}", "ngram_conc1.json.partial": '{"dur',
+    # a name that starts like another config's
+    "ngram_improved.done": "{}", "ngram_improved_conc8.json": "{}",
+    # changed in the plan and measured again: the old marker is still there
+    "eagle3.done": "{}", "eagle3_conc8.json": "{}",
+    "state.json": "{}", "run.json": "{}", "runner.log": "log",
+}
+
+
+def rsync_with(filters, src, dest):
+    dest.mkdir()
+    subprocess.run(["rsync", "-a", *filters, "--", f"{src}/", f"{dest}/"], check=True)
+    return {p.name for p in dest.iterdir()}
+
+
+def test_only_finished_items_files_are_taken(tmp_path):
+    src = tmp_path / "w1"
+    src.mkdir()
+    for name, text in RUN_FOLDER.items():
+        (src / name).write_text(text)
+    got = rsync_with(includes_for(["vanilla", "ngram_improved"]), src, tmp_path / "out")
+    assert got == {"vanilla.done", "vanilla_conc8.json", "vanilla_conc1.json", "vanilla.server.log",
+                   "ngram_improved.done", "ngram_improved_conc8.json", "state.json", "runner.log"}
+
+
+def test_a_stale_marker_of_an_item_being_rerun_does_not_count():
+    state = {"items": [{"name": "vanilla", "status": "done"}, {"name": "ngram", "status": "benchmarking"},
+                       {"name": "eagle3", "status": "loading"}, {"name": "x", "status": "failed"}]}
+    v = RunnerView(state=json.loads(json.dumps(state)), done_markers=["eagle3", "old", "vanilla", "x"])
+    # eagle3 and x have markers from an earlier plan version; "old" is no longer in the queue
+    assert finished_items(v) == ["old", "vanilla"]
+    assert finished_items(RunnerView(state=None, done_markers=["a", "b"])) == ["a", "b"]
