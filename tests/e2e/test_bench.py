@@ -1,0 +1,475 @@
+"""`fab bench` / `fab stop` end to end on the namespace testbed with the simulated vLLM.
+
+The campaign is the field report's (4 configurations, concurrency 1 and 16, 2 workers) made short
+(tests/e2e/plans/fast.yml: 4 prompts x 64 tokens). Every assertion about a worker reads the worker
+itself (`tb.exec`: nsenter, no SSH) or its result files, never fab's output alone.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from e2e_helpers import FAB, PROJECT, fab, host_sh, inventory_of
+
+pytestmark = pytest.mark.e2e
+
+FAST = PROJECT / "tests/e2e/plans/fast.yml"
+CAMPAIGN = "e2e-fast"
+WORK = "/var/lib/specfleet/campaigns"
+CONFIGS = ["vanilla", "ngram", "ngram_improved", "eagle3"]
+CONCS = [1, 16]
+REPORT_PINS = ["--assign", "ngram=w1", "--assign", "ngram_improved=w1", "--assign", "eagle3=w2"]
+REPORT_QUEUES = {"w1": ["vanilla", "ngram", "ngram_improved"], "w2": ["vanilla", "eagle3"]}
+GPU_FREE_MIB = 5000  # the plan's gpu_memory_free_mib
+
+
+# ---------------------------------------------------------------- helpers
+def plan_variant(tmp_path: Path, edit) -> Path:
+    """fast.yml changed by `edit(doc)`; dataset_path stays relative to the repository (fab's cwd)."""
+    doc = yaml.safe_load(FAST.read_text())
+    edit(doc)
+    out = tmp_path / "plan.yml"
+    out.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return out
+
+
+def run_dir(host: str) -> str:
+    return f"{WORK}/{CAMPAIGN}/{host}"
+
+
+def host_json(tb, host: str, path: str) -> dict | None:
+    p = host_sh(tb, host, f"cat {shlex.quote(path)} 2>/dev/null")
+    try:
+        return json.loads(p.stdout) if p.stdout.strip() else None
+    except ValueError:
+        return None
+
+
+def state(tb, host: str) -> dict | None:
+    return host_json(tb, host, f"{run_dir(host)}/state.json")
+
+
+def items(st: dict | None) -> dict[str, dict]:
+    return {i["name"]: i for i in (st or {}).get("items", [])}
+
+
+def wait_for(cond, timeout: float, what: str, interval: float = 0.1):
+    deadline = time.monotonic() + timeout
+    while True:
+        v = cond()
+        if v:
+            return v
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(interval)
+
+
+# processes of this worker only: the testbed has no PID namespace, so `ps` would also list other
+# people's processes on the machine; compare each process's network namespace with the host's
+_NS_PROCS = r"""
+import json, os
+me, out = os.readlink("/proc/self/ns/net"), []
+for d in os.listdir("/proc"):
+    if not d.isdigit() or int(d) == os.getpid():
+        continue
+    try:
+        if os.readlink(f"/proc/{d}/ns/net") != me:
+            continue
+        argv = open(f"/proc/{d}/cmdline", "rb").read().split(b"\0")
+    except OSError:
+        continue
+    if argv[0]:
+        out.append([int(d), " ".join(a.decode(errors="replace") for a in argv if a)])
+print(json.dumps(out))
+"""
+
+
+def procs(tb, host: str) -> list[tuple[int, str]]:
+    p = tb.exec(host, ["/usr/bin/python3", "-I", "-S", "-c", _NS_PROCS])
+    assert p.returncode == 0, p.stderr
+    return [(pid, a) for pid, a in json.loads(p.stdout) if "sshd" not in a]
+
+
+def vllm_procs(tb, host: str) -> list[tuple[int, str]]:
+    return [(pid, a) for pid, a in procs(tb, host) if a.startswith("VLLM::") or " serve " in f" {a} "]
+
+
+def runner_procs(tb, host: str) -> list[tuple[int, str]]:
+    return [(pid, a) for pid, a in procs(tb, host) if "runner.py" in a and "--spec" in a]
+
+
+def gpu_used(tb, host: str) -> int:
+    p = host_sh(tb, host, "nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits")
+    assert p.returncode == 0, p.stdout + p.stderr
+    return int(p.stdout.split()[0])
+
+
+def lock_pid(tb, host: str) -> int | None:
+    out = host_sh(tb, host, f"cat {WORK}/.specfleet-runner.lock 2>/dev/null").stdout
+    return int(out.split()[0].removeprefix("pid=")) if out.startswith("pid=") else None
+
+
+def mtimes(tb, host: str, names: list[str]) -> dict[str, str]:
+    out = host_sh(tb, host, f"cd {run_dir(host)} && stat -c '%n %.9Y' " + " ".join(map(shlex.quote, names))).stdout
+    return dict(ln.split(" ", 1) for ln in out.splitlines())
+
+
+def result_names(configs: list[str]) -> list[str]:
+    return [f"{c}_conc{n}.json" for c in configs for n in CONCS]
+
+
+def assert_results(tb, host: str, configs: list[str]) -> None:
+    """Every result file of `configs` exists on the worker, is JSON, simulated, at the right concurrency."""
+    for cfg in configs:
+        for n in CONCS:
+            path = f"{run_dir(host)}/{cfg}_conc{n}.json"
+            r = host_json(tb, host, path)
+            assert r is not None, f"{host}:{path} missing or not JSON"
+            assert r["simulated"] is True and r["engine"] == "specfleet-simvllm", path
+            assert r["max_concurrency"] == n, (path, r["max_concurrency"])
+            assert (r["node"], r["config"], r["campaign"]) == (host, cfg, CAMPAIGN), path
+            assert r["completed"] == 4 and r["num_prompts"] == 4, path
+
+
+def assert_idle(tb, host: str) -> None:
+    """No runner, no vllm serve, no VLLM:: process on the worker, and the GPU's memory back to 0."""
+    assert runner_procs(tb, host) == [], runner_procs(tb, host)
+    assert vllm_procs(tb, host) == [], vllm_procs(tb, host)
+    assert gpu_used(tb, host) == 0
+
+
+def provisioned(testbed_factory, tmp_path: Path):
+    tb = testbed_factory(workers=2)
+    out = fab("provision", inventory=inventory_of(tb), runs=tmp_path / "runs-provision")
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    return tb
+
+
+def bench(tb, tmp_path: Path, *args: str, plan: Path = FAST, timeout: float = 240, tag: str = "bench"):
+    return fab("bench", "--hosts", "w1,w2", "--plan", str(plan), "--poll", "0.5", *args,
+               inventory=inventory_of(tb), runs=tmp_path / f"runs-{tag}", timeout=timeout)
+
+
+def bench_popen(tb, tmp_path: Path, *args: str, plan: Path = FAST) -> subprocess.Popen:
+    env = {**os.environ, "COLUMNS": "200", "SPECFLEET_INVENTORY": str(inventory_of(tb)),
+           "SPECFLEET_RUNS_DIR": str(tmp_path / "runs-bg")}
+    log = open(tmp_path / "bench-bg.log", "w")
+    return subprocess.Popen([FAB, "bench", "--hosts", "w1,w2", "--plan", str(plan), "--poll", "0.5", *args],
+                            cwd=PROJECT, env=env, stdout=log, stderr=subprocess.STDOUT)
+
+
+def out_of(p: subprocess.CompletedProcess) -> str:
+    return p.stdout[-4000:] + p.stderr[-2000:]
+
+
+def item_status(tb, host: str, name: str, statuses) -> dict | None:
+    it = items(state(tb, host)).get(name)
+    return it if it and it["status"] in statuses else None
+
+
+def secs(a: str, b: str) -> float:
+    t = lambda s: time.mktime(time.strptime(s, "%Y-%m-%dT%H:%M:%SZ"))  # noqa: E731
+    return t(b) - t(a)
+
+
+# ---------------------------------------------------------------- 1. the report's campaign
+def test_report_campaign_with_the_reports_split(testbed_factory, tmp_path):
+    tb = provisioned(testbed_factory, tmp_path)
+    t0 = time.monotonic()
+    out = bench(tb, tmp_path, *REPORT_PINS)
+    took = time.monotonic() - t0
+    assert out.returncode == 0, out_of(out)
+    for host, queue in REPORT_QUEUES.items():
+        spec = host_json(tb, host, f"{run_dir(host)}/run.json")
+        assert [i["name"] for i in spec["items"]] == queue
+        st = state(tb, host)
+        assert st["status"] == "done" and st["host"] == host
+        assert [(i["name"], i["status"], i["attempts"]) for i in st["items"]] == [(n, "done", 1) for n in queue]
+        assert_results(tb, host, queue)
+        others = set(CONFIGS) - set(queue)
+        assert not host_sh(tb, host, " ".join(f"ls {run_dir(host)}/{c}_conc*.json 2>/dev/null;" for c in others)
+                           ).stdout.strip(), f"{host} ran configurations of the other node"
+        assert_idle(tb, host)
+    assert took < 150, f"the short campaign took {took:.0f} s"
+
+
+def test_report_campaign_with_the_automatic_split(testbed_factory, tmp_path):
+    tb = provisioned(testbed_factory, tmp_path)
+    out = bench(tb, tmp_path)
+    assert out.returncode == 0, out_of(out)
+    queues = {h: [i["name"] for i in host_json(tb, h, f"{run_dir(h)}/run.json")["items"]] for h in ("w1", "w2")}
+    # the baseline first on every node, every other configuration on exactly one node
+    assert all(q[0] == "vanilla" for q in queues.values()), queues
+    others = sorted(c for q in queues.values() for c in q[1:])
+    assert others == sorted(set(CONFIGS) - {"vanilla"}), queues
+    for host, queue in queues.items():
+        st = state(tb, host)
+        assert st["status"] == "done"
+        assert [(i["name"], i["status"], i["attempts"]) for i in st["items"]] == [(n, "done", 1) for n in queue]
+        assert_results(tb, host, queue)
+        assert_idle(tb, host)
+    # fab printed the split it ran
+    for host, queue in queues.items():
+        assert f"{host}: " + " -> ".join(queue) in out.stdout
+
+
+# ---------------------------------------------------------------- 2. SSH side killed
+def test_fab_killed_mid_run_reattaches_and_nothing_is_redone(testbed_factory, tmp_path):
+    tb = provisioned(testbed_factory, tmp_path)
+    p = bench_popen(tb, tmp_path, *REPORT_PINS)
+    try:
+        # w1's first item finished and its second one is under way
+        wait_for(lambda: item_status(tb, "w1", "vanilla", ["done"])
+                 and item_status(tb, "w1", "ngram", ["preflight", "loading", "benchmarking"]),
+                 120, "w1 to finish vanilla and start ngram")
+        p.send_signal(signal.SIGKILL)
+        p.wait(timeout=10)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    pid = lock_pid(tb, "w1")
+    st = state(tb, "w1")
+    assert pid and st["runner_pid"] == pid and [pid] == [x for x, _ in runner_procs(tb, "w1")], \
+        "the runner must survive its SSH session"
+    done_before = {h: [n for n, i in items(state(tb, h)).items() if i["status"] == "done"] for h in ("w1", "w2")}
+    before = {h: mtimes(tb, h, result_names(done_before[h])) for h in ("w1", "w2")}
+    assert len(before["w1"]) == 2
+
+    again = bench(tb, tmp_path, *REPORT_PINS, tag="again")
+    assert again.returncode == 0, out_of(again)
+    assert f"reattached to runner pid {pid}" in again.stdout
+    st = state(tb, "w1")
+    assert st["runner_pid"] == pid, "a second runner was started instead of reattaching"
+    assert host_sh(tb, "w1", f"grep -c '^.* runner pid ' {run_dir('w1')}/runner.log").stdout.strip() == "1"
+    for host, queue in REPORT_QUEUES.items():
+        st = state(tb, host)
+        assert [(i["name"], i["status"], i["attempts"]) for i in st["items"]] == [(n, "done", 1) for n in queue]
+        assert_results(tb, host, queue)
+        assert mtimes(tb, host, list(before[host])) == before[host], "finished results were rewritten"
+        assert_idle(tb, host)
+
+
+# ---------------------------------------------------------------- 3. server dies during load
+def test_server_dying_during_load_fails_fast_with_its_log_and_the_queue_goes_on(testbed_factory, tmp_path):
+    tb = provisioned(testbed_factory, tmp_path)
+    tb.fault("w1", "die-during-load")
+    p = bench_popen(tb, tmp_path, *REPORT_PINS)
+    try:
+        # The engine reads the fault when it starts; once the first item's engine is loading,
+        # clear it, so only this one server dies and the next items on w1 get a healthy engine.
+        wait_for(lambda: "Starting to load model" in host_sh(
+            tb, "w1", f"cat {run_dir('w1')}/vanilla.server.log 2>/dev/null").stdout, 60, "w1's first load")
+        tb.fault("w1", "clear-engine-fault")
+        rc = p.wait(timeout=180)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    log = (tmp_path / "bench-bg.log").read_text()
+    assert rc == 2, log[-3000:]  # a host had a failed item
+    v = items(state(tb, "w1"))["vanilla"]
+    assert v["status"] == "failed" and v["attempts"] == 1
+    assert secs(v["started_at"], v["finished_at"]) <= 20, v  # not the 40-minute health limit
+    assert "vllm serve exited with code 1" in v["error"]
+    # the server log's tail is in the error
+    assert "torch.OutOfMemoryError: CUDA out of memory" in v["error"]
+    assert "Engine core initialization failed" in v["error"]
+    # ... and the rest of w1's queue ran after it
+    st = state(tb, "w1")
+    assert [(i["name"], i["status"], i["attempts"]) for i in st["items"][1:]] == \
+        [("ngram", "done", 1), ("ngram_improved", "done", 1)]
+    assert secs(v["finished_at"], items(st)["ngram"]["started_at"]) >= 0
+    assert st["status"] == "failed"
+    assert_results(tb, "w1", ["ngram", "ngram_improved"])
+    assert not host_sh(tb, "w1", f"ls {run_dir('w1')}/vanilla_conc*.json 2>/dev/null").stdout.strip()
+    assert_results(tb, "w2", REPORT_QUEUES["w2"])
+    for h in ("w1", "w2"):
+        assert_idle(tb, h)
+    assert "OutOfMemoryError" in log  # fab reports the failed item too
+
+
+# ---------------------------------------------------------------- 4. server never healthy
+def test_never_healthy_server_times_out_per_the_plan(testbed_factory, tmp_path):
+    tb = provisioned(testbed_factory, tmp_path)
+    plan = plan_variant(tmp_path, lambda d: d["server"].update(health_timeout_s=4))
+    for h in ("w1", "w2"):
+        tb.fault(h, "never-healthy")
+    out = bench(tb, tmp_path, *REPORT_PINS, plan=plan)
+    assert out.returncode == 2, out_of(out)
+    for host, queue in REPORT_QUEUES.items():
+        st = state(tb, host)
+        assert st["status"] == "failed"
+        for name in queue:  # every item was tried once, in turn, and timed out after about 4 s
+            it = items(st)[name]
+            assert (it["status"], it["attempts"]) == ("failed", 1), it
+            assert "server not healthy after 4 s" in it["error"], it["error"]
+            assert "Loading safetensors checkpoint shards:   0% Completed" in it["error"]  # log tail
+            assert 3 <= secs(it["started_at"], it["finished_at"]) <= 25, it
+        assert_idle(tb, host)  # the hung servers were stopped and their GPU memory freed
+
+
+# ---------------------------------------------------------------- 5. API server SIGKILLed
+def test_sigkilled_api_server_leaves_an_enginecore_that_the_runner_ends(testbed_factory, tmp_path):
+    tb = provisioned(testbed_factory, tmp_path)
+    p = bench_popen(tb, tmp_path, *REPORT_PINS)
+    try:
+        # Catch w2's vanilla server while it is benchmarking; freeze the runner (SIGSTOP) so that the
+        # state seen here stays true while the API server is SIGKILLed and its engine is inspected.
+        for _ in range(200):
+            wait_for(lambda: item_status(tb, "w2", "vanilla", ["benchmarking"]), 120, "w2 benchmarking vanilla",
+                     interval=0.05)
+            runner = state(tb, "w2")["runner_pid"]
+            os.kill(runner, signal.SIGSTOP)
+            it = items(state(tb, "w2"))["vanilla"]
+            serve = it["server_pid"]
+            engine = [pid for pid, a in procs(tb, "w2") if a.startswith("VLLM::EngineCore")
+                      and host_sh(tb, "w2", f"cut -d' ' -f4 /proc/{pid}/stat").stdout.strip() == str(serve)]
+            if it["status"] == "benchmarking" and engine and gpu_used(tb, "w2") >= GPU_FREE_MIB:
+                break
+            os.kill(runner, signal.SIGCONT)
+        else:
+            pytest.fail("never caught w2's server benchmarking")
+        try:
+            host_sh(tb, "w2", f"kill -9 {serve}")
+            wait_for(lambda: all(pid != serve for pid, _ in procs(tb, "w2")), 10, "the API server to die")
+            # the engine outlives its API server, reparented, still holding the GPU (report §3.5)
+            left = [(pid, a) for pid, a in procs(tb, "w2") if pid == engine[0]]
+            assert left and left[0][1].startswith("VLLM::EngineCore"), left
+            assert host_sh(tb, "w2", f"cut -d' ' -f4 /proc/{engine[0]}/stat").stdout.strip() != str(serve)
+            assert gpu_used(tb, "w2") >= GPU_FREE_MIB
+        finally:
+            os.kill(runner, signal.SIGCONT)
+        rc = p.wait(timeout=180)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert rc == 2, (tmp_path / "bench-bg.log").read_text()[-3000:]
+    st = state(tb, "w2")
+    v, e = items(st)["vanilla"], items(st)["eagle3"]
+    assert v["status"] == "failed" and v["attempts"] == 1
+    assert "exited with code" in v["error"], v["error"]
+    assert all(pid != engine[0] for pid, _ in procs(tb, "w2")), "the orphaned EngineCore is still alive"
+    # the next item loaded (simvllm refuses to start while the old engine's memory is held) and ran
+    assert (e["status"], e["attempts"]) == ("done", 1), e
+    assert_results(tb, "w2", ["eagle3"])
+    log = host_sh(tb, "w2", f"cat {run_dir('w2')}/runner.log").stdout.splitlines()
+    stop = max(i for i, ln in enumerate(log) if "[vanilla] stopping" in ln)
+    start = min(i for i, ln in enumerate(log) if "[eagle3] preflight" in ln)
+    assert stop < start, "the next item started before the failed one was cleaned up"
+    # the engine was ended with SIGTERM and released its GPU reservation itself
+    assert "EngineCore: trigger received signal=SIGTERM" in host_sh(
+        tb, "w2", f"cat {run_dir('w2')}/vanilla.server.log").stdout.split("==== specfleet")[-1]
+    for h in ("w1", "w2"):
+        assert_idle(tb, h)
+    assert_results(tb, "w1", REPORT_QUEUES["w1"])
+
+
+# ---------------------------------------------------------------- 6. worker rebooted
+def test_rebooted_worker_resumes_after_provision(testbed_factory, tmp_path):
+    tb = provisioned(testbed_factory, tmp_path)
+    first = bench(tb, tmp_path, *REPORT_PINS, "--no-wait", tag="first")
+    assert first.returncode == 0, out_of(first)
+    wait_for(lambda: item_status(tb, "w1", "vanilla", ["done"])
+             and item_status(tb, "w1", "ngram", ["loading", "benchmarking"]), 120, "w1 working on ngram")
+    old_runner = lock_pid(tb, "w1")
+    before = mtimes(tb, "w1", result_names(["vanilla"]))
+    tb.reboot("w1")
+    assert runner_procs(tb, "w1") == [] and vllm_procs(tb, "w1") == []
+    assert host_sh(tb, "w1", "findmnt /mnt/fabrix").returncode != 0  # the NFS mount is gone
+    assert items(state(tb, "w1"))["ngram"]["status"] in ("loading", "benchmarking")  # interrupted
+
+    prov = fab("provision", inventory=inventory_of(tb), runs=tmp_path / "runs-reprovision")
+    assert prov.returncode == 0, out_of(prov)
+    assert host_sh(tb, "w1", "findmnt /mnt/fabrix && nvidia-smi -L").returncode == 0
+    again = bench(tb, tmp_path, *REPORT_PINS, tag="again")
+    assert again.returncode == 0, out_of(again)
+    st = state(tb, "w1")
+    assert st["status"] == "done" and st["runner_pid"] != old_runner
+    assert [(i["name"], i["status"], i["attempts"]) for i in st["items"]] == \
+        [("vanilla", "done", 1), ("ngram", "done", 2), ("ngram_improved", "done", 1)]
+    assert mtimes(tb, "w1", list(before)) == before, "the done item was redone"
+    assert "[vanilla] done marker present: skipped" in host_sh(tb, "w1", f"cat {run_dir('w1')}/runner.log").stdout
+    for host, queue in REPORT_QUEUES.items():
+        assert_results(tb, host, queue)
+        assert_idle(tb, host)
+
+
+# ---------------------------------------------------------------- 7. one runner per host
+def test_a_second_runner_on_the_same_host_is_refused(testbed_factory, tmp_path):
+    tb = provisioned(testbed_factory, tmp_path)
+    first = bench(tb, tmp_path, *REPORT_PINS, "--no-wait", tag="first")
+    assert first.returncode == 0, out_of(first)
+    pid = wait_for(lambda: item_status(tb, "w1", "vanilla", ["loading", "benchmarking"]) and lock_pid(tb, "w1"),
+                   60, "w1's runner to work")
+    argv = host_sh(tb, "w1", f"tr '\\0' '\\n' < /proc/{pid}/cmdline").stdout.splitlines()
+    assert "--spec" in argv, argv
+    second = tb.exec("w1", argv, timeout=60)  # the very same command line, spec and all
+    assert second.returncode == 3, (second.returncode, second.stdout, second.stderr)
+    assert "another runner holds" in second.stderr and f"pid={pid} " in second.stderr, second.stderr
+    assert "fab stop" in second.stderr, second.stderr
+    # the first runner goes on undisturbed and finishes the queue
+    assert lock_pid(tb, "w1") == pid and [x for x, _ in runner_procs(tb, "w1")] == [pid]
+    done = bench(tb, tmp_path, *REPORT_PINS, tag="follow")
+    assert done.returncode == 0, out_of(done)
+    st = state(tb, "w1")
+    assert st["runner_pid"] == pid and st["status"] == "done"
+    assert [i["attempts"] for i in st["items"]] == [1, 1, 1]
+    assert_results(tb, "w1", REPORT_QUEUES["w1"])
+
+
+# ---------------------------------------------------------------- 8. fab stop
+def test_fab_stop_stops_runners_and_servers_cleanly_and_bench_resumes(testbed_factory, tmp_path):
+    tb = provisioned(testbed_factory, tmp_path)
+    first = bench(tb, tmp_path, *REPORT_PINS, "--no-wait", tag="first")
+    assert first.returncode == 0, out_of(first)
+    wait_for(lambda: item_status(tb, "w1", "vanilla", ["done"])
+             and item_status(tb, "w1", "ngram", ["loading", "benchmarking"]), 120, "w1 working on ngram")
+    assert vllm_procs(tb, "w1") and gpu_used(tb, "w1") >= GPU_FREE_MIB
+    before = mtimes(tb, "w1", result_names(["vanilla"]))
+    stop = fab("stop", "--plan", str(FAST), inventory=inventory_of(tb), runs=tmp_path / "runs-stop", timeout=120)
+    assert stop.returncode == 0, out_of(stop)
+    st = state(tb, "w1")
+    assert st["status"] == "stopped"
+    ng = items(st)["ngram"]
+    assert ng["status"] == "pending" and "SIGTERM" in ng["error"]
+    for h in ("w1", "w2"):
+        assert_idle(tb, h)
+    assert "stopping server" in host_sh(tb, "w1", f"cat {run_dir('w1')}/runner.log").stdout
+
+    again = bench(tb, tmp_path, *REPORT_PINS, tag="again")
+    assert again.returncode == 0, out_of(again)
+    st = state(tb, "w1")
+    assert [(i["name"], i["status"], i["attempts"]) for i in st["items"]] == \
+        [("vanilla", "done", 1), ("ngram", "done", 2), ("ngram_improved", "done", 1)]
+    assert mtimes(tb, "w1", list(before)) == before
+    for host, queue in REPORT_QUEUES.items():
+        assert_results(tb, host, queue)
+        assert_idle(tb, host)
+
+
+# ---------------------------------------------------------------- 9. --check
+def test_check_prints_queues_and_commands_and_starts_nothing(testbed_factory, tmp_path):
+    tb = testbed_factory(workers=2)
+    out = bench(tb, tmp_path, *REPORT_PINS, "--check", tag="check", timeout=120)
+    assert out.returncode == 0, out_of(out)
+    text = out.stdout
+    for host, queue in REPORT_QUEUES.items():
+        assert f"{host}: " + " -> ".join(queue) in text
+        for cfg in queue:
+            assert f"--result-filename {cfg}_conc1.json" in text and f"--result-filename {cfg}_conc16.json" in text
+            assert f"node={host} config={cfg}" in text
+    assert text.count("/bin/vllm serve @MODEL@") == 5  # one server per item
+    assert "eagle3" in text and "--speculative-config" in text
+    for h in ("w1", "w2"):
+        assert host_sh(tb, h, f"ls -d {WORK}").returncode != 0, "check mode created the work dir"
+        assert runner_procs(tb, h) == [] and vllm_procs(tb, h) == []
