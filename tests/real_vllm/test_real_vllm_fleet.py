@@ -107,10 +107,12 @@ def ensure_wheelhouse(tmp: Path) -> str:
     except subprocess.TimeoutExpired:
         unavailable("pip download into the wheelhouse took over 30 min (no network or a stalled mirror?)")
     if p.returncode != 0:
+        out = (p.stderr or p.stdout).strip().splitlines()
+        why = "\n".join([ln for ln in out if ln.startswith("ERROR")] or out[-3:])
         unavailable(f"cannot fill the wheelhouse {WHEELHOUSE} (no network / no index? the torch "
                     "2.13.0+cpu wheel needs PIP_FIND_LINKS or SPECFLEET_REALVLLM_EXTRA_INDEX_URL="
                     f"https://download.pytorch.org/whl/cpu): pip download exit {p.returncode}: "
-                    f"{(p.stderr or p.stdout).strip()[-600:]}")
+                    f"{why[-800:]}")
     marker.write_text(json.dumps({"requirements": bv.requirements(), "python": pyver}) + "\n")
     TIMINGS["wheelhouse_download_s"] = round(time.monotonic() - t0, 1)
     return f"filled wheelhouse {WHEELHOUSE} in {TIMINGS['wheelhouse_download_s']} s"
