@@ -184,8 +184,8 @@ class Fleet:
             sudo = hc.host.needs_sudo and any(steps[i].probe_needs_root for i, _ in remote)
             res = hc.run(as_root(batch.script(), sudo=sudo))
             if res.exited != 0 and "sudo" in res.stderr:
-                raise Unreachable(f"sudo failed on {hc.host.name}: {res.stderr.strip()[-300:]} "
-                                  "(specfleet needs passwordless sudo: `NOPASSWD` for this user)")
+                raise StepFailed(f"sudo failed on {hc.host.name}: {res.stderr.strip()[-300:]} "
+                                 "(specfleet needs passwordless sudo: `NOPASSWD` for this user)")
             for (i, _), (out, rc) in zip(remote, batch.parse(res.stdout)):
                 facts[i] = Facts(out, rc)
         return [f if f is not None else Facts() for f in facts]

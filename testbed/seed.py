@@ -22,7 +22,7 @@ NFS_MOUNT = "/mnt/fabrix"
 # Stand-ins put into each worker's private /usr/sbin: file name -> source file.
 STANDINS = {
     "mount.nfs4": "mount.nfs4", "netplan": "netplan",
-    "nvidia-smi": "gpu-standin", "modprobe": "gpu-standin", "lsmod": "gpu-standin",
+    "modprobe": "gpu-standin", "lsmod": "gpu-standin",
 }
 GPU = {  # what one simulated GPU says about itself (an sm_120 card, as in the field)
     "name": "NVIDIA RTX PRO 6000 Blackwell Server Edition",
@@ -77,7 +77,7 @@ def sshd_files(run_dir: Path, name: str, i: int) -> str:
 ListenAddress {mgmt_ip(i)}:22
 HostKey {d}/ssh_host_ed25519_key
 PidFile {d}/sshd.pid
-AuthorizedKeysFile {run_dir}/authorized_keys
+AuthorizedKeysFile {run_dir}/authorized_keys .ssh/authorized_keys
 PermitRootLogin prohibit-password
 PubkeyAuthentication yes
 PasswordAuthentication no
@@ -110,7 +110,7 @@ def netplan_yaml(i: int, extra_stor: list[str] | None = None, only: str | None =
 def host_disk(disk: Path, run_dir: Path, name: str, i: int, speed: float) -> None:
     """Seed worker I's on-disk private trees (overlay uppers and bind sources)."""
     h = disk / "hosts" / name
-    for sub in ("opt", "mnt", "root", *(f"ovl/{o}/{d}" for o in ("_etc", "_var_lib", "_usr_sbin")
+    for sub in ("opt", "mnt", "root", *(f"ovl/{o}/{d}" for o in ("_etc", "_var_lib", "_usr_sbin", "_usr_bin")
                                          for d in ("upper", "work"))):
         (h / sub).mkdir(parents=True, exist_ok=True)
     # private /root with Debian's skeleton dotfiles: the bastion's .bashrc runs
@@ -134,6 +134,10 @@ def host_disk(disk: Path, run_dir: Path, name: str, i: int, speed: float) -> Non
         shutil.copyfile(HOST_SRC / src, sbin / dst)
         os.chmod(sbin / dst, 0o755)
     os.symlink("mount.nfs4", sbin / "mount.nfs")
+    # nvidia-smi lives in /usr/bin, as the driver package puts it: on every user's PATH
+    ubin = h / "ovl" / "_usr_bin" / "upper"
+    shutil.copyfile(HOST_SRC / "gpu-standin", ubin / "nvidia-smi")
+    os.chmod(ubin / "nvidia-smi", 0o755)
 
 
 def export_tree(disk: Path) -> Path:
