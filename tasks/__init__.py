@@ -2,6 +2,7 @@
 from invoke import Collection
 
 from tasks import bench, collect, facts, provision
+from tasks import bundle
 from tasks import testbed as testbed_tasks
 
 ns = Collection()
@@ -13,3 +14,4 @@ ns.add_task(bench.status)
 ns.add_task(bench.stop)
 ns.add_task(collect.collect)
 ns.add_collection(testbed_tasks.ns)
+ns.add_task(bundle.bundle)
