@@ -8,7 +8,7 @@ if [ "$(id -u)" != 0 ]; then
   echo "scripts/setup.sh: run as root (the testbed makes network namespaces)" >&2; exit 1
 fi
 
-PACKAGES="openssh-server openssh-client rsync iproute2 iputils-arping socat procps psmisc python3-venv python3-yaml util-linux sudo ${SPECFLEET_EXTRA_PACKAGES:-}"
+PACKAGES="openssh-server openssh-client rsync iproute2 iputils-arping socat procps psmisc python3-venv python3-yaml util-linux sudo chromium ${SPECFLEET_EXTRA_PACKAGES:-}"
 missing=""
 for p in $PACKAGES; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
