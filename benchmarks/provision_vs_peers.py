@@ -1,0 +1,363 @@
+#!/usr/bin/env python3
+"""No-op provisioning of 8 workers: specfleet vs pyinfra vs Ansible, on one namespace testbed.
+
+The same work in each tool, on the same 8 testbed workers (root, same key, strict known_hosts):
+  - /etc/modules-load.d/nvidia.conf with exactly specfleet's content;
+  - the storage route: `192.168.160.0/24 dev ens35` checked, fixed with
+    `ip route del/add 192.168.160.0/24 dev ens35 scope link src <storage_ip>` when wrong;
+  - the share: `findmnt /mnt/fabrix` checked, else
+    `mount -t nfs4 -o ro,vers=4.2,hard,proto=tcp 192.168.160.7:/media/SSD-Storage/SW /mnt/fabrix`;
+  - the bastion venv /opt/vllm-venv (built by `fab provision`) rsynced to the release
+    directory specfleet deploys it to (/opt/vllm-venv.releases/<digest>/), `rsync -a --delete`;
+    the "is it already there?" check is `rsync -n -i` (specfleet, pyinfra) or synchronize's own
+    itemized run (Ansible), all over OpenSSH with the same key and known_hosts;
+  - /etc/specfleet/vllm.env with exactly specfleet's content (0644).
+specfleet runs `fab provision --only venv-deploy,env,nvidia,nfs`, which does more than that list
+(base-interpreter check, release symlink, prune, venv import check, fstab line, netplan drop-in,
+GPU-visible and share-readable checks): 18 steps per host, all counted against it.
+
+Converge first (each tool once), then time no-op runs interleaved (order rotated each round),
+after closing every OpenSSH ControlMaster so each run starts cold (as after > 60 s idle).
+Every timed run is checked to have changed nothing: specfleet's JSONL event log (0 changed),
+Ansible's PLAY RECAP (changed=0), pyinfra's report (every operation "No changes").
+Timed: specfleet CLI (Python start-up included, the headline figure), specfleet in-process (the
+provision task called in this process, imports done), pyinfra CLI, ansible-playbook CLI with
+forks = 8 in two set-ups: default (facts gathered, no pipelining) and tuned (no facts,
+pipelining). The tools live in scratch venvs under /var/tmp/specfleet-bench (made on first use).
+
+    .venv/bin/python benchmarks/provision_vs_peers.py [--rounds 5]
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+import zipfile
+from pathlib import Path
+
+from _session import ROOT, median, spread, testbed_session
+
+SCRATCH = Path("/var/tmp/specfleet-bench")
+ANSIBLE_VENV, PYINFRA_VENV = SCRATCH / "ansible-venv", SCRATCH / "pyinfra-venv"
+COLLECTIONS = SCRATCH / "collections"
+ONLY = "venv-deploy,env,nvidia,nfs"
+WORKERS = 8
+MOUNT_CMD = "mount -t nfs4 -o ro,vers=4.2,hard,proto=tcp 192.168.160.7:/media/SSD-Storage/SW /mnt/fabrix"
+
+
+# ---- the peers' installs ------------------------------------------------------------------
+def sh(argv, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, capture_output=True, text=True, **kw)
+
+
+def ensure_tools() -> dict[str, str]:
+    """ansible-core (+ the ansible.posix collection, for synchronize) and pyinfra, each in its own venv."""
+    SCRATCH.mkdir(parents=True, exist_ok=True)
+    for venv, pkg, exe in ((ANSIBLE_VENV, "ansible-core>=2.19,<2.20", "ansible-playbook"),
+                           (PYINFRA_VENV, "pyinfra>=3,<4", "pyinfra")):
+        if not (venv / "bin" / exe).exists():
+            print(f"[setup] installing {pkg} into {venv}", file=sys.stderr, flush=True)
+            sh(["/usr/bin/python3", "-m", "venv", "--clear", str(venv)], check=True)
+            p = sh([str(venv / "bin" / "pip"), "install", "-q", "--disable-pip-version-check", pkg])
+            if p.returncode:
+                raise SystemExit(f"pip install {pkg} failed: {p.stderr[-800:]}")
+    posix = COLLECTIONS / "ansible_collections" / "ansible" / "posix"
+    if not (posix / "plugins" / "modules" / "synchronize.py").exists():
+        # ansible-core ships no synchronize; the `ansible` package on PyPI carries ansible.posix
+        print("[setup] fetching the ansible.posix collection (from the `ansible` wheel)", file=sys.stderr, flush=True)
+        with tempfile.TemporaryDirectory(dir=SCRATCH) as dl:
+            p = sh([str(ANSIBLE_VENV / "bin" / "pip"), "download", "-q", "--no-deps", "ansible>=12,<13", "-d", dl])
+            if p.returncode:
+                raise SystemExit(f"pip download ansible failed: {p.stderr[-800:]}")
+            wheel = next(Path(dl).glob("ansible-*.whl"))
+            with zipfile.ZipFile(wheel) as z:
+                for name in z.namelist():
+                    if name.startswith("ansible_collections/ansible/posix/"):
+                        z.extract(name, COLLECTIONS)
+    versions = {}
+    versions["ansible"] = sh([str(ANSIBLE_VENV / "bin" / "ansible-playbook"), "--version"]).stdout.split("\n")[0]
+    versions["pyinfra"] = sh([str(PYINFRA_VENV / "bin" / "pyinfra"), "--version"]).stdout.strip()
+    m = json.loads((posix / "MANIFEST.json").read_text())["collection_info"]["version"]
+    versions["ansible.posix"] = m
+    versions["rsync"] = sh(["rsync", "--version"]).stdout.split("\n")[0]
+    versions["ssh"] = sh(["ssh", "-V"]).stderr.strip()
+    return versions
+
+
+# ---- what each tool runs ------------------------------------------------------------------
+def contents(inv) -> dict:
+    """The exact file contents and paths specfleet's roles want, so no tool undoes another's work."""
+    from roles import env, nvidia
+    from roles import venv as venv_role
+    from specfleet.render import render
+    hosts = inv.select("workers")
+    manifest = venv_role.read_manifest(inv.bastion_vars.get("venv_path") or hosts[0].var("venv_path"))
+    if not manifest:
+        raise SystemExit("no bastion venv manifest: the converge run of fab provision should have built it")
+    pyver = manifest["python_version"].rsplit(".", 1)[0]
+    envs = {env.content(h, pyver) for h in hosts}
+    mods = {render("provision/nvidia-modules.conf.j2", modules=list(h.var("nvidia_modules", nvidia.MODULES)))
+            for h in hosts}
+    if len(envs) != 1 or len(mods) != 1:
+        raise SystemExit("hosts want different env/modules files; this benchmark assumes one content")
+    venv = hosts[0].require("venv_path").rstrip("/")
+    return {"env": envs.pop(), "modules": mods.pop(), "venv": venv,
+            "release": f"{venv}.releases/{manifest['digest']}", "env_file": env.env_file(hosts[0]),
+            "modules_file": nvidia.CONF}
+
+
+def ssh_opts(host, control_dir: Path | None) -> list[str]:
+    opts = ["-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes", "-o", f"UserKnownHostsFile={host.known_hosts}",
+            "-o", "GlobalKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR"]
+    if control_dir:
+        opts += ["-o", "ControlMaster=auto", "-o", f"ControlPath={control_dir}/%C", "-o", "ControlPersist=60"]
+    else:
+        opts += ["-o", "ControlMaster=no", "-o", "ControlPath=none"]
+    return opts
+
+
+def write_ansible(work: Path, inv, c: dict) -> Path:
+    d = work / "ansible"
+    (d / "cp").mkdir(parents=True)
+    hosts = inv.select("workers")
+    h0 = hosts[0]
+    lines = ["[workers]"] + [f"{h.name} ansible_host={h.address} storage_ip={h.var('storage_ip')}" for h in hosts]
+    lines += ["", "[workers:vars]", "ansible_user=root", f"ansible_ssh_private_key_file={h0.key}",
+              "ansible_python_interpreter=/usr/bin/python3"]
+    (d / "hosts.ini").write_text("\n".join(lines) + "\n")
+    ssh_args = " ".join(ssh_opts(h0, d / "cp")).replace("%", "%%")  # configparser
+    (d / "ansible.cfg").write_text(textwrap.dedent(f"""\
+        [defaults]
+        forks = {len(hosts)}
+        host_key_checking = True
+        inventory = {d / 'hosts.ini'}
+        collections_path = {COLLECTIONS}
+        retry_files_enabled = False
+        [ssh_connection]
+        ssh_args = {ssh_args}
+        """))
+    (d / "modules.conf").write_text(c["modules"])
+    (d / "vllm.env").write_text(c["env"])
+    for tuned in (False, True):
+        play = [{
+            "name": "no-op provision", "hosts": "workers", "gather_facts": not tuned,
+            "tasks": [
+                {"name": "modules-load file", "ansible.builtin.copy": {
+                    "src": str(d / "modules.conf"), "dest": c["modules_file"], "mode": "0644"}},
+                {"name": "storage route (check)", "ansible.builtin.command": "ip -o -4 route show exact 192.168.160.0/24",
+                 "register": "route", "changed_when": False},
+                {"name": "storage route (fix)", "ansible.builtin.shell":
+                    "ip route del 192.168.160.0/24 2>/dev/null; "
+                    "ip route add 192.168.160.0/24 dev ens35 scope link src {{ storage_ip }}",
+                 "when": "'dev ens35' not in route.stdout"},
+                {"name": "share mounted (check)", "ansible.builtin.command": "findmnt -n --mountpoint /mnt/fabrix",
+                 "register": "mnt", "changed_when": False, "failed_when": False},
+                {"name": "share mounted (mount)", "ansible.builtin.shell": f"mkdir -p /mnt/fabrix && {MOUNT_CMD}",
+                 "when": "mnt.rc != 0"},
+                {"name": "venv synced", "ansible.posix.synchronize": {
+                    "src": c["venv"] + "/", "dest": c["release"] + "/", "archive": True, "delete": True,
+                    "compress": False, "verify_host": True, "use_ssh_args": True,
+                    "ssh_connection_multiplexing": True}},
+                {"name": "env dir", "ansible.builtin.file": {"path": os.path.dirname(c["env_file"]),
+                                                             "state": "directory", "mode": "0755"}},
+                {"name": "env file", "ansible.builtin.copy": {
+                    "src": str(d / "vllm.env"), "dest": c["env_file"], "mode": "0644"}},
+            ]}]
+        (d / f"play-{'tuned' if tuned else 'default'}.yml").write_text(json.dumps(play, indent=1))
+    return d
+
+
+def write_pyinfra(work: Path, inv, c: dict) -> Path:
+    d = work / "pyinfra"
+    d.mkdir(parents=True)
+    hosts = inv.select("workers")
+    data = [(h.address, {"ssh_user": h.user, "ssh_key": h.key, "ssh_known_hosts_file": h.known_hosts,
+                         "ssh_strict_host_key_checking": "yes", "storage_ip": h.var("storage_ip")})
+            for h in hosts]
+    (d / "inventory.py").write_text(f"workers = {data!r}\n")
+    check_ssh = shlex.join(["ssh", "-i", hosts[0].key, *ssh_opts(hosts[0], None)])
+    (d / "deploy.py").write_text(textwrap.dedent(f"""\
+        import io, subprocess
+        from pyinfra import host
+        from pyinfra.api import operation
+        from pyinfra.api.command import RsyncCommand
+        from pyinfra.facts.server import Command
+        from pyinfra.operations import files, server
+
+        MODULES, ENV = {c['modules']!r}, {c['env']!r}
+        SRC, DEST = {c['venv'] + '/'!r}, {c['release'] + '/'!r}
+
+        @operation()
+        def venv_rsync(src, dest):
+            # files.rsync always runs; like specfleet, ask `rsync -n -i` first (same ssh options)
+            argv = ["rsync", "-a", "--delete", "-n", "-i", "-e", {check_ssh!r}, src,
+                    f"{{host.data.ssh_user}}@{{host.name}}:{{dest}}"]
+            p = subprocess.run(argv, capture_output=True, text=True)
+            items = [ln for ln in p.stdout.splitlines() if ln.strip() and not ln.startswith(".d..t...... ./")]
+            if p.returncode != 0 or items:
+                yield RsyncCommand(src, dest, ["-a", "--delete"])
+            else:
+                host.noop("venv up to date")
+
+        files.put(name="modules-load file", src=io.StringIO(MODULES), dest={c['modules_file']!r}, mode="644")
+        route = host.get_fact(Command, "ip -o -4 route show exact 192.168.160.0/24") or ""
+        if "dev ens35" not in route:
+            server.shell(name="storage route (fix)", commands=[
+                "ip route del 192.168.160.0/24 2>/dev/null; "
+                f"ip route add 192.168.160.0/24 dev ens35 scope link src {{host.data.storage_ip}}"])
+        mounted = host.get_fact(Command, "findmnt -n --mountpoint /mnt/fabrix || true") or ""
+        if not mounted.strip():
+            server.shell(name="share mounted (mount)", commands=["mkdir -p /mnt/fabrix && {MOUNT_CMD}"])
+        venv_rsync(name="venv synced", src=SRC, dest=DEST)
+        files.directory(name="env dir", path={os.path.dirname(c['env_file'])!r}, mode="755")
+        files.put(name="env file", src=io.StringIO(ENV), dest={c['env_file']!r}, mode="644")
+        """))
+    return d
+
+
+# ---- one run of each tool ------------------------------------------------------------------
+class Runner:
+    def __init__(self, work: Path, inv_path: Path, inv, adir: Path, pdir: Path):
+        self.work, self.inv_path, self.inv = work, inv_path, inv
+        self.adir, self.pdir = adir, pdir
+        self.runs = work / "runs"
+        self.env = {**os.environ, "SPECFLEET_RUNS_DIR": str(self.runs), "SPECFLEET_INVENTORY": str(inv_path)}
+
+    def close_masters(self) -> None:
+        """Every OpenSSH ControlMaster this benchmark's runs left, so the next run starts cold."""
+        for h in self.inv.select("workers"):
+            from specfleet.connection import ssh_argv
+            sh([*ssh_argv(h), "-O", "exit", h.address])
+        for sock in (self.adir / "cp").glob("*"):
+            sh(["ssh", "-o", f"ControlPath={sock}", "-O", "exit", "placeholder"])
+
+    def _timed(self, argv, cwd=None, env=None) -> tuple[float, subprocess.CompletedProcess]:
+        t0 = time.perf_counter()
+        p = subprocess.run(argv, capture_output=True, text=True, cwd=cwd, env=env or self.env)
+        return time.perf_counter() - t0, p
+
+    def _last_log(self) -> dict:
+        log = max(self.runs.glob("*-provision-*.jsonl"), key=lambda p: p.stat().st_mtime)
+        recs = [json.loads(ln) for ln in log.read_text().splitlines() if ln.strip()]
+        steps = [r for r in recs if r["event"] == "step"]
+        return {"steps": len(steps), "changed": sum(r["changed"] for r in steps),
+                "bad": [r for r in steps if r["status"] in ("failed", "unreachable")], "log": log}
+
+    def specfleet_cli(self, only=ONLY) -> tuple[float, int, str]:
+        t, p = self._timed([str(ROOT / ".venv" / "bin" / "fab"), "provision", "--only", only], cwd=ROOT)
+        s = self._last_log()
+        if p.returncode or s["bad"]:
+            raise SystemExit(f"fab provision failed (rc {p.returncode}): {p.stdout[-1500:]}{p.stderr[-800:]}")
+        return t, s["changed"], f"{s['steps']} steps, {s['changed']} changed ({s['log'].name})"
+
+    def specfleet_inproc(self) -> tuple[float, int, str]:
+        from invoke import Context
+        from invoke.exceptions import Exit
+        from tasks.provision import provision
+        os.environ.update(SPECFLEET_RUNS_DIR=str(self.runs))
+        buf = io.StringIO()
+        t0 = time.perf_counter()
+        with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
+            try:
+                provision(Context(), inventory=str(self.inv_path), only=ONLY)
+            except Exit as e:
+                if e.code:
+                    raise SystemExit(f"in-process provision exit {e.code}: {buf.getvalue()[-1500:]}")
+        t = time.perf_counter() - t0
+        s = self._last_log()
+        return t, s["changed"], f"{s['steps']} steps, {s['changed']} changed"
+
+    def ansible(self, mode: str) -> tuple[float, int, str]:
+        env = {**os.environ, "ANSIBLE_CONFIG": str(self.adir / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
+               "ANSIBLE_HOME": str(self.adir / "home"), "ANSIBLE_LOCAL_TEMP": str(self.adir / "tmp")}
+        if mode == "tuned":
+            env["ANSIBLE_PIPELINING"] = "True"
+        t, p = self._timed([str(ANSIBLE_VENV / "bin" / "ansible-playbook"), str(self.adir / f"play-{mode}.yml")],
+                           cwd=self.adir, env=env)
+        recap = re.findall(r"^(\S+)\s+: ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", p.stdout, re.M)
+        if p.returncode or len(recap) != WORKERS or any(int(r[3]) or int(r[4]) for r in recap):
+            raise SystemExit(f"ansible-playbook ({mode}) failed (rc {p.returncode}): {p.stdout[-2500:]}{p.stderr[-800:]}")
+        changed = sum(int(r[2]) for r in recap)
+        return t, changed, f"recap: ok={recap[0][1]} changed={changed} over {len(recap)} hosts"
+
+    def pyinfra(self) -> tuple[float, int, str]:
+        t, p = self._timed([str(PYINFRA_VENV / "bin" / "pyinfra"), "-y", "inventory.py", "deploy.py"],
+                           cwd=self.pdir)
+        out = p.stdout + p.stderr
+        if p.returncode:
+            raise SystemExit(f"pyinfra failed (rc {p.returncode}): {out[-2500:]}")
+        nochange = len(re.findall(r"No changes", out))
+        success = len(re.findall(r"\] Success\b", out))
+        return t, success, f"{nochange} 'No changes', {success} 'Success'"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--keep-work", action="store_true", help="keep the playbook, deploy and logs (printed path)")
+    args = ap.parse_args()
+    print(__doc__.split("\n    .venv")[0].rstrip() + "\n")
+    versions = ensure_tools()
+    print("tools: " + "; ".join(f"{k} {v}" for k, v in versions.items()))
+    work = Path(tempfile.mkdtemp(prefix="provision-vs-peers-", dir=SCRATCH))
+    from specfleet.inventory import load_inventory
+    times: dict[str, list[float]] = {}
+    try:
+        with testbed_session(WORKERS, work / "testbed.yml") as (tb, inv_path):
+            inv = load_inventory(inv_path)
+            r0 = Runner(work, inv_path, inv, work / "ansible", work / "pyinfra")
+            # converge: specfleet builds (or finds) the bastion venv and deploys it; then the peers
+            t, ch, note = r0.specfleet_cli(only="venv," + ONLY)
+            print(f"converge  specfleet {t:6.2f} s  {note}")
+            c = contents(inv)
+            write_ansible(work, inv, c)
+            write_pyinfra(work, inv, c)
+            for name, fn in (("ansible", lambda: r0.ansible("default")), ("pyinfra", r0.pyinfra)):
+                t, ch, note = fn()
+                print(f"converge  {name:<9} {t:6.2f} s  {note}")
+            r0.close_masters()
+            tools = {
+                "specfleet": r0.specfleet_cli, "specfleet-inproc": r0.specfleet_inproc, "pyinfra": r0.pyinfra,
+                "ansible-default": lambda: r0.ansible("default"), "ansible-tuned": lambda: r0.ansible("tuned"),
+            }
+            names = list(tools)
+            print(f"\n{'round':>5} {'tool':<17} {'seconds':>8}  check")
+            for rnd in range(args.rounds):
+                order = names[rnd % len(names):] + names[:rnd % len(names)]
+                for name in order:
+                    t, changed, note = tools[name]()
+                    r0.close_masters()
+                    if changed:
+                        raise SystemExit(f"{name}: a timed no-op run changed something: {note}")
+                    times.setdefault(name, []).append(t)
+                    print(f"{rnd + 1:>5} {name:<17} {t:8.3f}  {note}", flush=True)
+    finally:
+        if not args.keep_work:
+            subprocess.run(["rm", "-rf", "--", str(work)])
+        else:
+            print(f"work dir kept: {work}")
+    print(f"\nmedians over {args.rounds} interleaved rounds [min-max], 8 workers, every run checked to change nothing:")
+    for name, xs in times.items():
+        print(f"  {name:<17} {median(xs):7.3f} s  [{spread(xs)}]")
+    sf, py = median(times["specfleet"]), median(times["pyinfra"])
+    an, ad = median(times["ansible-tuned"]), median(times["ansible-default"])
+    print(f"\nratios (specfleet CLI): {sf / py:.2f} x pyinfra (target <= 0.75), {sf / an:.3f} x Ansible tuned, "
+          f"{sf / ad:.3f} x Ansible default (target <= 0.15)")
+    print(f"targets: {'met' if sf <= 0.75 * py else 'MISSED'} vs pyinfra, "
+          f"{'met' if sf <= 0.15 * an else 'MISSED'} vs Ansible tuned, "
+          f"{'met' if sf <= 0.15 * ad else 'MISSED'} vs Ansible default")
+    print(f"no-op provision, 8 workers: specfleet {sf:.2f} s, pyinfra {py:.2f} s, ansible {an:.2f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
