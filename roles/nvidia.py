@@ -11,7 +11,6 @@ from specfleet.inventory import Host
 from specfleet.render import render
 from specfleet.shell import q
 from specfleet.step import Change, Facts, Step, StepFailed
-from specfleet.steps.command import Assert
 from specfleet.steps.files import FileContent
 
 MODULES = ["nvidia", "nvidia_uvm", "nvidia_modeset"]
@@ -40,8 +39,11 @@ class DriverLoaded(Step):
             raise StepFailed(
                 f"the nvidia module is built for kernel {vermagic.split()[0]}, but {kernel} is running: "
                 "install the driver's module for this kernel (DKMS) or boot the matching kernel")
+        # verified in the same command: one nvidia-smi call per run when all is well
+        verify = ("{ nvidia-smi -L >/dev/null 2>&1 || { echo 'GPU still not visible after modprobe: "
+                  "check dmesg for NVRM errors' >&2; exit 1; }; }")
         return [Change(f"modprobe {' '.join(self.modules)} (GPU not visible)",
-                       " && ".join(f"modprobe {q(m)}" for m in self.modules))]
+                       " && ".join(f"modprobe {q(m)}" for m in self.modules) + " && " + verify)]
 
 
 def steps(host: Host, revert: bool = False) -> list[Step]:
@@ -53,6 +55,4 @@ def steps(host: Host, revert: bool = False) -> list[Step]:
     return [
         FileContent(CONF, render("provision/nvidia-modules.conf.j2", modules=modules)),
         DriverLoaded(modules),
-        Assert("GPU visible", "nvidia-smi --query-gpu=name,memory.total --format=csv,noheader",
-               "GPU still not visible after modprobe: check `dmesg` for NVRM errors"),
     ]

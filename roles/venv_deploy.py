@@ -11,7 +11,7 @@ from __future__ import annotations
 from specfleet.inventory import Host
 from specfleet.shell import q
 from specfleet.step import Change, Facts, Step, StepFailed
-from specfleet.steps.command import Assert
+from specfleet.steps.command import Command
 from specfleet.steps.sync import RsyncTree
 
 
@@ -82,16 +82,18 @@ class PruneReleases(Step):
 
     def probe(self) -> str:
         rels = q(releases_dir(self.venv))
-        return f"cat {rels}/previous 2>/dev/null | sed 's/^/PREV /'; ls -1 {rels} 2>/dev/null | sed 's/^/REL /'"
+        return (f"cat {rels}/previous 2>/dev/null | sed 's/^/PREV /'; "
+                f"find {rels} -mindepth 1 -maxdepth 1 -type d -printf 'REL %f\\n' 2>/dev/null")
 
     def decide(self, facts: Facts) -> list[Change]:
         prev = next((ln[5:] for ln in facts.lines if ln.startswith("PREV ")), "")
         rels = releases_dir(self.venv)
-        old = [f"{rels}/{ln[4:]}" for ln in facts.lines if ln.startswith("REL ") and ln[4:] != "previous"]
+        old = [f"{rels}/{ln[4:]}" for ln in facts.lines if ln.startswith("REL ")]
         old = [p for p in old if p not in (self.keep, prev)]
         if not old:
             return []
-        return [Change(f"remove {len(old)} old release(s)", "rm -rf -- " + " ".join(q(p) for p in old),
+        return [Change(f"remove {len(old)} old release(s)",
+                       "rm -rf -- " + " ".join(f"{q(p)} {q(p + '.verified')}" for p in old),
                        "\n".join(f"-{p}" for p in old))]
 
 
@@ -133,6 +135,9 @@ def steps(host: Host, manifest: dict, revert: bool = False) -> list[Step]:
         RsyncTree(host, venv, release, link_dest=f"{venv}/", rsync_path=rsync_path),
         CurrentRelease(venv, release),
         PruneReleases(venv, release),
-        Assert("venv runs here", f"{q(venv)}/bin/python -c {q(imports)}",
-               f"the deployed venv does not import {', '.join(manifest.get('packages', {}))}"),
+        # imported once per release and host: a real vLLM import takes seconds, and the
+        # release directory is named by content, so one success holds until it changes
+        Command("venv imports its packages here",
+                f"{q(venv)}/bin/python -c {q(imports)} && touch {q(release + '.verified')}",
+                creates=release + ".verified"),
     ]

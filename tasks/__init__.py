@@ -1,17 +1,16 @@
 """The command line: each module is one area of tasks, collected into `ns`."""
 from invoke import Collection
 
-from tasks import bench, collect, facts, provision
-from tasks import bundle
+from tasks import bench, bundle, collect, facts, provision
 from tasks import testbed as testbed_tasks
 
 ns = Collection()
-ns.add_task(facts.facts)
-ns.add_task(provision.provision)
-ns.add_task(provision.stage_model)
-ns.add_task(bench.bench)
-ns.add_task(bench.status)
-ns.add_task(bench.stop)
-ns.add_task(collect.collect)
+for t in (facts.facts, provision.provision, provision.stage_model, bench.bench, bench.status, bench.stop,
+          collect.collect, bundle.bundle):
+    ns.add_task(t)
 ns.add_collection(testbed_tasks.ns)
-ns.add_task(bundle.bundle)
+
+# Long options only: invoke's automatic short flags gave one letter different
+# meanings in different tasks (-f was --forks here and --force there).
+for _name in ns.task_names:
+    ns[_name].auto_shortflags = False

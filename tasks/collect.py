@@ -11,8 +11,6 @@ from invoke import task
 from specfleet.bench import remote
 from specfleet.connection import ssh_argv
 from specfleet.fleet import EXIT_NOT_MERGED
-from specfleet.results import EquivalenceRule, report_campaign
-from specfleet.results.campaign import QUARANTINE_DIR
 from specfleet.step import Status, StepFailed
 from tasks.bench import PLAN_HELP, plan_of, work_dir
 from tasks.common import fleet_help, fleet_run
@@ -50,6 +48,7 @@ def fetch(hc, plan, dest: Path):
     # A file that an earlier collect quarantined (moved away) is not fetched again while the worker's
     # copy is the same (size and mtime): it would only be quarantined once more, on every collect.
     # A re-run's new file differs and is fetched.
+    from specfleet.results.campaign import QUARANTINE_DIR  # pandas & co load only when collecting
     qdir = (dest / QUARANTINE_DIR / hc.host.name).resolve()
     compare = [f"--compare-dest={qdir}"] if qdir.is_dir() else []
     argv = ["rsync", "-a", "--protect-args", "-e", shlex.join(ssh_argv(hc.host)), "--out-format=%i %n",
@@ -89,6 +88,7 @@ def collect(c, plan=None, inventory=None, hosts=None, results="results", force=F
         fleet.each("fetch results", lambda hc: fetch(hc, p, dest))
         bandwidth = next((h.var("gpu_memory_bandwidth_gbps") for h in fleet.hosts
                           if h.var("gpu_memory_bandwidth_gbps")), None)
+        from specfleet.results import EquivalenceRule, report_campaign  # heavy: pandas, matplotlib
         rule = EquivalenceRule(metric=p.equivalence.metric, concurrency=p.equivalence.concurrency,
                                tolerance_pct=p.equivalence.tolerance_pct)
         outcome = report_campaign(dest, baseline=p.baseline, rule=rule, force=force,

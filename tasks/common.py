@@ -14,7 +14,7 @@ from specfleet.inventory import DEFAULT_INVENTORY, INVENTORY_ENV, Inventory, Inv
 
 FLEET_HELP = {
     "inventory": f"inventory file (default: ${INVENTORY_ENV}, else {DEFAULT_INVENTORY})",
-    "hosts": "comma list of host and group names (default: all hosts)",
+    "hosts": "comma list of host and group names (default: the 'workers' group if the inventory has one, else all hosts; facts: all hosts)",
     "check": "report what would change; change nothing on any host",
     "diff": "show file and route differences",
     "forks": "how many hosts to work on at once (default 32)",
@@ -43,6 +43,8 @@ def fleet_run(task: str, *, inventory=None, hosts=None, check=False, diff=False,
               recap: bool = True) -> Iterator[tuple[Fleet, Inventory, Reporter]]:
     """Open a fleet for a task; on the way out print the recap and exit with its code."""
     inv = load(inventory)
+    if default_hosts and default_hosts not in inv.groups:
+        default_hosts = None  # an inventory without that group: every host
     try:
         selected = inv.select(hosts or default_hosts)
     except InventoryError as e:

@@ -155,7 +155,7 @@ def _models(results, rep):
         rep.console.print(table)
 
 
-@task(help=fleet_help())
+@task(help=fleet_help(forks="how many hosts copy at once (default 8: the share's bandwidth is shared)"))
 def stage_model(c, inventory=None, hosts=None, check=False, diff=False, forks=8, serial=False,
                 accept_new_host_keys=False, verbose=False):
     """Copy the model from the NFS share to each worker's local disk (resumable; cuts 10-minute loads)."""

@@ -45,7 +45,7 @@ class EquivalenceRule:
 
     def describe(self) -> str:
         where = f"at concurrency {self.concurrency}" if self.concurrency is not None else "at every concurrency"
-        return (f"baseline {GATE_METRICS[self.metric]} differs by <= {self.tolerance_pct:g} % {where} "
+        return (f"rule: baseline {GATE_METRICS[self.metric]} must differ by at most {self.tolerance_pct:g} % {where} "
                 f"(with repeats: fail only if also significant, Welch p < {self.alpha:g})")
 
 

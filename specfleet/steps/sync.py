@@ -1,21 +1,45 @@
 """Copying a tree from the bastion to a host with rsync."""
 from __future__ import annotations
 
+import os
 import shlex
 import subprocess
+import threading
 
 from ..connection import ssh_argv
 from ..inventory import Host
 from ..step import Change, Facts, Step, StepFailed
 
 
+# A tree's listing (type, path, size, mode, owner, link target, mtime in whole
+# seconds), hashed: equal on both sides means rsync's quick check would find
+# nothing to do. Computed on the host inside the batched probe, so a no-op run
+# needs no OpenSSH handshake at all (~0.3 s per host).
+LISTING = ("find . -printf '%y %P %s %m %U %G %l %T@\\n' | sed 's/\\.[0-9]*$//' | LC_ALL=C sort "
+           "| sha256sum | cut -c1-64")
+_local_listings: dict[tuple[str, int], str] = {}
+_listing_lock = threading.Lock()
+
+
+def local_listing(src: str) -> str:
+    key = (src, os.stat(src).st_mtime_ns)
+    with _listing_lock:
+        if key not in _local_listings:
+            p = subprocess.run(["bash", "-c", f"cd {shlex.quote(src)} && {LISTING}"],
+                               capture_output=True, text=True, check=True)
+            _local_listings[key] = p.stdout.strip()
+        return _local_listings[key]
+
+
 class RsyncTree(Step):
     """`dest` on the host is an exact copy of `src` on the bastion.
 
-    The probe is `rsync -n -i` run on the bastion (that is also what --check
-    shows): an unchanged tree itemizes nothing and transfers nothing.
-    `--checksum` is optional because it reads every byte on both sides; a
-    rebuilt venv with new mtimes needs it to avoid re-sending unchanged files.
+    The host reports a hash of its copy's listing in the batched probe; only
+    when it differs from the bastion's does `rsync -n -i` run (on the bastion,
+    over OpenSSH) to itemize what will change -- also what --check shows. An
+    unchanged tree transfers nothing. `--checksum` is optional because it reads
+    every byte on both sides; a rebuilt venv with new mtimes needs it to avoid
+    re-sending unchanged files (then the listing shortcut is off).
     """
 
     needs_root = False  # rsync runs on the bastion, as the login user
@@ -43,7 +67,20 @@ class RsyncTree(Step):
             argv += ["-n", "-i", "--out-format=%i %n%L"]
         return argv + ["--", self.src, f"{self.host.address}:{self.dest}"]
 
-    def local_facts(self) -> Facts:
+    @property
+    def shortcut(self) -> bool:
+        return not (self.checksum or self.excludes)
+
+    def probe(self) -> str:
+        if not self.shortcut:
+            return ""
+        return f"cd {shlex.quote(self.dest)} 2>/dev/null && {{ {LISTING}; }} || echo NONE"
+
+    def local_facts(self) -> Facts | None:
+        return None if self.shortcut else self.itemize()
+
+    def itemize(self) -> Facts:
+        """`rsync -n -i` from the bastion: what would be sent or deleted."""
         p = subprocess.run(self.argv(dry_run=True), capture_output=True, text=True)
         if p.returncode != 0:
             raise StepFailed(f"rsync -n to {self.host.name} failed (exit {p.returncode}): "
@@ -51,6 +88,10 @@ class RsyncTree(Step):
         return Facts(p.stdout, p.returncode)
 
     def decide(self, facts: Facts) -> list[Change]:
+        if self.shortcut:
+            if facts.stdout.strip() == local_listing(self.src):
+                return []
+            facts = self.itemize()
         # itemized lines; '.d..t......' on the top directory alone is only a timestamp
         items = [ln for ln in facts.lines if not ln.startswith(".d") or ln.split(" ", 1)[-1] not in ("./", "")]
         if not items:

@@ -77,9 +77,6 @@ def test_fab_needs_the_bundles_directory(installed):
     assert "No idea what" in p.stderr + p.stdout or "Can't find any collection" in p.stderr + p.stdout
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="pyproject.toml does not ship templates/ yet: the lead adds "
-                   "\"templates*\" to packages.find and package-data for templates.provision/report "
-                   "(see the docs engineer's report); remove this mark then")
 def test_installed_package_has_its_templates(installed):
     script = ("from specfleet.render import render\n"
               "print(render('provision/nvidia-modules.conf.j2', modules=['nvidia']))\n"

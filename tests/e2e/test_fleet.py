@@ -13,7 +13,7 @@ import pytest
 from specfleet.events import EventLog, Redactor
 from specfleet.fleet import EXIT_FAILED, EXIT_UNREACHABLE, Fleet
 from specfleet.inventory import load_inventory
-from specfleet.step import Status
+from specfleet.step import Facts, Status
 from specfleet.steps.command import Assert, Command
 from specfleet.steps.files import Directory, FileContent, LineInFile
 from specfleet.steps.net import Route
@@ -195,11 +195,14 @@ def test_rsync_check_lists_and_second_sync_transfers_nothing(testbed_factory, sr
     inv = load_inventory(inventory_of(tb))
     host = inv.hosts["w1"]
     step = RsyncTree(host, str(src_tree), "/opt/tree-copy")
-    facts = step.local_facts()
+    facts = step.itemize()
     assert any("a.txt" in ln for ln in facts.lines)
     fleet = run(inventory_of(tb), lambda h: [RsyncTree(h, str(src_tree), "/opt/tree-copy")])
     assert all(r.changed for r in fleet.results)
-    assert step.decide(step.local_facts()) == []
+    assert step.decide(step.itemize()) == []
+    # the host's listing hash (what a no-op run compares, without OpenSSH) equals the bastion's
+    listing = host_sh(tb, "w1", step.probe()).stdout
+    assert step.decide(Facts(listing)) == []
     shutil.rmtree(src_tree / "sub")
-    again = step.decide(step.local_facts())
+    again = step.decide(Facts(listing))  # the bastion's tree changed: rsync -n itemizes it
     assert again and "deleting" in again[0].diff
