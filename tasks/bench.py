@@ -79,19 +79,23 @@ def bench(c, plan=None, inventory=None, hosts=None, check=False, diff=False, ass
             specs[host.name] = spec
         fleet.play(lambda h: _placement(h, p, specs[h.name]), hosts=[h for h in fleet.active if h.name in specs])
 
+        runners: dict[str, int] = {}  # host -> the runner this run follows
+
         def start(hc):
             v = views.get(hc.host.name)
             fresh = remote.view(hc, work_dir(hc.host), p.campaign)
             if fresh.alive:
+                runners[hc.host.name] = fresh.runner_pid
                 return Status.OK, f"reattached to runner pid {fresh.runner_pid}"
             d = remote.run_dir(work_dir(hc.host), p.campaign, hc.host.name)
             pid = remote.start(hc, hc.host.var("runner_python", "/usr/bin/python3"), configs.runner_path(hc.host),
                                f"{d}/run.json", f"{d}/runner.log")
+            runners[hc.host.name] = pid
             resumed = " (resuming)" if v and v.state else ""
             return Status.CHANGED, f"started runner pid {pid}{resumed}"
         fleet.each("start runner", start, hosts=[h for h in fleet.active if h.name in specs])
         if wait:
-            _follow(fleet, p, rep, poll)
+            _follow(fleet, p, rep, poll, runners)
 
 
 def _placement(host, plan, spec):
@@ -104,12 +108,32 @@ def _placement(host, plan, spec):
             FileContent(f"{d}/run.json", dump_run_spec(spec))]
 
 
-def _follow(fleet, plan, rep, poll):
-    """Read every runner's state until all are finished; a dropped connection is retried, not fatal."""
+DEAD_GRACE_S = 15.0  # a runner not running this long, its queue unfinished: stop following that host
+
+
+def _follow(fleet, plan, rep, poll, runners: dict[str, int] | None = None):
+    """Read every runner's state until all are finished; a dropped connection is retried, not fatal.
+
+    A host whose runner is gone while its queue is unfinished (runner killed, host rebooted, runner
+    that could not start) is reported failed after DEAD_GRACE_S instead of being followed forever.
+    `runners` (host -> runner PID started or reattached to): until that runner has written its own
+    state.json, the state there is an earlier runner's, and its "done"/"stopped" ends nothing.
+    """
+    runners = runners or {}
+
+    def finished(name: str) -> bool:
+        v = views.get(name)
+        return bool(v) and v.finished and (name not in runners or v.state.get("runner_pid") == runners[name])
+
     last: dict[str, str] = {}
     views: dict[str, remote.RunnerView] = {}
-    while fleet.active:
-        for host in fleet.active:
+    dead_since: dict[str, float] = {}
+    gave_up: set[str] = set()
+    while True:
+        following = [h for h in fleet.active if h.name not in gave_up]
+        if not following:
+            break
+        for host in following:
             hc = fleet.connections[host.name]
             try:
                 views[host.name] = remote.view(hc, work_dir(host), plan.campaign)
@@ -120,11 +144,20 @@ def _follow(fleet, plan, rep, poll):
                     rep.console.print(f"[magenta]{line}[/]")
                     last[host.name] = line
                 continue
-            line = _progress_line(host.name, views[host.name])
+            v = views[host.name]
+            line = _progress_line(host.name, v)
             if last.get(host.name) != line:
                 rep.console.print(line, markup=False)
                 last[host.name] = line
-        if views and all(views.get(h.name) and views[h.name].finished for h in fleet.active):
+            if v.alive or finished(host.name):
+                dead_since.pop(host.name, None)
+            elif time.monotonic() - dead_since.setdefault(host.name, time.monotonic()) >= DEAD_GRACE_S:
+                gave_up.add(host.name)
+                d = remote.run_dir(work_dir(host), plan.campaign, host.name)
+                fleet.record_local_for(host.name, "follow runner", Status.FAILED,
+                                       "the runner is not running and its queue is unfinished (killed, or the "
+                                       f"host rebooted? see {d}/runner.log): run `fab bench` again to resume")
+        if all(finished(h.name) for h in following if h.name not in gave_up):
             break
         time.sleep(poll)
     _campaign_table(rep, views)

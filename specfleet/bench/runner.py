@@ -68,12 +68,17 @@ class Runner:
     def done_marker(self, item: dict) -> str:
         return os.path.join(self.run_dir, f"{item['name']}.done")
 
-    def is_done(self, item: dict) -> bool:
+    def read_marker(self, item: dict) -> dict:
         try:
             with open(self.done_marker(item)) as f:
-                return json.load(f).get("item_hash") == item.get("item_hash")
-        except (OSError, ValueError, AttributeError):
-            return False
+                marker = json.load(f)
+            return marker if isinstance(marker, dict) else {}
+        except (OSError, ValueError):
+            return {}
+
+    def is_done(self, item: dict) -> bool:
+        marker = self.read_marker(item)
+        return bool(marker) and marker.get("item_hash") == item.get("item_hash")
 
     def check_stop(self) -> None:
         if self.stopping:
@@ -96,11 +101,15 @@ class Runner:
                       "vllm_version": None, "model_path": None, "current": None, "items": []}
         for it in s["items"]:
             done = self.is_done(it)
-            self.state["items"].append({
-                "name": it["name"], "item_hash": it.get("item_hash"),
-                "status": "done" if done else "pending", "phase": "done earlier" if done else "",
-                "attempts": old.get(it["name"], {}).get("attempts", 0), "started_at": None,
-                "finished_at": None, "error": None, "server_pid": None, "results": [], "notes": []})
+            rec = {"name": it["name"], "item_hash": it.get("item_hash"),
+                   "status": "done" if done else "pending", "phase": "done earlier" if done else "",
+                   "attempts": old.get(it["name"], {}).get("attempts", 0), "started_at": None,
+                   "finished_at": None, "error": None, "server_pid": None, "results": [], "notes": []}
+            if done:  # keep what the earlier run recorded (the done marker is the authority)
+                prev, marker = old.get(it["name"], {}), self.read_marker(it)
+                rec.update({k: prev[k] for k in ("started_at", "server_pid", "model_path", "notes") if k in prev},
+                           finished_at=marker.get("finished_at"), results=marker.get("results", []))
+            self.state["items"].append(rec)
         self.save()
         log(f"runner pid {os.getpid()} run {s['run_id']}: {len(s['items'])} items in {self.run_dir}")
         self.end_previous_leftovers()
@@ -301,14 +310,21 @@ class Runner:
                     pass
                 self.bench.wait()
         rc, self.bench = self.bench.returncode, None
+        # the client exits 0 even when the server died under it (its requests just count as failed)
+        self.check_server(item)
         if rc != 0:
             raise ItemFailed(f"vllm bench serve (concurrency {b['concurrency']}) exited with code {rc}; "
                              f"last lines of {log_path}:\n{tail(log_path)}")
         try:
             with open(partial) as f:
-                json.load(f)
+                result = json.load(f)
         except (OSError, ValueError) as e:
             raise ItemFailed(f"bench result {partial} is missing or not JSON ({e})") from None
+        failed = result.get("failed") if isinstance(result, dict) else None
+        if isinstance(failed, int) and failed > 0:
+            raise ItemFailed(f"bench concurrency {b['concurrency']}: {failed} of {result.get('num_prompts')} "
+                             f"requests failed (server or engine died?); result kept as {partial}; last lines of "
+                             f"{log_path}:\n{tail(log_path)}")
         os.replace(partial, final)
         return final
 
@@ -370,7 +386,7 @@ def main(argv: list[str] | None = None) -> int:
     except BlockingIOError:
         holder = os.pread(fd, 4096, 0).decode(errors="replace").strip() or "unknown"
         print(f"specfleet runner: another runner holds {lock_path} ({holder}); "
-              "use `fab bench.stop` or wait for it to finish", file=sys.stderr)
+              "use `fab stop` or wait for it to finish", file=sys.stderr)
         return EXIT_LOCKED
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"pid={os.getpid()} run_id={spec['run_id']}\n".encode(), 0)
