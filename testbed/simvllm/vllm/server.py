@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import socketserver
 import time
 import uuid
@@ -105,6 +106,9 @@ class Handler(BaseHTTPRequestHandler):
             if not isinstance(prompt, str):
                 return self._error(400, "prompt must be a string")
             return self._generate(body, prompt, body.get("max_tokens", 16), chat=False)
+        if path == "/reset_prefix_cache" and os.environ.get("VLLM_SERVER_DEV_MODE") == "1":
+            # as in vLLM: a dev-mode route only; the simulation has no prefix cache to drop
+            return self._send(200, b"")
         self._json(404, {"detail": "Not Found"})
 
     @staticmethod
