@@ -185,14 +185,6 @@ class HostConnection:
         return RunResult(out.decode(errors="replace"), err.decode(errors="replace"), code,
                          time.monotonic() - start)
 
-    def put_bytes(self, data: bytes, path: str, mode: int = 0o644) -> None:
-        self.open()
-        with self._lock:
-            sftp = self.conn.sftp()
-            with sftp.open(path, "wb") as f:
-                f.write(data)
-            sftp.chmod(path, mode)
-
     def close(self) -> None:
         try:
             self.conn.close()

@@ -1,7 +1,6 @@
 """A step that applies only where a shell test holds (e.g. the host uses netplan)."""
 from __future__ import annotations
 
-from ..shell import q  # noqa: F401  (re-exported for callers building tests)
 from ..step import Change, Facts, Step
 
 YES, NO = "@@onlyif-yes", "@@onlyif-no"
