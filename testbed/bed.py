@@ -97,8 +97,12 @@ class Testbed:
 
     # ---- up ------------------------------------------------------------------
     def up(self, workers: int, speed: dict[str, float] | None = None,
-           inventory_path: str | os.PathLike | None = None) -> Path:
-        """Build `workers` hosts, wait until every sshd accepts TCP, write the inventory."""
+           inventory_path: str | os.PathLike | None = None, kmod: bool = True) -> Path:
+        """Build `workers` hosts, wait until every sshd accepts TCP, write the inventory.
+
+        `kmod=False` seeds workers like a stock image without kmod (no
+        /etc/modules, so modules-load.d/modules.conf dangles).
+        """
         t0 = time.monotonic()
         if os.geteuid() != 0:
             raise TestbedError("the testbed needs root (network namespaces, mounts)")
@@ -110,11 +114,11 @@ class Testbed:
         if unknown:
             raise TestbedError(f"--speed names unknown workers: {', '.join(unknown)}")
         self._refuse_if_busy()
-        st = {"workers": names, "speed": speed, "pids": {}, "t_up": time.time(),
+        st = {"workers": names, "speed": speed, "kmod": kmod, "pids": {}, "t_up": time.time(),
               "added_unreachable": False, "created_run_sshd": False}
         try:
             self._prepare_dirs(st)
-            self._seed(names, speed)
+            self._seed(names, speed, kmod)
             self._build_network(names, st)
             self._start_nfs(st)
             for i, n in enumerate(names, 1):
@@ -151,13 +155,13 @@ class Testbed:
             st["created_run_sshd"] = True
         self._save(st)
 
-    def _seed(self, names: list[str], speed: dict[str, float]) -> None:
+    def _seed(self, names: list[str], speed: dict[str, float], kmod: bool) -> None:
         seed.client_files(self.run_dir)
         known = "".join(seed.sshd_files(self.run_dir, n, int(n[1:])) for n in names)
         seed.write(self.known_hosts, known)
         seed.export_tree(self.disk_dir)
         for n in names:
-            seed.host_disk(self.disk_dir, self.run_dir, n, int(n[1:]), float(speed.get(n, 1.0)))
+            seed.host_disk(self.disk_dir, self.run_dir, n, int(n[1:]), float(speed.get(n, 1.0)), kmod)
         shutil.copy(seed.HOST_SRC / "host-init", self.run_dir / "host-init")
 
     def _build_network(self, names: list[str], st: dict) -> None:

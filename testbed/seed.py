@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 import uuid
 from pathlib import Path
 
@@ -107,7 +108,60 @@ def netplan_yaml(i: int, extra_stor: list[str] | None = None, only: str | None =
     return "\n".join(lines) + "\n"
 
 
-def host_disk(disk: Path, run_dir: Path, name: str, i: int, speed: float) -> None:
+# The part of /etc that a worker boots from and the roles manage is the
+# worker's own, seeded as on a freshly installed Debian 12 worker: the
+# controller's own files under those names never show through the overlay.
+# (A stock Debian 12 without kmod has modules-load.d/modules.conf -> ../modules
+# dangling; whether a worker boots must not depend on the machine running it.)
+OWN_ETC_DIRS = ("modules-load.d", "netplan")
+ABSENT_ETC = ("specfleet",)  # what a fresh worker does not have yet
+DEBIAN_MODULES = ("# /etc/modules: kernel modules to load at boot time.\n#\n"
+                  "# This file contains the names of kernel modules that should be loaded\n"
+                  "# at boot time, one per line. Lines beginning with \"#\" are ignored.\n"
+                  "# Parameters can be specified after the module name.\n\n")
+DEBIAN_FSTAB = ("# /etc/fstab: static file system information.\n#\n"
+                "# <file system> <mount point>   <type>  <options>       <dump>  <pass>\n"
+                "/dev/vda1       /               ext4    errors=remount-ro 0       1\n")
+
+
+def opaque_dir(path: Path) -> None:
+    """An overlay upper directory that hides the lower one's entries (overlayfs(5))."""
+    path.mkdir(parents=True, exist_ok=True)
+    os.setxattr(path, "trusted.overlay.opaque", b"y")
+
+
+def whiteout(path: Path) -> None:
+    """An overlay upper entry that hides the lower one's file of that name."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.exists():
+        os.mknod(path, stat.S_IFCHR | 0o600, os.makedev(0, 0))
+
+
+def own_etc(etc: Path, name: str, i: int, kmod: bool) -> None:
+    """Seed the worker's own /etc entries (an overlay upper) like a fresh install.
+
+    `kmod=False` is a stock image without kmod: /etc/modules is absent, so
+    systemd's modules-load.d/modules.conf link dangles, as on such a machine.
+    """
+    for d in OWN_ETC_DIRS:
+        opaque_dir(etc / d)
+    os.chmod(etc / "netplan", 0o755)
+    os.symlink("../modules", etc / "modules-load.d" / "modules.conf")  # shipped by systemd
+    if kmod:
+        write(etc / "modules", DEBIAN_MODULES)
+    else:
+        whiteout(etc / "modules")
+    write(etc / "fstab", DEBIAN_FSTAB)
+    write(etc / "hosts", f"127.0.0.1\tlocalhost\n127.0.1.1\t{name}\n"
+                         f"{mgmt_ip(i)}\t{name}\n")
+    write(etc / "hostname", f"{name}\n")
+    write(etc / "netplan" / "50-testbed.yaml", netplan_yaml(i), 0o600)
+    for n in ABSENT_ETC:
+        whiteout(etc / n)
+
+
+def host_disk(disk: Path, run_dir: Path, name: str, i: int, speed: float,
+              kmod: bool = True) -> None:
     """Seed worker I's on-disk private trees (overlay uppers and bind sources)."""
     h = disk / "hosts" / name
     for sub in ("opt", "mnt", "root", *(f"ovl/{o}/{d}" for o in ("_etc", "_var_lib", "_usr_sbin", "_usr_bin")
@@ -117,9 +171,7 @@ def host_disk(disk: Path, run_dir: Path, name: str, i: int, speed: float) -> Non
     # `pyenv init` (~120 ms) on every ssh exec
     shutil.copytree("/etc/skel", h / "root", dirs_exist_ok=True, symlinks=True)
     os.chmod(h / "root", 0o700)
-    etc = h / "ovl" / "_etc" / "upper"
-    write(etc / "netplan" / "50-testbed.yaml", netplan_yaml(i), 0o600)
-    os.chmod(etc / "netplan", 0o755)
+    own_etc(h / "ovl" / "_etc" / "upper", name, i, kmod)
     state = h / "ovl" / "_var_lib" / "upper" / "specfleet-testbed"
     write(state / "sim.json", json.dumps({"speed_factor": speed, "noise": 0.0, "fault": None}) + "\n")
     write(state / "host.json", json.dumps({

@@ -218,3 +218,27 @@ def test_reboot_keeps_disk_and_empties_tmp(testbed_factory):
     assert rc == 0 and "/tmp/gone" not in out and "gone" not in out
     assert "dev ens35" in out  # the network came back from netplan
     assert tb.exec("w1", "test -e /opt/keep").returncode == 1
+
+
+def test_worker_etc_is_its_own_and_boots_with_a_dangling_modules_conf(testbed_factory):
+    """A stock Debian 12 without kmod: modules-load.d/modules.conf -> ../modules dangles.
+
+    The worker boots anyway (the stand-in logs the entry and goes on, as
+    systemd-modules-load does), and its /etc entries the roles manage are
+    seeded like a fresh worker's, whatever the controller machine has.
+    """
+    tb = testbed_factory(1, kmod=False)
+    out = tb.exec("w1", "readlink /etc/modules-load.d/modules.conf; test -e /etc/modules; echo $?; "
+                        "ls -A /etc/modules-load.d /etc/netplan; test -e /etc/specfleet; echo $?",
+                  check=True).stdout.split()
+    assert out == ["../modules", "1", "/etc/modules-load.d:", "modules.conf",
+                   "/etc/netplan:", "50-testbed.yaml", "1"]
+    assert "/dev/vda1" in tb.exec("w1", "cat /etc/fstab", check=True).stdout
+    # a reboot reads modules-load.d with the dangling link in it
+    tb.exec("w1", "echo nvidia > /etc/modules-load.d/nvidia.conf", check=True)
+    tb.reboot("w1")
+    assert tb.status()["hosts"]["w1"]["modules"] == ["nvidia"]
+    log = (tb.run_dir / "hosts" / "w1" / "sshd.log").read_text()
+    assert "Failed to open /etc/modules-load.d/modules.conf, ignoring" in log
+    # nothing the worker wrote reached the controller's /etc
+    assert not os.path.exists("/etc/modules-load.d/nvidia.conf")
