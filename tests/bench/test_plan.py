@@ -129,7 +129,7 @@ def test_commands_for_report_plan():
     p = load_plan("plans/qwen3-32b.yml")
     paths = Paths(venv="/vllm-venv", work_dir="/var/tmp/sf")
     lines = commands_for(p, "w2", "eagle3", paths)
-    assert len(lines) == 3
+    assert len(lines) == 1 + 2 * 3  # one server, 3 repeats (the default) of concurrency 1 and 16
     serve = shlex.split(lines[0])
     assert serve[:3] == ["/vllm-venv/bin/vllm", "serve", "@MODEL@"]
     sc = serve[serve.index("--speculative-config") + 1]
@@ -140,7 +140,7 @@ def test_commands_for_report_plan():
     bench = shlex.split(lines[2])
     assert bench[bench.index("--tokenizer") + 1] == "@MODEL@"
     assert bench[bench.index("--max-concurrency") + 1] == "16"
-    assert bench[bench.index("--result-filename") + 1] == "eagle3_conc16.json"
+    assert bench[bench.index("--result-filename") + 1] == "eagle3_conc16_r1.json"
     assert bench[bench.index("--result-dir") + 1] == "/var/tmp/sf/qwen3-32b-specdec/w2"
     assert "--no-oversample" in bench and "--save-result" in bench and "--save-detailed" in bench
     md = bench[bench.index("--metadata") + 1:]
@@ -154,6 +154,7 @@ def test_run_spec_shape():
     spec = build_run_spec(p, "w1", ["vanilla", "ngram"], Paths(venv="/opt/v", work_dir="/w", dataset="/w/q.jsonl"))
     assert spec["host"] == "w1" and [i["name"] for i in spec["items"]] == ["vanilla", "ngram"]
     it = spec["items"][1]
-    assert [b["result_file"] for b in it["bench"]] == ["ngram_conc1.json", "ngram_conc16.json"]
+    # repeats interleaved across concurrencies, on one server start
+    assert [b["result_file"] for b in it["bench"]] == [f"ngram_conc{c}_r{r}.json" for r in (1, 2, 3) for c in (1, 16)]
     assert it["required_paths"] == ["/w/q.jsonl"]
     assert item_argv(p, "w1", "ngram", Paths(venv="/opt/v", work_dir="/w", dataset="/w/q.jsonl"))["item_hash"] == it["item_hash"]
