@@ -129,7 +129,8 @@ class Runner:
             elif self.rebooted and old.get(it["name"], {}).get("status") not in (None, "pending", "failed", "done") \
                     or self.rebooted and "SIGTERM" in str(old.get(it["name"], {}).get("error")):
                 prev = old[it["name"]]
-                rec["interrupted"] = f"host rebooted during {prev['status']} ({prev.get('phase') or ''})"
+                rec["interrupted"] = ("host rebooted while it ran (the shutdown stopped it)" if prev["status"] == "pending"
+                                      else f"host rebooted during {prev['status']} ({prev.get('phase') or ''})")
             self.state["items"].append(rec)
         self.save()
         log(f"runner pid {os.getpid()} run {s['run_id']}: {len(s['items'])} items in {self.run_dir}")
