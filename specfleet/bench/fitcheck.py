@@ -16,6 +16,7 @@ that fit, in selection order, for a run with --disable-shuffle (the plan's `drop
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import random
@@ -46,11 +47,15 @@ def select(path: str, num_prompts: int) -> list[tuple[dict, str]]:
 
 
 def simulated() -> bool:
-    try:
-        import vllm
-    except ImportError:
+    """The venv's vllm is specfleet-simvllm (read, not imported: the real one imports torch)."""
+    spec = importlib.util.find_spec("vllm")
+    if spec is None or not spec.origin:
         return False
-    return getattr(vllm, "SIMULATED", False) is True
+    try:
+        with open(spec.origin, encoding="utf-8") as f:
+            return "\nSIMULATED = True" in f.read()
+    except OSError:
+        return False
 
 
 def tokenizer(model: str):
