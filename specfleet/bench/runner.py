@@ -109,6 +109,7 @@ class Runner:
             old = {i["name"]: i for i in old_state.get("items", [])}
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             pass
+        old_state = old_state if isinstance(old_state, dict) else {}
         boot = boot_identity()
         self.rebooted = bool(old_state.get("boot")) and old_state.get("boot") != boot
         self.state = {"schema": 1, "run_id": s["run_id"], "campaign": s["campaign"],
@@ -131,6 +132,8 @@ class Runner:
                 prev = old[it["name"]]
                 rec["interrupted"] = ("host rebooted while it ran (the shutdown stopped it)" if prev["status"] == "pending"
                                       else f"host rebooted during {prev['status']} ({prev.get('phase') or ''})")
+            elif old.get(it["name"], {}).get("interrupted"):  # keep the record until the item is done
+                rec["interrupted"] = old[it["name"]]["interrupted"]
             self.state["items"].append(rec)
         self.save()
         log(f"runner pid {os.getpid()} run {s['run_id']}: {len(s['items'])} items in {self.run_dir}")
