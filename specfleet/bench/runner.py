@@ -189,7 +189,10 @@ class Runner:
             self.finish("failed", why)
         except OSError as e2:
             log(f"cannot record the state ({e2}): {why}")
-        print(f"specfleet runner: {why}", file=sys.stderr, flush=True)
+        try:
+            print(f"specfleet runner: {why}", file=sys.stderr, flush=True)
+        except OSError:
+            pass
 
     def finish(self, status: str, error: str | None) -> None:
         self.state.update(status=status, error=error, finished_at=now(), current=None)

@@ -530,3 +530,29 @@ def test_two_fab_bench_started_at_once_follow_the_same_runners(testbed_factory, 
         assert runs == "1", host_sh(tb, host, f"cat {run_dir(host)}/runner.log").stdout
         assert_results(tb, host, queue)
         assert_idle(tb, host)
+
+
+# ---------------------------------------------------------------- 11. full disk
+def test_a_full_disk_ends_the_runner_and_its_server_and_says_where(testbed_factory, tmp_path):
+    tb = provisioned(testbed_factory, tmp_path)
+    d = run_dir("w1")
+    assert host_sh(tb, "w1", f"mkdir -p {d} && mount -t tmpfs -o size=8m sf-full {d}").returncode == 0
+    # 512 output tokens: a concurrency-1 run lasts a few seconds, time to fill the disk under it
+    p = bench_popen(tb, tmp_path, *REPORT_PINS,
+                    plan=plan_variant(tmp_path, lambda doc: doc["benchmark"].update(output_len=512)))
+    try:
+        wait_for(lambda: item_status(tb, "w1", "vanilla", ["benchmarking"]), 120, "w1 benchmarking vanilla")
+        host_sh(tb, "w1", f"dd if=/dev/zero of={d}/filler bs=64k 2>/dev/null")
+        rc = p.wait(timeout=180)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    log = (tmp_path / "bench-bg.log").read_text()
+    assert rc == 2, log[-3000:]
+    assert f"no space left on {d}" in " ".join(log.split()), log[-3000:]
+    st = state(tb, "w1")
+    assert st["status"] == "failed" and st["error"].startswith(f"no space left on {d}"), st
+    assert items(st)["vanilla"]["status"] == "failed"
+    assert_idle(tb, "w1")  # no runner, no server, no engine holding the GPU
+    assert state(tb, "w2")["status"] == "done"  # the other host went on
