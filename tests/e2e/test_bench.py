@@ -521,6 +521,14 @@ def test_two_fab_bench_started_at_once_follow_the_same_runners(testbed_factory, 
     assert rcs == [0, 0], [lg[-3000:] for lg in logs]
     for lg in logs:
         assert "the runner is not running" not in lg, lg[-3000:]
+    for host in REPORT_QUEUES:  # each host: one fab started the runner, the other followed that one
+        said = sorted(e["message"] for t in ("a", "b") for e in events(tmp_path / f"runs-{t}")
+                      if e.get("step") == "start runner" and e["host"] == host)
+        print(host, said)
+        assert len(said) == 2 and said[1].startswith("started runner pid "), said
+        pid = said[1].split()[3]
+        assert said[0] in (f"following runner pid {pid} (another fab bench started it just now)",
+                           f"reattached to runner pid {pid}"), said
     for host, queue in REPORT_QUEUES.items():
         st = state(tb, host)
         assert st["status"] == "done"
