@@ -189,6 +189,8 @@ class Benchmark(_Strict):
     save_detailed: bool = True
     num_warmups: int = Field(default=1, ge=0)
     repeat: int = Field(default=1, ge=1)
+    # A run counts only if at most this many of its num_prompts requests failed (collect, runner).
+    max_failed_requests: int = Field(default=0, ge=0)
     timeout_s: float = Field(default=7200, gt=0)
     # Required on purpose: see docs/campaign.md "The chat template question".
     chat_template: Literal["double", "single"]
