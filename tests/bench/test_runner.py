@@ -138,3 +138,17 @@ def test_failed_bench_keeps_partial(bed, monkeypatch):
     assert (bed.run_dir / "vanilla_conc1.json.partial").exists()
     assert not (bed.run_dir / "vanilla_conc1.json").exists() and not (bed.run_dir / "vanilla.done").exists()
     assert it["ngram"]["status"] == "done" and bed.gpu_used() == 0
+
+
+def test_done_item_whose_result_is_invalid_is_measured_again(bed):
+    """A done marker is not trusted when a result file it stands for was corrupted (issue 10.5):
+    resuming measures that item again, and only that item."""
+    spec = bed.spec(bed.plan(), queue=["vanilla", "ngram"])
+    assert bed.run(spec) == EXIT_OK, bed.log()
+    bad = next(bed.run_dir.glob("ngram_conc*.json"))
+    bad.write_text(bad.read_text()[:40])  # a half-written copy
+    assert bed.run(spec) == EXIT_OK, bed.log()
+    it = bed.items()
+    assert it["vanilla"]["attempts"] == 1 and it["ngram"]["attempts"] == 2, it
+    assert f"{bad.name} is missing or invalid: measured again" in bed.log()
+    assert isinstance(json.loads(bad.read_text()), dict)
