@@ -130,7 +130,7 @@ def report_campaign(campaign_dir: Path | str, baseline: str = "vanilla",
     forced = force and not gate.passed
     model = build_model(camp.name, tables, gate, concl, baseline=baseline, simulated=camp.simulated,
                         forced=forced, warnings=out.warnings, quarantined=qmsgs, cells=out.cells,
-                        command=command, planned_nodes=planned.nodes if planned else None)
+                        command=command)
     out.tables, out.model, out.conclusions, out.forced = tables, model, concl, forced
     if not gate.passed and not force:
         _remove_stale(campaign_dir)

@@ -54,23 +54,25 @@ class ReportModel:
     complete: bool = True
 
 
-def gate_verdict(gate: GateResult, planned_nodes: list[str] | None = None) -> str:
-    """The gate's one-line verdict. "NOT CHECKED (why)" when no pair of nodes could be compared:
-    a pass needs a comparison. Planned nodes left out of every comparison are named."""
+def gate_verdict(gate: GateResult, cells: list[CellState] | None = None) -> str:
+    """The gate's one-line verdict. "NOT CHECKED (why)" when no pair of nodes could be compared (a
+    pass needs a comparison); planned nodes whose baseline cell at the rule's point is not merged
+    are named with the cell's why."""
     if not gate.passed:
         return "FAILED"
-    where = (f"at concurrency {gate.rule.concurrency}" if gate.rule.concurrency is not None
-             else "at any concurrency")
-    compared = {n for c in gate.checks for n in (c.node_a, c.node_b)}
-    left = [n for n in (planned_nodes or []) if n not in compared]
-    why_left = f"no valid '{gate.baseline}' run {where} to compare"
+    conc = gate.rule.concurrency
+    lacking = {}
+    for c in cells or []:
+        if c.config == gate.baseline and (conc is None or c.concurrency == conc) and not c.merged:
+            lacking.setdefault(c.node, f"{c.node} has no valid '{gate.baseline}' run at concurrency "
+                                       f"{c.concurrency} ({c.state}: {c.why})")
     if not gate.checks:
-        why = "; ".join(gate.notes) or f"no two nodes have a valid '{gate.baseline}' run {where}"
-        if left and len(planned_nodes or []) > 1:
-            why += f"; planned node(s) {', '.join(left)}: {why_left}"
-        return f"NOT CHECKED ({why})"
-    if left:
-        return f"PASSED for {', '.join(sorted(compared))}; NOT CHECKED for {', '.join(left)} ({why_left})"
+        why = gate.notes or [f"no two nodes have a valid '{gate.baseline}' run to compare"]
+        return f"NOT CHECKED ({'; '.join(why + list(lacking.values()))})"
+    if lacking:
+        compared = sorted({n for c in gate.checks for n in (c.node_a, c.node_b)})
+        return (f"PASSED for {', '.join(compared)}; NOT CHECKED for {', '.join(sorted(lacking))} "
+                f"({'; '.join(lacking.values())})")
     return "PASSED"
 
 
@@ -139,11 +141,11 @@ def cells_section(cells: list[CellState], command: str | None) -> Section:
 def build_model(campaign: str, tables: Tables, gate: GateResult, conclusions: list[str], *,
                 baseline: str, simulated: bool, forced: bool, warnings: list[str] | None = None,
                 quarantined: list[str] | None = None, cells: list[CellState] | None = None,
-                command: str | None = None, planned_nodes: list[str] | None = None) -> ReportModel:
+                command: str | None = None) -> ReportModel:
     bad = [c for c in cells or [] if not c.merged]
     stamps = ([SIMULATED_STAMP] if simulated else []) + ([NOT_EQUIVALENT_STAMP] if forced and not gate.passed else []) \
         + ([INCOMPLETE_STAMP.format(n=len(bad), total=len(cells))] if bad else [])
-    secs = [cells_section(cells, command)] if cells else []
+    secs = []
     for conc in sorted(tables.runs.concurrency.unique()):
         secs.append(_section(f"Results at concurrency {conc}", tables.runs[tables.runs.concurrency == conc],
                              RUN_COLS, f"Means over runs. Speedup = output tok/s / the same node's "
@@ -155,6 +157,8 @@ def build_model(campaign: str, tables: Tables, gate: GateResult, conclusions: li
     if tables.categories is not None:
         secs.append(_section("Per Spec-Bench category", tables.categories, CAT_COLS,
                              "TPOT per request, averaged per category; speedup against the same node's baseline."))
+    if cells:
+        secs.append(cells_section(cells, command))
     secs.append(_section("Node equivalence (baseline on every node)", gate.table, GATE_COLS,
                          "diff = (B - A) / A. " + gate.rule.describe() + "."))
     if not tables.kv.empty:
@@ -171,7 +175,7 @@ def build_model(campaign: str, tables: Tables, gate: GateResult, conclusions: li
     return ReportModel(campaign=campaign, baseline=baseline, stamps=stamps, tags=tags, gate=gate,
                        conclusions=conclusions, sections=secs, notes=list(tables.notes),
                        warnings=list(warnings or []), quarantined=list(quarantined or []),
-                       gate_verdict=gate_verdict(gate, planned_nodes), complete=not bad)
+                       gate_verdict=gate_verdict(gate, cells), complete=not bad)
 
 
 def _env() -> jinja2.Environment:
