@@ -111,8 +111,7 @@ def report_campaign(campaign_dir: Path | str, baseline: str = "vanilla",
                          pending=list(camp.pending), warnings=list(notes or []) + list(camp.warnings))
     out.cells = cell_states(camp, planned) if planned else []
     qmsgs = [q.message() for q in camp.quarantined]
-    qmsgs += [f"set aside earlier: {a.path}: {a.reason}" for a in camp.set_aside
-              if a.path not in {q.dest for q in camp.quarantined}]
+    qmsgs += [f"in quarantine: {a.path}: {a.reason}" for a in camp.set_aside]
     command = out.command = planned.command() if planned else None
     if not camp.runs:
         out.error = f"{campaign_dir}: no valid, done result files to merge"
