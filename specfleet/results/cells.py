@@ -136,7 +136,7 @@ def _missing_why(camp: Campaign, p: Planned, node: str, cfg: str, name: str) -> 
         return p.host_notes[node]
     info = camp.nodes.get(node)
     if info is None:
-        return f"no results from {node} in {camp.root} (not collected yet?)"
+        return f"no results from {node} in {camp.root}: not measured there yet, or not collected"
     st = info.item_status(cfg)
     if st and st[0] != "done":
         err = st[1].strip().splitlines()[0][:300] if st[1].strip() else ""
