@@ -89,7 +89,8 @@ def _host_notes(fleet) -> dict[str, str]:
     for r in fleet.results:
         if r.status in (Status.FAILED, Status.UNREACHABLE) and r.host not in notes:
             what = "unreachable" if r.status is Status.UNREACHABLE else "failed"
-            notes[r.host] = f"{r.host} {what} at collect: {r.message.strip().splitlines()[0][:300] if r.message else ''}"
+            first = r.message.strip().splitlines()[0][:300] if r.message.strip() else "no message"
+            notes[r.host] = f"{r.host} {what} at collect: {first}"
     return notes
 
 
