@@ -2,7 +2,8 @@
 # The device run: one call of the device tool, from the sent checkout's root, with the payload that
 # testbed/realgpu/payload.py built carried as .realgpu/carry (docs/engines-gpu.md):
 #
-#   run  carry [".realgpu/carry"]   command: bash .realgpu/carry/kit/device.sh run [CAMPAIGN ...]
+#   run     carry [".realgpu/carry"]   command: bash .realgpu/carry/kit/device.sh run [CAMPAIGN ...]
+#   orphan  the orphan check alone (when `run` left no time for it): ... device.sh orphan [CAMPAIGN]
 #
 # Steps: check the carried files against MANIFEST.sha256; record the machine (env.txt); unpack the
 # vLLM site and the tokenizer; write <venv>/bin/vllm and the env file the runner's spec names; run the
@@ -24,6 +25,10 @@ WORK=/tmp/sfwork                       # specs.py WORK_DIR
 OUT=${OUT:-/tmp/sfgpu-out}
 PY=${PY:-/opt/torch/.venv/bin/python3}
 [[ -x $PY ]] || PY=$(command -v python3)
+VLLM_MODULE=${VLLM_MODULE:-vllm.entrypoints.cli.main}
+# REHEARSAL=1 (tests/real_gpu/test_device_script.py, never on the device): no self-test, and the
+# site may hold the simulated vLLM (VLLM_MODULE=vllm); everything else runs as on the device.
+REHEARSAL=${REHEARSAL:-}
 mkdir -p "$OUT" "$D/models" "$D/specs"
 exec > >(tee -a "$OUT/device.log") 2>&1
 trap 'sleep 0.5' EXIT                  # let tee flush device.log
@@ -71,7 +76,7 @@ install() {
   cat > "$VENV/bin/vllm" <<EOF
 #!/bin/sh
 export PYTHONPATH=$SITE\${PYTHONPATH:+:\$PYTHONPATH}
-exec $PY -m vllm.entrypoints.cli.main "\$@"
+exec $PY -m $VLLM_MODULE "\$@"
 EOF
   chmod +x "$VENV/bin/vllm"
   cat > "$D/vllm.env" <<EOF
@@ -94,6 +99,7 @@ EOF
 }
 
 selftest() {
+  if [[ -n $REHEARSAL ]]; then echo "REHEARSAL: kernel self-test not run" | tee "$OUT/selftest.txt"; return; fi
   PYTHONPATH=$SITE VLLM_USE_FLASHINFER_SAMPLER=0 "$PY" "$K/selftest.py" > "$OUT/selftest.txt" 2>&1
   local rc=$?
   tail -4 "$OUT/selftest.txt"
@@ -121,6 +127,12 @@ campaign() {  # specfleet's worker-side runner executes the stamped spec made by
   tail -3 "$WORK/$name/h200/runner.log"
 }
 
+orphan() {
+  log "orphan check: SIGKILL the API server mid-benchmark, see the runner end the EngineCore"
+  timeout -k 10 $(( $(left) - 20 )) "$PY" "$K/orphan.py" "$D/specs/$1.json" "$D/runner.py" "$OUT/orphan.json" \
+    || log "orphan check exit $?"
+}
+
 pack() {
   [[ -d $WORK ]] || return 0
   "$PY" "$K/watch.py" --summary "$WORK" "$OUT/phases.json" > "$OUT/summary.txt" 2>&1
@@ -133,17 +145,18 @@ case "${1:-}" in
     shift
     verify; env_report; install; selftest; models
     for name in "${@:-h200-dummy8b}"; do campaign "$name"; done
-    if (( $(left) > 150 )); then
-      log "orphan check: SIGKILL the API server mid-benchmark, see the runner end the EngineCore"
-      timeout -k 10 $(( $(left) - 20 )) "$PY" "$K/orphan.py" "$D/specs/${1:-h200-dummy8b}.json" "$D/runner.py" \
-        "$OUT/orphan.json" || log "orphan check exit $?"
-    else
-      log "orphan check skipped: $(left)s left"
-    fi
+    if (( $(left) > 150 )); then orphan "${1:-h200-dummy8b}"; else log "orphan check skipped: $(left)s left"; fi
     pack
+    ;;
+  orphan)  # the orphan check alone (a second call; a warm machine keeps /tmp/site)
+    shift
+    verify; env_report; install; selftest; models
+    name=${1:-h200-dummy8b}
+    "$PY" "$K/specs.py" stamp "$K/specs/$name.json" "$D/specs/$name.json" "$PY" || die "stamping $name failed"
+    orphan "$name"; pack
     ;;
   selftest)
     verify; env_report; install; selftest ;;
-  *) echo "usage: device.sh run [CAMPAIGN ...] | selftest"; exit 2 ;;
+  *) echo "usage: device.sh run [CAMPAIGN ...] | orphan [CAMPAIGN] | selftest"; exit 2 ;;
 esac
 log "done ($(left)s of the call's budget left)"

@@ -5,7 +5,7 @@ API server and keeps its GPU memory. Stdlib only.
     orphan.py BASE_SPEC RUNNER_PY OUT_JSON
 
 Runs specfleet's runner on a one-item spec derived from BASE_SPEC (its baseline item, eager mode
-so the server starts fast, the highest concurrency with 4x the prompts so the benchmark is still
+so the server starts fast, the highest concurrency with 8x the prompts so the benchmark is still
 running), SIGKILLs the API server (the state's server_pid) once the item is benchmarking, and
 records: the VLLM:: processes before and just after the kill (does the EngineCore survive its
 parent?), then, after the runner has handled it, whether the item is recorded as failed (a
@@ -25,7 +25,7 @@ CAMPAIGN = "h200-orphan"
 
 
 def derive_spec(base: dict, campaign: str = CAMPAIGN) -> dict:
-    """One item (the base spec's first = the baseline), eager, last bench only, 4x prompts,
+    """One item (the base spec's first = the baseline), eager, last bench only, 8x prompts,
     every path moved from the base campaign's folder to `campaign`'s."""
     s = json.loads(json.dumps(base).replace(f"/{base['campaign']}/", f"/{campaign}/"))
     item = s["items"][0]
@@ -33,7 +33,7 @@ def derive_spec(base: dict, campaign: str = CAMPAIGN) -> dict:
     b = item["bench"][-1]
     argv = b["argv"]
     i = argv.index("--num-prompts")
-    argv[i + 1] = str(4 * int(argv[i + 1]))
+    argv[i + 1] = str(8 * int(argv[i + 1]))
     item["bench"] = [b]
     item["item_hash"] = "orphan-check"
     s.update(campaign=campaign, run_id=f"{campaign}-{s['host']}", items=[item])
@@ -108,13 +108,17 @@ def main(argv: list[str]) -> int:
         while p.poll() is None:
             st = read_state(state_path)
             item = (st or {}).get("items", [{}])[0]
-            if item.get("status") == "benchmarking" and rec["killed_pid"] is None:
-                time.sleep(2.0)
+            if item.get("status") == "benchmarking" and rec["killed_pid"] is None and "kill_error" not in rec:
+                time.sleep(1.0)   # requests in flight
                 rec["before_kill"] = vllm_procs()
                 rec["gpu_used_before_mib"] = gpu_used_mib()
                 pid = item["server_pid"]
                 rec["t_healthy_s"] = round(time.time() - t0, 1)
-                os.kill(pid, signal.SIGKILL)
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    rec["kill_error"] = f"server pid {pid} had already exited"
+                    continue
                 t_kill = time.time()
                 rec["killed_pid"] = pid
                 time.sleep(0.05)  # before the runner's 0.2 s liveness poll ends the group
@@ -137,6 +141,8 @@ def main(argv: list[str]) -> int:
     rec.update(item_status=item.get("status"), item_error=(item.get("error") or "")[:400],
                runner_status=st.get("status"), leftover_after=vllm_procs(), gpu_used_after_mib=gpu_used_mib())
     rec["ok"], rec["problems"] = verdict(rec, spec["gpu_memory_free_mib"])
+    if "kill_error" in rec:
+        rec["problems"].append(rec["kill_error"])
     with open(out_path, "w") as f:
         json.dump(rec, f, indent=2)
     print(json.dumps({k: rec.get(k) for k in ("ok", "problems", "engine_core_survived_parent",

@@ -16,7 +16,7 @@ def test_derived_spec(tmp_path):
     assert item["serve_argv"][-1] == "--enforce-eager"
     assert len(item["bench"]) == 1 and item["bench"][0]["concurrency"] == 16
     argv = item["bench"][0]["argv"]
-    assert argv[argv.index("--num-prompts") + 1] == "64"
+    assert argv[argv.index("--num-prompts") + 1] == "128"
     assert argv[argv.index("--result-dir") + 1] == "/tmp/sfwork/h200-orphan/h200"
     assert "h200-dummy8b/" not in json.dumps(s)
     assert base["items"][0]["serve_argv"][-1] != "--enforce-eager"   # the base spec is untouched
