@@ -1,22 +1,73 @@
 """venv-deploy (workers): the bastion's venv, at the same path, switched atomically.
 
-Each build lands in `<venv>.releases/<digest>/` (rsync, hard-linking unchanged
-files against the current release), then `<venv>` -- a symlink -- is flipped
-to it in one rename. The previous release stays for `--revert venv-deploy`.
-An unchanged venv transfers nothing: same digest, same directory, rsync -n
-itemizes nothing.
+Each version of the venv lands in `<venv>.releases/<release id>/` (rsync,
+hard-linking unchanged files against the current release), then `<venv>` -- a
+symlink -- is flipped to it in one rename. The release id is the build digest
+plus a hash of the bastion venv's listing (paths, sizes, modes, mtimes): a venv
+changed in place (a pip install into it by hand) gets a new id, so a deploy
+never writes into the release that is live, and a copy cut short (Ctrl-C, a
+dropped link) leaves the live venv as it was. The previous release stays for
+`--revert venv-deploy`. An unchanged venv transfers nothing: same id, same
+directory, same listing.
 """
 from __future__ import annotations
+
+import os
 
 from specfleet.inventory import Host
 from specfleet.shell import q
 from specfleet.step import Change, Facts, Step, StepFailed
 from specfleet.steps.command import Command
-from specfleet.steps.sync import RsyncTree
+from specfleet.steps.sync import RsyncTree, local_listing
+
+LISTING_ID_CHARS = 12
 
 
 def releases_dir(venv: str) -> str:
     return venv.rstrip("/") + ".releases"
+
+
+def release_id(venv: str, manifest: dict) -> str:
+    """`<build digest>-<listing hash>` of the bastion's venv: changes whenever its content does."""
+    return f"{manifest['digest']}-{local_listing(venv)[:LISTING_ID_CHARS]}"
+
+
+class ReleaseCopy(RsyncTree):
+    """The release directory is a copy of the bastion's venv; the live release is never written.
+
+    The id names the content, so the live release differs from the bastion's only if it was
+    changed on the host itself: that is refused (with the way out), not repaired in place.
+    """
+
+    def __init__(self, host: Host, venv: str, release: str, rsync_path: str | None):
+        super().__init__(host, venv, release, link_dest=f"{venv}/", rsync_path=rsync_path)
+        self.venv = venv.rstrip("/")
+
+    def probe(self) -> str:
+        return f"echo \"LIVE $(readlink {q(self.venv)})\"; {super().probe()}"
+
+    def decide(self, facts: Facts) -> list[Change]:
+        first, _, rest = facts.stdout.partition("\n")
+        changes = super().decide(Facts(rest, facts.rc))
+        if changes and first.removeprefix("LIVE ").rstrip("/") == self.dest.rstrip("/"):
+            raise StepFailed(f"{self.dest.rstrip('/')} is the live venv here and was changed on this host "
+                             "(it differs from the bastion's); specfleet never writes into a live release: "
+                             "`fab provision --revert venv-deploy`, then `fab provision` deploys a fresh copy")
+        return changes
+
+
+class NotBuiltYet(Step):
+    """Check mode before the bastion's venv exists: the copy that would follow its build."""
+
+    needs_root = False
+
+    def __init__(self, venv: str):
+        self.venv = venv
+        self.name = f"rsync {venv}/ (once built on the bastion)"
+
+    def decide(self, facts: Facts) -> list[Change]:
+        return [Change(f"copy the bastion's venv {self.venv} here once it is built",
+                       f"echo {q(f'the bastion has no venv at {self.venv} yet')} >&2; exit 1")]
 
 
 class BaseInterpreter(Step):
@@ -127,12 +178,15 @@ def steps(host: Host, manifest: dict, revert: bool = False) -> list[Step]:
     venv = host.require("venv_path")
     if revert:
         return [Rollback(venv)]
-    release = f"{releases_dir(venv)}/{manifest['digest']}"
+    interpreter = BaseInterpreter(manifest["base_python"], manifest["python_version"])
+    if not os.path.isdir(venv):  # only in check mode: otherwise provision stops first (tasks/provision.py)
+        return [interpreter, NotBuiltYet(venv)]
+    release = f"{releases_dir(venv)}/{release_id(venv, manifest)}"
     rsync_path = "sudo -n rsync" if host.needs_sudo else None
     imports = "; ".join(f"import {m}" for m in manifest.get("packages", {}) or {"sys": None})
     return [
-        BaseInterpreter(manifest["base_python"], manifest["python_version"]),
-        RsyncTree(host, venv, release, link_dest=f"{venv}/", rsync_path=rsync_path),
+        interpreter,
+        ReleaseCopy(host, venv, release, rsync_path),
         CurrentRelease(venv, release),
         PruneReleases(venv, release),
         # imported once per release and host: a real vLLM import takes seconds, and the
