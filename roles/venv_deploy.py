@@ -13,12 +13,13 @@ directory, same listing.
 from __future__ import annotations
 
 import os
+import subprocess
 
 from specfleet.inventory import Host
 from specfleet.shell import q
 from specfleet.step import Change, Facts, Step, StepFailed
 from specfleet.steps.command import Command
-from specfleet.steps.sync import RsyncTree, local_listing
+from specfleet.steps.sync import LISTING, RsyncTree, local_listing
 
 LISTING_ID_CHARS = 12
 
@@ -32,11 +33,17 @@ def release_id(venv: str, manifest: dict) -> str:
     return f"{manifest['digest']}-{local_listing(venv)[:LISTING_ID_CHARS]}"
 
 
+# The listing without bytecode caches: Python rewrites a stale .pyc where it runs (a worker's
+# first import after a source changed), and checks each one against its source itself.
+CODE_LISTING = LISTING.replace("find . -printf", "find . -name __pycache__ -prune -o -printf")
+
+
 class ReleaseCopy(RsyncTree):
     """The release directory is a copy of the bastion's venv; the live release is never written.
 
-    The id names the content, so the live release differs from the bastion's only if it was
-    changed on the host itself: that is refused (with the way out), not repaired in place.
+    The id names the content, so a live release can differ from the bastion's only if it changed
+    on the host: bytecode caches Python wrote there are left alone; anything else is refused
+    (with the way out), never repaired in place.
     """
 
     def __init__(self, host: Host, venv: str, release: str, rsync_path: str | None):
@@ -44,16 +51,24 @@ class ReleaseCopy(RsyncTree):
         self.venv = venv.rstrip("/")
 
     def probe(self) -> str:
-        return f"echo \"LIVE $(readlink {q(self.venv)})\"; {super().probe()}"
+        return (f"echo \"LIVE $(readlink {q(self.venv)})\"; "
+                f"cd {q(self.dest)} 2>/dev/null && {{ {LISTING}; {CODE_LISTING}; }} || echo NONE")
 
     def decide(self, facts: Facts) -> list[Change]:
-        first, _, rest = facts.stdout.partition("\n")
-        changes = super().decide(Facts(rest, facts.rc))
-        if changes and first.removeprefix("LIVE ").rstrip("/") == self.dest.rstrip("/"):
-            raise StepFailed(f"{self.dest.rstrip('/')} is the live venv here and was changed on this host "
-                             "(it differs from the bastion's); specfleet never writes into a live release: "
-                             "`fab provision --revert venv-deploy`, then `fab provision` deploys a fresh copy")
-        return changes
+        lines = facts.stdout.splitlines() + ["", "", ""]
+        live, listing, code = lines[0].removeprefix("LIVE ").rstrip("/"), lines[1], lines[2]
+        if live != self.dest.rstrip("/") or listing == local_listing(self.src):
+            return super().decide(Facts(listing + "\n", facts.rc))
+        if code == code_listing(self.src):
+            return []  # only bytecode caches differ
+        raise StepFailed(f"{self.dest.rstrip('/')} is the live venv here and was changed on this host "
+                         "(it differs from the bastion's); specfleet never writes into a live release: "
+                         "`fab provision --revert venv-deploy`, then `fab provision` deploys a fresh copy")
+
+
+def code_listing(src: str) -> str:
+    p = subprocess.run(["bash", "-c", f"cd {q(src)} && {CODE_LISTING}"], capture_output=True, text=True, check=True)
+    return p.stdout.strip()
 
 
 class NotBuiltYet(Step):

@@ -117,9 +117,9 @@ def fleet_run(task: str, *, inventory=None, hosts=None, check=False, diff=False,
     if end["outcome"] == "interrupted":
         reporter.console.print("[bold yellow]interrupted[/] (Ctrl-C): where each host stands")
         for line in fleet.standing():
-            reporter.console.print(f"  {line}", markup=False)
+            reporter.console.print(f"  {line}", markup=False, soft_wrap=True)
         for line in fleet.interrupt_hints or [f"each step is idempotent: `{command_line()}` again finishes the work"]:
-            reporter.console.print(line, markup=False)
+            reporter.console.print(line, markup=False, soft_wrap=True)
         reporter.console.print(f"[dim]event log: {events.path}[/]")
         raise Exit("interrupted", code=EXIT_INTERRUPTED)
     if recap or crash:
