@@ -108,7 +108,7 @@ def fleet_run(task: str, *, inventory=None, hosts=None, check=False, diff=False,
                "error": {"type": type(e).__name__, "message": str(e)},
                "traceback": "".join(traceback.format_exception(e))}
         line = " ".join(f"{type(e).__name__}: {e}".split())[:400]
-        crash = Exit(f"error: specfleet crashed (a bug: the traceback is in {events.path}): {redact(line)}",
+        crash = Exit(f"error: specfleet crashed: {redact(line)} (the traceback is in {events.path})",
                      code=EXIT_CRASHED)
     finally:
         fleet.close()
