@@ -15,7 +15,7 @@ import sys
 import traceback
 from typing import Iterator
 
-from invoke.exceptions import Exit
+from invoke.exceptions import Exit, UnexpectedExit
 
 from specfleet.console import Reporter
 from specfleet.errors import UserError
@@ -51,7 +51,7 @@ def command_line() -> str:
 
 
 def guarded(task):
-    """Run a task's body so that bad input is one line and exit 1, and Ctrl-C exits 130.
+    """Run a task's body so that bad input is one line and exit 1, Ctrl-C exits 130, a crash 70.
 
     Applied to every task of the collection (tasks/__init__.py): the one place a UserError
     becomes what the person sees.
@@ -66,6 +66,11 @@ def guarded(task):
             raise Exit(f"error: {e}", code=EXIT_BAD_INPUT) from None
         except KeyboardInterrupt:  # outside a fleet run (which says more): nothing ran on a host yet
             raise Exit("interrupted", code=EXIT_INTERRUPTED) from None
+        except (Exit, UnexpectedExit):  # invoke's own verdicts (a fleet run's crash is one already)
+            raise
+        except Exception as e:  # a bug before or after the fleet run: no event log, so the traceback here
+            traceback.print_exc()
+            raise Exit(f"error: specfleet crashed: {type(e).__name__}: {e}", code=EXIT_CRASHED) from None
     task.body = run
     return task
 

@@ -280,3 +280,18 @@ def test_a_changed_live_release_is_refused_and_bytecode_caches_are_left(tmp_path
     assert step.decide(Facts(f"{live}\n{'0' * 64}\n{code}\n")) == []  # only __pycache__ differs
     with pytest.raises(StepFailed, match="live venv here and was changed on this host"):
         step.decide(Facts(f"{live}\n{'0' * 64}\n{'1' * 64}\n"))
+
+
+def test_a_crash_outside_the_fleet_run_exits_70_not_1(tmp_path):
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(textwrap.dedent("""
+        import tasks.common as c
+        def load(inventory):
+            raise RuntimeError("injected crash before the run")
+        c.load = load
+    """))
+    p = fab("facts", "--inventory", str(inventory(tmp_path)), tmp_path=tmp_path, env={"PYTHONPATH": str(hook)})
+    assert p.returncode == 70, p.stdout + p.stderr
+    assert p.stderr.splitlines()[-1] == "error: specfleet crashed: RuntimeError: injected crash before the run"
+    assert "Traceback" in p.stderr  # no event log exists yet: the traceback is the only record
