@@ -244,6 +244,29 @@ def test_a_venv_changed_in_place_gets_a_new_release_and_a_killed_copy_leaves_the
         size = host_sh(tb, "w1", f"stat -c %s {RELEASES}/*/aaa-big.bin 2>/dev/null").stdout.split()
         assert str(192 * 2**20) not in size, "the copy was not cut short: the test proves nothing"
 
+        # Ctrl-C in the terminal during the copy (SIGINT to fab and its rsync): exit 130, fab says
+        # where w1 stands, and the live venv is still the one it was
+        p = subprocess.Popen([FAB, "provision", "--only", "venv-deploy", "--hosts", "w1"], cwd=PROJECT,
+                             env={**env, "SPECFLEET_RUNS_DIR": str(tmp_path / "r4b")}, start_new_session=True,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            wait_for(lambda: [x for x in bastion_rsyncs(p.pid) if read_bytes(x) > 32 * 2**20], 120,
+                     "rsync to be copying the big file again", interval=0.002)
+            os.killpg(p.pid, signal.SIGINT)
+            out, err = p.communicate(timeout=60)
+        finally:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+        assert p.returncode == 130, out + err
+        # (rsync got the SIGINT too: if its thread records that before fab's main thread takes the
+        # interrupt, w1's line is the rsync's failure instead; both say where w1 stands)
+        assert f"w1: interrupted during 'rsync {VENV}/ -> {RELEASES}/" in out or \
+            f"w1: 'rsync {VENV}/ -> {RELEASES}/" in out, out
+        assert "`fab provision --only venv-deploy --hosts w1` again finishes the work" in out
+        assert last_record(tmp_path / "r4b")["outcome"] == "interrupted"
+        assert live(tb, "w1") == r2 and release_state(tb, "w1", r2) == live_state
+
         # the next provision finishes the copy and then switches
         last = fab("provision", "--only", "venv-deploy", inventory=inv, runs=tmp_path / "r5")
         assert last.returncode == 0, out_of(last)
