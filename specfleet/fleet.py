@@ -85,10 +85,8 @@ class Fleet:
                 self._record(r)
                 out[host.name] = [r]
                 return
-            try:
-                out[host.name] = self._host_play(host, steps)
-            finally:
-                self.current.pop(host.name, None)
+            out[host.name] = self._host_play(host, steps)
+            self.current.pop(host.name, None)  # not on Ctrl-C: then `standing` says where it was
 
         self._parallel(one, targets)
         return out
@@ -102,9 +100,13 @@ class Fleet:
         out: dict[str, Any] = {}
 
         def one(host: Host) -> None:
+            self.current[host.name] = name
+            work(host)
+            self.current.pop(host.name, None)  # not on Ctrl-C: then `standing` says where it was
+
+        def work(host: Host) -> None:
             t0 = time.monotonic()
             hc = self.connections[host.name]
-            self.current[host.name] = name
             try:
                 hc.open()
                 value = fn(hc)
@@ -120,8 +122,6 @@ class Fleet:
                 self._record(StepResult(host.name, name, Status.FAILED, message=self._unexpected(host.name, name, e),
                                         duration=time.monotonic() - t0))
                 return
-            finally:
-                self.current.pop(host.name, None)
             status, message, data = Status.OK, "", {}
             if isinstance(value, StepResult):
                 value.duration = value.duration or time.monotonic() - t0
