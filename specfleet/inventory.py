@@ -27,6 +27,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from .errors import UserError
 from .yamlfile import YamlFileError, first_error, load_yaml
 
 DEFAULT_INVENTORY = "inventory/hosts.yml"
@@ -40,8 +41,15 @@ HOSTNAME_RE = re.compile(
 SECRET_VAR_RE = re.compile(r"(password|passwd|token|secret)", re.IGNORECASE)
 
 
-class InventoryError(Exception):
+class InventoryError(UserError):
     """A bad inventory: one message naming file, host and field."""
+
+
+class MissingVar(InventoryError, KeyError):
+    """A host lacks a variable that a role or task needs (a KeyError too, for older callers)."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0])
 
 
 def check_address(value: str) -> str:
@@ -120,7 +128,7 @@ class Host:
 
     def require(self, name: str) -> Any:
         if name not in self.vars or self.vars[name] in (None, ""):
-            raise KeyError(f"host {self.name!r}: inventory variable {name!r} is not set")
+            raise MissingVar(f"host {self.name!r}: inventory variable {name!r} is not set")
         return self.vars[name]
 
     @property

@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from ..errors import UserError
 from ..yamlfile import YamlFileError, first_error, load_yaml
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
@@ -48,7 +49,7 @@ DRAFT_MODEL_METHODS = {"eagle", "eagle3", "draft_model", "medusa", "mlp_speculat
 KNOWN_METHODS = DRAFT_MODEL_METHODS | {"ngram", "[ngram]", "ngram_gpu", "mtp", "suffix"}
 
 
-class PlanError(Exception):
+class PlanError(UserError):
     """A bad plan: one message naming file, configuration and field."""
 
 
