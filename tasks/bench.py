@@ -15,7 +15,9 @@ from specfleet.bench import remote
 from specfleet.bench.spec import RUNNER_FILES
 from specfleet.connection import CommandTimeout, Unreachable
 from specfleet.fleet import EXIT_BAD_INPUT
+from specfleet.shell import q
 from specfleet.step import Status
+from specfleet.steps.command import Assert
 from specfleet.steps.files import Directory, FileContent
 from tasks.common import fleet_help, fleet_run
 
@@ -35,8 +37,18 @@ def work_dir(host) -> str:
 
 
 def paths_for(host, plan) -> Paths:
-    return Paths(venv=host.require("venv_path"), work_dir=work_dir(host),
-                 dataset=configs.dataset_path(host, plan.benchmark.dataset_path))
+    return Paths(venv=host.require("venv_path"), work_dir=work_dir(host), dataset=worker_dataset(host, plan))
+
+
+def worker_dataset(host, plan) -> str:
+    """The dataset's path on the worker: as the plan spells it, or where configs places the bastion file."""
+    return plan.benchmark.on_worker or configs.dataset_path(host, plan.dataset_file())
+
+
+def _dataset_on_worker(host, plan) -> Assert:
+    path = plan.benchmark.on_worker
+    return Assert("dataset on the worker", f"test -f {q(path)} && test -r {q(path)}",
+                  f"{plan.file}: field 'benchmark.dataset_path': {path} is not a readable file on {host.name}")
 
 
 @task(help=fleet_help(plan=PLAN_HELP, assign="pin configurations to nodes, e.g. eagle3=w2 (repeatable)",
@@ -46,6 +58,10 @@ def bench(c, plan=None, inventory=None, hosts=None, check=False, diff=False, ass
           forks=32, serial=False, accept_new_host_keys=False, verbose=False):
     """Split the plan's configurations across the nodes and run each node's queue (resumable, reattaches)."""
     p = plan_of(plan)
+    try:
+        p.dataset_file()  # a missing bastion file stops here, before any host is touched
+    except PlanError as e:
+        raise Exit(f"error: {e}", code=EXIT_BAD_INPUT) from None
     with fleet_run("bench", inventory=inventory, hosts=hosts, check=check, diff=diff, forks=forks, serial=serial,
                    accept_new_host_keys=accept_new_host_keys, verbose=verbose,
                    default_hosts="workers") as (fleet, inv, rep):
@@ -60,6 +76,8 @@ def bench(c, plan=None, inventory=None, hosts=None, check=False, diff=False, ass
             for item in queues.queues[host.name]:
                 for line in commands_for(p, host.name, item, paths_for(host, p)):
                     rep.console.print(f"    {line}", markup=False, soft_wrap=True)
+        if p.benchmark.on_worker:  # check mode too: the file the plan says is there must be
+            fleet.play(lambda h: [_dataset_on_worker(h, p)])
         if check:
             return
         views = fleet.each("read campaign state", lambda hc: remote.view(hc, work_dir(hc.host), p.campaign))
@@ -103,8 +121,7 @@ def _placement(host, plan, spec):
     home = configs.home(host)
     return [Directory(home), Directory(f"{home}/datasets"), Directory(d),
             *[FileContent(f"{home}/{f.name}", f.read_bytes(), mode="0755") for f in RUNNER_FILES],
-            FileContent(configs.dataset_path(host, plan.benchmark.dataset_path),
-                        open(plan.benchmark.dataset_path, "rb").read()),
+            *([] if plan.benchmark.on_worker else [configs.dataset_step(host, plan.dataset_file())]),
             FileContent(f"{d}/run.json", dump_run_spec(spec))]
 
 

@@ -180,13 +180,6 @@ class OnWorker(_Strict):
 
     on_worker: str
 
-    @field_validator("on_worker")
-    @classmethod
-    def _abs(cls, v: str) -> str:
-        if not v.startswith("/"):
-            raise ValueError(f"{v!r} is not an absolute path (the worker reads it)")
-        return v
-
 
 DATASET_RULE = ("a file on the bastion (a relative path is relative to the plan file's folder), "
                 "or {on_worker: /absolute/path} for a file already on every worker")
@@ -221,7 +214,9 @@ class Benchmark(_Strict):
         if isinstance(v, str) and v.strip():
             return v
         if isinstance(v, dict) and set(v) == {"on_worker"}:
-            return v
+            if not isinstance(v["on_worker"], str) or not v["on_worker"].startswith("/"):
+                raise ValueError(f"on_worker: {v['on_worker']!r} is not an absolute path (the worker reads it)")
+            return OnWorker(on_worker=v["on_worker"])
         raise ValueError(f"must be {DATASET_RULE}, not {v!r}")
 
     @field_validator("percentile_metrics", "metric_percentiles", mode="before")
@@ -323,8 +318,9 @@ class Plan(_Strict):
         path = path if path.is_absolute() else self._file.parent / path
         if not path.is_file() or not os.access(path, os.R_OK):
             why = "is not a readable file" if path.exists() else "does not exist"
-            raise PlanError(f"{self._file}: field 'benchmark.dataset_path': {path} {why} on the bastion "
-                            f"(a dataset is {DATASET_RULE})")
+            raise PlanError(f"{self._file}: field 'benchmark.dataset_path': {os.path.abspath(path)} {why} on "
+                            "the bastion (a relative path is relative to the plan file; a file already on "
+                            "the workers is written {on_worker: /path})")
         return path
 
     def canonical_json(self) -> str:
