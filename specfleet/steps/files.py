@@ -76,18 +76,16 @@ class FileContent(Step):
 
     def _diff(self, host: "_HostFile", new: Payload | None) -> str:
         """A unified diff when both sides are small text files and known; else their checksums."""
-        old_text = None if host.state == "ABSENT" else _text(host.content, host.size)
+        absent = host.state == "ABSENT"
+        old_text = None if absent else _text(host.content, host.size)
         new_text = None if new is None else _text(new.head(DIFF_MAX_BYTES), new.size)
-        old_sha = "absent" if host.state == "ABSENT" else host.sha256
-        new_sha = "absent" if new is None else new.sha256
-        old_ok = host.state == "ABSENT" or old_text is not None
-        new_ok = new is None or new_text is not None
-        if old_ok and new_ok:
+        if (absent or old_text is not None) and (new is None or new_text is not None):
             return unified_diff(self.path, old_text, new_text)
-        large = (host.state != "ABSENT" and (host.size > DIFF_MAX_BYTES or host.content is not None)) or \
-            (new is not None and new_text is None)
-        # content not fetched (no --diff) and nothing says it is binary or large: just the checksums
-        return f"{'binary or large file: ' if large else ''}sha256 {old_sha} -> {new_sha}"
+        old_big = not absent and (host.size > DIFF_MAX_BYTES or (host.content is not None and old_text is None))
+        new_big = new is not None and new_text is None
+        # else the host's content was not fetched (no --diff): the checksums say what changes
+        label = "binary or large file: " if old_big or new_big else ""
+        return f"{label}sha256 {'absent' if absent else host.sha256} -> {'absent' if new is None else new.sha256}"
 
 
 @dataclass
