@@ -57,7 +57,7 @@ class Payload:
     that does not match them (a dropped connection never leaves a truncated file behind).
     """
 
-    data: bytes | None = None
+    data: bytes | None = field(default=None, repr=False)
     source: str | None = None
     size: int = 0
     sha256: str = ""

@@ -51,9 +51,10 @@ class FileContent(Step):
     def probe(self) -> str:
         p = q(self.path)
         want = q(self.payload.sha256 if self.present else "")
-        return (f"if [ -f {p} ]; then stat -c '%a %s' -- {p}; sf_h=$(sha256sum < {p} | cut -c1-64); "
-                f"echo \"$sf_h\"; if [ \"${{{DIFF_VAR}:-}}\" = 1 ] && [ \"$sf_h\" != {want} ] && "
-                f"[ \"$(stat -c %s -- {p})\" -le {DIFF_MAX_BYTES} ]; then printf CONTENT; base64 -w0 -- {p}; echo; fi; "
+        return (f"if [ -f {p} ]; then sf_ms=$(stat -c '%a %s' -- {p}); echo \"$sf_ms\"; "
+                f"sf_h=$(sha256sum < {p} | cut -c1-64); echo \"$sf_h\"; "
+                f"if [ \"${{{DIFF_VAR}:-}}\" = 1 ] && [ \"$sf_h\" != {want} ] && [ \"${{sf_ms#* }}\" -le {DIFF_MAX_BYTES} ]; "
+                f"then printf CONTENT; base64 -w0 -- {p}; echo; fi; "
                 f"elif [ -e {p} ]; then echo NOTFILE; else echo ABSENT; fi")
 
     def decide(self, facts: Facts) -> list[Change]:
