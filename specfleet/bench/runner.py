@@ -32,6 +32,10 @@ except ImportError:  # run as a script on the worker, runner_lib.py copied besid
                             failed_requests, gpu_used_mib, live_pids, load_spec, log, make_reserve, no_space, now,
                             parse_env_file, proc_argv0, proc_has_token, tail)
 
+# specfleet.results.schema.REQUIRED_KEYS (the runner is stdlib only and runs alone on the worker);
+# a truncated file, a non-number or completed 0 is redone; the full judgement is collect's
+RESULT_KEYS = ("duration", "completed", "output_throughput", "total_token_throughput", "mean_tpot_ms",
+               "mean_ttft_ms", "mean_itl_ms")
 EXIT_OK, EXIT_FAILED, EXIT_SPEC, EXIT_LOCKED, EXIT_FATAL, EXIT_STOPPED = 0, 1, 2, 3, 4, 143
 HERE = os.path.dirname(os.path.abspath(__file__))
 # vLLM's sampling parameters that generation_config.json can set (get_diff_sampling_param)
@@ -90,7 +94,26 @@ class Runner:
 
     def is_done(self, item: dict) -> bool:
         marker = self.read_marker(item)
-        return bool(marker) and marker.get("item_hash") == item.get("item_hash")
+        return bool(marker) and marker.get("item_hash") == item.get("item_hash") and self.results_valid(item)
+
+    def results_valid(self, item: dict) -> bool:
+        """A done marker counts only while each result file it stands for is still a complete result:
+        one found corrupted or missing (collect quarantines such a copy) is measured again."""
+        for b in item["bench"]:
+            argv = b["argv"]
+            rdir = argv[argv.index("--result-dir") + 1] if "--result-dir" in argv else self.run_dir
+            try:
+                with open(os.path.join(rdir, b["result_file"])) as f:
+                    r = json.load(f)
+            except (OSError, ValueError):
+                r = None
+            ok = isinstance(r, dict) and all(isinstance(r.get(k, 0), (int, float)) for k in RESULT_KEYS) \
+                and r.get("completed", 1) > 0 and (r.get("failed") or 0) <= self.spec.get("max_failed_requests", 0)
+            if not ok:
+                log(f"[{item['name']}] done marker present but {b['result_file']} is missing or invalid: "
+                    "measured again")
+                return False
+        return True
 
     def check_stop(self) -> None:
         if self.stopping:

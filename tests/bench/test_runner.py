@@ -277,8 +277,12 @@ def test_a_full_disk_ends_the_server_and_says_no_space_left(bed, tmp_path):
     log = open(tmp_path / "runner-full.log", "w")
     env = {**bed.env(), "FAKE_BENCH_S": "2"}
     p = subprocess.Popen(["unshare", "--mount", "--propagation", "private", "sh", "-c",
-                          f"mount -t tmpfs -o size=4m sf-test {bed.work} && exec {sys.executable} -S "
-                          f"{bed.runner} --spec {spec}"], stdout=log, stderr=subprocess.STDOUT, env=env,
+                          # the runner's last state is copied out before the namespace (and
+                          # its tmpfs) ends: polling from outside can miss the final write
+                          f"mount -t tmpfs -o size=4m sf-test {bed.work} || exit 99; {sys.executable} -S "
+                          f"{bed.runner} --spec {spec}; rc=$?; "
+                          f"cp {bed.run_dir}/state.json {tmp_path}/final-state.json; exit $rc"],
+                         stdout=log, stderr=subprocess.STDOUT, env=env,
                          start_new_session=True)
     bed.procs.append(p)
     root = Path(f"/proc/{p.pid}/root")
@@ -296,16 +300,22 @@ def test_a_full_disk_ends_the_server_and_says_no_space_left(bed, tmp_path):
                 f.write(b"\0" * 65536)
         except OSError:
             pass
-    state = {}
-    deadline = time.monotonic() + 60
-    while p.poll() is None and time.monotonic() < deadline:
-        try:
-            state = json.loads((run_dir / "state.json").read_text())
-        except (OSError, ValueError):
-            pass
-        time.sleep(0.05)
     assert p.wait(timeout=60) == EXIT_FATAL, (tmp_path / "runner-full.log").read_text()
+    state = json.loads((tmp_path / "final-state.json").read_text())
     out = (tmp_path / "runner-full.log").read_text()
     assert f"no space left on {bed.run_dir}" in out, out
     assert state.get("status") == "failed" and "no space left on" in state.get("error", ""), state
     assert bed.gpu_used() == 0  # its server and engine ended too
+
+def test_done_item_whose_result_is_invalid_is_measured_again(bed):
+    """A done marker is not trusted when a result file it stands for was corrupted (issue 10.5):
+    resuming measures that item again, and only that item."""
+    spec = bed.spec(bed.plan(), queue=["vanilla", "ngram"])
+    assert bed.run(spec) == EXIT_OK, bed.log()
+    bad = next(bed.run_dir.glob("ngram_conc*.json"))
+    bad.write_text(bad.read_text()[:40])  # a half-written copy
+    assert bed.run(spec) == EXIT_OK, bed.log()
+    it = bed.items()
+    assert it["vanilla"]["attempts"] == 1 and it["ngram"]["attempts"] == 2, it
+    assert f"{bad.name} is missing or invalid: measured again" in bed.log()
+    assert isinstance(json.loads(bad.read_text()), dict)
