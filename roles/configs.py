@@ -2,14 +2,17 @@
 
 The runner script (stdlib only, so it runs with any python3 on the worker) and
 the datasets the plan reads are placed under the worker's specfleet directory;
-`fab bench` writes each campaign's run spec next to them.
+`fab bench` writes each campaign's run spec next to them. A dataset (a bastion
+file) is placed by its content: `<home>/datasets/<sha256[:16]>/<basename>`, so two
+different files called question.jsonl never overwrite each other, and a file
+named by both the inventory and a plan is placed once.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
 from specfleet.inventory import Host
-from specfleet.step import Step
+from specfleet.step import Payload, Step
 from specfleet.steps.files import Directory, FileContent
 
 from specfleet.bench.spec import RUNNER_FILES
@@ -24,8 +27,13 @@ def runner_path(host: Host) -> str:
     return f"{home(host)}/runner.py"
 
 
-def dataset_path(host: Host, local: str) -> str:
-    return f"{home(host)}/datasets/{Path(local).name}"
+def dataset_path(host: Host, local: str | Path) -> str:
+    """Where the bastion file `local` is placed on a worker (by content; see the module doc)."""
+    return f"{home(host)}/datasets/{Payload.of_file(local).sha256[:16]}/{Path(local).name}"
+
+
+def dataset_step(host: Host, local: str | Path) -> Step:
+    return FileContent(dataset_path(host, local), source=local)
 
 
 def steps(host: Host, datasets: list[str], revert: bool = False) -> list[Step]:
@@ -33,6 +41,5 @@ def steps(host: Host, datasets: list[str], revert: bool = False) -> list[Step]:
         return [FileContent(f"{home(host)}/{f.name}", present=False) for f in RUNNER_FILES]
     out: list[Step] = [Directory(home(host)), Directory(f"{home(host)}/datasets")]
     out += [FileContent(f"{home(host)}/{f.name}", f.read_bytes(), mode="0755") for f in RUNNER_FILES]
-    for ds in datasets:
-        out.append(FileContent(dataset_path(host, ds), Path(ds).read_bytes()))
+    out += [dataset_step(host, ds) for ds in datasets]
     return out

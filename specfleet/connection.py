@@ -16,6 +16,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterable
 
 import paramiko
 from fabric import Config, Connection
@@ -159,11 +160,14 @@ class HostConnection:
         self.conn.transport.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.conn.transport.set_keepalive(15)
 
-    def run(self, command: str, *, timeout: float | None = None, stdin: bytes | None = None) -> RunResult:
+    def run(self, command: str, *, timeout: float | None = None,
+            stdin: bytes | Iterable[bytes] | None = None) -> RunResult:
         """Run a command on the open connection and capture its output.
 
         A raw session channel, not Fabric's Runner: the Runner's polling threads
         cost several ms per command, and steps issue many small commands.
+        `stdin` (bytes, or chunks of any total size) is streamed to the command, then closed;
+        the command text stays small whatever the payload (sshd and the kernel limit it).
         """
         self.open()
         timeout = timeout or self.host.command_timeout
@@ -174,8 +178,9 @@ class HostConnection:
                 chan.settimeout(timeout)
                 chan.exec_command(command)
                 if stdin is not None:
-                    chan.sendall(stdin)
-                chan.shutdown_write()
+                    _send(chan, [stdin] if isinstance(stdin, bytes) else stdin, start + timeout)
+                if not chan.closed:
+                    chan.shutdown_write()
                 out, err = _drain(chan, start + timeout)
                 code = chan.recv_exit_status()
             except socket.timeout:
@@ -190,6 +195,21 @@ class HostConnection:
             self.conn.close()
         except Exception:  # closing a broken transport must never mask the real error
             pass
+
+
+def _send(chan: paramiko.Channel, chunks: Iterable[bytes], deadline: float) -> None:
+    """Send chunks until done or the command stops reading (it exited: its stderr says why)."""
+    for chunk in chunks:
+        if time.monotonic() > deadline:
+            raise socket.timeout()
+        if chan.exit_status_ready() or chan.closed:
+            return
+        try:
+            chan.sendall(chunk)
+        except socket.timeout:
+            raise
+        except OSError:  # the channel was closed under us: the exit status and stderr tell the rest
+            return
 
 
 def _drain(chan: paramiko.Channel, deadline: float) -> tuple[bytes, bytes]:

@@ -22,7 +22,7 @@ from .errors import UserError
 from .events import EventLog, Redactor
 from .inventory import Host
 from .shell import ProbeBatch, as_root
-from .step import Change, Facts, Status, Step, StepFailed, StepResult
+from .step import Change, Facts, Payload, Status, Step, StepFailed, StepResult
 
 EXIT_OK = 0
 EXIT_BAD_INPUT = 1
@@ -246,7 +246,7 @@ class Fleet:
         remote = [(i, s.probe()) for i, s in enumerate(steps) if facts[i] is None]
         remote = [(i, p) for i, p in remote if p]
         if remote:
-            batch = ProbeBatch([p for _, p in remote])
+            batch = ProbeBatch([p for _, p in remote], diff=self.diff)
             sudo = hc.host.needs_sudo and any(steps[i].probe_needs_root for i, _ in remote)
             res = hc.run(as_root(batch.script(), sudo=sudo))
             if res.exited != 0 and "sudo" in res.stderr:
@@ -259,11 +259,11 @@ class Fleet:
     def _apply(self, hc: HostConnection, step: Step, changes: list[Change]) -> StepResult:
         t0 = time.monotonic()
         name, host = step.name, hc.host
-        scripts = [c.script for c in changes if c.script]
         try:
-            if scripts:
+            for scripts, payload in _commands(changes):
                 body = "set -e\n" + "\n".join(scripts)
-                res = hc.run(as_root(body, sudo=step.needs_root and host.needs_sudo))
+                res = hc.run(as_root(body, sudo=step.needs_root and host.needs_sudo),
+                             stdin=payload.chunks() if payload else None)
                 if res.exited != 0:
                     return StepResult(host.name, name, Status.FAILED, changes,
                                       message=f"exit {res.exited}: {_last_line(res.stderr)}",
@@ -384,6 +384,20 @@ class Fleet:
     def close(self) -> None:
         for hc in self.connections.values():
             hc.close()
+
+
+def _commands(changes: list[Change]) -> list[tuple[list[str], Payload | None]]:
+    """The remote commands for a step's changes, in order: consecutive scripts share one command;
+    a change with a payload is a command of its own, the payload on its stdin."""
+    out: list[tuple[list[str], Payload | None]] = []
+    for c in changes:
+        if not c.script:
+            continue
+        if c.payload is None and out and out[-1][1] is None:
+            out[-1][0].append(c.script)
+        else:
+            out.append(([c.script], c.payload))
+    return out
 
 
 def _last_line(text: str) -> str:

@@ -5,7 +5,6 @@ path or value such as "; rm -rf /" stays one word of data.
 """
 from __future__ import annotations
 
-import base64
 import secrets
 import shlex
 from dataclasses import dataclass
@@ -29,20 +28,33 @@ def as_root(script: str, *, sudo: bool) -> str:
     return f"sudo -n -- sh -c {q(script)}"
 
 
-def write_file_script(path: str, content: bytes, mode: str = "0644") -> str:
-    """Write `content` to `path` atomically (temp file + rename) in one command."""
-    b64 = base64.b64encode(content).decode()
-    tmp = f"{path}.specfleet-tmp"
+def receive_file_script(path: str, mode: str, size: int, sha256: str) -> str:
+    """Write the command's stdin to `path` atomically, only if it is exactly the payload announced.
+
+    The bytes arrive on stdin (Change.payload), never in the command text, so any size fits.
+    They go to a temp file in the same directory (so the rename is atomic), which gets its mode
+    and is renamed over `path` only when its size and sha256 match: a connection cut short
+    leaves the old file in place and no temp file behind.
+    """
+    # the format holds only our own digits and hex; the path is an argument (a '%' in it stays data)
+    bad = f"specfleet: %s: received %s bytes, expected {int(size)} bytes with sha256 {sha256} (stream cut short?)\n"
     return (
         f"mkdir -p -- {q(_dirname(path))} && "
-        f"printf %s {q(b64)} | base64 -d > {q(tmp)} && "
-        f"chmod {q(mode)} -- {q(tmp)} && mv -f -- {q(tmp)} {q(path)}"
+        f"sf_tmp=$(mktemp -- {q(_dirname(path) + '/.specfleet-XXXXXXXX')}) && "
+        f"trap 'rm -f -- \"$sf_tmp\"' EXIT && "
+        f"cat > \"$sf_tmp\" && sf_n=$(wc -c < \"$sf_tmp\") && "
+        f"{{ [ \"$sf_n\" -eq {int(size)} ] && [ \"$(sha256sum < \"$sf_tmp\" | cut -c1-64)\" = {q(sha256)} ] || "
+        f"{{ printf {q(bad)} {q(path)} \"$sf_n\" >&2; exit 1; }}; }} && "
+        f"chmod {q(mode)} -- \"$sf_tmp\" && mv -f -- \"$sf_tmp\" {q(path)} && trap - EXIT"
     )
 
 
 def _dirname(path: str) -> str:
     head = path.rsplit("/", 1)[0]
     return head or "/"
+
+
+DIFF_VAR = "SPECFLEET_DIFF"  # set to 1 in a probe batch run under --diff
 
 
 @dataclass
@@ -56,12 +68,13 @@ class ProbeBatch:
 
     probes: list[str]
     token: str = ""
+    diff: bool = False  # --diff: probes may gather what a diff needs (they test DIFF_VAR)
 
     def __post_init__(self) -> None:
         self.token = self.token or secrets.token_hex(6)
 
     def script(self) -> str:
-        parts = []
+        parts = [f"{DIFF_VAR}=1"] if self.diff else []
         for i, probe in enumerate(self.probes):
             parts.append(
                 f"( {probe}\n) </dev/null 2>/dev/null; printf '\\n@@SF-{self.token}:{i}:%d@@\\n' $?"

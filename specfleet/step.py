@@ -9,7 +9,12 @@ the facts, so a step is unit-tested without SSH: facts in, commands out.
 from __future__ import annotations
 
 import enum
+import hashlib
+import os
+import threading
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
 
 
 class Status(str, enum.Enum):
@@ -36,6 +41,64 @@ class Facts:
         return [ln for ln in self.stdout.splitlines() if ln.strip()]
 
 
+CHUNK = 1 << 20  # a payload is read and sent 1 MiB at a time, never held whole for a file source
+
+_digest_lock = threading.Lock()
+_digests: dict[str, tuple[tuple, str]] = {}
+
+
+@dataclass(frozen=True)
+class Payload:
+    """Bytes a change carries to the host: sent on its script's stdin, never inside the command text.
+
+    Either `data` (bytes in memory: a rendered file) or `source` (a file on the bastion, read in
+    chunks as it is sent, so its size does not matter). `size` and `sha256` are known before
+    anything is sent: the probe compares checksums, and the receiving script refuses a stream
+    that does not match them (a dropped connection never leaves a truncated file behind).
+    """
+
+    data: bytes | None = field(default=None, repr=False)
+    source: str | None = None
+    size: int = 0
+    sha256: str = ""
+
+    @classmethod
+    def of_bytes(cls, data: bytes) -> "Payload":
+        return cls(data=data, size=len(data), sha256=hashlib.sha256(data).hexdigest())
+
+    @classmethod
+    def of_file(cls, path: str | os.PathLike) -> "Payload":
+        """A bastion file; its checksum is computed once per content version, shared by every host."""
+        path = str(path)
+        st = os.stat(path)
+        version = (st.st_ino, st.st_size, st.st_mtime_ns)
+        with _digest_lock:
+            hit = _digests.get(path)
+        if hit and hit[0] == version:
+            return cls(source=path, size=st.st_size, sha256=hit[1])
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(CHUNK), b""):
+                h.update(chunk)
+        with _digest_lock:
+            _digests[path] = (version, h.hexdigest())
+        return cls(source=path, size=st.st_size, sha256=h.hexdigest())
+
+    def chunks(self) -> Iterator[bytes]:
+        if self.data is not None:
+            for i in range(0, len(self.data), CHUNK):
+                yield self.data[i:i + CHUNK]
+            return
+        with open(self.source, "rb") as f:
+            yield from iter(lambda: f.read(CHUNK), b"")
+
+    def head(self, limit: int) -> bytes | None:
+        """The whole content if it is at most `limit` bytes (for a diff), else None."""
+        if self.size > limit:
+            return None
+        return self.data if self.data is not None else Path(self.source).read_bytes()
+
+
 @dataclass
 class Change:
     """One change a step would make: a summary for people and the shell to make it."""
@@ -44,6 +107,7 @@ class Change:
     script: str = ""                          # remote shell text, every value quoted
     diff: str = ""                            # shown with --diff
     local_argv: list[str] | None = None       # run on the bastion instead (rsync)
+    payload: Payload | None = None            # streamed to `script`'s stdin (it runs as its own command)
 
 
 @dataclass

@@ -1,7 +1,6 @@
 """`fab bench`, `fab status`, `fab stop`: run a campaign's queues on the workers, detached from SSH."""
 from __future__ import annotations
 
-import posixpath
 import time
 
 from invoke import task
@@ -14,9 +13,11 @@ from specfleet.bench import format_split, parse_pins, split
 from specfleet.bench import remote
 from specfleet.bench.spec import RUNNER_FILES
 from specfleet.connection import CommandTimeout, Unreachable
-from specfleet.errors import UserError, read_bastion_file
+from specfleet.errors import UserError
 from specfleet.fleet import EXIT_BAD_INPUT
+from specfleet.shell import q
 from specfleet.step import Status
+from specfleet.steps.command import Assert
 from specfleet.steps.files import Directory, FileContent
 from tasks.common import command_line, fleet_help, fleet_run
 
@@ -36,8 +37,18 @@ def work_dir(host) -> str:
 
 
 def paths_for(host, plan) -> Paths:
-    return Paths(venv=host.require("venv_path"), work_dir=work_dir(host),
-                 dataset=configs.dataset_path(host, plan.benchmark.dataset_path))
+    return Paths(venv=host.require("venv_path"), work_dir=work_dir(host), dataset=worker_dataset(host, plan))
+
+
+def worker_dataset(host, plan) -> str:
+    """The dataset's path on the worker: as the plan spells it, or where configs places the bastion file."""
+    return plan.benchmark.on_worker or configs.dataset_path(host, plan.dataset_file())
+
+
+def _dataset_on_worker(host, plan) -> Assert:
+    path = plan.benchmark.on_worker
+    return Assert("dataset on the worker", f"test -f {q(path)} && test -r {q(path)}",
+                  f"{plan.file}: field 'benchmark.dataset_path': {path} is not a readable file on {host.name}")
 
 
 @task(help=fleet_help(plan=PLAN_HELP, assign="pin configurations to nodes, e.g. eagle3=w2 (repeatable)",
@@ -47,8 +58,7 @@ def bench(c, plan=None, inventory=None, hosts=None, check=False, diff=False, ass
           forks=32, serial=False, accept_new_host_keys=False, verbose=False):
     """Split the plan's configurations across the nodes and run each node's queue (resumable, reattaches)."""
     p = plan_of(plan)
-    dataset = read_bastion_file(p.benchmark.dataset_path, what="dataset", fix="put Spec-Bench's question.jsonl there",
-                                source=f"{plan or DEFAULT_PLAN}: field 'benchmark.dataset_path'")
+    p.dataset_file()  # a missing bastion file (PlanError, a UserError) stops here, before any host is touched
     with fleet_run("bench", inventory=inventory, hosts=hosts, check=check, diff=diff, forks=forks, serial=serial,
                    accept_new_host_keys=accept_new_host_keys, verbose=verbose,
                    default_hosts="workers") as (fleet, inv, rep):
@@ -69,6 +79,8 @@ def bench(c, plan=None, inventory=None, hosts=None, check=False, diff=False, ass
             for item in queues.queues[host.name]:
                 for line in commands_for(p, host.name, item, paths[host.name]):
                     rep.console.print(f"    {line}", markup=False, soft_wrap=True)
+        if p.benchmark.on_worker:  # check mode too: the file the plan says is there must be
+            fleet.play(lambda h: [_dataset_on_worker(h, p)])
         if check:
             return
         views = fleet.each("read campaign state", lambda hc: remote.view(hc, work_dir(hc.host), p.campaign))
@@ -86,7 +98,7 @@ def bench(c, plan=None, inventory=None, hosts=None, check=False, diff=False, ass
                                        "`fab stop` it first")
                 continue
             specs[host.name] = spec
-        fleet.play(lambda h: _placement(h, p, specs[h.name], dataset),
+        fleet.play(lambda h: _placement(h, p, specs[h.name]),
                    hosts=[h for h in fleet.active if h.name in specs])
         fleet.interrupt_hints = [  # on Ctrl-C from here on
             "the runners already started go on without fab (they are detached from SSH);",
@@ -117,12 +129,12 @@ def bench(c, plan=None, inventory=None, hosts=None, check=False, diff=False, ass
             _follow(fleet, p, rep, poll, runners)
 
 
-def _placement(host, plan, spec, dataset: bytes):
+def _placement(host, plan, spec):
     d = remote.run_dir(work_dir(host), plan.campaign, host.name)
     home = configs.home(host)
     return [Directory(home), Directory(f"{home}/datasets"), Directory(d),
             *[FileContent(f"{home}/{f.name}", f.read_bytes(), mode="0755") for f in RUNNER_FILES],
-            FileContent(configs.dataset_path(host, plan.benchmark.dataset_path), dataset),
+            *([] if plan.benchmark.on_worker else [configs.dataset_step(host, plan.dataset_file())]),
             FileContent(f"{d}/run.json", dump_run_spec(spec))]
 
 

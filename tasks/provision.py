@@ -1,6 +1,7 @@
 """`fab provision` and `fab stage-model`: everything a worker needs before a benchmark."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from invoke import task
@@ -8,7 +9,7 @@ from invoke.exceptions import Exit
 from rich.table import Table
 
 from roles import configs, env, model, network, nfs, nvidia, venv, venv_deploy
-from specfleet.errors import UserError, read_bastion_file
+from specfleet.errors import UserError
 from specfleet.fleet import EXIT_BAD_INPUT
 from specfleet.step import Status, StepFailed, StepResult
 from tasks.common import fleet_help, fleet_run
@@ -45,11 +46,7 @@ def provision(c, inventory=None, hosts=None, check=False, diff=False, only=None,
         if revert:
             fleet.play(lambda h: _revert_steps(revert, h, inv))
             return
-        datasets = [str(Path(p)) for p in inv.bastion_vars.get("datasets", [])]
-        if "configs" in roles:
-            for ds in datasets:  # one line now, not a traceback per host later
-                read_bastion_file(ds, what="dataset", source=f"{inv.path}: bastion, field 'datasets'",
-                                  fix="put the file there or drop it from the list")
+        datasets = _datasets(inv) if "configs" in roles else []  # bad input stops before any work
         manifest = None
         if "venv" in roles or "venv-deploy" in roles or "env" in roles:
             manifest = _bastion_venv(fleet, inv, rep, check, build="venv" in roles)
@@ -77,6 +74,19 @@ def provision(c, inventory=None, hosts=None, check=False, diff=False, only=None,
             _duplicates(fleet, results, rep, remove_dup_ip)
         if "model" in roles:
             _models(results, rep)
+
+
+def _datasets(inv) -> list[Path]:
+    """The inventory's `datasets`: bastion files, a relative path relative to the inventory file."""
+    out = []
+    for i, name in enumerate(inv.bastion_vars.get("datasets") or []):
+        path = Path(os.path.expanduser(str(name)))
+        path = path if path.is_absolute() else inv.path.parent / path
+        if not path.is_file() or not os.access(path, os.R_OK):
+            raise UserError(f"{inv.path}: bastion var 'datasets' (entry {i + 1}): {os.path.abspath(path)} is not a "
+                            "readable file on the bastion (a relative path is relative to the inventory file)")
+        out.append(path)
+    return out
 
 
 def _guarded(steps_for):

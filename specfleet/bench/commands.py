@@ -26,7 +26,7 @@ class Paths:
 
     venv: str                       # e.g. /opt/vllm-venv; the CLI is <venv>/bin/vllm
     work_dir: str                   # results go to <work_dir>/<campaign>/<host>/
-    dataset: str | None = None      # worker path of the dataset; None = the plan's dataset_path
+    dataset: str | None = None      # worker path of the dataset (tasks/bench.py: paths_for)
     model: str | None = None        # a resolved model path; None = @MODEL@ (runner resolves)
     vllm_version: str | None = None  # None = the plan's pin, else @VLLM_VERSION@
 
@@ -72,7 +72,7 @@ def bench_argv(plan: Plan, node: str, item: str, concurrency: int, paths: Paths,
         "--model", plan.model.served_name,
         "--tokenizer", model,          # the served name is not a HF repo id (report §3.3)
         "--dataset-name", b.dataset_name,
-        "--dataset-path", paths.dataset or b.dataset_path,
+        "--dataset-path", paths.dataset or b.on_worker or b.dataset_path,
         "--num-prompts", str(b.num_prompts),
         "--no-oversample",
         "--spec-bench-output-len", str(b.output_len),
@@ -133,7 +133,8 @@ def item_argv(plan: Plan, node: str, item: str, paths: Paths) -> dict:
             "num_prompts": b.num_prompts,
         })
     # what the runner's prompt-fit check needs (fitcheck.py, run with the venv's python)
-    fit = {"dataset": paths.dataset or b.dataset_path, "num_prompts": b.num_prompts, "output_len": b.output_len,
+    fit = {"dataset": paths.dataset or b.on_worker or b.dataset_path, "num_prompts": b.num_prompts,
+           "output_len": b.output_len,
            "max_model_len": max_model_len(plan, item), "chat_template": b.chat_template,
            "policy": b.prompts_that_do_not_fit}
     out = {"name": item, "serve_argv": serve_argv(plan, item, paths), "bench": benches,
@@ -145,7 +146,7 @@ def item_argv(plan: Plan, node: str, item: str, paths: Paths) -> dict:
 
 def required_paths(plan: Plan, item: str, paths: Paths) -> list[str]:
     """Files the worker must be able to read before the model load starts."""
-    req = [paths.dataset or plan.benchmark.dataset_path]
+    req = [paths.dataset or plan.benchmark.on_worker or plan.benchmark.dataset_path]
     sc = plan.config(item).speculative_config or {}
     if isinstance(sc.get("model"), str) and sc["model"].startswith("/"):
         req.append(posixpath.join(sc["model"], "config.json"))

@@ -8,7 +8,7 @@
       - {name: vanilla, speculative_config: null}
       - {name: eagle3, speculative_config: {method: eagle3, model: /mnt/draft, num_speculative_tokens: 3}}
     baseline: vanilla
-    benchmark: {dataset_path: /data/question.jsonl, chat_template: double}
+    benchmark: {dataset_path: ../datasets/question.jsonl, chat_template: double}
 
 Every problem is one PlanError naming the file, the configuration (if any) and the field.
 docs/campaign.md is the full reference.
@@ -23,7 +23,7 @@ import shlex
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from ..errors import UserError
 from ..yamlfile import YamlFileError, first_error, load_yaml
@@ -177,11 +177,21 @@ class Configuration(_Strict):
         return None if self.speculative_config is None else self.speculative_config["method"]
 
 
+class OnWorker(_Strict):
+    """A dataset that already lives on every worker, at this absolute path (not copied)."""
+
+    on_worker: str
+
+
+DATASET_RULE = ("a file on the bastion (a relative path is relative to the plan file's folder), "
+                "or {on_worker: /absolute/path} for a file already on every worker")
+
+
 class Benchmark(_Strict):
     backend: Literal["openai-chat", "openai", "vllm"] = "openai-chat"
     endpoint: str = "/v1/chat/completions"
     dataset_name: Literal["spec_bench"] = "spec_bench"
-    dataset_path: str
+    dataset_path: str | OnWorker    # DATASET_RULE; docs/campaign.md "Where the dataset lives"
     num_prompts: int = Field(default=80, ge=1)  # 5 x the default top concurrency 16: a steady state
     output_len: int = Field(default=512, ge=1)
     concurrencies: list[int] = Field(default_factory=lambda: [1, 16], min_length=1)
@@ -209,6 +219,22 @@ class Benchmark(_Strict):
     timeout_s: float = Field(default=7200, gt=0)
     # Required on purpose: see docs/campaign.md "The chat template question".
     chat_template: Literal["double", "single"]
+
+    @property
+    def on_worker(self) -> str | None:
+        """The dataset's path on the workers when the plan says it is already there, else None."""
+        return self.dataset_path.on_worker if isinstance(self.dataset_path, OnWorker) else None
+
+    @field_validator("dataset_path", mode="before")
+    @classmethod
+    def _dataset(cls, v: Any) -> Any:
+        if isinstance(v, str) and v.strip():
+            return v
+        if isinstance(v, dict) and set(v) == {"on_worker"}:
+            if not isinstance(v["on_worker"], str) or not v["on_worker"].startswith("/"):
+                raise ValueError(f"on_worker: {v['on_worker']!r} is not an absolute path (the worker reads it)")
+            return OnWorker(on_worker=v["on_worker"])
+        raise ValueError(f"must be {DATASET_RULE}, not {v!r}")
 
     @field_validator("percentile_metrics", "metric_percentiles", mode="before")
     @classmethod
@@ -273,6 +299,7 @@ class Plan(_Strict):
     equivalence: Equivalence = Field(default_factory=Equivalence)
     gpu_memory_free_mib: int = Field(default=5000, gt=0)
     stop_timeout_s: float = Field(default=120, gt=0)
+    _file: Path = PrivateAttr(default=Path("<plan>"))  # where it was read (not part of plan_hash)
 
     @field_validator("campaign")
     @classmethod
@@ -301,6 +328,28 @@ class Plan(_Strict):
             if c.name == name:
                 return c
         raise KeyError(f"plan {self.campaign!r} has no configuration {name!r}")
+
+    @property
+    def file(self) -> Path:
+        return self._file
+
+    def dataset_file(self) -> Path | None:
+        """The bastion file the dataset is (None: it is on the workers); PlanError when it is missing.
+
+        A relative path is relative to the plan file's folder, so a plan means the same file
+        wherever `fab` runs.
+        """
+        ds = self.benchmark.dataset_path
+        if isinstance(ds, OnWorker):
+            return None
+        path = Path(os.path.expanduser(ds))
+        path = path if path.is_absolute() else self._file.parent / path
+        if not path.is_file() or not os.access(path, os.R_OK):
+            why = "is not a readable file" if path.exists() else "does not exist"
+            raise PlanError(f"{self._file}: field 'benchmark.dataset_path': {os.path.abspath(path)} {why} on "
+                            "the bastion (a relative path is relative to the plan file; a file already on "
+                            "the workers is written {on_worker: /path})")
+        return path
 
     def canonical_json(self) -> str:
         return json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
@@ -341,6 +390,7 @@ def parse_plan(raw: Any, file: str | os.PathLike = "<plan>") -> Plan:
             loc, msg = (*loc, *head[:-1].split(".")), msg[len(head) + 1:]
         raise PlanError(f"{_where(loc, file, raw)}: {msg}") from None
     _refuse_no_stats(plan, file)
+    plan._file = file
     return plan
 
 

@@ -4,12 +4,15 @@ from __future__ import annotations
 import base64
 import binascii
 import difflib
+import os
+from dataclasses import dataclass
 
-from ..shell import q, write_file_script
-from ..step import Change, Facts, Step, StepFailed
+from ..shell import DIFF_VAR, q, receive_file_script
+from ..step import Change, Facts, Payload, Step, StepFailed
 
 
 MAX_DIFF_LINES = 60
+DIFF_MAX_BYTES = 64 * 1024  # --diff fetches and shows a file's content only up to this size
 
 
 def unified_diff(path: str, old: str | None, new: str | None) -> str:
@@ -24,53 +27,107 @@ def unified_diff(path: str, old: str | None, new: str | None) -> str:
 
 
 class FileContent(Step):
-    """A file with exactly this content and mode (or, with present=False, no such file)."""
+    """A file with exactly this content and mode (or, with present=False, no such file).
+
+    The content is `content` (text or bytes made on the bastion) or `source` (a bastion file of
+    any size, read as it is sent). The host's file is compared by its sha256 and mode, gathered
+    in the batched probe; its content comes back only under --diff, and only for a file of at
+    most DIFF_MAX_BYTES that differs. The new content travels as the change's payload.
+    """
 
     probe_needs_root = True
 
-    def __init__(self, path: str, content: str | bytes = b"", mode: str = "0644", present: bool = True):
+    def __init__(self, path: str, content: str | bytes = b"", mode: str = "0644", present: bool = True,
+                 *, source: str | os.PathLike | None = None):
         self.path = path
-        self.content = content.encode() if isinstance(content, str) else content
         self.mode = mode
         self.present = present
+        if source is not None:
+            self.payload = Payload.of_file(source)
+        else:
+            self.payload = Payload.of_bytes(content.encode() if isinstance(content, str) else content)
         self.name = f"file {path}" if present else f"absent {path}"
 
     def probe(self) -> str:
         p = q(self.path)
-        return (f"if [ -f {p} ]; then stat -c %a -- {p}; base64 -w0 -- {p}; echo; "
+        want = q(self.payload.sha256 if self.present else "")
+        return (f"if [ -f {p} ]; then sf_ms=$(stat -c '%a %s' -- {p}); echo \"$sf_ms\"; "
+                f"sf_h=$(sha256sum < {p} | cut -c1-64); echo \"$sf_h\"; "
+                f"if [ \"${{{DIFF_VAR}:-}}\" = 1 ] && [ \"$sf_h\" != {want} ] && [ \"${{sf_ms#* }}\" -le {DIFF_MAX_BYTES} ]; "
+                f"then printf CONTENT; base64 -w0 -- {p}; echo; fi; "
                 f"elif [ -e {p} ]; then echo NOTFILE; else echo ABSENT; fi")
 
     def decide(self, facts: Facts) -> list[Change]:
-        lines = facts.stdout.split("\n")
-        state = lines[0].strip() if lines else "ABSENT"
-        if state == "NOTFILE":
+        host = _HostFile.parse(facts.stdout)
+        if host.state == "NOTFILE":
             raise StepFailed(f"{self.path} exists but is not a regular file; move it away first")
         if not self.present:
-            if state == "ABSENT":
+            if host.state == "ABSENT":
                 return []
-            old = _decode(lines[1] if len(lines) > 1 else "")
-            return [Change(f"remove {self.path}", f"rm -f -- {q(self.path)}",
-                           unified_diff(self.path, old.decode(errors="replace"), None))]
-        if state == "ABSENT":
-            return [Change(f"create {self.path}", write_file_script(self.path, self.content, self.mode),
-                           unified_diff(self.path, None, self.content.decode(errors="replace")))]
-        mode, old = state, _decode(lines[1] if len(lines) > 1 else "")
-        changes = []
-        if old != self.content:
-            changes.append(Change(f"update {self.path}", write_file_script(self.path, self.content, self.mode),
-                                  unified_diff(self.path, old.decode(errors="replace"),
-                                               self.content.decode(errors="replace"))))
-        elif mode.lstrip("0") != self.mode.lstrip("0"):
-            changes.append(Change(f"chmod {self.mode} {self.path}", f"chmod {q(self.mode)} -- {q(self.path)}",
-                                  f"mode {mode} -> {self.mode}"))
-        return changes
+            return [Change(f"remove {self.path}", f"rm -f -- {q(self.path)}", self._diff(host, None))]
+        if host.state == "ABSENT" or host.sha256 != self.payload.sha256:
+            verb = "create" if host.state == "ABSENT" else "update"
+            return [Change(f"{verb} {self.path}",
+                           receive_file_script(self.path, self.mode, self.payload.size, self.payload.sha256),
+                           self._diff(host, self.payload), payload=self.payload)]
+        if host.mode.lstrip("0") != self.mode.lstrip("0"):
+            return [Change(f"chmod {self.mode} {self.path}", f"chmod {q(self.mode)} -- {q(self.path)}",
+                           f"mode {host.mode} -> {self.mode}")]
+        return []
+
+    def _diff(self, host: "_HostFile", new: Payload | None) -> str:
+        """A unified diff when both sides are small text files and known; else their checksums."""
+        absent = host.state == "ABSENT"
+        old_text = None if absent else _text(host.content, host.size)
+        new_text = None if new is None else _text(new.head(DIFF_MAX_BYTES), new.size)
+        if (absent or old_text is not None) and (new is None or new_text is not None):
+            return unified_diff(self.path, old_text, new_text)
+        old_big = not absent and (host.size > DIFF_MAX_BYTES or (host.content is not None and old_text is None))
+        new_big = new is not None and new_text is None
+        # else the host's content was not fetched (no --diff): the checksums say what changes
+        label = "binary or large file: " if old_big or new_big else ""
+        return f"{label}sha256 {'absent' if absent else host.sha256} -> {'absent' if new is None else new.sha256}"
 
 
-def _decode(b64: str) -> bytes:
+@dataclass
+class _HostFile:
+    """What FileContent's probe printed: state, mode, size, sha256 and (under --diff) the content."""
+
+    state: str                      # ABSENT, NOTFILE or FILE
+    mode: str = ""
+    size: int = 0
+    sha256: str = ""
+    content: bytes | None = None    # only under --diff, for a small file that differs
+
+    @classmethod
+    def parse(cls, stdout: str) -> "_HostFile":
+        lines = stdout.split("\n")
+        head = lines[0].split()
+        if not head or head[0] in ("ABSENT", "NOTFILE"):
+            return cls(head[0] if head else "ABSENT")
+        size = int(head[1]) if len(head) > 1 and head[1].isdigit() else 0
+        content = None
+        for ln in lines[2:]:
+            if ln.startswith("CONTENT"):
+                content = _decode(ln[len("CONTENT"):])
+        return cls("FILE", head[0], size, lines[1].strip() if len(lines) > 1 else "", content)
+
+
+def _text(data: bytes | None, size: int) -> str | None:
+    """`data` as text if it is a small text file (UTF-8, no NUL byte), else None."""
+    if data is None or size > DIFF_MAX_BYTES or b"\0" in data:
+        return None
+    try:
+        return data.decode()
+    except UnicodeDecodeError:
+        return None
+
+
+def _decode(b64: str) -> bytes | None:
     try:
         return base64.b64decode(b64.strip() or b"")
     except binascii.Error:
-        return b""
+        return None
 
 
 class LineInFile(Step):

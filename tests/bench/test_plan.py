@@ -43,7 +43,7 @@ def test_repo_plans_load():
     assert p.benchmark.output_len == 512
     d = load_plan("plans/demo.yml")
     assert d.model.candidates == ["/mnt/Qwen3-32B", "/mnt/fabrix/models/Qwen3-32B"]
-    assert d.benchmark.dataset_path == "datasets/sample/question.jsonl"
+    assert d.benchmark.dataset_path == "../datasets/sample/question.jsonl"
 
 
 def test_defaults(tmp_path):

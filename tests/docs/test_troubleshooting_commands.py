@@ -53,6 +53,7 @@ def test_troubleshooting_entry(section, testbed_factory, tmp_path):
     campaign = f"docs-{section.slug}"[:60]
     plan = yaml.safe_load(TINY.read_text())
     plan["campaign"] = campaign
+    plan["benchmark"]["dataset_path"] = str((TINY.parent / plan["benchmark"]["dataset_path"]).resolve())
     plan_path = tmp_path / "plan.yml"
     plan_path.write_text(yaml.safe_dump(plan, sort_keys=False))
     env = {**os.environ, "COLUMNS": "200", "SPECFLEET_INVENTORY": str(inv),

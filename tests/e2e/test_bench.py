@@ -33,8 +33,9 @@ GPU_FREE_MIB = 5000  # the plan's gpu_memory_free_mib
 
 # ---------------------------------------------------------------- helpers
 def plan_variant(tmp_path: Path, edit) -> Path:
-    """fast.yml changed by `edit(doc)`; dataset_path stays relative to the repository (fab's cwd)."""
+    """fast.yml changed by `edit(doc)`; its dataset (relative to fast.yml) made absolute for the copy."""
     doc = yaml.safe_load(FAST.read_text())
+    doc["benchmark"]["dataset_path"] = str((FAST.parent / doc["benchmark"]["dataset_path"]).resolve())
     edit(doc)
     out = tmp_path / "plan.yml"
     out.write_text(yaml.safe_dump(doc, sort_keys=False))

@@ -245,7 +245,7 @@ def test_provision_bench_collect_real_vllm(testbed_factory, tmp_path):
     t0 = time.monotonic()
     export_model = tb.disk_dir / "export" / NFS_EXPORT.lstrip("/") / "models" / MODEL_NAME
     subprocess.run([f"{VENV_PATH}/bin/python", str(PROJECT / "testbed/realvllm/tiny_model.py"),
-                    "--dataset", str(PROJECT / plan.benchmark.dataset_path), "--out", str(export_model)],
+                    "--dataset", str(plan.dataset_file()), "--out", str(export_model)],
                    check=True, capture_output=True, timeout=300)
     TIMINGS["tiny_model_s"] = round(time.monotonic() - t0, 1)
 

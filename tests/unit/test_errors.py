@@ -85,13 +85,13 @@ def test_a_missing_plan_dataset_is_one_line_before_any_host(tmp_path):
     plan_path.write_text(yaml.safe_dump(plan))
     p = fab("bench", "--plan", str(plan_path), "--inventory", str(inventory(tmp_path)), tmp_path=tmp_path)
     assert_one_line_error(p, str(plan_path), "benchmark.dataset_path", "nowhere/question.jsonl",
-                          "No such file", "Spec-Bench")
+                          "does not exist on the bastion", "{on_worker: /path}")
 
 
 def test_a_missing_bastion_dataset_is_one_line(tmp_path):
     inv = inventory(tmp_path, bastion={"datasets": [str(tmp_path / "gone.jsonl")]})
     p = fab("provision", "--only", "configs", "--inventory", str(inv), tmp_path=tmp_path)
-    assert_one_line_error(p, str(inv), "bastion, field 'datasets'", "gone.jsonl")
+    assert_one_line_error(p, str(inv), "bastion var 'datasets' (entry 1)", "gone.jsonl")
 
 
 def test_a_missing_bastion_venv_is_one_line_and_recorded(tmp_path):

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from specfleet.shell import ProbeBatch, as_root, write_file_script
+from specfleet.shell import ProbeBatch, as_root, receive_file_script
 from specfleet.step import Facts, StepFailed
 from specfleet.steps.command import Assert, Command
 from specfleet.steps.files import Directory, FileContent, LineInFile
@@ -16,12 +16,16 @@ from specfleet.steps.net import Route
 EVIL = "x; rm -rf / #$(touch pwned)`touch pwned2`'\""
 
 
-def sh(script, cwd):
-    return subprocess.run(["bash", "-c", script], cwd=cwd, capture_output=True, text=True)
+def sh(script, cwd, stdin: bytes = b"", diff: bool = False):
+    """Run shell text as a host would: stdin carries a change's payload; `diff` as under --diff."""
+    if diff:
+        script = "SPECFLEET_DIFF=1\n" + script
+    p = subprocess.run(["bash", "-c", script], cwd=cwd, capture_output=True, input=stdin)
+    return subprocess.CompletedProcess(p.args, p.returncode, p.stdout.decode(), p.stderr.decode())
 
 
-def facts_of(step, cwd):
-    p = sh(step.probe(), cwd)
+def facts_of(step, cwd, diff: bool = False):
+    p = sh(step.probe(), cwd, diff=diff)
     return Facts(p.stdout, p.returncode)
 
 
@@ -35,7 +39,7 @@ def converge(step, cwd):
         rounds += 1
         assert rounds < 3, changes
         for c in changes:
-            p = sh("set -e\n" + c.script, cwd)
+            p = sh("set -e\n" + c.script, cwd, b"".join(c.payload.chunks()) if c.payload else b"")
             assert p.returncode == 0, p.stderr
 
 
@@ -60,7 +64,7 @@ def test_file_content_create_update_noop(tmp_path):
     assert open(path).read() == "nvidia\nnvidia_uvm\n"
     assert converge(step, tmp_path) == 0
     open(path, "w").write("nvidia\n")
-    changes = step.decide(facts_of(step, tmp_path))
+    changes = step.decide(facts_of(step, tmp_path, diff=True))
     assert changes[0].summary.startswith("update") and "+nvidia_uvm" in changes[0].diff
     assert converge(step, tmp_path) == 1
 
@@ -157,7 +161,7 @@ def test_injection_strings_stay_data(tmp_path):
 
 
 def test_as_root_quotes_the_whole_script(tmp_path):
-    script = write_file_script(str(tmp_path / "a b"), b"x")
+    script = receive_file_script(str(tmp_path / "a b"), "0644", 1, "0" * 64)
     wrapped = as_root(script, sudo=True)
     assert wrapped.startswith("sudo -n -- sh -c '")
     assert as_root(script, sudo=False) == script
