@@ -81,7 +81,8 @@ SPEC_COLS = [("config", "config", -1, ""), ("concurrency", "conc", 0, ""), ("nod
 GATE_COLS = [("concurrency", "conc", 0, ""), ("metric", "metric", -1, ""), ("node_a", "node A", -1, ""),
              ("node_b", "node B", -1, ""), ("value_a", "A", 2, ""), ("value_b", "B", 2, ""),
              ("diff_pct", "diff", 2, " %"), ("n_a", "n A", 0, ""), ("n_b", "n B", 0, ""),
-             ("p_value", "Welch p", 3, ""), ("rule", "rule", -1, ""), ("verdict", "verdict", -1, "")]
+             ("ci_low_pct", "CI low", 2, " %"), ("ci_high_pct", "CI high", 2, " %"),
+             ("rule", "rule", -1, ""), ("verdict", "verdict", -1, "")]
 KV_COLS = [("node", "node", -1, ""), ("config", "config", -1, ""), ("device", "device", -1, ""),
            ("weights_gib", "weights GiB", 2, ""), ("kv_budget_gib", "KV budget GiB", 2, ""),
            ("kv_tokens", "KV tokens", 0, ""), ("tokens_per_request", "tokens/request", 0, ""),
@@ -114,7 +115,8 @@ def build_model(campaign: str, tables: Tables, gate: GateResult, conclusions: li
         secs.append(_section("Per Spec-Bench category", tables.categories, CAT_COLS,
                              "TPOT per request, averaged per category; speedup against the same node's baseline."))
     secs.append(_section("Node equivalence (baseline on every node)", gate.table, GATE_COLS,
-                         "diff = (B - A) / A. " + gate.rule.describe() + "."))
+                         "diff = (B - A) / A; CI low/high = the interval of B/A - 1 with repeats on both "
+                         "nodes ('–' = single run). " + gate.rule.describe() + "."))
     if not tables.kv.empty:
         secs.append(_section("KV cache (server logs)", tables.kv, KV_COLS,
                              "Worst-case KV demand = max concurrency run x tokens per request / KV tokens."))
