@@ -11,6 +11,7 @@ from pathlib import Path
 from .campaign import Campaign, Quarantined, scan_campaign
 from .conclusions import conclusions
 from .gate import EquivalenceRule, GateResult, check_equivalence
+from .measures import NoiseBand
 from .merge import Tables, build_tables
 from .render import ReportModel, build_model, print_report, write_report
 
@@ -85,7 +86,7 @@ def report_campaign(campaign_dir: Path | str, baseline: str = "vanilla",
                 c.print(m, style="yellow", markup=False)
             c.print(out.error, style="bold red", markup=False)
         return out
-    tables = build_tables(camp, baseline, gpu_bandwidth_gbps, weights_gib)
+    tables = build_tables(camp, baseline, gpu_bandwidth_gbps, weights_gib, NoiseBand(rule.tolerance_pct))
     concl = conclusions(tables, baseline)
     forced = force and not gate.passed
     model = build_model(camp.name, tables, gate, concl, baseline=baseline, simulated=camp.simulated,

@@ -18,6 +18,7 @@ import jinja2
 import pandas as pd
 
 from .gate import GateResult
+from .measures import latency_sections
 from .merge import Tables
 from .plots import all_plots
 
@@ -71,13 +72,15 @@ def _section(title: str, df: pd.DataFrame, cols: list[tuple[str, str, int, str]]
 
 
 RUN_COLS = [("config", "config", -1, ""), ("node", "node", -1, ""), ("output_tok_s", "out tok/s", 2, ""),
-            ("speedup", "speedup", 2, "x"), ("total_tok_s", "total tok/s", 2, ""), ("tpot_ms", "TPOT ms", 2, ""),
+            ("speedup", "speedup", 2, "x"), ("speedup_ci_low", "CI low", 3, "x"), ("speedup_ci_high", "CI high", 3, "x"),
+            ("speedup_verdict", "vs baseline", -1, ""), ("total_tok_s", "total tok/s", 2, ""), ("tpot_ms", "TPOT ms", 2, ""),
             ("ttft_ms", "TTFT ms", 2, ""), ("itl_ms", "ITL ms", 2, ""), ("duration_s", "duration s", 2, ""),
-            ("repeats", "runs", 0, ""), ("output_tok_s_std", "out tok/s sd", 2, "")]
+            ("output_tokens", "out tokens/run", 0, ""), ("repeats", "runs", 0, ""),
+            ("output_tok_s_std", "out tok/s sd", 2, "")]
 SPEC_COLS = [("config", "config", -1, ""), ("concurrency", "conc", 0, ""), ("node", "node", -1, ""),
              ("acceptance_rate_pct", "acceptance rate", 1, " %"), ("acceptance_length", "acceptance length", 3, ""),
              ("drafts", "drafts", 0, ""), ("draft_tokens", "draft tokens", 0, ""),
-             ("accepted_tokens", "accepted tokens", 0, ""), ("drafts_per_100_tokens", "drafts / 100 out tok", 1, "")]
+             ("accepted_tokens", "accepted tokens", 0, ""), ("drafts_per_step", "drafts / step", 3, "")]
 GATE_COLS = [("concurrency", "conc", 0, ""), ("metric", "metric", -1, ""), ("node_a", "node A", -1, ""),
              ("node_b", "node B", -1, ""), ("value_a", "A", 2, ""), ("value_b", "B", 2, ""),
              ("diff_pct", "diff", 2, " %"), ("n_a", "n A", 0, ""), ("n_b", "n B", 0, ""),
@@ -106,7 +109,9 @@ def build_model(campaign: str, tables: Tables, gate: GateResult, conclusions: li
     for conc in sorted(tables.runs.concurrency.unique()):
         secs.append(_section(f"Results at concurrency {conc}", tables.runs[tables.runs.concurrency == conc],
                              RUN_COLS, f"Means over runs. Speedup = output tok/s / the same node's "
-                                       f"'{baseline}' output tok/s at this concurrency."))
+                                       f"'{baseline}' output tok/s at this concurrency. CI low/high and "
+                                       f"'vs baseline': {tables.noise.describe() if tables.noise else ''}."))
+    secs += [_section(title, df, cols, note) for title, df, cols, note in latency_sections(tables.latency)]
     if not tables.spec.empty:
         secs.append(_section("Speculative decoding", tables.spec, SPEC_COLS,
                              "From the spec_decode_* keys (server counters differenced over the run). "
