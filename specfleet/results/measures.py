@@ -104,7 +104,9 @@ def _mean(vals: list) -> float:
 
 def percentile_columns(camp: Campaign) -> list[str]:
     """`p<P>_<metric>_ms` keys present in any result, ordered by metric then P."""
-    keys = {k for r in camp.runs for k in r.result.extra if PCT_KEY.match(k)}
+    declared = [k for k in type(camp.runs[0].result).model_fields if PCT_KEY.match(k)] if camp.runs else []
+    keys = {k for r in camp.runs for k in [*r.result.extra, *declared]
+            if PCT_KEY.match(k) and getattr(r.result, k, None) is not None}
     return sorted(keys, key=lambda k: (LATENCY_METRICS.index(PCT_KEY.match(k)[2]), float(PCT_KEY.match(k)[1])))
 
 
@@ -121,7 +123,7 @@ def latency_table(camp: Campaign, runs: pd.DataFrame) -> pd.DataFrame:
         row = {"concurrency": r.concurrency, "config": r.config, "node": r.node,
                "repeats": r.repeats, "output_tokens": r.output_tokens, "ttft_ms": r.ttft_ms}
         for c in cols:
-            row[c] = _mean([x.extra.get(c) for x in res])
+            row[c] = _mean([getattr(x, c, None) for x in res])
         rows.append(row)
     return pd.DataFrame(rows, columns=["concurrency", "config", "node", "repeats", "output_tokens",
                                        "ttft_ms", *cols])
