@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .provenance import PROVENANCE_FILE, simulated_signals
 from .schema import PROVENANCE_KEYS, Result, ResultError, load_result
 
 RESULT_RE = re.compile(r"^(?P<config>.+?)_conc(?P<conc>\d+)(?:_r(?P<rep>\d+))?\.json$")
@@ -97,7 +98,8 @@ class Campaign:
 
     @property
     def simulated(self) -> bool:
-        return any(r.result.simulated for r in self.runs)
+        """Any sign of the simulator (several signals, not one key: provenance.simulated_signals)."""
+        return bool(simulated_signals(self))
 
     @property
     def hosts(self) -> list[str]:
@@ -230,7 +232,7 @@ def scan_campaign(root: Path | str, quarantine: bool = True) -> Campaign:
                 camp.kv.append(parse_server_log(log, host, cfg))
 
         for path in sorted(hdir.glob("*.json")):
-            if path.name == STATE_FILE:
+            if path.name in (STATE_FILE, PROVENANCE_FILE):  # provenance.json: read by provenance.py
                 continue
             m = RESULT_RE.match(path.name)
             if not m:

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from .campaign import Campaign
+from .provenance import plan_hashes
 from .stats import ratio_interval, tost_p
 
 GATE_METRICS = {
@@ -102,6 +103,12 @@ class GateResult:
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     table: pd.DataFrame = field(default_factory=pd.DataFrame)
+    mixed_plans: dict[str, list[str]] = field(default_factory=dict)  # plan hash -> node/config items
+
+    @property
+    def nodes_equivalent(self) -> bool:
+        """The node checks alone (a mixed-plan refusal is the one problem that is not about nodes)."""
+        return all(c.passed for c in self.checks) and len(self.problems) == (1 if self.mixed_plans else 0)
 
     def summary(self) -> str:
         head = "PASSED" if self.passed else "FAILED"
@@ -206,6 +213,12 @@ def check_equivalence(camp: Campaign, rule: EquivalenceRule | None = None,
                     row["rule"] = (f"±{rule.tolerance_pct:g} %, " +
                                    ("plain threshold" if chk.ci_low is None else f"{rule.confidence:.0%} CI"))
                     row["verdict"] = "pass" if chk.passed else "FAIL"
+    hashes = plan_hashes(camp)
+    if len(hashes) > 1:  # results of different plans are not one campaign, whatever the nodes say
+        gate.mixed_plans = hashes
+        gate.problems.append("the results come from different plans (plan hash " + "; ".join(
+            f"{h} on {', '.join(items)}" for h, items in sorted(hashes.items())) + "): not merged; "
+            "re-run with one plan, or --force merges and stamps every output")
     gate.passed = not gate.problems and all(c.passed for c in gate.checks)
     cols = ["concurrency", "metric", "node_a", "node_b", "value_a", "value_b", "diff_pct",
             "n_a", "n_b", "ci_low_pct", "ci_high_pct", "rule", "verdict"]

@@ -15,6 +15,7 @@ import pandas as pd
 
 from .campaign import Campaign, Run
 from .measures import NoiseBand, add_measures, latency_table
+from .provenance import node_table, result_table
 
 RUN_METRICS = {
     "output_throughput": "output_tok_s",
@@ -45,6 +46,7 @@ class Tables:
     kv: pd.DataFrame
     provenance: pd.DataFrame
     latency: pd.DataFrame | None = None
+    provenance_results: pd.DataFrame | None = None
     noise: NoiseBand | None = None
     bandwidth: pd.DataFrame | None = None
     categories: pd.DataFrame | None = None
@@ -144,23 +146,6 @@ def kv_table(camp: Campaign) -> pd.DataFrame:
                                        "max_measured_conc", "worst_case_kv_demand_pct"])
 
 
-def provenance_table(camp: Campaign) -> pd.DataFrame:
-    rows = []
-    for host in sorted(camp.nodes):
-        n = camp.nodes[host]
-        p = n.provenance
-        dates = sorted(n.run_dates)
-        rows.append({"node": host, "vllm": p.get("vllm_version", ""), "torch": p.get("torch_version", ""),
-                     "gpu": p.get("gpu", p.get("gpu_name", "")),
-                     "driver": p.get("driver", p.get("driver_version", "")),
-                     "plan_hash": p.get("plan_hash", ""), "engine": p.get("engine", ""),
-                     "first_run": dates[0] if dates else p.get("started_at", ""),
-                     "last_run": dates[-1] if dates else p.get("finished_at", ""),
-                     "runs": sum(1 for r in camp.runs if r.host == host)})
-    return pd.DataFrame(rows, columns=["node", "vllm", "torch", "gpu", "driver", "plan_hash", "engine",
-                                       "first_run", "last_run", "runs"])
-
-
 def bandwidth_table(runs: pd.DataFrame, gpu_bandwidth_gbps: float, weights_gib: float
                     ) -> tuple[pd.DataFrame, float]:
     """Lowest TPOT if every step must read all weights once: weights / bandwidth.
@@ -220,7 +205,8 @@ def build_tables(camp: Campaign, baseline: str = "vanilla", gpu_bandwidth_gbps: 
     noise = noise or NoiseBand()
     runs = add_measures(camp, runs_table(camp, baseline), baseline, noise)
     t = Tables(runs=runs, spec=spec_table(runs, baseline), kv=kv_table(camp),
-               provenance=provenance_table(camp), latency=latency_table(camp, runs), noise=noise)
+               provenance=node_table(camp), latency=latency_table(camp, runs), noise=noise,
+               provenance_results=result_table(camp))
     missing = sorted({f"{n}@{c}" for n, c in zip(runs.node, runs.concurrency)} -
                      {f"{n}@{c}" for n, c in zip(runs[runs.config == baseline].node,
                                                    runs[runs.config == baseline].concurrency)})

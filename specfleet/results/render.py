@@ -21,11 +21,13 @@ from .gate import GateResult
 from .measures import latency_sections
 from .merge import Tables
 from .plots import all_plots
+from .provenance import provenance_sections
 
 TEMPLATE_DIR = Path(__file__).resolve().parents[2] / "templates" / "report"
 SIMULATED_STAMP = ("SIMULATED ENGINE: inputs come from the simulated vLLM (specfleet-simvllm), "
                    "not a real GPU run. These numbers are not performance measurements.")
 NOT_EQUIVALENT_STAMP = "NODES NOT EQUIVALENT: merged with --force although the node-equivalence gate failed."
+MIXED_PLANS_STAMP = "MIXED PLANS: merged with --force although the results carry different plan hashes."
 
 
 @dataclass
@@ -97,14 +99,13 @@ BW_COLS = [("concurrency", "conc", 0, ""), ("config", "config", -1, ""), ("node"
 CAT_COLS = [("concurrency", "conc", 0, ""), ("category", "category", -1, ""), ("config", "config", -1, ""),
             ("node", "node", -1, ""), ("requests", "requests", 0, ""), ("tpot_ms", "TPOT ms", 2, ""),
             ("tpot_speedup", "TPOT speedup", 2, "x")]
-PROV_COLS = [(c, c.replace("_", " "), 0 if c == "runs" else -1, "") for c in
-             ("node", "vllm", "torch", "gpu", "driver", "plan_hash", "engine", "first_run", "last_run", "runs")]
-
 
 def build_model(campaign: str, tables: Tables, gate: GateResult, conclusions: list[str], *,
                 baseline: str, simulated: bool, forced: bool, warnings: list[str] | None = None,
                 quarantined: list[str] | None = None) -> ReportModel:
-    stamps = ([SIMULATED_STAMP] if simulated else []) + ([NOT_EQUIVALENT_STAMP] if forced and not gate.passed else [])
+    stamps = ([SIMULATED_STAMP] if simulated else []) + \
+        ([NOT_EQUIVALENT_STAMP] if forced and not gate.nodes_equivalent else [])
+    stamps += [MIXED_PLANS_STAMP] if forced and gate.mixed_plans else []
     secs = []
     for conc in sorted(tables.runs.concurrency.unique()):
         secs.append(_section(f"Results at concurrency {conc}", tables.runs[tables.runs.concurrency == conc],
@@ -130,8 +131,10 @@ def build_model(campaign: str, tables: Tables, gate: GateResult, conclusions: li
                              f"Lowest TPOT if each decode step reads all weights once: "
                              f"{fmt(tables.min_tpot_ms)} ms. bound / TPOT > 1 means more than one token "
                              "per weight read (speculative decoding)."))
-    secs.append(_section("Provenance", tables.provenance, PROV_COLS))
-    tags = (["SIMULATED"] if simulated else []) + (["NODES NOT EQUIVALENT"] if forced and not gate.passed else [])
+    secs += [_section(title, df, cols, note) for title, df, cols, note in
+             provenance_sections(tables.provenance, tables.provenance_results)]
+    tags = (["SIMULATED"] if simulated else []) + (["NODES NOT EQUIVALENT"] if forced and not gate.nodes_equivalent else [])
+    tags += ["MIXED PLANS"] if forced and gate.mixed_plans else []
     return ReportModel(campaign=campaign, baseline=baseline, stamps=stamps, tags=tags, gate=gate,
                        conclusions=conclusions, sections=secs, notes=list(tables.notes),
                        warnings=list(warnings or []), quarantined=list(quarantined or []))
@@ -154,7 +157,7 @@ def write_report(out_dir: Path, model: ReportModel, tables: Tables) -> dict[str,
     paths = {"md": out_dir / "report.md", "html": out_dir / "report.html",
              "csv": out_dir / "merged.csv", "json": out_dir / "merged.json"}
     paths["md"].write_text(env.get_template("report.md.j2").render(m=model), encoding="utf-8")
-    plots = all_plots(tables.runs, tables.spec, model.baseline)
+    plots = all_plots(tables.runs, tables.spec, model.baseline, simulated="SIMULATED" in model.tags)
     paths["html"].write_text(env.get_template("report.html.j2").render(m=model, plots=plots), encoding="utf-8")
     merged = tables.runs.copy()
     merged.insert(0, "stamp", " | ".join(model.stamps))
