@@ -45,7 +45,8 @@ DIST_CODE = ("import importlib.metadata as m, json, sys\n"
 
 
 # ------------------------------------------------------------------ worker probe (one round trip)
-def probe_script(venv: str, run_dir: str, model: str | None, dataset: str | None) -> str:
+def probe_script(venv: str, run_dir: str, model: str | None, dataset: str | None,
+                 dists: tuple[str, ...] = DISTS) -> str:
     """Every path goes through shlex.quote; the dataset may be relative to the run folder."""
     q = shlex.quote
     files = [f"{model}/config.json", f"{model}/{WEIGHT_INDEX}"] if model else []
@@ -54,7 +55,7 @@ def probe_script(venv: str, run_dir: str, model: str | None, dataset: str | None
         "nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null",
         "nvidia-smi 2>/dev/null | sed -n 's/.*CUDA Version: *\\([0-9.]*\\).*/\\1/p' | head -n1",
         f"cat {q(venv + '/specfleet-manifest.json')} 2>/dev/null",
-        f"{q(venv + '/bin/python')} -c {q(DIST_CODE)} {' '.join(DISTS)} 2>/dev/null",
+        f"{q(venv + '/bin/python')} -c {q(DIST_CODE)} {' '.join(map(q, dists))} 2>/dev/null",
         (f"cd {q(run_dir)} 2>/dev/null; sha256sum -- {' '.join(q(f) for f in files)} 2>/dev/null"
          if files else "true"),
         (f"cat {q(model + '/config.json')} 2>/dev/null | head -c 200000" if model else "true"),
