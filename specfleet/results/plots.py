@@ -49,7 +49,7 @@ def _labels(df: pd.DataFrame) -> pd.Series:
     return df.apply(lambda r: f"{r.config} ({r.node})" if multi[r.config] > 1 else r.config, axis=1)
 
 
-def _grouped_bars(ax, df: pd.DataFrame, col: str, fmt: str) -> None:
+def _grouped_bars(ax, df: pd.DataFrame, col: str, fmt: str, ci: tuple[str, str] | None = None) -> None:
     concs = sorted(df.concurrency.unique())
     labels = list(dict.fromkeys(df["label"]))
     width = 0.8 / max(len(labels), 1)
@@ -58,23 +58,34 @@ def _grouped_bars(ax, df: pd.DataFrame, col: str, fmt: str) -> None:
         xs = [k + (i - (len(labels) - 1) / 2) * width for k in range(len(concs))]
         vals = [sub.get(c, float("nan")) for c in concs]
         bars = ax.bar(xs, vals, width, label=lab)
+        if ci:  # the interval as an error bar where there is one
+            rows = df[df.label == lab].set_index("concurrency")
+            lo = [rows[ci[0]].get(c, float("nan")) for c in concs]
+            hi = [rows[ci[1]].get(c, float("nan")) for c in concs]
+            err = [[v - x if x == x else 0 for v, x in zip(vals, lo)], [x - v if x == x else 0 for v, x in zip(vals, hi)]]
+            ax.errorbar(xs, vals, yerr=err, fmt="none", ecolor="black", elinewidth=0.8, capsize=2)
         ax.bar_label(bars, labels=[fmt.format(v) if v == v else "" for v in vals], fontsize=7)
     ax.set_xticks(range(len(concs)), [f"conc {c}" for c in concs])
     ax.legend(fontsize=7, frameon=False, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     ax.margins(y=0.12)
 
 
-def speedup_svg(runs: pd.DataFrame, baseline: str, simulated: bool = False) -> str | None:
+def speedup_svg(runs: pd.DataFrame, baseline: str, simulated: bool = False,
+                band: tuple[float, float] | None = None) -> str | None:
     df = runs[(runs.config != baseline) & runs.speedup.notna()].copy()
     if df.empty:
         return None
     df["label"] = _labels(df)
     with plt.rc_context(RC):
         fig, ax = plt.subplots(figsize=(7, 3.2))
-        _grouped_bars(ax, df, "speedup", "{:.2f}x")
+        ci = ("speedup_ci_low", "speedup_ci_high") if "speedup_ci_low" in df else None
+        _grouped_bars(ax, df, "speedup", "{:.2f}x", ci)
         ax.axhline(1.0, color="black", lw=0.8, ls="--")
+        if band:  # single runs inside it are "no measurable difference"
+            ax.axhspan(*band, color="grey", alpha=0.25, lw=0)
         ax.set_ylabel(f"output tok/s vs same node's {baseline}")
-        ax.set_title("Speedup per configuration and concurrency")
+        ax.set_title("Speedup per configuration and concurrency"
+                     + (" (bars: 95 % CI; grey: noise band)" if band else ""))
         return _svg(fig, simulated)
 
 
@@ -118,9 +129,9 @@ def namespace_ids(svg: str, prefix: str) -> str:
 
 
 def all_plots(runs: pd.DataFrame, spec: pd.DataFrame, baseline: str,
-              simulated: bool = False) -> list[tuple[str, str]]:
+              simulated: bool = False, band: tuple[float, float] | None = None) -> list[tuple[str, str]]:
     out = []
-    for title, svg in (("Speedup", speedup_svg(runs, baseline, simulated)), ("TPOT", tpot_svg(runs, simulated)),
+    for title, svg in (("Speedup", speedup_svg(runs, baseline, simulated, band)), ("TPOT", tpot_svg(runs, simulated)),
                        ("Acceptance", acceptance_svg(spec, simulated))):
         if svg:
             out.append((title, namespace_ids(svg, f"sf{len(out)}")))

@@ -157,7 +157,8 @@ def write_report(out_dir: Path, model: ReportModel, tables: Tables) -> dict[str,
     paths = {"md": out_dir / "report.md", "html": out_dir / "report.html",
              "csv": out_dir / "merged.csv", "json": out_dir / "merged.json"}
     paths["md"].write_text(env.get_template("report.md.j2").render(m=model), encoding="utf-8")
-    plots = all_plots(tables.runs, tables.spec, model.baseline, simulated="SIMULATED" in model.tags)
+    plots = all_plots(tables.runs, tables.spec, model.baseline, simulated="SIMULATED" in model.tags,
+                      band=tables.noise.band if tables.noise else None)
     paths["html"].write_text(env.get_template("report.html.j2").render(m=model, plots=plots), encoding="utf-8")
     merged = tables.runs.copy()
     merged.insert(0, "stamp", " | ".join(model.stamps))
