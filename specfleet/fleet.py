@@ -25,6 +25,7 @@ EXIT_BAD_INPUT = 1
 EXIT_FAILED = 2
 EXIT_UNREACHABLE = 4  # bit flags: 6 = some failed and some unreachable
 EXIT_NOT_MERGED = 8   # collect: the nodes were not equivalent (or nothing valid), nothing merged
+EXIT_INCOMPLETE = 16  # collect/report: some planned (configuration, concurrency, node) cell is not merged
 
 StepsFor = Callable[[Host], Iterable[Step]]
 
@@ -254,6 +255,11 @@ class Fleet:
     def not_merged(self, message: str) -> None:
         """collect's verdict: the run ends with EXIT_NOT_MERGED and this message in the recap."""
         self.extra_exit |= EXIT_NOT_MERGED
+        self.warn(message)
+
+    def incomplete(self, message: str) -> None:
+        """collect's verdict: the report lacks planned cells; the run ends with EXIT_INCOMPLETE."""
+        self.extra_exit |= EXIT_INCOMPLETE
         self.warn(message)
 
     def warn(self, message: str) -> None:

@@ -1,12 +1,12 @@
 """The command line: each module is one area of tasks, collected into `ns`."""
 from invoke import Collection
 
-from tasks import bench, bundle, collect, facts, provision
+from tasks import bench, bundle, collect, facts, provision, report
 from tasks import testbed as testbed_tasks
 
 ns = Collection()
 for t in (facts.facts, provision.provision, provision.stage_model, bench.bench, bench.status, bench.stop,
-          collect.collect, bundle.bundle):
+          collect.collect, report.report, bundle.bundle):
     ns.add_task(t)
 ns.add_collection(testbed_tasks.ns)
 

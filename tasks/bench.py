@@ -90,7 +90,12 @@ def bench(c, plan=None, inventory=None, hosts=None, check=False, diff=False, ass
             d = remote.run_dir(work_dir(hc.host), p.campaign, hc.host.name)
             pid = remote.start(hc, hc.host.var("runner_python", "/usr/bin/python3"), configs.runner_path(hc.host),
                                f"{d}/run.json", f"{d}/runner.log")
-            runners[hc.host.name] = pid
+            holder = remote.settle(hc, pid, work_dir(hc.host))
+            if holder is None:
+                return Status.FAILED, f"the runner exited at once: see {d}/runner.log"
+            runners[hc.host.name] = holder
+            if holder != pid:  # another `fab bench` started one at the same instant and won the lock
+                return Status.OK, f"following runner pid {holder} (another fab bench started it just now)"
             resumed = " (resuming)" if v and v.state else ""
             return Status.CHANGED, f"started runner pid {pid}{resumed}"
         fleet.each("start runner", start, hosts=[h for h in fleet.active if h.name in specs])
@@ -108,6 +113,8 @@ def _placement(host, plan, spec):
             FileContent(f"{d}/run.json", dump_run_spec(spec))]
 
 
+REBOOTED = ("host rebooted (its runner and server are gone): run `fab provision` (mounts, GPU modules), "
+            "then `fab bench` to resume")
 DEAD_GRACE_S = 15.0  # a runner not running this long, its queue unfinished: stop following that host
 
 
@@ -154,15 +161,18 @@ def _follow(fleet, plan, rep, poll, runners: dict[str, int] | None = None):
             elif time.monotonic() - dead_since.setdefault(host.name, time.monotonic()) >= DEAD_GRACE_S:
                 gave_up.add(host.name)
                 d = remote.run_dir(work_dir(host), plan.campaign, host.name)
-                fleet.record_local_for(host.name, "follow runner", Status.FAILED,
-                                       "the runner is not running and its queue is unfinished (killed, or the "
-                                       f"host rebooted? see {d}/runner.log): run `fab bench` again to resume")
+                fleet.record_local_for(host.name, "follow runner", Status.FAILED, (
+                    REBOOTED if v.rebooted else
+                    "the runner is not running and its queue is unfinished (killed, or the "
+                    f"host rebooted? see {d}/runner.log): run `fab bench` again to resume"))
         if all(finished(h.name) for h in following if h.name not in gave_up):
             break
         time.sleep(poll)
     _campaign_table(rep, views)
     for name, v in views.items():
         done, failed, left = v.counts()
+        if v.rebooted and left and name not in gave_up:  # the shutdown stopped the runner "cleanly"
+            fleet.record_local_for(name, "follow runner", Status.FAILED, REBOOTED)
         for item in (v.state or {}).get("items", []):
             if item["status"] == "failed":
                 fleet.record_local_for(name, f"item {item['name']}", Status.FAILED, item.get("error") or "failed")

@@ -215,7 +215,8 @@ def engine_name(res_meta: dict, prov: dict, simulated: bool) -> str:
         return f"simvllm {v} (simulated vLLM)" if v else "simvllm (simulated vLLM), version not recorded"
     v = res_meta.get("vllm_version") or (prov.get("dists") or {}).get("vllm") or \
         (prov.get("venv") or {}).get("vllm")
-    return f"vLLM {v}" if v else f"vLLM, version {NOT_RECORDED}"
+    name = f"vLLM {v}" if v else f"vLLM, version {NOT_RECORDED}"
+    return f"{name}, {res_meta['engine']}" if res_meta.get("engine") else name  # e.g. "vllm-cuda (real GPU)"
 
 
 def node_table(camp: "Campaign") -> pd.DataFrame:
