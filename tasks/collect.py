@@ -15,10 +15,6 @@ from specfleet.step import Status, StepFailed
 from tasks.bench import DEFAULT_PLAN, PLAN_HELP, plan_of, work_dir
 from tasks.common import fleet_help, fleet_run
 
-PROVENANCE = ("nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -n1; "
-              "echo @@; cat {venv}/specfleet-manifest.json 2>/dev/null")
-
-
 def includes_for(done: list[str]) -> list[str]:
     """rsync filters: the runner's state and queue, and for each finished item its results, log and marker only.
 
@@ -65,16 +61,12 @@ def fetch(hc, plan, dest: Path, refused: dict[str, list[str]]):
         raise StepFailed(f"rsync from {hc.host.name} failed (exit {p.returncode}): {p.stderr.strip()[-300:]}")
     got = accept(dest, hc.host.name, Expect(plan.benchmark.num_prompts, plan.benchmark.max_failed_requests))
     refused[hc.host.name] = got.refused
-    res = hc.run(PROVENANCE.format(venv=shlex.quote(hc.host.require("venv_path"))), timeout=30)
-    gpu, _, manifest = res.stdout.partition("@@\n")
-    try:
-        manifest_data = json.loads(manifest) if manifest.strip() else {}
-    except ValueError:
-        manifest_data = {}
-    prov = json.dumps({
-        "host": hc.host.name, "gpu": gpu.strip(), "venv": manifest_data.get("packages", {}),
-        "python": manifest_data.get("python_version"), "venv_digest": manifest_data.get("digest"),
-        "items_done": done, "runner_status": (v.state or {}).get("status")}, indent=2) + "\n"
+    from specfleet.results.provenance import parse_probe, probe_script, spec_facts
+    model, (dataset, items) = (v.state or {}).get("model_path"), spec_facts(v.spec)
+    res = hc.run(probe_script(hc.host.require("venv_path"), src, model, dataset), timeout=60)
+    prov = json.dumps({"host": hc.host.name, **parse_probe(res.stdout, model, dataset), "items_facts": items,
+                       "plan_hash": (v.state or {}).get("plan_hash"), "items_done": done,
+                       "runner_status": (v.state or {}).get("status")}, indent=2) + "\n"
     pf = out / "provenance.json"
     if not pf.is_file() or pf.read_text() != prov:  # a collect that finds nothing new touches nothing
         pf.write_text(prov)

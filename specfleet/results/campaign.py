@@ -25,13 +25,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .provenance import PROVENANCE_FILE, simulated_signals
 from .schema import PROVENANCE_KEYS, Result, ResultError, incomplete, load_result
 
 RESULT_RE = re.compile(r"^(?P<config>.+?)_conc(?P<conc>\d+)(?:_r(?P<rep>\d+))?\.json$")
 QUARANTINE_DIR = "quarantine"
 STATE_FILE = "state.json"
 RUN_SPEC_FILE = "run.json"   # the worker's queue as `fab bench` gave it (collect fetches it)
-OTHER_JSON = {STATE_FILE, RUN_SPEC_FILE, "provenance.json"}
+OTHER_JSON = {STATE_FILE, RUN_SPEC_FILE, PROVENANCE_FILE}  # provenance.json: read by provenance.py
 # Directories under the campaign that are not hosts.
 NOT_HOSTS = {QUARANTINE_DIR, "plots", "report"}  # and every name starting with "." (collect's staging)
 REASON_SUFFIX = ".reason.txt"
@@ -149,7 +150,8 @@ class Campaign:
 
     @property
     def simulated(self) -> bool:
-        return any(r.result.simulated for r in self.runs)
+        """Any sign of the simulator (several signals, not one key: provenance.simulated_signals)."""
+        return bool(simulated_signals(self))
 
     @property
     def hosts(self) -> list[str]:

@@ -1,8 +1,13 @@
 """Conclusions in words, computed from the merged tables.
 
-Thresholds (documented in docs/report.md): a configuration is "slower" when its
-speedup < 1.00; speculation "rarely fires" below RARE_DRAFTS_PER_100 drafts per
-100 output tokens; acceptance is "low" below LOW_ACCEPT_LEN tokens per draft.
+Rules (documented in docs/report.md, "Conclusions" and "The noise band"): a
+configuration is called faster or slower than the baseline only when the
+interval of its speedup excludes 1.00x (with single runs: when the speedup is
+outside the gate's tolerance band); otherwise "no measurable difference", and
+every such statement names its method and interval. "Best" is the highest
+speedup among the measurably faster ones. Speculation "rarely fires" below
+RARE_DRAFTS_PER_STEP drafts per decode step; acceptance is "low" below
+LOW_ACCEPT_LEN tokens per draft.
 """
 from __future__ import annotations
 
@@ -10,9 +15,10 @@ import math
 
 import pandas as pd
 
+from .measures import SINGLE_RUN, NoiseBand
 from .merge import Tables
 
-RARE_DRAFTS_PER_100 = 10.0
+RARE_DRAFTS_PER_STEP = 0.10
 LOW_ACCEPT_LEN = 1.5
 
 
@@ -20,20 +26,35 @@ def _f(v: float, nd: int = 2) -> str:
     return "n/a" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:,.{nd}f}"
 
 
+def _nan(v) -> bool:
+    return v is None or (isinstance(v, float) and math.isnan(v))
+
+
+def evidence(r: pd.Series, noise: NoiseBand) -> str:
+    """'1.830x, interval [1.790x, 1.870x] (method)' or '1.025x; single run: plain threshold, ...'."""
+    if _nan(r.get("speedup_ci_low")):
+        lo, hi = noise.band
+        return f"{r.speedup:.3f}x; {SINGLE_RUN}: ±{noise.tolerance_pct:g} % band [{lo:.3f}x, {hi:.3f}x]"
+    return (f"{r.speedup:.3f}x, interval [{r.speedup_ci_low:.3f}x, {r.speedup_ci_high:.3f}x] "
+            f"({r.speedup_method})")
+
+
 def slow_reason(row: pd.Series) -> str:
     if not row.get("has_spec_keys", False):
         return ("the result has no spec_decode_* keys: no draft was made in the measured window "
                 "(speculation never fired, or the server ran without a speculative config)")
-    d100, alen, rate = row["drafts_per_100_tokens"], row["acceptance_length"], row["acceptance_rate_pct"]
-    if not math.isnan(d100) and d100 < RARE_DRAFTS_PER_100:
-        return (f"speculation rarely fires: {_f(row['drafts'], 0)} drafts for {_f(row['output_tokens'], 0)} "
-                f"output tokens ({_f(d100, 1)} per 100); when it fires the acceptance length is "
-                f"{_f(alen, 3)}, so the per-step overhead is paid on the other steps for nothing")
-    if not math.isnan(alen) and alen < LOW_ACCEPT_LEN:
+    dps, alen, rate = row["drafts_per_step"], row["acceptance_length"], row["acceptance_rate_pct"]
+    if not _nan(dps) and dps < RARE_DRAFTS_PER_STEP:
+        return (f"speculation rarely fires: {_f(row['drafts'], 0)} drafts in "
+                f"{_f(row['output_tokens'] - row['accepted_tokens'], 0)} decode steps "
+                f"({_f(100 * dps, 1)} % of steps; output tokens - accepted tokens = steps); when it "
+                f"fires the acceptance length is {_f(alen, 3)}, so the per-step overhead is paid on the "
+                "other steps for nothing")
+    if not _nan(alen) and alen < LOW_ACCEPT_LEN:
         return (f"low acceptance: acceptance length {_f(alen, 3)} (rate {_f(rate, 1)} %), most drafted "
                 "tokens are rejected and verification costs more than it saves")
     return (f"drafting and verification overhead exceeds the gain (acceptance length {_f(alen, 3)}, "
-            f"rate {_f(rate, 1)} %, {_f(d100, 1)} drafts per 100 output tokens)")
+            f"rate {_f(rate, 1)} %, drafts in {_f(100 * dps, 1)} % of decode steps)")
 
 
 TAIL_TOLERANCE_PCT = 3.0  # the report's noise level (§5.1)
@@ -62,9 +83,11 @@ def _base_row(runs: pd.DataFrame, baseline: str, node: str, conc: int) -> pd.Ser
 
 def conclusions(t: Tables, baseline: str = "vanilla") -> list[str]:
     runs = t.runs
+    noise = t.noise or NoiseBand()
     out: list[str] = []
     if runs.empty:
         return ["No valid runs were merged."]
+    out.append(f"Noise band: {noise.describe()}.")
     best_by_conc: dict[int, tuple[str, float]] = {}
     for conc in sorted(runs.concurrency.unique()):
         cand = runs[(runs.concurrency == conc) & (runs.config != baseline) & runs.speedup.notna()]
@@ -74,27 +97,35 @@ def conclusions(t: Tables, baseline: str = "vanilla") -> list[str]:
         if cand.empty:
             out.append(f"Concurrency {conc}: no configuration with a same-node '{baseline}' run to compare.")
             continue
-        best = cand.loc[cand.speedup.idxmax()]
-        b = _base_row(runs, baseline, best.node, conc)
-        best_by_conc[conc] = (best.config, best.speedup)
-        if best.speedup > 1.0:
+        faster = cand[cand.speedup_verdict == "faster"]
+        if not faster.empty:
+            best = faster.loc[faster.speedup.idxmax()]
+            b = _base_row(runs, baseline, best.node, conc)
+            best_by_conc[conc] = (best.config, best.speedup)
             out.append(
                 f"Concurrency {conc}: best is **{best.config}** at {best.speedup:.2f}x the baseline on "
                 f"{best.node} ({_f(b.output_tok_s)} -> {_f(best.output_tok_s)} output tok/s, "
                 f"TPOT {_f(b.tpot_ms)} -> {_f(best.tpot_ms)} ms, duration {_f(b.duration_s)} -> "
-                f"{_f(best.duration_s)} s).")
+                f"{_f(best.duration_s)} s; {evidence(best, noise)}).")
             dt = best.ttft_ms - b.ttft_ms
             out.append(
                 f"Concurrency {conc}: TTFT cost of {best.config}: {_f(b.ttft_ms)} -> {_f(best.ttft_ms)} ms "
                 f"({dt:+.2f} ms, {100 * dt / b.ttft_ms:+.0f} %).")
+            for _, r in faster.drop(index=best.name).iterrows():
+                out.append(f"Concurrency {conc}: {r.config} on {r.node} is also faster than the baseline "
+                           f"({evidence(r, noise)}).")
         else:
-            out.append(f"Concurrency {conc}: no configuration beats '{baseline}' "
-                       f"(best: {best.config} at {best.speedup:.2f}x).")
-        for _, r in cand[cand.speedup < 1.0].iterrows():
+            top = cand.loc[cand.speedup.idxmax()]
+            out.append(f"Concurrency {conc}: no configuration is measurably faster than '{baseline}' "
+                       f"(highest: {top.config} at {evidence(top, noise)}).")
+        for _, r in cand[cand.speedup_verdict == "no measurable difference"].iterrows():
+            out.append(f"Concurrency {conc}: {r.config} on {r.node}: no measurable difference from the "
+                       f"baseline ({evidence(r, noise)}).")
+        for _, r in cand[cand.speedup_verdict == "slower"].iterrows():
             out.append(f"Concurrency {conc}: **{r.config}** on {r.node} is SLOWER than the baseline "
-                       f"({r.speedup:.2f}x): {slow_reason(r)}.")
+                       f"({evidence(r, noise)}): {slow_reason(r)}.")
         for _, r in cand.iterrows():
-            tail = tail_dominated(r, _base_row(runs, baseline, r.node, conc))
+            tail = tail_dominated(r, _base_row(runs, baseline, r.node, conc), noise.tolerance_pct)
             if tail:
                 out.append(f"Concurrency {conc}: {tail}.")
         itl = []
@@ -108,7 +139,7 @@ def conclusions(t: Tables, baseline: str = "vanilla") -> list[str]:
                        "than the baseline. One streamed chunk carries several accepted tokens, so ITL "
                        "measures gaps between chunks, not tokens: judge by TPOT and output tok/s.")
     cfgs = {c for c, _ in best_by_conc.values()}
-    if len(best_by_conc) > 1 and len(cfgs) == 1:
+    if len(best_by_conc) > 1 and len(cfgs) == 1 and len(best_by_conc) == runs.concurrency.nunique():
         cfg = cfgs.pop()
         trend = ", ".join(f"{s:.2f}x at conc {c}" for c, (_, s) in sorted(best_by_conc.items()))
         out.append(f"{cfg} is best at every concurrency measured ({trend}).")

@@ -2,11 +2,19 @@
 
 Every node also runs the baseline configuration. For every pair of nodes and
 every concurrency both measured, the baseline's output tok/s, total tok/s,
-TPOT, ITL and TTFT are compared (diff % = (B - A) / A x 100, A = the node first
-in name order). One rule decides: the rule's metric at the rule's concurrency
-must differ by at most `tolerance_pct`. With repeats (>= 2 runs on both nodes)
-a difference above the tolerance fails only if Welch's t-test also finds it
-significant (p < alpha); otherwise it passes as "within noise" and is reported.
+TPOT, ITL and TTFT are compared. One rule decides: at the rule's concurrency the
+rule's metric must be *shown* equivalent within +-tolerance_pct, as a ratio
+B/A inside the band [1/(1 + tol), 1 + tol] (symmetric: swapping the nodes
+inverts ratio and band, so the decision does not depend on node names).
+
+- Repeats on both nodes (>= 2 runs each): an equivalence test, TOST with two
+  one-sided Welch t-tests on log values at level alpha, i.e. the (1 - 2 alpha)
+  confidence interval of the ratio must lie inside the band. An interval that
+  reaches outside is "not shown equivalent" and fails: more noise never passes
+  a bigger difference.
+- A single run on either node: the plain threshold on the ratio (no spread, no
+  interval), and the reason says so.
+
 See docs/report.md, "The equivalence gate".
 """
 from __future__ import annotations
@@ -19,7 +27,8 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from .campaign import Campaign
-from .stats import welch
+from .provenance import plan_hashes
+from .stats import ratio_interval, tost_p
 
 GATE_METRICS = {
     "output_throughput": "output tok/s",
@@ -28,6 +37,8 @@ GATE_METRICS = {
     "mean_itl_ms": "ITL ms",
     "mean_ttft_ms": "TTFT ms",
 }
+METHOD = "TOST: two one-sided Welch t-tests on log values"
+SINGLE_RUN = "single run: plain threshold, no interval"
 
 
 @dataclass(frozen=True)
@@ -42,11 +53,26 @@ class EquivalenceRule:
             raise ValueError(f"unknown gate metric {self.metric!r}; one of {', '.join(GATE_METRICS)}")
         if not self.tolerance_pct >= 0:
             raise ValueError("tolerance_pct must be >= 0")
+        if not 0 < self.alpha < 0.5:
+            raise ValueError("alpha must be in (0, 0.5)")
+
+    @property
+    def band(self) -> tuple[float, float]:
+        """The ratio B/A that counts as equivalent: [1/(1+tol), 1+tol], the same band for A/B."""
+        hi = 1.0 + self.tolerance_pct / 100.0
+        return 1.0 / hi, hi
+
+    @property
+    def confidence(self) -> float:
+        return 1.0 - 2.0 * self.alpha
 
     def describe(self) -> str:
         where = f"at concurrency {self.concurrency}" if self.concurrency is not None else "at every concurrency"
-        return (f"rule: baseline {GATE_METRICS[self.metric]} must differ by at most {self.tolerance_pct:g} % {where} "
-                f"(with repeats: fail only if also significant, Welch p < {self.alpha:g})")
+        lo, hi = self.band
+        return (f"rule: baseline {GATE_METRICS[self.metric]} must be shown equivalent within "
+                f"±{self.tolerance_pct:g} % {where} (ratio between nodes inside [{lo:.4f}, {hi:.4f}]); "
+                f"with repeats: {METHOD}, alpha {self.alpha:g}, i.e. the {self.confidence:.0%} "
+                f"interval of the ratio inside that band; {SINGLE_RUN}")
 
 
 @dataclass
@@ -57,10 +83,13 @@ class PairCheck:
     metric: str
     mean_a: float
     mean_b: float
-    diff_pct: float
+    diff_pct: float          # (mean B - mean A) / mean A x 100, for display
     n_a: int
     n_b: int
-    p_value: float | None
+    ci_low: float | None     # (1 - 2 alpha) interval of the ratio B/A; None for single runs
+    ci_high: float | None
+    tost_p: float | None
+    method: str
     passed: bool
     reason: str
 
@@ -74,6 +103,12 @@ class GateResult:
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     table: pd.DataFrame = field(default_factory=pd.DataFrame)
+    mixed_plans: dict[str, list[str]] = field(default_factory=dict)  # plan hash -> node/config items
+
+    @property
+    def nodes_equivalent(self) -> bool:
+        """The node checks alone (a mixed-plan refusal is the one problem that is not about nodes)."""
+        return all(c.passed for c in self.checks) and len(self.problems) == (1 if self.mixed_plans else 0)
 
     def summary(self) -> str:
         head = "PASSED" if self.passed else "FAILED"
@@ -100,23 +135,38 @@ def _pct(a: float, b: float) -> float:
     return (b - a) / a * 100.0 if a else math.nan
 
 
-def decide(rule: EquivalenceRule, a: list[float], b: list[float]) -> tuple[bool, float, float | None, str]:
-    """(passed, diff %, p-value or None, reason) for one pair at the rule's point."""
+def _pcts(lo: float | None, hi: float | None) -> str:
+    return f"[{(lo - 1) * 100:+.2f} %, {(hi - 1) * 100:+.2f} %]"
+
+
+def decide(rule: EquivalenceRule, a: list[float], b: list[float]) -> PairCheck:
+    """The decision for one pair at the rule's point (node names and conc left blank)."""
     ma, mb = statistics.fmean(a), statistics.fmean(b)
     diff = _pct(ma, mb)
-    w = welch(a, b)
-    p = w.p if w else None
-    ptxt = f", Welch p={p:.3g} (n={len(a)}/{len(b)})" if p is not None else ""
-    if math.isnan(diff):
-        return False, diff, p, "baseline value is 0, cannot compare"
-    if abs(diff) <= rule.tolerance_pct:
-        return True, diff, p, f"{diff:+.2f} % within {rule.tolerance_pct:g} %{ptxt}"
-    if p is None:
-        return False, diff, p, f"{diff:+.2f} % exceeds {rule.tolerance_pct:g} % (single runs, no spread to test)"
-    if p < rule.alpha:
-        return False, diff, p, f"{diff:+.2f} % exceeds {rule.tolerance_pct:g} % and is significant{ptxt}"
-    return True, diff, p, (f"{diff:+.2f} % exceeds {rule.tolerance_pct:g} % but is within run-to-run "
-                           f"noise{ptxt}; add repeats to decide")
+    lo, hi = rule.band
+    band = f"±{rule.tolerance_pct:g} % band (ratio [{lo:.4f}, {hi:.4f}])"
+    chk = PairCheck("", "", 0, rule.metric, ma, mb, diff, len(a), len(b), None, None, None, SINGLE_RUN,
+                    False, "")
+    if min(a + b) <= 0:
+        chk.reason = "a baseline value is <= 0, cannot compare"
+        return chk
+    ri = ratio_interval(a, b, rule.confidence)
+    if ri is None:
+        ratio = mb / ma
+        chk.passed = lo <= ratio <= hi
+        chk.reason = (f"{diff:+.2f} % {'within' if chk.passed else 'outside'} the {band} "
+                      f"({SINGLE_RUN}; n={len(a)}/{len(b)})")
+        return chk
+    chk.ci_low, chk.ci_high, chk.method = ri.low, ri.high, METHOD
+    chk.tost_p = tost_p(a, b, lo, hi)
+    chk.passed = lo <= ri.low and ri.high <= hi
+    ci = (f"{ri.confidence:.0%} CI of the ratio {_pcts(ri.low, ri.high)} "
+          f"({METHOD}, df {ri.df:.1f}, n={len(a)}/{len(b)}, TOST p={chk.tost_p:.3g})")
+    chk.reason = (f"{diff:+.2f} %, {ci}: " +
+                  (f"shown equivalent (interval inside the {band})" if chk.passed else
+                   f"not shown equivalent (interval reaches outside the {band}); "
+                   "fails: more repeats narrow the interval"))
+    return chk
 
 
 def check_equivalence(camp: Campaign, rule: EquivalenceRule | None = None,
@@ -131,12 +181,14 @@ def check_equivalence(camp: Campaign, rule: EquivalenceRule | None = None,
         for conc in concs:
             sa, sb = samples[(a, conc)], samples[(b, conc)]
             for m, label in GATE_METRICS.items():
+                ri = ratio_interval(sa[m], sb[m], rule.confidence)
                 ma, mb = statistics.fmean(sa[m]), statistics.fmean(sb[m])
-                w = welch(sa[m], sb[m])
                 rows.append({"concurrency": conc, "metric": label, "node_a": a, "node_b": b,
                              "value_a": ma, "value_b": mb, "diff_pct": _pct(ma, mb),
                              "n_a": len(sa[m]), "n_b": len(sb[m]),
-                             "p_value": w.p if w else math.nan, "rule": "", "verdict": ""})
+                             "ci_low_pct": (ri.low - 1) * 100 if ri else math.nan,
+                             "ci_high_pct": (ri.high - 1) * 100 if ri else math.nan,
+                             "rule": "", "verdict": ""})
     if len(hosts) < 2:
         gate.notes.append(f"only {len(hosts)} node(s) with results: nothing to compare")
     rule_concs = ([rule.concurrency] if rule.concurrency is not None
@@ -152,17 +204,23 @@ def check_equivalence(camp: Campaign, rule: EquivalenceRule | None = None,
         for conc in rule_concs:
             if (a, conc) not in samples or (b, conc) not in samples:
                 continue
-            va, vb = samples[(a, conc)][rule.metric], samples[(b, conc)][rule.metric]
-            ok, diff, p, reason = decide(rule, va, vb)
-            gate.checks.append(PairCheck(a, b, conc, rule.metric, statistics.fmean(va),
-                                         statistics.fmean(vb), diff, len(va), len(vb), p, ok, reason))
+            chk = decide(rule, samples[(a, conc)][rule.metric], samples[(b, conc)][rule.metric])
+            chk.node_a, chk.node_b, chk.conc = a, b, conc
+            gate.checks.append(chk)
             for row in rows:
                 if (row["node_a"], row["node_b"], row["concurrency"]) == (a, b, conc) \
                         and row["metric"] == GATE_METRICS[rule.metric]:
-                    row["rule"] = f"<= {rule.tolerance_pct:g} %"
-                    row["verdict"] = "pass" if ok else "FAIL"
+                    row["rule"] = (f"±{rule.tolerance_pct:g} %, " +
+                                   ("plain threshold" if chk.ci_low is None else f"{rule.confidence:.0%} CI"))
+                    row["verdict"] = "pass" if chk.passed else "FAIL"
+    hashes = plan_hashes(camp)
+    if len(hashes) > 1:  # results of different plans are not one campaign, whatever the nodes say
+        gate.mixed_plans = hashes
+        gate.problems.append("the results come from different plans (plan hash " + "; ".join(
+            f"{h} on {', '.join(items)}" for h, items in sorted(hashes.items())) + "): not merged; "
+            "re-run with one plan, or --force merges and stamps every output")
     gate.passed = not gate.problems and all(c.passed for c in gate.checks)
     cols = ["concurrency", "metric", "node_a", "node_b", "value_a", "value_b", "diff_pct",
-            "n_a", "n_b", "p_value", "rule", "verdict"]
+            "n_a", "n_b", "ci_low_pct", "ci_high_pct", "rule", "verdict"]
     gate.table = pd.DataFrame(rows, columns=cols)
     return gate

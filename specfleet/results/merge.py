@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from .campaign import Campaign, Run
+from .measures import NoiseBand, add_measures, latency_table
+from .provenance import node_table, result_table
 
 RUN_METRICS = {
     "output_throughput": "output_tok_s",
@@ -43,6 +45,9 @@ class Tables:
     spec: pd.DataFrame
     kv: pd.DataFrame
     provenance: pd.DataFrame
+    latency: pd.DataFrame | None = None
+    provenance_results: pd.DataFrame | None = None
+    noise: NoiseBand | None = None
     bandwidth: pd.DataFrame | None = None
     categories: pd.DataFrame | None = None
     min_tpot_ms: float | None = None
@@ -112,14 +117,12 @@ def runs_table(camp: Campaign, baseline: str) -> pd.DataFrame:
     base = df[df.config == baseline].set_index(["node", "concurrency"])["output_tok_s"]
     df["speedup"] = [out / base.get((n, c), math.nan) for n, c, out in
                      zip(df.node, df.concurrency, df.output_tok_s)]
-    out_tok = df["output_tokens"].where(df["output_tokens"] > 0)
-    df["drafts_per_100_tokens"] = 100.0 * df["drafts"] / out_tok
     cols.insert(4, "speedup")
-    return df[cols + ["drafts_per_100_tokens"]].reset_index(drop=True)
+    return df[cols].reset_index(drop=True)
 
 
 def spec_table(runs: pd.DataFrame, baseline: str) -> pd.DataFrame:
-    cols = ["concurrency", "config", "node", *SPEC_METRICS.values(), "drafts_per_100_tokens",
+    cols = ["concurrency", "config", "node", *SPEC_METRICS.values(), "drafts_per_step",
             "output_tokens", "has_spec_keys"]
     return runs[runs.config != baseline][cols].reset_index(drop=True)
 
@@ -141,23 +144,6 @@ def kv_table(camp: Campaign) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["node", "config", "device", "weights_gib", "kv_budget_gib",
                                        "kv_tokens", "tokens_per_request", "max_concurrency_x",
                                        "max_measured_conc", "worst_case_kv_demand_pct"])
-
-
-def provenance_table(camp: Campaign) -> pd.DataFrame:
-    rows = []
-    for host in sorted(camp.nodes):
-        n = camp.nodes[host]
-        p = n.provenance
-        dates = sorted(n.run_dates)
-        rows.append({"node": host, "vllm": p.get("vllm_version", ""), "torch": p.get("torch_version", ""),
-                     "gpu": p.get("gpu", p.get("gpu_name", "")),
-                     "driver": p.get("driver", p.get("driver_version", "")),
-                     "plan_hash": p.get("plan_hash", ""), "engine": p.get("engine", ""),
-                     "first_run": dates[0] if dates else p.get("started_at", ""),
-                     "last_run": dates[-1] if dates else p.get("finished_at", ""),
-                     "runs": sum(1 for r in camp.runs if r.host == host)})
-    return pd.DataFrame(rows, columns=["node", "vllm", "torch", "gpu", "driver", "plan_hash", "engine",
-                                       "first_run", "last_run", "runs"])
 
 
 def bandwidth_table(runs: pd.DataFrame, gpu_bandwidth_gbps: float, weights_gib: float
@@ -215,10 +201,12 @@ def category_table(camp: Campaign, baseline: str) -> tuple[pd.DataFrame | None, 
 
 
 def build_tables(camp: Campaign, baseline: str = "vanilla", gpu_bandwidth_gbps: float | None = None,
-                 weights_gib: float | None = None) -> Tables:
-    runs = runs_table(camp, baseline)
+                 weights_gib: float | None = None, noise: NoiseBand | None = None) -> Tables:
+    noise = noise or NoiseBand()
+    runs = add_measures(camp, runs_table(camp, baseline), baseline, noise)
     t = Tables(runs=runs, spec=spec_table(runs, baseline), kv=kv_table(camp),
-               provenance=provenance_table(camp))
+               provenance=node_table(camp), latency=latency_table(camp, runs), noise=noise,
+               provenance_results=result_table(camp))
     missing = sorted({f"{n}@{c}" for n, c in zip(runs.node, runs.concurrency)} -
                      {f"{n}@{c}" for n, c in zip(runs[runs.config == baseline].node,
                                                    runs[runs.config == baseline].concurrency)})

@@ -2,6 +2,9 @@
 
 The SVG carries no external references: the <metadata> block (Dublin Core /
 Creative Commons URIs) is removed, text is drawn as paths (no font needed).
+When any input is simulated every plot carries the stamp: a red "SIMULATED"
+watermark across the axes, "[SIMULATED]" before the title, and an SVG <title>
+(text a reader, a screen reader or a test can find).
 """
 from __future__ import annotations
 
@@ -15,15 +18,29 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 RC = {"svg.fonttype": "path", "svg.hashsalt": "specfleet", "font.size": 9}
+SIM_TITLE = "SIMULATED ENGINE: not a measurement"
 
 
-def _svg(fig) -> str:
+def _stamp(fig, simulated: bool) -> None:
+    if not simulated:
+        return
+    for ax in fig.axes:
+        ax.set_title("[SIMULATED] " + ax.get_title(), color="#b00020")
+        ax.text(0.5, 0.5, "SIMULATED", transform=ax.transAxes, ha="center", va="center", rotation=20,
+                fontsize=34, color="#b00020", alpha=0.22, fontweight="bold", zorder=10,
+                gid="simulated-stamp")
+
+
+def _svg(fig, simulated: bool = False) -> str:
+    _stamp(fig, simulated)
     buf = io.StringIO()
     fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
     plt.close(fig)
     s = buf.getvalue()
     s = s[s.index("<svg"):]
     s = re.sub(r"<metadata>.*?</metadata>", "", s, flags=re.S)
+    if simulated:
+        s = re.sub(r"(<svg\b[^>]*>)", lambda m: m.group(1) + f"<title>{SIM_TITLE}</title>", s, count=1)
     return s
 
 
@@ -32,7 +49,7 @@ def _labels(df: pd.DataFrame) -> pd.Series:
     return df.apply(lambda r: f"{r.config} ({r.node})" if multi[r.config] > 1 else r.config, axis=1)
 
 
-def _grouped_bars(ax, df: pd.DataFrame, col: str, fmt: str) -> None:
+def _grouped_bars(ax, df: pd.DataFrame, col: str, fmt: str, ci: tuple[str, str] | None = None) -> None:
     concs = sorted(df.concurrency.unique())
     labels = list(dict.fromkeys(df["label"]))
     width = 0.8 / max(len(labels), 1)
@@ -41,27 +58,38 @@ def _grouped_bars(ax, df: pd.DataFrame, col: str, fmt: str) -> None:
         xs = [k + (i - (len(labels) - 1) / 2) * width for k in range(len(concs))]
         vals = [sub.get(c, float("nan")) for c in concs]
         bars = ax.bar(xs, vals, width, label=lab)
+        if ci:  # the interval as an error bar where there is one
+            rows = df[df.label == lab].set_index("concurrency")
+            lo = [rows[ci[0]].get(c, float("nan")) for c in concs]
+            hi = [rows[ci[1]].get(c, float("nan")) for c in concs]
+            err = [[v - x if x == x else 0 for v, x in zip(vals, lo)], [x - v if x == x else 0 for v, x in zip(vals, hi)]]
+            ax.errorbar(xs, vals, yerr=err, fmt="none", ecolor="black", elinewidth=0.8, capsize=2)
         ax.bar_label(bars, labels=[fmt.format(v) if v == v else "" for v in vals], fontsize=7)
     ax.set_xticks(range(len(concs)), [f"conc {c}" for c in concs])
     ax.legend(fontsize=7, frameon=False, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     ax.margins(y=0.12)
 
 
-def speedup_svg(runs: pd.DataFrame, baseline: str) -> str | None:
+def speedup_svg(runs: pd.DataFrame, baseline: str, simulated: bool = False,
+                band: tuple[float, float] | None = None) -> str | None:
     df = runs[(runs.config != baseline) & runs.speedup.notna()].copy()
     if df.empty:
         return None
     df["label"] = _labels(df)
     with plt.rc_context(RC):
         fig, ax = plt.subplots(figsize=(7, 3.2))
-        _grouped_bars(ax, df, "speedup", "{:.2f}x")
+        ci = ("speedup_ci_low", "speedup_ci_high") if "speedup_ci_low" in df else None
+        _grouped_bars(ax, df, "speedup", "{:.2f}x", ci)
         ax.axhline(1.0, color="black", lw=0.8, ls="--")
+        if band:  # single runs inside it are "no measurable difference"
+            ax.axhspan(*band, color="grey", alpha=0.25, lw=0)
         ax.set_ylabel(f"output tok/s vs same node's {baseline}")
-        ax.set_title("Speedup per configuration and concurrency")
-        return _svg(fig)
+        ax.set_title("Speedup per configuration and concurrency"
+                     + (" (bars: 95 % CI; grey: noise band)" if band else ""))
+        return _svg(fig, simulated)
 
 
-def tpot_svg(runs: pd.DataFrame) -> str | None:
+def tpot_svg(runs: pd.DataFrame, simulated: bool = False) -> str | None:
     if runs.empty:
         return None
     df = runs.copy()
@@ -71,10 +99,10 @@ def tpot_svg(runs: pd.DataFrame) -> str | None:
         _grouped_bars(ax, df, "tpot_ms", "{:.1f}")
         ax.set_ylabel("mean TPOT (ms), lower is better")
         ax.set_title("Time per output token")
-        return _svg(fig)
+        return _svg(fig, simulated)
 
 
-def acceptance_svg(spec: pd.DataFrame) -> str | None:
+def acceptance_svg(spec: pd.DataFrame, simulated: bool = False) -> str | None:
     df = spec[spec.has_spec_keys].copy()
     if df.empty:
         return None
@@ -88,7 +116,7 @@ def acceptance_svg(spec: pd.DataFrame) -> str | None:
         _grouped_bars(a2, df, "acceptance_length", "{:.2f}")
         a2.set_ylabel("acceptance length (tokens per draft)")
         a2.set_title("1 + accepted / drafts")
-        return _svg(fig)
+        return _svg(fig, simulated)
 
 
 def namespace_ids(svg: str, prefix: str) -> str:
@@ -100,10 +128,11 @@ def namespace_ids(svg: str, prefix: str) -> str:
     return pat.sub(lambda m: f"{m.group(1)}{prefix}-{m.group(2)}", svg)
 
 
-def all_plots(runs: pd.DataFrame, spec: pd.DataFrame, baseline: str) -> list[tuple[str, str]]:
+def all_plots(runs: pd.DataFrame, spec: pd.DataFrame, baseline: str,
+              simulated: bool = False, band: tuple[float, float] | None = None) -> list[tuple[str, str]]:
     out = []
-    for title, svg in (("Speedup", speedup_svg(runs, baseline)), ("TPOT", tpot_svg(runs)),
-                       ("Acceptance", acceptance_svg(spec))):
+    for title, svg in (("Speedup", speedup_svg(runs, baseline, simulated, band)), ("TPOT", tpot_svg(runs, simulated)),
+                       ("Acceptance", acceptance_svg(spec, simulated))):
         if svg:
             out.append((title, namespace_ids(svg, f"sf{len(out)}")))
     return out

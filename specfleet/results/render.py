@@ -19,13 +19,16 @@ import pandas as pd
 
 from .cells import CellState
 from .gate import GateResult
+from .measures import latency_sections
 from .merge import Tables
 from .plots import all_plots
+from .provenance import provenance_sections
 
 TEMPLATE_DIR = Path(__file__).resolve().parents[2] / "templates" / "report"
 SIMULATED_STAMP = ("SIMULATED ENGINE: inputs come from the simulated vLLM (specfleet-simvllm), "
                    "not a real GPU run. These numbers are not performance measurements.")
 NOT_EQUIVALENT_STAMP = "NODES NOT EQUIVALENT: merged with --force although the node-equivalence gate failed."
+MIXED_PLANS_STAMP = "MIXED PLANS: merged with --force although the results carry different plan hashes."
 INCOMPLETE_STAMP = "INCOMPLETE: {n} of {total} planned cells are not merged (see 'Planned cells')."
 
 
@@ -97,17 +100,20 @@ def _section(title: str, df: pd.DataFrame, cols: list[tuple[str, str, int, str]]
 
 
 RUN_COLS = [("config", "config", -1, ""), ("node", "node", -1, ""), ("output_tok_s", "out tok/s", 2, ""),
-            ("speedup", "speedup", 2, "x"), ("total_tok_s", "total tok/s", 2, ""), ("tpot_ms", "TPOT ms", 2, ""),
+            ("speedup", "speedup", 2, "x"), ("speedup_ci_low", "CI low", 3, "x"), ("speedup_ci_high", "CI high", 3, "x"),
+            ("speedup_verdict", "vs baseline", -1, ""), ("total_tok_s", "total tok/s", 2, ""), ("tpot_ms", "TPOT ms", 2, ""),
             ("ttft_ms", "TTFT ms", 2, ""), ("itl_ms", "ITL ms", 2, ""), ("duration_s", "duration s", 2, ""),
-            ("repeats", "runs", 0, ""), ("output_tok_s_std", "out tok/s sd", 2, "")]
+            ("output_tokens", "out tokens/run", 0, ""), ("repeats", "runs", 0, ""),
+            ("output_tok_s_std", "out tok/s sd", 2, "")]
 SPEC_COLS = [("config", "config", -1, ""), ("concurrency", "conc", 0, ""), ("node", "node", -1, ""),
              ("acceptance_rate_pct", "acceptance rate", 1, " %"), ("acceptance_length", "acceptance length", 3, ""),
              ("drafts", "drafts", 0, ""), ("draft_tokens", "draft tokens", 0, ""),
-             ("accepted_tokens", "accepted tokens", 0, ""), ("drafts_per_100_tokens", "drafts / 100 out tok", 1, "")]
+             ("accepted_tokens", "accepted tokens", 0, ""), ("drafts_per_step", "drafts / step", 3, "")]
 GATE_COLS = [("concurrency", "conc", 0, ""), ("metric", "metric", -1, ""), ("node_a", "node A", -1, ""),
              ("node_b", "node B", -1, ""), ("value_a", "A", 2, ""), ("value_b", "B", 2, ""),
              ("diff_pct", "diff", 2, " %"), ("n_a", "n A", 0, ""), ("n_b", "n B", 0, ""),
-             ("p_value", "Welch p", 3, ""), ("rule", "rule", -1, ""), ("verdict", "verdict", -1, "")]
+             ("ci_low_pct", "CI low", 2, " %"), ("ci_high_pct", "CI high", 2, " %"),
+             ("rule", "rule", -1, ""), ("verdict", "verdict", -1, "")]
 KV_COLS = [("node", "node", -1, ""), ("config", "config", -1, ""), ("device", "device", -1, ""),
            ("weights_gib", "weights GiB", 2, ""), ("kv_budget_gib", "KV budget GiB", 2, ""),
            ("kv_tokens", "KV tokens", 0, ""), ("tokens_per_request", "tokens/request", 0, ""),
@@ -121,8 +127,6 @@ CAT_COLS = [("concurrency", "conc", 0, ""), ("category", "category", -1, ""), ("
             ("tpot_speedup", "TPOT speedup", 2, "x")]
 CELL_COLS = [("config", "config", -1, ""), ("concurrency", "conc", 0, ""), ("node", "node", -1, ""),
              ("state", "state", -1, ""), ("runs", "runs", -1, ""), ("why", "why", -1, "")]
-PROV_COLS = [(c, c.replace("_", " "), 0 if c == "runs" else -1, "") for c in
-             ("node", "vllm", "torch", "gpu", "driver", "plan_hash", "engine", "first_run", "last_run", "runs")]
 
 
 def cells_section(cells: list[CellState], command: str | None) -> Section:
@@ -143,13 +147,17 @@ def build_model(campaign: str, tables: Tables, gate: GateResult, conclusions: li
                 quarantined: list[str] | None = None, cells: list[CellState] | None = None,
                 command: str | None = None) -> ReportModel:
     bad = [c for c in cells or [] if not c.merged]
-    stamps = ([SIMULATED_STAMP] if simulated else []) + ([NOT_EQUIVALENT_STAMP] if forced and not gate.passed else []) \
+    stamps = ([SIMULATED_STAMP] if simulated else []) + \
+        ([NOT_EQUIVALENT_STAMP] if forced and not gate.nodes_equivalent else []) \
+        + ([MIXED_PLANS_STAMP] if forced and gate.mixed_plans else []) \
         + ([INCOMPLETE_STAMP.format(n=len(bad), total=len(cells))] if bad else [])
     secs = []
     for conc in sorted(tables.runs.concurrency.unique()):
         secs.append(_section(f"Results at concurrency {conc}", tables.runs[tables.runs.concurrency == conc],
                              RUN_COLS, f"Means over runs. Speedup = output tok/s / the same node's "
-                                       f"'{baseline}' output tok/s at this concurrency."))
+                                       f"'{baseline}' output tok/s at this concurrency. CI low/high and "
+                                       f"'vs baseline': {tables.noise.describe() if tables.noise else ''}."))
+    secs += [_section(title, df, cols, note) for title, df, cols, note in latency_sections(tables.latency)]
     if not tables.spec.empty:
         secs.append(_section("Speculative decoding", tables.spec, SPEC_COLS,
                              "From the spec_decode_* keys (server counters differenced over the run). "
@@ -160,7 +168,8 @@ def build_model(campaign: str, tables: Tables, gate: GateResult, conclusions: li
     if cells:
         secs.append(cells_section(cells, command))
     secs.append(_section("Node equivalence (baseline on every node)", gate.table, GATE_COLS,
-                         "diff = (B - A) / A. " + gate.rule.describe() + "."))
+                         "diff = (B - A) / A; CI low/high = the interval of B/A - 1 with repeats on both "
+                         "nodes ('–' = single run). " + gate.rule.describe() + "."))
     if not tables.kv.empty:
         secs.append(_section("KV cache (server logs)", tables.kv, KV_COLS,
                              "Worst-case KV demand = max concurrency run x tokens per request / KV tokens."))
@@ -169,9 +178,10 @@ def build_model(campaign: str, tables: Tables, gate: GateResult, conclusions: li
                              f"Lowest TPOT if each decode step reads all weights once: "
                              f"{fmt(tables.min_tpot_ms)} ms. bound / TPOT > 1 means more than one token "
                              "per weight read (speculative decoding)."))
-    secs.append(_section("Provenance", tables.provenance, PROV_COLS))
-    tags = (["SIMULATED"] if simulated else []) + (["NODES NOT EQUIVALENT"] if forced and not gate.passed else []) \
-        + (["INCOMPLETE"] if bad else [])
+    secs += [_section(title, df, cols, note) for title, df, cols, note in
+             provenance_sections(tables.provenance, tables.provenance_results)]
+    tags = (["SIMULATED"] if simulated else []) + (["NODES NOT EQUIVALENT"] if forced and not gate.nodes_equivalent else []) \
+        + (["MIXED PLANS"] if forced and gate.mixed_plans else []) + (["INCOMPLETE"] if bad else [])
     return ReportModel(campaign=campaign, baseline=baseline, stamps=stamps, tags=tags, gate=gate,
                        conclusions=conclusions, sections=secs, notes=list(tables.notes),
                        warnings=list(warnings or []), quarantined=list(quarantined or []),
@@ -195,7 +205,8 @@ def write_report(out_dir: Path, model: ReportModel, tables: Tables) -> dict[str,
     paths = {"md": out_dir / "report.md", "html": out_dir / "report.html",
              "csv": out_dir / "merged.csv", "json": out_dir / "merged.json"}
     paths["md"].write_text(env.get_template("report.md.j2").render(m=model), encoding="utf-8")
-    plots = all_plots(tables.runs, tables.spec, model.baseline)
+    plots = all_plots(tables.runs, tables.spec, model.baseline, simulated="SIMULATED" in model.tags,
+                      band=tables.noise.band if tables.noise else None)
     paths["html"].write_text(env.get_template("report.html.j2").render(m=model, plots=plots), encoding="utf-8")
     merged = tables.runs.copy()
     merged.insert(0, "stamp", " | ".join(model.stamps))

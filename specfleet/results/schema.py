@@ -40,7 +40,7 @@ SPEC_KEYS = (
 # Metadata keys we read for provenance (all optional, values are strings).
 PROVENANCE_KEYS = (
     "node", "config", "vllm_version", "torch_version", "gpu", "driver",
-    "driver_version", "cuda_version", "plan_hash", "campaign", "engine",
+    "driver_version", "cuda_version", "plan_hash", "campaign", "engine", "engine_version",
 )
 
 

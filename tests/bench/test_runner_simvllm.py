@@ -60,7 +60,7 @@ def test_simvllm_campaign(simbed):
         for conc in (1, 16):
             res = json.loads((simbed.run_dir / f"{cfg}_conc{conc}.json").read_text())
             assert res["simulated"] is True and res["config"] == cfg and res["max_concurrency"] == conc
-            assert res["vllm_version"] == "0.32.0" and res["completed"] == 16
+            assert res["vllm_version"] == "simvllm 1.0 (simulated vLLM)" and res["completed"] == 16
     assert simbed.gpu_used() == 0
 
 

@@ -51,9 +51,10 @@ def carry(tmp_path):
     payload.xz_tar(site, c / "site.tar.xz")
     payload.xz_tar(_tok(tmp_path), c / "tok.tar.xz")
     payload.build_kit(c / "kit", SAMPLE)
-    # the simulated engine says 0.32.0; a rehearsal plan pins it (the real plans pin 0.26.0)
+    # the simulated engine names itself ("simvllm 1.0 (simulated vLLM)"); a rehearsal plan pins that
+    # (the real plans pin 0.26.0)
     plan = yaml.safe_load((REPO / "testbed/realgpu/plans/h200-dummy8b.yml").read_text())
-    plan.update(campaign="rehearsal", vllm_version="0.32.0")
+    plan.update(campaign="rehearsal", vllm_version="simvllm 1.0 (simulated vLLM)")
     plan["benchmark"].update(num_prompts=4, output_len=16)
     plan["server"].update(health_poll_s=0.5, health_timeout_s=60)
     plans = tmp_path / "plans"

@@ -32,7 +32,8 @@ def test_report_without_env_file_shows_real_gpu_provenance(rep):
     out, camp = rep
     assert out.merged and not out.simulated and not out.quarantined and not out.warnings, out.warnings
     md = (camp / "report.md").read_text()
-    assert "| h200 | 0.26.0 | 2.11.0+cu130 | NVIDIA H200 | 580.159.04 | 8693b7beb8f4 | vllm-cuda (real GPU) |" in md
+    assert "| h200 | vLLM 0.26.0, vllm-cuda (real GPU) | 0.26.0 | 2.11.0+cu130 | NVIDIA H200 | not recorded " \
+           "| 580.159.04 | 13.0 |" in md and "| 8693b7beb8f4 |" in md
     assert "SIMULATED" not in md and "Weights: RANDOM" in md
     assert md.count("DEGENERATE ACCEPTANCE: ngram_improved") == 2
     rows = {(r["config"], r["concurrency"]): r for r in json.loads((camp / "merged.json").read_text())}

@@ -17,7 +17,7 @@ from campaign_builder import write_campaign
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (Debian package `chromium`)")
 
-WIDTH, HEIGHT = 1280, 2000
+WIDTH, HEIGHT = 1280, 3200  # conclusions and plots fill the first ~2000 px; the tables follow
 # matplotlib's default colour cycle (the bars of the first three series) and the stamp's red
 TAB_BLUE, TAB_ORANGE, TAB_GREEN = (31, 119, 180), (255, 127, 14), (44, 160, 44)
 STAMP_RED = (176, 0, 32)

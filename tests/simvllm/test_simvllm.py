@@ -14,7 +14,7 @@ import pytest
 from simvllm_helpers import FIXTURES, SIMVLLM, cmdline, kill_pid, pid_alive, run_bench
 
 NGRAM = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 128}
-EXTRA_KEYS = {"simulated", "engine", "simulated_time_scale"}
+EXTRA_KEYS = {"simulated", "engine", "engine_version", "simulated_time_scale"}
 
 
 def vllm(venv, *args, **kw):
@@ -36,11 +36,13 @@ def same_shape(got: dict, ref: dict) -> None:
             continue
         assert type(got[k]) is type(v), (k, type(got[k]), type(v))
     assert got["simulated"] is True and got["engine"] == "specfleet-simvllm"
+    assert got["engine_version"] == "simvllm 1.0 (simulated vLLM)"
 
 
 # ------------------------------------------------------------------ CLI
 def test_version_and_import(simvenv):
-    assert vllm(simvenv, "--version").stdout.strip() == "0.32.0"
+    # the simulated engine names itself and its own version, never a bare "0.32.0"
+    assert vllm(simvenv, "--version").stdout.strip() == "simvllm 1.0 (simulated vLLM)"
     p = subprocess.run([str(simvenv / "bin" / "python"), "-c", "import vllm; print(vllm.__version__, vllm.SIMULATED)"],
                        capture_output=True, text=True, check=True)
     assert p.stdout.split() == ["0.32.0", "True"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from vllm import __version__
+from vllm import VERSION_STRING, __version__
 from vllm.serveconfig import parse_len
 
 
@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.write(USAGE)
         return 0 if argv else 2
     if argv[0] in ("-v", "--version"):
-        print(__version__)
+        print(VERSION_STRING)  # never a bare vLLM version: the runner records this as the engine's
         return 0
     if argv[0] == "serve":
         args = serve_parser().parse_args(argv[1:])

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import threading
 
-from vllm import __version__, calibration, simenv
+from vllm import VERSION_STRING, __version__, calibration, simenv
 from vllm.engine import Engine
 from vllm.metrics import Metrics
 from vllm.server import App, activate, make_server
@@ -77,7 +77,7 @@ def run(args) -> int:
     host = simenv.host_config()
     model = args.model_tag
     served = (args.served_model_name or [model])[0]
-    simenv.raw(f"SIMULATED vLLM {__version__} (specfleet-simvllm): no GPU, no model weights are used; every "
+    simenv.raw(f"SIMULATED: {VERSION_STRING}, specfleet-simvllm: no GPU, no model weights are used; every "
                f"latency and acceptance number comes from a calibration table "
                f"(time scale {simenv.time_scale()}, host speed_factor {host['speed_factor']}, "
                f"noise {host['noise']}, fault {host['fault']})")

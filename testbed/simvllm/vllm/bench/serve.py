@@ -17,7 +17,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from vllm import ENGINE_NAME, simenv
+from vllm import ENGINE_NAME, VERSION_STRING, simenv
 from vllm.bench import client, results
 from vllm.bench.dataset import get_samples
 from vllm.metrics import parse_spec_decode
@@ -211,6 +211,7 @@ def main(args: argparse.Namespace) -> int:
             rj.pop(f, None)
     rj["simulated"] = True
     rj["engine"] = ENGINE_NAME
+    rj["engine_version"] = VERSION_STRING
     rj["simulated_time_scale"] = scale
     name = compute_filename(args, model_id, args.label, dt)
     if name:

