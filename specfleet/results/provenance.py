@@ -257,6 +257,19 @@ def _sampling(runs, prov_item: dict) -> str:
     return NOT_RECORDED
 
 
+def _prompts(runs) -> str:
+    """Prompts each run measured: dropped ones (too long for the context) and a one-wave stamp said."""
+    x = runs[0].result
+    sent = x.num_prompts if x.num_prompts is not None else NOT_RECORDED
+    out = str(sent)
+    if str(x.extra.get("prompts_dropped") or "0") not in ("0", ""):
+        out = (f"{sent} of {x.extra.get('prompts_selected', '?')} (dropped, too long for the context: "
+               f"question_id {x.extra.get('prompts_dropped_ids', '?')})")
+    if x.extra.get("steady_state") == "report-setup":
+        out += "; one wave by the plan's choice (steady_state: report-setup)"
+    return out
+
+
 def result_table(camp: "Campaign") -> pd.DataFrame:
     """One row per (node, config): what produced those result files."""
     groups: dict[tuple[str, str], list] = {}
@@ -278,6 +291,7 @@ def result_table(camp: "Campaign") -> pd.DataFrame:
             "model_config_sha256": _short(p.get("model_config_sha256")),
             "weight_index_sha256": _short(p.get("model_index_sha256")) if p.get("model_path") else NOT_RECORDED,
             "dataset_sha256": _short(p.get("dataset_sha256")),
+            "prompts": _prompts(runs),
             "sampling": _sampling(runs, item),
             "server_sampling_defaults": srv.get("server_sampling_defaults", NOT_RECORDED),
             "speculative_config": spec_cmd or NOT_RECORDED,
@@ -285,7 +299,7 @@ def result_table(camp: "Campaign") -> pd.DataFrame:
             "server_argv": srv.get("server_argv") or " ".join(map(str, item.get("serve_argv", []))) or NOT_RECORDED,
         })
     return pd.DataFrame(rows, columns=["node", "config", "plan_hash", "model", "model_config_sha256",
-                                       "weight_index_sha256", "dataset_sha256", "sampling",
+                                       "weight_index_sha256", "dataset_sha256", "prompts", "sampling",
                                        "server_sampling_defaults", "speculative_config",
                                        "engine_speculative_config", "server_argv"])
 
@@ -307,7 +321,7 @@ NODE_COLS = [(c, c.replace("_", " "), 0 if c == "runs" else -1, "") for c in
               "plan_hash", "first_run", "last_run", "runs")]
 RESULT_COLS = [(c, c.replace("_", " "), -1, "") for c in
                ("node", "config", "plan_hash", "model", "model_config_sha256", "weight_index_sha256",
-                "dataset_sha256", "sampling", "server_sampling_defaults", "speculative_config",
+                "dataset_sha256", "prompts", "sampling", "server_sampling_defaults", "speculative_config",
                 "engine_speculative_config", "server_argv")]
 
 
@@ -318,7 +332,8 @@ def provenance_sections(nodes: pd.DataFrame, results: pd.DataFrame | None) -> li
     if results is not None and not results.empty:
         out.append(("Provenance per result", results, RESULT_COLS,
                     "Per node and configuration: plan hash of the result files, model path with the sha256 "
-                    "(first 12 hex digits) of its config.json and weight index, dataset sha256, sampling "
+                    "(first 12 hex digits) of its config.json and weight index, dataset sha256, the prompts "
+                    "each run sent (and those dropped as too long for the context), sampling "
                     "parameters (result metadata, else the run spec's bench command), the server's own "
                     "sampling defaults (server log), the speculative config on the command line and as the "
                     "engine logged it, and the exact server command line (server log)."))

@@ -202,11 +202,21 @@ def failure_cause(errors: list[str] | None) -> str | None:
     return first + (f" (+{len(causes) - 1} other cause(s))" if len(causes) > 1 else "")
 
 
+def _dropped(res: Result) -> int:
+    """How many selected prompts the runner dropped before the run (they did not fit the context)."""
+    try:
+        return max(0, int(getattr(res, "prompts_dropped", 0) or 0))
+    except (TypeError, ValueError):
+        return 0
+
+
 def incomplete(res: Result, asked: int | None = None, max_failed: int = 0) -> str | None:
     """Why a valid result does not count as a run, or None: more than `max_failed` of the `asked`
     requests (the plan's num_prompts; else the file's own, when positive) did not complete."""
     if asked is None and res.num_prompts is not None and res.num_prompts > 0:
         asked = res.num_prompts
+    elif asked is not None and (dropped := _dropped(res)):
+        asked -= dropped  # the plan said `prompts_that_do_not_fit: drop`: the runner sent the rest
     failed = res.failed or 0
     if asked is not None:
         failed = max(failed, asked - res.completed)

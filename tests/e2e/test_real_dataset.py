@@ -84,3 +84,4 @@ def test_the_real_spec_bench_file_gives_a_complete_merged_report(testbed_factory
         assert sorted(d["prompts_dropped_ids"].split(",")) == ["306", "316"], f
     md = (camp / "report.md").read_text()
     assert "SIMULATED" in md and "INCOMPLETE" not in md
+    assert "158 of 160 (dropped, too long for the context: question_id 306,316)" in md
