@@ -70,15 +70,20 @@ install() {
   fi
   unxz_to "$C/tok.tar.xz" | tar -C "$D/models" -xf - || die "tokenizer unpack failed"
   cp "$K/question.jsonl" "$D/question.jsonl"
-  cp "$K/runner.py" "$K/runner_lib.py" "$D/"
+  cp "$K/runner.py" "$K/runner_lib.py" "$K/fitcheck.py" "$D/"   # specfleet.bench.spec.RUNNER_FILES
   mkdir -p "$VENV/bin"
-  # The runner wants <venv>/bin/vllm: the image's python (it holds torch) with the payload on its path.
-  cat > "$VENV/bin/vllm" <<EOF
+  # The runner wants a venv: <venv>/bin/vllm (server, bench) and <venv>/bin/python (prompt-length
+  # check, engine version): the image's python (it holds torch) with the payload on its path.
+  cat > "$VENV/bin/python" <<EOF
 #!/bin/sh
 export PYTHONPATH=$SITE\${PYTHONPATH:+:\$PYTHONPATH}
-exec $PY -m $VLLM_MODULE "\$@"
+exec $PY "\$@"
 EOF
-  chmod +x "$VENV/bin/vllm"
+  cat > "$VENV/bin/vllm" <<EOF
+#!/bin/sh
+exec $VENV/bin/python -m $VLLM_MODULE "\$@"
+EOF
+  chmod +x "$VENV/bin/python" "$VENV/bin/vllm"
   cat > "$D/vllm.env" <<EOF
 PYTHONPATH=$SITE
 HF_HUB_OFFLINE=1

@@ -29,6 +29,7 @@ def test_one_spec_per_plan_baseline_first(made):
 
 
 def test_stamp_appends_metadata_and_is_idempotent(made):
+    before = json.dumps(made["h200-dummy8b"], sort_keys=True)
     s1 = specs.stamp(made["h200-dummy8b"], FACTS)
     argv = s1["items"][1]["bench"][0]["argv"]
     meta = argv[argv.index("--metadata") + 1:]
@@ -39,7 +40,9 @@ def test_stamp_appends_metadata_and_is_idempotent(made):
     s2 = specs.stamp(s1, {**FACTS, "driver": "999"})
     meta2 = s2["items"][0]["bench"][0]["argv"]
     assert [m for m in meta2 if m.startswith("driver=")] == ["driver=999"]
-    assert made["h200-dummy8b"]["items"][0]["bench"][0]["argv"][-1].startswith("campaign=")  # input untouched
+    assert json.dumps(made["h200-dummy8b"], sort_keys=True) == before  # input untouched
+    assert not any(m.startswith(tuple(f"{k}=" for k in specs.STAMP_KEYS)) for it in made["h200-dummy8b"]["items"]
+                   for b in it["bench"] for m in b["argv"])
 
 
 def test_stamp_refuses_missing_or_multiline_facts(made):
