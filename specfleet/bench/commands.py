@@ -4,7 +4,7 @@ The same argv lists go into the printed plan (`commands_for`, shlex-quoted) and 
 runner's spec (`item_argv`). Two placeholders are filled in on the worker by the runner:
 
     @MODEL@         the first model candidate that holds a config.json (run-bench.sh's pick())
-    @VLLM_VERSION@  what `<venv>/bin/vllm --version` printed during preflight
+    @VLLM_VERSION@  the engine version the runner read in preflight (runner_lib.engine_version)
 """
 from __future__ import annotations
 

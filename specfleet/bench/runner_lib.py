@@ -265,3 +265,42 @@ def gpu_used_mib(gpu_index, env) -> int:
         return max(int(float(x)) for x in p.stdout.split())
     except ValueError:
         raise ItemFailed(f"nvidia-smi printed no memory figure: {p.stdout.strip()[:200]!r}") from None
+
+
+#: Run by <venv>/bin/python: the version of the `vllm` that python would import, WITHOUT importing it
+#: (the real vLLM imports torch and its kernels: `vllm --version` took 21 s on an H200). `vllm
+#: --version` prints the distribution's metadata (importlib.metadata.version("vllm")), read here from
+#: the dist-info beside the package. The simulated engine (testbed/simvllm, `SIMULATED = True` in its
+#: __init__, read as text) wins over any metadata: it is imported (stdlib only, instant) and names
+#: itself (VERSION_STRING), so a simulation is never recorded as a vLLM release.
+ENGINE_VERSION_PY = r'''
+import importlib.metadata as md, importlib.util, os, sys
+spec = importlib.util.find_spec("vllm")
+if spec is None or not spec.origin:
+    sys.exit("no `vllm` package on this python's path")
+with open(spec.origin, encoding="utf-8") as f:
+    if "\nSIMULATED = True" in f.read():
+        import vllm
+        print(vllm.VERSION_STRING)
+        sys.exit(0)
+here = os.path.dirname(os.path.dirname(spec.origin))
+dist = next((d for d in md.distributions(path=[here]) if (d.metadata["Name"] or "").lower() == "vllm"), None)
+try:
+    print(dist.version if dist else md.version("vllm"))
+except md.PackageNotFoundError:
+    sys.exit(f"the `vllm` package in {here} has no `vllm` distribution metadata (vllm-*.dist-info)")
+'''
+
+
+def engine_version(python: str, env: dict) -> str:
+    """What `<venv>/bin/vllm --version` would print, read by the venv's python (ENGINE_VERSION_PY)."""
+    try:  # cwd /: `python -c` puts the cwd first on sys.path, a stray vllm/ there must not count
+        p = subprocess.run([python, "-c", ENGINE_VERSION_PY], capture_output=True, text=True, timeout=120,
+                           env=env, cwd="/")
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise ItemFailed(f"the engine version could not be read: {python} could not run: {e}") from None
+    lines = [x.strip() for x in p.stdout.splitlines() if x.strip()]
+    if p.returncode != 0 or not lines:
+        raise ItemFailed(f"the engine version could not be read: {python} exit {p.returncode}: "
+                         f"{(p.stdout + p.stderr).strip()[-500:]}")
+    return lines[-1]

@@ -100,7 +100,9 @@ NCCL_NVLS_ENABLE=0
 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 NVSHMEM_DISABLE_NVLS=1
 EOF
-  log "site $(du -sh "$SITE" | cut -f1); vllm --version: $(PYTHONPATH=$SITE "$VENV/bin/vllm" --version 2>/dev/null | tail -1)"
+  # the engine version as the runner reads it (package metadata; `vllm --version` imports vLLM: ~20 s)
+  log "site $(du -sh "$SITE" | cut -f1); engine version: $("$VENV/bin/python" -c \
+    "import sys; sys.path.insert(0, sys.argv[1]); from runner_lib import ENGINE_VERSION_PY; exec(ENGINE_VERSION_PY)" "$D" 2>&1 | tail -1)"
 }
 
 selftest() {

@@ -22,6 +22,9 @@ def wait_for(cond, timeout=30.0):
     return False
 
 
+SIM_VERSION = "simvllm 1.0 (simulated vLLM)"
+
+
 def status(bed, name):
     try:
         return bed.items()[name]["status"]
@@ -33,13 +36,14 @@ def test_happy_path(bed):
     rc = bed.run(bed.spec(bed.plan()))
     assert rc == EXIT_OK, bed.log()
     st = bed.state()
-    assert st["status"] == "done" and st["vllm_version"] == "0.0.0+fake"
+    # the version of the venv python's `vllm` package (here the simulator, see conftest), not `vllm --version`
+    assert st["status"] == "done" and st["vllm_version"] == SIM_VERSION
     assert st["model_path"].endswith("/models/m")  # the first candidate does not exist: fallback
     for cfg in ("vanilla", "ngram", "eagle3"):
         for conc in (1, 16):
             res = json.loads((bed.run_dir / f"{cfg}_conc{conc}.json").read_text())
             assert res["config"] == cfg and res["node"] == "w1" and res["max_concurrency"] == conc
-            assert res["vllm_version"] == "0.0.0+fake" and res["tokenizer_id"] == st["model_path"]
+            assert res["vllm_version"] == SIM_VERSION and res["tokenizer_id"] == st["model_path"]
         assert json.loads((bed.run_dir / f"{cfg}.done").read_text())["item_hash"]
         assert bed.items()[cfg]["status"] == "done"
     assert not list(bed.run_dir.glob("*.partial"))

@@ -96,11 +96,15 @@ def test_rehearsal_runs_the_campaign_and_packs_at_most_8_files(carry, tmp_path):
     assert len(files) <= 8 and {"device.log", "env.txt", "selftest.txt", "payload.json", "results.tar.gz",
                                 "summary.txt", "phases.json"} <= set(files), files
     assert "verified" in log and "REHEARSAL: kernel self-test not run" in log
+    assert "engine version: simvllm 1.0 (simulated vLLM)" in log   # read as the runner reads it
     with tarfile.open(out / "results.tar.gz") as t:
         t.extractall(tmp_path / "res")  # our own archive
     run = tmp_path / "res" / "rehearsal" / "h200"
     state = json.loads((run / "state.json").read_text())
-    assert state["status"] == "done" and [i["status"] for i in state["items"]] == ["done", "done"]
+    assert state["status"] == "done" and [i["status"] for i in state["items"]] == ["done", "done"], state
+    assert state["vllm_version"] == "simvllm 1.0 (simulated vLLM)"
+    # the prompt-length check ran with <venv>/bin/python (device.sh's wrapper) and fitcheck.py beside runner.py
+    assert all(i["prompt_fit"]["kept"] == 4 and not i["prompt_fit"]["too_long"] for i in state["items"])
     r = json.loads((run / "vanilla_conc1.json").read_text())
     assert r["gpu"] == "REHEARSAL GPU" and r["driver"] == "0.0" and r["torch_version"] == "0.0+rehearsal"
     assert r["engine"] == "specfleet-simvllm"   # the simulated engine's own mark wins: its report says SIMULATED
