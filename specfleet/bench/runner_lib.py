@@ -60,7 +60,7 @@ def parse_env_file(path: str, env: dict) -> dict:
     """`export K=WORD` / `K=WORD` lines, read as sh reads them when the file is sourced.
 
     WORD is sh's: 'single' quotes literal (newlines included), "double" quotes
-    expand $VAR and ${VAR} and take backslash escapes of \ " $ `, bare text expands $VAR;
+    expand $VAR and ${VAR} and take backslash escapes (of backslash, quote, $, backtick), bare text expands $VAR;
     adjacent parts make one word. Nothing is ever executed. specfleet writes
     the file with specfleet.quoting, so each value reads back byte for byte.
     """
