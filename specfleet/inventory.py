@@ -303,8 +303,15 @@ class Inventory:
         return sorted(set(out), key=len, reverse=True)
 
 
-def _secret_values(vars_: dict[str, Any]) -> list[str]:
-    return [str(v) for k, v in vars_.items() if SECRET_VAR_RE.search(k) and v not in (None, "")]
+def _secret_values(value: Any, secret: bool = False) -> list[str]:
+    """Values under a secret-named key, at any depth (extra_env: {HF_TOKEN: ...} included)."""
+    if isinstance(value, dict):
+        return [s for k, v in value.items() for s in _secret_values(v, secret or bool(SECRET_VAR_RE.search(str(k))))]
+    if isinstance(value, (list, tuple)):
+        return [s for v in value for s in _secret_values(v, secret)]
+    if not secret or value in (None, "") or isinstance(value, bool):
+        return []
+    return [str(value)]
 
 
 def resolve_path(path: str | os.PathLike | None) -> Path:

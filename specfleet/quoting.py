@@ -19,7 +19,6 @@ naming the field.
 """
 from __future__ import annotations
 
-import json
 import re
 import shlex
 
@@ -85,8 +84,23 @@ def fstab_line(*fields: object) -> str:
 
 
 def yaml_str(value: object) -> str:
-    """A YAML scalar that reads back as the string `value` (JSON strings are YAML)."""
-    return json.dumps(str(value))
+    """A double-quoted YAML scalar that reads back as the string `value`.
+
+    Not json.dumps: JSON writes astral characters as surrogate pairs, which
+    YAML reads as two broken characters. Printable characters stay as they
+    are; everything else becomes YAML's \\uXXXX / \\UXXXXXXXX escape.
+    """
+    out = []
+    for c in str(value):
+        if c in '"\\':
+            out.append("\\" + c)
+        elif c.isprintable() and c not in "\u2028\u2029\ufeff":
+            out.append(c)
+        elif ord(c) < 0x10000:
+            out.append(f"\\u{ord(c):04x}")
+        else:
+            out.append(f"\\U{ord(c):08x}")
+    return '"' + "".join(out) + '"'
 
 
 def ssh_option(name: str, value: object, tokens: str = "") -> str:
