@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from specfleet.inventory import Host
-from specfleet.step import Step
+from specfleet.step import Step, StepFailed
 from specfleet.steps.files import Directory, FileContent
 
 from specfleet.bench.spec import RUNNER_FILES
@@ -34,5 +34,7 @@ def steps(host: Host, datasets: list[str], revert: bool = False) -> list[Step]:
     out: list[Step] = [Directory(home(host)), Directory(f"{home(host)}/datasets")]
     out += [FileContent(f"{home(host)}/{f.name}", f.read_bytes(), mode="0755") for f in RUNNER_FILES]
     for ds in datasets:
+        if not Path(ds).is_file():
+            raise StepFailed(f"dataset {ds} (inventory bastion var 'datasets') is not a file on the bastion")
         out.append(FileContent(dataset_path(host, ds), Path(ds).read_bytes()))
     return out
