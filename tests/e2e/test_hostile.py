@@ -4,10 +4,11 @@ hostile string, is either refused (one line naming file, host and field; exit 1)
 Two phases, so that the suite stays fast:
 1. every (field, hostile string) pair is loaded in-process (inventory / plan validation, no host):
    a refusal must name the file, the host (or group/bastion/configuration) and the field;
-2. per hostile string, ALL the accepted values go into one inventory and one plan at once and run
-   `fab provision --check`, `fab provision` and `fab bench --check` on the testbed. The fields are
-   spread over the four workers so that one field's failure (a share that cannot be mounted) does
-   not hide another field's use (the model directory). After every run no canary file exists on
+2. per hostile string, the accepted values go into a few inventories at once (RUNS: A the workers'
+   values with `fab provision`, `--check --diff` and `fab bench --check` with the hostile plan; B
+   the bastion's build inputs; C the base interpreter; D the venv path) and run on the testbed. In
+   A the fields are spread over the four workers so that one field's failure (a share that cannot
+   be mounted) does not hide another field's use (the model directory). After every run no canary file exists on
    the bastion or on any worker, and no run crashed (no traceback, exit code not 1).
 """
 from __future__ import annotations
@@ -50,8 +51,9 @@ PLAN = PROJECT / "tests" / "e2e" / "plans" / "fast.yml"
 HOSTILE_ROOT = "/opt/sf-hostile"
 
 
-def _path(h: str) -> str:
-    return f"{HOSTILE_ROOT}/{h}"
+def _path(h: str, field: str) -> str:
+    """A path holding `h`, one per field (an env file at the venv's path would only test a collision)."""
+    return f"{HOSTILE_ROOT}/{field}/{h}"
 
 
 # (name, where, setter): `where` is 'all', 'bastion' or a worker; setter(vars_or_entry, h, ctx)
@@ -86,32 +88,34 @@ INVENTORY_FIELDS = [
     ("known_hosts", "w4", _conn_file("known_hosts")),
     ("address", "w3", _conn("address")),
     # the venv the bastion builds (all: the workers get it at the same path)
-    ("venv_path", "all", _var("venv_path", _path)),
+    # run D: the venv's path (the bastion builds it there: setuptools refuses to build into a path
+    # with `$`, an inert failure that would leave run A's env file unwritten)
+    ("venv_path", "all:D", _var("venv_path", lambda h: _path(h, "venv_path"))),
     # run B: what makes the bastion's venv build or the dataset placement fail, so not in run A
     ("venv_requirements", "bastion:B", _var("venv_requirements", lambda h: [str(PROJECT / "testbed" / "simvllm"), h])),
     ("venv_verify_packages", "bastion:B", _var("venv_verify_packages", lambda h: ["vllm", h])),
-    ("wheelhouse", "bastion:B", _var("wheelhouse", _path)),
-    ("datasets", "bastion:B", _var("datasets", lambda h: [_path(h)])),
+    ("wheelhouse", "bastion:B", _var("wheelhouse", lambda h: _path(h, "wheelhouse"))),
+    ("datasets", "bastion:B", _var("datasets", lambda h: [_path(h, "datasets")])),
     ("gpu_arch", "bastion:B", _var("gpu_arch")),
     ("venv_fixups", "bastion:B", _var("venv_fixups")),
     # run C: the base interpreter (read on the bastion only)
-    ("base_python", "bastion:C", _var("base_python", _path)),
+    ("base_python", "bastion:C", _var("base_python", lambda h: _path(h, "base_python"))),
     # env file, configs, bench paths (w1)
-    ("env_file", "w1", _var("env_file", _path)),
+    ("env_file", "w1", _var("env_file", lambda h: _path(h, "env_file"))),
     ("cuda_subdir", "w1", _var("cuda_subdir")),
     ("cc", "w1", _var("cc")),
     ("extra_env.key", "w1", _var("extra_env", lambda h: {h: "1"})),
     ("extra_env.value", "w1", _var("extra_env", lambda h: {"SF_HOSTILE": h})),
-    ("specfleet_home", "w1", _var("specfleet_home", _path)),
-    ("bench_work_dir", "w1", _var("bench_work_dir", _path)),
-    ("runner_python", "w1", _var("runner_python", _path)),
+    ("specfleet_home", "w1", _var("specfleet_home", lambda h: _path(h, "specfleet_home"))),
+    ("bench_work_dir", "w1", _var("bench_work_dir", lambda h: _path(h, "bench_work_dir"))),
+    ("runner_python", "w1", _var("runner_python", lambda h: _path(h, "runner_python"))),
     ("model_source", "w1", _var("model_source")),
     # the share and the model directory (w2: mounted at a hostile path, served from under it)
-    ("nfs_mount", "w2", _var("nfs_mount", _path)),
-    ("model_candidates", "w2", _var("model_candidates", lambda h: [f"/mnt/{h}", f"{_path(h)}/models/Qwen3-32B"])),
+    ("nfs_mount", "w2", _var("nfs_mount", lambda h: _path(h, "nfs_mount"))),
+    ("model_candidates", "w2", _var("model_candidates", lambda h: [f"/mnt/{h}", f"{_path(h, 'nfs_mount')}/models/Qwen3-32B"])),
     ("nvidia_modules", "w2", _var("nvidia_modules", lambda h: ["nvidia", h])),
     # what makes a mount fail (w3: the host drops out, the others go on)
-    ("nfs_export", "w3", _var("nfs_export", _path)),
+    ("nfs_export", "w3", _var("nfs_export", lambda h: _path(h, "nfs_export"))),
     ("nfs_server", "w3", _var("nfs_server")),
     ("nfs_options", "w3", _var("nfs_options")),
     ("storage_iface", "w3", _var("storage_iface")),
@@ -143,7 +147,7 @@ PLAN_FIELDS = [
     ("server.host", ["server", "host"], lambda h: h),
     ("configurations.name", ["configurations", 1, "name"], lambda h: h),
     ("speculative_config.method", ["configurations", 1, "speculative_config", "method"], lambda h: h),
-    ("speculative_config.model", ["configurations", 3, "speculative_config", "model"], lambda h: _path(h)),
+    ("speculative_config.model", ["configurations", 3, "speculative_config", "model"], lambda h: _path(h, "draft")),
     ("extra_args", ["configurations", 0, "extra_args"], lambda h: [h]),
     ("baseline", ["baseline"], lambda h: h),
     ("benchmark.endpoint", ["benchmark", "endpoint"], lambda h: f"/v1/chat/{h}"),
@@ -188,10 +192,10 @@ def _run_of(where: str) -> str:
 
 
 def _inventory_batch(base: dict, h: str, tmp: Path) -> tuple[dict[str, dict], list[str], list[str]]:
-    """Per run (A, B, C), the testbed inventory with its accepted fields set to `h`; accepted, refused."""
+    """Per run (A, B, C, D), the testbed inventory with its accepted fields set to `h`; accepted, refused."""
     ctx = {"tmp": tmp, "orig": {"key": base["all"]["key"], "known_hosts": base["all"]["known_hosts"]}}
     accepted, refused = [], []
-    docs = {run: copy.deepcopy(base) for run in "ABC"}
+    docs = {run: copy.deepcopy(base) for run in "ABCD"}
     for name, where, setter in INVENTORY_FIELDS:
         one = copy.deepcopy(base)
         _apply_field(one, where, setter, h, ctx)
@@ -260,12 +264,14 @@ def coverage():
     assert names <= seen["accepted"] | seen["refused"]
 
 
-RUNS = {  # run -> the fab commands it makes (all on the testbed; bench --check reads the plan too)
+RUNS = {  # run -> the fab commands it makes (all on the testbed; bench --check reads the plan too).
+    # A runs last: the checks below read the files it wrote (D rewrites the default env file)
+    "B": [("provision", "--check"), ("provision", "--only", "venv,configs")],
+    "C": [("provision", "--check", "--only", "venv")],
+    "D": [("provision", "--only", "venv,venv-deploy,env"), ("provision", "--check", "--only", "venv,venv-deploy,env")],
     # `provision` before `--check`: --check before the bastion's first build of a venv path crashes
     # in the rsync step's listing (issue 11.6, a missing bastion venv), whatever the path holds
     "A": [("provision",), ("provision", "--check", "--diff"), ("bench", "--check", "--plan", "{plan}")],
-    "B": [("provision", "--check"), ("provision", "--only", "venv,configs")],
-    "C": [("provision", "--check", "--only", "venv")],
 }
 
 
@@ -293,12 +299,14 @@ def test_hostile_values_are_refused_or_inert(testbed4, tmp_path, kind, coverage)
         assert name.split(".")[0] in lines[0], lines
 
     assert not _canaries(tb)
+    outputs = {}
     for run, commands in RUNS.items():
         inv, _ = _load_one(docs[run], tmp_path, f"batch-{run}")
         for args in commands:
             args = tuple(a.format(plan=plan) for a in args)
             r = fab(*args, inventory=inv, runs=tmp_path / "runs", timeout=900)
             what = f"fab {' '.join(args)} (run {run}, {kind})"
+            outputs[what] = r.stdout[-4000:]
             _ran_cleanly(r, what)
             assert not _canaries(tb), f"{what} ran a hostile value: {_canaries(tb)}"
     # the values that reached files came back as themselves
@@ -306,10 +314,10 @@ def test_hostile_values_are_refused_or_inert(testbed4, tmp_path, kind, coverage)
     if "extra_env.value" in accepted:
         env_file = doc["hosts"]["w1"]["vars"].get("env_file") or doc["all"]["vars"]["env_file"]
         got = tb.exec("w1", ["bash", "-c", 'set -a; . "$1"; printf %s "$SF_HOSTILE"', "sh", env_file])
-        assert got.returncode == 0 and got.stdout == h, (got.stdout, got.stderr, h)
+        assert got.returncode == 0 and got.stdout == h, (got.stdout, got.stderr, h, outputs)
     if "nfs_mount" in accepted:  # mounted at that path, and /etc/fstab names it (libmount reads it back)
         mount = doc["hosts"]["w2"]["vars"]["nfs_mount"]
         mounted = tb.exec("w2", ["findmnt", "-n", "-o", "TARGET", "--mountpoint", mount]).stdout
         fstab = tb.exec("w2", ["findmnt", "--fstab", "-n", "-r", "-o", "TARGET"]).stdout
-        assert mounted.strip() == mount, (mount, mounted)
+        assert mounted.strip() == mount, (mount, mounted, outputs)
         assert mount in [t.encode().decode("unicode_escape").encode("latin-1").decode() for t in fstab.split()], fstab
