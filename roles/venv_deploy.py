@@ -1,22 +1,88 @@
 """venv-deploy (workers): the bastion's venv, at the same path, switched atomically.
 
-Each build lands in `<venv>.releases/<digest>/` (rsync, hard-linking unchanged
-files against the current release), then `<venv>` -- a symlink -- is flipped
-to it in one rename. The previous release stays for `--revert venv-deploy`.
-An unchanged venv transfers nothing: same digest, same directory, rsync -n
-itemizes nothing.
+Each version of the venv lands in `<venv>.releases/<release id>/` (rsync,
+hard-linking unchanged files against the current release), then `<venv>` -- a
+symlink -- is flipped to it in one rename. The release id is the build digest
+plus a hash of the bastion venv's listing (paths, sizes, modes, mtimes): a venv
+changed in place (a pip install into it by hand) gets a new id, so a deploy
+never writes into the release that is live, and a copy cut short (Ctrl-C, a
+dropped link) leaves the live venv as it was. The previous release stays for
+`--revert venv-deploy`. An unchanged venv transfers nothing: same id, same
+directory, same listing.
 """
 from __future__ import annotations
+
+import os
+import subprocess
 
 from specfleet.inventory import Host
 from specfleet.shell import q
 from specfleet.step import Change, Facts, Step, StepFailed
 from specfleet.steps.command import Command
-from specfleet.steps.sync import RsyncTree
+from specfleet.steps.sync import LISTING, RsyncTree, local_listing
+
+LISTING_ID_CHARS = 12
 
 
 def releases_dir(venv: str) -> str:
     return venv.rstrip("/") + ".releases"
+
+
+def release_id(venv: str, manifest: dict) -> str:
+    """`<build digest>-<listing hash>` of the bastion's venv: changes whenever its content does."""
+    return f"{manifest['digest']}-{local_listing(venv)[:LISTING_ID_CHARS]}"
+
+
+# The listing without bytecode caches: Python rewrites a stale .pyc where it runs (a worker's
+# first import after a source changed), and checks each one against its source itself.
+CODE_LISTING = LISTING.replace("find . -printf", "find . -name __pycache__ -prune -o -printf")
+
+
+class ReleaseCopy(RsyncTree):
+    """The release directory is a copy of the bastion's venv; the live release is never written.
+
+    The id names the content, so a live release can differ from the bastion's only if it changed
+    on the host: bytecode caches Python wrote there are left alone; anything else is refused
+    (with the way out), never repaired in place.
+    """
+
+    def __init__(self, host: Host, venv: str, release: str, rsync_path: str | None):
+        super().__init__(host, venv, release, link_dest=f"{venv}/", rsync_path=rsync_path)
+        self.venv = venv.rstrip("/")
+
+    def probe(self) -> str:
+        return (f"echo \"LIVE $(readlink {q(self.venv)})\"; "
+                f"cd {q(self.dest)} 2>/dev/null && {{ {LISTING}; {CODE_LISTING}; }} || echo NONE")
+
+    def decide(self, facts: Facts) -> list[Change]:
+        lines = facts.stdout.splitlines() + ["", "", ""]
+        live, listing, code = lines[0].removeprefix("LIVE ").rstrip("/"), lines[1], lines[2]
+        if live != self.dest.rstrip("/") or listing == local_listing(self.src):
+            return super().decide(Facts(listing + "\n", facts.rc))
+        if code == code_listing(self.src):
+            return []  # only bytecode caches differ
+        raise StepFailed(f"{self.dest.rstrip('/')} is the live venv here and was changed on this host "
+                         "(it differs from the bastion's); specfleet never writes into a live release: "
+                         "`fab provision --revert venv-deploy`, then `fab provision` deploys a fresh copy")
+
+
+def code_listing(src: str) -> str:
+    p = subprocess.run(["bash", "-c", f"cd {q(src)} && {CODE_LISTING}"], capture_output=True, text=True, check=True)
+    return p.stdout.strip()
+
+
+class NotBuiltYet(Step):
+    """Check mode before the bastion's venv exists: the copy that would follow its build."""
+
+    needs_root = False
+
+    def __init__(self, venv: str):
+        self.venv = venv
+        self.name = f"rsync {venv}/ (once built on the bastion)"
+
+    def decide(self, facts: Facts) -> list[Change]:
+        return [Change(f"copy the bastion's venv {self.venv} here once it is built",
+                       f"echo {q(f'the bastion has no venv at {self.venv} yet')} >&2; exit 1")]
 
 
 class BaseInterpreter(Step):
@@ -127,12 +193,15 @@ def steps(host: Host, manifest: dict, revert: bool = False) -> list[Step]:
     venv = host.require("venv_path")
     if revert:
         return [Rollback(venv)]
-    release = f"{releases_dir(venv)}/{manifest['digest']}"
+    interpreter = BaseInterpreter(manifest["base_python"], manifest["python_version"])
+    if not os.path.isdir(venv):  # only in check mode: otherwise provision stops first (tasks/provision.py)
+        return [interpreter, NotBuiltYet(venv)]
+    release = f"{releases_dir(venv)}/{release_id(venv, manifest)}"
     rsync_path = "sudo -n rsync" if host.needs_sudo else None
     imports = "; ".join(f"import {m}" for m in manifest.get("packages", {}) or {"sys": None})
     return [
-        BaseInterpreter(manifest["base_python"], manifest["python_version"]),
-        RsyncTree(host, venv, release, link_dest=f"{venv}/", rsync_path=rsync_path),
+        interpreter,
+        ReleaseCopy(host, venv, release, rsync_path),
         CurrentRelease(venv, release),
         PruneReleases(venv, release),
         # imported once per release and host: a real vLLM import takes seconds, and the

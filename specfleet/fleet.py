@@ -1,20 +1,24 @@
 """Running steps on many hosts at once.
 
 A bounded thread pool runs each host's steps independently: a host that fails
-or cannot be reached drops out of the run and the others go on. Per host, the
+or cannot be reached drops out of the run and the others go on; so does a host
+whose work raised anything else (a bug, an OSError): that host fails with one
+line, the traceback goes to the event log. Per host, the
 probes of all pending steps travel in one remote round trip; after a step
 changes the host, the remaining steps' facts are gathered again, so a no-op
 run costs one round trip per host and play.
 """
 from __future__ import annotations
 
+import queue
 import subprocess
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+import traceback
 from typing import Any, Callable, Iterable
 
 from .connection import CommandTimeout, HostConnection, Unreachable
+from .errors import UserError
 from .events import EventLog, Redactor
 from .inventory import Host
 from .shell import ProbeBatch, as_root
@@ -25,6 +29,9 @@ EXIT_BAD_INPUT = 1
 EXIT_FAILED = 2
 EXIT_UNREACHABLE = 4  # bit flags: 6 = some failed and some unreachable
 EXIT_NOT_MERGED = 8   # collect: the nodes were not equivalent (or nothing valid), nothing merged
+EXIT_INCOMPLETE = 16  # collect/report: some planned (configuration, concurrency, node) cell is not merged
+EXIT_CRASHED = 70     # specfleet itself failed (a bug): sysexits' EX_SOFTWARE; the traceback is in the log
+EXIT_INTERRUPTED = 130  # Ctrl-C: 128 + SIGINT, what shells report for a process a SIGINT ended
 
 StepsFor = Callable[[Host], Iterable[Step]]
 
@@ -55,6 +62,9 @@ class Fleet:
         self.dropped: dict[str, Status] = {}  # host -> FAILED or UNREACHABLE
         self.warnings: list[str] = []
         self.extra_exit = 0
+        self.current: dict[str, str] = {}  # host -> the step it is working on now (for Ctrl-C)
+        self.interrupted = False
+        self.interrupt_hints: list[str] = []  # what a task says on Ctrl-C (e.g. bench: the runners go on)
         self._lock = threading.Lock()
 
     # -- running ---------------------------------------------------------
@@ -68,7 +78,16 @@ class Fleet:
         out: dict[str, list[StepResult]] = {}
 
         def one(host: Host) -> None:
-            out[host.name] = self._host_play(host, list(steps_for(host)))
+            try:
+                steps = list(steps_for(host))
+            except Exception as e:  # e.g. a var this host lacks: this host fails, the others go on
+                r = StepResult(host.name, "steps for this host", Status.FAILED,
+                               message=self._unexpected(host.name, "steps for this host", e))
+                self._record(r)
+                out[host.name] = [r]
+                return
+            out[host.name] = self._host_play(host, steps)
+            self.current.pop(host.name, None)  # not on Ctrl-C: then `standing` says where it was
 
         self._parallel(one, targets)
         return out
@@ -82,6 +101,11 @@ class Fleet:
         out: dict[str, Any] = {}
 
         def one(host: Host) -> None:
+            self.current[host.name] = name
+            work(host)
+            self.current.pop(host.name, None)  # not on Ctrl-C: then `standing` says where it was
+
+        def work(host: Host) -> None:
             t0 = time.monotonic()
             hc = self.connections[host.name]
             try:
@@ -93,6 +117,10 @@ class Fleet:
                 return
             except (StepFailed, CommandTimeout) as e:
                 self._record(StepResult(host.name, name, Status.FAILED, message=str(e),
+                                        duration=time.monotonic() - t0))
+                return
+            except Exception as e:  # anything else in one host's work fails that host only
+                self._record(StepResult(host.name, name, Status.FAILED, message=self._unexpected(host.name, name, e),
                                         duration=time.monotonic() - t0))
                 return
             status, message, data = Status.OK, "", {}
@@ -111,13 +139,39 @@ class Fleet:
         return out
 
     def _parallel(self, fn: Callable[[Host], None], hosts: list[Host]) -> None:
+        """`fn(host)` for each host, `self.workers` at a time.
+
+        Daemon threads, joined in short waits: Ctrl-C reaches the main thread at once, and fab
+        exits without waiting for a host's command to end (a pool's threads are joined at exit).
+        """
         if self.workers == 1 or len(hosts) <= 1:
             for h in hosts:
                 fn(h)
             return
-        with ThreadPoolExecutor(max_workers=min(self.workers, len(hosts))) as pool:
-            for f in [pool.submit(fn, h) for h in hosts]:
-                f.result()
+        todo: queue.SimpleQueue[Host] = queue.SimpleQueue()
+        for h in hosts:
+            todo.put(h)
+        errors: list[BaseException] = []
+
+        def worker() -> None:
+            while not self.interrupted:
+                try:
+                    h = todo.get_nowait()
+                except queue.Empty:
+                    return
+                try:
+                    fn(h)
+                except BaseException as e:  # fn records per-host errors itself; this is a bug
+                    errors.append(e)
+        threads = [threading.Thread(target=worker, daemon=True, name=f"fleet-{i}")
+                   for i in range(min(self.workers, len(hosts)))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            while t.is_alive():
+                t.join(0.25)
+        if errors:
+            raise errors[0]
 
     # -- one host ----------------------------------------------------------
     def _host_play(self, host: Host, steps: list[Step]) -> list[StepResult]:
@@ -126,21 +180,29 @@ class Fleet:
         pending = steps
         while pending:
             t0 = time.monotonic()
+            self.current[host.name] = "gathering facts"
             try:
                 facts = self._gather(hc, pending)
             except Unreachable as e:
                 return done + self._drop(host, pending, Status.UNREACHABLE, str(e), time.monotonic() - t0)
             except (CommandTimeout, StepFailed) as e:
                 return done + self._drop(host, pending, Status.FAILED, f"gathering facts: {e}", time.monotonic() - t0)
+            except Exception as e:
+                return done + self._drop(host, pending, Status.FAILED,
+                                         f"gathering facts: {self._unexpected(host.name, 'gathering facts', e)}",
+                                         time.monotonic() - t0)
             gather_time = time.monotonic() - t0
             restart = False
             for i, step in enumerate(pending):
                 t1 = time.monotonic()
                 share = gather_time / len(pending)
+                self.current[host.name] = step.name
                 try:
                     changes = step.decide(facts[i])
                     data = step.report(facts[i])
-                except StepFailed as e:
+                except Exception as e:
+                    if not isinstance(e, StepFailed):  # a bug or an OSError on the bastion: one line
+                        e = StepFailed(self._unexpected(host.name, step.name, e))
                     if self.check and any(d.changed for d in done):
                         # the check may only fail because an earlier change was not made
                         r = StepResult(host.name, step.name, Status.SKIPPED, duration=share,
@@ -163,7 +225,11 @@ class Fleet:
                     self._record(r)
                     done.append(r)
                     continue
-                r = self._apply(hc, step, changes)
+                try:
+                    r = self._apply(hc, step, changes)
+                except Exception as e:  # e.g. rsync not installed on the bastion
+                    r = StepResult(host.name, step.name, Status.FAILED, changes,
+                                   message=self._unexpected(host.name, step.name, e))
                 r.duration = share + time.monotonic() - t1
                 self._record(r)
                 done.append(r)
@@ -231,7 +297,22 @@ class Fleet:
             out.append(r)
         return out
 
+    def _unexpected(self, host: str, step: str, e: Exception) -> str:
+        """One line for the console and the step's result; the traceback goes to the event log."""
+        if isinstance(e, (UserError, StepFailed)):
+            line = str(e)
+        else:
+            line = f"{type(e).__name__}: {e}"
+        line = " ".join(line.split())[:400] or type(e).__name__
+        if self.events and not self.interrupted:
+            self.events.write({"event": "error", "host": host, "step": step, "type": type(e).__name__,
+                               "message": self.redact(line),
+                               "traceback": self.redact("".join(traceback.format_exception(e)))})
+        return line
+
     def _record(self, r: StepResult) -> None:
+        if self.interrupted:  # a thread still finishing after Ctrl-C: the record is already closed
+            return
         # masked before any output sees it (console, event log, data a task prints);
         # a change's script is what runs, never shown, and is left as it is
         r.step = self.redact(r.step)
@@ -262,11 +343,34 @@ class Fleet:
         self.extra_exit |= EXIT_NOT_MERGED
         self.warn(message)
 
+    def incomplete(self, message: str) -> None:
+        """collect's verdict: the report lacks planned cells; the run ends with EXIT_INCOMPLETE."""
+        self.extra_exit |= EXIT_INCOMPLETE
+        self.warn(message)
+
     def warn(self, message: str) -> None:
         """A problem to show in the recap that does not fail a host (e.g. a duplicate IP)."""
         self.warnings.append(message)
         if self.events:
             self.events.write({"event": "warning", "message": self.redact(message)})
+
+    def interrupt(self) -> None:
+        """Ctrl-C: no more work starts, and nothing more is recorded (the threads are left to die)."""
+        self.interrupted = True
+
+    def standing(self) -> list[str]:
+        """Where each host stands, one line each: what it was doing, else its last result."""
+        lines = []
+        for h in self.hosts:
+            last = next((r for r in reversed(self.results) if r.host == h.name), None)
+            if h.name in self.current:
+                lines.append(f"{h.name}: interrupted during {self.current[h.name]!r}"
+                             + (f" (last done: {last.step!r}, {last.status.value})" if last else ""))
+            elif last:
+                lines.append(f"{h.name}: {last.step!r} {last.status.value}" + (f": {last.message}" if last.message else ""))
+            else:
+                lines.append(f"{h.name}: not started")
+        return lines
 
     # -- outcome -----------------------------------------------------------
     def counts(self) -> dict[str, dict[str, int]]:

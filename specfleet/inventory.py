@@ -27,6 +27,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from .errors import UserError
 from .yamlfile import YamlFileError, first_error, load_yaml
 
 DEFAULT_INVENTORY = "inventory/hosts.yml"
@@ -45,8 +46,15 @@ MOUNT_OPTIONS_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_=.,:/+-]*$")
 PY_MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 
 
-class InventoryError(Exception):
+class InventoryError(UserError):
     """A bad inventory: one message naming file, host and field."""
+
+
+class MissingVar(InventoryError, KeyError):
+    """A host lacks a variable that a role or task needs (a KeyError too, for older callers)."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0])
 
 
 def check_address(value: str) -> str:
@@ -258,7 +266,7 @@ class Host:
 
     def require(self, name: str) -> Any:
         if name not in self.vars or self.vars[name] in (None, ""):
-            raise KeyError(f"host {self.name!r}: inventory variable {name!r} is not set")
+            raise MissingVar(f"host {self.name!r}: inventory variable {name!r} is not set")
         return self.vars[name]
 
     @property

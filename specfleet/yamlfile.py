@@ -12,8 +12,10 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from .errors import UserError
 
-class YamlFileError(Exception):
+
+class YamlFileError(UserError):
     """A problem in the file, already worded as `<file>: <what>`."""
 
 
@@ -31,13 +33,20 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 
 def load_yaml(file: Path) -> Any:
     try:
-        return yaml.load(file.read_text(), Loader=_UniqueKeyLoader)
+        text = file.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise YamlFileError(f"{file}: not a text file (byte {e.start} is not UTF-8): "
+                            "is this the YAML file you meant?") from None
+    except OSError as e:
+        raise YamlFileError(f"{file}: cannot read it: {e.strerror or e}") from None
+    try:
+        return yaml.load(text, Loader=_UniqueKeyLoader)
     except YamlFileError as e:
         raise YamlFileError(f"{file}: {e}") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(e, "problem", None) or str(e)
+        problem = (getattr(e, "problem", None) or str(e)).splitlines()[0]  # one line (a ReaderError has 2)
         raise YamlFileError(f"{file}: YAML syntax error{where}: {problem}") from None
 
 

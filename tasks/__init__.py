@@ -1,12 +1,13 @@
 """The command line: each module is one area of tasks, collected into `ns`."""
 from invoke import Collection
 
-from tasks import bench, bundle, collect, facts, provision
+from tasks import bench, bundle, collect, facts, provision, report
 from tasks import testbed as testbed_tasks
+from tasks.common import guarded
 
 ns = Collection()
 for t in (facts.facts, provision.provision, provision.stage_model, bench.bench, bench.status, bench.stop,
-          collect.collect, bundle.bundle):
+          collect.collect, report.report, bundle.bundle):
     ns.add_task(t)
 ns.add_collection(testbed_tasks.ns)
 
@@ -14,3 +15,4 @@ ns.add_collection(testbed_tasks.ns)
 # meanings in different tasks (-f was --forks here and --force there).
 for _name in ns.task_names:
     ns[_name].auto_shortflags = False
+    guarded(ns[_name])  # bad input: one line, exit 1 (tasks/common.py)

@@ -14,10 +14,11 @@ from specfleet.bench import format_split, parse_pins, split
 from specfleet.bench import remote
 from specfleet.bench.spec import RUNNER_FILES
 from specfleet.connection import CommandTimeout, Unreachable
+from specfleet.errors import UserError, read_bastion_file
 from specfleet.fleet import EXIT_BAD_INPUT
 from specfleet.step import Status
 from specfleet.steps.files import Directory, FileContent
-from tasks.common import fleet_help, fleet_run
+from tasks.common import command_line, fleet_help, fleet_run
 
 DEFAULT_PLAN = "plans/qwen3-32b.yml"
 PLAN_HELP = f"the campaign's plan file (default {DEFAULT_PLAN})"
@@ -46,6 +47,8 @@ def bench(c, plan=None, inventory=None, hosts=None, check=False, diff=False, ass
           forks=32, serial=False, accept_new_host_keys=False, verbose=False):
     """Split the plan's configurations across the nodes and run each node's queue (resumable, reattaches)."""
     p = plan_of(plan)
+    dataset = read_bastion_file(p.benchmark.dataset_path, what="dataset", fix="put Spec-Bench's question.jsonl there",
+                                source=f"{plan or DEFAULT_PLAN}: field 'benchmark.dataset_path'")
     with fleet_run("bench", inventory=inventory, hosts=hosts, check=check, diff=diff, forks=forks, serial=serial,
                    accept_new_host_keys=accept_new_host_keys, verbose=verbose,
                    default_hosts="workers") as (fleet, inv, rep):
@@ -55,10 +58,16 @@ def bench(c, plan=None, inventory=None, hosts=None, check=False, diff=False, ass
         except PlanError as e:
             raise Exit(f"error: {e}", code=EXIT_BAD_INPUT) from None
         rep.console.print(format_split(queues), markup=False)
+        paths = {}
         for host in fleet.hosts:
+            try:
+                paths[host.name] = paths_for(host, p)
+            except UserError as e:  # e.g. a var this host lacks: it fails alone
+                fleet.record_local_for(host.name, "inventory vars", Status.FAILED, str(e))
+                continue
             rep.console.print(f"[bold]{host.name}[/]: " + " -> ".join(queues.queues[host.name]))
             for item in queues.queues[host.name]:
-                for line in commands_for(p, host.name, item, paths_for(host, p)):
+                for line in commands_for(p, host.name, item, paths[host.name]):
                     rep.console.print(f"    {line}", markup=False, soft_wrap=True)
         if check:
             return
@@ -66,7 +75,7 @@ def bench(c, plan=None, inventory=None, hosts=None, check=False, diff=False, ass
         specs = {}
         for host in fleet.active:
             v = views.get(host.name)
-            spec = build_run_spec(p, host.name, queues.queues[host.name], paths_for(host, p),
+            spec = build_run_spec(p, host.name, queues.queues[host.name], paths[host.name],
                                   env_file=host.var("env_file"), gpu_index=host.var("gpu_index"))
             if v and v.spec and v.spec.get("plan_hash") == spec["plan_hash"] and \
                     [i["name"] for i in v.spec["items"]] == [i["name"] for i in spec["items"]]:
@@ -77,7 +86,12 @@ def bench(c, plan=None, inventory=None, hosts=None, check=False, diff=False, ass
                                        "`fab stop` it first")
                 continue
             specs[host.name] = spec
-        fleet.play(lambda h: _placement(h, p, specs[h.name]), hosts=[h for h in fleet.active if h.name in specs])
+        fleet.play(lambda h: _placement(h, p, specs[h.name], dataset),
+                   hosts=[h for h in fleet.active if h.name in specs])
+        fleet.interrupt_hints = [  # on Ctrl-C from here on
+            "the runners already started go on without fab (they are detached from SSH);",
+            f"reattach: `{command_line()}` again (or resume, if one stopped); progress: "
+            f"`fab status --plan {plan or DEFAULT_PLAN}`; stop them: `fab stop --plan {plan or DEFAULT_PLAN}`"]
 
         runners: dict[str, int] = {}  # host -> the runner this run follows
 
@@ -90,7 +104,12 @@ def bench(c, plan=None, inventory=None, hosts=None, check=False, diff=False, ass
             d = remote.run_dir(work_dir(hc.host), p.campaign, hc.host.name)
             pid = remote.start(hc, hc.host.var("runner_python", "/usr/bin/python3"), configs.runner_path(hc.host),
                                f"{d}/run.json", f"{d}/runner.log")
-            runners[hc.host.name] = pid
+            holder = remote.settle(hc, pid, work_dir(hc.host))
+            if holder is None:
+                return Status.FAILED, f"the runner exited at once: see {d}/runner.log"
+            runners[hc.host.name] = holder
+            if holder != pid:  # another `fab bench` started one at the same instant and won the lock
+                return Status.OK, f"following runner pid {holder} (another fab bench started it just now)"
             resumed = " (resuming)" if v and v.state else ""
             return Status.CHANGED, f"started runner pid {pid}{resumed}"
         fleet.each("start runner", start, hosts=[h for h in fleet.active if h.name in specs])
@@ -98,16 +117,17 @@ def bench(c, plan=None, inventory=None, hosts=None, check=False, diff=False, ass
             _follow(fleet, p, rep, poll, runners)
 
 
-def _placement(host, plan, spec):
+def _placement(host, plan, spec, dataset: bytes):
     d = remote.run_dir(work_dir(host), plan.campaign, host.name)
     home = configs.home(host)
     return [Directory(home), Directory(f"{home}/datasets"), Directory(d),
             *[FileContent(f"{home}/{f.name}", f.read_bytes(), mode="0755") for f in RUNNER_FILES],
-            FileContent(configs.dataset_path(host, plan.benchmark.dataset_path),
-                        open(plan.benchmark.dataset_path, "rb").read()),
+            FileContent(configs.dataset_path(host, plan.benchmark.dataset_path), dataset),
             FileContent(f"{d}/run.json", dump_run_spec(spec))]
 
 
+REBOOTED = ("host rebooted (its runner and server are gone): run `fab provision` (mounts, GPU modules), "
+            "then `fab bench` to resume")
 DEAD_GRACE_S = 15.0  # a runner not running this long, its queue unfinished: stop following that host
 
 
@@ -154,15 +174,18 @@ def _follow(fleet, plan, rep, poll, runners: dict[str, int] | None = None):
             elif time.monotonic() - dead_since.setdefault(host.name, time.monotonic()) >= DEAD_GRACE_S:
                 gave_up.add(host.name)
                 d = remote.run_dir(work_dir(host), plan.campaign, host.name)
-                fleet.record_local_for(host.name, "follow runner", Status.FAILED,
-                                       "the runner is not running and its queue is unfinished (killed, or the "
-                                       f"host rebooted? see {d}/runner.log): run `fab bench` again to resume")
+                fleet.record_local_for(host.name, "follow runner", Status.FAILED, (
+                    REBOOTED if v.rebooted else
+                    "the runner is not running and its queue is unfinished (killed, or the "
+                    f"host rebooted? see {d}/runner.log): run `fab bench` again to resume"))
         if all(finished(h.name) for h in following if h.name not in gave_up):
             break
         time.sleep(poll)
     _campaign_table(rep, views)
     for name, v in views.items():
         done, failed, left = v.counts()
+        if v.rebooted and left and name not in gave_up:  # the shutdown stopped the runner "cleanly"
+            fleet.record_local_for(name, "follow runner", Status.FAILED, REBOOTED)
         for item in (v.state or {}).get("items", []):
             if item["status"] == "failed":
                 fleet.record_local_for(name, f"item {item['name']}", Status.FAILED, item.get("error") or "failed")

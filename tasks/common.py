@@ -1,16 +1,27 @@
-"""What every fleet task shares: its options, loading the inventory, the run and the recap."""
+"""What every fleet task shares: its options, loading the inventory, the run and the recap.
+
+Errors end a task in one of three ways, each decided here: bad input (a UserError, anywhere in a
+task) is one line on stderr and exit 1; Ctrl-C says where each host stands and exits 130; anything
+else is a bug: exit 70, one line, and the traceback in the event log. The event log's last record
+says which, with the exit code the shell sees.
+"""
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
+import shlex
+import sys
+import traceback
 from typing import Iterator
 
-from invoke.exceptions import Exit
+from invoke.exceptions import Exit, UnexpectedExit
 
 from specfleet.console import Reporter
+from specfleet.errors import UserError
 from specfleet.events import EventLog, Redactor
-from specfleet.fleet import EXIT_BAD_INPUT, Fleet
-from specfleet.inventory import DEFAULT_INVENTORY, INVENTORY_ENV, Inventory, InventoryError, load_inventory
+from specfleet.fleet import EXIT_BAD_INPUT, EXIT_CRASHED, EXIT_INTERRUPTED, Fleet
+from specfleet.inventory import DEFAULT_INVENTORY, INVENTORY_ENV, Inventory, load_inventory
 
 FLEET_HELP = {
     "inventory": f"inventory file (default: ${INVENTORY_ENV}, else {DEFAULT_INVENTORY})",
@@ -31,10 +42,37 @@ def fleet_help(*, changes: bool = True, **extra: str) -> dict[str, str]:
 
 
 def load(inventory: str | None) -> Inventory:
-    try:
-        return load_inventory(inventory)
-    except InventoryError as e:
-        raise Exit(f"error: {e}", code=EXIT_BAD_INPUT) from None
+    return load_inventory(inventory)  # an InventoryError is a UserError: `guarded` words it
+
+
+def command_line() -> str:
+    """The fab command as it was typed (to say what to run again)."""
+    return shlex.join(["fab", *sys.argv[1:]])
+
+
+def guarded(task):
+    """Run a task's body so that bad input is one line and exit 1, Ctrl-C exits 130, a crash 70.
+
+    Applied to every task of the collection (tasks/__init__.py): the one place a UserError
+    becomes what the person sees.
+    """
+    body = task.body
+
+    @functools.wraps(body)
+    def run(*args, **kwargs):
+        try:
+            return body(*args, **kwargs)
+        except UserError as e:
+            raise Exit(f"error: {e}", code=EXIT_BAD_INPUT) from None
+        except KeyboardInterrupt:  # outside a fleet run (which says more): nothing ran on a host yet
+            raise Exit("interrupted", code=EXIT_INTERRUPTED) from None
+        except (Exit, UnexpectedExit):  # invoke's own verdicts (a fleet run's crash is one already)
+            raise
+        except Exception as e:  # a bug before or after the fleet run: no event log, so the traceback here
+            traceback.print_exc()
+            raise Exit(f"error: specfleet crashed: {type(e).__name__}: {e}", code=EXIT_CRASHED) from None
+    task.body = run
+    return task
 
 
 @contextlib.contextmanager
@@ -45,12 +83,9 @@ def fleet_run(task: str, *, inventory=None, hosts=None, check=False, diff=False,
     inv = load(inventory)
     if default_hosts and default_hosts not in inv.groups:
         default_hosts = None  # an inventory without that group: every host
-    try:
-        selected = inv.select(hosts or default_hosts)
-    except InventoryError as e:
-        raise Exit(f"error: {e}", code=EXIT_BAD_INPUT) from None
+    selected = inv.select(hosts or default_hosts)
     if not selected:
-        raise Exit(f"error: {inv.path}: no hosts selected", code=EXIT_BAD_INPUT)
+        raise UserError(f"{inv.path}: no hosts selected")
     redact = Redactor(inv.secrets())
     events = EventLog(task, directory=os.environ.get("SPECFLEET_RUNS_DIR", "runs"), redact=redact)
     reporter = Reporter(verbose=verbose, diff=diff, check=check, redact=redact)
@@ -58,16 +93,46 @@ def fleet_run(task: str, *, inventory=None, hosts=None, check=False, diff=False,
                   accept_new=accept_new_host_keys, events=events, redact=redact, on_result=reporter)
     if check:
         reporter.console.print("[bold]check mode[/]: nothing will be changed on any host")
+    end: dict = {"outcome": "finished"}
+    crash: Exit | None = None
     try:
         yield fleet, inv, reporter
+    except KeyboardInterrupt:
+        fleet.interrupt()
+        end = {"outcome": "interrupted", "exit_code": EXIT_INTERRUPTED}
+    except Exit as e:  # a task's own verdict (bad input found while running)
+        end = {"outcome": "bad input" if e.code == EXIT_BAD_INPUT else "exited", "exit_code": e.code,
+               "error": {"type": "Exit", "message": e.message or ""}}
+        raise
+    except UserError as e:
+        end = {"outcome": "bad input", "exit_code": EXIT_BAD_INPUT,
+               "error": {"type": type(e).__name__, "message": str(e)}}
+        raise
+    except Exception as e:
+        end = {"outcome": "crashed", "exit_code": EXIT_CRASHED,
+               "error": {"type": type(e).__name__, "message": str(e)},
+               "traceback": "".join(traceback.format_exception(e))}
+        line = " ".join(f"{type(e).__name__}: {e}".split())[:400]
+        crash = Exit(f"error: specfleet crashed: {redact(line)} (the traceback is in {events.path})",
+                     code=EXIT_CRASHED)
     finally:
         fleet.close()
-        code = fleet.exit_code()
-        events.close({"exit_code": code, "counts": fleet.counts()})
-    if recap:
+        code = end.get("exit_code", fleet.exit_code())
+        events.close({**end, "exit_code": code, "counts": fleet.counts()})
+    if end["outcome"] == "interrupted":
+        reporter.console.print("[bold yellow]interrupted[/] (Ctrl-C): where each host stands")
+        for line in fleet.standing():
+            reporter.console.print(f"  {line}", markup=False, soft_wrap=True)
+        for line in fleet.interrupt_hints or [f"each step is idempotent: `{command_line()}` again finishes the work"]:
+            reporter.console.print(line, markup=False, soft_wrap=True)
+        reporter.console.print(f"[dim]event log: {events.path}[/]")
+        raise Exit("interrupted", code=EXIT_INTERRUPTED)
+    if recap or crash:
         reporter.recap(fleet.counts(), fleet.dropped, title=f"RECAP {task}")
         for w in fleet.warnings:
             reporter.console.print(f"[bold yellow]warning:[/] {w}")
     reporter.console.print(f"[dim]event log: {events.path}[/]")
+    if crash:
+        raise crash
     if code:
         raise Exit(code=code)

@@ -8,6 +8,7 @@ from invoke.exceptions import Exit
 from rich.table import Table
 
 from roles import configs, env, model, network, nfs, nvidia, venv, venv_deploy
+from specfleet.errors import UserError, read_bastion_file
 from specfleet.fleet import EXIT_BAD_INPUT
 from specfleet.step import Status, StepFailed, StepResult
 from tasks.common import fleet_help, fleet_run
@@ -44,10 +45,14 @@ def provision(c, inventory=None, hosts=None, check=False, diff=False, only=None,
         if revert:
             fleet.play(lambda h: _revert_steps(revert, h, inv))
             return
+        datasets = [str(Path(p)) for p in inv.bastion_vars.get("datasets", [])]
+        if "configs" in roles:
+            for ds in datasets:  # one line now, not a traceback per host later
+                read_bastion_file(ds, what="dataset", source=f"{inv.path}: bastion, field 'datasets'",
+                                  fix="put the file there or drop it from the list")
         manifest = None
         if "venv" in roles or "venv-deploy" in roles or "env" in roles:
             manifest = _bastion_venv(fleet, inv, rep, check, build="venv" in roles)
-        datasets = [str(Path(p)) for p in inv.bastion_vars.get("datasets", [])]
 
         def steps_for(host):
             out = []
@@ -110,6 +115,9 @@ def _bastion_venv(fleet, inv, rep, check, build):
             manifest = outcome.manifest
         else:
             manifest = venv.read_manifest(spec.path)
+            if not manifest and not check:
+                raise UserError(f"{inv.path}: bastion, field 'venv_path': the bastion has no venv built by "
+                                f"specfleet at {spec.path} (build it: `fab provision --only venv`)")
         if not manifest or "python_version" not in manifest:
             # check mode before the first build: describe what would be deployed
             manifest = {"digest": spec.digest(), "base_python": spec.base_python,

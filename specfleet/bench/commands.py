@@ -62,6 +62,7 @@ def bench_argv(plan: Plan, node: str, item: str, concurrency: int, paths: Paths,
                 f"vllm_version={version}", f"campaign={plan.campaign}"]
     if b.repeat > 1:
         metadata.append(f"repeat={rep}")
+    metadata += run_setup(plan, concurrency)
     fmt = lambda x: str(int(x)) if float(x).is_integer() else str(x)  # noqa: E731
     return [
         posixpath.join(paths.venv, "bin", "vllm"), "bench", "serve",
@@ -76,7 +77,7 @@ def bench_argv(plan: Plan, node: str, item: str, concurrency: int, paths: Paths,
         "--no-oversample",
         "--spec-bench-output-len", str(b.output_len),
         "--max-concurrency", str(concurrency),
-        "--temperature", fmt(b.temperature),
+        *(["--temperature", fmt(b.temperature)] if b.temperature is not None else []),
         "--percentile-metrics", ",".join(b.percentile_metrics),
         "--metric-percentiles", ",".join(fmt(p) for p in b.metric_percentiles),
         "--num-warmups", str(b.num_warmups),
@@ -88,19 +89,56 @@ def bench_argv(plan: Plan, node: str, item: str, concurrency: int, paths: Paths,
     ]
 
 
+def run_setup(plan: Plan, concurrency: int) -> list[str]:
+    """`--metadata` words that say how a run was set up (the report reads them from each result).
+
+    The runner adds what only the worker knows: generation_config (the model's sampling defaults,
+    which apply to every parameter the client does not send), decoding, prompts_dropped.
+    """
+    b, s = plan.benchmark, plan.server
+    sent = {} if b.temperature is None else {"temperature": b.temperature}
+    return [f"sampling_params={json.dumps(sent, sort_keys=True, separators=(',', ':'))}",
+            f"num_warmups={b.num_warmups}", f"prefix_cache={s.prefix_cache}", f"repeats={b.repeat}",
+            f"steady_state={b.steady_state}", f"prompts_per_concurrency={b.num_prompts / concurrency:g}",
+            f"max_failed_requests={b.max_failed_requests}"]
+
+
+def run_order(plan: Plan) -> list[tuple[int, int]]:
+    """(concurrency, rep) in the order they run: repeats interleaved across concurrencies."""
+    b = plan.benchmark
+    return [(conc, rep) for rep in range(1, b.repeat + 1) for conc in b.concurrencies]
+
+
+def max_model_len(plan: Plan, item: str) -> str | None:
+    """The --max-model-len the server gets (the last one wins, as in argparse); None = model's."""
+    words, val = [*plan.server.args, *plan.config(item).extra_args], None
+    for i, w in enumerate(words):
+        if w == "--max-model-len" and i + 1 < len(words):
+            val = words[i + 1]
+        elif w.startswith("--max-model-len="):
+            val = w.split("=", 1)[1]
+    return val
+
+
 def item_argv(plan: Plan, node: str, item: str, paths: Paths) -> dict:
     """One queue item as the runner spec holds it (see runner.py for the schema)."""
+    b = plan.benchmark
     benches = []
-    for conc in plan.benchmark.concurrencies:
-        for rep in range(1, plan.benchmark.repeat + 1):
-            benches.append({
-                "concurrency": conc,
-                "rep": rep,
-                "argv": bench_argv(plan, node, item, conc, paths, rep),
-                "result_file": result_filename(item, conc, rep, plan.benchmark.repeat),
-            })
+    for conc, rep in run_order(plan):
+        benches.append({
+            "concurrency": conc,
+            "rep": rep,
+            "argv": bench_argv(plan, node, item, conc, paths, rep),
+            "result_file": result_filename(item, conc, rep, b.repeat),
+            "num_prompts": b.num_prompts,
+        })
+    # what the runner's prompt-fit check needs (fitcheck.py, run with the venv's python)
+    fit = {"dataset": paths.dataset or b.dataset_path, "num_prompts": b.num_prompts, "output_len": b.output_len,
+           "max_model_len": max_model_len(plan, item), "chat_template": b.chat_template,
+           "policy": b.prompts_that_do_not_fit}
     out = {"name": item, "serve_argv": serve_argv(plan, item, paths), "bench": benches,
-           "required_paths": required_paths(plan, item, paths)}
+           "required_paths": required_paths(plan, item, paths), "fit": fit,
+           "max_failed_requests": b.max_failed_requests, "temperature": b.temperature}
     out["item_hash"] = hashlib.sha256(json.dumps(out, sort_keys=True).encode()).hexdigest()[:12]
     return out
 
@@ -117,7 +155,6 @@ def required_paths(plan: Plan, item: str, paths: Paths) -> list[str]:
 def commands_for(plan: Plan, node: str, item: str, paths: Paths) -> list[str]:
     """Shell-quoted command lines: `vllm serve ...` then one `vllm bench serve ...` per run."""
     lines = [shlex.join(serve_argv(plan, item, paths))]
-    for conc in plan.benchmark.concurrencies:
-        for rep in range(1, plan.benchmark.repeat + 1):
-            lines.append(shlex.join(bench_argv(plan, node, item, conc, paths, rep)))
+    for conc, rep in run_order(plan):
+        lines.append(shlex.join(bench_argv(plan, node, item, conc, paths, rep)))
     return lines

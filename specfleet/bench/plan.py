@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
+from ..errors import UserError
 from ..yamlfile import YamlFileError, first_error, load_yaml
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
@@ -62,7 +63,7 @@ KNOWN_SPECULATIVE_KEYS = {
 }
 
 
-class PlanError(Exception):
+class PlanError(UserError):
     """A bad plan: one message naming file, configuration and field."""
 
 
@@ -119,7 +120,8 @@ class Server(_Strict):
     port: int = Field(default=8000, ge=1, le=65535)
     health_timeout_s: float = Field(default=2400, gt=0)
     health_poll_s: float = Field(default=5, gt=0)
-    prefix_cache: Literal["reset", "fresh-server-per-concurrency", "disabled"] = "reset"
+    # keep: no reset between runs (the field report's setting: c=16 then reads c=1's cached prefixes)
+    prefix_cache: Literal["reset", "fresh-server-per-concurrency", "disabled", "keep"] = "reset"
 
     @field_validator("args", mode="before")
     @classmethod
@@ -202,15 +204,30 @@ class Benchmark(_Strict):
     endpoint: str = "/v1/chat/completions"
     dataset_name: Literal["spec_bench"] = "spec_bench"
     dataset_path: str
-    num_prompts: int = Field(default=16, ge=1)
+    num_prompts: int = Field(default=80, ge=1)  # 5 x the default top concurrency 16: a steady state
     output_len: int = Field(default=512, ge=1)
     concurrencies: list[int] = Field(default_factory=lambda: [1, 16], min_length=1)
-    temperature: float = Field(default=0.0, ge=0)
+    # null: not sent, so the server's generation defaults (the model's generation_config.json) apply,
+    # as in the field report (vLLM 0.28 without --temperature: Qwen3 sampled). Recorded either way.
+    temperature: float | None = Field(default=0.0, ge=0)
     percentile_metrics: list[str] = Field(default_factory=lambda: ["ttft", "tpot", "itl", "e2el"])
     metric_percentiles: list[float] = Field(default_factory=lambda: [50, 90, 99])
     save_detailed: bool = True
     num_warmups: int = Field(default=1, ge=0)
-    repeat: int = Field(default=1, ge=1)
+    # Runs per (configuration, concurrency) on one server start, interleaved across concurrencies
+    # (c1 c16 c1 c16 ...) so a slow drift hits every concurrency alike. The one default: 3.
+    repeat: int = Field(default=3, ge=1)
+    # A run counts only if every request completed, or at most this many failed.
+    max_failed_requests: int = Field(default=0, ge=0)
+    # Checked on the worker before the model loads (its tokenizer, the chat template, output_len,
+    # --max-model-len): refuse = the item fails naming the prompts and the fixes; drop = measure
+    # without them, recorded in every result (prompts_dropped).
+    prompts_that_do_not_fit: Literal["refuse", "drop"] = "refuse"
+    # Steady state: a run at concurrency c needs num_prompts >= min_prompts_per_concurrency x c,
+    # else it measures one wave that drains (throughput set by the last request). `report-setup`
+    # waives the rule on purpose (the field report's 16 prompts at c=16) and stamps every result.
+    min_prompts_per_concurrency: float = Field(default=5, ge=0)
+    steady_state: Literal["required", "report-setup"] = "required"
     timeout_s: float = Field(default=7200, gt=0)
     # Required on purpose: see docs/campaign.md "The chat template question".
     chat_template: Literal["double", "single"]
@@ -234,6 +251,17 @@ class Benchmark(_Strict):
         if bad:
             raise ValueError(f"unknown metric(s) {bad} (known: ttft, tpot, itl, e2el)")
         return v
+
+    @model_validator(mode="after")
+    def _steady(self) -> "Benchmark":
+        need = self.min_prompts_per_concurrency * max(self.concurrencies)
+        if self.steady_state == "required" and self.num_prompts < need:
+            raise ValueError(
+                f"num_prompts: {self.num_prompts} prompts at concurrency {max(self.concurrencies)} is one wave "
+                f"that drains, not a steady state: use at least {need:g} "
+                f"(min_prompts_per_concurrency {self.min_prompts_per_concurrency:g} x concurrency), "
+                "or say `steady_state: report-setup` to reproduce the field report's setup on purpose")
+        return self
 
     @model_validator(mode="after")
     def _template(self) -> "Benchmark":
@@ -327,13 +355,26 @@ def parse_plan(raw: Any, file: str | os.PathLike = "<plan>") -> Plan:
     if not isinstance(raw, dict):
         raise PlanError(f"{file}: expected a mapping with 'campaign:', 'model:', ... at the top level")
     try:
-        return Plan.model_validate(raw)
+        plan = Plan.model_validate(raw)
     except ValidationError as e:
         loc, msg = first_error(e)
-        if not loc and ":" in msg.split(" ")[0]:  # cross-field errors carry their field first
-            head, _, msg = msg.partition(": ")
-            raise PlanError(f"{file}: field {head!r}: {msg}") from None
+        head = msg.split(" ")[0]
+        if re.fullmatch(r"[a-z_.]+:", head):  # cross-field errors carry their field first
+            loc, msg = (*loc, *head[:-1].split(".")), msg[len(head) + 1:]
         raise PlanError(f"{_where(loc, file, raw)}: {msg}") from None
+    _refuse_no_stats(plan, file)
+    return plan
+
+
+def _refuse_no_stats(plan: Plan, file: Path) -> None:
+    """--disable-log-stats stops vLLM's spec-decode counters: acceptance would read "never fired"."""
+    for c in plan.configurations:
+        if c.speculative_config is None:
+            continue
+        for where, words in (("server.args", plan.server.args), ("extra_args", c.extra_args)):
+            if "--disable-log-stats" in words:
+                raise PlanError(f"{file}: configuration {c.name!r}, field {where!r}: --disable-log-stats removes "
+                                "vLLM's spec-decode counters (acceptance could not be measured); remove it")
 
 
 def load_plan(path: str | os.PathLike) -> Plan:

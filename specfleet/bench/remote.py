@@ -25,6 +25,13 @@ class RunnerView:
     runner_pid: int | None = None
     alive: bool = False
     done_markers: list[str] = field(default_factory=list)
+    boot: str | None = None  # the host's boot identity now (runner_lib.boot_identity)
+
+    @property
+    def rebooted(self) -> bool:
+        """The host booted since the runner that wrote state.json started."""
+        was = (self.state or {}).get("boot")
+        return bool(was) and self.boot is not None and was != self.boot
 
     @property
     def finished(self) -> bool:
@@ -49,13 +56,16 @@ def view(hc: HostConnection, work_dir: str, campaign: str) -> RunnerView:
         f"pid=$(sed -n 's/^pid=\\([0-9]*\\).*/\\1/p' {lock} 2>/dev/null); echo \"$pid\"; "
         # alive = that PID exists and is a runner (PIDs are reused after a reboot)
         f"[ -n \"$pid\" ] && tr '\\0' ' ' < /proc/$pid/cmdline 2>/dev/null | grep -q runner.py && echo ALIVE; "
-        f"echo {SEP}; ls {d} 2>/dev/null | sed -n 's/\\.done$//p'")
+        f"echo {SEP}; ls {d} 2>/dev/null | sed -n 's/\\.done$//p'; echo {SEP}; "
+        # read, never create, the boot marker (the runner creates it)
+        "b=$(cat /proc/sys/kernel/random/boot_id 2>/dev/null || echo '?'); "
+        "t=$(cat /tmp/.specfleet-boot-$(id -u) 2>/dev/null); echo \"$b${t:+/$t}\"")
     res = hc.run(script, timeout=30)
-    parts = (res.stdout.split(SEP + "\n") + ["", "", "", ""])[:4]
+    parts = (res.stdout.split(SEP + "\n") + ["", "", "", "", ""])[:5]
     pid_lines = parts[2].split()
     return RunnerView(spec=_json(parts[0]), state=_json(parts[1]),
                       runner_pid=int(pid_lines[0]) if pid_lines and pid_lines[0].isdigit() else None,
-                      alive="ALIVE" in pid_lines, done_markers=parts[3].split())
+                      alive="ALIVE" in pid_lines, done_markers=parts[3].split(), boot=parts[4].strip() or None)
 
 
 def _json(text: str) -> dict | None:
@@ -75,6 +85,27 @@ def start(hc: HostConnection, python: str, runner: str, spec_path: str, log_path
     if res.exited != 0 or not res.stdout.strip().isdigit():
         raise RuntimeError(f"could not start the runner: {res.stderr.strip()[-300:]}")
     return int(res.stdout.strip())
+
+
+def settle(hc: HostConnection, pid: int, work_dir: str, wait_s: float = 10) -> int | None:
+    """The runner that holds the host's lock once `pid` (just started) has taken it or given up.
+
+    Two `fab bench` started at once each start a runner; one takes the lock, the other exits
+    (code 3). Both fab runs then follow the winner. None: `pid` died and no runner holds the lock.
+    """
+    lock = q(posixpath.join(work_dir, ".specfleet-runner.lock"))
+    is_runner = "tr '\\0' ' ' < /proc/$1/cmdline 2>/dev/null | grep -q runner.py"
+    script = (
+        f"runner() {{ {is_runner}; }}; "
+        f"for i in $(seq {int(wait_s * 5)}); do "
+        f"h=$(sed -n 's/^pid=\\([0-9]*\\).*/\\1/p' {lock} 2>/dev/null); "
+        f"[ \"$h\" = {pid} ] && {{ echo $h; exit 0; }}; "
+        f"if ! runner {pid}; then [ -n \"$h\" ] && runner \"$h\" && {{ echo $h; exit 0; }}; fi; "
+        "sleep 0.2; done; "
+        f"runner {pid} && echo {pid}; exit 0")
+    res = hc.run(script, timeout=wait_s + 30)
+    out = res.stdout.split()
+    return int(out[-1]) if out and out[-1].isdigit() else None
 
 
 def stop(hc: HostConnection, pid: int, wait_s: float = 180) -> bool:

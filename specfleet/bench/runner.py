@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import fcntl
+import hashlib
 import json
 import os
 import signal
@@ -23,13 +24,24 @@ import urllib.error
 import urllib.request
 
 try:
-    from .runner_lib import (Fatal, ItemFailed, Stopped, atomic_write, end_pids, gpu_used_mib, live_pids,
-                             load_spec, log, now, parse_env_file, proc_argv0, proc_has_token, tail)
+    from .runner_lib import (Fatal, ItemFailed, Stopped, atomic_write, boot_identity, end_pids, failed_requests,
+                             gpu_used_mib, live_pids, load_spec, log, make_reserve, no_space, now, parse_env_file,
+                             proc_argv0, proc_has_token, tail)
 except ImportError:  # run as a script on the worker, runner_lib.py copied beside it
-    from runner_lib import (Fatal, ItemFailed, Stopped, atomic_write, end_pids, gpu_used_mib,  # type: ignore
-                            live_pids, load_spec, log, now, parse_env_file, proc_argv0, proc_has_token, tail)
+    from runner_lib import (Fatal, ItemFailed, Stopped, atomic_write, boot_identity, end_pids,  # type: ignore
+                            failed_requests, gpu_used_mib, live_pids, load_spec, log, make_reserve, no_space, now,
+                            parse_env_file, proc_argv0, proc_has_token, tail)
 
+# specfleet.results.schema.REQUIRED_KEYS (the runner is stdlib only and runs alone on the worker);
+# a truncated file, a non-number or completed 0 is redone; the full judgement is collect's
+RESULT_KEYS = ("duration", "completed", "output_throughput", "total_token_throughput", "mean_tpot_ms",
+               "mean_ttft_ms", "mean_itl_ms")
 EXIT_OK, EXIT_FAILED, EXIT_SPEC, EXIT_LOCKED, EXIT_FATAL, EXIT_STOPPED = 0, 1, 2, 3, 4, 143
+HERE = os.path.dirname(os.path.abspath(__file__))
+# vLLM's sampling parameters that generation_config.json can set (get_diff_sampling_param)
+SAMPLING_KEYS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")
+REBOOT_HINT = ("the host rebooted since this campaign's last runner (boot id changed): run `fab provision` "
+               "(mounts, GPU modules), then `fab bench` to resume")
 DEFAULTS = {"schema": 1, "plan_hash": "", "env_file": None, "expected_vllm_version": None,
             "server_host": "127.0.0.1", "health_timeout_s": 2400, "health_poll_s": 5,
             "prefix_cache": "reset", "bench_timeout_s": 7200, "gpu_memory_free_mib": 5000,
@@ -50,6 +62,10 @@ class Runner:
         self.vllm_version: str | None = None
         self.model: str | None = None
         self.state: dict = {}
+        self.reserve = os.path.join(self.run_dir, ".disk-reserve")
+        self.rebooted = False
+        self.fits: dict[str, dict] = {}       # fit-check key -> its answer (one check per distinct setup)
+        self.sampling: dict | None = None     # the server's generation defaults, read in preflight
 
     # ---------------------------------------------------------------- state
     def save(self) -> None:
@@ -78,7 +94,26 @@ class Runner:
 
     def is_done(self, item: dict) -> bool:
         marker = self.read_marker(item)
-        return bool(marker) and marker.get("item_hash") == item.get("item_hash")
+        return bool(marker) and marker.get("item_hash") == item.get("item_hash") and self.results_valid(item)
+
+    def results_valid(self, item: dict) -> bool:
+        """A done marker counts only while each result file it stands for is still a complete result:
+        one found corrupted or missing (collect quarantines such a copy) is measured again."""
+        for b in item["bench"]:
+            argv = b["argv"]
+            rdir = argv[argv.index("--result-dir") + 1] if "--result-dir" in argv else self.run_dir
+            try:
+                with open(os.path.join(rdir, b["result_file"])) as f:
+                    r = json.load(f)
+            except (OSError, ValueError):
+                r = None
+            ok = isinstance(r, dict) and all(isinstance(r.get(k, 0), (int, float)) for k in RESULT_KEYS) \
+                and r.get("completed", 1) > 0 and (r.get("failed") or 0) <= self.spec.get("max_failed_requests", 0)
+            if not ok:
+                log(f"[{item['name']}] done marker present but {b['result_file']} is missing or invalid: "
+                    "measured again")
+                return False
+        return True
 
     def check_stop(self) -> None:
         if self.stopping:
@@ -89,16 +124,22 @@ class Runner:
         s = self.spec
         os.makedirs(self.run_dir, exist_ok=True)
         os.chdir(self.run_dir)  # relative paths in the spec (dataset) are relative to the run folder
-        old = {}
+        make_reserve(self.reserve)
+        old, old_state = {}, {}
         try:
             with open(self.state_path) as f:
-                old = {i["name"]: i for i in json.load(f).get("items", [])}
-        except (OSError, ValueError, KeyError, TypeError):
+                old_state = json.load(f)
+            old = {i["name"]: i for i in old_state.get("items", [])}
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
             pass
+        old_state = old_state if isinstance(old_state, dict) else {}
+        boot = boot_identity()
+        self.rebooted = bool(old_state.get("boot")) and old_state.get("boot") != boot
         self.state = {"schema": 1, "run_id": s["run_id"], "campaign": s["campaign"],
                       "plan_hash": s["plan_hash"], "host": s["host"], "runner_pid": os.getpid(),
                       "status": "running", "started_at": now(), "finished_at": None, "error": None,
-                      "vllm_version": None, "model_path": None, "current": None, "items": []}
+                      "vllm_version": None, "model_path": None, "current": None, "boot": boot,
+                      "rebooted": REBOOT_HINT if self.rebooted else None, "items": []}
         for it in s["items"]:
             done = self.is_done(it)
             rec = {"name": it["name"], "item_hash": it.get("item_hash"),
@@ -109,6 +150,13 @@ class Runner:
                 prev, marker = old.get(it["name"], {}), self.read_marker(it)
                 rec.update({k: prev[k] for k in ("started_at", "server_pid", "model_path", "notes") if k in prev},
                            finished_at=marker.get("finished_at"), results=marker.get("results", []))
+            elif self.rebooted and old.get(it["name"], {}).get("status") not in (None, "pending", "failed", "done") \
+                    or self.rebooted and "SIGTERM" in str(old.get(it["name"], {}).get("error")):
+                prev = old[it["name"]]
+                rec["interrupted"] = ("host rebooted while it ran (the shutdown stopped it)" if prev["status"] == "pending"
+                                      else f"host rebooted during {prev['status']} ({prev.get('phase') or ''})")
+            elif old.get(it["name"], {}).get("interrupted"):  # keep the record until the item is done
+                rec["interrupted"] = old[it["name"]]["interrupted"]
             self.state["items"].append(rec)
         self.save()
         log(f"runner pid {os.getpid()} run {s['run_id']}: {len(s['items'])} items in {self.run_dir}")
@@ -125,7 +173,8 @@ class Runner:
                 self.run_item(item, rec)
             except ItemFailed as e:
                 rc = EXIT_FAILED
-                self.set(rec, "failed", f"failed during {rec['status']}", error=str(e), finished_at=now())
+                msg = f"{e}; {REBOOT_HINT}" if self.rebooted and rec["status"] == "preflight" else str(e)
+                self.set(rec, "failed", f"failed during {rec['status']}", error=msg, finished_at=now())
             except Stopped as e:
                 self.set(rec, "pending", "interrupted by SIGTERM; redone on resume", error=str(e))
                 self.finish("stopped", "stopped by SIGTERM")
@@ -138,15 +187,46 @@ class Runner:
                     None if rc == EXIT_OK else "some items failed (see items[].error)")
         return rc
 
+    def abort(self, e: BaseException) -> None:
+        """Whatever ends the runner ends its server and bench client too, and says why."""
+        for p in (self.bench, self.server):
+            if p is not None and p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        try:
+            self.stop_server()
+        except BaseException as stop_error:  # noqa: BLE001 - record the first cause, still end the rest
+            log(f"while aborting: {stop_error}")
+        self.end_previous_leftovers()  # by run token: a bench client, an engine
+        why = no_space(e, self.run_dir) or f"runner crashed: {type(e).__name__}: {e}"
+        try:
+            os.unlink(self.reserve)  # frees room on a full disk for the last state
+        except OSError:
+            pass
+        cur = next((r for r in self.state.get("items", []) if r["name"] == self.state.get("current")), None)
+        if cur is not None and cur["status"] != "done":
+            cur.update(status="failed", phase="queue stopped", error=why, finished_at=now())
+        try:
+            self.finish("failed", why)
+        except OSError as e2:
+            log(f"cannot record the state ({e2}): {why}")
+        try:
+            print(f"specfleet runner: {why}", file=sys.stderr, flush=True)
+        except OSError:
+            pass
+
     def finish(self, status: str, error: str | None) -> None:
         self.state.update(status=status, error=error, finished_at=now(), current=None)
         self.save()
         log(f"runner {status}" + (f": {error}" if error else ""))
 
     def run_item(self, item: dict, rec: dict) -> None:
-        self.set(rec, "preflight", "checking GPU, port, model, venv, env file")
+        self.set(rec, "preflight", "checking GPU, port, model, venv, env file, prompt lengths")
         self.preflight(item)
         rec["model_path"] = self.model
+        item = self.fit_prompts(item, rec)
         try:
             self.start_and_wait(item, rec)
             self.set(rec, "benchmarking", "")
@@ -158,8 +238,10 @@ class Runner:
                 self.save()
         finally:
             if self.server is not None:
-                self.set(rec, "stopping", "stopping server, waiting for GPU memory")
-                self.stop_server()
+                try:
+                    self.set(rec, "stopping", "stopping server, waiting for GPU memory")
+                finally:  # even when the state cannot be written (full disk): the server ends
+                    self.stop_server()
         marker = {"item_hash": item.get("item_hash"), "run_id": self.spec["run_id"],
                   "plan_hash": self.spec["plan_hash"], "finished_at": now(), "results": rec["results"]}
         atomic_write(self.done_marker(item), json.dumps(marker, indent=2) + "\n")
@@ -223,6 +305,104 @@ class Runner:
             if want and lines[-1] != want:
                 raise ItemFailed(f"the venv has vLLM {lines[-1]}, the plan pins {want}")
             self.vllm_version = self.state["vllm_version"] = lines[-1]
+        self.sampling = self.server_sampling(item)
+
+    def server_sampling(self, item: dict) -> dict:
+        """The sampling defaults the server applies to what the client does not send.
+
+        vLLM's --generation-config: `auto` (default) = the model's generation_config.json, `vllm` =
+        none (vLLM's own defaults: temperature 1.0), a folder = that folder's file.
+        """
+        argv = item["serve_argv"]
+        src = next((w.split("=", 1)[1] for w in argv if w.startswith("--generation-config=")), None)
+        if src is None and "--generation-config" in argv[:-1]:
+            src = argv[argv.index("--generation-config") + 1]
+        src = src or "auto"
+        if src == "vllm":
+            return {"source": "vllm defaults", "params": {}}
+        folder = self.model if src == "auto" else src
+        path = os.path.join(folder or "", "generation_config.json")
+        try:
+            with open(path) as f:
+                gen = json.load(f)
+        except FileNotFoundError:
+            return {"source": f"none ({path} absent): vllm defaults", "params": {}}
+        except (OSError, ValueError) as e:
+            raise ItemFailed(f"{path} is not readable JSON ({e}): the server's sampling defaults are unknown") from None
+        return {"source": path, "params": {k: gen[k] for k in SAMPLING_KEYS if k in gen}}
+
+    def decoding(self, item: dict) -> str:
+        """greedy or sampled, from what the client sends, else the server's defaults."""
+        temp = item.get("temperature", 0.0)
+        if temp is None:
+            temp = (self.sampling or {}).get("params", {}).get("temperature", 1.0)  # vLLM's default: 1.0
+        return "greedy" if float(temp) == 0.0 else f"sampled (temperature {float(temp):g})"
+
+    def fit_prompts(self, item: dict, rec: dict) -> dict:
+        """Before the model loads: every selected prompt + output_len must fit --max-model-len.
+
+        refuse: the item fails naming the prompts and the fixes. drop: the bench runs get a file of
+        the prompts that fit (selection order, --disable-shuffle, --num-prompts = how many).
+        """
+        fit = item.get("fit")
+        if not fit:
+            return item
+        key = json.dumps([self.model, fit], sort_keys=True)
+        if key not in self.fits:
+            kept = os.path.join(self.run_dir, f"prompts-fit-{hashlib.sha256(key.encode()).hexdigest()[:12]}.jsonl")
+            argv = [os.path.join(self.spec["venv"], "bin", "python"), os.path.join(HERE, "fitcheck.py"),
+                    "--model", self.model, "--dataset", fit["dataset"], "--num-prompts", str(fit["num_prompts"]),
+                    "--output-len", str(fit["output_len"]), "--chat-template", fit["chat_template"],
+                    "--write-kept", kept]
+            if fit.get("max_model_len"):
+                argv += ["--max-model-len", str(fit["max_model_len"])]
+            try:
+                p = subprocess.run(argv, capture_output=True, text=True, timeout=600, env=self.env,
+                                   cwd=self.run_dir)
+                ans = json.loads(p.stdout.strip().splitlines()[-1]) if p.returncode == 0 else None
+            except (OSError, subprocess.TimeoutExpired, ValueError, IndexError) as e:
+                raise ItemFailed(f"the prompt-length check could not run: {e}") from None
+            if ans is None:
+                raise ItemFailed(f"the prompt-length check failed (exit {p.returncode}): "
+                                 f"{(p.stdout + p.stderr).strip()[-500:]}")
+            ans["kept_file"] = kept
+            self.fits[key] = ans
+        ans = self.fits[key]
+        if ans["selected"] < fit["num_prompts"]:
+            raise ItemFailed(f"{fit['dataset']} holds {ans['selected']} prompts, benchmark.num_prompts asks for "
+                             f"{fit['num_prompts']} (--no-oversample would send {ans['selected']}): lower num_prompts "
+                             "or use a larger dataset")
+        bad = ans["too_long"]
+        rec["prompt_fit"] = {k: ans[k] for k in ("tokenizer", "max_model_len", "output_len", "selected", "kept")}
+        rec["prompt_fit"]["too_long"] = bad
+        if not bad:
+            return item
+        names = ", ".join(f"question_id {b['question_id']} ({b['prompt_tokens']} + {ans['output_len']} = "
+                          f"{b['prompt_tokens'] + ans['output_len']} tokens)" for b in bad[:10])
+        more = f" and {len(bad) - 10} more" if len(bad) > 10 else ""
+        longest = max(b["prompt_tokens"] for b in bad)
+        what = (f"{len(bad)} of {ans['selected']} selected prompts do not fit --max-model-len {ans['max_model_len']} "
+                f"with output_len {ans['output_len']} (tokenizer: {ans['tokenizer']}): {names}{more}")
+        if fit["policy"] != "drop":
+            raise ItemFailed(f"{what}. Fixes: raise --max-model-len to {longest + ans['output_len']} "
+                             f"(server.args), lower benchmark.output_len to {ans['max_model_len'] - longest}, "
+                             "or set benchmark.prompts_that_do_not_fit: drop")
+        if ans["kept"] == 0:
+            raise ItemFailed(f"{what}: none is left to measure")
+        rec["notes"].append(f"dropped (plan: prompts_that_do_not_fit: drop): {what}")
+        ids = ",".join(str(b["question_id"]) for b in bad)
+        item = dict(item, bench=[dict(b, num_prompts=ans["kept"], argv=self.drop_argv(b["argv"], ans, ids))
+                                 for b in item["bench"]])
+        return item
+
+    @staticmethod
+    def drop_argv(argv: list[str], ans: dict, ids: str) -> list[str]:
+        argv = list(argv)
+        argv[argv.index("--dataset-path") + 1] = ans["kept_file"]
+        argv[argv.index("--num-prompts") + 1] = str(ans["kept"])
+        i = argv.index("--metadata")  # --metadata takes the rest of the line: options go before it
+        return [*argv[:i], "--disable-shuffle", *argv[i:], f"prompts_dropped={len(ans['too_long'])}",
+                f"prompts_dropped_ids={ids}", f"prompts_selected={ans['selected']}"]
 
     # ---------------------------------------------------------------- server
     def argv(self, argv: list[str]) -> list[str]:
@@ -261,6 +441,14 @@ class Runner:
     def check_server(self, item: dict) -> None:
         if self.server is not None and self.server.poll() is not None:
             log_path = os.path.join(self.run_dir, f"{item['name']}.server.log")
+            if self.server.returncode in (0, -signal.SIGTERM, -signal.SIGINT):
+                # ended from outside with a clean stop: a shutdown (reboot) signals us too, a moment later
+                deadline = time.monotonic() + 3.0
+                while not self.stopping and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                if self.stopping:
+                    raise Stopped(f"stopped by SIGTERM (its server had exited with code {self.server.returncode}: "
+                                  "a host shutdown?)")
             raise ItemFailed(f"vllm serve exited with code {self.server.returncode}; last 40 lines of "
                              f"{log_path}:\n{tail(log_path)}")
 
@@ -282,7 +470,8 @@ class Runner:
             self.set(rec, "benchmarking", "")
 
     def run_bench(self, item: dict, b: dict) -> str:
-        argv = self.argv(b["argv"])
+        argv = self.argv(b["argv"]) + [f"generation_config={json.dumps(self.sampling or {}, sort_keys=True)}",
+                                        f"decoding={self.decoding(item)}"]
         rdir = argv[argv.index("--result-dir") + 1] if "--result-dir" in argv else self.run_dir
         final = os.path.join(rdir, b["result_file"])
         partial = final + ".partial"
@@ -320,11 +509,13 @@ class Runner:
                 result = json.load(f)
         except (OSError, ValueError) as e:
             raise ItemFailed(f"bench result {partial} is missing or not JSON ({e})") from None
-        failed = result.get("failed") if isinstance(result, dict) else None
-        if isinstance(failed, int) and failed > 0:
-            raise ItemFailed(f"bench concurrency {b['concurrency']}: {failed} of {result.get('num_prompts')} "
-                             f"requests failed (server or engine died?); result kept as {partial}; last lines of "
-                             f"{log_path}:\n{tail(log_path)}")
+        if not isinstance(result, dict):
+            raise ItemFailed(f"bench result {partial} is not a JSON object")
+        why = failed_requests(result, int(b.get("num_prompts") or result.get("num_prompts") or 0),
+                              int(item.get("max_failed_requests", 0)))
+        if why:  # the cause goes last: fab's table shows the end of the error
+            raise ItemFailed(f"bench concurrency {b['concurrency']} (run {b.get('rep', 1)}) does not count, result "
+                             f"kept as {partial}, log {log_path}: {why}")
         os.replace(partial, final)
         return final
 
@@ -394,7 +585,11 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, runner.on_sigterm)
     signal.signal(signal.SIGINT, runner.on_sigterm)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    return runner.run()
+    try:
+        return runner.run()
+    except Exception as e:  # noqa: BLE001 - a full disk, a bug: never leave a server holding the GPU
+        runner.abort(e)
+        return EXIT_FATAL
 
 
 if __name__ == "__main__":

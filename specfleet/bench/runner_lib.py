@@ -4,11 +4,14 @@ Copied to the worker next to runner.py (specfleet.bench.spec.RUNNER_FILES).
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
+import secrets
 import signal
 import subprocess
 import time
+from collections import Counter
 
 REQUIRED = ("run_id", "campaign", "host", "work_dir", "venv", "model_candidates", "port", "items")
 
@@ -30,7 +33,91 @@ def now() -> str:
 
 
 def log(msg: str) -> None:
-    print(f"{now()} {msg}", flush=True)
+    try:
+        print(f"{now()} {msg}", flush=True)
+    except OSError:  # runner.log on a full disk: the state file (reserve below) still says what happened
+        pass
+
+
+def no_space(e: BaseException, fallback: str) -> str | None:
+    """'no space left on <path>' for ENOSPC/EDQUOT, else None."""
+    if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+        return f"no space left on {os.path.dirname(str(e.filename)) if e.filename else fallback}"
+    return None
+
+
+RESERVE_BYTES = 1 << 20
+
+
+def make_reserve(path: str) -> None:
+    """Hold RESERVE_BYTES on the run folder's file system, so a full disk can still record why."""
+    try:
+        with open(path, "wb") as f:
+            f.write(b"\0" * RESERVE_BYTES)
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError:
+        pass
+
+
+def boot_identity() -> str:
+    """Changes with every boot: the kernel's boot_id and a token in /tmp (emptied at boot; also
+    what tells a testbed worker's reboot apart, as its kernel is the machine's)."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+    except OSError:
+        boot = "?"
+    marker = f"/tmp/.specfleet-boot-{os.getuid()}"
+    try:
+        fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        os.write(fd, secrets.token_hex(8).encode())
+        os.close(fd)
+    except FileExistsError:
+        pass
+    except OSError:
+        return boot
+    try:
+        with open(marker) as f:
+            return f"{boot}/{f.read().strip()}"
+    except OSError:
+        return boot
+
+
+def failed_requests(result: dict, expected: int, tolerance: int) -> str | None:
+    """Why a run does not count (fewer than `expected - tolerance` requests completed), or None.
+
+    The cause is what vLLM answered (the result's per-request `errors`), most frequent first.
+    """
+    completed = result.get("completed")
+    if isinstance(completed, bool) or not isinstance(completed, int):
+        return "the result has no `completed` count"
+    failed = result.get("failed")
+    if isinstance(failed, bool) or not isinstance(failed, int):
+        failed = max(0, expected - completed)
+    if expected - completed <= tolerance and failed <= tolerance:
+        return None
+    causes = Counter(request_error(e) for e in result.get("errors") or [] if isinstance(e, str) and e.strip())
+    said = "; ".join(f"{n} x {c}" for c, n in causes.most_common(3)) or \
+        "no per-request errors recorded (--save-detailed off?); see the bench log"
+    return (f"{expected - completed} of {expected} requests did not complete ({failed} failed, tolerance "
+            f"{tolerance}); vLLM said: {said}")
+
+
+def request_error(text: str) -> str:
+    """The message inside an error such as '400 Bad Request: {"error": {"message": ...}}'."""
+    text = text.strip()
+    i = text.find("{")
+    if i >= 0:
+        try:
+            body = json.loads(text[i:])
+            inner = body.get("error", body) if isinstance(body, dict) else body
+            msg = inner.get("message") if isinstance(inner, dict) else inner
+            if isinstance(msg, str) and msg.strip():
+                return msg.strip()[:300]
+        except ValueError:
+            pass
+    return text[:300]
 
 
 def atomic_write(path: str, data: str) -> None:

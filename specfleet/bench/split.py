@@ -105,7 +105,8 @@ def item_s(plan: Plan, config: str, node: NodeInfo, durations: dict[str, dict] |
     """Estimated wall time of one queue item (load + benchmark + restarts the policy needs)."""
     measured = (durations or {}).get(config)
     load = measured["load_s"] if measured and "load_s" in measured else load_s(plan, config, node)
-    loads = len(plan.benchmark.concurrencies) if plan.server.prefix_cache == "fresh-server-per-concurrency" else 1
+    b = plan.benchmark
+    loads = len(b.concurrencies) * b.repeat if plan.server.prefix_cache == "fresh-server-per-concurrency" else 1
     return load * loads + bench_s(plan, config, measured)
 
 

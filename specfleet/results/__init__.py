@@ -1,5 +1,5 @@
-"""The local half of `fab collect`: validate result files, gate on node
-equivalence, merge, and report. Entry point: `report_campaign`."""
+"""The local half of `fab collect` and all of `fab report`: validate result files, gate on node
+equivalence, merge, and report. Entry points: `report_plan` (from a plan), `report_campaign`."""
 from .campaign import Campaign, Quarantined, scan_campaign
 from .gate import EquivalenceRule, GateResult, check_equivalence
 from .schema import Result, ResultError, load_result
@@ -8,6 +8,6 @@ __all__ = [
     "Campaign", "Quarantined", "scan_campaign", "EquivalenceRule", "GateResult",
     "check_equivalence", "Result", "ResultError", "load_result",
 ]
-from .collect import CollectOutcome, report_campaign  # noqa: E402
+from .collect import CollectOutcome, report_campaign, report_plan  # noqa: E402
 
-__all__ += ["CollectOutcome", "report_campaign"]
+__all__ += ["CollectOutcome", "report_campaign", "report_plan"]

@@ -11,8 +11,10 @@ Layout (docs/dev/contracts.md):
 Only items of a done config (marker, or `state.json` says done) are used. A
 result file of a done config that does not validate is moved to
 `results/<campaign>/quarantine/<host>/` with a `<name>.reason.txt` beside it;
-nothing else is moved or deleted. Result data comes from JSON only; the server
-log is read (regex) for KV-cache facts and the vLLM version.
+nothing else is moved or deleted (`quarantine=False`, as `fab report` scans: nothing moves,
+the file is only reported). A valid file counts as a run only if its requests completed
+(`Expect`: the plan's num_prompts and max_failed_requests). Result data comes from JSON only;
+the server log is read (regex) for KV-cache facts and the vLLM version.
 """
 from __future__ import annotations
 
@@ -23,19 +25,49 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .schema import PROVENANCE_KEYS, Result, ResultError, load_result
+from .schema import PROVENANCE_KEYS, Result, ResultError, incomplete, load_result
 
 RESULT_RE = re.compile(r"^(?P<config>.+?)_conc(?P<conc>\d+)(?:_r(?P<rep>\d+))?\.json$")
 QUARANTINE_DIR = "quarantine"
 STATE_FILE = "state.json"
+RUN_SPEC_FILE = "run.json"   # the worker's queue as `fab bench` gave it (collect fetches it)
+OTHER_JSON = {STATE_FILE, RUN_SPEC_FILE, "provenance.json"}
 # Directories under the campaign that are not hosts.
-NOT_HOSTS = {QUARANTINE_DIR, "plots", "report"}
+NOT_HOSTS = {QUARANTINE_DIR, "plots", "report"}  # and every name starting with "." (collect's staging)
+REASON_SUFFIX = ".reason.txt"
 
 KV_SIZE_RE = re.compile(r"\b(?:(GPU|CPU|XPU|TPU|HPU)\s+)?KV cache size:\s*([\d,]+)\s*tokens")
 MAX_CONC_RE = re.compile(r"Maximum concurrency for\s*([\d,]+)\s*tokens per request:\s*([\d,.]+)x")
 WEIGHTS_RE = re.compile(r"Model loading took\s*([\d.]+)\s*GiB")
 KV_MEM_RE = re.compile(r"Available KV cache memory:\s*([\d.]+)\s*GiB")
 LOG_VERSION_RE = re.compile(r"Initializing a V1 LLM engine \(v([^)\s]+)\)|\bversion\s+(\d+\.\d+\.\d+\S*)")
+
+
+@dataclass(frozen=True)
+class Expect:
+    """What a run must show to count: `num_prompts` asked (None: the file's own), at most
+    `max_failed_requests` of them not completed (the plan's benchmark fields)."""
+
+    num_prompts: int | None = None
+    max_failed_requests: int = 0
+
+
+def parse_name(name: str) -> tuple[str, int, int | None] | None:
+    """(config, concurrency, repeat or None) from `<config>_conc<N>[_r<K>].json`, else None."""
+    m = RESULT_RE.match(name)
+    return (m["config"], int(m["conc"]), int(m["rep"]) if m["rep"] is not None else None) if m else None
+
+
+def check_file(path: Path, expect: Expect | None = None) -> Result:
+    """Load and judge one result file: schema, name vs content, completeness. Raises ResultError."""
+    res = load_result(path)
+    parsed = parse_name(path.name)
+    if parsed and res.max_concurrency is not None and res.max_concurrency != parsed[1]:
+        raise ResultError(path, f"max_concurrency is {res.max_concurrency} but the file name says conc{parsed[1]}")
+    expect = expect or Expect()
+    if why := incomplete(res, expect.num_prompts, expect.max_failed_requests):
+        raise ResultError(path, why)
+    return res
 
 
 @dataclass
@@ -56,7 +88,18 @@ class Quarantined:
     reason: str
 
     def message(self) -> str:
+        if self.dest == self.source:
+            return f"not merged (invalid, left in place) {self.source}: {self.reason}"
         return f"quarantined {self.source} -> {self.dest}: {self.reason}"
+
+
+@dataclass
+class SetAside:
+    """A file in quarantine/<host>/ (this collect's or an earlier one's), with its reason."""
+
+    host: str
+    path: Path
+    reason: str
 
 
 @dataclass
@@ -79,6 +122,14 @@ class NodeInfo:
     provenance: dict[str, str] = field(default_factory=dict)
     run_dates: list[str] = field(default_factory=list)
     state: dict[str, Any] | None = None
+    done: set[str] = field(default_factory=set)
+
+    def item_status(self, config: str) -> tuple[str, str] | None:
+        """(status, error) the runner's state.json records for an item, or None."""
+        for i in (self.state or {}).get("items", []) or []:
+            if isinstance(i, dict) and (i.get("name") or i.get("config")) == config:
+                return str(i.get("status", "")), str(i.get("error") or "")
+        return None
 
 
 @dataclass
@@ -90,6 +141,7 @@ class Campaign:
     nodes: dict[str, NodeInfo] = field(default_factory=dict)
     pending: list[Path] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    set_aside: list[SetAside] = field(default_factory=list)
 
     @property
     def name(self) -> str:
@@ -195,22 +247,31 @@ def _quarantine(root: Path, host: str, path: Path, reason: str) -> Quarantined:
     return Quarantined(host=host, source=path, dest=dest, reason=reason)
 
 
-def _check_consistency(run: Run) -> str | None:
-    """A reason to refuse a file whose content contradicts its name, else None."""
-    mc = run.result.max_concurrency
-    if mc is not None and mc != run.conc:
-        return f"max_concurrency is {mc} but the file name says conc{run.conc}"
-    return None
+def quarantine_file(root: Path, host: str, path: Path, reason: str) -> Quarantined:
+    """Move `path` to quarantine/<host>/ (never over an earlier one) with its reason beside it."""
+    return _quarantine(root, host, path, reason)
 
 
-def scan_campaign(root: Path | str, quarantine: bool = True) -> Campaign:
+def _set_aside(root: Path) -> list[SetAside]:
+    out = []
+    qroot = root / QUARANTINE_DIR
+    for qdir in sorted(p for p in qroot.iterdir() if p.is_dir()) if qroot.is_dir() else []:
+        for r in sorted(qdir.glob("*" + REASON_SUFFIX)):
+            f = r.with_name(r.name[: -len(REASON_SUFFIX)])
+            if f.is_file():
+                out.append(SetAside(qdir.name, f, r.read_text(encoding="utf-8", errors="replace").strip()))
+    return out
+
+
+def scan_campaign(root: Path | str, quarantine: bool = True, expect: Expect | None = None) -> Campaign:
     """Read every host directory of a campaign; move invalid files of done items
     to quarantine (unless quarantine=False, then they are only reported)."""
     root = Path(root)
     if not root.is_dir():
         raise FileNotFoundError(f"campaign directory {root} does not exist")
     camp = Campaign(root=root)
-    for hdir in sorted(p for p in root.iterdir() if p.is_dir() and p.name not in NOT_HOSTS):
+    for hdir in sorted(p for p in root.iterdir()
+                       if p.is_dir() and p.name not in NOT_HOSTS and not p.name.startswith(".")):
         host = hdir.name
         node = camp.nodes.setdefault(host, NodeInfo(host=host))
         state = None
@@ -223,6 +284,9 @@ def scan_campaign(root: Path | str, quarantine: bool = True) -> Campaign:
                 camp.warnings.append(f"{sp}: unreadable state file ignored ({e})")
         node.provenance.update(_state_provenance(state))
         done = {p.name[: -len(".done")] for p in hdir.glob("*.done")} | _done_configs_from_state(state)
+        if state is None and not done:  # a folder of plain vLLM result files (docs/report.md): all finished
+            done = {parsed[0] for f in hdir.glob("*.json") if (parsed := parse_name(f.name))}
+        node.done = done
 
         for log in sorted(hdir.glob("*.server.log")):
             cfg = log.name[: -len(".server.log")]
@@ -230,23 +294,19 @@ def scan_campaign(root: Path | str, quarantine: bool = True) -> Campaign:
                 camp.kv.append(parse_server_log(log, host, cfg))
 
         for path in sorted(hdir.glob("*.json")):
-            if path.name == STATE_FILE:
+            parsed = parse_name(path.name)
+            if not parsed:
+                if path.name not in OTHER_JSON:
+                    camp.warnings.append(f"{path}: not named <config>_conc<N>[_r<K>].json, ignored")
                 continue
-            m = RESULT_RE.match(path.name)
-            if not m:
-                camp.warnings.append(f"{path}: not named <config>_conc<N>[_r<K>].json, ignored")
-                continue
-            cfg, conc = m["config"], int(m["conc"])
-            rep = int(m["rep"]) if m["rep"] is not None else None
+            cfg, conc, rep = parsed
             if cfg not in done:
                 camp.pending.append(path)
                 camp.warnings.append(f"{path}: config '{cfg}' on {host} has no done marker, not merged")
                 continue
             try:
-                res = load_result(path)
+                res = check_file(path, expect)
                 run = Run(host, cfg, conc, rep, path, res)
-                if reason := _check_consistency(run):
-                    raise ResultError(path, reason)
             except ResultError as e:
                 if quarantine:
                     camp.quarantined.append(_quarantine(root, host, path, e.problem))
@@ -264,11 +324,12 @@ def scan_campaign(root: Path | str, quarantine: bool = True) -> Campaign:
             if res.date:
                 node.run_dates.append(res.date)
             if res.failed:
-                camp.warnings.append(f"{path}: {res.failed} request(s) failed")
+                camp.warnings.append(f"{path}: {res.failed} request(s) failed (within the plan's max_failed_requests)")
             camp.runs.append(run)
     for kv in camp.kv:
         if kv.vllm_version:
             camp.nodes[kv.host].provenance.setdefault("vllm_version", kv.vllm_version)
+    camp.set_aside = _set_aside(root)
     if not any(n for n in camp.nodes):
         camp.warnings.append(f"{root}: no host directories found")
     return camp

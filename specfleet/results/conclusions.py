@@ -36,6 +36,25 @@ def slow_reason(row: pd.Series) -> str:
             f"rate {_f(rate, 1)} %, {_f(d100, 1)} drafts per 100 output tokens)")
 
 
+TAIL_TOLERANCE_PCT = 3.0  # the report's noise level (§5.1)
+
+
+def tail_dominated(r: pd.Series, b: pd.Series, tol_pct: float = TAIL_TOLERANCE_PCT) -> str | None:
+    """Throughput and TPOT speedups that disagree: the run's throughput is set by its tail.
+
+    With few prompts per concurrency (one wave that drains) the output throughput follows the
+    last request, not the per-token speed; TPOT (time per output token, per request) does not.
+    """
+    thr = r.output_tok_s / b.output_tok_s if b.output_tok_s else float("nan")
+    tpot = b.tpot_ms / r.tpot_ms if r.tpot_ms else float("nan")
+    if math.isnan(thr) or math.isnan(tpot) or abs(thr / tpot - 1) * 100 <= tol_pct:
+        return None
+    return (f"**{r.config}** on {r.node} is tail-dominated: {thr:.3f}x on output throughput but "
+            f"{tpot:.3f}x on TPOT (beyond {tol_pct:g} %); the throughput is set by the last requests of a "
+            "wave that drains, not by the per-token speed: judge by TPOT, or measure a steady state "
+            "(more prompts per concurrency)")
+
+
 def _base_row(runs: pd.DataFrame, baseline: str, node: str, conc: int) -> pd.Series | None:
     b = runs[(runs.config == baseline) & (runs.node == node) & (runs.concurrency == conc)]
     return None if b.empty else b.iloc[0]
@@ -74,6 +93,10 @@ def conclusions(t: Tables, baseline: str = "vanilla") -> list[str]:
         for _, r in cand[cand.speedup < 1.0].iterrows():
             out.append(f"Concurrency {conc}: **{r.config}** on {r.node} is SLOWER than the baseline "
                        f"({r.speedup:.2f}x): {slow_reason(r)}.")
+        for _, r in cand.iterrows():
+            tail = tail_dominated(r, _base_row(runs, baseline, r.node, conc))
+            if tail:
+                out.append(f"Concurrency {conc}: {tail}.")
         itl = []
         for _, r in cand.iterrows():
             b = _base_row(runs, baseline, r.node, conc)

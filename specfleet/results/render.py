@@ -17,6 +17,7 @@ from typing import Any
 import jinja2
 import pandas as pd
 
+from .cells import CellState
 from .gate import GateResult
 from .merge import Tables
 from .plots import all_plots
@@ -25,6 +26,7 @@ TEMPLATE_DIR = Path(__file__).resolve().parents[2] / "templates" / "report"
 SIMULATED_STAMP = ("SIMULATED ENGINE: inputs come from the simulated vLLM (specfleet-simvllm), "
                    "not a real GPU run. These numbers are not performance measurements.")
 NOT_EQUIVALENT_STAMP = "NODES NOT EQUIVALENT: merged with --force although the node-equivalence gate failed."
+INCOMPLETE_STAMP = "INCOMPLETE: {n} of {total} planned cells are not merged (see 'Planned cells')."
 
 
 @dataclass
@@ -48,6 +50,30 @@ class ReportModel:
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     quarantined: list[str] = field(default_factory=list)
+    gate_verdict: str = ""       # PASSED | FAILED | NOT CHECKED, with why when not all was checked
+    complete: bool = True
+
+
+def gate_verdict(gate: GateResult, cells: list[CellState] | None = None) -> str:
+    """The gate's one-line verdict. "NOT CHECKED (why)" when no pair of nodes could be compared (a
+    pass needs a comparison); planned nodes whose baseline cell at the rule's point is not merged
+    are named with the cell's why."""
+    if not gate.passed:
+        return "FAILED"
+    conc = gate.rule.concurrency
+    lacking = {}
+    for c in cells or []:
+        if c.config == gate.baseline and (conc is None or c.concurrency == conc) and not c.merged:
+            lacking.setdefault(c.node, f"{c.node} has no valid '{gate.baseline}' run at concurrency "
+                                       f"{c.concurrency} ({c.state}: {c.why})")
+    if not gate.checks:
+        why = gate.notes or [f"no two nodes have a valid '{gate.baseline}' run to compare"]
+        return f"NOT CHECKED ({'; '.join(why + list(lacking.values()))})"
+    if lacking:
+        compared = sorted({n for c in gate.checks for n in (c.node_a, c.node_b)})
+        return (f"PASSED for {', '.join(compared)}; NOT CHECKED for {', '.join(sorted(lacking))} "
+                f"({'; '.join(lacking.values())})")
+    return "PASSED"
 
 
 def fmt(v: Any, nd: int = 2, suffix: str = "") -> str:
@@ -93,14 +119,32 @@ BW_COLS = [("concurrency", "conc", 0, ""), ("config", "config", -1, ""), ("node"
 CAT_COLS = [("concurrency", "conc", 0, ""), ("category", "category", -1, ""), ("config", "config", -1, ""),
             ("node", "node", -1, ""), ("requests", "requests", 0, ""), ("tpot_ms", "TPOT ms", 2, ""),
             ("tpot_speedup", "TPOT speedup", 2, "x")]
+CELL_COLS = [("config", "config", -1, ""), ("concurrency", "conc", 0, ""), ("node", "node", -1, ""),
+             ("state", "state", -1, ""), ("runs", "runs", -1, ""), ("why", "why", -1, "")]
 PROV_COLS = [(c, c.replace("_", " "), 0 if c == "runs" else -1, "") for c in
              ("node", "vllm", "torch", "gpu", "driver", "plan_hash", "engine", "first_run", "last_run", "runs")]
 
 
+def cells_section(cells: list[CellState], command: str | None) -> Section:
+    bad = [c for c in cells if not c.merged]
+    note = (f"Complete: all {len(cells)} planned (configuration, concurrency, node) cells are merged."
+            if not bad else
+            f"INCOMPLETE: {len(bad)} of {len(cells)} planned cells are not merged"
+            + (f"; to measure them again: `{command}`" if command else "") + ".")
+    df = pd.DataFrame([{"config": c.config, "concurrency": c.concurrency, "node": c.node,
+                        "state": c.state if c.merged else c.state.upper(),
+                        "runs": f"{c.runs}/{c.expected}", "why": c.why} for c in cells],
+                      columns=[col for col, *_ in CELL_COLS])
+    return _section("Planned cells", df, CELL_COLS, note)
+
+
 def build_model(campaign: str, tables: Tables, gate: GateResult, conclusions: list[str], *,
                 baseline: str, simulated: bool, forced: bool, warnings: list[str] | None = None,
-                quarantined: list[str] | None = None) -> ReportModel:
-    stamps = ([SIMULATED_STAMP] if simulated else []) + ([NOT_EQUIVALENT_STAMP] if forced and not gate.passed else [])
+                quarantined: list[str] | None = None, cells: list[CellState] | None = None,
+                command: str | None = None) -> ReportModel:
+    bad = [c for c in cells or [] if not c.merged]
+    stamps = ([SIMULATED_STAMP] if simulated else []) + ([NOT_EQUIVALENT_STAMP] if forced and not gate.passed else []) \
+        + ([INCOMPLETE_STAMP.format(n=len(bad), total=len(cells))] if bad else [])
     secs = []
     for conc in sorted(tables.runs.concurrency.unique()):
         secs.append(_section(f"Results at concurrency {conc}", tables.runs[tables.runs.concurrency == conc],
@@ -113,6 +157,8 @@ def build_model(campaign: str, tables: Tables, gate: GateResult, conclusions: li
     if tables.categories is not None:
         secs.append(_section("Per Spec-Bench category", tables.categories, CAT_COLS,
                              "TPOT per request, averaged per category; speedup against the same node's baseline."))
+    if cells:
+        secs.append(cells_section(cells, command))
     secs.append(_section("Node equivalence (baseline on every node)", gate.table, GATE_COLS,
                          "diff = (B - A) / A. " + gate.rule.describe() + "."))
     if not tables.kv.empty:
@@ -124,10 +170,12 @@ def build_model(campaign: str, tables: Tables, gate: GateResult, conclusions: li
                              f"{fmt(tables.min_tpot_ms)} ms. bound / TPOT > 1 means more than one token "
                              "per weight read (speculative decoding)."))
     secs.append(_section("Provenance", tables.provenance, PROV_COLS))
-    tags = (["SIMULATED"] if simulated else []) + (["NODES NOT EQUIVALENT"] if forced and not gate.passed else [])
+    tags = (["SIMULATED"] if simulated else []) + (["NODES NOT EQUIVALENT"] if forced and not gate.passed else []) \
+        + (["INCOMPLETE"] if bad else [])
     return ReportModel(campaign=campaign, baseline=baseline, stamps=stamps, tags=tags, gate=gate,
                        conclusions=conclusions, sections=secs, notes=list(tables.notes),
-                       warnings=list(warnings or []), quarantined=list(quarantined or []))
+                       warnings=list(warnings or []), quarantined=list(quarantined or []),
+                       gate_verdict=gate_verdict(gate, cells), complete=not bad)
 
 
 def _env() -> jinja2.Environment:
@@ -169,6 +217,7 @@ def print_report(model: ReportModel, console=None, gate_only: bool = False) -> N
         console.print(f"[bold white on red] {s} [/]")
     want = [s for s in model.sections if s.title.startswith("Node equivalence")] if gate_only else \
         [s for s in model.sections if s.title.startswith(("Results", "Speculative", "Node equivalence"))]
+    cells = next((s for s in model.sections if s.title == "Planned cells"), None)
     for sec in want:
         t = Table(title=sec.title, title_justify="left")
         for h in sec.headers:
@@ -177,8 +226,9 @@ def print_report(model: ReportModel, console=None, gate_only: bool = False) -> N
             style = "bold red" if "FAIL" in row else None
             t.add_row(*row, style=style)
         console.print(t)
-    verdict = "[green]PASSED[/]" if model.gate.passed else "[bold red]FAILED[/]"
-    console.print(f"Node equivalence {verdict}: {model.gate.rule.describe()}")
+    style = "green" if model.gate_verdict == "PASSED" else "bold red" if not model.gate.passed else "bold yellow"
+    console.print(f"Node equivalence [{style}]{model.gate_verdict}[/]: {model.gate.rule.describe()}",
+                  markup=True, highlight=False)
     for c in model.gate.checks:
         console.print(f"  {c.node_a} vs {c.node_b} @ conc {c.conc}: {c.reason}", markup=False)
     for p in model.gate.problems:
@@ -188,3 +238,21 @@ def print_report(model: ReportModel, console=None, gate_only: bool = False) -> N
             console.print("• " + c.replace("**", ""), markup=False)
     for q in model.quarantined:
         console.print(q, style="yellow", markup=False)
+    if cells is not None:
+        _print_cell_rows(cells, console)
+
+
+def _print_cell_rows(sec: Section, console) -> None:
+    """The not-merged cells, one line each, and the completeness verdict (the whole table is in the report)."""
+    for row in sec.rows:
+        if row[3] != "merged":
+            console.print(f"{row[3]}: {row[0]} @ concurrency {row[1]} on {row[2]} ({row[4]} runs): {row[5]}",
+                          style="bold red", markup=False)
+    console.print(sec.note.replace("`", ""), style="green" if sec.note.startswith("Complete") else "bold red",
+                  markup=False)
+
+
+def print_cells(cells: list[CellState], command: str | None, console) -> None:
+    """The cell states alone (when nothing could be merged)."""
+    if cells:
+        _print_cell_rows(cells_section(cells, command), console)

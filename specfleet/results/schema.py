@@ -8,7 +8,9 @@ when no draft was made). Unknown keys are kept: `--metadata KEY=VALUE` adds
 top-level string keys (`node`, `config`, `vllm_version`, `plan_hash`, ...) and
 the simulated engine adds `simulated`, `engine`, `simulated_time_scale`.
 
-`load_result(path)` raises one `ResultError` naming the file and the problem.
+`load_result(path)` raises one `ResultError` naming the file and the problem;
+`incomplete(result, asked, max_failed)` says why a valid file still does not count
+(fewer requests completed than the plan asked for).
 """
 from __future__ import annotations
 
@@ -181,6 +183,40 @@ def parse_result(data: Any, path: Path | str = "<memory>") -> Result:
     if res.duration <= 0:
         raise ResultError(path, f"duration is {res.duration!r}, expected > 0")
     return res
+
+
+def failure_cause(errors: list[str] | None) -> str | None:
+    """The first distinct cause in vLLM's per-request `errors` list ("" = that request succeeded):
+    a traceback's last line (the exception), else the message on one line; "+N other cause(s)"."""
+    causes: list[str] = []
+    for e in errors or []:
+        if not isinstance(e, str) or not e.strip():
+            continue
+        lines = [ln.strip() for ln in e.strip().splitlines() if ln.strip()]
+        cause = lines[-1] if lines[0].startswith("Traceback") else " ".join(lines)
+        if cause not in causes:
+            causes.append(cause)
+    if not causes:
+        return None
+    first = causes[0] if len(causes[0]) <= 240 else causes[0][:239] + "…"
+    return first + (f" (+{len(causes) - 1} other cause(s))" if len(causes) > 1 else "")
+
+
+def incomplete(res: Result, asked: int | None = None, max_failed: int = 0) -> str | None:
+    """Why a valid result does not count as a run, or None: more than `max_failed` of the `asked`
+    requests (the plan's num_prompts; else the file's own, when positive) did not complete."""
+    if asked is None and res.num_prompts is not None and res.num_prompts > 0:
+        asked = res.num_prompts
+    failed = res.failed or 0
+    if asked is not None:
+        failed = max(failed, asked - res.completed)
+    if failed <= max_failed:
+        return None
+    of = f" of {asked}" if asked is not None else ""
+    cause = failure_cause(res.errors) or ("no cause recorded (vLLM keeps `errors` only with --save-detailed)"
+                                          if res.errors is None else "no cause recorded")
+    return (f"{failed}{of} requests failed or were not sent (completed {res.completed}; "
+            f"the plan allows {max_failed}): {cause}")
 
 
 def load_result(path: Path | str) -> Result:

@@ -16,6 +16,7 @@ from specfleet.bench.plan import parse_plan
 from specfleet.bench.spec import RUNNER_FILES, build_run_spec
 
 FAKES = Path(__file__).parent / "fakes"
+SIMVLLM = Path(__file__).resolve().parents[2] / "testbed" / "simvllm"
 
 
 def free_port() -> int:
@@ -35,6 +36,11 @@ class Bed:
         self.venv = tmp / "venv"
         (self.venv / "bin").mkdir(parents=True)
         shutil.copy(FAKES / "vllm", self.venv / "bin" / "vllm")
+        # the venv's python, as the prompt-fit check runs it: the simulated engine's package is the
+        # `vllm` it imports (the fake serves, the sim's tokenizer counts)
+        py = self.venv / "bin" / "python"
+        py.write_text(f"#!/bin/sh\nPYTHONPATH={SIMVLLM} exec {sys.executable} \"$@\"\n")
+        py.chmod(0o755)
         self.bin = tmp / "bin"
         self.bin.mkdir()
         shutil.copy(FAKES / "nvidia-smi", self.bin / "nvidia-smi")
@@ -45,7 +51,8 @@ class Bed:
         self.model.mkdir(parents=True)
         (self.model / "config.json").write_text("{}")
         self.dataset = tmp / "q.jsonl"
-        self.dataset.write_text('{"turns": ["hi"]}\n')
+        self.dataset.write_text("".join(json.dumps({"question_id": i, "turns": [f"question {i}?"]}) + "\n"
+                                        for i in range(16)))
         self.env_file = tmp / "vllm.env"
         self.env_file.write_text('export FAKE_FROM_ENV_FILE="yes"  # comment\n')
         self.work = tmp / "work"
@@ -57,7 +64,8 @@ class Bed:
         for f in RUNNER_FILES:
             shutil.copy(f, self.runner.parent / f.name)
 
-    def plan(self, faults: dict[str, str] | None = None, stop_timeout_s: float = 10, **server):
+    def plan(self, faults: dict[str, str] | None = None, stop_timeout_s: float = 10, benchmark=None, **server):
+        benchmark = benchmark or {}
         faults = faults or {}
         cfgs = [{"name": n, "speculative_config": sc,
                  "extra_args": ["--fake-fault", faults[n]] if n in faults else []}
@@ -71,7 +79,8 @@ class Bed:
             "server": {"port": self.port, "health_timeout_s": server.pop("health_timeout_s", 20),
                        "health_poll_s": 0.5, **server},
             "configurations": cfgs, "baseline": "vanilla",
-            "benchmark": {"dataset_path": str(self.dataset), "chat_template": "double"},
+            "benchmark": {"dataset_path": str(self.dataset), "chat_template": "double", "repeat": 1,
+                          "num_prompts": 16, "min_prompts_per_concurrency": 1, **benchmark},
             "gpu_memory_free_mib": 5000, "stop_timeout_s": stop_timeout_s})
 
     def spec(self, plan, queue=("vanilla", "ngram", "eagle3"), name="run.json"):

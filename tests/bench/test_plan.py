@@ -129,7 +129,7 @@ def test_commands_for_report_plan():
     p = load_plan("plans/qwen3-32b.yml")
     paths = Paths(venv="/vllm-venv", work_dir="/var/tmp/sf")
     lines = commands_for(p, "w2", "eagle3", paths)
-    assert len(lines) == 3
+    assert len(lines) == 1 + 2 * 3  # one server, 3 repeats (the default) of concurrency 1 and 16
     serve = shlex.split(lines[0])
     assert serve[:3] == ["/vllm-venv/bin/vllm", "serve", "@MODEL@"]
     sc = serve[serve.index("--speculative-config") + 1]
@@ -140,7 +140,7 @@ def test_commands_for_report_plan():
     bench = shlex.split(lines[2])
     assert bench[bench.index("--tokenizer") + 1] == "@MODEL@"
     assert bench[bench.index("--max-concurrency") + 1] == "16"
-    assert bench[bench.index("--result-filename") + 1] == "eagle3_conc16.json"
+    assert bench[bench.index("--result-filename") + 1] == "eagle3_conc16_r1.json"
     assert bench[bench.index("--result-dir") + 1] == "/var/tmp/sf/qwen3-32b-specdec/w2"
     assert "--no-oversample" in bench and "--save-result" in bench and "--save-detailed" in bench
     md = bench[bench.index("--metadata") + 1:]
@@ -154,7 +154,8 @@ def test_run_spec_shape():
     spec = build_run_spec(p, "w1", ["vanilla", "ngram"], Paths(venv="/opt/v", work_dir="/w", dataset="/w/q.jsonl"))
     assert spec["host"] == "w1" and [i["name"] for i in spec["items"]] == ["vanilla", "ngram"]
     it = spec["items"][1]
-    assert [b["result_file"] for b in it["bench"]] == ["ngram_conc1.json", "ngram_conc16.json"]
+    # repeats interleaved across concurrencies, on one server start
+    assert [b["result_file"] for b in it["bench"]] == [f"ngram_conc{c}_r{r}.json" for r in (1, 2, 3) for c in (1, 16)]
     assert it["required_paths"] == ["/w/q.jsonl"]
     assert item_argv(p, "w1", "ngram", Paths(venv="/opt/v", work_dir="/w", dataset="/w/q.jsonl"))["item_hash"] == it["item_hash"]
 
@@ -170,3 +171,62 @@ def test_unknown_speculative_key_is_refused_unless_the_plan_opts_in(tmp_path):
     assert p.config("ng").speculative_config["num_spec_tokens"] == 4
     # the opt-in is validation only: it does not change the plan's identity
     assert "speculative_extra_keys" not in p.canonical_json()
+
+
+def test_repeats_default_to_three_interleaved(tmp_path):
+    p = load_plan(write(tmp_path, MINI))
+    assert p.benchmark.repeat == 3
+    it = item_argv(p, "w1", "ng", Paths(venv="/v", work_dir="/w"))
+    assert [(b["concurrency"], b["rep"]) for b in it["bench"]] == [(1, 1), (16, 1), (1, 2), (16, 2), (1, 3), (16, 3)]
+
+
+def test_steady_state_needs_prompts_for_the_concurrency(tmp_path):
+    m = err(tmp_path, MINI.replace("chat_template: double", "chat_template: double, num_prompts: 16"))
+    assert "p.yml: field 'benchmark.num_prompts': 16 prompts at concurrency 16 is one wave" in m
+    assert "at least 80" in m and "steady_state: report-setup" in m and "\n" not in m
+    ok = load_plan(write(tmp_path, MINI.replace(
+        "chat_template: double", "chat_template: double, num_prompts: 32, min_prompts_per_concurrency: 2")))
+    assert ok.benchmark.num_prompts == 32
+    rep = load_plan(write(tmp_path, MINI.replace(
+        "chat_template: double", "chat_template: double, num_prompts: 16, steady_state: report-setup")))
+    md = shlex.split(commands_for(rep, "w1", "ng", Paths(venv="/v", work_dir="/w"))[2])
+    assert "steady_state=report-setup" in md and "prompts_per_concurrency=1" in md
+
+
+def test_disable_log_stats_is_refused_for_a_speculative_configuration(tmp_path):
+    m = err(tmp_path, MINI + "server: {args: [--disable-log-stats]}\n")
+    assert m.startswith(f"{tmp_path / 'p.yml'}: configuration 'ng', field 'server.args': --disable-log-stats")
+    assert "spec-decode counters" in m and "\n" not in m
+    m = err(tmp_path, MINI.replace("prompt_lookup_max: 8}", "prompt_lookup_max: 8}, extra_args: [--disable-log-stats]"))
+    assert "configuration 'ng', field 'extra_args'" in m
+    # without speculation nothing is lost
+    only = "".join(ln for ln in MINI.splitlines(keepends=True) if "name: ng," not in ln)
+    assert load_plan(write(tmp_path, only + "server: {args: [--disable-log-stats]}\n")).server.args
+
+
+def test_the_report_plan_runs_as_the_report_did_and_the_controlled_one_says_how_it_differs():
+    rep, ctl = load_plan("plans/qwen3-32b.yml"), load_plan("plans/qwen3-32b-controlled.yml")
+    paths = Paths(venv="/v", work_dir="/w")
+    bench = shlex.split(commands_for(rep, "w1", "ngram", paths)[1])
+    assert "--temperature" not in bench  # the report sent none: Qwen3's generation config sampled
+    assert bench[bench.index("--num-warmups") + 1] == "0"
+    assert rep.server.prefix_cache == "keep" and rep.benchmark.steady_state == "report-setup"
+    assert (rep.benchmark.num_prompts, rep.benchmark.output_len, rep.benchmark.concurrencies) == (16, 512, [1, 16])
+    assert "sampling_params={}" in bench and "prefix_cache=keep" in bench and "num_warmups=0" in bench
+    cb = shlex.split(commands_for(ctl, "w1", "ngram", paths)[1])
+    assert cb[cb.index("--temperature") + 1] == "0" and cb[cb.index("--num-warmups") + 1] == "1"
+    assert ctl.server.prefix_cache == "reset" and ctl.benchmark.steady_state == "required"
+    assert 'sampling_params={"temperature":0.0}' in cb
+    text = open("plans/qwen3-32b-controlled.yml").read()
+    for deviation in ("temperature 0 (greedy)", "num_warmups 1", "prefix_cache reset", "num_prompts 80"):
+        assert deviation in text
+    assert [c.model_dump() for c in ctl.configurations] == [c.model_dump() for c in rep.configurations]
+
+
+def test_run_spec_carries_the_fit_check_and_the_tolerance(tmp_path):
+    p = load_plan(write(tmp_path, MINI.replace("chat_template: double", "chat_template: double, max_failed_requests: 1")
+                        + "server: {args: [--max-model-len, 2k]}\n"))
+    it = item_argv(p, "w1", "ng", Paths(venv="/v", work_dir="/w", dataset="/w/q.jsonl"))
+    assert it["fit"] == {"dataset": "/w/q.jsonl", "num_prompts": 80, "output_len": 512, "max_model_len": "2k",
+                         "chat_template": "double", "policy": "refuse"}
+    assert it["max_failed_requests"] == 1 and all(b["num_prompts"] == 80 for b in it["bench"])

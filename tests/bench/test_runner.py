@@ -1,8 +1,14 @@
 """The worker-side runner, end to end against a fake vllm and a fake nvidia-smi."""
 import json
 import os
+import shutil
 import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
+
+import pytest
 
 from specfleet.bench.runner import EXIT_FAILED, EXIT_FATAL, EXIT_LOCKED, EXIT_OK, EXIT_STOPPED, parse_env_file
 
@@ -14,6 +20,13 @@ def wait_for(cond, timeout=30.0):
             return True
         time.sleep(0.1)
     return False
+
+
+def status(bed, name):
+    try:
+        return bed.items()[name]["status"]
+    except (OSError, ValueError, KeyError):
+        return None
 
 
 def test_happy_path(bed):
@@ -138,3 +151,171 @@ def test_failed_bench_keeps_partial(bed, monkeypatch):
     assert (bed.run_dir / "vanilla_conc1.json.partial").exists()
     assert not (bed.run_dir / "vanilla_conc1.json").exists() and not (bed.run_dir / "vanilla.done").exists()
     assert it["ngram"]["status"] == "done" and bed.gpu_used() == 0
+
+
+# ---------------------------------------------------------------- prompts that do not fit (issue 10.4)
+LONG = " ".join(["word"] * 3000)  # ~3000 tokens with the simulated engine's tokenizer
+
+
+def long_dataset(bed):
+    rows = [{"question_id": i, "turns": [f"question {i}?"]} for i in range(16)]
+    rows[5] = {"question_id": 306, "category": "summarization", "turns": [LONG]}
+    bed.dataset.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_prompt_that_does_not_fit_is_refused_before_the_load(bed):
+    long_dataset(bed)
+    plan = bed.plan(args=["--max-model-len", "2048"], benchmark={"output_len": 512})
+    t0 = time.monotonic()
+    rc = bed.run(bed.spec(plan, queue=["vanilla", "ngram"]))
+    assert rc == EXIT_FAILED, bed.log()
+    assert time.monotonic() - t0 < 30
+    for name in ("vanilla", "ngram"):
+        it = bed.items()[name]
+        assert it["status"] == "failed" and it["phase"] == "failed during preflight", it
+        assert "1 of 16 selected prompts do not fit --max-model-len 2048 with output_len 512" in it["error"]
+        assert "question_id 306 (" in it["error"] and "raise --max-model-len to" in it["error"]
+        assert "prompts_that_do_not_fit: drop" in it["error"]
+        assert it["prompt_fit"]["tokenizer"].startswith("specfleet-simvllm")
+        assert not (bed.run_dir / f"{name}.server.log").exists()  # no model load for nothing
+
+
+def test_prompt_that_does_not_fit_is_dropped_when_the_plan_says_so(bed):
+    long_dataset(bed)
+    plan = bed.plan(args=["--max-model-len", "2048"],
+                    benchmark={"output_len": 512, "prompts_that_do_not_fit": "drop"})
+    assert bed.run(bed.spec(plan, queue=["vanilla"])) == EXIT_OK, bed.log()
+    res = json.loads((bed.run_dir / "vanilla_conc16.json").read_text())
+    assert (res["num_prompts"], res["completed"], res["disable_shuffle"]) == (15, 15, True)
+    assert (res["prompts_dropped"], res["prompts_dropped_ids"], res["prompts_selected"]) == ("1", "306", "16")
+    kept = [json.loads(x)["question_id"] for x in open(res["dataset_path"])]
+    assert len(kept) == 15 and 306 not in kept
+    assert any("dropped" in n for n in bed.items()["vanilla"]["notes"])
+
+
+def test_a_run_with_failed_requests_does_not_count_and_says_what_vllm_said(bed, monkeypatch):
+    monkeypatch.setenv("FAKE_FAILED", "2")
+    monkeypatch.setenv("FAKE_ERROR", '400 Bad Request: {"error": {"message": "This model\'s maximum context '
+                       'length is 2048 tokens. However, you requested 2090 tokens", "code": 400}}')
+    rc = bed.run(bed.spec(bed.plan(), queue=["vanilla"]))
+    assert rc == EXIT_FAILED
+    it = bed.items()["vanilla"]
+    assert it["error"].endswith("vLLM said: 2 x This model's maximum context length is 2048 tokens. However, "
+                                "you requested 2090 tokens"), it["error"]
+    assert "2 of 16 requests did not complete" in it["error"]
+    assert not (bed.run_dir / "vanilla.done").exists()
+    # the plan's tolerance
+    rc = bed.run(bed.spec(bed.plan(benchmark={"max_failed_requests": 2}), queue=["vanilla"]))
+    assert rc == EXIT_OK and bed.items()["vanilla"]["status"] == "done"
+
+
+def test_sampling_in_force_is_recorded_with_every_result(bed):
+    (bed.model / "generation_config.json").write_text(json.dumps(
+        {"do_sample": True, "temperature": 0.6, "top_k": 20, "top_p": 0.95, "eos_token_id": [1]}))
+    assert bed.run(bed.spec(bed.plan(benchmark={"temperature": None}), queue=["vanilla"])) == EXIT_OK, bed.log()
+    res = json.loads((bed.run_dir / "vanilla_conc1.json").read_text())
+    assert res["temperature_sent"] is None  # not sent: the server's defaults apply, as in the report
+    assert res["sampling_params"] == "{}" and res["decoding"] == "sampled (temperature 0.6)"
+    gen = json.loads(res["generation_config"])
+    assert gen["params"] == {"temperature": 0.6, "top_k": 20, "top_p": 0.95}
+    assert gen["source"].endswith("generation_config.json")
+    assert bed.run(bed.spec(bed.plan(), queue=["vanilla"], name="greedy.json")) == EXIT_OK
+    res = json.loads((bed.run_dir / "vanilla_conc1.json").read_text())
+    assert res["temperature_sent"] == "0" and res["decoding"] == "greedy"
+    assert res["sampling_params"] == '{"temperature":0.0}' and res["repeats"] == "1"
+
+
+def test_repeats_run_interleaved_on_one_server_start(bed):
+    assert bed.run(bed.spec(bed.plan(benchmark={"repeat": 2}), queue=["vanilla"])) == EXIT_OK, bed.log()
+    assert bed.items()["vanilla"]["results"] == [str(bed.run_dir / f"vanilla_conc{c}_r{r}.json")
+                                                 for r in (1, 2) for c in (1, 16)]
+    log = (bed.run_dir / "vanilla.server.log").read_text()
+    assert log.count("==== specfleet") == 1 and log.count("POST /reset_prefix_cache -> 200") == 3
+
+
+# ---------------------------------------------------------------- faults (issue 11.7)
+def test_server_ended_by_a_shutdown_is_an_interruption_not_a_failure(bed, monkeypatch):
+    monkeypatch.setenv("FAKE_BENCH_S", "3")
+    p = bed.start(bed.spec(bed.plan(), queue=["vanilla"]))
+    assert wait_for(lambda: status(bed, "vanilla") == "benchmarking", 30)
+    server = bed.items()["vanilla"]["server_pid"]
+    os.kill(server, signal.SIGTERM)  # a shutdown signals everything: the server first, here,
+    time.sleep(1.5)                  # and the runner a moment (its stop takes 0.5 s) later
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(timeout=60) == EXIT_STOPPED
+    it = bed.items()["vanilla"]
+    assert it["status"] == "pending" and "exited with code" not in it["phase"], it
+    assert "stopped by SIGTERM" in it["error"]
+
+
+def test_after_a_reboot_the_runner_says_so_and_names_fab_provision(bed, monkeypatch):
+    monkeypatch.setenv("FAKE_BENCH_S", "3")
+    spec = bed.spec(bed.plan(), queue=["vanilla"])
+    p = bed.start(spec)
+    assert wait_for(lambda: status(bed, "vanilla") == "benchmarking", 30)
+    os.killpg(p.pid, signal.SIGKILL)  # power off: the runner gets no word in
+    p.wait()
+    bed.cleanup()
+    st = bed.state()
+    st["boot"] = "an-earlier-boot/0"  # the boot identity changes with a reboot
+    (bed.run_dir / "state.json").write_text(json.dumps(st))
+    (bed.model / "config.json").unlink()  # the share is not mounted yet
+    assert bed.run(spec) == EXIT_FAILED
+    st = bed.state()
+    it = st["items"][0]
+    assert it["interrupted"] == "host rebooted during benchmarking (bench concurrency 1 (run 1/2))"
+    assert "no readable model directory" in it["error"] and "run `fab provision`" in it["error"]
+    assert "host rebooted" in st["rebooted"]
+
+
+def test_a_full_disk_ends_the_server_and_says_no_space_left(bed, tmp_path):
+    """The run folder on a 4 MiB tmpfs in a private mount namespace (root only), filled mid-run."""
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        pytest.skip("needs root and unshare(1) for a private tmpfs")
+    bed.work.mkdir()
+    spec = bed.spec(bed.plan(), queue=["vanilla", "ngram"])
+    log = open(tmp_path / "runner-full.log", "w")
+    env = {**bed.env(), "FAKE_BENCH_S": "2"}
+    p = subprocess.Popen(["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                          # the runner's last state is copied out before the namespace (and
+                          # its tmpfs) ends: polling from outside can miss the final write
+                          f"mount -t tmpfs -o size=4m sf-test {bed.work} || exit 99; {sys.executable} -S "
+                          f"{bed.runner} --spec {spec}; rc=$?; "
+                          f"cp {bed.run_dir}/state.json {tmp_path}/final-state.json; exit $rc"],
+                         stdout=log, stderr=subprocess.STDOUT, env=env,
+                         start_new_session=True)
+    bed.procs.append(p)
+    root = Path(f"/proc/{p.pid}/root")
+    run_dir = root / str(bed.run_dir).lstrip("/")
+
+    def benchmarking():
+        try:
+            return json.loads((run_dir / "state.json").read_text())["items"][0]["status"] == "benchmarking"
+        except (OSError, ValueError, KeyError, IndexError):
+            return False
+    assert wait_for(benchmarking, 30), (tmp_path / "runner-full.log").read_text()
+    with open(run_dir / "filler", "wb") as f:  # fill the disk
+        try:
+            while True:
+                f.write(b"\0" * 65536)
+        except OSError:
+            pass
+    assert p.wait(timeout=60) == EXIT_FATAL, (tmp_path / "runner-full.log").read_text()
+    state = json.loads((tmp_path / "final-state.json").read_text())
+    out = (tmp_path / "runner-full.log").read_text()
+    assert f"no space left on {bed.run_dir}" in out, out
+    assert state.get("status") == "failed" and "no space left on" in state.get("error", ""), state
+    assert bed.gpu_used() == 0  # its server and engine ended too
+
+def test_done_item_whose_result_is_invalid_is_measured_again(bed):
+    """A done marker is not trusted when a result file it stands for was corrupted (issue 10.5):
+    resuming measures that item again, and only that item."""
+    spec = bed.spec(bed.plan(), queue=["vanilla", "ngram"])
+    assert bed.run(spec) == EXIT_OK, bed.log()
+    bad = next(bed.run_dir.glob("ngram_conc*.json"))
+    bad.write_text(bad.read_text()[:40])  # a half-written copy
+    assert bed.run(spec) == EXIT_OK, bed.log()
+    it = bed.items()
+    assert it["vanilla"]["attempts"] == 1 and it["ngram"]["attempts"] == 2, it
+    assert f"{bad.name} is missing or invalid: measured again" in bed.log()
+    assert isinstance(json.loads(bad.read_text()), dict)

@@ -34,7 +34,7 @@ def test_only_finished_items_files_are_taken(tmp_path):
         (src / name).write_text(text)
     got = rsync_with(includes_for(["vanilla", "ngram_improved"]), src, tmp_path / "out")
     assert got == {"vanilla.done", "vanilla_conc8.json", "vanilla_conc1.json", "vanilla.server.log",
-                   "ngram_improved.done", "ngram_improved_conc8.json", "state.json", "runner.log"}
+                   "ngram_improved.done", "ngram_improved_conc8.json", "state.json", "run.json", "runner.log"}
 
 
 def test_a_stale_marker_of_an_item_being_rerun_does_not_count():

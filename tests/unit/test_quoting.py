@@ -155,7 +155,7 @@ QUOTERS = {"q", "join", "quote", "shlex.quote", "shlex.join"}
 # expressions that are never values from an inventory or plan: the step's own constants and counters
 SAFE = {"i", "SECTION", "YES", "NO", "self.token", "LISTING", "sep", "create", "pre", "flip", "verify",
         "probe", "int(wait_s * 5)", "pid", "self.step.probe() or 'true'", "' && '.join(checks)",
-        "self.test", "self.unless", "self._argv(True)"}
+        "self.test", "self.unless", "self._argv(True)", "CODE_LISTING"}
 
 
 def _quoted_names(fn: ast.AST) -> set[str]:

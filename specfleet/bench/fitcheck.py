@@ -1,0 +1,120 @@
+#!/usr/bin/env python3
+"""Does every selected prompt fit the server's context? Run by runner.py with the venv's python.
+
+    <venv>/bin/python fitcheck.py --model DIR --dataset question.jsonl --num-prompts N
+        --output-len L --chat-template double|single [--max-model-len 2048] [--write-kept FILE]
+
+Selects the prompts as vLLM's spec_bench loader does (JSON Lines, `turns[0]`, shuffled with
+random.seed(0), first N; docs: /work/shared/notes/vllm.md A2), templates them as the server will
+see them (client-side chat template; `double`: the chat endpoint templates that string again),
+counts tokens with the model's tokenizer (transformers AutoTokenizer from the model directory,
+its chat template) or, when the venv's vllm is the simulated engine, with the tokenizer its server
+counts with (vllm.textsim), and compares prompt tokens + output_len with --max-model-len (vLLM's
+"maximum context length" check). Prints one JSON object. --write-kept writes the selected prompts
+that fit, in selection order, for a run with --disable-shuffle (the plan's `drop`).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import random
+import sys
+
+SPEC_BENCH_SEED = 0  # SpecBench is built without random_seed: always DEFAULT_SEED (notes A2)
+
+
+def human_int(text: str) -> int:
+    """--max-model-len accepts 2048, 2k (x1000), 2K (x1024), like vLLM's human_readable_int."""
+    t = str(text).strip()
+    mult = {"k": 1000, "m": 1000 ** 2, "g": 1000 ** 3, "K": 1024, "M": 1024 ** 2, "G": 1024 ** 3}
+    if t and t[-1] in mult:
+        return int(float(t[:-1]) * mult[t[-1]])
+    return int(t)
+
+
+def select(path: str, num_prompts: int) -> list[tuple[dict, str]]:
+    """(row, raw line) of the prompts vllm bench serve sends, in its order."""
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if line.strip():
+                rows.append((json.loads(line), line.rstrip("\n")))
+    random.seed(SPEC_BENCH_SEED)
+    random.shuffle(rows)
+    return rows if num_prompts <= 0 else rows[:num_prompts]
+
+
+def simulated() -> bool:
+    """The venv's vllm is specfleet-simvllm (read, not imported: the real one imports torch)."""
+    spec = importlib.util.find_spec("vllm")
+    if spec is None or not spec.origin:
+        return False
+    try:
+        with open(spec.origin, encoding="utf-8") as f:
+            return "\nSIMULATED = True" in f.read()
+    except OSError:
+        return False
+
+
+def tokenizer(model: str):
+    """(name, template(text) -> str, count(text, special_tokens) -> int)."""
+    if simulated():  # its server counts with its own tokenizer, whatever the model dir holds
+        from vllm.textsim import chat_template, count_tokens
+        return "specfleet-simvllm textsim (simulated engine)", chat_template, lambda t, special: count_tokens(t)
+    try:
+        from transformers import AutoTokenizer
+    except ImportError as e:
+        raise SystemExit(f"cannot count prompt tokens: transformers is not in this venv ({e})") from None
+    tok = AutoTokenizer.from_pretrained(model)
+
+    def template(text: str) -> str:
+        return tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
+                                       tokenize=False)
+
+    def count(text: str, special: bool) -> int:
+        return len(tok(text, add_special_tokens=special)["input_ids"])
+    return f"transformers AutoTokenizer ({model})", template, count
+
+
+def model_max_len(model: str) -> int:
+    with open(os.path.join(model, "config.json")) as f:
+        cfg = json.load(f)
+    return int(cfg.get("max_position_embeddings") or 40960)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--dataset", required=True)
+    ap.add_argument("--num-prompts", type=int, required=True)
+    ap.add_argument("--output-len", type=int, required=True)
+    ap.add_argument("--chat-template", choices=["double", "single"], required=True)
+    ap.add_argument("--max-model-len", default=None)
+    ap.add_argument("--write-kept", default=None)
+    a = ap.parse_args(argv)
+    limit = human_int(a.max_model_len) if a.max_model_len else model_max_len(a.model)
+    name, template, count = tokenizer(a.model)
+    too_long, kept = [], []
+    for index, (row, line) in enumerate(select(a.dataset, a.num_prompts)):
+        client = template(row["turns"][0])  # spec_bench templates on the client
+        # chat endpoint: the server templates the message again; completions: sent as it is
+        n = count(template(client), False) if a.chat_template == "double" else count(client, True)
+        if n + a.output_len > limit:
+            too_long.append({"index": index, "question_id": row.get("question_id"), "prompt_tokens": n,
+                             "category": row.get("category")})
+        else:
+            kept.append(line)
+    if a.write_kept and too_long:
+        tmp = a.write_kept + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write("".join(ln + "\n" for ln in kept))
+        os.replace(tmp, a.write_kept)
+    print(json.dumps({"tokenizer": name, "max_model_len": limit, "output_len": a.output_len,
+                      "selected": len(kept) + len(too_long), "kept": len(kept), "too_long": too_long}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

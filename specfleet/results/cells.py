@@ -1,0 +1,187 @@
+"""Every planned (configuration, concurrency, node) cell and its state: merged, missing or quarantined.
+
+A report that leaves a cell out says so; the report's exit code says whether any cell is not
+merged. Which node was given which configuration comes from, in order:
+
+1. `<host>/run.json`, the queue `fab bench` placed on that worker (collect fetches it),
+   when its plan hash is the plan's;
+2. `planned.json`, which `fab collect` writes beside the host folders: the queues of every host it
+   was asked for (a host it could not reach keeps the queue the split gives it) and why a host
+   gave nothing (unreachable, ...);
+3. a host folder with results but neither of those: the baseline plus the configurations it has.
+
+A configuration no queue holds is one cell with node "–", missing.
+"""
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .campaign import RUN_SPEC_FILE, Campaign, parse_name
+
+PLANNED_FILE = "planned.json"
+MERGED, MISSING, QUARANTINED = "merged", "missing", "quarantined"
+NO_NODE = "–"
+
+
+@dataclass
+class Planned:
+    """What the plan asked for and who was to measure it."""
+
+    configs: list[str]
+    concurrencies: list[int]
+    repeat: int
+    baseline: str
+    plan_hash: str
+    plan_path: str
+    queues: dict[str, list[str]] = field(default_factory=dict)   # node -> configs
+    sources: dict[str, str] = field(default_factory=dict)        # node -> where its queue came from
+    host_notes: dict[str, str] = field(default_factory=dict)     # node -> why it gave nothing (collect)
+
+    @property
+    def nodes(self) -> list[str]:
+        return sorted(self.queues)
+
+    def unassigned(self) -> list[str]:
+        held = {c for q in self.queues.values() for c in q}
+        return [c for c in self.configs if c not in held]
+
+    def command(self) -> str:
+        """What re-measures every cell that is not merged: the runner redoes only items whose
+        result is missing or invalid (same hosts, so the same split)."""
+        hosts = f" --hosts {shlex.quote(','.join(self.nodes))}" if self.nodes else ""
+        plan = shlex.quote(self.plan_path)
+        return f"fab bench --plan {plan}{hosts} && fab collect --plan {plan}"
+
+    def to_json(self) -> str:
+        return json.dumps({"plan_hash": self.plan_hash, "queues": self.queues, "sources": self.sources,
+                           "host_notes": self.host_notes}, indent=2, sort_keys=True) + "\n"
+
+
+def planned_from(plan, plan_path: str, campaign_dir: Path, split_queues: dict[str, list[str]] | None = None,
+                 host_notes: dict[str, str] | None = None) -> Planned:
+    """The planned cells of `plan` (a specfleet.bench.Plan) for the results in `campaign_dir`.
+
+    `split_queues` (collect: the split over the hosts it was asked for) fills in hosts without a
+    run.json; `host_notes` (collect: host -> why nothing came from it) are kept.
+    """
+    campaign_dir = Path(campaign_dir)
+    b = plan.benchmark
+    p = Planned(configs=[c.name for c in plan.configurations], concurrencies=list(b.concurrencies),
+                repeat=b.repeat, baseline=plan.baseline, plan_hash=plan.plan_hash(), plan_path=plan_path)
+    saved = _read_json(campaign_dir / PLANNED_FILE)
+    if saved and saved.get("plan_hash") == p.plan_hash and split_queues is None:
+        p.queues = {h: list(q) for h, q in (saved.get("queues") or {}).items()}
+        p.sources = {h: f"{PLANNED_FILE} ({s})" for h, s in (saved.get("sources") or {}).items()}
+        p.host_notes = dict(saved.get("host_notes") or {})
+    for h, q in (split_queues or {}).items():
+        p.queues[h], p.sources[h] = list(q), "the split over the hosts collected"
+    p.host_notes.update(host_notes or {})
+    dirs = sorted(d for d in campaign_dir.iterdir() if d.is_dir() and not d.name.startswith(".")
+                  and d.name not in ("quarantine", "plots", "report")) if campaign_dir.is_dir() else []
+    for d in dirs:
+        spec = _read_json(d / RUN_SPEC_FILE)
+        if spec and spec.get("plan_hash") == p.plan_hash and isinstance(spec.get("items"), list):
+            p.queues[d.name] = [str(i.get("name")) for i in spec["items"] if isinstance(i, dict)]
+            p.sources[d.name] = RUN_SPEC_FILE
+        elif d.name not in p.queues:
+            have = {parsed[0] for f in d.glob("*.json") if (parsed := parse_name(f.name))}
+            if have:
+                p.queues[d.name] = [c for c in p.configs if c == p.baseline or c in have]
+                p.sources[d.name] = "the result files there"
+    # authoritative queues (run.json) win: a configuration they hold is not also expected elsewhere
+    held = {c for h, q in p.queues.items() if p.sources.get(h) == RUN_SPEC_FILE for c in q if c != p.baseline}
+    for h, q in p.queues.items():
+        if p.sources.get(h) != RUN_SPEC_FILE:
+            p.queues[h] = [c for c in q if c == p.baseline or c not in held]
+    return p
+
+
+def _read_json(path: Path) -> dict | None:
+    try:
+        d = json.loads(path.read_text(encoding="utf-8"))
+        return d if isinstance(d, dict) else None
+    except (OSError, ValueError):
+        return None
+
+
+@dataclass
+class CellState:
+    config: str
+    concurrency: int
+    node: str
+    state: str          # merged | missing | quarantined
+    runs: int           # runs merged
+    expected: int       # runs planned (benchmark.repeat)
+    why: str = ""
+
+    @property
+    def merged(self) -> bool:
+        return self.state == MERGED
+
+    def label(self) -> str:
+        return f"{self.config} @ concurrency {self.concurrency} on {self.node}"
+
+
+def _file_names(p: Planned, cfg: str, conc: int) -> list[str]:
+    if p.repeat > 1:
+        return [f"{cfg}_conc{conc}_r{k}.json" for k in range(1, p.repeat + 1)]
+    return [f"{cfg}_conc{conc}.json"]
+
+
+def _missing_why(camp: Campaign, p: Planned, node: str, cfg: str, name: str) -> str:
+    if node in p.host_notes:
+        return p.host_notes[node]
+    info = camp.nodes.get(node)
+    if info is None:
+        return f"no results from {node} in {camp.root}: not measured there yet, or not collected"
+    st = info.item_status(cfg)
+    if st and st[0] != "done":
+        err = st[1].strip().splitlines()[0][:300] if st[1].strip() else ""
+        return f"not finished on {node}: the runner's state says {st[0]}" + (f": {err}" if err else "")
+    if cfg not in info.done:
+        if info.state is not None and st is None:
+            return f"{node}'s runner state has no item '{cfg}' (another plan's run?)"
+        return f"'{cfg}' has no done marker on {node}: not finished"
+    return f"{name}: no such file in {camp.root / node}"
+
+
+def cell_states(camp: Campaign, p: Planned) -> list[CellState]:
+    """One state per planned cell, in plan order (configurations, concurrencies, nodes)."""
+    merged: dict[tuple[str, str], Path] = {(r.host, r.path.name): r.path for r in camp.runs}
+    bad = {(q.host, q.source.name): q for q in camp.quarantined}
+    aside = {(a.host, a.path.name.split(".json")[0] + ".json"): a for a in camp.set_aside}
+    out = []
+    for cfg in p.configs:
+        nodes = [n for n in p.nodes if cfg in p.queues[n]]
+        for conc in p.concurrencies:
+            if not nodes:
+                out.append(CellState(cfg, conc, NO_NODE, MISSING, 0, p.repeat,
+                                     "no node's queue holds this configuration (no run.json or planned.json "
+                                     "names it): it was not run"))
+                continue
+            for node in nodes:
+                names = _file_names(p, cfg, conc)
+                got = [n for n in names if (node, n) in merged]
+                cell = CellState(cfg, conc, node, MERGED, len(got), len(names))
+                for n in names:
+                    if (node, n) in merged:
+                        continue
+                    rep = f" (repeat {names.index(n) + 1} of {len(names)})" if len(names) > 1 else ""
+                    if (node, n) in bad:
+                        q = bad[(node, n)]
+                        where = "left in place" if q.dest == q.source else f"moved to {q.dest}"
+                        cell.state, cell.why = QUARANTINED, f"{n}{rep}: {q.reason} ({where})"
+                    elif (node, n) in aside:
+                        a = aside[(node, n)]
+                        cell.state = QUARANTINED
+                        cell.why = f"{n}{rep}: {a.reason} (set aside as {a.path})"
+                        if (more := _missing_why(camp, p, node, cfg, n)) and not more.startswith(n):
+                            cell.why += f"; {more}"
+                    else:
+                        cell.state, cell.why = MISSING, f"{n}{rep}: " + _missing_why(camp, p, node, cfg, n)
+                    break
+                out.append(cell)
+    return out

@@ -1,0 +1,93 @@
+"""Collect's second half on the bastion: files fetched into a staging folder replace the local
+copies only when they are valid, so a collect never destroys a result.
+
+    results/<campaign>/.staging/<host>/   what rsync brought this time (new or changed files only)
+    results/<campaign>/<host>/            the collected copies (only valid result files land here)
+    results/<campaign>/quarantine/<host>/ invalid fetched files, each with <name>.reason.txt
+
+A staged result file that validates (schema, name, completeness: campaign.check_file) replaces
+the local one atomically (same file system: os.replace). One that does not is moved to quarantine
+and the local copy, valid or absent, stays: a valid local file is never replaced by an invalid
+remote one. Other files (state.json, run.json, done markers, server logs) replace theirs as they
+are. SSH-free: `tasks/collect.py` fetches, this decides.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .campaign import QUARANTINE_DIR, Expect, check_file, parse_name, quarantine_file
+from .schema import ResultError
+
+STAGING_DIR = ".staging"
+
+
+def staging_dir(campaign_dir: Path, host: str) -> Path:
+    return Path(campaign_dir) / STAGING_DIR / host
+
+
+def quarantine_dir(campaign_dir: Path, host: str) -> Path:
+    return Path(campaign_dir) / QUARANTINE_DIR / host
+
+
+def fresh_staging(campaign_dir: Path, host: str) -> Path:
+    """An empty staging folder for `host` (a crashed collect's leftovers go)."""
+    d = staging_dir(campaign_dir, host)
+    if d.exists():
+        shutil.rmtree(d)
+    d.mkdir(parents=True)
+    return d
+
+
+@dataclass
+class Accepted:
+    host: str
+    replaced: list[str] = field(default_factory=list)     # names now in the host folder
+    refused: list[str] = field(default_factory=list)      # one message per invalid fetched file
+
+    def summary(self) -> str:
+        parts = []
+        if self.replaced:
+            parts.append(f"fetched {len(self.replaced)} file(s): {', '.join(sorted(self.replaced))}")
+        if self.refused:
+            parts.append(f"{len(self.refused)} invalid file(s) quarantined: " + "; ".join(self.refused))
+        return "; ".join(parts)
+
+
+def accept(campaign_dir: Path, host: str, expect: Expect | None = None) -> Accepted:
+    """Move what was staged for `host` into place, result files only when valid; empty the staging."""
+    campaign_dir = Path(campaign_dir)
+    stage = staging_dir(campaign_dir, host)
+    local = campaign_dir / host
+    local.mkdir(parents=True, exist_ok=True)
+    out = Accepted(host)
+    for f in sorted(p for p in stage.rglob("*") if p.is_file()) if stage.is_dir() else []:
+        dest = local / f.relative_to(stage)
+        if parse_name(f.name):
+            try:
+                check_file(f, expect)
+            except ResultError as e:
+                out.refused.append(_refuse(campaign_dir, host, f, dest, e.problem, expect))
+                continue
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(f, dest)
+        out.replaced.append(str(f.relative_to(stage)))
+    if stage.is_dir():
+        shutil.rmtree(stage)
+    return out
+
+
+def _refuse(campaign_dir: Path, host: str, staged: Path, dest: Path, problem: str, expect: Expect | None) -> str:
+    if dest.is_file():
+        try:
+            check_file(dest, expect)
+            kept = "the valid copy collected earlier is kept and merged"
+        except ResultError:
+            kept = "the copy collected earlier is not valid either"
+    else:
+        kept = "there is no earlier copy"
+    q = quarantine_file(campaign_dir, host, staged, f"fetched from {host}: {problem}")
+    return (f"{host}:{dest.name} on the worker is invalid ({problem}): quarantined as {q.dest}; {kept}; "
+            "`fab bench` measures it again")

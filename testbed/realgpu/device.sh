@@ -1,0 +1,162 @@
+#!/usr/bin/env bash
+# The device run: one call of the device tool, from the sent checkout's root, with the payload that
+# testbed/realgpu/payload.py built carried as .realgpu/carry (docs/engines-gpu.md):
+#
+#   run     carry [".realgpu/carry"]   command: bash .realgpu/carry/kit/device.sh run [CAMPAIGN ...]
+#   orphan  the orphan check alone (when `run` left no time for it): ... device.sh orphan [CAMPAIGN]
+#
+# Steps: check the carried files against MANIFEST.sha256; record the machine (env.txt); unpack the
+# vLLM site and the tokenizer; write <venv>/bin/vllm and the env file the runner's spec names; run the
+# kernel self-test and STOP (exit 1) before any server if it fails; write the model directories; stamp
+# the specs with the GPU's provenance; run specfleet's runner on each campaign (default h200-dummy8b)
+# while watch.py records its phases; then, time allowing, the orphan check (orphan.py); pack the
+# runner's result folders into $OUT (at most 8 files come back: device.log, env.txt, selftest.txt,
+# payload.json, results.tar.gz, summary.txt, phases.json, orphan.json).
+set -uo pipefail
+T0=$(date +%s)
+LIMIT=${LIMIT:-570}                    # seconds; under the call's timeout_s (600)
+ROOT=$(pwd)
+C=${CARRY:-$ROOT/.realgpu/carry}
+K=$C/kit
+SITE=/tmp/site
+D=/tmp/sfgpu                           # specs.py DATA_DIR
+VENV=/tmp/vllm-venv                    # specs.py VENV
+WORK=/tmp/sfwork                       # specs.py WORK_DIR
+OUT=${OUT:-/tmp/sfgpu-out}
+PY=${PY:-/opt/torch/.venv/bin/python3}
+[[ -x $PY ]] || PY=$(command -v python3)
+VLLM_MODULE=${VLLM_MODULE:-vllm.entrypoints.cli.main}
+# REHEARSAL=1 (tests/real_gpu/test_device_script.py, never on the device): no self-test, and the
+# site may hold the simulated vLLM (VLLM_MODULE=vllm); everything else runs as on the device.
+REHEARSAL=${REHEARSAL:-}
+mkdir -p "$OUT" "$D/models" "$D/specs"
+exec > >(tee -a "$OUT/device.log") 2>&1
+trap 'sleep 0.5' EXIT                  # let tee flush device.log
+log() { echo "[device $(date -u +%H:%M:%S) +$(( $(date +%s) - T0 ))s] $*"; }
+left() { echo $(( LIMIT - ($(date +%s) - T0) )); }
+die() { log "ERROR: $*"; pack; exit "${2:-1}"; }
+
+unxz_to() {  # concatenated .xz streams to stdout (xz if there, else Python's lzma)
+  if command -v xz >/dev/null; then cat "$@" | xz -dc -T0
+  else cat "$@" | "$PY" -c "import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.stdin.buffer), sys.stdout.buffer, 1 << 20)"
+  fi
+}
+
+verify() {
+  [[ -f $C/MANIFEST.sha256 ]] || die "$C/MANIFEST.sha256 missing: was .realgpu/carry named in carry?" 2
+  (cd "$C" && sha256sum -c --quiet MANIFEST.sha256) || die "checksum mismatch in $C: the payload did not arrive whole" 2
+  log "verified $(wc -l < "$C/MANIFEST.sha256") carried files"
+  cp "$C/payload.json" "$OUT/payload.json"
+}
+
+env_report() {
+  {
+    date -u; uname -a; nproc; free -g | head -2; df -h /tmp | tail -1
+    nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used,clocks.sm,clocks.mem --format=csv
+    command -v nvcc >/dev/null && nvcc --version | tail -1
+    "$PY" -c "import sys, torch, triton, numpy, transformers, tokenizers, numba; print(sys.version); \
+print('torch', torch.__version__, torch.version.cuda, torch.cuda.is_available()); print('triton', triton.__version__); \
+print('numpy', numpy.__version__, 'transformers', transformers.__version__, 'tokenizers', tokenizers.__version__, \
+'numba', numba.__version__)"
+  } > "$OUT/env.txt" 2>&1
+  log "env: $(grep -m1 -i nvidia "$OUT/env.txt" | tail -1); $(grep -m1 '^torch' "$OUT/env.txt")"
+}
+
+install() {
+  if [[ -f $SITE/.complete ]]; then log "site already in $SITE"; else
+    log "unpacking the vLLM site into $SITE"
+    rm -rf "$SITE" && unxz_to "$C/site.tar.xz" | tar -C /tmp -xf - || die "site unpack failed"
+    touch "$SITE/.complete"
+  fi
+  unxz_to "$C/tok.tar.xz" | tar -C "$D/models" -xf - || die "tokenizer unpack failed"
+  cp "$K/question.jsonl" "$D/question.jsonl"
+  cp "$K/runner.py" "$K/runner_lib.py" "$D/"
+  mkdir -p "$VENV/bin"
+  # The runner wants <venv>/bin/vllm: the image's python (it holds torch) with the payload on its path.
+  cat > "$VENV/bin/vllm" <<EOF
+#!/bin/sh
+export PYTHONPATH=$SITE\${PYTHONPATH:+:\$PYTHONPATH}
+exec $PY -m $VLLM_MODULE "\$@"
+EOF
+  chmod +x "$VENV/bin/vllm"
+  cat > "$D/vllm.env" <<EOF
+PYTHONPATH=$SITE
+HF_HUB_OFFLINE=1
+TRANSFORMERS_OFFLINE=1
+HF_HOME=/tmp/hf
+VLLM_NO_USAGE_STATS=1
+DO_NOT_TRACK=1
+PYTHONUNBUFFERED=1
+TOKENIZERS_PARALLELISM=false
+VLLM_USE_FLASHINFER_SAMPLER=0
+VLLM_CACHE_ROOT=/tmp/vllm-cache
+TRITON_CACHE_DIR=/tmp/triton-cache
+NCCL_NVLS_ENABLE=0
+TORCH_SYMM_MEM_DISABLE_MULTICAST=1
+NVSHMEM_DISABLE_NVLS=1
+EOF
+  log "site $(du -sh "$SITE" | cut -f1); vllm --version: $(PYTHONPATH=$SITE "$VENV/bin/vllm" --version 2>/dev/null | tail -1)"
+}
+
+selftest() {
+  if [[ -n $REHEARSAL ]]; then echo "REHEARSAL: kernel self-test not run" | tee "$OUT/selftest.txt"; return; fi
+  PYTHONPATH=$SITE VLLM_USE_FLASHINFER_SAMPLER=0 "$PY" "$K/selftest.py" > "$OUT/selftest.txt" 2>&1
+  local rc=$?
+  tail -4 "$OUT/selftest.txt"
+  (( rc == 0 )) || die "selftest failed (rc $rc): no server started; see selftest.txt" 1
+}
+
+models() {
+  "$PY" "$K/models.py" dummy --shape qwen3-8b --tok "$D/models/smollm2-tok" --out "$D/models/qwen3-8b-dummy" \
+    || die "model directory failed"
+}
+
+campaign() {  # specfleet's worker-side runner executes the stamped spec made by specfleet's planner
+  local name=$1 budget
+  [[ -f $K/specs/$name.json ]] || die "no spec $name in the payload (have: $(ls "$K/specs"))" 2
+  "$PY" "$K/specs.py" stamp "$K/specs/$name.json" "$D/specs/$name.json" "$PY" || die "stamping $name failed"
+  budget=$(( $(left) - 40 ))
+  (( budget > 120 )) || { log "skip $name: only ${budget}s left"; return 0; }
+  log "campaign $name: runner with a ${budget}s budget"
+  mkdir -p "$WORK/$name/h200"
+  "$PY" "$K/watch.py" "$WORK/$name/h200/state.json" "$OUT/phases.json" &
+  local watcher=$!
+  timeout -k 25 "$budget" "$PY" "$D/runner.py" --spec "$D/specs/$name.json" > "$WORK/$name/h200/runner.log" 2>&1
+  log "runner exit $? for $name"
+  sleep 0.5; kill "$watcher" 2>/dev/null; wait "$watcher" 2>/dev/null
+  tail -3 "$WORK/$name/h200/runner.log"
+}
+
+orphan() {
+  log "orphan check: SIGKILL the API server mid-benchmark, see the runner end the EngineCore"
+  timeout -k 10 $(( $(left) - 20 )) "$PY" "$K/orphan.py" "$D/specs/$1.json" "$D/runner.py" "$OUT/orphan.json" \
+    || log "orphan check exit $?"
+}
+
+pack() {
+  [[ -d $WORK ]] || return 0
+  "$PY" "$K/watch.py" --summary "$WORK" "$OUT/phases.json" > "$OUT/summary.txt" 2>&1
+  cat "$OUT/summary.txt"
+  tar -C "$WORK" --exclude='*.lock' -czf "$OUT/results.tar.gz" . 2>/dev/null
+}
+
+case "${1:-}" in
+  run)
+    shift
+    verify; env_report; install; selftest; models
+    for name in "${@:-h200-dummy8b}"; do campaign "$name"; done
+    if (( $(left) > 150 )); then orphan "${1:-h200-dummy8b}"; else log "orphan check skipped: $(left)s left"; fi
+    pack
+    ;;
+  orphan)  # the orphan check alone (a second call; a warm machine keeps /tmp/site)
+    shift
+    verify; env_report; install; selftest; models
+    name=${1:-h200-dummy8b}
+    "$PY" "$K/specs.py" stamp "$K/specs/$name.json" "$D/specs/$name.json" "$PY" || die "stamping $name failed"
+    orphan "$name"; pack
+    ;;
+  selftest)
+    verify; env_report; install; selftest ;;
+  *) echo "usage: device.sh run [CAMPAIGN ...] | orphan [CAMPAIGN] | selftest"; exit 2 ;;
+esac
+log "done ($(left)s of the call's budget left)"

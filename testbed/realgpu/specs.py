@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""Runner specs for the device runs, and their provenance stamp on the device.
+
+    python3 -m testbed.realgpu.specs make PLANS_DIR OUT_DIR     # here: specfleet's own planner
+    python3 specs.py stamp SPEC OUT                              # device: stdlib only
+
+`make`: one spec per plans/*.yml, node "h200", queue = baseline first then the plan's order; the
+worker paths are the device layout device.sh builds (DEVICE_PATHS). The runner
+(specfleet/bench/runner.py) executes it there unchanged.
+
+`stamp`: the runner records no GPU facts, and the device is the only place that knows them, so
+before the runner starts, device.sh adds `gpu=`, `driver=`, `torch_version=`, `cuda_version=` and
+`engine=` to every `vllm bench serve --metadata` list of the spec. vLLM writes them into each result
+file, and specfleet's report reads them into its provenance table (specfleet/results/schema.py
+PROVENANCE_KEYS). Values are read on the device (nvidia-smi, torch), never typed in.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+NODE = "h200"
+WORK_DIR = "/tmp/sfwork"
+VENV = "/tmp/vllm-venv"          # <venv>/bin/vllm is device.sh's wrapper around the image's python
+DATA_DIR = "/tmp/sfgpu"
+DATASET = f"{DATA_DIR}/question.jsonl"
+ENV_FILE = f"{DATA_DIR}/vllm.env"
+#: Stamped keys, in this order. `engine` says what produced the numbers (the report's provenance).
+STAMP_KEYS = ("gpu", "driver", "torch_version", "cuda_version", "engine")
+ENGINE = "vllm-cuda (real GPU)"
+
+
+def make(plans: Path, out: Path) -> list[Path]:
+    from specfleet.bench import Paths, build_run_spec, dump_run_spec, load_plan
+    paths = Paths(venv=VENV, work_dir=WORK_DIR, dataset=DATASET)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for f in sorted(plans.glob("*.yml")):
+        plan = load_plan(str(f))
+        names = [c.name for c in plan.configurations]
+        queue = [plan.baseline] + [n for n in names if n != plan.baseline]
+        spec = build_run_spec(plan, NODE, queue, paths, env_file=ENV_FILE, run_id=f"{plan.campaign}-{NODE}")
+        dst = out / f"{plan.campaign}.json"
+        dst.write_text(dump_run_spec(spec))
+        written.append(dst)
+    return written
+
+
+def stamp(spec: dict, facts: dict[str, str]) -> dict:
+    """A copy of `spec` whose bench argv carry `facts` as --metadata KEY=VALUE (replacing any
+    earlier stamp of the same key, so stamping twice gives the same spec)."""
+    missing = [k for k in STAMP_KEYS if not facts.get(k)]
+    if missing:
+        raise ValueError(f"provenance facts missing: {', '.join(missing)}")
+    for k, v in facts.items():
+        if "\n" in str(v) or not str(v).strip():
+            raise ValueError(f"provenance fact {k}={v!r} is not one line")
+    out = json.loads(json.dumps(spec))
+    for item in out["items"]:
+        for b in item["bench"]:
+            argv = b["argv"]
+            if "--metadata" not in argv:
+                raise ValueError(f"item {item['name']}: bench argv has no --metadata")
+            i = argv.index("--metadata")
+            # --metadata takes every following KEY=VALUE; it is the argv's last option (commands.py)
+            head, meta = argv[:i + 1], [m for m in argv[i + 1:] if m.split("=", 1)[0] not in facts]
+            b["argv"] = head + meta + [f"{k}={facts[k]}" for k in STAMP_KEYS if k in facts]
+    return out
+
+
+def parse_nvidia_smi(text: str) -> tuple[str, str]:
+    """(name, driver) of the first GPU in `nvidia-smi --query-gpu=name,driver_version
+    --format=csv,noheader` output."""
+    line = next((ln for ln in text.splitlines() if ln.strip()), "")
+    parts = [p.strip() for p in line.split(",")]
+    if len(parts) < 2 or not parts[0] or not parts[1]:
+        raise ValueError(f"unexpected nvidia-smi output: {text.strip()[:200]!r}")
+    return parts[0], parts[1]
+
+
+def device_facts(python: str) -> dict[str, str]:
+    smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                         capture_output=True, text=True, timeout=60, check=True).stdout
+    gpu, driver = parse_nvidia_smi(smi)
+    tv = subprocess.run([python, "-c", "import torch; print(torch.__version__); print(torch.version.cuda)"],
+                        capture_output=True, text=True, timeout=120, check=True).stdout.split()
+    return {"gpu": gpu, "driver": driver, "torch_version": tv[0], "cuda_version": tv[1], "engine": ENGINE}
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) == 3 and argv[0] == "make":
+        for p in make(Path(argv[1]), Path(argv[2])):
+            print(p)
+        return 0
+    if len(argv) in (3, 4) and argv[0] == "stamp":
+        facts = device_facts(argv[3] if len(argv) == 4 else sys.executable)
+        spec = stamp(json.loads(Path(argv[1]).read_text()), facts)
+        Path(argv[2]).write_text(json.dumps(spec, indent=2, sort_keys=True) + "\n")
+        print("stamped " + " ".join(f"{k}={facts[k]!r}" for k in STAMP_KEYS))
+        return 0
+    print(__doc__.split("\n\n")[0], file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,122 @@
+"""device.sh rehearsed here, with the simulated vLLM in the payload's place (REHEARSAL=1): the same
+bash the device runs (manifest check, unpack, wrapper and env file, model directory, provenance
+stamp, specfleet's runner under the phase watcher, orphan check, packing into at most 8 files).
+Not rehearsed: the kernel self-test and everything CUDA. Writes /tmp/sfgpu, /tmp/sfwork,
+/tmp/vllm-venv and /tmp/site as the device does; skipped when another process holds them."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+from testbed.realgpu import payload, specs
+
+REPO = Path(__file__).resolve().parents[2]
+SIMVLLM = REPO / "testbed" / "simvllm" / "vllm"
+SAMPLE = REPO / "datasets" / "sample" / "question.jsonl"
+DEVICE_DIRS = [Path(p) for p in ("/tmp/sfgpu", "/tmp/sfwork", "/tmp/vllm-venv", "/tmp/site")]
+
+pytestmark = pytest.mark.timeout(900)
+
+FAKE_SMI = """#!/bin/sh
+case "$*" in
+  *memory.used*) echo 0 ;;
+  *name,driver_version,memory.total*) printf 'name, driver_version, memory.total [MiB]\\nREHEARSAL GPU, 0.0, 1 MiB\\n' ;;
+  *) echo 'REHEARSAL GPU, 0.0' ;;
+esac
+"""
+
+
+def _tok(tmp: Path) -> Path:
+    """A tokenizer directory models.py `dummy` accepts (vocab read from tokenizer.json)."""
+    tok = tmp / "smollm2-tok"
+    tok.mkdir()
+    (tok / "tokenizer.json").write_text(json.dumps({"model": {"vocab": {"a": 0}}}))
+    return tok
+
+
+@pytest.fixture
+def carry(tmp_path):
+    if any(p.exists() for p in DEVICE_DIRS):
+        pytest.skip("a device layout (/tmp/sfgpu, /tmp/sfwork, ...) exists here already: not overwriting it")
+    c = tmp_path / "root" / ".realgpu" / "carry"
+    c.mkdir(parents=True)
+    site = tmp_path / "site"
+    shutil.copytree(SIMVLLM, site / "vllm")
+    payload.xz_tar(site, c / "site.tar.xz")
+    payload.xz_tar(_tok(tmp_path), c / "tok.tar.xz")
+    payload.build_kit(c / "kit", SAMPLE)
+    # the simulated engine says 0.32.0; a rehearsal plan pins it (the real plans pin 0.26.0)
+    plan = yaml.safe_load((REPO / "testbed/realgpu/plans/h200-dummy8b.yml").read_text())
+    plan.update(campaign="rehearsal", vllm_version="0.32.0")
+    plan["benchmark"].update(num_prompts=4, output_len=16)
+    plan["server"].update(health_poll_s=0.5, health_timeout_s=60)
+    plans = tmp_path / "plans"
+    plans.mkdir()
+    (plans / "rehearsal.yml").write_text(yaml.safe_dump(plan))
+    specs.make(plans, c / "kit" / "specs")
+    (c / "payload.json").write_text("{}\n")
+    payload.write_manifest(c)
+    yield c
+    for p in DEVICE_DIRS:
+        shutil.rmtree(p, ignore_errors=True)
+
+
+def _run(carry: Path, tmp: Path, *args: str) -> subprocess.CompletedProcess:
+    fake = tmp / "fakebin"
+    fake.mkdir(exist_ok=True)
+    (fake / "nvidia-smi").write_text(FAKE_SMI)
+    (fake / "nvidia-smi").chmod(0o755)
+    torch = tmp / "faketorch" / "torch"
+    torch.mkdir(parents=True, exist_ok=True)
+    (torch / "__init__.py").write_text("__version__ = '0.0+rehearsal'\nclass version:\n    cuda = '0.0'\n")
+    out = tmp / "out"
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir()
+    env = {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}", "PYTHONPATH": str(tmp / "faketorch"),
+           "OUT": str(out), "PY": sys.executable, "VLLM_MODULE": "vllm", "REHEARSAL": "1",
+           "SIMVLLM_GPU_DIR": str(tmp / "simgpu"), "SIMVLLM_HOST_CONFIG": str(tmp / "nosim.json"),
+           "SIMVLLM_TIME_SCALE": "0.001", "SIMVLLM_LOAD_SCALE": "0.001"}
+    return subprocess.run(["bash", str(carry / "kit" / "device.sh"), *args], cwd=carry.parents[1], env=env,
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_rehearsal_runs_the_campaign_and_packs_at_most_8_files(carry, tmp_path):
+    p = _run(carry, tmp_path, "run", "rehearsal")
+    out = tmp_path / "out"
+    log = (out / "device.log").read_text()
+    assert p.returncode == 0, log[-3000:]
+    files = sorted(f.name for f in out.iterdir())
+    assert len(files) <= 8 and {"device.log", "env.txt", "selftest.txt", "payload.json", "results.tar.gz",
+                                "summary.txt", "phases.json"} <= set(files), files
+    assert "verified" in log and "REHEARSAL: kernel self-test not run" in log
+    with tarfile.open(out / "results.tar.gz") as t:
+        t.extractall(tmp_path / "res")  # our own archive
+    run = tmp_path / "res" / "rehearsal" / "h200"
+    state = json.loads((run / "state.json").read_text())
+    assert state["status"] == "done" and [i["status"] for i in state["items"]] == ["done", "done"]
+    r = json.loads((run / "vanilla_conc1.json").read_text())
+    assert r["gpu"] == "REHEARSAL GPU" and r["driver"] == "0.0" and r["torch_version"] == "0.0+rehearsal"
+    assert r["engine"] == "specfleet-simvllm"   # the simulated engine's own mark wins: its report says SIMULATED
+    stamped = json.loads(Path("/tmp/sfgpu/specs/rehearsal.json").read_text())
+    assert f"engine={specs.ENGINE}" in stamped["items"][0]["bench"][0]["argv"]
+    summary = (out / "summary.txt").read_text()
+    assert "campaign rehearsal status done" in summary and "runner cost" in summary
+    phases = json.loads((out / "phases.json").read_text())
+    assert [e["status"] for e in next(iter(phases.values())) if e["item"] == "vanilla"][:3] == [
+        "preflight", "loading", "benchmarking"]
+
+
+def test_a_damaged_payload_stops_before_anything_runs(carry, tmp_path):
+    with open(carry / "kit" / "question.jsonl", "a") as f:
+        f.write("\n")
+    p = _run(carry, tmp_path, "run", "rehearsal")
+    assert p.returncode == 2
+    log = (tmp_path / "out" / "device.log").read_text()
+    assert "checksum mismatch" in log and "campaign" not in log.split("checksum mismatch")[1]
+    assert not Path("/tmp/sfwork").exists()

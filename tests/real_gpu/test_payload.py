@@ -1,0 +1,118 @@
+"""The payload builder's logic on small inputs: wheel pins, trim, kit, manifest, per-call budget."""
+import json
+from pathlib import Path
+
+import pytest
+
+from testbed.realgpu import payload
+from testbed.realgpu.devices import H200, MIB
+
+REPO = Path(__file__).resolve().parents[2]
+SAMPLE = REPO / "datasets" / "sample" / "question.jsonl"
+
+
+def test_every_wheel_is_pinned_once():
+    names = [w.partition("==")[0].replace("_", "-").lower() for w in payload.WHEELS]
+    assert all("==" in w for w in payload.WHEELS)
+    assert len(names) == len(set(names))
+    assert "vllm" not in names and "torch" not in names   # vLLM comes from the profile; torch from the image
+
+
+def test_wheel_name_matching_and_missing():
+    assert payload.wheel_name_matches("pydantic_core-2.50.5-cp312-cp312-manylinux_2_17_x86_64.whl", "pydantic-core==2.50.5")
+    assert payload.wheel_name_matches("outlines_core-0.2.14-cp312-abi3-x.whl", "outlines_core==0.2.14")
+    assert not payload.wheel_name_matches("pydantic-2.14.4-py3-none-any.whl", "pydantic-core==2.14.4")
+    assert not payload.wheel_name_matches("pydantic-2.14.3-py3-none-any.whl", "pydantic==2.14.4")
+
+
+def test_missing_wheels(tmp_path):
+    (tmp_path / "cbor2-6.3.0-cp312-cp312-manylinux_2_17_x86_64.whl").write_bytes(b"")
+    assert payload.missing_wheels(tmp_path, ["cbor2==6.3.0", "distro==1.9.0"]) == ["distro==1.9.0"]
+
+
+def test_download_argv_targets_the_device_python():
+    argv = payload.download_argv("py", H200, Path("/w"), ["x==1"])
+    assert argv[:5] == ["py", "-m", "pip", "download", "-q"]
+    assert "--no-deps" in argv and "--only-binary=:all:" in argv
+    assert argv[argv.index("--python-version") + 1] == "3.12"
+    assert "manylinux_2_28_x86_64" in argv and argv[-1] == "x==1"
+
+
+def test_trim_removes_only_what_a_dense_sm90_model_never_loads(tmp_path):
+    site = tmp_path / "site"
+    keep = ["vllm/_C_stable_libtorch.abi3.so", "vllm/vllm_flash_attn/_vllm_fa3_C.abi3.so",
+            "vllm/third_party/deep_gemm/_C.cpython-312-x86_64-linux-gnu.so"]
+    drop = ["vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so", "vllm/_moe_C_stable_libtorch.abi3.so", "bin/vllm",
+            "vllm/vllm-rs/x", "vllm/third_party/deep_gemm/_C.cpython-311-x86_64-linux-gnu.so",
+            "vllm/third_party/deep_gemm/_C.cpython-313-x86_64-linux-gnu.so"]
+    for rel in keep + drop:
+        (site / rel).parent.mkdir(parents=True, exist_ok=True)
+        (site / rel).write_bytes(b"x")
+    removed = payload.trim(site)
+    assert all((site / k).exists() for k in keep)
+    assert not any((site / d).exists() for d in drop)
+    assert "bin" in removed and "vllm/vllm-rs" in removed
+    assert payload.trim(site) == []   # a second run finds nothing to do
+
+
+def test_manifest_roundtrip_and_tamper(tmp_path):
+    (tmp_path / "kit").mkdir()
+    (tmp_path / "a.bin").write_bytes(b"aaa")
+    (tmp_path / "kit" / "b.txt").write_text("b")
+    m = payload.write_manifest(tmp_path)
+    lines = m.read_text().splitlines()
+    assert [ln.split("  ")[1] for ln in lines] == ["a.bin", "kit/b.txt"]
+    assert payload.verify_manifest(tmp_path) == []
+    (tmp_path / "a.bin").write_bytes(b"aab")
+    (tmp_path / "kit" / "c.txt").write_text("new")
+    (tmp_path / "kit" / "b.txt").unlink()
+    assert sorted(payload.verify_manifest(tmp_path)) == ["a.bin: checksum mismatch", "kit/b.txt: missing",
+                                                          "kit/c.txt: not in the manifest"]
+
+
+def test_manifest_is_sha256sum_compatible(tmp_path):
+    import subprocess
+    (tmp_path / "x").write_bytes(b"payload")
+    payload.write_manifest(tmp_path)
+    assert subprocess.run(["sha256sum", "-c", "--quiet", "MANIFEST.sha256"], cwd=tmp_path).returncode == 0
+    (tmp_path / "x").write_bytes(b"payloaD")
+    assert subprocess.run(["sha256sum", "-c", "--quiet", "MANIFEST.sha256"], cwd=tmp_path,
+                          capture_output=True).returncode != 0
+
+
+def test_budget_fits_and_overflows():
+    left = payload.check_budget(50 * MIB, {"main": 1 * MIB, "wt": 3 * MIB}, H200)
+    assert left == 64 * MIB - 2 * MIB - 3 * MIB - 50 * MIB
+    with pytest.raises(payload.BuildError, match=r"carry folder is 60\.0 MiB; with the sent tree wt \(3\.0 MiB\).*by 1\.0 MiB"):
+        payload.check_budget(60 * MIB, {"main": 1 * MIB, "wt": 3 * MIB}, H200)
+
+
+def test_tree_bytes_counts_tracked_and_untracked_not_ignored(tmp_path):
+    import subprocess
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    (tmp_path / ".gitignore").write_text("/big\n")
+    (tmp_path / "a").write_bytes(b"x" * 100)
+    (tmp_path / "big").write_bytes(b"x" * 10000)
+    assert payload.tree_bytes(tmp_path) == 100 + len("/big\n")
+
+
+def test_build_kit_holds_the_device_side(tmp_path):
+    if not SAMPLE.is_file():
+        pytest.skip(f"{SAMPLE} missing")
+    specs = payload.build_kit(tmp_path / "kit", SAMPLE)
+    kit = tmp_path / "kit"
+    for name in payload.KIT_FILES + ("runner.py", "runner_lib.py", "question.jsonl"):
+        assert (kit / name).is_file(), name
+    assert "h200-dummy8b.json" in specs
+    spec = json.loads((kit / "specs" / "h200-dummy8b.json").read_text())
+    assert [i["name"] for i in spec["items"]] == ["vanilla", "ngram_improved"]
+    assert spec["venv"] == "/tmp/vllm-venv" and spec["env_file"] == "/tmp/sfgpu/vllm.env"
+    assert spec["expected_vllm_version"] == H200.vllm
+    # a second build gives the same kit
+    payload.build_kit(tmp_path / "kit", SAMPLE)
+    assert json.loads((kit / "specs" / "h200-dummy8b.json").read_text()) == spec
+
+
+def test_build_kit_without_dataset_is_a_clear_error(tmp_path):
+    with pytest.raises(payload.BuildError, match="question file is missing"):
+        payload.build_kit(tmp_path / "kit", tmp_path / "nope.jsonl")

@@ -1,0 +1,81 @@
+"""The files this tier's device run returned (tests/fixtures/vllm-0.26.0-cuda-h200-specfleet, 2026-12-01):
+provenance stamped on the device, specfleet's report of them (the handbook's example), the runner's
+phases and the orphan check on the real GPU."""
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from testbed.realgpu import orphan, report as rg, specs, watch
+
+REPO = Path(__file__).resolve().parents[2]
+RUN = REPO / "tests" / "fixtures" / "vllm-0.26.0-cuda-h200-specfleet"
+EXAMPLE = REPO / "docs" / "examples" / "h200-dummy8b-report.md"
+STATE = "/tmp/sfwork/h200-dummy8b/h200/state.json"   # the key watch.py used on the device
+
+
+@pytest.fixture(scope="module")
+def rep(tmp_path_factory):
+    return rg.report(RUN / "h200-dummy8b" / "h200", tmp_path_factory.mktemp("r"))
+
+
+def test_every_result_file_carries_the_device_provenance():
+    for f in sorted((RUN / "h200-dummy8b" / "h200").glob("*_conc*.json")):
+        d = json.loads(f.read_text())
+        assert (d["gpu"], d["driver"], d["torch_version"], d["cuda_version"], d["engine"]) == (
+            "NVIDIA H200", "580.159.04", "2.11.0+cu130", "13.0", specs.ENGINE), f.name
+        assert d["completed"] == 16 and d["failed"] == 0
+
+
+def test_report_without_env_file_shows_real_gpu_provenance(rep):
+    out, camp = rep
+    assert out.merged and not out.simulated and not out.quarantined and not out.warnings, out.warnings
+    md = (camp / "report.md").read_text()
+    assert "| h200 | 0.26.0 | 2.11.0+cu130 | NVIDIA H200 | 580.159.04 | 8693b7beb8f4 | vllm-cuda (real GPU) |" in md
+    assert "SIMULATED" not in md and "Weights: RANDOM" in md
+    assert md.count("DEGENERATE ACCEPTANCE: ngram_improved") == 2
+    rows = {(r["config"], r["concurrency"]): r for r in json.loads((camp / "merged.json").read_text())}
+    assert rows[("vanilla", 1)]["output_tok_s"] == pytest.approx(195.40, abs=0.005)
+    assert out.tables.min_tpot_ms == pytest.approx(3.06, abs=0.005)
+
+
+def test_the_handbook_example_is_the_report_of_these_files(rep):
+    """docs/examples/h200-dummy8b-report.md is regenerated, not edited: it must match."""
+    assert (rep[1] / "report.md").read_text() == EXAMPLE.read_text()
+
+
+def test_stop_to_gpu_memory_free_is_under_the_target():
+    d = watch.durations(json.loads((RUN / "phases.json").read_text())[STATE])
+    assert set(d) == {"vanilla", "ngram_improved"}
+    for item, phases in d.items():
+        assert phases["stopping"] < watch.COST_TARGET_S, (item, phases)
+        assert phases["loading"] > 60   # a real vLLM start (compile + CUDA graphs), not a stand-in
+
+
+@pytest.mark.xfail(strict=True, reason="runner.py preflight runs `vllm --version` (imports vLLM: 21.3 s on the "
+                   "H200) for the first item; the issue's target is under 3 s per item (core, not this tier)")
+def test_runner_cost_per_item_is_under_3_s_on_the_device():
+    d = watch.durations(json.loads((RUN / "phases.json").read_text())[STATE])
+    assert all(watch.runner_cost(p) < watch.COST_TARGET_S for p in d.values()), d
+
+
+def test_orphan_check_on_the_real_gpu():
+    rec = json.loads((RUN / "orphan.json").read_text())
+    assert orphan.verdict(rec, 5000) == (True, []) and rec["ok"] is True
+    assert rec["engine_core_survived_parent"] is True                  # vLLM's known failure, seen for real
+    core = [p for p in rec["after_kill"] if p["argv0"].startswith("VLLM::EngineCore")]
+    assert core and core[0]["ppid"] == 1 and core[0]["pgid"] == rec["killed_pid"]
+    assert rec["gpu_used_before_mib"] > 100_000 and rec["gpu_used_after_mib"] < 5000
+    assert rec["kill_to_gpu_free_s"] < watch.COST_TARGET_S
+    assert rec["item_status"] == "failed" and "exited with code -9" in rec["item_error"]
+    state = json.loads((RUN / "h200-orphan" / "h200" / "state.json").read_text())
+    assert state["status"] == "failed" and state["items"][0]["status"] == "failed"
+
+
+def test_a_failed_item_is_never_merged(tmp_path):
+    """The orphan campaign's item failed: its folder gives no report (nothing done to merge)."""
+    src = tmp_path / "run"
+    shutil.copytree(RUN / "h200-orphan" / "h200", src)
+    out, _ = rg.report(src, tmp_path / "out")
+    assert not out.merged and "no valid, done result files" in out.error
