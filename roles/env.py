@@ -1,27 +1,53 @@
-"""env: the environment file the bench runner sources (field report §2.3)."""
+"""env: the environment file the bench runner sources (field report §2.3).
+
+Every line is built by specfleet.quoting: keys are shell identifiers, values
+single-quoted words, so the file sets exactly the inventory's bytes when
+sourced by sh or bash and when read by the runner (runner_lib.parse_env_file).
+"""
 from __future__ import annotations
 
 from specfleet.inventory import Host
+from specfleet.quoting import env_key, env_words, q
 from specfleet.render import render
 from specfleet.step import Step
 from specfleet.steps.files import FileContent
 
 DEFAULT_ENV_FILE = "/etc/specfleet/vllm.env"
+DEFAULT_CUDA_SUBDIR = "nvidia/cu13"
+DEFAULT_CC = "/usr/bin/gcc"
 
 
 def env_file(host: Host) -> str:
     return host.var("env_file", DEFAULT_ENV_FILE)
 
 
+def lines(venv_path: str, python_version: str, cuda_subdir: str, cc: str, extra_env: dict) -> list[str]:
+    venv = venv_path.rstrip("/") or "/"
+    cuda_home = f"{venv}/lib/python{python_version}/site-packages/{cuda_subdir}"
+    out = [
+        f"export CUDA_HOME={q(cuda_home)}",
+        'export CUDA_PATH="$CUDA_HOME"',
+        "export PATH=" + env_words(("lit", f"{venv}/bin:"), ("var", "CUDA_HOME"), ("lit", "/bin:"), ("var", "PATH")),
+        f"export VIRTUAL_ENV={q(venv)}",
+        f"export CC={q(cc)}",
+        'export TRITON_PTXAS_PATH="$CUDA_HOME/bin/ptxas"',
+        "export VLLM_USE_FLASHINFER_SAMPLER=0",
+    ]
+    for key in sorted(extra_env):
+        out.append(f"export {env_key(key)}={q(_env_value(extra_env[key]))}")
+    return out
+
+
+def _env_value(v) -> str:
+    if isinstance(v, bool):
+        return "1" if v else "0"
+    return str(v)
+
+
 def content(host: Host, python_version: str) -> str:
-    return render(
-        "provision/vllm.env.j2",
-        venv_path=host.require("venv_path"),
-        python_version=python_version,
-        cuda_subdir=host.var("cuda_subdir", "nvidia/cu13"),
-        cc=host.var("cc", "/usr/bin/gcc"),
-        extra_env=host.var("extra_env", {}) or {},
-    )
+    return render("provision/vllm.env.j2", lines=lines(
+        host.require("venv_path"), python_version, host.var("cuda_subdir", DEFAULT_CUDA_SUBDIR),
+        host.var("cc", DEFAULT_CC), host.var("extra_env", {}) or {}))
 
 
 def steps(host: Host, python_version: str, revert: bool = False) -> list[Step]:

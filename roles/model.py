@@ -20,23 +20,24 @@ class ModelDir(Step):
         self.name = "model directory"
 
     def probe(self) -> str:
+        # candidates are named by index, never echoed: a path is data in a quoted word only
         parts = []
-        for c in self.candidates:
+        for i, c in enumerate(self.candidates):
             d = q(c)
             parts.append(
                 f"if [ -r {d}/config.json ]; then n=0; bad=0; "
                 f"for f in {d}/*.safetensors {d}/*.bin; do [ -e \"$f\" ] || continue; n=$((n+1)); "
                 f"head -c1 \"$f\" >/dev/null 2>&1 || bad=$((bad+1)); done; "
-                f"echo \"FOUND {c}|$n|$bad|$(du -sbL {d} 2>/dev/null | cut -f1)\"; "
-                f"else echo \"MISSING {c}\"; fi")
+                f"printf 'FOUND {i}|%s|%s|%s\\n' \"$n\" \"$bad\" \"$(du -sbL -- {d} 2>/dev/null | cut -f1)\"; "
+                f"else echo 'MISSING {i}'; fi")
         return "; ".join(parts)
 
     def _found(self, facts: Facts) -> list[dict]:
         out = []
         for ln in facts.lines:
             if ln.startswith("FOUND "):
-                path, n, bad, size = ln[6:].rsplit("|", 3)
-                out.append({"path": path, "weights": int(n), "unreadable": int(bad),
+                idx, n, bad, size = ln[6:].split("|", 3)
+                out.append({"path": self.candidates[int(idx)], "weights": int(n), "unreadable": int(bad),
                             "size_bytes": int(size or 0)})
         return out
 

@@ -82,7 +82,7 @@ class RemoveAddress(Step):
 
     def probe(self) -> str:
         cidr = q(f"{self.ip}/{self.prefix}")
-        return (f"ip -o -4 addr show dev {q(self.iface)} | grep -qF ' {self.ip}/' && echo LIVE; "
+        return (f"ip -o -4 addr show dev {q(self.iface)} | grep -qF -- {q(f' {self.ip}/')} && echo LIVE; "
                 f"grep -lF -- {cidr} /etc/netplan/*.yaml 2>/dev/null | sed 's/^/NETPLAN /'; true")
 
     def decide(self, facts: Facts) -> list[Change]:

@@ -16,7 +16,7 @@ from specfleet.steps.files import Directory, FileContent, LineInFile
 from specfleet.steps.guard import OnlyIf
 from specfleet.steps.mount import Mount
 from specfleet.steps.net import Route
-from specfleet.shell import q
+from specfleet.quoting import fstab_line as fstab_fields, q, yaml_str
 
 NETPLAN_FILE = "/etc/netplan/60-specfleet-storage.yaml"
 MOUNT_OPTIONS = "ro,vers=4.2,hard,proto=tcp"
@@ -27,16 +27,26 @@ def source(host: Host) -> str:
 
 
 def fstab_line(host: Host) -> str:
-    return f"{source(host)} {host.require('nfs_mount')} nfs4 {MOUNT_OPTIONS},_netdev,nofail 0 0"
+    # each field escaped as fstab wants it (a space is \040): a mount point with a space stays one field
+    return fstab_fields(source(host), host.require("nfs_mount"), "nfs4", f"{MOUNT_OPTIONS},_netdev,nofail", "0", "0")
+
+
+def _comment(text: str) -> str:
+    """A YAML comment line's text: one line whatever the values hold."""
+    return " ".join(text.split())
 
 
 def steps(host: Host, revert: bool = False) -> list[Step]:
     mount = host.require("nfs_mount")
     options = host.var("nfs_options", MOUNT_OPTIONS)
     netplan = FileContent(NETPLAN_FILE, render(
-        "provision/netplan-storage.yaml.j2", storage_iface=host.require("storage_iface"),
-        storage_net=host.require("storage_net"), storage_ip=host.require("storage_ip"),
-        mgmt_iface=host.var("mgmt_iface", "ens33")), mode="0600", present=not revert)
+        "provision/netplan-storage.yaml.j2", storage_iface=yaml_str(host.require("storage_iface")),
+        storage_net=yaml_str(host.require("storage_net")), storage_ip=yaml_str(host.require("storage_ip")),
+        comment=_comment(f"the storage network goes through {host.require('storage_iface')}, "
+                         f"never {host.var('mgmt_iface', 'ens33')}"),
+        stale=_comment(f"(field report §2.4b: a stale `{host.require('storage_net')} dev "
+                       f"{host.var('mgmt_iface', 'ens33')}` route broke NFS after reboot).")),
+        mode="0600", present=not revert)
     uses_netplan = "[ -d /etc/netplan ]"
     if revert:
         # the route itself stays: removing a working route is never a fix

@@ -112,8 +112,11 @@ def check_base_python(path: str) -> str:
     if ".pyenv" in real or "/shims/" in real:
         raise VenvError(f"base interpreter {path} is a pyenv interpreter ({real}); workers do not have it. "
                         "Use the system python the workers have at the same path, e.g. /usr/bin/python3.12")
-    p = subprocess.run([path, "-c", "import sys; print('.'.join(map(str, sys.version_info[:3])))"],
-                       capture_output=True, text=True)
+    try:
+        p = subprocess.run([path, "-c", "import sys; print('.'.join(map(str, sys.version_info[:3])))"],
+                           capture_output=True, text=True)
+    except OSError as e:  # a directory, or not executable
+        raise VenvError(f"base interpreter {path} cannot run: {e.strerror}") from None
     if p.returncode != 0:
         raise VenvError(f"base interpreter {path} does not run: {p.stderr.strip()[-200:]}")
     return p.stdout.strip()

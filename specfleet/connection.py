@@ -22,6 +22,7 @@ import paramiko
 from fabric import Config, Connection
 
 from .inventory import Host
+from .quoting import ssh_option
 
 _known_hosts_lock = threading.Lock()
 _cache_lock = threading.Lock()
@@ -233,12 +234,14 @@ def ssh_argv(host: Host, *, control_dir: str = "/tmp") -> list[str]:
     are refused, as for specfleet's own connections. A control master lets
     several rsync calls to one host share a connection.
     """
+    # paths go through ssh_option: OpenSSH splits -o values on spaces and expands % tokens
+    control = ssh_option("ControlPath", f"{control_dir}/specfleet-ssh-", tokens="%C")
     argv = ["ssh", "-F", "/dev/null", "-p", str(host.port), "-l", host.user,
             "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
-            "-o", f"UserKnownHostsFile={host.known_hosts}", "-o", "GlobalKnownHostsFile=/dev/null",
+            "-o", ssh_option("UserKnownHostsFile", host.known_hosts), "-o", "GlobalKnownHostsFile=/dev/null",
             "-o", f"ConnectTimeout={max(1, int(host.connect_timeout))}",
-            "-o", "ControlMaster=auto", "-o", f"ControlPath={control_dir}/specfleet-ssh-%C",
+            "-o", "ControlMaster=auto", "-o", control,
             "-o", "ControlPersist=60", "-o", "LogLevel=ERROR"]
     if host.key:
-        argv += ["-i", host.key, "-o", "IdentitiesOnly=yes"]
+        argv += ["-o", ssh_option("IdentityFile", host.key), "-o", "IdentitiesOnly=yes"]
     return argv

@@ -1,4 +1,8 @@
-"""What people see: one line per change or failure as it happens, and the recap."""
+"""What people see: one line per change or failure as it happens, and the recap.
+
+Every string printed is masked (events.Redactor) before rich renders it:
+after rendering, a secret may be wrapped across lines or split by styles.
+"""
 from __future__ import annotations
 
 import threading
@@ -6,7 +10,33 @@ import threading
 from rich.console import Console
 from rich.table import Table
 
+from .events import Redactor
 from .step import Status, StepResult
+
+
+class MaskedConsole(Console):
+    """A rich Console that masks secrets in what it is given, before rendering.
+
+    Strings are masked directly; a Table's cells and title are masked as the
+    table is printed (rich keeps them as strings until then).
+    """
+
+    def __init__(self, *args, redact: Redactor | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.redact = redact or Redactor()
+
+    def print(self, *objects, **kwargs):  # noqa: A003 (rich's name)
+        super().print(*(self._mask(o) for o in objects), **kwargs)
+
+    def _mask(self, obj):
+        if isinstance(obj, str):
+            return self.redact(obj)
+        if isinstance(obj, Table) and self.redact.secrets:
+            if isinstance(obj.title, str):
+                obj.title = self.redact(obj.title)
+            for col in obj.columns:
+                col._cells = [self.redact(c) if isinstance(c, str) else c for c in col._cells]
+        return obj
 
 STYLE = {
     Status.OK: "green", Status.CHANGED: "yellow", Status.FAILED: "bold red",
@@ -18,8 +48,8 @@ class Reporter:
     """Prints results as hosts finish them; ok lines only when verbose."""
 
     def __init__(self, console: Console | None = None, *, verbose: bool = False, diff: bool = False,
-                 check: bool = False):
-        self.console = console or Console(highlight=False)
+                 check: bool = False, redact: Redactor | None = None):
+        self.console = console or MaskedConsole(highlight=False, redact=redact)
         self.verbose, self.diff, self.check = verbose, diff, check
         self._lock = threading.Lock()
 
@@ -29,6 +59,7 @@ class Reporter:
         if r.status is Status.SKIPPED and not self.verbose:
             return
         label = "would change" if (r.status is Status.CHANGED and self.check) else r.status.value
+        # the console masks each string it prints; step names and summaries carry values
         with self._lock:
             self.console.print(f"[{STYLE[r.status]}]{label:>12}[/] [bold]{r.host}[/]  {r.step}"
                                + (f"  [dim]({r.duration * 1000:.0f} ms)[/]" if self.verbose else ""))

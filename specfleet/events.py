@@ -14,6 +14,7 @@ import time
 import uuid
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 from .step import StepResult
 
@@ -22,14 +23,35 @@ STDERR_TAIL = 2000
 
 
 class Redactor:
+    """Replaces every secret value by MASK, in text and in structured data.
+
+    Masking runs on the values themselves, before anything renders or encodes
+    them: a secret holding `"`, `\\` or non-ASCII would no longer match once
+    JSON-escaped, so masking encoded text lets it through.
+    """
+
     def __init__(self, secrets: list[str] | None = None):
         # longest first, so a secret containing another is masked whole
         self.secrets = sorted({s for s in (secrets or []) if len(s) >= 4}, key=len, reverse=True)
 
     def __call__(self, text: str) -> str:
+        if not isinstance(text, str):
+            return text
         for s in self.secrets:
             text = text.replace(s, MASK)
         return text
+
+    def data(self, value: Any) -> Any:
+        """`value` with every string in it (keys included) masked; containers are copied."""
+        if not self.secrets:
+            return value
+        if isinstance(value, str):
+            return self(value)
+        if isinstance(value, dict):
+            return {self.data(k): self.data(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple, set)):
+            return [self.data(v) for v in value]
+        return value
 
 
 class EventLog:
@@ -45,7 +67,8 @@ class EventLog:
 
     def write(self, record: dict) -> None:
         record = {"time": round(time.time(), 3), "run_id": self.run_id, **record}
-        line = self.redact(json.dumps(record, default=str))
+        # mask the values, then encode: never mask the encoded text
+        line = json.dumps(self.redact.data(_plain(record)), default=str)
         with self._lock:
             self._file.write(line + "\n")
 
@@ -66,3 +89,14 @@ class EventLog:
         self.write({"event": "run-end", **(summary or {})})
         with self._lock:
             self._file.close()
+
+
+def _plain(value: Any) -> Any:
+    """JSON-ready values (str() of anything else), so that masking sees every string that is written."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set)):
+        return [_plain(v) for v in value]
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return str(value)

@@ -313,8 +313,14 @@ class Fleet:
     def _record(self, r: StepResult) -> None:
         if self.interrupted:  # a thread still finishing after Ctrl-C: the record is already closed
             return
+        # masked before any output sees it (console, event log, data a task prints);
+        # a change's script is what runs, never shown, and is left as it is
+        r.step = self.redact(r.step)
         r.message = self.redact(r.message)
         r.stderr_tail = self.redact(r.stderr_tail)
+        for c in r.changes:
+            c.summary, c.diff = self.redact(c.summary), self.redact(c.diff)
+        r.data = self.redact.data(r.data)
         with self._lock:
             self.results.append(r)
             if r.status in (Status.FAILED, Status.UNREACHABLE):

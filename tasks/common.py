@@ -88,7 +88,7 @@ def fleet_run(task: str, *, inventory=None, hosts=None, check=False, diff=False,
         raise UserError(f"{inv.path}: no hosts selected")
     redact = Redactor(inv.secrets())
     events = EventLog(task, directory=os.environ.get("SPECFLEET_RUNS_DIR", "runs"), redact=redact)
-    reporter = Reporter(verbose=verbose, diff=diff, check=check)
+    reporter = Reporter(verbose=verbose, diff=diff, check=check, redact=redact)
     fleet = Fleet(selected, check=check, diff=diff, forks=forks, serial=serial,
                   accept_new=accept_new_host_keys, events=events, redact=redact, on_result=reporter)
     if check:

@@ -23,7 +23,7 @@ import shlex
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, ValidationInfo, field_validator, model_validator
 
 from ..errors import UserError
 from ..yamlfile import YamlFileError, first_error, load_yaml
@@ -47,6 +47,20 @@ REMOVED_FLAGS = {
 # Speculative methods whose drafts come from a separate draft model directory.
 DRAFT_MODEL_METHODS = {"eagle", "eagle3", "draft_model", "medusa", "mlp_speculator"}
 KNOWN_METHODS = DRAFT_MODEL_METHODS | {"ngram", "[ngram]", "ngram_gpu", "mtp", "suffix"}
+# The user-settable keys of vLLM's SpeculativeConfig (vllm/config/speculative.py): the 0.32.0 keys
+# of /work/shared/notes/vllm.md (method, model, num_speculative_tokens, prompt_lookup_min/max,
+# draft_tensor_parallel_size) and the other fields of that dataclass on vLLM main after 0.32.0.
+# A misspelt key (num_spec_tokens) would otherwise be found by vLLM only after a model load; a key
+# newer than this list is allowed per configuration by `speculative_extra_keys`.
+KNOWN_SPECULATIVE_KEYS = {
+    "method", "model", "num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_max",
+    "draft_tensor_parallel_size", "tensor_parallel_size", "enforce_eager", "quantization", "moe_backend",
+    "attention_backend", "kv_cache_dtype", "max_model_len", "revision", "code_revision",
+    "disable_padded_drafter_batch", "parallel_drafting", "num_speculative_tokens_per_batch_size",
+    "suffix_decoding_max_tree_depth", "suffix_decoding_max_cached_requests",
+    "suffix_decoding_max_spec_factor", "suffix_decoding_min_token_prob", "draft_load_config",
+    "rejection_sample_method", "draft_sample_method",
+}
 
 
 class PlanError(UserError):
@@ -146,6 +160,8 @@ def check_speculative_config(sc: dict[str, Any]) -> dict[str, Any]:
 
 class Configuration(_Strict):
     name: str
+    # opt-in for keys newer than KNOWN_SPECULATIVE_KEYS; validation only, so not in the plan hash
+    speculative_extra_keys: list[str] = Field(default_factory=list, exclude=True)
     speculative_config: dict[str, Any] | None = None
     extra_args: list[str] = Field(default_factory=list)
     load_estimate_s: float | None = Field(default=None, gt=0)
@@ -164,8 +180,14 @@ class Configuration(_Strict):
 
     @field_validator("speculative_config")
     @classmethod
-    def _sc(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
-        return None if v is None else check_speculative_config(v)
+    def _sc(cls, v: dict[str, Any] | None, info: ValidationInfo) -> dict[str, Any] | None:
+        if v is None:
+            return None
+        unknown = sorted(set(v) - KNOWN_SPECULATIVE_KEYS - set(info.data.get("speculative_extra_keys") or []))
+        if unknown:
+            raise ValueError(f"unknown key(s) {', '.join(map(repr, unknown))}: not a vLLM SpeculativeConfig "
+                             "field (a newer vLLM's key goes in speculative_extra_keys)")
+        return check_speculative_config(v)
 
     @field_validator("extra_args")
     @classmethod

@@ -143,45 +143,93 @@ def tail(path: str, n: int = 40) -> str:
         return f"(no log: {e})"
 
 
-def _expand(value: str, env: dict) -> str:
-    out, i = [], 0
-    while i < len(value):
-        if value[i] == "$" and i + 1 < len(value):
-            j = i + 1
-            if value[j] == "{":
-                k = value.find("}", j)
-                name, i = value[j + 1:k], k + 1
-            else:
-                k = j
-                while k < len(value) and (value[k].isalnum() or value[k] == "_"):
-                    k += 1
-                name, i = value[j:k], k
-            out.append(env.get(name, "") if name else "$")
-        else:
-            out.append(value[i])
-            i += 1
-    return "".join(out)
-
-
 def parse_env_file(path: str, env: dict) -> dict:
-    """`export K=V` / `K=V` lines; 'single' literal, "double" and bare values expand $VAR."""
+    """`export K=WORD` / `K=WORD` lines, read as sh reads them when the file is sourced.
+
+    WORD is sh's: 'single' quotes literal (newlines included), "double" quotes
+    expand $VAR and ${VAR} and take backslash escapes (of backslash, quote, $, backtick), bare text expands $VAR;
+    adjacent parts make one word. Nothing is ever executed. specfleet writes
+    the file with specfleet.quoting, so each value reads back byte for byte.
+    """
     env = dict(env)
-    for raw in open(path, encoding="utf-8"):
-        line = raw.strip()
-        if line.startswith("export "):
-            line = line[7:].lstrip()
-        if not line or line.startswith("#") or "=" not in line:
+    with open(path, encoding="utf-8", errors="surrogateescape") as f:
+        text = f.read()
+    i, n = 0, len(text)
+    while i < n:
+        while i < n and text[i] in " \t\n;":
+            i += 1
+        if i < n and text[i] == "#":
+            i = _line_end(text, i)
             continue
-        key, rest = line.split("=", 1)
-        if not key.isidentifier():
+        if text.startswith("export ", i):
+            i += 7
+            while i < n and text[i] in " \t":
+                i += 1
+        j = i
+        while j < n and (text[j].isalnum() or text[j] == "_"):
+            j += 1
+        key = text[i:j]
+        if j >= n or text[j] != "=" or not key or key[0].isdigit():
+            i = _line_end(text, i)  # not an assignment: skipped, never run
             continue
-        if rest[:1] in ("'", '"'):
-            end = rest.find(rest[0], 1)
-            val = rest[1:end if end > 0 else len(rest)]
-            env[key] = val if rest[0] == "'" else _expand(val, env)
-        else:
-            env[key] = _expand(rest.split()[0] if rest.split() else "", env)
+        value, i = _word(text, j + 1, env)
+        env[key] = value
     return env
+
+
+def _line_end(text: str, i: int) -> int:
+    k = text.find("\n", i)
+    return len(text) if k < 0 else k + 1
+
+
+def _word(text: str, i: int, env: dict) -> tuple[str, int]:
+    out, n = [], len(text)
+    while i < n and text[i] not in " \t\n;":
+        c = text[i]
+        if c == "'":
+            k = text.find("'", i + 1)
+            k = n if k < 0 else k
+            out.append(text[i + 1:k])
+            i = k + 1
+        elif c == '"':
+            i += 1
+            while i < n and text[i] != '"':
+                if text[i] == "\\" and i + 1 < n and text[i + 1] in '\\"$`\n':
+                    out.append("" if text[i + 1] == "\n" else text[i + 1])
+                    i += 2
+                elif text[i] == "$":
+                    val, i = _var(text, i, env)
+                    out.append(val)
+                else:
+                    out.append(text[i])
+                    i += 1
+            i += 1
+        elif c == "\\" and i + 1 < n:
+            out.append("" if text[i + 1] == "\n" else text[i + 1])
+            i += 2
+        elif c == "$":
+            val, i = _var(text, i, env)
+            out.append(val)
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out), i
+
+
+def _var(text: str, i: int, env: dict) -> tuple[str, int]:
+    """$NAME or ${NAME} at text[i]; a lone $ is itself."""
+    j = i + 1
+    if text[j:j + 1] == "{":
+        k = text.find("}", j)
+        if k > j + 1:
+            return env.get(text[j + 1:k], ""), k + 1
+        return "$", i + 1
+    k = j
+    while k < len(text) and (text[k].isalnum() or text[k] == "_"):
+        k += 1
+    if k == j or text[j].isdigit():
+        return "$", i + 1
+    return env.get(text[j:k], ""), k
 
 
 def proc_stat(pid: int):

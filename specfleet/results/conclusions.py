@@ -122,8 +122,18 @@ def conclusions(t: Tables, baseline: str = "vanilla") -> list[str]:
             out.append(f"Concurrency {conc}: {r.config} on {r.node}: no measurable difference from the "
                        f"baseline ({evidence(r, noise)}).")
         for _, r in cand[cand.speedup_verdict == "slower"].iterrows():
+            b = _base_row(runs, baseline, r.node, conc)
+            tpot = b.tpot_ms / r.tpot_ms if r.tpot_ms else float("nan")
+            if (tail_dominated(r, b, noise.tolerance_pct) and not math.isnan(tpot)
+                    and abs(tpot - 1) * 100 <= noise.tolerance_pct):
+                # a draining wave: throughput follows the last request; TPOT contradicts a per-step cost
+                why = (f"on output throughput only: its TPOT is {tpot:.3f}x the baseline's, no measurable "
+                       "difference, so the slowdown is the tail of a wave that drains, not a per-step "
+                       "overhead (measure a steady state to tell)")
+            else:
+                why = slow_reason(r)
             out.append(f"Concurrency {conc}: **{r.config}** on {r.node} is SLOWER than the baseline "
-                       f"({evidence(r, noise)}): {slow_reason(r)}.")
+                       f"({evidence(r, noise)}): {why}.")
         for _, r in cand.iterrows():
             tail = tail_dominated(r, _base_row(runs, baseline, r.node, conc), noise.tolerance_pct)
             if tail:

@@ -128,18 +128,29 @@ class RatioInterval:
     confidence: float
 
 
-def ratio_interval(a: list[float], b: list[float], confidence: float) -> RatioInterval | None:
-    """None when a side has < 2 samples or any value <= 0 (no log, no spread)."""
+def _log_welch(a: list[float], b: list[float]) -> tuple[float, float, float] | None:
+    """(mean log b - mean log a, its squared standard error, Welch-Satterthwaite df), or None when
+    a side has < 2 samples or any value <= 0 (no log, no spread). df is inf when se2 is 0."""
     if len(a) < 2 or len(b) < 2 or min(a) <= 0 or min(b) <= 0:
         return None
     la, lb = [math.log(x) for x in a], [math.log(x) for x in b]
     d = statistics.fmean(lb) - statistics.fmean(la)
     sa, sb = statistics.variance(la) / len(la), statistics.variance(lb) / len(lb)
     se2 = sa + sb
+    if se2 == 0:
+        return d, 0.0, math.inf
+    return d, se2, se2 * se2 / ((sa * sa) / (len(la) - 1) + (sb * sb) / (len(lb) - 1))
+
+
+def ratio_interval(a: list[float], b: list[float], confidence: float) -> RatioInterval | None:
+    """None when a side has < 2 samples or any value <= 0 (no log, no spread)."""
+    w = _log_welch(a, b)
+    if w is None:
+        return None
+    d, se2, df = w
     if se2 == 0:  # no spread at all: the interval is the point
         r = math.exp(d)
         return RatioInterval(r, r, r, math.inf, confidence)
-    df = se2 * se2 / ((sa * sa) / (len(la) - 1) + (sb * sb) / (len(lb) - 1))
     half = t_quantile(1.0 - (1.0 - confidence) / 2.0, df) * math.sqrt(se2)
     return RatioInterval(math.exp(d), math.exp(d - half), math.exp(d + half), df, confidence)
 
@@ -154,15 +165,12 @@ def tost_p(a: list[float], b: list[float], low: float, high: float) -> float | N
     """p-value of the two one-sided Welch t-tests on log values that low < mean(b)/mean(a) < high
     (H0: the ratio is outside [low, high]). Equivalence at level alpha iff p < alpha, which is the
     same as the (1 - 2 alpha) interval of `ratio_interval` lying inside [low, high]."""
-    if len(a) < 2 or len(b) < 2 or min(a) <= 0 or min(b) <= 0:
+    w = _log_welch(a, b)
+    if w is None:
         return None
-    la, lb = [math.log(x) for x in a], [math.log(x) for x in b]
-    d = statistics.fmean(lb) - statistics.fmean(la)
-    sa, sb = statistics.variance(la) / len(la), statistics.variance(lb) / len(lb)
-    se2 = sa + sb
+    d, se2, df = w
     if se2 == 0:
         return 0.0 if math.log(low) < d < math.log(high) else 1.0
-    df = se2 * se2 / ((sa * sa) / (len(la) - 1) + (sb * sb) / (len(lb) - 1))
     se = math.sqrt(se2)
     p_low = 1.0 - t_cdf((d - math.log(low)) / se, df)    # H0: ratio <= low
     p_high = t_cdf((d - math.log(high)) / se, df)        # H0: ratio >= high

@@ -160,6 +160,19 @@ def test_run_spec_shape():
     assert item_argv(p, "w1", "ngram", Paths(venv="/opt/v", work_dir="/w", dataset="/w/q.jsonl"))["item_hash"] == it["item_hash"]
 
 
+def test_unknown_speculative_key_is_refused_unless_the_plan_opts_in(tmp_path):
+    typo = MINI.replace("num_speculative_tokens: 4,", "num_speculative_tokens: 4, num_spec_tokens: 4,")
+    msg = err(tmp_path, typo)
+    assert msg == (f"{tmp_path / 'p.yml'}: configuration 'ng', field 'speculative_config': unknown key(s) "
+                   "'num_spec_tokens': not a vLLM SpeculativeConfig field (a newer vLLM's key goes in "
+                   "speculative_extra_keys)")
+    opted = typo.replace("{name: ng, ", "{name: ng, speculative_extra_keys: [num_spec_tokens], ")
+    p = load_plan(write(tmp_path, opted, "ok.yml"))
+    assert p.config("ng").speculative_config["num_spec_tokens"] == 4
+    # the opt-in is validation only: it does not change the plan's identity
+    assert "speculative_extra_keys" not in p.canonical_json()
+
+
 def test_repeats_default_to_three_interleaved(tmp_path):
     p = load_plan(write(tmp_path, MINI))
     assert p.benchmark.repeat == 3

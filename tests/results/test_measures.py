@@ -94,8 +94,8 @@ def test_field_report_ngram_fires_in_about_5_percent_of_steps(campaign):
     assert ng.drafts_per_step == pytest.approx(429 / (ng.output_tokens - 670))
     assert 0.05 < ng.drafts_per_step < 0.06
     assert s.loc[("eagle3", 1)].drafts_per_step > 0.8  # EAGLE drafts at (almost) every step
-    text = "\n".join(o.conclusions)
-    assert "439 drafts in 7,442 decode steps (5.9 % of steps" in text
+    ng16 = s.loc[("ngram", 16)]
+    assert ng16.drafts_per_step == pytest.approx(439 / 7442, abs=1e-4)  # 5.9 % at concurrency 16
     assert "drafts / step" in (campaign / "report.md").read_text()
 
 
@@ -109,6 +109,7 @@ def test_rare_firing_is_judged_per_step_not_per_output_token(tmp_path):
         f = root / "w1" / "often_conc16.json"
         d = json.loads(f.read_text())
         d["total_output_tokens"] = 1000
+        d["mean_tpot_ms"] *= 1.2  # slower per token too: not the tail of a draining wave
         f.write_text(json.dumps(d))
         _, text = _concl(root)
     finally:

@@ -63,7 +63,10 @@ def test_conclusions_from_data(campaign):
     assert "Concurrency 1: best is **eagle3** at 2.11x" in text
     assert "Concurrency 16: best is **eagle3** at 1.83x" in text
     assert re.search(r"\*\*ngram\*\* on w1 is SLOWER than the baseline \(0\.953x; single run: plain threshold, "
-                     r"no interval: ±3 % band \[0\.971x, 1\.030x\]\): speculation rarely fires", text)
+                     r"no interval: ±3 % band \[0\.971x, 1\.030x\]\): on output throughput only: its TPOT is "
+                     r"0\.998x the baseline's, no measurable difference, so the slowdown is the tail of a wave "
+                     r"that drains, not a per-step overhead", text)  # issue 12.2: the TPOT contradicts it
+    assert "speculation rarely fires" not in text
     assert "ngram_improved** on w1 is SLOWER" not in text
     assert "TTFT cost of eagle3: 129.00 -> 141.73 ms" in text
     assert "ITL caveat" in text

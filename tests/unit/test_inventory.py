@@ -118,3 +118,63 @@ def test_shipped_example_inventory_loads():
     assert inv.hosts["w1"].address == "10.10.30.14" and inv.hosts["w2"].address == "10.10.30.15"
     assert inv.hosts["w1"].vars["storage_iface"] == "ens35"
     assert inv.hosts["w1"].vars["nfs_server"] == "192.168.160.7"
+
+
+# -- types of the vars roles read (issue 11.5) ------------------------------------------------------
+TYPED = """
+all:
+  vars: {{venv_path: /opt/v, {var}}}
+hosts:
+  w1: {{address: 10.10.30.14}}
+"""
+
+
+@pytest.mark.parametrize("var, field, says", [
+    ("nvidia_modules: nvidia", "vars.nvidia_modules", "valid list, not 'nvidia'"),
+    ("model_candidates: /mnt/fabrix/models/Qwen3-32B", "vars.model_candidates", "valid list"),
+    ("model_candidates: [models/Qwen3-32B]", "vars.model_candidates.0", "not an absolute path"),
+    ("model_candidates: ['-rf']", "vars.model_candidates.0", "not an absolute path"),
+    ("model_candidates: [\"/mnt/a\\nb\"]", "vars.model_candidates.0", "newline"),
+    ("extra_env: {'X=1; touch /tmp/pwned; Y': 1}", "vars.extra_env.X=1; touch /tmp/pwned; Y.[key]", "variable name"),
+    ("extra_env: [A]", "vars.extra_env", "valid dictionary"),
+    ("base_python: /usr/bin/my python", "vars.base_python", "whitespace"),
+    ("storage_iface: 'ens35; reboot'", "vars.storage_iface", "interface name"),
+    ("storage_ip: 192.168.160.300", "vars.storage_ip", "IPv4 address"),
+    ("storage_net: '$(touch x)'", "vars.storage_net", "IPv4 network"),
+    ("nfs_options: 'ro,$(touch x)'", "vars.nfs_options", "mount options"),
+    ("gpu_index: '0'", "vars.gpu_index", "valid integer"),
+    ("model_source: disk", "vars.model_source", "'local' or 'nfs'"),
+    ("cuda_subdir: /usr/local/cuda", "vars.cuda_subdir", "relative path"),
+    ("venv_requirements: ['--index-url=http://x']", "vars.venv_requirements.0", "starts with '-'"),
+])
+def test_var_types_are_checked_at_load(tmp_path, var, field, says):
+    with pytest.raises(InventoryError) as e:
+        load_inventory(write(tmp_path, TYPED.format(var=var)))
+    msg = str(e.value)
+    assert msg.startswith(f"{tmp_path / 'hosts.yml'}: ") and "\n" not in msg
+    assert f"field {field!r}" in msg and says in msg, msg
+    assert "host 'w1'" in msg or "bastion" in msg, msg
+
+
+def test_var_error_says_where_the_value_was_set(tmp_path):
+    text = """
+    hosts:
+      w1: {address: 10.10.30.14}
+    groups:
+      workers: {hosts: [w1], vars: {nvidia_modules: nvidia}}
+    """
+    with pytest.raises(InventoryError, match=r"host 'w1', field 'vars.nvidia_modules' \(set in group 'workers'.vars\)"):
+        load_inventory(write(tmp_path, text))
+
+
+def test_well_typed_vars_and_own_vars_load(tmp_path):
+    inv = load_inventory(write(tmp_path, TYPED.format(
+        var="nvidia_modules: [nvidia], gpu_memory_bandwidth_gbps: 1792, my_own_var: {any: [thing]}, "
+            "extra_env: {HF_HUB_OFFLINE: 1, NAME: 'a b $c'}")))
+    assert inv.hosts["w1"].vars["my_own_var"] == {"any": ["thing"]}
+
+
+def test_secret_values_at_any_depth(tmp_path):
+    inv = load_inventory(write(tmp_path, TYPED.format(
+        var="db_passphrase: 'pass phrase', extra_env: {HF_TOKEN: hf_abcdef, OTHER: visible}")))
+    assert set(inv.secrets()) == {"pass phrase", "hf_abcdef"}
