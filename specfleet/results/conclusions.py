@@ -108,8 +108,9 @@ def conclusions(t: Tables, baseline: str = "vanilla") -> list[str]:
                 f"TPOT {_f(b.tpot_ms)} -> {_f(best.tpot_ms)} ms, duration {_f(b.duration_s)} -> "
                 f"{_f(best.duration_s)} s; {evidence(best, noise)}).")
             dt = best.ttft_ms - b.ttft_ms
+            what = "TTFT cost" if dt > 0 else "TTFT (no cost: lower or equal)"
             out.append(
-                f"Concurrency {conc}: TTFT cost of {best.config}: {_f(b.ttft_ms)} -> {_f(best.ttft_ms)} ms "
+                f"Concurrency {conc}: {what} of {best.config}: {_f(b.ttft_ms)} -> {_f(best.ttft_ms)} ms "
                 f"({dt:+.2f} ms, {100 * dt / b.ttft_ms:+.0f} %).")
             for _, r in faster.drop(index=best.name).iterrows():
                 out.append(f"Concurrency {conc}: {r.config} on {r.node} is also faster than the baseline "
