@@ -83,7 +83,7 @@ def _datasets(inv) -> list[Path]:
         path = Path(os.path.expanduser(str(name)))
         path = path if path.is_absolute() else inv.path.parent / path
         if not path.is_file() or not os.access(path, os.R_OK):
-            raise UserError(f"{inv.path}: bastion var 'datasets' (entry {i + 1}): {os.path.abspath(path)} is not a "
+            raise UserError(f"{inv.path}: bastion, field 'datasets' (entry {i + 1}): {os.path.abspath(path)} is not a "
                             "readable file on the bastion (a relative path is relative to the inventory file)")
         out.append(path)
     return out

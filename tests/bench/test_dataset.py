@@ -132,5 +132,5 @@ def test_fab_provision_with_a_missing_inventory_dataset_exits_1(tmp_path):
                        env={**os.environ, "SPECFLEET_RUNS_DIR": str(tmp_path / "runs")},
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 1, p.stdout + p.stderr
-    assert f"error: {inv}: bastion var 'datasets' (entry 1): {tmp_path / 'd' / 'q.jsonl'} is not a readable " \
+    assert f"error: {inv}: bastion, field 'datasets' (entry 1): {tmp_path / 'd' / 'q.jsonl'} is not a readable " \
            "file on the bastion" in p.stderr

@@ -256,10 +256,11 @@ def test_provision_bench_collect_real_vllm(testbed_factory, tmp_path):
     assert r.returncode == 0, summary(r)
     assert f"venv {VENV_PATH} is up to date" in r.stdout, summary(r)
     link = tb.exec(HOST, ["readlink", VENV_PATH]).stdout.strip()
-    assert link == f"{VENV_PATH}.releases/{man['digest']}", link
-    env_text = read_worker(tb, "/etc/specfleet/vllm.env")
-    for k, v in EXTRA_ENV.items():
-        assert f"export {k}={v}" in env_text, env_text
+    # the release id is the venv digest and the hash of its file listing (a content change is a new release)
+    assert link.startswith(f"{VENV_PATH}.releases/{man['digest']}-"), link
+    for k, v in EXTRA_ENV.items():  # the env file, sourced as the runner's shell would, gives the values
+        got = tb.exec(HOST, ["bash", "-c", f'set -a; . /etc/specfleet/vllm.env; printf %s "${k}"']).stdout
+        assert got == v, (k, got)
     model_dir = f"{NFS_MOUNT}/models/{MODEL_NAME}"
     assert tb.exec(HOST, ["test", "-r", f"{model_dir}/tokenizer.json"]).returncode == 0
 

@@ -91,7 +91,7 @@ def test_a_missing_plan_dataset_is_one_line_before_any_host(tmp_path):
 def test_a_missing_bastion_dataset_is_one_line(tmp_path):
     inv = inventory(tmp_path, bastion={"datasets": [str(tmp_path / "gone.jsonl")]})
     p = fab("provision", "--only", "configs", "--inventory", str(inv), tmp_path=tmp_path)
-    assert_one_line_error(p, str(inv), "bastion var 'datasets' (entry 1)", "gone.jsonl")
+    assert_one_line_error(p, str(inv), "bastion, field 'datasets' (entry 1)", "gone.jsonl")
 
 
 def test_a_missing_bastion_venv_is_one_line_and_recorded(tmp_path):
