@@ -27,6 +27,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from .bench.slots import parse_gpus
 from .errors import UserError
 from .yamlfile import YamlFileError, first_error, load_yaml
 
@@ -196,6 +197,14 @@ class Vars(BaseModel):
     model_source: Literal["local", "nfs"] | None = None
     model_read_mb_s: float | None = Field(default=None, gt=0)
     gpu_memory_bandwidth_gbps: float | None = Field(default=None, gt=0)
+    # the node's GPUs (a count, or [{index, uuid, name, memory_mib}]) and NVLink groups: bench/slots.py
+    gpus: int | list[dict[str, Any]] | None = None
+    gpu_groups: list[list[int]] | None = None
+
+    @field_validator("gpus")
+    @classmethod
+    def _gpus(cls, v: Any) -> Any:
+        return None if v is None else parse_gpus(v, "")
 
     @field_validator("model_read_mb_s", "gpu_memory_bandwidth_gbps", mode="before")
     @classmethod

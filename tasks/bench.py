@@ -87,8 +87,10 @@ def bench(c, plan=None, inventory=None, hosts=None, check=False, diff=False, ass
         specs = {}
         for host in fleet.active:
             v = views.get(host.name)
+            node = next(n for n in nodes if n.name == host.name)
             spec = build_run_spec(p, host.name, queues.queues[host.name], paths[host.name],
-                                  env_file=host.var("env_file"), gpu_index=host.var("gpu_index"))
+                                  env_file=host.var("env_file"), gpu_index=host.var("gpu_index"),
+                                  gpus=list(node.gpus), gpu_groups=node.gpu_groups)
             if v and v.spec and v.spec.get("plan_hash") == spec["plan_hash"] and \
                     [i["name"] for i in v.spec["items"]] == [i["name"] for i in spec["items"]]:
                 spec["run_id"] = v.spec["run_id"]  # same campaign: resume it, keep its identity
