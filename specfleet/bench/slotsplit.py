@@ -6,15 +6,20 @@ busy time is what the runner's pool does with its queue (slots.simulate: in queu
 that fits on free GPUs starts; exclusive = one at a time). The baseline runs on every node first.
 
 Search: greedy by GPU-seconds (widest, longest first) onto the node whose simulated end grows least,
-then moves and swaps while the makespan (then the sum of squares) falls. Lower bound: max(the longest
-baseline, every other item at its best, total GPU-seconds / all GPUs; exclusive: total seconds / nodes).
+then moves and swaps off the critical node while the makespan (then the sum of squares) falls, then
+an iterated local search (shake one or two items off the critical node, improve, keep the best). Lower bound: max(the longest
+baseline, every other item at its best, total GPU-seconds / all GPUs (exclusive: total seconds / nodes),
+and the pigeonhole bound over GPUs).
 """
 from __future__ import annotations
 
-import itertools
+import random
 
 from .plan import Plan, PlanError, gpus_needed
 from .slots import fits_ever, simulate
+
+MAX_ROUNDS = 500     # improving steps of one local search (each lowers the makespan or the spread)
+PERTURB_ROUNDS = 6   # shakes of the iterated local search
 
 
 def node_gpus(node) -> list[int]:
@@ -69,50 +74,82 @@ def slot_split(plan: Plan, nodes, pins: dict[str, str], item_s, durations=None):
     dur = {c: {n: item_s(plan, c, by[n], durations) for n in names} for c in [base, *others]}
     need = {c: {n: need_on(plan, c, by[n]) for n in names} for c in [base, *others]}
     packing = plan.packing
+    memo: dict[tuple[str, frozenset], float] = {}
 
-    def queue(n: str, assign: dict[str, str]) -> list[str]:
-        mine = sorted((c for c in others if assign.get(c) == n), key=lambda c: (-need[c][n], -dur[c][n], c))
-        return [base, *mine]
+    def queue(n: str, mine) -> list[str]:
+        return [base, *sorted(mine, key=lambda c: (-need[c][n], -dur[c][n], c))]
 
-    def node_time(n: str, assign: dict[str, str]) -> float:
-        items = [(c, need[c][n], dur[c][n]) for c in queue(n, assign)]
-        return simulate(items, node_gpus(by[n]), by[n].gpu_groups, packing)[0]
+    def node_time(n: str, mine: frozenset) -> float:
+        if (n, mine) not in memo:
+            items = [(c, need[c][n], dur[c][n]) for c in queue(n, mine)]
+            memo[(n, mine)] = simulate(items, node_gpus(by[n]), by[n].gpu_groups, packing)[0]
+        return memo[(n, mine)]
 
-    def score(assign):
-        t = [node_time(n, assign) for n in names]
-        return max(t), sum(x * x for x in t)
-
+    on = {n: frozenset(c for c in others if pins.get(c) == n) for n in names}
     # greedy: GPU-seconds first, onto the node whose end grows least
-    assign: dict[str, str] = {c: pins[c] for c in others if c in pins}
     free = sorted((c for c in others if c not in pins),
                   key=lambda c: -min(dur[c][n] * need[c][n] for n in allowed[c]))
     for c in free:
-        best = None
-        for n in allowed[c]:
-            key = (node_time(n, {**assign, c: n}), node_time(n, assign), n)
-            if best is None or key < best[0]:
-                best = (key, n)
-        assign[c] = best[1]
-    cur = score(assign)
-    improved = True
-    while improved:
-        improved = False
-        for c in free:
-            for n in allowed[c]:
-                if assign[c] != n:
-                    trial = {**assign, c: n}
-                    s = score(trial)
-                    if s < cur:
-                        assign, cur, improved = trial, s, True
-        for a, b in itertools.combinations(free, 2):
-            if assign[a] != assign[b] and assign[b] in allowed[a] and assign[a] in allowed[b]:
-                trial = {**assign, a: assign[b], b: assign[a]}
-                s = score(trial)
-                if s < cur:
-                    assign, cur, improved = trial, s, True
-    load = {n: node_time(n, assign) for n in names}
-    return Split(queues={n: queue(n, assign) for n in names}, node_s=load, makespan_s=max(load.values()),
-                 lower_bound_s=lower_bound(plan, names, by, dur, need, allowed, packing), method="slots",
+        n = min(allowed[c], key=lambda n: (node_time(n, on[n] | {c}), node_time(n, on[n]), n))
+        on[n] = on[n] | {c}
+
+    def score(times: dict) -> tuple[float, float]:
+        return max(times.values()), sum(x * x for x in times.values())
+
+    def improve(on: dict) -> dict:
+        """Moves and swaps off the critical node: the first that lowers (makespan, sum of squares)."""
+        on = dict(on)
+        for _ in range(MAX_ROUNDS):
+            times = {n: node_time(n, on[n]) for n in names}
+            cur, crit = score(times), max(names, key=lambda n: times[n])
+            found = None
+            for c in sorted(on[crit] - set(pins)):
+                for n in (x for x in allowed[c] if x != crit):
+                    trial = {**times, crit: node_time(crit, on[crit] - {c}), n: node_time(n, on[n] | {c})}
+                    if score(trial) < cur:
+                        found = {crit: on[crit] - {c}, n: on[n] | {c}}
+                        break
+                for n in (x for x in names if x != crit and not found):
+                    for b in sorted(on[n] - set(pins)):
+                        if crit not in allowed[b] or n not in allowed[c]:
+                            continue
+                        a_side, b_side = on[crit] - {c} | {b}, on[n] - {b} | {c}
+                        if score({**times, crit: node_time(crit, a_side), n: node_time(n, b_side)}) < cur:
+                            found = {crit: a_side, n: b_side}
+                            break
+                if found:
+                    break
+            if not found:
+                return on
+            on.update(found)
+        return on
+
+    def span(on: dict) -> float:
+        return max(node_time(n, on[n]) for n in names)
+
+    # iterated local search: shake one or two items off the critical node, improve, keep the best
+    lb = lower_bound(plan, names, by, dur, need, allowed, packing)
+    best = cur = improve(on)
+    rng = random.Random(0)  # deterministic: the same plan always gives the same split
+    movable = [c for c in others if c not in pins and len(allowed[c]) > 1]
+    for _ in range(PERTURB_ROUNDS if movable and len(names) > 1 else 0):
+        if span(best) <= lb * 1.0001:
+            break
+        trial = dict(cur)
+        crit = max(names, key=lambda n: node_time(n, trial[n]))
+        pool = sorted(c for c in trial[crit] if c in movable) or movable
+        for c in rng.sample(pool, min(len(pool), rng.randint(1, 2))):
+            src = next(n for n in names if c in trial[n])
+            dst = rng.choice([n for n in allowed[c] if n != src])
+            trial[src], trial[dst] = trial[src] - {c}, trial[dst] | {c}
+        trial = improve(trial)
+        if span(trial) < span(best) - 1e-9:
+            best = trial
+        cur = trial if span(trial) <= span(cur) * 1.02 else best
+    on = best
+    load = {n: node_time(n, on[n]) for n in names}
+    return Split(queues={n: queue(n, on[n]) for n in names}, node_s=load, makespan_s=max(load.values()),
+                 lower_bound_s=lb, method="slots",
                  durations=dur)
 
 
@@ -127,4 +164,19 @@ def lower_bound(plan, names, by, dur, need, allowed, packing) -> float:
         cap = sum(len(node_gpus(by[n])) for n in names)
         work = sum(dur[base][n] * need[base][n] for n in names) + \
             sum(min(dur[c][n] * need[c][n] for n in allowed[c]) for c in others)
-    return max(lb, work / cap)
+    # pigeonhole over GPUs (shared) or nodes (exclusive): of the k*cap+1 longest one-GPU shares, some
+    # GPU runs k+1 (a server on n GPUs counts once per GPU: its shares sit on distinct GPUs)
+    if packing == "exclusive":
+        shares = [dur[base][n] for n in names] + [min(dur[c][n] for n in allowed[c]) for c in others]
+    else:
+        shares = [dur[base][n] for n in names for _ in range(need[base][n])] + \
+            [d for c in others for d in [min(dur[c][n] for n in allowed[c])] * min(need[c][n] for n in allowed[c])]
+    return max(lb, work / cap, pigeonhole(shares, cap))
+
+
+def pigeonhole(shares: list[float], cap: int) -> float:
+    d, best, k = sorted(shares, reverse=True), 0.0, 1
+    while k * cap + 1 <= len(d):
+        best = max(best, sum(d[k * cap - k:k * cap + 1]))
+        k += 1
+    return best
