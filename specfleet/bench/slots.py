@@ -138,9 +138,10 @@ def simulate(items: list[tuple[str, int, float]], gpus: list[int], groups: list[
     while pending or running:
         busy = {i for _, _, s in running for i in s}
         for it in list(pending):
-            if packing == "exclusive" and running:
+            free = [i for i in gpus if i not in busy]
+            if packing == "exclusive" and running or not free:
                 break
-            got = pick([i for i in gpus if i not in busy], it[1], groups)
+            got = pick(free, it[1], groups) if it[1] <= len(free) else None
             if got is not None:
                 running.append((t + it[2], it[0], got))
                 starts[it[0]] = (t, got)
