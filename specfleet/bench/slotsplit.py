@@ -20,6 +20,9 @@ from .slots import fits_ever, simulate
 
 MAX_ROUNDS = 500     # improving steps of one local search (each lowers the makespan or the spread)
 PERTURB_ROUNDS = 6   # shakes of the iterated local search
+# queue orders a node's end is simulated under (the best is the queue): widest first, longest first,
+# most GPU-seconds first; ties by name so the same plan gives the same queue
+ORDERS = (lambda need, d, c: (-need, -d, c), lambda need, d, c: (-d, -need, c), lambda need, d, c: (-need * d, c))
 
 
 def node_gpus(node) -> list[int]:
@@ -76,14 +79,23 @@ def slot_split(plan: Plan, nodes, pins: dict[str, str], item_s, durations=None):
     packing = plan.packing
     memo: dict[tuple[str, frozenset], float] = {}
 
-    def queue(n: str, mine) -> list[str]:
-        return [base, *sorted(mine, key=lambda c: (-need[c][n], -dur[c][n], c))]
+    orders = memo_order = {}
 
     def node_time(n: str, mine: frozenset) -> float:
+        """The node's end under the best of a few queue orders (the runner follows the order given)."""
         if (n, mine) not in memo:
-            items = [(c, need[c][n], dur[c][n]) for c in queue(n, mine)]
-            memo[(n, mine)] = simulate(items, node_gpus(by[n]), by[n].gpu_groups, packing)[0]
+            best = None
+            for key in ORDERS:
+                q = [base, *sorted(mine, key=lambda c: key(need[c][n], dur[c][n], c))]
+                t = simulate([(c, need[c][n], dur[c][n]) for c in q], node_gpus(by[n]), by[n].gpu_groups, packing)[0]
+                if best is None or t < best[0] - 1e-9:
+                    best = (t, q)
+            memo[(n, mine)], memo_order[(n, mine)] = best
         return memo[(n, mine)]
+
+    def queue(n: str, mine) -> list[str]:
+        node_time(n, frozenset(mine))
+        return orders[(n, frozenset(mine))]
 
     on = {n: frozenset(c for c in others if pins.get(c) == n) for n in names}
     # greedy: GPU-seconds first, onto the node whose end grows least

@@ -146,3 +146,28 @@ def test_an_inventory_uuid_that_is_not_the_nodes_stops_before_any_server(bed):
     st = bed.state()
     assert "GPU 1: nvidia-smi says UUID GPU-00000001-fake, the inventory GPU-other-node" in st["error"]
     assert all(i["status"] == "pending" for i in st["items"])
+
+
+def test_sigterm_stops_every_server_and_resume_finishes_the_queue(bed, monkeypatch):
+    monkeypatch.setenv("FAKE_BENCH_S", "3")
+    p = four_gpus(bed)
+    path = spec(bed, p)
+    runner = bed.start(path)
+    deadline = time.monotonic() + 60
+    running = []
+    while time.monotonic() < deadline and len(running) < 2:
+        time.sleep(0.2)
+        try:
+            running = [i for i in bed.state()["items"] if i["status"] == "benchmarking"]
+        except (OSError, ValueError):
+            continue
+    assert len(running) >= 2, bed.log()
+    runner.send_signal(signal.SIGTERM)
+    assert runner.wait(timeout=60) == 143
+    st = bed.state()
+    assert st["status"] == "stopped"
+    assert {i["name"] for i in running} <= {i["name"] for i in st["items"] if i["status"] == "pending"}
+    assert set(per_gpu_used(bed).values()) == {0}   # every server and engine ended
+    monkeypatch.setenv("FAKE_BENCH_S", "0.3")
+    assert bed.run(path, timeout=120) == 0, bed.log()
+    assert all(i["status"] == "done" for i in bed.items().values())
