@@ -67,6 +67,7 @@ class Fleet:
         self.interrupted = False
         self.interrupt_hints: list[str] = []  # what a task says on Ctrl-C (e.g. bench: the runners go on)
         self._lock = threading.Lock()
+        self.commands: dict[str, int] = {}  # host -> remote commands the plays ran (probe batches + changes)
 
     # -- running ---------------------------------------------------------
     @property
@@ -247,6 +248,7 @@ class Fleet:
     def _gather(self, hc: HostConnection, steps: list[Step]) -> list:
         """Each step's fact values (or the exception that fails that step): one command per host."""
         def run(script: str, root: bool) -> str:
+            self._count(hc.host.name)
             res = hc.run(as_root(script, sudo=root and hc.host.needs_sudo))
             if res.exited != 0 and "sudo" in res.stderr:
                 raise StepFailed(f"sudo failed on {hc.host.name}: {res.stderr.strip()[-300:]} "
@@ -260,6 +262,7 @@ class Fleet:
         try:
             for scripts, payload in _commands(changes):
                 body = "set -e\n" + "\n".join(scripts)
+                self._count(host.name)
                 res = hc.run(as_root(body, sudo=step.needs_root and host.needs_sudo),
                              stdin=payload.chunks() if payload else None)
                 if res.exited != 0:
@@ -280,6 +283,10 @@ class Fleet:
             return StepResult(host.name, name, Status.FAILED, changes, message=str(e),
                               duration=time.monotonic() - t0)
         return StepResult(host.name, name, Status.CHANGED, changes, duration=time.monotonic() - t0)
+
+    def _count(self, host: str) -> None:
+        with self._lock:
+            self.commands[host] = self.commands.get(host, 0) + 1
 
     def _drop(self, host: Host, rest: list[Step], status: Status, message: str | None, duration: float):
         """Take a host out of the run; its remaining steps are recorded."""
@@ -386,6 +393,9 @@ class Fleet:
         return code
 
     def close(self) -> None:
+        if self.events and not self.interrupted:  # what a run cost each host, in SSH commands
+            for host, n in sorted(self.commands.items()):
+                self.events.write({"event": "commands", "host": host, "count": n})
         for hc in self.connections.values():
             hc.close()
 

@@ -13,11 +13,12 @@ import pytest
 from specfleet.events import EventLog, Redactor
 from specfleet.fleet import EXIT_FAILED, EXIT_UNREACHABLE, Fleet
 from specfleet.inventory import load_inventory
-from specfleet.step import Facts, Status
+from specfleet.step import Status
 from specfleet.steps.command import Assert, Command
 from specfleet.steps.files import Directory, FileContent, LineInFile
 from specfleet.steps.net import Route
-from specfleet.steps.sync import RsyncTree
+from specfleet.steps import sync
+from specfleet.steps.sync import RsyncTree, local_listing
 
 from e2e_helpers import derived_inventory, events, fab, host_sh, inventory_of
 
@@ -195,14 +196,19 @@ def test_rsync_check_lists_and_second_sync_transfers_nothing(testbed_factory, sr
     inv = load_inventory(inventory_of(tb))
     host = inv.hosts["w1"]
     step = RsyncTree(host, str(src_tree), "/opt/tree-copy")
-    facts = step.itemize()
-    assert any("a.txt" in ln for ln in facts.lines)
+    items = step.itemize_fact().gather_local()
+    assert any("a.txt" in ln for ln in items)
     fleet = run(inventory_of(tb), lambda h: [RsyncTree(h, str(src_tree), "/opt/tree-copy")])
     assert all(r.changed for r in fleet.results)
-    assert step.decide(step.itemize()) == []
+    assert step.itemize_fact().gather_local() == []
     # the host's listing hash (what a no-op run compares, without OpenSSH) equals the bastion's
-    listing = host_sh(tb, "w1", step.probe()).stdout
-    assert step.decide(Facts(listing)) == []
+    fact = step.facts()["listing"]
+    listing = fact.parse(host_sh(tb, "w1", fact.command()).stdout, 0)
+    values = {"listing": listing, "local_listing": local_listing(step.src)}
+    assert step.in_sync(values) and step.bastion_facts(values) == {} and step.decide(values) == []
     shutil.rmtree(src_tree / "sub")
-    again = step.decide(Facts(listing))  # the bastion's tree changed: rsync -n itemizes it
+    sync._local_listings.clear()
+    values["local_listing"] = local_listing(step.src)  # the bastion's tree changed: rsync -n itemizes it
+    values.update({k: f.gather_local() for k, f in step.bastion_facts(values).items()})
+    again = step.decide(values)
     assert again and "deleting" in again[0].diff
