@@ -111,7 +111,7 @@ class LineInFile(Step):
             if state.present:
                 return []
             sep = "echo >> " + p + " && " if not state.ends_with_newline else ""
-            create = f"mkdir -p -- $(dirname -- {p}) && touch -- {p} && chmod {q(self.mode)} -- {p} && " \
+            create = f"mkdir -p -- \"$(dirname -- {p})\" && touch -- {p} && chmod {q(self.mode)} -- {p} && " \
                 if not state.exists else ""
             return [Change(f"add line {self.line!r} to {self.path}",
                            f"{create}{sep}printf '%s\\n' {line} >> {p}", f"+{self.line}")]

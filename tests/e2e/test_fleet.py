@@ -123,6 +123,10 @@ def test_cli_exit_codes_and_recap(testbed_factory, tmp_path):
     ok = fab("facts", inventory=inventory_of(tb), runs=tmp_path / "runs")
     assert ok.returncode == 0, ok.stderr
     assert "RECAP facts" in ok.stdout and "w1" in ok.stdout and "ens35" in ok.stdout
+    # each worker's GPU, from the nvidia-smi stand-in: index, name, memory (the table may fold the name)
+    assert ok.stdout.count("0: NVIDIA RTX PRO") == len(tb.workers) and "97887" in ok.stdout, ok.stdout
+    commands = [e for e in events(tmp_path / "runs") if e.get("event") == "commands"]
+    assert {e["host"]: e["count"] for e in commands} == {w: 1 for w in tb.workers}  # all facts: one round trip
 
     def edit(doc):
         doc["hosts"]["ghost"] = {"address": "10.10.30.99", "connect_timeout": 1}
