@@ -1,10 +1,9 @@
 """Read-only facts about a host: OS, kernel, IPv4 addresses, routes, GPUs and their topology."""
 from __future__ import annotations
 
-from dataclasses import asdict
 from typing import Any
 
-from specfleet.facts.gpus import GpuTopology, Gpus, inventory_gpus
+from specfleet.facts.gpus import GpuTopology, Gpus, gpu_report
 from specfleet.facts.net import Ipv4Addresses, Routes
 from specfleet.facts.system import Hostname, Kernel, OsName
 from specfleet.step import Step, Values
@@ -27,8 +26,6 @@ class HostFacts(Step):
                 "routes": Routes(), "gpus": Gpus(), "topology": GpuTopology()}
 
     def report(self, facts: Values) -> dict:
-        found, topo = facts["gpus"], facts["topology"]
-        gpus = inventory_gpus(self.gpus_override) if self.gpus_override is not None else found.gpus
         return {
             "os": facts["os"],
             "kernel": facts["kernel"],
@@ -36,8 +33,21 @@ class HostFacts(Step):
             "addresses": [{"iface": a.iface, "ip": a.ip, "prefix": a.prefix, "cidr": a.cidr}
                           for a in facts["addresses"]],
             "routes": [r.line for r in facts["routes"]],
-            "gpus": [asdict(g) for g in gpus],
-            "gpus_source": "inventory" if self.gpus_override is not None else "nvidia-smi",
-            "gpu_error": found.error,
-            "topology": [asdict(ln) for ln in topo.links] if topo else None,
+            **gpu_report(facts["gpus"], facts["topology"], self.gpus_override),
         }
+
+
+class HostGpus(Step):
+    """Changes nothing; reports the host's GPUs (the inventory's `gpus` where set) and their
+    topology as `gpu_report` data; `specfleet.facts.gpus.read_gpu_report` reads it back."""
+
+    name = "gpus"
+
+    def __init__(self, host: Any):
+        self.override = host.var("gpus")
+
+    def facts(self) -> dict:
+        return {"gpus": Gpus(), "topology": GpuTopology()}
+
+    def report(self, facts: Values) -> dict:
+        return gpu_report(facts["gpus"], facts["topology"], self.override)

@@ -14,11 +14,14 @@ Interface (stable; other modules import these names):
 - `inventory_gpus(value)`: the inventory's `gpus` host var (a list of {name, memory_mib,
   uuid?}, validated in specfleet/inventory.py) as `Gpu`s; `host_gpus(host, discovered)`:
   the inventory's list where the host sets one, else what nvidia-smi reported.
+- `gpu_report(found, topology, override)` / `read_gpu_report(data)`: the same as the plain
+  data a step reports (StepResult.data, the event log) and back into typed values. The step
+  that gathers them for a play is roles/facts.py `HostGpus(host)`.
 """
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .base import Fact, lines
@@ -143,3 +146,18 @@ def host_gpus(host: Any, discovered: GpuList | None) -> list[Gpu]:
     if override is not None:
         return inventory_gpus(override)
     return list(discovered.gpus) if discovered else []
+
+
+def gpu_report(found: GpuList, topology: Topology | None, override: Any = None) -> dict:
+    """The GPUs of a host as plain data: the inventory's `gpus` where set, else nvidia-smi's."""
+    gpus = inventory_gpus(override) if override is not None else found.gpus
+    return {"gpus": [asdict(g) for g in gpus],
+            "gpus_source": "inventory" if override is not None else "nvidia-smi",
+            "gpu_error": found.error,
+            "topology": [asdict(ln) for ln in topology.links] if topology else None}
+
+
+def read_gpu_report(data: dict) -> tuple[list[Gpu], Topology | None]:
+    """`gpu_report`'s data back as typed values."""
+    from .base import from_json
+    return from_json(list[Gpu], data["gpus"]), from_json(Topology | None, data["topology"] and {"links": data["topology"]})
