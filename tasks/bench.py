@@ -10,7 +10,7 @@ from rich.table import Table
 from roles import configs
 from specfleet.bench import NodeInfo, Paths, PlanError, build_run_spec, commands_for, dump_run_spec, load_plan
 from specfleet.bench import format_split, parse_pins, split
-from specfleet.bench import remote
+from specfleet.bench import layout, remote
 from specfleet.bench.spec import RUNNER_FILES
 from specfleet.connection import CommandTimeout, Unreachable
 from specfleet.errors import UserError
@@ -113,12 +113,12 @@ def bench(c, plan=None, inventory=None, hosts=None, check=False, diff=False, ass
             if fresh.alive:
                 runners[hc.host.name] = fresh.runner_pid
                 return Status.OK, f"reattached to runner pid {fresh.runner_pid}"
-            d = remote.run_dir(work_dir(hc.host), p.campaign, hc.host.name)
+            d = layout.run_dir(work_dir(hc.host), p.campaign, hc.host.name)
             pid = remote.start(hc, hc.host.var("runner_python", "/usr/bin/python3"), configs.runner_path(hc.host),
-                               f"{d}/run.json", f"{d}/runner.log")
+                               f"{d}/{layout.RUN_SPEC}", f"{d}/{layout.RUNNER_LOG}")
             holder = remote.settle(hc, pid, work_dir(hc.host))
             if holder is None:
-                return Status.FAILED, f"the runner exited at once: see {d}/runner.log"
+                return Status.FAILED, f"the runner exited at once: see {d}/{layout.RUNNER_LOG}"
             runners[hc.host.name] = holder
             if holder != pid:  # another `fab bench` started one at the same instant and won the lock
                 return Status.OK, f"following runner pid {holder} (another fab bench started it just now)"
@@ -130,12 +130,12 @@ def bench(c, plan=None, inventory=None, hosts=None, check=False, diff=False, ass
 
 
 def _placement(host, plan, spec):
-    d = remote.run_dir(work_dir(host), plan.campaign, host.name)
+    d = layout.run_dir(work_dir(host), plan.campaign, host.name)
     home = configs.home(host)
     return [Directory(home), Directory(f"{home}/datasets"), Directory(d),
             *[FileContent(f"{home}/{f.name}", f.read_bytes(), mode="0755") for f in RUNNER_FILES],
             *([] if plan.benchmark.on_worker else [configs.dataset_step(host, plan.dataset_file())]),
-            FileContent(f"{d}/run.json", dump_run_spec(spec))]
+            FileContent(f"{d}/{layout.RUN_SPEC}", dump_run_spec(spec))]
 
 
 REBOOTED = ("host rebooted (its runner and server are gone): run `fab provision` (mounts, GPU modules), "
@@ -185,11 +185,11 @@ def _follow(fleet, plan, rep, poll, runners: dict[str, int] | None = None):
                 dead_since.pop(host.name, None)
             elif time.monotonic() - dead_since.setdefault(host.name, time.monotonic()) >= DEAD_GRACE_S:
                 gave_up.add(host.name)
-                d = remote.run_dir(work_dir(host), plan.campaign, host.name)
+                d = layout.run_dir(work_dir(host), plan.campaign, host.name)
                 fleet.record_local_for(host.name, "follow runner", Status.FAILED, (
                     REBOOTED if v.rebooted else
                     "the runner is not running and its queue is unfinished (killed, or the "
-                    f"host rebooted? see {d}/runner.log): run `fab bench` again to resume"))
+                    f"host rebooted? see {d}/{layout.RUNNER_LOG}): run `fab bench` again to resume"))
         if all(finished(h.name) for h in following if h.name not in gave_up):
             break
         time.sleep(poll)

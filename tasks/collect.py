@@ -8,21 +8,25 @@ from pathlib import Path
 
 from invoke import task
 
-from specfleet.bench import remote
+from specfleet.bench import layout, remote
 from specfleet.connection import ssh_argv
 from specfleet.bench import NodeInfo, PlanError, split
 from specfleet.step import Status, StepFailed
 from tasks.bench import DEFAULT_PLAN, PLAN_HELP, plan_of, work_dir
 from tasks.common import fleet_help, fleet_run
 
+BOOKKEEPING = (layout.STATE, layout.RUN_SPEC, layout.RUNNER_LOG)
+
+
 def includes_for(done: list[str]) -> list[str]:
     """rsync filters: the runner's state and queue, and for each finished item its results, log and marker only.
 
     A running item's files are never taken, so collect is safe while a campaign goes on.
     """
-    rules = ["--include=state.json", "--include=run.json", "--include=runner.log"]
+    rules = [f"--include={f}" for f in BOOKKEEPING]
     for name in done:
-        rules += [f"--include={name}.done", f"--include={name}_conc*.json", f"--include={name}.server.log"]
+        rules += [f"--include={layout.done_marker(name)}", f"--include={layout.result_glob(name)}",
+                  f"--include={layout.server_log(name)}"]
     return rules + ["--exclude=*"]
 
 
@@ -31,9 +35,6 @@ def finished_items(v: remote.RunnerView) -> list[str]:
     that changed is measured again under its old marker, which stays until the new run is done."""
     status = {i.get("name"): i.get("status") for i in (v.state or {}).get("items", []) if isinstance(i, dict)}
     return [n for n in v.done_markers if status.get(n, "done") == "done"]
-
-
-BOOKKEEPING = ("state.json", "run.json", "runner.log")
 
 
 def fetch(hc, plan, dest: Path, refused: dict[str, list[str]]):
@@ -45,7 +46,7 @@ def fetch(hc, plan, dest: Path, refused: dict[str, list[str]]):
     # pandas & co load only when collecting
     from specfleet.results.campaign import Expect
     from specfleet.results.staging import accept, fresh_staging, quarantine_dir
-    src = remote.run_dir(work_dir(hc.host), plan.campaign, hc.host.name)
+    src = layout.run_dir(work_dir(hc.host), plan.campaign, hc.host.name)
     out = dest / hc.host.name
     out.mkdir(parents=True, exist_ok=True)
     stage = fresh_staging(dest, hc.host.name)
@@ -67,7 +68,7 @@ def fetch(hc, plan, dest: Path, refused: dict[str, list[str]]):
     prov = json.dumps({"host": hc.host.name, **parse_probe(res.stdout, model, dataset), "items_facts": items,
                        "plan_hash": (v.state or {}).get("plan_hash"), "items_done": done,
                        "runner_status": (v.state or {}).get("status")}, indent=2) + "\n"
-    pf = out / "provenance.json"
+    pf = out / layout.PROVENANCE
     if not pf.is_file() or pf.read_text() != prov:  # a collect that finds nothing new touches nothing
         pf.write_text(prov)
     if not [f for f in got.replaced if f not in BOOKKEEPING] and not got.refused:
@@ -102,7 +103,7 @@ def collect(c, plan=None, inventory=None, hosts=None, results="results", force=F
             queues = split(p, [NodeInfo.from_vars(h.name, h.vars) for h in fleet.hosts]).queues
         except PlanError as e:
             queues = {}
-            fleet.warn(f"cannot work out the planned queues of hosts without a run.json: {e}")
+            fleet.warn(f"cannot work out the planned queues of hosts without a {layout.RUN_SPEC}: {e}")
         bandwidth = next((h.var("gpu_memory_bandwidth_gbps") for h in fleet.hosts
                           if h.var("gpu_memory_bandwidth_gbps")), None)
         from specfleet.results.collect import report_plan  # heavy: pandas, matplotlib

@@ -7,11 +7,11 @@ interrupted; the bastion only reads state.json and the runner's lock file.
 from __future__ import annotations
 
 import json
-import posixpath
 from dataclasses import dataclass, field
 
 from ..connection import HostConnection
 from ..shell import q
+from . import layout
 
 SEP = "@@specfleet-sep@@"
 
@@ -44,22 +44,18 @@ class RunnerView:
         return done, failed, len(items) - done - failed
 
 
-def run_dir(work_dir: str, campaign: str, host: str) -> str:
-    return posixpath.join(work_dir, campaign, host)
-
-
 def view(hc: HostConnection, work_dir: str, campaign: str) -> RunnerView:
-    d = q(run_dir(work_dir, campaign, hc.host.name))
-    lock = q(posixpath.join(work_dir, ".specfleet-runner.lock"))
+    d = q(layout.run_dir(work_dir, campaign, hc.host.name))
+    lock = q(layout.lock_path(work_dir))
     script = (
-        f"cat {d}/run.json 2>/dev/null; echo {SEP}; cat {d}/state.json 2>/dev/null; echo {SEP}; "
+        f"cat {d}/{layout.RUN_SPEC} 2>/dev/null; echo {SEP}; cat {d}/{layout.STATE} 2>/dev/null; echo {SEP}; "
         f"pid=$(sed -n 's/^pid=\\([0-9]*\\).*/\\1/p' {lock} 2>/dev/null); echo \"$pid\"; "
         # alive = that PID exists and is a runner (PIDs are reused after a reboot)
         f"[ -n \"$pid\" ] && tr '\\0' ' ' < /proc/$pid/cmdline 2>/dev/null | grep -q runner.py && echo ALIVE; "
-        f"echo {SEP}; ls {d} 2>/dev/null | sed -n 's/\\.done$//p'; echo {SEP}; "
+        f"echo {SEP}; ls {d} 2>/dev/null | sed -n 's/\\{layout.DONE_SUFFIX}$//p'; echo {SEP}; "
         # read, never create, the boot marker (the runner creates it)
         "b=$(cat /proc/sys/kernel/random/boot_id 2>/dev/null || echo '?'); "
-        "t=$(cat /tmp/.specfleet-boot-$(id -u) 2>/dev/null); echo \"$b${t:+/$t}\"")
+        f"t=$(cat {layout.boot_marker('$(id -u)')} 2>/dev/null); echo \"$b${{t:+/$t}}\"")
     res = hc.run(script, timeout=30)
     parts = (res.stdout.split(SEP + "\n") + ["", "", "", "", ""])[:5]
     pid_lines = parts[2].split()
@@ -93,7 +89,7 @@ def settle(hc: HostConnection, pid: int, work_dir: str, wait_s: float = 10) -> i
     Two `fab bench` started at once each start a runner; one takes the lock, the other exits
     (code 3). Both fab runs then follow the winner. None: `pid` died and no runner holds the lock.
     """
-    lock = q(posixpath.join(work_dir, ".specfleet-runner.lock"))
+    lock = q(layout.lock_path(work_dir))
     is_runner = "tr '\\0' ' ' < /proc/$1/cmdline 2>/dev/null | grep -q runner.py"
     script = (
         f"runner() {{ {is_runner}; }}; "

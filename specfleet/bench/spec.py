@@ -9,10 +9,10 @@ from .commands import Paths, item_argv
 from .plan import Plan
 
 SPEC_SCHEMA = 1
-# Copy all three to one directory on the worker, then:
+# Copy all four to one directory on the worker, then:
 #   setsid nohup python3 <dir>/runner.py --spec <run.json> >runner.log 2>&1 </dev/null &
-# fitcheck.py runs with the venv's python (the model's tokenizer), the other two with any python3.
-RUNNER_FILES = tuple(Path(__file__).with_name(f) for f in ("runner.py", "runner_lib.py", "fitcheck.py"))
+# fitcheck.py runs with the venv's python (the model's tokenizer), the others with any python3.
+RUNNER_FILES = tuple(Path(__file__).with_name(f) for f in ("runner.py", "runner_lib.py", "layout.py", "fitcheck.py"))
 
 
 def build_run_spec(plan: Plan, node: str, queue: list[str], paths: Paths, *,

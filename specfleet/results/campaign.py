@@ -25,14 +25,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .provenance import PROVENANCE_FILE, simulated_signals
+from ..bench import layout
+from ..bench.layout import RESULT_RE
+from .provenance import simulated_signals
 from .schema import PROVENANCE_KEYS, Result, ResultError, incomplete, load_result
 
-RESULT_RE = re.compile(r"^(?P<config>.+?)_conc(?P<conc>\d+)(?:_r(?P<rep>\d+))?\.json$")
 QUARANTINE_DIR = "quarantine"
-STATE_FILE = "state.json"
-RUN_SPEC_FILE = "run.json"   # the worker's queue as `fab bench` gave it (collect fetches it)
-OTHER_JSON = {STATE_FILE, RUN_SPEC_FILE, PROVENANCE_FILE}  # provenance.json: read by provenance.py
+# run.json: the worker's queue as `fab bench` gave it (collect fetches it); provenance.json: read by provenance.py
+OTHER_JSON = {layout.STATE, layout.RUN_SPEC, layout.PROVENANCE}
 # Directories under the campaign that are not hosts.
 NOT_HOSTS = {QUARANTINE_DIR, "plots", "report"}  # and every name starting with "." (collect's staging)
 REASON_SUFFIX = ".reason.txt"
@@ -277,7 +277,7 @@ def scan_campaign(root: Path | str, quarantine: bool = True, expect: Expect | No
         host = hdir.name
         node = camp.nodes.setdefault(host, NodeInfo(host=host))
         state = None
-        sp = hdir / STATE_FILE
+        sp = hdir / layout.STATE
         if sp.exists():
             try:
                 state = json.loads(sp.read_text(encoding="utf-8"))
@@ -285,13 +285,14 @@ def scan_campaign(root: Path | str, quarantine: bool = True, expect: Expect | No
             except (OSError, ValueError) as e:
                 camp.warnings.append(f"{sp}: unreadable state file ignored ({e})")
         node.provenance.update(_state_provenance(state))
-        done = {p.name[: -len(".done")] for p in hdir.glob("*.done")} | _done_configs_from_state(state)
+        done = {p.name.removesuffix(layout.DONE_SUFFIX) for p in hdir.glob("*" + layout.DONE_SUFFIX)} \
+            | _done_configs_from_state(state)
         if state is None and not done:  # a folder of plain vLLM result files (docs/report.md): all finished
             done = {parsed[0] for f in hdir.glob("*.json") if (parsed := parse_name(f.name))}
         node.done = done
 
-        for log in sorted(hdir.glob("*.server.log")):
-            cfg = log.name[: -len(".server.log")]
+        for log in sorted(hdir.glob("*" + layout.SERVER_LOG_SUFFIX)):
+            cfg = log.name.removesuffix(layout.SERVER_LOG_SUFFIX)
             if cfg in done:
                 camp.kv.append(parse_server_log(log, host, cfg))
 
