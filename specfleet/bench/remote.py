@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from ..connection import HostConnection
 from ..shell import q
+from ..step import Status
 from . import layout
 
 SEP = "@@specfleet-sep@@"
@@ -83,6 +84,24 @@ def start(hc: HostConnection, python: str, runner: str, spec_path: str, log_path
     return int(res.stdout.strip())
 
 
+def start_or_reattach(hc: HostConnection, work_dir: str, campaign: str, python: str, runner: str,
+                      resuming: bool = False) -> tuple[Status, str, int | None]:
+    """Follow the host's live runner, else start one on the run spec placed in its run folder.
+
+    Returns (status, message, PID of the runner to follow or None when none could start)."""
+    fresh = view(hc, work_dir, campaign)
+    if fresh.alive:
+        return Status.OK, f"reattached to runner pid {fresh.runner_pid}", fresh.runner_pid
+    d = layout.run_dir(work_dir, campaign, hc.host.name)
+    pid = start(hc, python, runner, f"{d}/{layout.RUN_SPEC}", f"{d}/{layout.RUNNER_LOG}")
+    holder = settle(hc, pid, work_dir)
+    if holder is None:
+        return Status.FAILED, f"the runner exited at once: see {d}/{layout.RUNNER_LOG}", None
+    if holder != pid:  # another `fab bench` started one at the same instant and won the lock
+        return Status.OK, f"following runner pid {holder} (another fab bench started it just now)", holder
+    return Status.CHANGED, f"started runner pid {pid}{' (resuming)' if resuming else ''}", pid
+
+
 def settle(hc: HostConnection, pid: int, work_dir: str, wait_s: float = 10) -> int | None:
     """The runner that holds the host's lock once `pid` (just started) has taken it or given up.
 
@@ -102,6 +121,16 @@ def settle(hc: HostConnection, pid: int, work_dir: str, wait_s: float = 10) -> i
     res = hc.run(script, timeout=wait_s + 30)
     out = res.stdout.split()
     return int(out[-1]) if out and out[-1].isdigit() else None
+
+
+def stop_campaign(hc: HostConnection, work_dir: str, campaign: str) -> tuple[Status, str]:
+    """`fab stop` on one host: stop its live runner, if any."""
+    v = view(hc, work_dir, campaign)
+    if not v.alive:
+        return Status.OK, "no runner running"
+    if not stop(hc, v.runner_pid):
+        return Status.FAILED, f"runner pid {v.runner_pid} did not exit within the timeout"
+    return Status.CHANGED, f"stopped runner pid {v.runner_pid}"
 
 
 def stop(hc: HostConnection, pid: int, wait_s: float = 180) -> bool:

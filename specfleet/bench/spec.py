@@ -46,3 +46,21 @@ def build_run_spec(plan: Plan, node: str, queue: list[str], paths: Paths, *,
 
 def dump_run_spec(spec: dict) -> str:
     return json.dumps(spec, indent=2, sort_keys=True) + "\n"
+
+
+class RunnerBusy(Exception):
+    """The worker's runner runs another plan or queue: this one is not placed over it."""
+
+
+def resumed(spec: dict, placed: dict | None, running_pid: int | None) -> dict:
+    """`spec` as it goes to a worker whose run spec is `placed` and whose runner (if alive) is `running_pid`.
+
+    The same plan hash and queue is the same campaign: it resumes under its run_id (the runner keeps
+    the done items, collect their results). Anything else replaces the placed spec, unless a runner
+    still runs it: RunnerBusy (stop it first)."""
+    if placed and placed.get("plan_hash") == spec["plan_hash"] and \
+            [i["name"] for i in placed["items"]] == [i["name"] for i in spec["items"]]:
+        return {**spec, "run_id": placed["run_id"]}
+    if running_pid is not None:
+        raise RunnerBusy(f"a runner for another plan or queue is running (pid {running_pid}); `fab stop` it first")
+    return spec
