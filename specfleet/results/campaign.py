@@ -118,7 +118,10 @@ class KVFacts:
 
 
 @dataclass
-class NodeInfo:
+class NodeRecord:
+    """What the results folder holds about one node: its runner state, done items, provenance
+    (not specfleet.bench.split.NodeInfo, what the split knows of a node before the run)."""
+
     host: str
     provenance: dict[str, str] = field(default_factory=dict)
     run_dates: list[str] = field(default_factory=list)
@@ -139,7 +142,7 @@ class Campaign:
     runs: list[Run] = field(default_factory=list)
     quarantined: list[Quarantined] = field(default_factory=list)
     kv: list[KVFacts] = field(default_factory=list)
-    nodes: dict[str, NodeInfo] = field(default_factory=dict)
+    nodes: dict[str, NodeRecord] = field(default_factory=dict)
     pending: list[Path] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     set_aside: list[SetAside] = field(default_factory=list)
@@ -275,7 +278,7 @@ def scan_campaign(root: Path | str, quarantine: bool = True, expect: Expect | No
     for hdir in sorted(p for p in root.iterdir()
                        if p.is_dir() and p.name not in NOT_HOSTS and not p.name.startswith(".")):
         host = hdir.name
-        node = camp.nodes.setdefault(host, NodeInfo(host=host))
+        node = camp.nodes.setdefault(host, NodeRecord(host=host))
         state = None
         sp = hdir / layout.STATE
         if sp.exists():

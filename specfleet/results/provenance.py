@@ -1,7 +1,7 @@
 """Where each result comes from: the node's `provenance.json` (written by `fab collect`), the
 result files' metadata and the server log's first line, as two report tables.
 
-The worker half is one batched probe (`probe_script` -> `parse_probe`, run by tasks/collect.py):
+The worker half is one batched probe (`probe_script` -> `parse_probe`, run by fetch.py):
 GPUs, driver, CUDA, the venv's package versions, sha256 of the model's config.json and weight
 index and of the dataset. The local half (`node_table`, `result_table`) reads what is on disk
 and leaves a value out ("not recorded") rather than guess it.
