@@ -1,5 +1,5 @@
-"""Rendering templates: the files specfleet places on hosts (templates/) and the report's pages
-(templates/report/, specfleet.results.document) come from Jinja environments made here only."""
+"""Rendering templates: the files specfleet places on hosts (specfleet/templates/) and the report's
+pages (specfleet/templates/report/, specfleet.results.document) come from Jinja environments made here only."""
 from __future__ import annotations
 
 import shlex
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import jinja2
 
-TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
+TEMPLATES = Path(__file__).resolve().parent / "templates"
 
 
 def environment(folder: Path = TEMPLATES, *, autoescape=False, keep_trailing_newline: bool = True) -> jinja2.Environment:

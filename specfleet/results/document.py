@@ -17,7 +17,7 @@ from typing import Any
 import jinja2
 import pandas as pd
 
-from ..render import environment
+from ..render import TEMPLATES, environment
 from .cells import CellState
 from .gate import GateResult
 from .measures import latency_sections
@@ -25,7 +25,7 @@ from .merge import Tables
 from .plots import all_plots
 from .provenance import provenance_sections
 
-TEMPLATE_DIR = Path(__file__).resolve().parents[2] / "templates" / "report"
+TEMPLATE_DIR = TEMPLATES / "report"
 SIMULATED_STAMP = ("SIMULATED ENGINE: inputs come from the simulated vLLM (specfleet-simvllm), "
                    "not a real GPU run. These numbers are not performance measurements.")
 NOT_EQUIVALENT_STAMP = "NODES NOT EQUIVALENT: merged with --force although the node-equivalence gate failed."

@@ -7,8 +7,8 @@ from invoke import task
 
 from specfleet.bench import NodeInfo, PlanError, layout, split
 from specfleet.results.fetch import fetch, host_notes
-from tasks.bench import DEFAULT_PLAN, PLAN_HELP, plan_of, work_dir
-from tasks.common import fleet_help, fleet_run
+from specfleet.tasks.bench import DEFAULT_PLAN, PLAN_HELP, plan_of, work_dir
+from specfleet.tasks.common import fleet_help, fleet_run
 
 
 @task(help=fleet_help(changes=False, plan=PLAN_HELP, results="where results go (default results/)",
