@@ -65,7 +65,7 @@ def benchmark(args, api_url, base_url, model_id, requests, extra_body, scale, se
 
     def inp(r):
         return client.RequestInput(r.prompt, api_url, r.prompt_len, r.expected_output_len, model_id,
-                                   dict(extra_body), args.ignore_eos, args.logprobs, timeout)
+                                   dict(extra_body), args.ignore_eos, args.logprobs, timeout, r.category)
 
     if args.ready_check_timeout_sec > 0:
         print("Starting initial single prompt test run...")
@@ -134,16 +134,22 @@ def benchmark(args, api_url, base_url, model_id, requests, extra_body, scale, se
     duration_wall = time.perf_counter() - t_start
     after = scrape(base_url)
 
-    # wall seconds -> simulated seconds
+    # -> simulated seconds: the engine's clock where the server sent it, else wall / scale
     for o in outputs:
-        o.latency /= scale
-        o.ttft /= scale
-        o.itl = [x / scale for x in o.itl]
-        o.start_time /= scale
         o.client_queue_time /= scale
+        if o.simulated_clock and o.success:
+            o.start_time = o.sim_start
+        else:
+            o.latency /= scale
+            o.ttft /= scale
+            o.itl = [x / scale for x in o.itl]
+            o.start_time /= scale
         if o.success and not o.output_tokens:
             o.output_tokens = count_tokens(o.generated_text)
     dur = duration_wall / scale
+    timed = [o for o in outputs if o.simulated_clock and o.success]
+    if timed:
+        dur = max(o.start_time + o.latency for o in timed) - min(o.start_time for o in timed)
     m, lens = results.calculate_metrics(outputs, dur, percentiles)
     spec = results.spec_decode_stats(before, after)
     qt = [o.client_queue_time for o in outputs if o.success] if args.max_concurrency is not None else None
