@@ -40,14 +40,16 @@ class Reservation:
         self.path: str | None = None
 
     def take(self, mib: int, indexes: list[int]) -> None:
-        """Hold `mib` on each GPU of `indexes` (one file, `INDEX:MiB` per GPU)."""
+        """Hold `mib` on each GPU of `indexes`: one file, `INDEX:MiB` per GPU, or the single-GPU
+        form (a bare MiB, which means GPU 0) when GPU 0 is the only one (docs/dev/contracts.md)."""
         rdir = os.path.join(simenv.gpu_dir(), "reservations")
         if not os.path.isdir(rdir):
             return  # not on a testbed worker
         path = os.path.join(rdir, str(os.getpid()))
         tmp = path + ".tmp"
         with open(tmp, "w", encoding="utf-8") as f:
-            f.write(" ".join(f"{i}:{int(mib)}" for i in indexes) + "\n")
+            f.write((f"{int(mib)}" if list(indexes) == [0] else " ".join(f"{i}:{int(mib)}" for i in indexes))
+                    + "\n")
         os.replace(tmp, path)
         self.path = path
 

@@ -30,6 +30,9 @@ from vllm.metrics import Metrics
 from vllm.textsim import TextStream, planned_output_len, prompt_seed
 
 
+BURST_QUIET_S = 0.003  # wall seconds without a new arrival that end a burst
+
+
 class EngineDeadError(RuntimeError):
     pass
 
@@ -50,6 +53,7 @@ class Request:
     category: str | None = None  # Spec-Bench category (x-simvllm-category), None: the report's mix
     arrival_v: float = 0.0  # simulated clock when the request reached the server
     acc: object = None  # model.Acceptance, set at admission
+    burst: int = 0  # size of the client's first wave this request belongs to (x-simvllm-burst)
 
 
 class Engine:
@@ -79,13 +83,15 @@ class Engine:
         self.step_end_v: float | None = None  # V at which the step in flight ends (None: idle)
         self.burst_v: float | None = None     # V stamped on requests arriving at an idle engine
         self.anchor = (self.v_wall, self.v)   # (wall, V) pair the pacing deadlines count from
+        self.last_arrival = 0.0               # wall time of the latest submit
         self._last = {"t": time.monotonic(), "prompt": 0, "gen": 0, "drafts": 0, "draft_tok": 0,
                       "acc": 0, "pos": [0] * len(metrics.accepted_per_pos)}
 
     def start(self) -> None:
         # steps are a few wall milliseconds: do not let handler threads hold the GIL for the
-        # default 5 ms switch interval while the scheduler thread is due
-        sys.setswitchinterval(0.0002)
+        # default 5 ms while the scheduler thread is due; not finer than 1 ms either: with hundreds of
+        # streams, GIL hand-offs would eat the CPU (and the simulated clock keeps the numbers exact)
+        sys.setswitchinterval(0.001)
         self._thread.start()
         if self.log_stats:
             self._stats.start()
@@ -104,6 +110,7 @@ class Engine:
             if self.dead:
                 raise EngineDeadError(self.dead)
             req.arrival_v = self.vnow()
+            self.last_arrival = time.monotonic()
             self.waiting.append(req)
             self.cv.notify()
 
@@ -153,10 +160,18 @@ class Engine:
                 if self.dead:
                     return
                 if was_idle:
-                    # scheduler tick: requests sent together (a burst of a concurrency-N client)
-                    # are batched into one prefill step, as on a GPU where they arrive within µs
-                    tick_end = time.monotonic() + min(0.004, 0.5 * 0.047 * self.scale)
-                    while (left := tick_end - time.monotonic()) > 0 and not self.dead:
+                    # a burst (a concurrency-N client starting) reaches a GPU host within µs but this
+                    # one over wall milliseconds: wait until arrivals pause (they all carry the burst's
+                    # simulated arrival time, so the wait costs no simulated time) and batch them
+                    # (the simulated client names its first wave's size: wait for all of it)
+                    cap = time.monotonic() + 1.0
+                    while not self.dead and len(self.waiting) < self.max_num_seqs:
+                        want = max((r.burst for r in self.waiting), default=0)
+                        if want and len(self.waiting) >= want:
+                            break
+                        left = (cap if want else min(self.last_arrival + BURST_QUIET_S, cap)) - time.monotonic()
+                        if left <= 0:
+                            break
                         self.cv.wait(left)
                 admitted: list[Request] = []
                 while self.waiting and len(self.running) + len(admitted) < self.max_num_seqs:

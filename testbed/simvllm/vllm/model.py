@@ -230,26 +230,40 @@ def step_ms(m: Method, seqs: int, tokens: float, context_tokens: float, setup: S
 # ------------------------------------------------------------------ the pure function
 
 
-def _context(category: str | None, output_len: int) -> float:
-    return PROMPT_TOKENS.get(category, MIX_PROMPT_TOKENS) + output_len / 2
+Category = "str | dict | None"  # a Spec-Bench category, a mix {category: weight}, None: the report's mix
 
 
-def tpot_ms(m: Method, concurrency: int, category: str | None = None, output_len: int = REF_OUTPUT_LEN,
+def _mix(category) -> dict:
+    if isinstance(category, dict):
+        total = float(sum(category.values())) or 1.0
+        return {c: w / total for c, w in category.items() if w}
+    return {category: 1.0}
+
+
+def tpot_ms(m: Method, concurrency: int, category=None, output_len: int = REF_OUTPUT_LEN,
             setup: Setup = DEFAULT, tp: int = 1) -> float:
-    """Steady-state simulated TPOT (ms per output token) at `concurrency` (closed loop)."""
+    """Steady-state simulated mean TPOT (ms per output token) at `concurrency` (closed loop).
+
+    category: a name, None (the report's 16-prompt mix) or a mix {name: weight} (requests of
+    each category share the batch: one step time, each request's own tokens per step; the
+    mean over requests is what `vllm bench serve` reports as mean TPOT)."""
     b = max(1, min(int(concurrency), MAX_NUM_SEQS))
-    acc = acceptance(m, category, output_len)
-    tokens = b * (1 + acc.draft_freq * m.k)
-    return step_ms(m, b, tokens, b * _context(category, output_len), setup, tp) / acc.tokens_per_step
+    mix = _mix(category)
+    accs = {c: acceptance(m, c, output_len) for c in mix}
+    draft_tokens = sum(w * accs[c].draft_freq * m.k for c, w in mix.items())
+    context = sum(w * (PROMPT_TOKENS.get(c, MIX_PROMPT_TOKENS) + output_len / 2) for c, w in mix.items())
+    step = step_ms(m, b, b * (1 + draft_tokens), b * context, setup, tp)
+    return sum(w * step / accs[c].tokens_per_step for c, w in mix.items())
 
 
-def speedup(method_name: str | Method, k: int = 0, concurrency: int = 1, category: str | None = None,
+def speedup(method_name: str | Method, k: int = 0, concurrency: int = 1, category=None,
             output_len: int = REF_OUTPUT_LEN, *, prompt_lookup_min: int | None = None,
             prompt_lookup_max: int | None = None, tp: int = 1, setup: Setup = DEFAULT) -> float:
     """TPOT(vanilla) / TPOT(method) at the same concurrency, category and output length (SIMULATED).
 
     method_name: "ngram" (lookup 2-128 unless given), "eagle3" or a Method (method_for(spec)).
-    > 1: speculation pays; it falls with concurrency and crosses 1.0 at `crossover()`.
+    category: a Spec-Bench category, a mix {category: weight} (see dataset_mix) or None (the
+    report's mix). > 1: speculation pays; it falls with concurrency and crosses 1.0 at crossover().
     """
     m = method_name if isinstance(method_name, Method) else method(method_name, k, prompt_lookup_min,
                                                                     prompt_lookup_max)
@@ -257,7 +271,34 @@ def speedup(method_name: str | Method, k: int = 0, concurrency: int = 1, categor
     return van / tpot_ms(m, concurrency, category, output_len, setup, tp)
 
 
-def crossover(method_name: str | Method, k: int = 0, category: str | None = None,
+def dataset_mix(path: str, num_prompts: int, category: str | None = None) -> dict:
+    """{category: count} of the prompts `vllm bench serve --dataset-name spec_bench` sends: the
+    file filtered by `category`, shuffled with random.seed(0), the first num_prompts (oversampled
+    duplicates with random.seed(0) + random.choice, as the loader does)."""
+    import json
+    import random
+
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if line.strip():
+                row = json.loads(line)
+                if not category or row.get("category") == category:
+                    rows.append(row.get("category"))
+    random.seed(0)
+    random.shuffle(rows)
+    n = len(rows) if num_prompts <= 0 else num_prompts
+    picked = rows[:n]
+    if len(picked) < n and picked:
+        random.seed(0)
+        picked += [random.choice(picked) for _ in range(n - len(picked))]
+    out: dict = {}
+    for c in picked:
+        out[c] = out.get(c, 0) + 1
+    return out
+
+
+def crossover(method_name: str | Method, k: int = 0, category=None,
               output_len: int = REF_OUTPUT_LEN, lo: float = 1, hi: float = MAX_NUM_SEQS,
               **kw) -> float | None:
     """The (real-valued) concurrency where speedup crosses 1.0 in [lo, hi]; None if it does not.

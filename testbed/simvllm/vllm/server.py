@@ -145,7 +145,8 @@ class Handler(BaseHTTPRequestHandler):
         # a real engine's acceptance follows from the text itself); unknown or absent: the report's mix
         category = self.headers.get("x-simvllm-category")
         req = Request(rid, prompt, ptoks, max_tokens, greedy=(temp is not None and float(temp) == 0.0),
-                      arrival=self.t_arrival, category=category if category in CATEGORIES else None)
+                      arrival=self.t_arrival, category=category if category in CATEGORIES else None,
+                      burst=_int(self.headers.get("x-simvllm-burst")))
         if App.log_requests:
             simenv.log("APIServer", "INFO", "logger.py:43",
                        f"Received request {rid}: params: max_tokens={max_tokens}, temperature={temp}")
@@ -239,6 +240,13 @@ class Handler(BaseHTTPRequestHandler):
         self._json(200, {"id": req.request_id, "object": "chat.completion" if chat else "text_completion",
                          "created": int(time.time()), "model": App.served_name, "choices": [choice],
                          "usage": usage})
+
+
+def _int(value) -> int:
+    try:
+        return max(0, min(int(value), 100000))
+    except (TypeError, ValueError):
+        return 0
 
 
 def make_server(host: str, port: int) -> SimHTTPServer:

@@ -29,6 +29,7 @@ class RequestInput:
     logprobs: int | None = None
     timeout: float = 3600.0
     category: str | None = None  # Spec-Bench category, sent as x-simvllm-category (simulated engine)
+    burst: int = 0  # > 0: one of the first wave of this many requests (x-simvllm-burst)
 
 
 @dataclass
@@ -125,6 +126,8 @@ def request(inp: RequestInput, chat: bool) -> RequestOutput:
     headers = {"Content-Type": "application/json", "Authorization": "Bearer EMPTY"}
     if inp.category:
         headers["x-simvllm-category"] = inp.category
+    if inp.burst:
+        headers["x-simvllm-burst"] = str(inp.burst)
     try:
         for attempt in (0, 1):  # a kept-alive connection may have been closed by the server
             conn, key = _pooled(inp.api_url, inp.timeout)
