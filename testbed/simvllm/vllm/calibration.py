@@ -1,10 +1,4 @@
-"""What the running engine asks the model (vllm/model.py) for, per server and per request.
-
-The decode step time and the acceptance come from the documented model (model.py). Only the
-prefill part of TTFT is still played back from the field report's §4.1 table (TTFT at batch 1
-and 16 per kind, modelled as step + a + b·admitted): the report's prompts are too few to model
-prefill from first principles, and TTFT is not what the sweeps compare.
-"""
+"""What the running engine asks the model (vllm/model.py) for, per server and per request."""
 
 from __future__ import annotations
 
@@ -13,25 +7,8 @@ from dataclasses import dataclass, field
 from vllm import model as M
 
 SOURCE = ("documented model testbed/simvllm/vllm/model.py (docs/engines.md); acceptance anchors and "
-          "TTFT from field report 000_7fcacc1dd17df079 §4.1 (vLLM 0.28.0, Qwen3-32B bf16, RTX PRO 6000 "
+          "prefill from field report 000_7fcacc1dd17df079 §4.1 (vLLM 0.28.0, Qwen3-32B bf16, RTX PRO 6000 "
           "Blackwell, Spec-Bench 16 x 512)")
-
-# kind -> (step ms, TTFT ms) at batch 1 and 16 (report §4.1): only TTFT - step is used
-TTFT_TABLE = {
-    "vanilla": ((46.94, 51.65), (68.79, 128.81)),
-    "ngram_narrow": ((47.47, 56.69), (119.81, 124.08)),
-    "ngram_wide": ((47.40, 54.34), (119.53, 125.55)),
-    "eagle": ((49.47, 57.20), (89.78, 141.73)),
-}
-
-
-def prefill_extra_ms(kind: str, admitted: int) -> float:
-    """Extra time of a step that prefills `admitted` new requests (linear in the two points)."""
-    (s1, s16), (t1, t16) = TTFT_TABLE[kind]
-    e1, e16 = t1 - s1, t16 - s16
-    b = max(0.0, (e16 - e1) / 15.0)
-    a = e1 - b if b > 0 else max(e1, e16)
-    return max(0.0, a + b * max(1, admitted))
 
 
 @dataclass
@@ -60,8 +37,8 @@ class EngineModel:
     def step_ms(self, seqs: int, tokens: int, context_tokens: int) -> float:
         return M.step_ms(self.method, seqs, tokens, context_tokens, self.setup, self.tp)
 
-    def prefill_extra_ms(self, admitted: int) -> float:
-        return prefill_extra_ms(self.method.kind, admitted)
+    def prefill_ms(self, prompt_tokens: int) -> float:
+        return M.prefill_ms(prompt_tokens)
 
 
 def engine_model(spec: dict | None, *, weights_gib: float, kv_bytes_per_token: int,

@@ -31,6 +31,7 @@ from vllm.textsim import TextStream, planned_output_len, prompt_seed
 
 
 BURST_QUIET_S = 0.003  # wall seconds without a new arrival that end a burst
+AWAIT_CAP_S = 2.0      # wall seconds a step waits at most for a closed-loop client's next request
 
 
 class EngineDeadError(RuntimeError):
@@ -54,6 +55,7 @@ class Request:
     arrival_v: float = 0.0  # simulated clock when the request reached the server
     acc: object = None  # model.Acceptance, set at admission
     burst: int = 0  # size of the client's first wave this request belongs to (x-simvllm-burst)
+    pending: int | None = None  # closed-loop client: requests it sends after this one (x-simvllm-pending)
 
 
 class Engine:
@@ -84,6 +86,9 @@ class Engine:
         self.burst_v: float | None = None     # V stamped on requests arriving at an idle engine
         self.anchor = (self.v_wall, self.v)   # (wall, V) pair the pacing deadlines count from
         self.last_arrival = 0.0               # wall time of the latest submit
+        # closed-loop client (x-simvllm-pending): requests it has yet to send, replacements awaited
+        self.min_pending = float("inf")
+        self.awaiting = 0
         self._last = {"t": time.monotonic(), "prompt": 0, "gen": 0, "drafts": 0, "draft_tok": 0,
                       "acc": 0, "pos": [0] * len(metrics.accepted_per_pos)}
 
@@ -109,8 +114,13 @@ class Engine:
         with self.cv:
             if self.dead:
                 raise EngineDeadError(self.dead)
+            if req.burst and self.step_end_v is None:
+                self.min_pending = float("inf")  # a new client run starts
             req.arrival_v = self.vnow()
             self.last_arrival = time.monotonic()
+            if req.pending is not None:
+                self.awaiting = max(0, self.awaiting - 1)
+                self.min_pending = min(self.min_pending, req.pending)
             self.waiting.append(req)
             self.cv.notify()
 
@@ -154,7 +164,8 @@ class Engine:
     def _loop(self) -> None:
         while True:
             with self.cv:
-                was_idle = not self.running
+                self._await_replacements()
+                was_idle = not self.running and self.step_end_v is None
                 while not self.dead and not self.waiting and not self.running:
                     self.cv.wait()
                 if self.dead:
@@ -198,8 +209,7 @@ class Engine:
                 context = sum(r.prompt_tokens + r.generated for r in decoding) + \
                     sum(r.prompt_tokens for r in admitted)
                 sim_ms = self.model.step_ms(batch, tokens, context)
-                if admitted:
-                    sim_ms += self.model.prefill_extra_ms(len(admitted))
+                sim_ms += self.model.prefill_ms(sum(r.prompt_tokens for r in admitted))
                 end_v = start_v + self._step_duration(sim_ms)
                 self.step_end_v = end_v
             wall_anchor, v_anchor = self.anchor
@@ -215,15 +225,31 @@ class Engine:
             self._emit(decoding, admitted, drafts, end_v)
             with self.cv:
                 self.v, self.v_wall = end_v, t_end
-                if not self.running and not self.waiting:
+                if not self.running and not self.waiting and not self.awaiting:
                     self._go_idle()
 
     def _go_idle(self) -> None:
         self.step_end_v = None
 
+    def _await_replacements(self) -> None:
+        """Closed loop (call with self.cv held): before the next step, wait (wall time only, V
+        stands still) for the requests a concurrency-N client sends as soon as one finishes; on a
+        GPU host they arrive within µs and join the very next step. A client silent for
+        AWAIT_CAP_S is given up on."""
+        cap = time.monotonic() + AWAIT_CAP_S
+        while self.awaiting > 0 and not self.dead:
+            left = cap - time.monotonic()
+            if left <= 0:
+                self.awaiting = 0
+                break
+            self.cv.wait(left)
+        if not self.running and not self.waiting:
+            self._go_idle()
+
     def _emit(self, decoding: list[Request], admitted: list[Request], drafts: list[int], v: float) -> None:
         k = self.model.k
-        finished = []
+        finished: list[Request] = []
+        outbox: list[tuple] = []
         with self.metrics.lock:
             for req in admitted:  # prefill step: first token
                 self.admitted_total += 1
@@ -232,14 +258,14 @@ class Engine:
                 req.target_len = planned_output_len(req.prompt, req.max_tokens, req.greedy, self.rng)
                 req.acc = self.model.acceptance(req.category, req.max_tokens)
                 self.metrics.prompt_tokens += req.prompt_tokens
-                self._give(req, 1, finished, v)
+                self._give(req, 1, finished, outbox, v)
             for req, accepted in zip(decoding, drafts):
                 n = 1
                 if accepted >= 0:
                     accepted = max(0, min(accepted, req.target_len - req.generated - 1))
                     self.metrics.record_draft(k, accepted)
                     n += accepted
-                self._give(req, n, finished, v)
+                self._give(req, n, finished, outbox, v)
             used = sum(r.prompt_tokens + r.generated for r in self.running)
             self.metrics.kv_usage = min(1.0, used / self.kv_tokens)
             self.metrics.iterations += 1
@@ -248,8 +274,14 @@ class Engine:
         if finished:
             with self.cv:
                 self.running = [r for r in self.running if r not in finished]
+                for req in finished:  # a closed-loop client sends the next request at once
+                    if req.pending is not None and self.min_pending - self.awaiting > 0:
+                        self.awaiting += 1
+        # only now the chunks go out: a replacement may arrive at once and must find itself awaited
+        for req, item in outbox:
+            req.out.put(item)
 
-    def _give(self, req: Request, n: int, finished: list, v: float) -> None:
+    def _give(self, req: Request, n: int, finished: list, outbox: list, v: float) -> None:
         n = min(n, req.target_len - req.generated)
         req.generated += n
         self.metrics.generation_tokens += n
@@ -259,7 +291,7 @@ class Engine:
             reason = "length" if req.generated >= req.max_tokens else "stop"
             self.metrics.success[reason] += 1
             finished.append(req)
-        req.out.put(("tokens", req.text.tokens(n), n, reason, v))
+        outbox.append((req, ("tokens", req.text.tokens(n), n, reason, v)))
 
     # ------------------------------------------------------------ periodic log (loggers.py)
     def _stats_loop(self) -> None:

@@ -71,6 +71,12 @@ NGRAM_SEQ_MS = 0.12     # n-gram proposer (numba prompt lookup) per running sequ
 EAGLE_LAUNCH_MS = 0.2   # per drafter forward, on top of reading the drafter's weights
 SPEC_TOKEN_MS = 0.01    # rejection sampler and bookkeeping per draft token (assumption)
 MAX_NUM_SEQS = 256      # vLLM's default: concurrency above it queues
+# Prefill: a step that admits requests takes PREFILL_A_MS + PREFILL_MS_PER_TOKEN x their prompt
+# tokens longer, whatever the method (the same forward pass). Fitted to the report's vanilla TTFT at
+# concurrency 1 and 16 (68.79 / 128.81 ms on its 143-token prompts): the one place the model
+# plays a measurement back, because those prompts are too few to model prefill from first principles.
+PREFILL_A_MS = 18.16
+PREFILL_MS_PER_TOKEN = 3.687 / 143
 
 # ------------------------------------------------------------------ acceptance
 
@@ -241,8 +247,11 @@ def _mix(category) -> dict:
 
 
 def tpot_ms(m: Method, concurrency: int, category=None, output_len: int = REF_OUTPUT_LEN,
-            setup: Setup = DEFAULT, tp: int = 1) -> float:
-    """Steady-state simulated mean TPOT (ms per output token) at `concurrency` (closed loop).
+            setup: Setup = DEFAULT, tp: int = 1, prefill: bool = True) -> float:
+    """Steady-state simulated mean TPOT (ms per output token) at `concurrency` (closed loop:
+    `concurrency` requests in flight, each finished one replaced at once, so steps also carry the
+    prefill of the requests admitted into them; prefill=False: decode steps only, as in a run whose
+    requests move in lock-step waves, e.g. vanilla with num_prompts a multiple of concurrency).
 
     category: a name, None (the report's 16-prompt mix) or a mix {name: weight} (requests of
     each category share the batch: one step time, each request's own tokens per step; the
@@ -253,12 +262,24 @@ def tpot_ms(m: Method, concurrency: int, category=None, output_len: int = REF_OU
     draft_tokens = sum(w * accs[c].draft_freq * m.k for c, w in mix.items())
     context = sum(w * (PROMPT_TOKENS.get(c, MIX_PROMPT_TOKENS) + output_len / 2) for c, w in mix.items())
     step = step_ms(m, b, b * (1 + draft_tokens), b * context, setup, tp)
+    # closed loop: a finished request is replaced at once, so each step admits E[k] requests
+    steps_per_request = sum(w * output_len / accs[c].tokens_per_step for c, w in mix.items())
+    admitted = b / max(1.0, steps_per_request)
+    prompt = sum(w * PROMPT_TOKENS.get(c, MIX_PROMPT_TOKENS) for c, w in mix.items())
+    if prefill:
+        step += PREFILL_A_MS * min(1.0, admitted) + PREFILL_MS_PER_TOKEN * prompt * admitted
     return sum(w * step / accs[c].tokens_per_step for c, w in mix.items())
+
+
+def prefill_ms(prompt_tokens: int) -> float:
+    """Extra milliseconds of a step that admits requests with `prompt_tokens` in all."""
+    return PREFILL_A_MS + PREFILL_MS_PER_TOKEN * prompt_tokens if prompt_tokens > 0 else 0.0
 
 
 def speedup(method_name: str | Method, k: int = 0, concurrency: int = 1, category=None,
             output_len: int = REF_OUTPUT_LEN, *, prompt_lookup_min: int | None = None,
-            prompt_lookup_max: int | None = None, tp: int = 1, setup: Setup = DEFAULT) -> float:
+            prompt_lookup_max: int | None = None, tp: int = 1, setup: Setup = DEFAULT,
+            prefill: bool = True) -> float:
     """TPOT(vanilla) / TPOT(method) at the same concurrency, category and output length (SIMULATED).
 
     method_name: "ngram" (lookup 2-128 unless given), "eagle3" or a Method (method_for(spec)).
@@ -267,8 +288,8 @@ def speedup(method_name: str | Method, k: int = 0, concurrency: int = 1, categor
     """
     m = method_name if isinstance(method_name, Method) else method(method_name, k, prompt_lookup_min,
                                                                     prompt_lookup_max)
-    van = tpot_ms(Method("vanilla"), concurrency, category, output_len, setup, tp)
-    return van / tpot_ms(m, concurrency, category, output_len, setup, tp)
+    van = tpot_ms(Method("vanilla"), concurrency, category, output_len, setup, tp, prefill)
+    return van / tpot_ms(m, concurrency, category, output_len, setup, tp, prefill)
 
 
 def dataset_mix(path: str, num_prompts: int, category: str | None = None) -> dict:

@@ -146,7 +146,8 @@ class Handler(BaseHTTPRequestHandler):
         category = self.headers.get("x-simvllm-category")
         req = Request(rid, prompt, ptoks, max_tokens, greedy=(temp is not None and float(temp) == 0.0),
                       arrival=self.t_arrival, category=category if category in CATEGORIES else None,
-                      burst=_int(self.headers.get("x-simvllm-burst")))
+                      burst=_int(self.headers.get("x-simvllm-burst")),
+                      pending=_int(self.headers["x-simvllm-pending"]) if "x-simvllm-pending" in self.headers else None)
         if App.log_requests:
             simenv.log("APIServer", "INFO", "logger.py:43",
                        f"Received request {rid}: params: max_tokens={max_tokens}, temperature={temp}")

@@ -30,6 +30,7 @@ class RequestInput:
     timeout: float = 3600.0
     category: str | None = None  # Spec-Bench category, sent as x-simvllm-category (simulated engine)
     burst: int = 0  # > 0: one of the first wave of this many requests (x-simvllm-burst)
+    pending: int | None = None  # closed loop: requests sent after this one (x-simvllm-pending)
 
 
 @dataclass
@@ -128,6 +129,8 @@ def request(inp: RequestInput, chat: bool) -> RequestOutput:
         headers["x-simvllm-category"] = inp.category
     if inp.burst:
         headers["x-simvllm-burst"] = str(inp.burst)
+    if inp.pending is not None:
+        headers["x-simvllm-pending"] = str(inp.pending)
     try:
         for attempt in (0, 1):  # a kept-alive connection may have been closed by the server
             conn, key = _pooled(inp.api_url, inp.timeout)

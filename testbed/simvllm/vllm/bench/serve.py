@@ -99,13 +99,17 @@ def benchmark(args, api_url, base_url, model_id, requests, extra_body, scale, se
     done = [0]
 
     # the first wave (all requests of a concurrency-N client at t=0) reaches a GPU host within µs;
-    # the simulated engine is told its size so it batches the wave as that host would
-    first_wave = min(workers, len(requests)) if args.request_rate == float("inf") else 0
+    # so does each next request when one finishes: the simulated engine is told both (the wave's
+    # size; how many requests follow) so it batches them as that host would (engine.py)
+    closed = args.request_rate == float("inf")
+    first_wave = min(workers, len(requests)) if closed else 0
 
     def run_one(i, arrival):
         req = inp(requests[i])
         if i < first_wave:
             req.burst = first_wave
+        if closed:
+            req.pending = len(requests) - i - 1
         o = client.request(req, chat)
         o.client_queue_time = o.start_time - arrival
         outputs[i] = o
