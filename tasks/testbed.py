@@ -113,6 +113,9 @@ def status(c, json_=False):
             notes.append(f"STALE ROUTE: {h['storage_route'] or 'none'}")
         if h["engine_fault"]:
             notes.append(f"engine fault: {h['engine_fault']}")
+        per_gpu = h.get("gpu_memory_used_mib_per_gpu") or {}
+        if len(per_gpu) > 1:
+            notes.append(f"{len(per_gpu)} GPUs, MiB each: " + "/".join(str(v) for _, v in sorted(per_gpu.items())))
         mods = ",".join(h["modules"]) or "(no modules)"
         stor = " ".join(h["addresses"].get("ens35", []))
         print(f"{name:<5} {h['address']:<13} {stor:<36} {'up' if h['sshd_alive'] else 'DOWN':<5} "
