@@ -134,3 +134,18 @@ def test_category_reaches_the_engine_and_counters_stay_consistent(servers, simve
     assert s["mean_tpot_ms"] < t["mean_tpot_ms"]
     # the filter is vLLM's: an exact match on the row's category, so every prompt is a summary task
     assert sum(s["input_lens"]) / 16 > 3 * sum(t["input_lens"]) / 16
+
+
+def test_cuda_visible_devices_parsing_follows_cuda():
+    sys.path.insert(0, str(REPO / "testbed" / "simvllm"))
+    from testbed.seed import gpu_json
+    from vllm.simenv import visible_gpus
+    gpus = [dict(g) for g in gpu_json("w1", 4)["gpus"]]
+    idx = lambda value: [g["index"] for g in visible_gpus(gpus, value)]  # noqa: E731
+    assert idx(None) == [0, 1, 2, 3]                      # unset: every GPU
+    assert idx("2,0") == [2, 0]                           # the order given (cuda:0 is GPU 2)
+    assert idx(f"{gpus[3]['uuid']},{gpus[1]['uuid'][:12]}") == [3, 1]  # UUIDs, unique prefixes
+    assert idx("1,9,2") == [1]                            # stops at the first unknown entry
+    assert idx("1,1,2") == [1]                            # ... or at a repeat
+    assert idx("") == [] and idx("-1") == []              # nothing visible
+    assert idx("GPU-") == []                              # an ambiguous prefix names no GPU
