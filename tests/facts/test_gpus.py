@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from roles.facts import HostFacts
+from specfleet.roles.facts import HostFacts
 from specfleet.facts.base import from_json
 from specfleet.facts.gpus import GpuTopology, Gpus, host_gpus
 from specfleet.inventory import InventoryError, load_inventory
-from tasks.facts import gpu_cell
+from specfleet.tasks.facts import gpu_cell
 
 HERE = Path(__file__).parent
 
@@ -88,7 +88,7 @@ def test_fab_facts_says_why_no_gpu_is_visible_and_marks_an_override():
 
 
 def test_the_gpu_report_reads_back_as_typed_values(tmp_path):
-    from roles.facts import HostGpus
+    from specfleet.roles.facts import HostGpus
     from specfleet.facts.gpus import read_gpu_report
     inv = inventory(tmp_path, "[{name: NVIDIA H200, memory_mib: 143771}]")
     values = {"gpus": fixture_value(Gpus(), "hgx-8x-h200"), "topology": fixture_value(GpuTopology(), "hgx-8x-h100")}

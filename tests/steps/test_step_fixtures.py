@@ -9,8 +9,8 @@ Each tests/steps/<module>.<Step>/<case>.json holds:
                     the script text is exact, so a hostile value shows how it is quoted
   "error"           instead of "changes": a substring of the StepFailed message
   "report"          optional: what `report` returns
-<module> is looked up under specfleet.steps, specfleet.roles and roles (the same names
-before and after roles/ moves into the package). A directory may also name a pure function
+<module> is looked up under specfleet.steps, specfleet.roles and specfleet (e.g.
+files.Directory, nvidia.DriverLoaded, bench.bounds.pigeonhole_bound). A directory may also name a pure function
 (e.g. bench.bounds.pigeonhole_bound, network.find_duplicates): then "kwargs" in, "value" out.
 """
 from __future__ import annotations
@@ -29,7 +29,7 @@ from specfleet.step import Step, StepFailed
 
 HERE = Path(__file__).parent
 CASES = sorted(HERE.glob("*/*.json"))
-PACKAGES = ("specfleet.steps.", "specfleet.roles.", "roles.", "specfleet.")
+PACKAGES = ("specfleet.steps.", "specfleet.roles.", "specfleet.")
 
 
 def resolve(dirname: str):
