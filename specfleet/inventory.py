@@ -27,7 +27,6 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from .bench.slots import parse_gpus
 from .errors import UserError
 from .yamlfile import YamlFileError, first_error, load_yaml
 
@@ -150,6 +149,16 @@ EnvKey = Annotated[str, AfterValidator(_env_key)]
 Requirement = Annotated[str, AfterValidator(_not_option)]
 
 
+class GpuEntry(BaseModel):
+    """One GPU of the `gpus` host var: what nvidia-smi would report, for a host where it cannot
+    (or should not: a GPU left out of the campaign). Indexed in list order."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    name: Annotated[str, AfterValidator(_line)]
+    memory_mib: int = Field(gt=0)
+    uuid: Word | None = None  # for CUDA_VISIBLE_DEVICES by UUID (GPU-... or MIG-...)
+
+
 class Vars(BaseModel):
     """The type of every variable a role or task reads (docs/inventory.md), checked at load time.
 
@@ -194,17 +203,12 @@ class Vars(BaseModel):
     bench_work_dir: AbsPath | None = None
     runner_python: AbsPath | None = None
     gpu_index: int | None = Field(default=None, ge=0)
+    gpus: list[GpuEntry] | None = Field(default=None, min_length=1)  # overrides `fab facts`' nvidia-smi list
     model_source: Literal["local", "nfs"] | None = None
     model_read_mb_s: float | None = Field(default=None, gt=0)
     gpu_memory_bandwidth_gbps: float | None = Field(default=None, gt=0)
-    # the node's GPUs (a count, or [{index, uuid, name, memory_mib}]) and NVLink groups: bench/slots.py
-    gpus: int | list[dict[str, Any]] | None = None
+    # GPUs (by `gpus` list index) joined by NVLink/NVSwitch: a server on several GPUs stays inside one
     gpu_groups: list[list[int]] | None = None
-
-    @field_validator("gpus")
-    @classmethod
-    def _gpus(cls, v: Any) -> Any:
-        return None if v is None else parse_gpus(v, "")
 
     @field_validator("model_read_mb_s", "gpu_memory_bandwidth_gbps", mode="before")
     @classmethod

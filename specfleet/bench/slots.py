@@ -52,8 +52,8 @@ def needed(argv: list[str]) -> int:
 
 
 def parse_gpus(value, where: str) -> list[dict]:
-    """The inventory's `gpus`: a count N (indices 0..N-1, UUIDs read on the worker) or a list of
-    {index, uuid, name, memory_mib} (from `fab facts` or written by hand). ValueError names `where`
+    """A node's GPUs: a count N (indices 0..N-1, UUIDs read on the worker) or a list of
+    {index?, uuid?, name, memory_mib} (the inventory's `gpus`, indexed in list order; `fab facts`). ValueError names `where`
     (when given: the inventory's own error already names file, host and field)."""
     where = f"{where}: " if where else ""
     if isinstance(value, bool):
@@ -65,7 +65,9 @@ def parse_gpus(value, where: str) -> list[dict]:
     if not isinstance(value, list) or not value:
         raise ValueError(f"{where}gpus must be a count or a non-empty list of {{index, uuid, name}}")
     out, seen = [], set()
-    for g in value:
+    for pos, g in enumerate(value):
+        if isinstance(g, dict) and "index" not in g:  # the inventory's list: indexed in list order
+            g = {"index": pos, **g}
         if not isinstance(g, dict) or isinstance(g.get("index"), bool) or not isinstance(g.get("index"), int) \
                 or g["index"] < 0:
             raise ValueError(f"{where}each GPU needs an integer index >= 0, not {g!r}")

@@ -20,7 +20,7 @@ import random
 from dataclasses import dataclass, field
 
 from .bounds import pigeonhole_bound, two_class_bound
-from .plan import Plan, PlanError, gpus_needed
+from .plan import NGRAM_METHODS, Plan, PlanError, gpus_needed
 from .slots import parse_gpus, parse_groups
 from .slotsplit import needs_slots, slot_split
 
@@ -29,7 +29,7 @@ STARTUP_S = 60.0          # torch.compile, CUDA graphs, warm-up after the weight
 GPU_BW_GB_S = 1792.0      # RTX PRO 6000 Blackwell; only used when nothing better is known
 DECODE_EFFICIENCY = 0.78  # report: 21.29 tok/s measured vs 1792 GB/s / 65.5 GB = 27.4
 CONC_EXPONENT = 0.955     # report: 301.19 / 21.29 = 14.1 = 16 ** 0.955
-METHOD_SPEED = {None: 1.0, "ngram": 1.1, "[ngram]": 1.1, "ngram_gpu": 1.1, "suffix": 1.2,
+METHOD_SPEED = {None: 1.0, **dict.fromkeys(NGRAM_METHODS, 1.1), "suffix": 1.2,
                 "eagle": 1.8, "eagle3": 2.0, "mtp": 1.8, "draft_model": 1.5, "medusa": 1.5}
 TP_EXPONENT = 0.8         # estimate: n GPUs decode n ** 0.8 x faster (all-reduce per layer); not measured
 BENCH_OVERHEAD_S = 15.0   # client start, tokenizer load, warm-up, result write per bench run

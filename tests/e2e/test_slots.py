@@ -44,7 +44,7 @@ def test_two_workers_of_four_gpus_run_servers_at_once_on_disjoint_gpus(testbed_f
     inv = inventory_of(tb)  # this test's own testbed inventory: the workers' GPUs written into it
     doc = yaml.safe_load(Path(inv).read_text())
     for name in ("w1", "w2"):
-        doc["hosts"][name].setdefault("vars", {}).setdefault("gpus", 4)
+        doc["hosts"][name].setdefault("vars", {}).setdefault("gpus", [{"name": "NVIDIA H200", "memory_mib": 143771}] * 4)
     Path(inv).write_text(yaml.safe_dump(doc, sort_keys=False))
     assert fab("provision", inventory=inv, runs=tmp_path / "runs-p").returncode == 0
     plan = plan_variant(tmp_path, six_and_tp2)
