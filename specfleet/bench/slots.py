@@ -257,7 +257,14 @@ class Pool:
         return self.r.spec
 
     def set_used_mib(self, gpus: list[dict]) -> int:
-        table = self.gpu_table(env_without_devices(self.r.env))
+        for attempt in range(3):  # one nvidia-smi for the whole node, asked by every server's gate
+            try:
+                table = self.gpu_table(env_without_devices(self.r.env))
+                break
+            except self.ItemFailed:
+                if attempt == 2:
+                    raise
+                time.sleep(1.0)
         uuids = {g["uuid"] for g in gpus}
         got = [t["used"] for t in table if t["uuid"] in uuids]
         if len(got) != len(uuids):
