@@ -7,9 +7,10 @@ measures the coarse grid. After each round, for every configuration, `next_point
 measured points in order of concurrency and, between two neighbours more than one fine step apart
 whose verdicts differ (faster: interval above 1.00x; no measurable difference; slower: interval
 below), measures the fine-grid point halfway between them (in grid steps). Two neighbours that
-both show no measurable difference are refined only where their estimates straddle 1.00x AND the
-curve is measurably faster on one side of them and slower on the other: the crossover lies there;
-elsewhere it is noise (a flat curve would otherwise spend the whole budget). Pairs whose estimates
+both show no measurable difference are refined only where their estimates straddle 1.00x AND a
+measured point beyond them is measurably on that side (faster before a fall through 1.00x, or
+slower after it): the curve goes through 1.00x there; elsewhere it is noise (a flat curve would
+otherwise spend the whole budget). Pairs whose estimates
 straddle 1.00x (the crossover itself) come first, then wider gaps, so a small budget is spent on
 the crossover before the interval edges.
 
@@ -109,9 +110,9 @@ def next_points(grid: list[int], coarse: list[int], points: dict[int, dict], bud
         if gap < 2:
             continue
         crosses = (pa["speedup"] > 1.0) != (pb["speedup"] > 1.0)
-        through = {FASTER, SLOWER} <= {*verdicts[:k + 1]} | {*verdicts[k + 1:]} and \
-            ({verdicts[:k + 1][-1], verdicts[k + 1]} == {NO_DIFF}) and \
-            (FASTER in verdicts[:k + 1]) != (FASTER in verdicts[k + 1:])
+        down = pa["speedup"] > 1.0  # the estimate falls through 1.00x here (else rises)
+        before, after = verdicts[:k + 1], verdicts[k + 1:]
+        through = (FASTER if down else SLOWER) in before or (SLOWER if down else FASTER) in after
         if pa["verdict"] != pb["verdict"] or crosses and through:
             mid = grid[(idx[a] + idx[b]) // 2]
             if mid not in tried:
