@@ -103,7 +103,9 @@ def test_crossover_plan_refines_on_each_node_reports_and_a_second_run_measures_n
     assert refined_somewhere, "no configuration needed a refinement round: the plan does not exercise the search"
 
     results = tmp_path / "results"
-    out = fab("collect", "--plan", str(plan), "--hosts", "w1,w2", "--results", str(results),
+    # --force: with 2 runs per cell on a machine shared by many, the baselines' 90 % interval is often
+    # wider than the gate's 3 % band (the gate is tested in test_collect.py); the report is stamped
+    out = fab("collect", "--plan", str(plan), "--hosts", "w1,w2", "--results", str(results), "--force",
               inventory=inv, runs=tmp_path / "runs-collect", timeout=600)
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
     md = (results / CAMPAIGN / "report.md").read_text()
