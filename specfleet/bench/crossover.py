@@ -207,7 +207,9 @@ def decide(x: dict, result_dir: str, tried: dict[str, set[int]]) -> dict[str, di
 
 
 def _item(base_item: dict, name: str, entries: list[dict]) -> dict:
-    item = dict(base_item, name=name, bench=entries)
+    # the configuration's server log gets every round's server (appended, a header per start), so the
+    # report's KV facts stay per configuration
+    item = dict(base_item, name=name, bench=entries, log_name=base_item["name"])
     if item.get("fit"):
         item["fit"] = dict(item["fit"], num_prompts=max(e["num_prompts"] for e in entries))
     item.pop("item_hash", None)

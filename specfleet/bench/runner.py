@@ -437,7 +437,7 @@ class Runner:
 
     def start_and_wait(self, item: dict, rec: dict) -> None:
         s = self.spec
-        log_path = os.path.join(self.run_dir, f"{item['name']}.server.log")
+        log_path = os.path.join(self.run_dir, f"{item.get('log_name', item['name'])}.server.log")
         with open(log_path, "a") as lf:
             lf.write(f"==== specfleet {now()} run {s['run_id']}: {' '.join(self.argv(item['serve_argv']))}\n")
             lf.flush()
@@ -466,7 +466,7 @@ class Runner:
 
     def check_server(self, item: dict) -> None:
         if self.server is not None and self.server.poll() is not None:
-            log_path = os.path.join(self.run_dir, f"{item['name']}.server.log")
+            log_path = os.path.join(self.run_dir, f"{item.get('log_name', item['name'])}.server.log")
             if self.server.returncode in (0, -signal.SIGTERM, -signal.SIGINT):
                 # ended from outside with a clean stop: a shutdown (reboot) signals us too, a moment later
                 deadline = time.monotonic() + 3.0

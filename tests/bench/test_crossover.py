@@ -198,6 +198,10 @@ def test_runner_refines_where_the_speedup_crosses_and_resume_measures_nothing_ne
     rounds = [i for i in st["items"] if ".round" in i["name"]]
     assert rounds and all(i["status"] == "done" for i in rounds)
     assert {i["name"].split(".")[0] for i in rounds} == {"vanilla", "ngram"}
+    # every server of a configuration logs into its one server log, a header per start
+    assert not list(bed.run_dir.glob("*.round*.server.log"))
+    starts = (bed.run_dir / "ngram.server.log").read_text().count("==== specfleet ")
+    assert starts == 1 + sum(i["name"].startswith("ngram.") for i in rounds)
     before = run_files(bed)
     # the second run: every cell is there, nothing is measured again, the decision is the same
     assert bed.run(spec, timeout=120) == EXIT_OK, bed.log()
