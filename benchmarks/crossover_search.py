@@ -125,7 +125,7 @@ def main() -> int:
             print(f"{name:26} {'none in range':>14} {r['cells_max']:>9} {r['cells_mean']:>5.1f} "
                   f"{'no crossing found: ' + str(r['none_ok']) + '/' + str(a.seeds):>33}")
             continue
-        pct = lambda n: f"{100 * n / a.seeds:.0f} %"  # noqa: E731
+        pct = lambda n: f"{100 * n / a.seeds:.1f} %"  # noqa: E731
         print(f"{name:26} {cross:>14.1f} {r['cells_max']:>9} {r['cells_mean']:>5.1f} {pct(r['located']):>9} "
               f"{pct(r['inside']):>7} {pct(r['near']):>9} {r['worst_steps']:>5}")
         ok &= r["near"] >= 0.95 * a.seeds
