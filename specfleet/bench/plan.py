@@ -439,7 +439,10 @@ class Plan(_Strict):
         return path
 
     def canonical_json(self) -> str:
-        return json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        doc = self.model_dump(mode="json")
+        if doc["benchmark"]["concurrency_search"] is None:  # absent: a plan without a search keeps its hash
+            del doc["benchmark"]["concurrency_search"]
+        return json.dumps(doc, sort_keys=True, separators=(",", ":"))
 
     def plan_hash(self) -> str:
         return hashlib.sha256(self.canonical_json().encode()).hexdigest()[:12]

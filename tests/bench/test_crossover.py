@@ -210,3 +210,15 @@ def test_runner_refines_where_the_speedup_crosses_and_resume_measures_nothing_ne
     assert [i["name"] for i in st2["items"]] == ["vanilla", "ngram"]
     assert st2["crossover"]["configs"]["ngram"]["points"] == x["points"]
     assert "done marker present: skipped" in bed.log()
+
+
+def test_a_plan_without_a_search_keeps_its_hash():
+    """The field is new: plans without it hash as before (results and done markers stay valid)."""
+    from specfleet.bench.plan import load_plan
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[2]
+    import re
+    documented = re.search(r"campaign=qwen3-32b-specdec\b", (root / "docs/campaign.md").read_text())
+    assert documented  # docs/campaign.md §4 prints the report plan's command with its hash
+    line = next(ln for ln in (root / "docs/campaign.md").read_text().splitlines() if "campaign=qwen3-32b-specdec " in ln)
+    assert load_plan(root / "plans/qwen3-32b.yml").plan_hash() == re.search(r"plan_hash=(\w+)", line)[1]
