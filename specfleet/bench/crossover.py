@@ -102,7 +102,7 @@ def next_points(grid: list[int], coarse: list[int], points: dict[int, dict], bud
         return missing[:left], "coarse grid"
     idx = {c: i for i, c in enumerate(grid)}
     have = sorted(c for c in points if c in idx)
-    cand = []
+    cand, failed = [], []
     verdicts = [points[c]["verdict"] for c in have]
     for k, (a, b) in enumerate(zip(have, have[1:])):
         pa, pb = points[a], points[b]
@@ -117,6 +117,11 @@ def next_points(grid: list[int], coarse: list[int], points: dict[int, dict], bud
             mid = grid[(idx[a] + idx[b]) // 2]
             if mid not in tried:
                 cand.append((not crosses, -gap, mid))
+            else:
+                failed.append(mid)
+    if not cand and failed:
+        return [], (f"stopped: concurrency {', '.join(map(str, sorted(set(failed))))} failed in this run "
+                    "(not retried until the next fab bench)")
     if not cand:
         return [], "done: every change located within one grid step"
     return sorted(c for *_, c in sorted(cand)[:left]), "refining"

@@ -87,7 +87,7 @@ def test_a_cell_that_fails_is_not_proposed_again():
     pts, rounds, why = search(make_measure(falling, 1, fail={64, 128}), 1, 256, budget=14, per_doubling=2)
     proposed = [c for r in rounds for c in r]
     assert len(proposed) == len(set(proposed)) and 64 not in pts and 128 not in pts
-    assert why.startswith("done")
+    assert why.startswith("stopped: concurrency") and "failed in this run" in why
 
 
 def test_single_runs_use_the_tolerance_band():
