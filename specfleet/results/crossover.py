@@ -48,7 +48,18 @@ def _span(rows: list[pd.Series]) -> str:
     return f"{a}" if a == b else f"{a}-{b}"
 
 
-def statement(cfg: str, node: str, g: pd.DataFrame, noise: NoiseBand) -> str:
+def search_status(nodes: dict) -> dict[tuple[str, str], str]:
+    """(node, config) -> why the runner's search stopped (its state.json, fetched by collect)."""
+    out = {}
+    for host, n in nodes.items():
+        cfgs = ((n.state or {}).get("crossover") or {}).get("configs") or {}
+        for cfg, d in cfgs.items() if isinstance(cfgs, dict) else ():
+            if isinstance(d, dict) and isinstance(d.get("why"), str):
+                out[(host, cfg)] = d["why"]
+    return out
+
+
+def statement(cfg: str, node: str, g: pd.DataFrame, noise: NoiseBand, why: str | None = None) -> str:
     segs = _segments(g)
     kinds = [k for k, _ in segs]
     lo, hi = int(g.concurrency.iloc[0]), int(g.concurrency.iloc[-1])
@@ -86,8 +97,10 @@ def statement(cfg: str, node: str, g: pd.DataFrame, noise: NoiseBand) -> str:
     tail = "".join(f"; the speedup estimate crosses 1.00x between concurrency {int(a.concurrency)} "
                    f"({a.speedup:.3f}x) and {int(b.concurrency)} ({b.speedup:.3f}x)" for a, b in cross)
     pts = ", ".join(str(int(c)) for c in g.concurrency)
-    return f"{head}{what}{tail}. Measured at {pts}; nothing between measured points is inferred."
+    search = f" The node's crossover search: {why}." if why else ""
+    return f"{head}{what}{tail}. Measured at {pts}; nothing between measured points is inferred.{search}"
 
 
-def crossover_lines(runs: pd.DataFrame, baseline: str, noise: NoiseBand) -> list[str]:
-    return [statement(cfg, node, g, noise) for cfg, node, g in curves(runs, baseline)]
+def crossover_lines(runs: pd.DataFrame, baseline: str, noise: NoiseBand,
+                    search: dict[tuple[str, str], str] | None = None) -> list[str]:
+    return [statement(cfg, node, g, noise, (search or {}).get((node, cfg))) for cfg, node, g in curves(runs, baseline)]

@@ -75,3 +75,13 @@ def test_simulated_curve_is_stamped(tmp_path):
     html = (root / "report.html").read_text()
     svgs = re.findall(r"<svg.*?</svg>", html, re.S)
     assert 'aria-label="Crossover"' in html and svgs and all("<title>SIMULATED ENGINE: not a measurement</title>" in s for s in svgs)
+
+
+def test_the_statement_says_why_the_nodes_search_stopped(tmp_path):
+    root = write(tmp_path / "c", {1: 2.0, 16: 1.5, 64: 0.9})
+    why = "budget spent (3 of 3 concurrencies measured)"
+    (root / "w1" / "state.json").write_text(json.dumps({
+        "schema": 1, "host": "w1", "status": "done", "items": [],
+        "crossover": {"round": 2, "configs": {"eagle3": {"points": {}, "next": [], "why": why}}}}))
+    s = line(report_campaign(root, quiet=True))
+    assert s.endswith(f"The node's crossover search: {why}.")
