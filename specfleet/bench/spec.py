@@ -13,7 +13,7 @@ SPEC_SCHEMA = 1
 #   setsid nohup python3 <dir>/runner.py --spec <run.json> >runner.log 2>&1 </dev/null &
 # fitcheck.py runs with the venv's python (the model's tokenizer), the others with any python3.
 # crossover.py (the search) imports stats.py (the report's intervals), both stdlib only.
-RUNNER_FILES = (*(Path(__file__).with_name(f) for f in ("runner.py", "runner_lib.py", "fitcheck.py",
+RUNNER_FILES = (*(Path(__file__).with_name(f) for f in ("runner.py", "runner_lib.py", "layout.py", "fitcheck.py",
                                                         "crossover.py")),
                 Path(__file__).parent.parent / "results" / "stats.py")
 
@@ -65,3 +65,21 @@ def crossover_spec(plan: Plan, node: str, queue: list[str], paths: Paths) -> dic
 
 def dump_run_spec(spec: dict) -> str:
     return json.dumps(spec, indent=2, sort_keys=True) + "\n"
+
+
+class RunnerBusy(Exception):
+    """The worker's runner runs another plan or queue: this one is not placed over it."""
+
+
+def resumed(spec: dict, placed: dict | None, running_pid: int | None) -> dict:
+    """`spec` as it goes to a worker whose run spec is `placed` and whose runner (if alive) is `running_pid`.
+
+    The same plan hash and queue is the same campaign: it resumes under its run_id (the runner keeps
+    the done items, collect their results). Anything else replaces the placed spec, unless a runner
+    still runs it: RunnerBusy (stop it first)."""
+    if placed and placed.get("plan_hash") == spec["plan_hash"] and \
+            [i["name"] for i in placed["items"]] == [i["name"] for i in spec["items"]]:
+        return {**spec, "run_id": placed["run_id"]}
+    if running_pid is not None:
+        raise RunnerBusy(f"a runner for another plan or queue is running (pid {running_pid}); `fab stop` it first")
+    return spec

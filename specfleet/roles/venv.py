@@ -21,7 +21,8 @@ from typing import Callable
 
 from tenacity import RetryError, Retrying, stop_after_attempt, wait_exponential
 
-MANIFEST = "specfleet-manifest.json"
+from specfleet.bench.layout import VENV_MANIFEST
+
 # what building a local requirement leaves in its directory: not part of its content
 BUILD_LITTER = {"build", "dist", "__pycache__", ".pytest_cache"}
 
@@ -124,7 +125,7 @@ def check_base_python(path: str) -> str:
 
 def read_manifest(path: str) -> dict | None:
     try:
-        return json.loads((Path(path) / MANIFEST).read_text())
+        return json.loads((Path(path) / VENV_MANIFEST).read_text())
     except (OSError, ValueError):
         return None
 
@@ -153,7 +154,7 @@ def build(spec: VenvSpec, *, check: bool = False, log: Callable[[str], None] = p
     manifest = {"digest": digest, "base_python": spec.base_python, "python_version": version,
                 "requirements": spec.requirements, "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                 "build_seconds": round(time.monotonic() - t0, 1), **verified}
-    (Path(spec.path) / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    (Path(spec.path) / VENV_MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
     return BuildOutcome(True, f"built venv {spec.path} ({digest}) in {manifest['build_seconds']} s", manifest)
 
 
@@ -189,5 +190,5 @@ def verify(spec: VenvSpec) -> dict:
 
 
 def remove(path: str) -> None:
-    if Path(path, MANIFEST).exists():  # only a venv specfleet built
+    if Path(path, VENV_MANIFEST).exists():  # only a venv specfleet built
         shutil.rmtree(path)
