@@ -32,6 +32,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from specfleet.bench.crossover import coarse_grid, crossings, fine_grid, search  # noqa: E402
+from specfleet.bench.plan import Equivalence  # noqa: E402
+from specfleet.results.measures import SPEEDUP_CONFIDENCE  # noqa: E402
 
 SIM_MODEL = ROOT / "testbed" / "simvllm" / "vllm" / "model.py"
 LO, HI, COARSE, PER_DOUBLING = 1, 256, 4, 4
@@ -75,7 +77,8 @@ def run_case(truth, cross, seeds: int, reps: int, sigma: float, budget: int) -> 
         def measure(c):
             noise = lambda: math.exp(rng.gauss(0, sigma))  # noqa: E731
             return [100 * truth(c) * noise() for _ in range(reps)], [100 * noise() for _ in range(reps)]
-        pts, _, _ = search(measure, LO, HI, budget, COARSE, PER_DOUBLING)
+        pts, _, _ = search(measure, LO, HI, budget, COARSE, PER_DOUBLING, confidence=SPEEDUP_CONFIDENCE,
+                           tolerance_pct=Equivalence().tolerance_pct)
         cells.append(len(pts))
         xs = crossings(pts)
         if cross is None:

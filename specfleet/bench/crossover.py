@@ -127,10 +127,11 @@ def next_points(grid: list[int], coarse: list[int], points: dict[int, dict], bud
     return sorted(c for *_, c in sorted(cand)[:left]), "refining"
 
 
-def search(measure, lo: int, hi: int, budget: int, coarse_factor: int = 4, per_doubling: int = 2,
-           confidence: float = 0.95, tolerance_pct: float = 3.0) -> tuple[dict[int, dict], list[list[int]], str]:
+def search(measure, lo: int, hi: int, budget: int, coarse_factor: int, per_doubling: int, *,
+           confidence: float, tolerance_pct: float) -> tuple[dict[int, dict], list[list[int]], str]:
     """The search without a runner: `measure(conc)` -> (configuration values, baseline values).
-    Returns (judged points, the concurrencies of each round, why it stopped)."""
+    Returns (judged points, the concurrencies of each round, why it stopped). The plan's defaults:
+    `ConcurrencySearch`, `Equivalence.tolerance_pct`; the report's confidence: measures.SPEEDUP_CONFIDENCE."""
     grid, coarse = fine_grid(lo, hi, per_doubling), coarse_grid(lo, hi, coarse_factor)
     points: dict[int, dict] = {}
     rounds: list[list[int]] = []

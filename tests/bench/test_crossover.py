@@ -7,10 +7,19 @@ import random
 
 import pytest
 
+from specfleet.bench import crossover
 from specfleet.bench.crossover import (FASTER, NO_DIFF, SLOWER, coarse_grid, crossings, fine_grid, judge,
-                                       next_points, prompts_at, search)
-from specfleet.bench.plan import PlanError, parse_plan
+                                       next_points, prompts_at)
+from specfleet.bench.plan import Equivalence, PlanError, parse_plan
 from specfleet.bench.runner import EXIT_OK
+from specfleet.results.measures import SPEEDUP_CONFIDENCE
+
+TOL = Equivalence().tolerance_pct  # the plan's default, as the runner gets it
+
+
+def search(measure, lo, hi, budget, coarse_factor=4, per_doubling=2):
+    return crossover.search(measure, lo, hi, budget, coarse_factor, per_doubling,
+                            confidence=SPEEDUP_CONFIDENCE, tolerance_pct=TOL)
 
 
 def test_grids_are_geometric_integers_with_the_coarse_grid_on_the_fine_one():
@@ -91,10 +100,10 @@ def test_a_cell_that_fails_is_not_proposed_again():
 
 
 def test_single_runs_use_the_tolerance_band():
-    assert judge([104.0], [100.0], 0.95, 3.0)["verdict"] == FASTER
-    assert judge([102.0], [100.0], 0.95, 3.0)["verdict"] == NO_DIFF
-    assert judge([96.0], [100.0], 0.95, 3.0)["verdict"] == SLOWER
-    j = judge([110.0, 111.0, 109.0], [100.0, 101.0, 99.0], 0.95, 3.0)
+    assert judge([104.0], [100.0], SPEEDUP_CONFIDENCE, 3.0)["verdict"] == FASTER
+    assert judge([102.0], [100.0], SPEEDUP_CONFIDENCE, 3.0)["verdict"] == NO_DIFF
+    assert judge([96.0], [100.0], SPEEDUP_CONFIDENCE, 3.0)["verdict"] == SLOWER
+    j = judge([110.0, 111.0, 109.0], [100.0, 101.0, 99.0], SPEEDUP_CONFIDENCE, 3.0)
     assert j["verdict"] == FASTER and j["low"] < 1.1 < j["high"] and j["n"] == [3, 3]
 
 
