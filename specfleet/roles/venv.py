@@ -22,6 +22,7 @@ from typing import Callable
 from tenacity import RetryError, Retrying, stop_after_attempt, wait_exponential
 
 from specfleet.bench.layout import VENV_MANIFEST
+from specfleet.facts.system import PYTHON_VERSION_CODE, PythonVersion
 
 # what building a local requirement leaves in its directory: not part of its content
 BUILD_LITTER = {"build", "dist", "__pycache__", ".pytest_cache"}
@@ -113,14 +114,14 @@ def check_base_python(path: str) -> str:
     if ".pyenv" in real or "/shims/" in real:
         raise VenvError(f"base interpreter {path} is a pyenv interpreter ({real}); workers do not have it. "
                         "Use the system python the workers have at the same path, e.g. /usr/bin/python3.12")
-    try:
-        p = subprocess.run([path, "-c", "import sys; print('.'.join(map(str, sys.version_info[:3])))"],
-                           capture_output=True, text=True)
+    try:  # the same command and parser as the workers' BaseInterpreter step
+        p = subprocess.run([path, "-c", PYTHON_VERSION_CODE], capture_output=True, text=True)
     except OSError as e:  # a directory, or not executable
         raise VenvError(f"base interpreter {path} cannot run: {e.strerror}") from None
-    if p.returncode != 0:
-        raise VenvError(f"base interpreter {path} does not run: {p.stderr.strip()[-200:]}")
-    return p.stdout.strip()
+    got = PythonVersion(path).parse(p.stdout + p.stderr, p.returncode)
+    if got.version is None:
+        raise VenvError(f"base interpreter {path} does not run: {got.output}")
+    return got.version
 
 
 def read_manifest(path: str) -> dict | None:
