@@ -155,6 +155,14 @@ def simulate(items: list[tuple[str, int, float]], gpus: list[int], groups: list[
     return t, starts
 
 
+def server_tag(run_dir: str, name: str) -> str:
+    """The SPECFLEET_SERVER value of one server: its run dir and item name. The name alone is not
+    enough: another runner that can see this node's processes (the testbed's workers share one PID
+    namespace; another campaign on the node) runs a `vanilla` too, and a leftover search by the bare
+    name ended the neighbour's EngineCore (its streams ended without [DONE])."""
+    return f"{run_dir}/{name}"
+
+
 def retarget(argv: list[str], port: int, base_port: int) -> list[str]:
     """A serve/bench argv moved from the plan's port to this server's (`--port`, `--base-url`)."""
     if port == base_port:
@@ -215,7 +223,7 @@ def lane_class(base):
             base.preflight(self, item)
             self.parent.vllm_version = self.vllm_version
             self.env["CUDA_VISIBLE_DEVICES"] = ",".join(g["uuid"] for g in self.gpus)
-            self.env["SPECFLEET_SERVER"] = item["name"]  # this server's leftovers, not a neighbour's
+            self.env["SPECFLEET_SERVER"] = server_tag(self.run_dir, item["name"])
 
         def where(self) -> str:
             return "GPU " + ",".join(f"{g['index']} ({g['uuid']})" for g in self.gpus)
@@ -282,7 +290,7 @@ class Pool:
 
     def go(self, lane, item: dict, rec: dict, done: list) -> None:
         # stop_server ends leftover VLLM:: processes carrying this token: this server's, not a neighbour's
-        lane.token = f"SPECFLEET_SERVER={item['name']}".encode()
+        lane.token = f"SPECFLEET_SERVER={server_tag(lane.run_dir, item['name'])}".encode()
         why = None
         try:
             lane.run_item(item, rec)

@@ -171,3 +171,29 @@ def test_sigterm_stops_every_server_and_resume_finishes_the_queue(bed, monkeypat
     monkeypatch.setenv("FAKE_BENCH_S", "0.3")
     assert bed.run(path, timeout=120) == 0, bed.log()
     assert all(i["status"] == "done" for i in bed.items().values())
+
+
+def test_a_server_stop_never_ends_a_neighbour_runners_engine_of_the_same_name(bed):
+    """The testbed's workers share one PID namespace (and a node may run another campaign): their
+    runners see each other's processes, with the same configuration names. Stopping this run's
+    `vanilla` must end its own leftovers only, never an engine of another run dir named `vanilla`
+    (before: the leftover search matched SPECFLEET_SERVER=vanilla and SIGTERMed w2's EngineCore
+    when w1's vanilla stopped; w2's streams ended without [DONE])."""
+    import subprocess
+    import sys
+
+    from specfleet.bench.slots import server_tag
+    other = str(bed.tmp / "other-work" / "t" / "w2")
+    decoys = [subprocess.Popen(["VLLM::EngineCore", "-c", "import time; time.sleep(300)"], executable=sys.executable,
+                               env={"PATH": os.environ["PATH"], "SPECFLEET_RUN_DIR": other, "SPECFLEET_SERVER": tag},
+                               start_new_session=True)
+              for tag in ("vanilla", server_tag(other, "vanilla"))]
+    try:
+        rc = bed.run(spec(bed, four_gpus(bed, tp2=False)), timeout=120)
+        assert rc == 0, bed.log()
+        assert bed.items()["vanilla"]["status"] == "done"
+        assert [d.poll() for d in decoys] == [None, None], bed.log()
+    finally:
+        for d in decoys:
+            d.kill()
+            d.wait()
