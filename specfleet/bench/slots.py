@@ -14,6 +14,7 @@ one server on the node at a time, on the GPUs it needs; `shared`: as many as fit
 """
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 import time
@@ -318,7 +319,13 @@ class Pool:
         pending, running, done = list(todo), {}, []   # running: item name -> (thread, GPU indices)
         failed = False
         indices = [g["index"] for g in self.gpus]
-        while pending or running:
+        while True:
+            if not pending and not running:  # every slot idle, the queue empty: the next round, if any
+                more = [] if self.stopping else self.next_round()
+                if not more:
+                    break
+                pending += more
+                todo = list(todo) + more
             for lane, item, rec, why in list(done):
                 done.remove((lane, item, rec, why))
                 _, used = running.pop(item["name"])
@@ -373,6 +380,11 @@ class Pool:
         r.finish("failed" if failed else "done", "some items failed (see items[].error)" if failed else None)
         return 1 if failed else 0
 
+    def next_round(self) -> list[tuple[dict, dict]]:
+        """The crossover search's next round (Runner.queue() past the spec's items): it reads what
+        every finished server measured, so the pool asks only when no server runs. [] when none."""
+        return []
+
     def note_running(self, names: list[str] | None = None) -> None:
         with self.lock:
             self.r.state["running"] = names if names is not None else \
@@ -398,8 +410,21 @@ def run_slots(runner, lib) -> int:
         return 2
     runner.state["gpus"] = gpus
     runner.state["packing"] = s.get("packing", "exclusive")
-    todo = [(it, rec) for it, rec in zip(s["items"], runner.state["items"]) if rec["status"] != "done"]
+    # Runner.queue(): the spec's items, then (when the plan has a crossover search) each refinement
+    # round's, appended to the spec; asked past the items only once every slot is idle
+    queue, taken = runner.queue(), len(s["items"])
+    todo = [(it, rec) for it, rec in itertools.islice(queue, taken) if rec["status"] != "done"]
     pool = Pool(runner, gpus, s.get("gpu_groups"), s.get("packing", "exclusive"), lib)
+
+    def next_round() -> list[tuple[dict, dict]]:
+        nonlocal taken
+        first = next(queue, None)  # runs the round: its items are appended to the spec at once
+        if first is None:
+            return []
+        out = [first, *itertools.islice(queue, len(s["items"]) - taken - 1)]
+        taken = len(s["items"])
+        return [(it, rec) for it, rec in out if rec["status"] != "done"] or next_round()
+    pool.next_round = next_round
     runner.save = _locked(runner.save, pool.lock)
     return pool.run(todo)
 
