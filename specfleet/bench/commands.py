@@ -15,6 +15,7 @@ import shlex
 from dataclasses import dataclass
 
 from .plan import Plan
+from .sweep import Cell
 
 MODEL = "@MODEL@"
 VLLM_VERSION = "@VLLM_VERSION@"
@@ -34,9 +35,21 @@ class Paths:
         return posixpath.join(self.work_dir, plan.campaign, node)
 
 
-def result_filename(config: str, concurrency: int, rep: int = 1, repeat: int = 1) -> str:
+def result_filename(config: str, cell: int | str | Cell, rep: int = 1, repeat: int = 1) -> str:
+    """`<config>_<cell>[_r<K>].json`; a concurrency N stands for the plain cell `conc<N>`."""
+    name = cell.name if isinstance(cell, Cell) else cell if isinstance(cell, str) else f"conc{cell}"
     suffix = f"_r{rep}" if repeat > 1 else ""
-    return f"{config}_conc{concurrency}{suffix}.json"
+    return f"{config}_{name}{suffix}.json"
+
+
+def find_cell(plan: Plan, cell: int | str | Cell) -> Cell:
+    """The plan's cell of that name, or the first one at that concurrency."""
+    if isinstance(cell, Cell):
+        return cell
+    for c in plan.benchmark.cells:
+        if c.name == cell or c.concurrency == cell:
+            return c
+    raise KeyError(f"plan {plan.campaign!r} has no bench cell {cell!r}")
 
 
 def serve_argv(plan: Plan, item: str, paths: Paths) -> list[str]:
@@ -52,8 +65,12 @@ def serve_argv(plan: Plan, item: str, paths: Paths) -> list[str]:
     return argv + list(c.extra_args)
 
 
-def bench_argv(plan: Plan, node: str, item: str, concurrency: int, paths: Paths,
+def bench_argv(plan: Plan, node: str, item: str, cell: int | str | Cell, paths: Paths,
                rep: int = 1) -> list[str]:
+    """The one `vllm bench serve` argv of a bench cell (the only place it is built: a runner-side
+    template for new cells is made from it)."""
+    cell = find_cell(plan, cell)
+    concurrency = cell.concurrency
     b = plan.benchmark
     s = plan.server
     model = paths.model or MODEL
@@ -62,7 +79,7 @@ def bench_argv(plan: Plan, node: str, item: str, concurrency: int, paths: Paths,
                 f"vllm_version={version}", f"campaign={plan.campaign}"]
     if b.repeat > 1:
         metadata.append(f"repeat={rep}")
-    metadata += run_setup(plan, concurrency)
+    metadata += run_setup(plan, cell)
     fmt = lambda x: str(int(x)) if float(x).is_integer() else str(x)  # noqa: E731
     return [
         posixpath.join(paths.venv, "bin", "vllm"), "bench", "serve",
@@ -73,9 +90,11 @@ def bench_argv(plan: Plan, node: str, item: str, concurrency: int, paths: Paths,
         "--tokenizer", model,          # the served name is not a HF repo id (report §3.3)
         "--dataset-name", b.dataset_name,
         "--dataset-path", paths.dataset or b.on_worker or b.dataset_path,
-        "--num-prompts", str(b.num_prompts),
+        "--num-prompts", str(cell.num_prompts),
         "--no-oversample",
-        "--spec-bench-output-len", str(b.output_len),
+        "--spec-bench-output-len", str(cell.output_len),
+        # the loader filters by category before its seed-0 shuffle: the first num_prompts of that category
+        *(["--spec-bench-category", cell.category] if cell.category else []),
         "--max-concurrency", str(concurrency),
         *(["--temperature", fmt(b.temperature)] if b.temperature is not None else []),
         "--percentile-metrics", ",".join(b.percentile_metrics),
@@ -84,29 +103,44 @@ def bench_argv(plan: Plan, node: str, item: str, concurrency: int, paths: Paths,
         *(["--save-detailed"] if b.save_detailed else []),
         "--save-result",
         "--result-dir", paths.result_dir(plan, node),
-        "--result-filename", result_filename(item, concurrency, rep, b.repeat),
+        "--result-filename", result_filename(item, cell, rep, b.repeat),
         "--metadata", *metadata,
     ]
 
 
-def run_setup(plan: Plan, concurrency: int) -> list[str]:
+def run_setup(plan: Plan, cell: int | Cell) -> list[str]:
     """`--metadata` words that say how a run was set up (the report reads them from each result).
 
     The runner adds what only the worker knows: generation_config (the model's sampling defaults,
     which apply to every parameter the client does not send), decoding, prompts_dropped.
     """
     b, s = plan.benchmark, plan.server
+    cell = find_cell(plan, cell)
     sent = {} if b.temperature is None else {"temperature": b.temperature}
     return [f"sampling_params={json.dumps(sent, sort_keys=True, separators=(',', ':'))}",
             f"num_warmups={b.num_warmups}", f"prefix_cache={s.prefix_cache}", f"repeats={b.repeat}",
-            f"steady_state={b.steady_state}", f"prompts_per_concurrency={b.num_prompts / concurrency:g}",
-            f"max_failed_requests={b.max_failed_requests}"]
+            f"steady_state={b.steady_state}", f"prompts_per_concurrency={cell.prompts_per_concurrency:g}",
+            f"max_failed_requests={b.max_failed_requests}",
+            *([f"category={cell.category}"] if cell.category else [])]
 
 
-def run_order(plan: Plan) -> list[tuple[int, int]]:
-    """(concurrency, rep) in the order they run: repeats interleaved across concurrencies."""
+def run_order(plan: Plan) -> list[tuple[Cell, int]]:
+    """(cell, rep) in the order they run on one server: repeats interleaved across cells."""
     b = plan.benchmark
-    return [(conc, rep) for rep in range(1, b.repeat + 1) for conc in b.concurrencies]
+    return [(cell, rep) for rep in range(1, b.repeat + 1) for cell in b.cells]
+
+
+def cell_fit(plan: Plan, cell: Cell) -> dict:
+    """What the runner's prompt-fit check needs of one cell where it differs from the item's `fit`."""
+    b = plan.benchmark
+    out = {}
+    if cell.num_prompts != b.num_prompts:
+        out["num_prompts"] = cell.num_prompts
+    if cell.output_len != b.output_len:
+        out["output_len"] = cell.output_len
+    if cell.category:
+        out["category"] = cell.category
+    return out
 
 
 def max_model_len(plan: Plan, item: str) -> str | None:
@@ -124,14 +158,16 @@ def item_argv(plan: Plan, node: str, item: str, paths: Paths) -> dict:
     """One queue item as the runner spec holds it (see runner.py for the schema)."""
     b = plan.benchmark
     benches = []
-    for conc, rep in run_order(plan):
+    for cell, rep in run_order(plan):
         benches.append({
-            "concurrency": conc,
+            "concurrency": cell.concurrency,
             "rep": rep,
-            "argv": bench_argv(plan, node, item, conc, paths, rep),
-            "result_file": result_filename(item, conc, rep, b.repeat),
-            "num_prompts": b.num_prompts,
+            "argv": bench_argv(plan, node, item, cell, paths, rep),
+            "result_file": result_filename(item, cell, rep, b.repeat),
+            "num_prompts": cell.num_prompts,
         })
+        if cell.name != f"conc{cell.concurrency}":  # a plain plan's items (and item_hash) stay as they were
+            benches[-1].update(cell=cell.name, fit=cell_fit(plan, cell))
     # what the runner's prompt-fit check needs (fitcheck.py, run with the venv's python)
     fit = {"dataset": paths.dataset or b.on_worker or b.dataset_path, "num_prompts": b.num_prompts,
            "output_len": b.output_len,
@@ -156,6 +192,6 @@ def required_paths(plan: Plan, item: str, paths: Paths) -> list[str]:
 def commands_for(plan: Plan, node: str, item: str, paths: Paths) -> list[str]:
     """Shell-quoted command lines: `vllm serve ...` then one `vllm bench serve ...` per run."""
     lines = [shlex.join(serve_argv(plan, item, paths))]
-    for conc, rep in run_order(plan):
-        lines.append(shlex.join(bench_argv(plan, node, item, conc, paths, rep)))
+    for cell, rep in run_order(plan):
+        lines.append(shlex.join(bench_argv(plan, node, item, cell, paths, rep)))
     return lines
