@@ -4,6 +4,7 @@ Layout (docs/dev/contracts.md):
 
     results/<campaign>/<host>/<config>_conc<N>.json        one run
     results/<campaign>/<host>/<config>_conc<N>_r<K>.json   repeat K of it
+    results/<campaign>/<host>/<config>_<cell>[_r<K>].json  a swept bench cell (conc16-out1024-cat_rag)
     results/<campaign>/<host>/<config>.server.log          server log
     results/<campaign>/<host>/<config>.done                done marker
     results/<campaign>/<host>/state.json                   runner state (optional)
@@ -25,10 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..bench.sweep import RESULT_RE, parse_result_name
 from .provenance import PROVENANCE_FILE, simulated_signals
 from .schema import PROVENANCE_KEYS, Result, ResultError, incomplete, load_result
 
-RESULT_RE = re.compile(r"^(?P<config>.+?)_conc(?P<conc>\d+)(?:_r(?P<rep>\d+))?\.json$")
 QUARANTINE_DIR = "quarantine"
 STATE_FILE = "state.json"
 RUN_SPEC_FILE = "run.json"   # the worker's queue as `fab bench` gave it (collect fetches it)
@@ -54,7 +55,8 @@ class Expect:
 
 
 def parse_name(name: str) -> tuple[str, int, int | None] | None:
-    """(config, concurrency, repeat or None) from `<config>_conc<N>[_r<K>].json`, else None."""
+    """(config, concurrency, repeat or None) from `<config>_<cell>[_r<K>].json`, else None
+    (the cell name: parse_result_name)."""
     m = RESULT_RE.match(name)
     return (m["config"], int(m["conc"]), int(m["rep"]) if m["rep"] is not None else None) if m else None
 
@@ -79,6 +81,10 @@ class Run:
     repeat: int | None
     path: Path
     result: Result
+    cell: str = ""    # the bench cell (sweep.py): conc<N> for a plan without bench sweeps
+
+    def __post_init__(self) -> None:
+        self.cell = self.cell or f"conc{self.conc}"
 
 
 @dataclass
@@ -299,7 +305,7 @@ def scan_campaign(root: Path | str, quarantine: bool = True, expect: Expect | No
             parsed = parse_name(path.name)
             if not parsed:
                 if path.name not in OTHER_JSON:
-                    camp.warnings.append(f"{path}: not named <config>_conc<N>[_r<K>].json, ignored")
+                    camp.warnings.append(f"{path}: not named <config>_conc<N>[-<dims>][_r<K>].json, ignored")
                 continue
             cfg, conc, rep = parsed
             if cfg not in done:
@@ -308,7 +314,7 @@ def scan_campaign(root: Path | str, quarantine: bool = True, expect: Expect | No
                 continue
             try:
                 res = check_file(path, expect)
-                run = Run(host, cfg, conc, rep, path, res)
+                run = Run(host, cfg, conc, rep, path, res, parse_result_name(path.name)[1])
             except ResultError as e:
                 if quarantine:
                     camp.quarantined.append(_quarantine(root, host, path, e.problem))
