@@ -59,7 +59,7 @@ def fetch(hc, plan, dest: Path, refused: dict[str, list[str]]):
     p = subprocess.run(argv, capture_output=True, text=True)
     if p.returncode != 0:
         raise StepFailed(f"rsync from {hc.host.name} failed (exit {p.returncode}): {p.stderr.strip()[-300:]}")
-    got = accept(dest, hc.host.name, Expect(plan.benchmark.num_prompts, plan.benchmark.max_failed_requests))
+    got = accept(dest, hc.host.name, Expect.of_plan(plan))
     refused[hc.host.name] = got.refused
     from specfleet.results.provenance import parse_probe, probe_script, spec_facts
     model, (dataset, items) = (v.state or {}).get("model_path"), spec_facts(v.spec)

@@ -52,6 +52,18 @@ class Expect:
 
     num_prompts: int | None = None
     max_failed_requests: int = 0
+    cell_prompts: dict[str, int] | None = None  # a bench cell that asks another count (sweep.py)
+
+    @classmethod
+    def of_plan(cls, plan) -> "Expect":
+        """What a specfleet.bench Plan asks of its runs, per bench cell."""
+        b = plan.benchmark
+        return cls(b.num_prompts, b.max_failed_requests,
+                   {c.name: c.num_prompts for c in b.cells if c.num_prompts != b.num_prompts} or None)
+
+    def asked(self, file_name: str) -> int | None:
+        parsed = parse_result_name(file_name)
+        return (self.cell_prompts or {}).get(parsed[1] if parsed else "", self.num_prompts)
 
 
 def parse_name(name: str) -> tuple[str, int, int | None] | None:
@@ -68,7 +80,7 @@ def check_file(path: Path, expect: Expect | None = None) -> Result:
     if parsed and res.max_concurrency is not None and res.max_concurrency != parsed[1]:
         raise ResultError(path, f"max_concurrency is {res.max_concurrency} but the file name says conc{parsed[1]}")
     expect = expect or Expect()
-    if why := incomplete(res, expect.num_prompts, expect.max_failed_requests):
+    if why := incomplete(res, expect.asked(path.name), expect.max_failed_requests):
         raise ResultError(path, why)
     return res
 

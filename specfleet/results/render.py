@@ -145,11 +145,13 @@ def cells_section(cells: list[CellState], command: str | None) -> Section:
             if not bad else
             f"INCOMPLETE: {len(bad)} of {len(cells)} planned cells are not merged"
             + (f"; to measure them again: `{command}`" if command else "") + ".")
-    df = pd.DataFrame([{"config": c.config, "concurrency": c.concurrency, "node": c.node,
+    cols = CELL_COLS[:2] + [("cell", "cell", -1, "")] + CELL_COLS[2:] \
+        if any(c.cell != f"conc{c.concurrency}" for c in cells) else CELL_COLS
+    df = pd.DataFrame([{"config": c.config, "concurrency": c.concurrency, "cell": c.cell, "node": c.node,
                         "state": c.state if c.merged else c.state.upper(),
                         "runs": f"{c.runs}/{c.expected}", "why": c.why} for c in cells],
-                      columns=[col for col, *_ in CELL_COLS])
-    return _section("Planned cells", df, CELL_COLS, note)
+                      columns=[col for col, *_ in cols])
+    return _section("Planned cells", df, cols, note)
 
 
 def build_model(campaign: str, tables: Tables, gate: GateResult, conclusions: list[str], *,
@@ -268,7 +270,7 @@ def print_report(model: ReportModel, console=None, gate_only: bool = False) -> N
     console.print(f"Node equivalence [{style}]{model.gate_verdict}[/]: {model.gate.rule.describe()}",
                   markup=True, highlight=False)
     for c in model.gate.checks:
-        console.print(f"  {c.node_a} vs {c.node_b} @ conc {c.conc}: {c.reason}", markup=False)
+        console.print(f"  {c.node_a} vs {c.node_b} @ {c.where}: {c.reason}", markup=False)
     for p in model.gate.problems:
         console.print(f"  problem: {p}", markup=False)
     if not gate_only:
