@@ -36,6 +36,9 @@ def shrunk(name: str, tmp_path: Path) -> tuple[Path, dict]:
     if "output_len" in (b.get("sweep") or {}):
         b["sweep"]["output_len"] = [16, 32, 64]   # still three cells, named out16/out32/out64
     doc["server"]["health_poll_s"] = 0.5
+    # 4 short requests per cell: node-to-node differences are noise of that size, not a property of
+    # the nodes; the gate itself is tested in tests/results and test_collect.py
+    doc["equivalence"]["tolerance_pct"] = 50.0
     out = tmp_path / f"{name}.yml"
     out.write_text(yaml.safe_dump(doc, sort_keys=False))
     return out, doc
