@@ -83,7 +83,8 @@ def test_followup_plans_run_end_to_end_on_two_workers(testbed_factory, tmp_path)
         results = tmp_path / f"results-{name}"
         r = fab("collect", "--plan", str(plan), "--results", str(results), inventory=inv,
                 runs=tmp_path / f"runs-collect-{name}", timeout=600)
-        assert r.returncode == 0, (name, r.stdout[-4000:] + r.stderr[-2000:])
+        said = [ln for ln in r.stdout.splitlines() if "error" in ln.lower() or "crash" in ln.lower()]
+        assert r.returncode == 0, (name, said, r.stdout[-3000:] + r.stderr[-2000:])
         camp = results / p.campaign
         md = (camp / "report.md").read_text()
         n_cells = len(cells) * (len(configs) - 1 + len(HOSTS))  # the baseline's cells on both nodes

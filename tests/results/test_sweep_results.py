@@ -84,3 +84,12 @@ def test_a_cell_that_asks_other_prompts_is_judged_by_its_own_count(tmp_path):
     assert len(ok.runs) == 1 and not ok.quarantined
     wrong = scan_campaign(root, quarantine=False, expect=Expect(16, 0))
     assert not wrong.runs and "8 of 16 requests failed" in wrong.quarantined[0].reason
+
+
+def test_conclusions_compare_each_cell_with_its_own_baseline(tmp_path):
+    from specfleet.results.conclusions import conclusions
+    t = build_tables(scan_campaign(write(tmp_path / "c")), "vanilla")
+    text = "\n".join(conclusions(t, "vanilla"))
+    # rag: ngram 25 vs its own cell's 10 tok/s -> 2.50x; pairing with summarization's 20 would say 1.25x
+    assert "Concurrency 1 (cell conc1-cat_rag): best is **ngram** at 2.50x" in text
+    assert "10.00 -> 25.00 output tok/s" in text
