@@ -1,4 +1,4 @@
-"""Rendering the files specfleet places on hosts: every one comes from templates/."""
+"""Rendering the files specfleet places on hosts: every one comes from specfleet/templates/."""
 from __future__ import annotations
 
 import shlex
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import jinja2
 
-TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
+TEMPLATES = Path(__file__).resolve().parent / "templates"
 
 _env = jinja2.Environment(
     loader=jinja2.FileSystemLoader(str(TEMPLATES)),

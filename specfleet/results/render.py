@@ -25,7 +25,7 @@ from .merge import Tables
 from .plots import all_plots, category_plots
 from .provenance import provenance_sections
 
-TEMPLATE_DIR = Path(__file__).resolve().parents[2] / "templates" / "report"
+TEMPLATE_DIR = Path(__file__).resolve().parents[1] / "templates" / "report"
 SIMULATED_STAMP = ("SIMULATED ENGINE: inputs come from the simulated vLLM (specfleet-simvllm), "
                    "not a real GPU run. These numbers are not performance measurements.")
 NOT_EQUIVALENT_STAMP = "NODES NOT EQUIVALENT: merged with --force although the node-equivalence gate failed."

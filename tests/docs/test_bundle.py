@@ -63,8 +63,8 @@ def test_fab_list_from_the_offline_install(installed):
     for name in ("provision", "bench", "collect", "facts", "bundle"):
         assert f"\n  {name} " in p.stdout, p.stdout
     # the package is the installed one, not this repository's
-    p = subprocess.run([str(installed / ".venv/bin/python"), "-c", "import specfleet, tasks; "
-                        "print(specfleet.__file__); print(tasks.__file__)"], cwd="/", env=env,
+    p = subprocess.run([str(installed / ".venv/bin/python"), "-c", "import specfleet, specfleet.tasks; "
+                        "print(specfleet.__file__); print(specfleet.tasks.__file__)"], cwd="/", env=env,
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 0 and str(ROOT) not in p.stdout and "site-packages" in p.stdout, p.stdout + p.stderr
 

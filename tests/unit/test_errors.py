@@ -255,7 +255,7 @@ def test_an_oserror_while_applying_fails_that_host_with_one_line(tmp_path):
 
 # ---------------------------------------------------------------- the live venv is never written
 def test_release_id_changes_when_the_venv_changes_in_place(tmp_path):
-    from roles.venv_deploy import release_id
+    from specfleet.roles.venv_deploy import release_id
     venv = tmp_path / "venv"
     (venv / "lib").mkdir(parents=True)
     (venv / "lib" / "mod.py").write_text("x = 1\n")
@@ -269,7 +269,7 @@ def test_release_id_changes_when_the_venv_changes_in_place(tmp_path):
 
 
 def test_a_changed_live_release_is_refused_and_bytecode_caches_are_left(tmp_path):
-    from roles.venv_deploy import ReleaseCopy, code_listing
+    from specfleet.roles.venv_deploy import ReleaseCopy, code_listing
     from specfleet.steps.sync import local_listing
     venv = tmp_path / "venv"
     (venv / "lib" / "__pycache__").mkdir(parents=True)
@@ -288,7 +288,7 @@ def test_a_crash_outside_the_fleet_run_exits_70_not_1(tmp_path):
     hook = tmp_path / "hook"
     hook.mkdir()
     (hook / "sitecustomize.py").write_text(textwrap.dedent("""
-        import tasks.common as c
+        import specfleet.tasks.common as c
         def load(inventory):
             raise RuntimeError("injected crash before the run")
         c.load = load

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from roles import env, nfs
-from roles.model import ModelDir
+from specfleet.roles import env, nfs
+from specfleet.roles.model import ModelDir
 from specfleet.bench.runner_lib import parse_env_file
 from specfleet.inventory import Host
 from specfleet.quoting import env_key, env_line, fstab_line, q, ssh_option, yaml_str
@@ -206,7 +206,7 @@ def _message_nodes(fn: ast.AST) -> set[int]:
 
 def test_no_shell_text_formats_an_unquoted_value():
     bad = []
-    files = sorted((PROJECT / "roles").glob("*.py")) + sorted((PROJECT / "specfleet" / "steps").glob("*.py"))
+    files = sorted((PROJECT / "specfleet" / "roles").glob("*.py")) + sorted((PROJECT / "specfleet" / "steps").glob("*.py"))
     for f in files:
         tree = ast.parse(f.read_text())
         for fn in ast.walk(tree):

@@ -19,7 +19,7 @@ from pathlib import Path
 from invoke import task
 from invoke.exceptions import Exit
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 # what a bastion runs fab with, besides the installed package (paths relative to the repository)
 SHIPPED = ["fabfile.py", "plans", "datasets/sample", "inventory/example.yml", "docs/requirements.txt"]
 

@@ -7,7 +7,7 @@ from invoke import task
 from invoke.exceptions import Exit
 from rich.table import Table
 
-from roles import configs
+from specfleet.roles import configs
 from specfleet.bench import NodeInfo, Paths, PlanError, build_run_spec, commands_for, dump_run_spec, load_plan
 from specfleet.bench import format_split, parse_pins, split
 from specfleet.bench import remote
@@ -19,7 +19,7 @@ from specfleet.shell import q
 from specfleet.step import Status
 from specfleet.steps.command import Assert
 from specfleet.steps.files import Directory, FileContent
-from tasks.common import command_line, fleet_help, fleet_run
+from specfleet.tasks.common import command_line, fleet_help, fleet_run
 
 DEFAULT_PLAN = "plans/qwen3-32b.yml"
 PLAN_HELP = f"the campaign's plan file (default {DEFAULT_PLAN})"

@@ -8,11 +8,11 @@ from invoke import task
 from invoke.exceptions import Exit
 from rich.table import Table
 
-from roles import configs, env, model, network, nfs, nvidia, venv, venv_deploy
+from specfleet.roles import configs, env, model, network, nfs, nvidia, venv, venv_deploy
 from specfleet.errors import UserError
 from specfleet.fleet import EXIT_BAD_INPUT
 from specfleet.step import Status, StepFailed, StepResult
-from tasks.common import fleet_help, fleet_run
+from specfleet.tasks.common import fleet_help, fleet_run
 
 ROLES = ["venv", "venv-deploy", "env", "nvidia", "nfs", "network", "model", "configs"]
 REVERTIBLE = ["venv-deploy", "env", "nvidia", "nfs", "configs"]

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from specfleet.shell import q
 from specfleet.step import Change, Facts, Step, StepFailed
-from roles.facts import ADDR_RE
+from specfleet.roles.facts import ADDR_RE
 
 # loopback and link-local repeat on every host by design
 IGNORED = [ipaddress.IPv4Network("127.0.0.0/8"), ipaddress.IPv4Network("169.254.0.0/16")]

@@ -12,8 +12,8 @@ from specfleet.bench import remote
 from specfleet.connection import ssh_argv
 from specfleet.bench import NodeInfo, PlanError, split
 from specfleet.step import Status, StepFailed
-from tasks.bench import DEFAULT_PLAN, PLAN_HELP, plan_of, work_dir
-from tasks.common import fleet_help, fleet_run
+from specfleet.tasks.bench import DEFAULT_PLAN, PLAN_HELP, plan_of, work_dir
+from specfleet.tasks.common import fleet_help, fleet_run
 
 def includes_for(done: list[str]) -> list[str]:
     """rsync filters: the runner's state and queue, and for each finished item its results, log and marker only.

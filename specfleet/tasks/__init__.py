@@ -1,9 +1,9 @@
 """The command line: each module is one area of tasks, collected into `ns`."""
 from invoke import Collection
 
-from tasks import bench, bundle, collect, facts, provision, report
-from tasks import testbed as testbed_tasks
-from tasks.common import guarded
+from specfleet.tasks import bench, bundle, collect, facts, provision, report
+from specfleet.tasks import testbed as testbed_tasks
+from specfleet.tasks.common import guarded
 
 ns = Collection()
 for t in (facts.facts, provision.provision, provision.stage_model, bench.bench, bench.status, bench.stop,

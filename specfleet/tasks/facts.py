@@ -4,8 +4,8 @@ from __future__ import annotations
 from invoke import task
 from rich.table import Table
 
-from roles.facts import HostFacts
-from tasks.common import fleet_help, fleet_run
+from specfleet.roles.facts import HostFacts
+from specfleet.tasks.common import fleet_help, fleet_run
 
 
 @task(help=fleet_help(changes=False))

@@ -7,7 +7,7 @@ from invoke import task
 from invoke.exceptions import Exit
 
 from specfleet.fleet import EXIT_BAD_INPUT
-from tasks.bench import DEFAULT_PLAN, PLAN_HELP, plan_of
+from specfleet.tasks.bench import DEFAULT_PLAN, PLAN_HELP, plan_of
 
 
 @task(help={"plan": PLAN_HELP,
