@@ -25,6 +25,8 @@ def _stamp(fig, simulated: bool) -> None:
     if not simulated:
         return
     for ax in fig.axes:
+        if ax.get_label() == "<colorbar>":  # a colour scale is not a plot of its own
+            continue
         ax.set_title("[SIMULATED] " + ax.get_title(), color="#b00020")
         ax.text(0.5, 0.5, "SIMULATED", transform=ax.transAxes, ha="center", va="center", rotation=20,
                 fontsize=34, color="#b00020", alpha=0.22, fontweight="bold", zorder=10,
@@ -130,7 +132,7 @@ def category_heatmap_svg(title: str, grid: pd.DataFrame, simulated: bool = False
     red loses), each square labelled with the speedup and, where known, the acceptance length."""
     import numpy as np
     with plt.rc_context(RC):
-        fig, ax = plt.subplots(figsize=(1.2 + 0.75 * grid.shape[1], 0.9 + 0.45 * grid.shape[0]))
+        fig, ax = plt.subplots(figsize=(max(5.0, 1.6 + 0.9 * grid.shape[1]), 1.4 + 0.5 * grid.shape[0]))
         vals = grid.to_numpy(dtype=float)
         span = max(0.05, float(np.nanmax(np.abs(np.log(vals))))) if np.isfinite(vals).any() else 0.1
         im = ax.imshow(np.log(vals), cmap="RdYlGn", vmin=-span, vmax=span, aspect="auto")
@@ -143,7 +145,7 @@ def category_heatmap_svg(title: str, grid: pd.DataFrame, simulated: bool = False
         cb = fig.colorbar(im, ax=ax, fraction=0.04)
         ticks = [t for t in (0.5, 0.8, 1.0, 1.25, 2.0) if abs(np.log(t)) <= span] or [1.0]
         cb.set_ticks([float(np.log(t)) for t in ticks], labels=[f"{t:g}x" for t in ticks])
-        ax.set_title(f"Speedup per category ({title}); AL = acceptance length")
+        ax.set_title(f"Speedup per category, {title}\n(vs the same node's baseline; AL = acceptance length)")
         return _svg(fig, simulated)
 
 
