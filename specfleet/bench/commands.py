@@ -1,10 +1,10 @@
 """The exact `vllm serve` / `vllm bench serve` command lines of one queue item.
 
 The same argv lists go into the printed plan (`commands_for`, shlex-quoted) and into the
-runner's spec (`item_argv`). Two placeholders are filled in on the worker by the runner:
-
-    @MODEL@         the first model candidate that holds a config.json (run-bench.sh's pick())
-    @VLLM_VERSION@  the engine version the runner read in preflight (runner_lib.engine_version)
+runner's spec (`item_argv`). Two placeholders are filled in on the worker by the runner
+(layout.MODEL, layout.VLLM_VERSION): the first model candidate that holds a config.json
+(run-bench.sh's pick()) and the engine version the runner read in preflight
+(runner_lib.engine_version).
 """
 from __future__ import annotations
 
@@ -14,11 +14,10 @@ import posixpath
 import shlex
 from dataclasses import dataclass
 
+from .crossover import CONC, PER_CONC, PROMPTS, REP, prompts_at
+from .layout import MODEL, VLLM_VERSION, cell_result_filename, result_filename, run_dir
 from .plan import Plan
 from .sweep import Cell
-
-MODEL = "@MODEL@"
-VLLM_VERSION = "@VLLM_VERSION@"
 
 
 @dataclass(frozen=True)
@@ -28,28 +27,30 @@ class Paths:
     venv: str                       # e.g. /opt/vllm-venv; the CLI is <venv>/bin/vllm
     work_dir: str                   # results go to <work_dir>/<campaign>/<host>/
     dataset: str | None = None      # worker path of the dataset (tasks/bench.py: paths_for)
-    model: str | None = None        # a resolved model path; None = @MODEL@ (runner resolves)
-    vllm_version: str | None = None  # None = the plan's pin, else @VLLM_VERSION@
+    model: str | None = None        # a resolved model path; None = layout.MODEL (runner resolves)
+    vllm_version: str | None = None  # None = the plan's pin, else layout.VLLM_VERSION
 
     def result_dir(self, plan: Plan, node: str) -> str:
-        return posixpath.join(self.work_dir, plan.campaign, node)
+        return run_dir(self.work_dir, plan.campaign, node)
 
 
-def result_filename(config: str, cell: int | str | Cell, rep: int = 1, repeat: int = 1) -> str:
-    """`<config>_<cell>[_r<K>].json`; a concurrency N stands for the plain cell `conc<N>`."""
-    name = cell.name if isinstance(cell, Cell) else cell if isinstance(cell, str) else f"conc{cell}"
-    suffix = f"_r{rep}" if repeat > 1 else ""
-    return f"{config}_{name}{suffix}.json"
+def cell_prompts(plan: Plan, cell: Cell) -> int:
+    """Prompts of one run of a cell: the cell's; a crossover search scales them per concurrency."""
+    if plan.benchmark.concurrency_search is not None:
+        return num_prompts(plan, cell.concurrency)
+    return cell.num_prompts
 
 
-def find_cell(plan: Plan, cell: int | str | Cell) -> Cell:
-    """The plan's cell of that name, or the first one at that concurrency."""
+def find_cell(plan: Plan, cell: int | Cell) -> Cell:
+    """The cell itself, or the plan's first cell at that concurrency (a plain one when it has none:
+    a crossover round's concurrency)."""
     if isinstance(cell, Cell):
         return cell
     for c in plan.benchmark.cells:
-        if c.name == cell or c.concurrency == cell:
+        if c.concurrency == cell:
             return c
-    raise KeyError(f"plan {plan.campaign!r} has no bench cell {cell!r}")
+    b = plan.benchmark
+    return Cell(cell, b.output_len, b.num_prompts, None, f"conc{cell}")
 
 
 def serve_argv(plan: Plan, item: str, paths: Paths) -> list[str]:
@@ -65,7 +66,14 @@ def serve_argv(plan: Plan, item: str, paths: Paths) -> list[str]:
     return argv + list(c.extra_args)
 
 
-def bench_argv(plan: Plan, node: str, item: str, cell: int | str | Cell, paths: Paths,
+def num_prompts(plan: Plan, concurrency: int) -> int:
+    """Prompts of one run: the plan's; a crossover search raises them to a steady state per run."""
+    b = plan.benchmark
+    scale = b.concurrency_search is not None and b.steady_state == "required"
+    return prompts_at(b.num_prompts, b.min_prompts_per_concurrency, concurrency, scale)
+
+
+def bench_argv(plan: Plan, node: str, item: str, cell: int | Cell, paths: Paths,
                rep: int = 1) -> list[str]:
     """The one `vllm bench serve` argv of a bench cell (the only place it is built: a runner-side
     template for new cells is made from it)."""
@@ -90,7 +98,7 @@ def bench_argv(plan: Plan, node: str, item: str, cell: int | str | Cell, paths: 
         "--tokenizer", model,          # the served name is not a HF repo id (report §3.3)
         "--dataset-name", b.dataset_name,
         "--dataset-path", paths.dataset or b.on_worker or b.dataset_path,
-        "--num-prompts", str(cell.num_prompts),
+        "--num-prompts", str(cell_prompts(plan, cell)),
         "--no-oversample",
         "--spec-bench-output-len", str(cell.output_len),
         # the loader filters by category before its seed-0 shuffle: the first num_prompts of that category
@@ -103,7 +111,7 @@ def bench_argv(plan: Plan, node: str, item: str, cell: int | str | Cell, paths: 
         *(["--save-detailed"] if b.save_detailed else []),
         "--save-result",
         "--result-dir", paths.result_dir(plan, node),
-        "--result-filename", result_filename(item, cell, rep, b.repeat),
+        "--result-filename", cell_result_filename(item, cell, rep, b.repeat),
         "--metadata", *metadata,
     ]
 
@@ -119,7 +127,7 @@ def run_setup(plan: Plan, cell: int | Cell) -> list[str]:
     sent = {} if b.temperature is None else {"temperature": b.temperature}
     return [f"sampling_params={json.dumps(sent, sort_keys=True, separators=(',', ':'))}",
             f"num_warmups={b.num_warmups}", f"prefix_cache={s.prefix_cache}", f"repeats={b.repeat}",
-            f"steady_state={b.steady_state}", f"prompts_per_concurrency={cell.prompts_per_concurrency:g}",
+            f"steady_state={b.steady_state}", f"prompts_per_concurrency={cell_prompts(plan, cell) / cell.concurrency:g}",
             f"max_failed_requests={b.max_failed_requests}",
             *([f"category={cell.category}"] if cell.category else [])]
 
@@ -163,13 +171,14 @@ def item_argv(plan: Plan, node: str, item: str, paths: Paths) -> dict:
             "concurrency": cell.concurrency,
             "rep": rep,
             "argv": bench_argv(plan, node, item, cell, paths, rep),
-            "result_file": result_filename(item, cell, rep, b.repeat),
-            "num_prompts": cell.num_prompts,
+            "result_file": cell_result_filename(item, cell, rep, b.repeat),
+            "num_prompts": cell_prompts(plan, cell),
         })
         if cell.name != f"conc{cell.concurrency}":  # a plain plan's items (and item_hash) stay as they were
             benches[-1].update(cell=cell.name, fit=cell_fit(plan, cell))
     # what the runner's prompt-fit check needs (fitcheck.py, run with the venv's python)
-    fit = {"dataset": paths.dataset or b.on_worker or b.dataset_path, "num_prompts": b.num_prompts,
+    fit = {"dataset": paths.dataset or b.on_worker or b.dataset_path,
+           "num_prompts": max(num_prompts(plan, c) for c in b.concurrencies),
            "output_len": b.output_len,
            "max_model_len": max_model_len(plan, item), "chat_template": b.chat_template,
            "policy": b.prompts_that_do_not_fit}
@@ -187,6 +196,21 @@ def required_paths(plan: Plan, item: str, paths: Paths) -> list[str]:
     if isinstance(sc.get("model"), str) and sc["model"].startswith("/"):
         req.append(posixpath.join(sc["model"], "config.json"))
     return req
+
+
+def bench_templates(plan: Plan, node: str, item: str, paths: Paths) -> list[dict]:
+    """Per repeat, the bench run of `item` at any concurrency: bench_argv with the placeholders
+    @CONC@, @REP@, @NUM_PROMPTS@, @PROMPTS_PER_CONC@ that the runner's crossover rounds fill in."""
+    b, out = plan.benchmark, []
+    for rep in range(1, b.repeat + 1):
+        argv = bench_argv(plan, node, item, 1, paths, rep)
+        for flag, word in (("--max-concurrency", CONC), ("--num-prompts", PROMPTS),
+                           ("--result-filename", result_filename(item, CONC, REP, b.repeat))):  # type: ignore[arg-type]
+            argv[argv.index(flag) + 1] = word
+        argv = [f"prompts_per_concurrency={PER_CONC}" if w.startswith("prompts_per_concurrency=") else w
+                for w in argv]
+        out.append({"rep": rep, "argv": argv, "result_file": result_filename(item, CONC, REP, b.repeat)})  # type: ignore[arg-type]
+    return out
 
 
 def commands_for(plan: Plan, node: str, item: str, paths: Paths) -> list[str]:

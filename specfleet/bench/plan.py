@@ -47,7 +47,8 @@ REMOVED_FLAGS = {
 }
 # Speculative methods whose drafts come from a separate draft model directory.
 DRAFT_MODEL_METHODS = {"eagle", "eagle3", "draft_model", "medusa", "mlp_speculator"}
-KNOWN_METHODS = DRAFT_MODEL_METHODS | {"ngram", "[ngram]", "ngram_gpu", "mtp", "suffix"}
+NGRAM_METHODS = {"ngram", "[ngram]", "ngram_gpu"}  # prompt lookup: no draft model, k and the lookup window
+KNOWN_METHODS = DRAFT_MODEL_METHODS | NGRAM_METHODS | {"mtp", "suffix"}
 # The user-settable keys of vLLM's SpeculativeConfig (vllm/config/speculative.py): the 0.32.0 keys
 # of /work/shared/notes/vllm.md (method, model, num_speculative_tokens, prompt_lookup_min/max,
 # draft_tensor_parallel_size) and the other fields of that dataclass on vLLM main after 0.32.0.
@@ -148,7 +149,7 @@ def check_speculative_config(sc: dict[str, Any]) -> dict[str, Any]:
             raise ValueError(f"{key} must be a positive integer, not {sc[key]!r}")
     if "model" in sc and (not isinstance(sc["model"], str) or not sc["model"]):
         raise ValueError(f"model must be a path string, not {sc['model']!r}")
-    if method in ("ngram", "[ngram]", "ngram_gpu"):
+    if method in NGRAM_METHODS:
         if "num_speculative_tokens" not in sc:
             raise ValueError("ngram needs num_speculative_tokens")
         lo, hi = sc.get("prompt_lookup_min"), sc.get("prompt_lookup_max")
@@ -210,6 +211,43 @@ DATASET_RULE = ("a file on the bastion (a relative path is relative to the plan 
                 "or {on_worker: /absolute/path} for a file already on every worker")
 
 
+class ConcurrencySearch(_Strict):
+    """`concurrencies: {search: crossover, min: 1, max: 256, budget: 12}`: see specfleet/bench/crossover.py."""
+
+    search: Literal["crossover"]
+    min: int = Field(default=1, ge=1)
+    max: int = Field(ge=2)
+    coarse_factor: int = 4      # round 1: min x 4^k (and max)
+    per_doubling: int = Field(default=2, ge=1, le=16)  # the finest grid: 2 points per doubling
+    budget: int = Field(ge=2)   # concurrencies measured per configuration at most, round 1 included
+    metric: Literal["output_throughput", "total_token_throughput"] = "output_throughput"
+
+    @field_validator("coarse_factor")
+    @classmethod
+    def _pow2(cls, v: int) -> int:
+        if v < 2 or v & (v - 1):
+            raise ValueError(f"must be a power of two (2, 4, 8, ...) so the coarse grid lies on the fine grid, not {v}")
+        return v
+
+    @model_validator(mode="after")
+    def _range(self) -> "ConcurrencySearch":
+        if self.max <= self.min:
+            raise ValueError(f"max: {self.max} must be larger than min {self.min}")
+        n = len(self.coarse())
+        if self.budget < n:
+            raise ValueError(f"budget: {self.budget} is fewer than the {n} concurrencies of the coarse grid "
+                             f"{self.coarse()} (raise it, or raise coarse_factor)")
+        return self
+
+    def coarse(self) -> list[int]:
+        from .crossover import coarse_grid
+        return coarse_grid(self.min, self.max, self.coarse_factor)
+
+    def fine(self) -> list[int]:
+        from .crossover import fine_grid
+        return fine_grid(self.min, self.max, self.per_doubling)
+
+
 class Benchmark(_Strict):
     backend: Literal["openai-chat", "openai", "vllm"] = "openai-chat"
     endpoint: str = "/v1/chat/completions"
@@ -218,6 +256,8 @@ class Benchmark(_Strict):
     num_prompts: int = Field(default=80, ge=1)  # 5 x the default top concurrency 16: a steady state
     output_len: int = Field(default=512, ge=1)
     concurrencies: list[int] = Field(default_factory=lambda: [1, 16], min_length=1)
+    # written as `concurrencies: {search: crossover, ...}`; concurrencies then holds its coarse grid
+    concurrency_search: ConcurrencySearch | None = None
     # null: not sent, so the server's generation defaults (the model's generation_config.json) apply,
     # as in the field report (vLLM 0.28 without --temperature: Qwen3 sampled). Recorded either way.
     temperature: float | None = Field(default=0.0, ge=0)
@@ -257,6 +297,27 @@ class Benchmark(_Strict):
         """The dataset's path on the workers when the plan says it is already there, else None."""
         return self.dataset_path.on_worker if isinstance(self.dataset_path, OnWorker) else None
 
+    @model_validator(mode="before")
+    @classmethod
+    def _search(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or not isinstance(data.get("concurrencies"), dict):
+            if isinstance(data, dict) and data.get("concurrency_search") is not None:
+                s = ConcurrencySearch.model_validate(data["concurrency_search"])
+                if data.get("concurrencies") != s.coarse():  # a validated plan's dump reads back; nothing else
+                    raise ValueError("concurrency_search: write `concurrencies: {search: crossover, ...}` instead")
+            return data
+        data = dict(data)
+        try:
+            search = ConcurrencySearch.model_validate(data["concurrencies"])
+        except ValidationError as e:
+            loc, msg = first_error(e)
+            head = msg.split(" ")[0]
+            if not loc and re.fullmatch(r"[a-z_]+:", head):  # ConcurrencySearch's cross-field errors
+                loc, msg = (head[:-1],), msg[len(head) + 1:]
+            raise ValueError(f"concurrencies.{'.'.join(map(str, loc))}: {msg}") from None
+        data["concurrency_search"], data["concurrencies"] = search, search.coarse()
+        return data
+
     @field_validator("dataset_path", mode="before")
     @classmethod
     def _dataset(cls, v: Any) -> Any:
@@ -294,6 +355,14 @@ class Benchmark(_Strict):
             self._cells = bench_cells(self.concurrencies, self.output_len, self.num_prompts, self.sweep)
         except SweepError as e:
             raise ValueError(str(e).removeprefix("benchmark.")) from None
+        if self.concurrency_search is not None and self.sweep is not None:
+            raise ValueError("sweep: a crossover search does not combine with bench sweeps yet; sweep server "
+                             "dimensions (configurations[].sweep), or sweep on a concurrency grid")
+        if self.concurrency_search is not None and self.steady_state == "required":
+            if self.prompts_that_do_not_fit == "drop":  # the kept file would fix one prompt count for all
+                raise ValueError("prompts_that_do_not_fit: drop does not go with a crossover search whose "
+                                 "prompts scale with concurrency; use refuse, or steady_state: report-setup")
+            return self  # the search raises num_prompts to min_prompts_per_concurrency x c per run
         # the rule holds per cell: the cell with the fewest prompts per concurrency decides
         cell = min(self._cells, key=lambda c: (c.prompts_per_concurrency, -c.concurrency))
         need = self.min_prompts_per_concurrency * cell.concurrency
@@ -395,10 +464,11 @@ class Plan(_Strict):
         return path
 
     def canonical_json(self) -> str:
-        d = self.model_dump(mode="json")
-        if d["benchmark"].get("sweep") is None:  # a plan without sweeps keeps the hash it had before them
-            del d["benchmark"]["sweep"]
-        return json.dumps(d, sort_keys=True, separators=(",", ":"))
+        doc = self.model_dump(mode="json")
+        for key in ("concurrency_search", "sweep"):  # absent: a plan without a search or sweep keeps its hash
+            if doc["benchmark"][key] is None:
+                del doc["benchmark"][key]
+        return json.dumps(doc, sort_keys=True, separators=(",", ":"))
 
     @property
     def sweeps(self) -> dict[str, dict]:

@@ -29,14 +29,13 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from .layout import CELL_PART, RESULT_RE
+
 BENCH_DIMS = ("concurrency", "output_len", "category", "num_prompts")
 SWEPT_BENCH_DIMS = BENCH_DIMS[1:]  # concurrency is always named
 # a category goes into file names: no '-' (the separator) and no trailing _r<K> (the repeat suffix)
 CATEGORY_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,40}$")
-# <config>_<cell>[_r<K>].json; the cell part: conc<N>[-out<L>][-cat_<C>][-n<P>]
-CELL_PART = r"conc(?P<conc>\d+)(?:-out(?P<out>\d+))?(?:-cat_(?P<cat>[A-Za-z][A-Za-z0-9_]*?))?(?:-n(?P<n>\d+))?"
-CELL_RE = re.compile(rf"^{CELL_PART}$")
-RESULT_RE = re.compile(rf"^(?P<config>.+?)_(?P<cell>{CELL_PART})(?:_r(?P<rep>\d+))?\.json$")
+CELL_RE = re.compile(rf"^{CELL_PART}$")  # layout.RESULT_RE holds it in result file names
 # short, readable parts of expanded configuration names; other keys appear as themselves
 SERVER_ALIASES = {"num_speculative_tokens": "k", "prompt_lookup_min": "pmin", "prompt_lookup_max": "pmax",
                   "draft_tensor_parallel_size": "dtp"}

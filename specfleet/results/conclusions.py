@@ -15,6 +15,7 @@ import math
 
 import pandas as pd
 
+from .crossover import crossover_lines
 from .measures import SINGLE_RUN, NoiseBand, cell_order
 from .merge import Tables
 
@@ -81,7 +82,7 @@ def _base_row(runs: pd.DataFrame, baseline: str, node: str, cell: str) -> pd.Ser
     return None if b.empty else b.iloc[0]
 
 
-def conclusions(t: Tables, baseline: str = "vanilla") -> list[str]:
+def conclusions(t: Tables, baseline: str) -> list[str]:
     runs = t.runs
     noise = t.noise or NoiseBand()
     out: list[str] = []
@@ -156,6 +157,7 @@ def conclusions(t: Tables, baseline: str = "vanilla") -> list[str]:
         cfg = cfgs.pop()
         trend = ", ".join(f"{s:.2f}x at conc {c[1]}" for c, (_, s) in sorted(best_by_conc.items()))
         out.append(f"{cfg} is best at every concurrency measured ({trend}).")
+    out += crossover_lines(runs, baseline, noise, t.search)  # where each configuration stops paying (crossover.py)
     versions = {v for v in t.provenance.vllm if v}
     if len(versions) > 1:
         out.append(f"WARNING: nodes ran different vLLM versions ({', '.join(sorted(versions))}).")

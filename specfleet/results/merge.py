@@ -16,6 +16,7 @@ import pandas as pd
 from ..bench.sweep import parse_cell
 from .campaign import Campaign, Run
 from .categories import cells_by_category
+from .crossover import search_status
 from .measures import NoiseBand, add_measures, latency_table
 from .provenance import node_table, result_table
 
@@ -54,6 +55,7 @@ class Tables:
     categories: pd.DataFrame | None = None
     min_tpot_ms: float | None = None
     notes: list[str] = field(default_factory=list)
+    search: dict[tuple[str, str], str] = field(default_factory=dict)  # crossover.search_status
 
 
 def _mean(vals: list) -> float:
@@ -207,13 +209,13 @@ def category_table(camp: Campaign, baseline: str) -> tuple[pd.DataFrame | None, 
     return df.sort_values(["concurrency", "category", "config", "node"]).reset_index(drop=True), None
 
 
-def build_tables(camp: Campaign, baseline: str = "vanilla", gpu_bandwidth_gbps: float | None = None,
+def build_tables(camp: Campaign, baseline: str, gpu_bandwidth_gbps: float | None = None,
                  weights_gib: float | None = None, noise: NoiseBand | None = None) -> Tables:
     noise = noise or NoiseBand()
     runs = add_measures(camp, runs_table(camp, baseline), baseline, noise)
     t = Tables(runs=runs, spec=spec_table(runs, baseline), kv=kv_table(camp),
                provenance=node_table(camp), latency=latency_table(camp, runs), noise=noise,
-               provenance_results=result_table(camp))
+               provenance_results=result_table(camp), search=search_status(camp.nodes))
     missing = sorted({f"{n}@{c}" for n, c in zip(runs.node, runs.cell)} -
                      {f"{n}@{c}" for n, c in zip(runs[runs.config == baseline].node,
                                                    runs[runs.config == baseline].cell)})

@@ -1,58 +1,53 @@
-"""Read-only facts about a host: OS, kernel, IPv4 addresses, routes, GPU."""
+"""Read-only facts about a host: OS, kernel, IPv4 addresses, routes, GPUs and their topology."""
 from __future__ import annotations
 
-import re
+from typing import Any
 
-from specfleet.step import Facts, Step
-
-ADDR_RE = re.compile(r"^\d+:\s+(\S+)\s+inet\s+([\d.]+)/(\d+)")
-SECTION = "@@section "
+from specfleet.facts.gpus import GpuTopology, Gpus, gpu_report
+from specfleet.facts.net import Ipv4Addresses, Routes
+from specfleet.facts.system import Hostname, Kernel, OsName
+from specfleet.step import Step, Values
 
 
 class HostFacts(Step):
-    """Changes nothing; reports facts. Used by `fab facts` and by the duplicate-IP check."""
+    """Changes nothing; reports facts. Used by `fab facts`.
+
+    `gpus_override`: the host's inventory `gpus` var, when it sets one: reported as the
+    host's GPUs (source "inventory"), next to what nvidia-smi said.
+    """
 
     name = "gather facts"
 
-    def probe(self) -> str:
-        return (
-            f"echo '{SECTION}os'; . /etc/os-release 2>/dev/null && echo \"$PRETTY_NAME\"; "
-            f"echo '{SECTION}kernel'; uname -r; "
-            f"echo '{SECTION}hostname'; hostname; "
-            f"echo '{SECTION}addr'; ip -o -4 addr show; "
-            f"echo '{SECTION}route'; ip -o -4 route show table main; "
-            f"echo '{SECTION}gpu'; nvidia-smi --query-gpu=name,memory.used,memory.total "
-            f"--format=csv,noheader,nounits 2>&1 | head -n 4; echo \"@rc=$?\""
-        )
+    def __init__(self, gpus_override: Any = None):
+        self.gpus_override = gpus_override
 
-    def report(self, facts: Facts) -> dict:
-        return parse_host_facts(facts.stdout)
+    def facts(self) -> dict:
+        return {"os": OsName(), "kernel": Kernel(), "hostname": Hostname(), "addresses": Ipv4Addresses(),
+                "routes": Routes(), "gpus": Gpus(), "topology": GpuTopology()}
+
+    def report(self, facts: Values) -> dict:
+        return {
+            "os": facts["os"],
+            "kernel": facts["kernel"],
+            "hostname": facts["hostname"],
+            "addresses": [{"iface": a.iface, "ip": a.ip, "prefix": a.prefix, "cidr": a.cidr}
+                          for a in facts["addresses"]],
+            "routes": [r.line for r in facts["routes"]],
+            **gpu_report(facts["gpus"], facts["topology"], self.gpus_override),
+        }
 
 
-def parse_host_facts(text: str) -> dict:
-    sections: dict[str, list[str]] = {}
-    current = None
-    for line in text.splitlines():
-        if line.startswith(SECTION):
-            current = line[len(SECTION):].strip()
-            sections[current] = []
-        elif current and line.strip():
-            sections[current].append(line.rstrip())
-    addresses = []
-    for line in sections.get("addr", []):
-        m = ADDR_RE.match(line)
-        if m:
-            addresses.append({"iface": m.group(1).split("@")[0], "ip": m.group(2),
-                              "cidr": f"{m.group(2)}/{m.group(3)}"})
-    gpu_lines = [ln for ln in sections.get("gpu", []) if not ln.startswith("@rc=")]
-    gpu = "; ".join(gpu_lines) if gpu_lines else "-"
-    if any("couldn't communicate" in ln or "not found" in ln for ln in gpu_lines):
-        gpu = "NOT VISIBLE: " + gpu_lines[0][:80]
-    return {
-        "os": (sections.get("os") or ["?"])[0],
-        "kernel": (sections.get("kernel") or ["?"])[0],
-        "hostname": (sections.get("hostname") or ["?"])[0],
-        "addresses": addresses,
-        "routes": sections.get("route", []),
-        "gpu": gpu,
-    }
+class HostGpus(Step):
+    """Changes nothing; reports the host's GPUs (the inventory's `gpus` where set) and their
+    topology as `gpu_report` data; `specfleet.facts.gpus.read_gpu_report` reads it back."""
+
+    name = "gpus"
+
+    def __init__(self, host: Any):
+        self.override = host.var("gpus")
+
+    def facts(self) -> dict:
+        return {"gpus": Gpus(), "topology": GpuTopology()}
+
+    def report(self, facts: Values) -> dict:
+        return gpu_report(facts["gpus"], facts["topology"], self.override)

@@ -10,9 +10,9 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 
+from specfleet.facts.net import Address, Ipv4Addresses, NetplanFilesWith
 from specfleet.shell import q
-from specfleet.step import Change, Facts, Step, StepFailed
-from specfleet.roles.facts import ADDR_RE
+from specfleet.step import Change, Step, StepFailed, Values
 
 # loopback and link-local repeat on every host by design
 IGNORED = [ipaddress.IPv4Network("127.0.0.0/8"), ipaddress.IPv4Network("169.254.0.0/16")]
@@ -23,20 +23,16 @@ class Addresses(Step):
 
     name = "ipv4 addresses"
 
-    def probe(self) -> str:
-        return "ip -o -4 addr show"
+    def facts(self) -> dict:
+        return {"addresses": Ipv4Addresses()}
 
-    def report(self, facts: Facts) -> dict:
-        return {"addresses": parse_addresses(facts.stdout)}
+    def report(self, facts: Values) -> dict:
+        return {"addresses": [address_record(a) for a in facts["addresses"]]}
 
 
-def parse_addresses(text: str) -> list[dict]:
-    out = []
-    for line in text.splitlines():
-        m = ADDR_RE.match(line)
-        if m:
-            out.append({"iface": m.group(1).split("@")[0], "ip": m.group(2), "prefix": int(m.group(3))})
-    return out
+def address_record(a: Address) -> dict:
+    """An address as the run's data carries it (event log, duplicate detection)."""
+    return {"iface": a.iface, "ip": a.ip, "prefix": a.prefix}
 
 
 @dataclass
@@ -80,18 +76,16 @@ class RemoveAddress(Step):
         self.ip, self.prefix, self.iface = ip, prefix, iface
         self.name = f"remove {ip}/{prefix} from {iface}"
 
-    def probe(self) -> str:
-        cidr = q(f"{self.ip}/{self.prefix}")
-        return (f"ip -o -4 addr show dev {q(self.iface)} | grep -qF -- {q(f' {self.ip}/')} && echo LIVE; "
-                f"grep -lF -- {cidr} /etc/netplan/*.yaml 2>/dev/null | sed 's/^/NETPLAN /'; true")
+    def facts(self) -> dict:
+        return {"addresses": Ipv4Addresses(), "netplan": NetplanFilesWith(f"{self.ip}/{self.prefix}")}
 
-    def decide(self, facts: Facts) -> list[Change]:
+    def decide(self, facts: Values) -> list[Change]:
         changes = []
-        if "LIVE" in facts.lines:
+        if any(a.iface == self.iface and a.ip == self.ip for a in facts["addresses"]):
             changes.append(Change(f"ip addr del {self.ip}/{self.prefix} dev {self.iface}",
                                   f"ip addr del {q(f'{self.ip}/{self.prefix}')} dev {q(self.iface)}",
                                   f"-{self.ip}/{self.prefix} dev {self.iface}"))
-        files = [ln.split(" ", 1)[1] for ln in facts.lines if ln.startswith("NETPLAN ")]
+        files = facts["netplan"]
         if files:
             changes.append(Change(f"remove {self.ip}/{self.prefix} from {', '.join(files)}",
                                   f"python3 -c {q(_NETPLAN_EDIT)} {q(f'{self.ip}/{self.prefix}')}",

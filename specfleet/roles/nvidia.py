@@ -10,7 +10,9 @@ from __future__ import annotations
 from specfleet.inventory import Host
 from specfleet.render import render
 from specfleet.shell import q
-from specfleet.step import Change, Facts, Step, StepFailed
+from specfleet.facts.gpus import Gpus
+from specfleet.facts.system import Kernel, ModuleVermagic
+from specfleet.step import Change, Step, StepFailed, Values
 from specfleet.steps.files import FileContent
 
 MODULES = ["nvidia", "nvidia_uvm", "nvidia_modeset"]
@@ -25,19 +27,16 @@ class DriverLoaded(Step):
     def __init__(self, modules: list[str]):
         self.modules = modules
 
-    def probe(self) -> str:
-        return ("nvidia-smi -L >/dev/null 2>&1; echo \"smi=$?\"; echo \"kernel=$(uname -r)\"; "
-                "command -v modinfo >/dev/null && echo \"vermagic=$(modinfo -F vermagic nvidia 2>/dev/null "
-                "| head -n1)\"; true")
+    def facts(self) -> dict:
+        return {"gpus": Gpus(), "kernel": Kernel(), "vermagic": ModuleVermagic("nvidia")}
 
-    def decide(self, facts: Facts) -> list[Change]:
-        kv = dict(ln.split("=", 1) for ln in facts.lines if "=" in ln)
-        if kv.get("smi") == "0":
+    def decide(self, facts: Values) -> list[Change]:
+        if facts["gpus"].visible:
             return []
-        kernel, vermagic = kv.get("kernel", "?"), kv.get("vermagic", "")
-        if vermagic and vermagic.split()[0] != kernel:
+        kernel, vermagic = facts["kernel"], facts["vermagic"]
+        if vermagic and vermagic != kernel:
             raise StepFailed(
-                f"the nvidia module is built for kernel {vermagic.split()[0]}, but {kernel} is running: "
+                f"the nvidia module is built for kernel {vermagic}, but {kernel} is running: "
                 "install the driver's module for this kernel (DKMS) or boot the matching kernel")
         # verified in the same command: one nvidia-smi call per run when all is well
         verify = ("{ nvidia-smi -L >/dev/null 2>&1 || { echo 'GPU still not visible after modprobe: "

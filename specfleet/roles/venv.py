@@ -21,7 +21,9 @@ from typing import Callable
 
 from tenacity import RetryError, Retrying, stop_after_attempt, wait_exponential
 
-MANIFEST = "specfleet-manifest.json"
+from specfleet.bench.layout import VENV_MANIFEST
+from specfleet.facts.system import PYTHON_VERSION_CODE, PythonVersion
+
 # what building a local requirement leaves in its directory: not part of its content
 BUILD_LITTER = {"build", "dist", "__pycache__", ".pytest_cache"}
 
@@ -112,19 +114,19 @@ def check_base_python(path: str) -> str:
     if ".pyenv" in real or "/shims/" in real:
         raise VenvError(f"base interpreter {path} is a pyenv interpreter ({real}); workers do not have it. "
                         "Use the system python the workers have at the same path, e.g. /usr/bin/python3.12")
-    try:
-        p = subprocess.run([path, "-c", "import sys; print('.'.join(map(str, sys.version_info[:3])))"],
-                           capture_output=True, text=True)
+    try:  # the same command and parser as the workers' BaseInterpreter step
+        p = subprocess.run([path, "-c", PYTHON_VERSION_CODE], capture_output=True, text=True)
     except OSError as e:  # a directory, or not executable
         raise VenvError(f"base interpreter {path} cannot run: {e.strerror}") from None
-    if p.returncode != 0:
-        raise VenvError(f"base interpreter {path} does not run: {p.stderr.strip()[-200:]}")
-    return p.stdout.strip()
+    got = PythonVersion(path).parse(p.stdout + p.stderr, p.returncode)
+    if got.version is None:
+        raise VenvError(f"base interpreter {path} does not run: {got.output}")
+    return got.version
 
 
 def read_manifest(path: str) -> dict | None:
     try:
-        return json.loads((Path(path) / MANIFEST).read_text())
+        return json.loads((Path(path) / VENV_MANIFEST).read_text())
     except (OSError, ValueError):
         return None
 
@@ -153,7 +155,7 @@ def build(spec: VenvSpec, *, check: bool = False, log: Callable[[str], None] = p
     manifest = {"digest": digest, "base_python": spec.base_python, "python_version": version,
                 "requirements": spec.requirements, "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                 "build_seconds": round(time.monotonic() - t0, 1), **verified}
-    (Path(spec.path) / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    (Path(spec.path) / VENV_MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
     return BuildOutcome(True, f"built venv {spec.path} ({digest}) in {manifest['build_seconds']} s", manifest)
 
 
@@ -189,5 +191,5 @@ def verify(spec: VenvSpec) -> dict:
 
 
 def remove(path: str) -> None:
-    if Path(path, MANIFEST).exists():  # only a venv specfleet built
+    if Path(path, VENV_MANIFEST).exists():  # only a venv specfleet built
         shutil.rmtree(path)

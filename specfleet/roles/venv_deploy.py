@@ -13,13 +13,15 @@ directory, same listing.
 from __future__ import annotations
 
 import os
-import subprocess
 
+from specfleet.facts.files import FileText, Link, SubDirs
+from specfleet.facts.rsync import LocalListing, TreeListing
+from specfleet.facts.system import PythonVersion
 from specfleet.inventory import Host
 from specfleet.shell import q
-from specfleet.step import Change, Facts, Step, StepFailed
+from specfleet.step import Change, Step, StepFailed, Values
 from specfleet.steps.command import Command
-from specfleet.steps.sync import LISTING, RsyncTree, local_listing
+from specfleet.steps.sync import RsyncTree, local_listing
 
 LISTING_ID_CHARS = 12
 
@@ -31,11 +33,6 @@ def releases_dir(venv: str) -> str:
 def release_id(venv: str, manifest: dict) -> str:
     """`<build digest>-<listing hash>` of the bastion's venv: changes whenever its content does."""
     return f"{manifest['digest']}-{local_listing(venv)[:LISTING_ID_CHARS]}"
-
-
-# The listing without bytecode caches: Python rewrites a stale .pyc where it runs (a worker's
-# first import after a source changed), and checks each one against its source itself.
-CODE_LISTING = LISTING.replace("find . -printf", "find . -name __pycache__ -prune -o -printf")
 
 
 class ReleaseCopy(RsyncTree):
@@ -50,16 +47,22 @@ class ReleaseCopy(RsyncTree):
         super().__init__(host, venv, release, link_dest=f"{venv}/", rsync_path=rsync_path)
         self.venv = venv.rstrip("/")
 
-    def probe(self) -> str:
-        return (f"echo \"LIVE $(readlink {q(self.venv)})\"; "
-                f"cd {q(self.dest)} 2>/dev/null && {{ {LISTING}; {CODE_LISTING}; }} || echo NONE")
+    def facts(self) -> dict:
+        return {**super().facts(), "live": Link(self.venv), "code_listing": TreeListing(self.dest, code_only=True)}
 
-    def decide(self, facts: Facts) -> list[Change]:
-        lines = facts.stdout.splitlines() + ["", "", ""]
-        live, listing, code = lines[0].removeprefix("LIVE ").rstrip("/"), lines[1], lines[2]
-        if live != self.dest.rstrip("/") or listing == local_listing(self.src):
-            return super().decide(Facts(listing + "\n", facts.rc))
-        if code == code_listing(self.src):
+    def _is_live(self, values: Values) -> bool:
+        live = values["live"]
+        return live.kind == "link" and live.target.rstrip("/") == self.dest.rstrip("/")
+
+    def bastion_facts(self, values: Values) -> dict:
+        if self._is_live(values) and not self.in_sync(values):
+            return {"local_code_listing": LocalListing(self.src, code_only=True)}
+        return super().bastion_facts(values)
+
+    def decide(self, facts: Values) -> list[Change]:
+        if not self._is_live(facts) or self.in_sync(facts):
+            return super().decide(facts)
+        if facts["code_listing"] == facts["local_code_listing"]:
             return []  # only bytecode caches differ
         raise StepFailed(f"{self.dest.rstrip('/')} is the live venv here and was changed on this host "
                          "(it differs from the bastion's); specfleet never writes into a live release: "
@@ -67,8 +70,7 @@ class ReleaseCopy(RsyncTree):
 
 
 def code_listing(src: str) -> str:
-    p = subprocess.run(["bash", "-c", f"cd {q(src)} && {CODE_LISTING}"], capture_output=True, text=True, check=True)
-    return p.stdout.strip()
+    return LocalListing(src, code_only=True).gather_local()
 
 
 class NotBuiltYet(Step):
@@ -80,7 +82,7 @@ class NotBuiltYet(Step):
         self.venv = venv
         self.name = f"rsync {venv}/ (once built on the bastion)"
 
-    def decide(self, facts: Facts) -> list[Change]:
+    def decide(self, facts: Values) -> list[Change]:
         return [Change(f"copy the bastion's venv {self.venv} here once it is built",
                        f"echo {q(f'the bastion has no venv at {self.venv} yet')} >&2; exit 1")]
 
@@ -94,12 +96,12 @@ class BaseInterpreter(Step):
         self.path, self.version = path, version
         self.name = f"base interpreter {path} {version}"
 
-    def probe(self) -> str:
-        return f"{q(self.path)} -c 'import sys; print(\".\".join(map(str, sys.version_info[:3])))' 2>&1"
+    def facts(self) -> dict:
+        return {"python": PythonVersion(self.path)}
 
-    def decide(self, facts: Facts) -> list[Change]:
-        got = facts.lines[-1] if facts.lines else ""
-        if facts.rc != 0 or not got[:1].isdigit():
+    def decide(self, facts: Values) -> list[Change]:
+        got = facts["python"].version
+        if got is None:
             raise StepFailed(f"{self.path} is missing here: install Python {self.version} at {self.path} "
                              "(the venv's scripts and pyvenv.cfg point at it)")
         if got.rsplit(".", 1)[0] != self.version.rsplit(".", 1)[0]:
@@ -115,28 +117,27 @@ class CurrentRelease(Step):
         self.venv, self.release = venv.rstrip("/"), release.rstrip("/")
         self.name = f"{self.venv} -> {self.release}"
 
-    def probe(self) -> str:
-        v = q(self.venv)
-        return (f"if [ -L {v} ]; then echo \"LINK $(readlink {v})\"; elif [ -d {v} ]; then echo DIR; "
-                f"elif [ -e {v} ]; then echo OTHER; else echo ABSENT; fi")
+    def facts(self) -> dict:
+        return {"venv": Link(self.venv)}
 
-    def decide(self, facts: Facts) -> list[Change]:
-        state = facts.lines[0] if facts.lines else "ABSENT"
+    def decide(self, facts: Values) -> list[Change]:
+        now = facts["venv"]
         v, rel, rels = q(self.venv), q(self.release), q(releases_dir(self.venv))
         flip = f"ln -sfn {rel} {q(self.venv + '.specfleet-new')} && mv -Tf {q(self.venv + '.specfleet-new')} {v}"
-        if state == f"LINK {self.release}":
+        if now.kind == "link" and now.target == self.release:
             return []
-        if state == "OTHER":
+        if now.kind == "other":
             raise StepFailed(f"{self.venv} exists and is neither a directory nor a symlink")
         pre = ""
-        if state.startswith("LINK "):
-            pre = f"printf '%s\\n' {q(state[5:])} > {rels}/previous && "
-        elif state == "DIR":
+        if now.kind == "link":
+            pre = f"printf '%s\\n' {q(now.target)} > {rels}/previous && "
+        elif now.kind == "dir":
             # a venv copied by hand (as in the field report) becomes the rollback target
             pre = (f"mv -T {v} {rels}/manual-copy && printf '%s\\n' {q(releases_dir(self.venv) + '/manual-copy')}"
                    f" > {rels}/previous && ")
+        was = f"link {now.target}" if now.kind == "link" else now.kind
         return [Change(f"switch {self.venv} to {self.release}", pre + flip,
-                       f"-{self.venv} ({state.lower()})\n+{self.venv} -> {self.release}")]
+                       f"-{self.venv} ({was})\n+{self.venv} -> {self.release}")]
 
 
 class PruneReleases(Step):
@@ -146,15 +147,14 @@ class PruneReleases(Step):
         self.venv, self.keep = venv.rstrip("/"), keep.rstrip("/")
         self.name = f"prune old releases of {self.venv}"
 
-    def probe(self) -> str:
-        rels = q(releases_dir(self.venv))
-        return (f"cat {rels}/previous 2>/dev/null | sed 's/^/PREV /'; "
-                f"find {rels} -mindepth 1 -maxdepth 1 -type d -printf 'REL %f\\n' 2>/dev/null")
-
-    def decide(self, facts: Facts) -> list[Change]:
-        prev = next((ln[5:] for ln in facts.lines if ln.startswith("PREV ")), "")
+    def facts(self) -> dict:
         rels = releases_dir(self.venv)
-        old = [f"{rels}/{ln[4:]}" for ln in facts.lines if ln.startswith("REL ")]
+        return {"previous": FileText(f"{rels}/previous"), "releases": SubDirs(rels)}
+
+    def decide(self, facts: Values) -> list[Change]:
+        prev = facts["previous"] or ""
+        rels = releases_dir(self.venv)
+        old = [f"{rels}/{name}" for name in facts["releases"]]
         old = [p for p in old if p not in (self.keep, prev)]
         if not old:
             return []
@@ -171,13 +171,11 @@ class Rollback(Step):
     def __init__(self, venv: str):
         self.venv = venv.rstrip("/")
 
-    def probe(self) -> str:
-        v, rels = q(self.venv), q(releases_dir(self.venv))
-        return f"echo \"NOW $(readlink {v})\"; echo \"PREV $(cat {rels}/previous 2>/dev/null)\""
+    def facts(self) -> dict:
+        return {"venv": Link(self.venv), "previous": FileText(f"{releases_dir(self.venv)}/previous")}
 
-    def decide(self, facts: Facts) -> list[Change]:
-        kv = dict(ln.split(" ", 1) for ln in facts.lines if " " in ln)
-        now, prev = kv.get("NOW", ""), kv.get("PREV", "")
+    def decide(self, facts: Values) -> list[Change]:
+        now, prev = facts["venv"].target or "", facts["previous"] or ""
         if not prev:
             raise StepFailed(f"no previous release of {self.venv} recorded: nothing to roll back to")
         if now == prev:

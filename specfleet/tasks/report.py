@@ -24,7 +24,7 @@ def report(c, plan=None, results="results", force=False, gpu_bandwidth_gbps=None
                    f"{p.campaign}/<host>/<config>_conc<N>.json)", code=EXIT_BAD_INPUT)
     from rich.console import Console
 
-    from specfleet.results.collect import report_plan  # heavy: pandas, matplotlib
+    from specfleet.results.report import report_plan  # heavy: pandas, matplotlib
     console = Console(width=200, highlight=False)
     outcome = report_plan(p, plan or DEFAULT_PLAN, results, force=force,
                           gpu_bandwidth_gbps=float(gpu_bandwidth_gbps) if gpu_bandwidth_gbps else None,

@@ -56,9 +56,11 @@ def _parse_speed(values) -> dict[str, float]:
         "speed": "simulated engine speed of a worker, HOST=FACTOR (e.g. w2=0.95); repeatable "
                  "or comma-separated; default 1.0 for every worker",
         "inventory": "where to write the inventory (default: inventory/testbed.yml)",
+        "gpus": "simulated GPUs per worker (1-8; default 1), each with its own index, UUID and memory; "
+                "NVLink between all pairs (nvidia-smi topo -m)",
     },
 )
-def up(c, workers=8, speed=None, inventory=None):
+def up(c, workers=8, speed=None, inventory=None, gpus=1):
     """Build the testbed: N worker hosts (netns + real sshd) and the NFS server, then write the inventory.
 
     Each worker wI is namespace sf-wI: ens33 = 10.10.30.(13+I) (ssh), ens35 =
@@ -69,11 +71,12 @@ def up(c, workers=8, speed=None, inventory=None):
     factors = _parse_speed(speed)
     try:
         with _lock():
-            path = _bed().up(int(workers), speed=factors, inventory_path=inventory)
+            path = _bed().up(int(workers), speed=factors, inventory_path=inventory, gpus=int(gpus))
     except TestbedError as e:
         raise Exit(f"error: {e}", code=1) from None
     st = _bed().state()
-    print(f"testbed up: {workers} workers in {st.get('up_seconds', 0):.2f} s")
+    per = f", {gpus} GPUs each" if int(gpus) > 1 else ""
+    print(f"testbed up: {workers} workers{per} in {st.get('up_seconds', 0):.2f} s")
     print(f"inventory: {path}")
     print(f"ssh:       ssh -F {_bed().ssh_config} 10.10.30.14")
     print("tear down: fab testbed.down")
@@ -110,6 +113,9 @@ def status(c, json_=False):
             notes.append(f"STALE ROUTE: {h['storage_route'] or 'none'}")
         if h["engine_fault"]:
             notes.append(f"engine fault: {h['engine_fault']}")
+        per_gpu = h.get("gpu_memory_used_mib_per_gpu") or {}
+        if len(per_gpu) > 1:
+            notes.append(f"{len(per_gpu)} GPUs, MiB each: " + "/".join(str(v) for _, v in sorted(per_gpu.items())))
         mods = ",".join(h["modules"]) or "(no modules)"
         stor = " ".join(h["addresses"].get("ens35", []))
         print(f"{name:<5} {h['address']:<13} {stor:<36} {'up' if h['sshd_alive'] else 'DOWN':<5} "

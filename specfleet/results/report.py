@@ -12,17 +12,16 @@ from ..fleet import EXIT_INCOMPLETE, EXIT_NOT_MERGED
 from .campaign import Campaign, Expect, Quarantined, scan_campaign
 from .cells import CellState, Planned, cell_states
 from .conclusions import conclusions
-from .gate import EquivalenceRule, GateResult, check_equivalence
+from .gate import DEFAULT_BASELINE, EquivalenceRule, GateResult, check_equivalence
 from .measures import NoiseBand
 from .merge import Tables, build_tables
-from .render import ReportModel, build_model, print_cells, print_report, write_report
+from .document import ReportModel, build_model, print_cells, print_report, write_report
 
-DEFAULT_RULE = EquivalenceRule(metric="output_throughput", concurrency=16, tolerance_pct=3.0)
 MERGED_FILES = ("report.md", "report.html", "merged.csv", "merged.json")
 
 
 @dataclass
-class CollectOutcome:
+class ReportOutcome:
     campaign_dir: Path
     gate: GateResult
     merged: bool
@@ -87,12 +86,12 @@ def _remove_stale(campaign_dir: Path) -> None:
             p.unlink()
 
 
-def report_campaign(campaign_dir: Path | str, baseline: str = "vanilla",
+def report_campaign(campaign_dir: Path | str, baseline: str = DEFAULT_BASELINE,
                     rule: EquivalenceRule | None = None, force: bool = False,
                     gpu_bandwidth_gbps: float | None = None, weights_gib: float | None = None,
                     console=None, quiet: bool = False, planned: Planned | None = None,
                     expect: Expect | None = None, quarantine: bool = True,
-                    notes: list[str] | None = None) -> CollectOutcome:
+                    notes: list[str] | None = None) -> ReportOutcome:
     """Validate (quarantine bad files), gate on node equivalence, merge, write
     report.md / report.html / merged.csv / merged.json into `campaign_dir`, and
     print the main tables (rich) unless quiet.
@@ -104,10 +103,10 @@ def report_campaign(campaign_dir: Path | str, baseline: str = "vanilla",
     state; `expect` says when a run counts (requests completed); `quarantine=False` moves nothing.
     """
     campaign_dir = Path(campaign_dir)
-    rule = rule or DEFAULT_RULE
+    rule = rule or EquivalenceRule()
     camp: Campaign = scan_campaign(campaign_dir, quarantine=quarantine, expect=expect)
     gate = check_equivalence(camp, rule, baseline)
-    out = CollectOutcome(campaign_dir=campaign_dir, gate=gate, merged=False, forced=False,
+    out = ReportOutcome(campaign_dir=campaign_dir, gate=gate, merged=False, forced=False,
                          simulated=camp.simulated, quarantined=list(camp.quarantined),
                          pending=list(camp.pending), warnings=list(notes or []) + list(camp.warnings))
     out.cells = cell_states(camp, planned) if planned else []
@@ -147,7 +146,7 @@ def report_campaign(campaign_dir: Path | str, baseline: str = "vanilla",
 def report_plan(plan, plan_path: str, results_root: Path | str, *, force: bool = False,
                 gpu_bandwidth_gbps: float | None = None, split_queues: dict[str, list[str]] | None = None,
                 host_notes: dict[str, str] | None = None, notes: list[str] | None = None,
-                console=None, quiet: bool = False) -> CollectOutcome:
+                console=None, quiet: bool = False) -> ReportOutcome:
     """`fab report` and the second half of `fab collect`: the report of `plan`'s campaign from the
     files in `<results_root>/<campaign>/`, every planned cell with its state. Moves nothing but
     the report files it writes (collect quarantines while fetching, see staging.py).

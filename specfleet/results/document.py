@@ -17,6 +17,7 @@ from typing import Any
 import jinja2
 import pandas as pd
 
+from ..render import TEMPLATES, environment
 from .cells import CellState
 from .gate import GateResult
 from .categories import heatmap_grid
@@ -25,7 +26,7 @@ from .merge import Tables
 from .plots import all_plots, category_plots
 from .provenance import provenance_sections
 
-TEMPLATE_DIR = Path(__file__).resolve().parents[1] / "templates" / "report"
+TEMPLATE_DIR = TEMPLATES / "report"
 SIMULATED_STAMP = ("SIMULATED ENGINE: inputs come from the simulated vLLM (specfleet-simvllm), "
                    "not a real GPU run. These numbers are not performance measurements.")
 NOT_EQUIVALENT_STAMP = "NODES NOT EQUIVALENT: merged with --force although the node-equivalence gate failed."
@@ -214,9 +215,8 @@ def build_model(campaign: str, tables: Tables, gate: GateResult, conclusions: li
 
 
 def _env() -> jinja2.Environment:
-    return jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATE_DIR)),
-                              autoescape=jinja2.select_autoescape(["html", "html.j2"]),
-                              trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined)
+    return environment(TEMPLATE_DIR, autoescape=jinja2.select_autoescape(["html", "html.j2"]),
+                       keep_trailing_newline=False)
 
 
 def _md_cell(s: str) -> str:
