@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from specfleet.bench.commands import Paths, commands_for, item_argv, result_filename
+from specfleet.bench.commands import Paths, commands_for, item_argv
+from specfleet.bench.layout import cell_result_filename as result_filename
 from specfleet.bench.fitcheck import select
 from specfleet.bench.plan import PlanError, load_plan, parse_plan
 from specfleet.bench.split import NodeInfo, item_s, split
