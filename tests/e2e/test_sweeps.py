@@ -36,9 +36,6 @@ def shrunk(name: str, tmp_path: Path) -> tuple[Path, dict]:
     if "output_len" in (b.get("sweep") or {}):
         b["sweep"]["output_len"] = [16, 32, 64]   # still three cells, named out16/out32/out64
     doc["server"]["health_poll_s"] = 0.5
-    # 4 short requests per cell: node-to-node differences are noise of that size, not a property of
-    # the nodes; the gate itself is tested in tests/results and test_collect.py
-    doc["equivalence"]["tolerance_pct"] = 50.0
     out = tmp_path / f"{name}.yml"
     out.write_text(yaml.safe_dump(doc, sort_keys=False))
     return out, doc
@@ -81,7 +78,9 @@ def test_followup_plans_run_end_to_end_on_two_workers(testbed_factory, tmp_path)
         assert sorted(c for q in queues.values() for c in q[1:]) == sorted(set(configs) - {p.baseline}), queues
 
         results = tmp_path / f"results-{name}"
-        r = fab("collect", "--plan", str(plan), "--results", str(results), inventory=inv,
+        # --force: 4 short requests per cell on a shared machine differ between nodes by more than the
+        # gate's band (one wave of the simulated engine); the gate has its own tests (test_collect.py)
+        r = fab("collect", "--plan", str(plan), "--results", str(results), "--force", inventory=inv,
                 runs=tmp_path / f"runs-collect-{name}", timeout=600)
         said = [ln for ln in r.stdout.splitlines() if "error" in ln.lower() or "crash" in ln.lower()]
         assert r.returncode == 0, (name, said, r.stdout[-3000:] + r.stderr[-2000:])
