@@ -34,13 +34,16 @@ def human_int(text: str) -> int:
     return int(t)
 
 
-def select(path: str, num_prompts: int) -> list[tuple[dict, str]]:
-    """(row, raw line) of the prompts vllm bench serve sends, in its order."""
+def select(path: str, num_prompts: int, category: str | None = None) -> list[tuple[dict, str]]:
+    """(row, raw line) of the prompts vllm bench serve sends, in its order: --spec-bench-category
+    filters the rows before the seeded shuffle (SpecBench.load_data), then the first N."""
     rows = []
     with open(path, encoding="utf-8") as f:
         for line in f:
             if line.strip():
-                rows.append((json.loads(line), line.rstrip("\n")))
+                row = json.loads(line)
+                if not category or row.get("category") == category:
+                    rows.append((row, line.rstrip("\n")))
     random.seed(SPEC_BENCH_SEED)
     random.shuffle(rows)
     return rows if num_prompts <= 0 else rows[:num_prompts]
@@ -92,12 +95,13 @@ def main(argv=None) -> int:
     ap.add_argument("--output-len", type=int, required=True)
     ap.add_argument("--chat-template", choices=["double", "single"], required=True)
     ap.add_argument("--max-model-len", default=None)
+    ap.add_argument("--category", default=None, help="--spec-bench-category: only this category's prompts")
     ap.add_argument("--write-kept", default=None)
     a = ap.parse_args(argv)
     limit = human_int(a.max_model_len) if a.max_model_len else model_max_len(a.model)
     name, template, count = tokenizer(a.model)
     too_long, kept = [], []
-    for index, (row, line) in enumerate(select(a.dataset, a.num_prompts)):
+    for index, (row, line) in enumerate(select(a.dataset, a.num_prompts, a.category)):
         client = template(row["turns"][0])  # spec_bench templates on the client
         # chat endpoint: the server templates the message again; completions: sent as it is
         n = count(template(client), False) if a.chat_template == "double" else count(client, True)
