@@ -18,8 +18,17 @@ def made(tmp_path_factory):
 
 
 def test_one_spec_per_plan_baseline_first(made):
-    assert set(made) == {"h200-dummy8b", "h200-dummy32b", "h200-smollm2"}
+    assert set(made) == {"h200-dummy8b", "h200-dummy32b", "h200-smollm2", "h200-eagle3"}
     assert [i["name"] for i in made["h200-smollm2"]["items"]] == ["vanilla", "ngram", "ngram_improved"]
+    assert [i["name"] for i in made["h200-eagle3"]["items"]] == ["vanilla", "eagle3"]
+
+
+def test_the_eagle3_item_serves_the_drafter_the_device_writes(made):
+    """models.py eagle3 writes the drafter where the eagle3 item's --speculative-config points."""
+    argv = made["h200-eagle3"]["items"][1]["serve_argv"]
+    sc = json.loads(argv[argv.index("--speculative-config") + 1])
+    assert sc == {"method": "eagle3", "model": "/tmp/sfgpu/models/qwen3-8b-eagle3-dummy", "num_speculative_tokens": 3}
+    assert "dummy" in argv[argv.index("--load-format") + 1]   # the drafter inherits it: random weights
     for s in made.values():
         assert s["host"] == specs.NODE and s["work_dir"] == specs.WORK_DIR
         for it in s["items"]:
