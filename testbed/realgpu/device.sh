@@ -180,23 +180,42 @@ gguf() {  # stash the carried GGUF parts; with all of them here, the bf16 SmolLM
 }
 
 campaign() {  # specfleet's worker-side runner executes the stamped spec made by specfleet's planner
-  local name=$1 budget
-  [[ -f $K/specs/$name.json ]] || die "no spec $name in the payload (have: $(ls "$K/specs"))" 2
+  run_spec "$1" "$1" h200
+}
+
+run_spec() {  # SPEC_STEM CAMPAIGN NODE [WORK_ROOT]: stamp, then the runner under the phase watcher
+  local stem=$1 name=$2 node=$3 root=${4:-$WORK} budget
+  [[ -f $K/specs/$stem.json ]] || die "no spec $stem in the payload (have: $(ls "$K/specs"))" 2
   if ! "$PY" -c "import json, os, sys; s = json.load(open(sys.argv[1])); sys.exit(not any(
-      os.path.isfile(os.path.join(d, 'config.json')) for d in s['model_candidates']))" "$K/specs/$name.json"; then
-    log "skip $name: its model is not on this machine (the GGUF parts not all carried yet?)"; return 0
+      os.path.isfile(os.path.join(d, 'config.json')) for d in s['model_candidates']))" "$K/specs/$stem.json"; then
+    log "skip $stem: its model is not on this machine (the GGUF parts not all carried yet?)"; return 0
   fi
-  "$PY" "$K/specs.py" stamp "$K/specs/$name.json" "$D/specs/$name.json" "$PY" || die "stamping $name failed"
+  "$PY" "$K/specs.py" stamp "$K/specs/$stem.json" "$D/specs/$stem.json" "$PY" || die "stamping $stem failed"
   budget=$(( $(left) - 40 ))
-  (( budget > 120 )) || { log "skip $name: only ${budget}s left"; return 0; }
-  log "campaign $name: runner with a ${budget}s budget"
-  mkdir -p "$WORK/$name/h200"
-  "$PY" "$K/watch.py" "$WORK/$name/h200/state.json" "$OUT/phases.json" &
+  (( budget > 120 )) || { log "skip $stem: only ${budget}s left"; return 0; }
+  log "campaign $name on $node: runner with a ${budget}s budget"
+  mkdir -p "$root/$name/$node"
+  "$PY" "$K/watch.py" "$root/$name/$node/state.json" "$OUT/phases-$node.json" &
   local watcher=$!
-  timeout -k 25 "$budget" "$PY" "$D/runner.py" --spec "$D/specs/$name.json" > "$WORK/$name/h200/runner.log" 2>&1
-  log "runner exit $? for $name"
+  timeout -k 25 "$budget" "$PY" "$D/runner.py" --spec "$D/specs/$stem.json" > "$root/$name/$node/runner.log" 2>&1
+  log "runner exit $? for $stem"
   sleep 0.5; kill "$watcher" 2>/dev/null; wait "$watcher" 2>/dev/null
-  tail -3 "$WORK/$name/h200/runner.log"
+  tail -3 "$root/$name/$node/runner.log"
+}
+
+pair() {  # issue 17: one runner per GPU at once, each server seeing its GPU only (specs.for_gpu)
+  local name=$1 n i pids=() node
+  n=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
+  (( n >= ${PAIR_GPUS:-2} )) || die "pair $name needs ${PAIR_GPUS:-2} GPUs; nvidia-smi lists $n" 2
+  for (( i = 0; i < ${PAIR_GPUS:-2}; i++ )); do
+    "$PY" "$K/specs.py" gpu-env "$D/vllm.env" "$i" "$D/vllm-gpu$i.env" || die "env file of GPU $i failed"
+  done
+  for (( i = 0; i < ${PAIR_GPUS:-2}; i++ )); do
+    node=$("$PY" -c "import sys; sys.path.insert(0, sys.argv[1]); import specs; print(specs.GPU_NODES[int(sys.argv[2])])" "$K" "$i")
+    run_spec "$name.$node" "$name" "$node" "$WORK/gpu$i" &   # specs.gpu_work_dir
+    pids+=($!)
+  done
+  for i in "${pids[@]}"; do wait "$i"; done
 }
 
 orphan() {
@@ -205,8 +224,18 @@ orphan() {
     || log "orphan check exit $?"
 }
 
+merge_phases() {  # one phases.json (the 8-file limit): every watcher's file, keyed by state path
+  compgen -G "$OUT/phases-*.json" >/dev/null || return 0
+  "$PY" -c "import json, sys
+doc = {}
+for f in sys.argv[2:]:
+    doc.update(json.load(open(f)))
+json.dump(doc, open(sys.argv[1], 'w'), indent=1)" "$OUT/phases.json" "$OUT"/phases-*.json && rm -f "$OUT"/phases-*.json
+}
+
 pack() {
   [[ -d $WORK ]] || return 0
+  merge_phases
   "$PY" "$K/watch.py" --summary "$WORK" "$OUT/phases.json" > "$OUT/summary.txt" 2>&1
   cat "$OUT/summary.txt"
   tar -C "$WORK" --exclude='*.lock' -czf "$OUT/results.tar.gz" . 2>/dev/null
@@ -229,8 +258,13 @@ case "${1:-}" in
     "$PY" "$K/specs.py" stamp "$K/specs/$name.json" "$D/specs/$name.json" "$PY" || die "stamping $name failed"
     orphan "$name"; pack
     ;;
+  pair)  # issue 17 (nvidia-h200-x2): PAIR_GPUS=1 runs the first GPU's half alone (on nvidia-h200)
+    shift
+    verify; env_report; install; selftest; models
+    pair "${1:-h200x2-dummy8b}"; pack
+    ;;
   selftest)
     verify; env_report; install; selftest ;;
-  *) echo "usage: device.sh run [CAMPAIGN ...] | orphan [CAMPAIGN] | selftest"; exit 2 ;;
+  *) echo "usage: device.sh run [CAMPAIGN ...] | orphan [CAMPAIGN] | pair [CAMPAIGN] | selftest"; exit 2 ;;
 esac
 log "done ($(left)s of the call's budget left)"

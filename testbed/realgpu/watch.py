@@ -95,7 +95,9 @@ def summary(work: str, phases: str | None = None) -> list[str]:
     if phases and os.path.isfile(phases):
         with open(phases) as f:
             ev = json.load(f)
-    for sp in sorted(glob.glob(os.path.join(work, "*", "*", "state.json"))):
+    found = glob.glob(os.path.join(work, "*", "*", "state.json"))      # WORK/campaign/node
+    found += glob.glob(os.path.join(work, "*", "*", "*", "state.json"))  # WORK/gpuN/campaign/node (pair)
+    for sp in sorted(found):
         with open(sp) as f:
             st = json.load(f)
         lines.append(f"campaign {st.get('campaign')} status {st.get('status')} vllm {st.get('vllm_version')} "

@@ -25,6 +25,7 @@ pytestmark = pytest.mark.timeout(900)
 
 FAKE_SMI = """#!/bin/sh
 case "$*" in
+  -L) printf 'GPU 0: REHEARSAL GPU (UUID: GPU-0)\\nGPU 1: REHEARSAL GPU (UUID: GPU-1)\\n' ;;
   *memory.used*) echo 0 ;;
   *name,driver_version,memory.total*) printf 'name, driver_version, memory.total [MiB]\\nREHEARSAL GPU, 0.0, 1 MiB\\n' ;;
   *) echo 'REHEARSAL GPU, 0.0' ;;
@@ -171,3 +172,38 @@ def test_a_later_call_on_a_fresh_machine_stops_for_want_of_the_site(carry, tmp_p
     assert p.returncode == 2
     assert "site.tar.xz not carried and not unpacked here by an earlier call" in (
         tmp_path / "out" / "device.log").read_text()
+
+
+def test_pair_runs_one_runner_per_gpu_at_once_with_multicast_off(carry, tmp_path):
+    """Issue 17's device mode, rehearsed: the two-GPU plan split by specfleet's split (vanilla on
+    both), each runner on its own GPU index, port and env file (CUDA_VISIBLE_DEVICES, multicast off)."""
+    from specfleet.bench import Paths, load_plan
+    plan = yaml.safe_load((REPO / "testbed/realgpu/plans/h200x2-dummy8b.yml").read_text())
+    plan.update(campaign="rehearsal-x2", vllm_version="simvllm 1.0 (simulated vLLM)")
+    plan["benchmark"].update(num_prompts=4, output_len=16, repeat=1, steady_state="report-setup")
+    plan["server"].update(health_poll_s=0.5, health_timeout_s=60)
+    plan["configurations"] = [c for c in plan["configurations"] if c["name"] != "eagle3"]
+    f = tmp_path / "rehearsal-x2.yml"
+    f.write_text(yaml.safe_dump(plan))
+    paths = Paths(venv=specs.VENV, work_dir=specs.WORK_DIR, dataset=specs.DATASET)
+    specs.make_two_gpu(load_plan(str(f)), paths, carry / "kit" / "specs")
+    payload.write_manifest(carry)
+    p = _run(carry, tmp_path, "pair", "rehearsal-x2")
+    out = tmp_path / "out"
+    log = (out / "device.log").read_text()
+    assert p.returncode == 0, log[-3000:]
+    assert len(list(out.iterdir())) <= 8 and not list(out.glob("phases-*.json"))
+    for i, node in enumerate(specs.GPU_NODES):
+        env = Path(f"/tmp/sfgpu/vllm-gpu{i}.env").read_text().splitlines()
+        assert f"CUDA_VISIBLE_DEVICES={i}" in env
+        assert {"NCCL_NVLS_ENABLE=0", "TORCH_SYMM_MEM_DISABLE_MULTICAST=1", "NVSHMEM_DISABLE_NVLS=1"} <= set(env)
+        assert Path(f"/tmp/sfwork/gpu{i}/rehearsal-x2/{node}/state.json").is_file(), log[-4000:]
+        st = json.loads(Path(f"/tmp/sfwork/gpu{i}/rehearsal-x2/{node}/state.json").read_text())
+        assert st["status"] == "done" and st["items"][0]["name"] == "vanilla", st
+        spec = json.loads(Path(f"/tmp/sfgpu/specs/rehearsal-x2.{node}.json").read_text())
+        assert spec["gpu_index"] == i and spec["port"] == 8000 + i
+    names = [{it["name"] for it in json.loads(Path(f"/tmp/sfwork/gpu{i}/rehearsal-x2/{n}/state.json").read_text())[
+        "items"]} for i, n in enumerate(specs.GPU_NODES)]
+    assert names[0] & names[1] == {"vanilla"} and names[0] | names[1] == {"vanilla", "ngram", "ngram_improved"}
+    phases = json.loads((out / "phases.json").read_text())
+    assert {k.split("/")[-2] for k in phases if "rehearsal-x2" in k} == set(specs.GPU_NODES)
