@@ -35,6 +35,8 @@ from testbed.realgpu.devices import GPU_BANDWIDTH_GBPS  # noqa: E402
 from testbed.realgpu.specs import ENGINE  # noqa: E402
 
 DEGENERATE_RATE_PCT = 99.0
+#: At or below this acceptance a drafter proposes nothing the target keeps (EAGLE-3 with a random drafter).
+NEAR_ZERO_RATE_PCT = 5.0
 #: vanilla below this fraction of the decode bound is not memory-bound.
 FAR_FROM_BOUND = 0.2
 #: A model directory with this README marker was written by models.py `dummy` (random weights).
@@ -109,6 +111,16 @@ def degenerate(rows: list[dict], threshold: float = DEGENERATE_RATE_PCT) -> list
     return out
 
 
+def near_zero(rows: list[dict], threshold: float = NEAR_ZERO_RATE_PCT) -> list[dict]:
+    """Merged rows whose acceptance rate is at or below `threshold` percent (drafts all rejected)."""
+    out = []
+    for r in rows:
+        rate = r.get("acceptance_rate_pct")
+        if isinstance(rate, (int, float)) and not math.isnan(rate) and rate <= threshold:
+            out.append(r)
+    return out
+
+
 def gpu_section(rows: list[dict], gpu: str | None, bandwidth: float | None, bound_ms: float | None,
                 weights_gib: float | None, random: bool) -> str:
     lines = [SECTION, ""]
@@ -141,6 +153,13 @@ def gpu_section(rows: list[dict], gpu: str | None, bandwidth: float | None, boun
         lines.append(f"DEGENERATE ACCEPTANCE: {r['config']} at concurrency {r['concurrency']}: "
                      f"{r['acceptance_rate_pct']:.1f} % accepted (length {r.get('acceptance_length', math.nan):.2f})"
                      " - typical of a model that loops under greedy decoding; not a speedup.")
+        lines.append("")
+    for r in near_zero(rows):
+        why = ("a drafter with random weights (acceptance ~0 with random weights: the plumbing ran, "
+               "the figure says nothing of a trained drafter)" if random else "the drafter's proposals are rejected")
+        lines.append(f"NEAR-ZERO ACCEPTANCE: {r['config']} at concurrency {r['concurrency']}: "
+                     f"{r['acceptance_rate_pct']:.1f} % accepted (length {r.get('acceptance_length', math.nan):.2f})"
+                     f" - {why}; not a speedup.")
         lines.append("")
     return "\n".join(lines).rstrip() + "\n"
 
