@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """specfleet's report of a real-GPU run, from the runner's result folder the device returned.
 
-    .venv/bin/python -m testbed.realgpu.report RUN_DIR OUT_ROOT [--env env.txt] [--weights-gib G]
+    .venv/bin/python -m testbed.realgpu.report RUN_DIR [RUN_DIR ...] OUT_ROOT [--env env.txt] [--weights-gib G]
 
 RUN_DIR is the runner's `<campaign>/<host>/` folder (state.json, `<config>_conc<N>.json`, server
 logs, done markers), e.g. unpacked from the device's results.tar.gz. It is copied to
@@ -164,11 +164,17 @@ def gpu_section(rows: list[dict], gpu: str | None, bandwidth: float | None, boun
     return "\n".join(lines).rstrip() + "\n"
 
 
-def report(run_dir: Path, out_root: Path, env: Path | None = None, weights_gib: float | None = None,
+def report(run_dir: Path | list[Path], out_root: Path, env: Path | None = None, weights_gib: float | None = None,
            quiet: bool = True):
+    """`run_dir`: one runner folder, or several of one campaign (the two-GPU run: one per worker,
+    merged after specfleet's equivalence gate on their baselines)."""
     from specfleet.results import report_campaign
     facts = facts_from_env(env.read_text()) if env else None
-    camp_dir = copy_run(run_dir, out_root, facts)
+    runs = run_dir if isinstance(run_dir, list) else [run_dir]
+    camps = {copy_run(r, out_root, facts) for r in runs}
+    if len(camps) != 1:
+        raise ValueError(f"the run folders belong to different campaigns: {sorted(c.name for c in camps)}")
+    camp_dir = camps.pop()
     gpu = gpu_of(camp_dir)
     bandwidth = GPU_BANDWIDTH_GBPS.get(gpu or "")
     outcome = report_campaign(camp_dir, gpu_bandwidth_gbps=bandwidth, weights_gib=weights_gib, quiet=quiet)
@@ -185,13 +191,13 @@ def report(run_dir: Path, out_root: Path, env: Path | None = None, weights_gib: 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("run_dir", type=Path)
+    ap.add_argument("run_dir", type=Path, nargs="+", help="the runner folder(s) of one campaign")
     ap.add_argument("out_root", type=Path)
     ap.add_argument("--env", type=Path, help="env.txt of the same device run (GPU, driver, torch)")
     ap.add_argument("--weights-gib", type=float)
     a = ap.parse_args(argv)
     try:
-        outcome, camp_dir = report(a.run_dir, a.out_root, a.env, a.weights_gib, quiet=False)
+        outcome, camp_dir = report(list(a.run_dir), a.out_root, a.env, a.weights_gib, quiet=False)
     except (OSError, ValueError, KeyError) as e:
         print(f"realgpu report: {a.run_dir}: {e}", file=sys.stderr)
         return 1

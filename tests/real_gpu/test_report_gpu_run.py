@@ -82,3 +82,25 @@ def test_a_failed_item_is_never_merged(tmp_path):
     shutil.copytree(RUN / "h200-orphan" / "h200", src)
     out, _ = rg.report(src, tmp_path / "out")
     assert not out.merged and "no valid, done result files" in out.error
+
+
+def test_two_workers_of_one_campaign_are_merged_after_the_gate(tmp_path):
+    """The two-GPU report path (issue 17), on the real files: the same run as two workers
+    (h200-gpu0 with both items, h200-gpu1 with vanilla only); the gate compares the baselines."""
+    runs = []
+    for node, keep in (("h200-gpu0", None), ("h200-gpu1", "vanilla")):
+        d = tmp_path / "in" / node
+        shutil.copytree(RUN / "h200-dummy8b" / "h200", d)
+        st = json.loads((d / "state.json").read_text())
+        st["host"] = node
+        if keep:
+            st["items"] = [i for i in st["items"] if i["name"] == keep]
+            for f in d.glob("ngram_improved*"):
+                f.unlink()
+        (d / "state.json").write_text(json.dumps(st))
+        runs.append(d)
+    out, camp = rg.report(runs, tmp_path / "out")
+    assert out.merged, out.error
+    assert sorted(p.name for p in camp.iterdir() if p.is_dir()) == ["h200-gpu0", "h200-gpu1"]
+    md = (camp / "report.md").read_text()
+    assert "h200-gpu0" in md and "h200-gpu1" in md and "Real-GPU run" in md
