@@ -164,6 +164,31 @@ def gpu_section(rows: list[dict], gpu: str | None, bandwidth: float | None, boun
     return "\n".join(lines).rstrip() + "\n"
 
 
+def mark_conclusions(md: str, rows: list[dict]) -> str:
+    """The core's conclusions judge speed alone: a configuration whose acceptance is degenerate (or
+    near zero) is marked where they name it, and a first bullet says why, so no such figure reads
+    as a speedup."""
+    flagged = {r["config"]: "DEGENERATE ACCEPTANCE" for r in degenerate(rows)}
+    flagged.update({r["config"]: "NEAR-ZERO ACCEPTANCE" for r in near_zero(rows) if r["config"] not in flagged})
+    if not flagged or "## Conclusions" not in md:
+        return md
+    head, _, rest = md.partition("## Conclusions\n")
+    body, sep, tail = rest.partition("\n## ")
+    out = []
+    for ln in body.splitlines():
+        claims = "best" in ln or "faster" in ln.lower() and "no configuration" not in ln
+        hits = [c for c in flagged if claims and (f"**{c}**" in ln or ln.startswith(f"- {c} is best"))]
+        if ln.startswith("- ") and hits:
+            ln += " " + " ".join(f"[{flagged[c]} of {c}: not a speedup]" for c in hits)
+        out.append(ln)
+    lead = [f"- {what} of {c} (see 'Real-GPU run'): its acceptance is not that of a working speculator, so "
+            f"its speed figures below measure that, not speculative decoding: not a speedup."
+            for c, what in flagged.items()]
+    i = next((k for k, ln in enumerate(out) if ln.startswith("- ")), len(out))
+    out[i:i] = lead
+    return head + "## Conclusions\n" + "\n".join(out) + sep + tail
+
+
 def report(run_dir: Path | list[Path], out_root: Path, env: Path | None = None, weights_gib: float | None = None,
            quiet: bool = True):
     """`run_dir`: one runner folder, or several of one campaign (the two-GPU run: one per worker,
@@ -185,7 +210,7 @@ def report(run_dir: Path | list[Path], out_root: Path, env: Path | None = None, 
         w = bound / 1000.0 * bandwidth * 1e9 / 2 ** 30 if bound and bandwidth else weights_gib
         section = gpu_section(rows, gpu, bandwidth, bound, round(w, 2) if w else None, random_weights(camp_dir))
         md = camp_dir / "report.md"
-        md.write_text(md.read_text() + "\n" + section)
+        md.write_text(mark_conclusions(md.read_text(), rows) + "\n" + section)
     return outcome, camp_dir
 
 
