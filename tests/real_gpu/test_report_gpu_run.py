@@ -127,6 +127,9 @@ def test_runner_cost_per_item_is_under_3_s_on_the_device():
     assert len(costs) == 7 and all(c is not None and c < watch.COST_TARGET_S for c in costs.values()), costs
     first = watch.durations(phases[STATE])["vanilla"]
     assert 0 < first["preflight"] < 2.0     # was 21.3 s when the preflight ran `vllm --version`
+    for camp in CAMPAIGNS:                  # the prompt fit ran without importing transformers (torch)
+        st = json.loads((RUN / camp / "h200" / "state.json").read_text())
+        assert st["items"][0]["prompt_fit"]["tokenizer"].startswith("tokenizers + jinja2"), camp
 
 
 def test_orphan_check_on_the_real_gpu():
