@@ -26,17 +26,18 @@ from _session import median, spread, testbed_session
 from specfleet.connection import HostConnection
 from specfleet.fleet import Fleet
 from specfleet.inventory import load_inventory
-from specfleet.step import Facts, Status, Step
+from specfleet.facts.system import ShellTest
+from specfleet.step import Status, Step, Values
 
 
 class NoOp(Step):
     name = "no-op"
     needs_root = False
 
-    def probe(self) -> str:
-        return "true"
+    def facts(self) -> dict:
+        return {"true": ShellTest("true")}
 
-    def decide(self, facts: Facts):
+    def decide(self, facts: Values):
         return []
 
 

@@ -96,8 +96,8 @@ def ensure_tools() -> dict[str, str]:
 # ---- what each tool runs ------------------------------------------------------------------
 def contents(inv) -> dict:
     """The exact file contents and paths specfleet's roles want, so no tool undoes another's work."""
-    from roles import env, nvidia
-    from roles import venv as venv_role
+    from specfleet.roles import env, nvidia
+    from specfleet.roles import venv as venv_role
     from specfleet.render import render
     hosts = inv.select("workers")
     manifest = venv_role.read_manifest(inv.bastion_vars.get("venv_path") or hosts[0].var("venv_path"))
@@ -262,7 +262,7 @@ class Runner:
     def specfleet_inproc(self) -> tuple[float, int, str]:
         from invoke import Context
         from invoke.exceptions import Exit
-        from tasks.provision import provision
+        from specfleet.tasks.provision import provision
         os.environ.update(SPECFLEET_RUNS_DIR=str(self.runs))
         buf = io.StringIO()
         t0 = time.perf_counter()

@@ -21,8 +21,9 @@ from .connection import CommandTimeout, HostConnection, Unreachable
 from .errors import UserError
 from .events import EventLog, Redactor
 from .inventory import Host
-from .shell import ProbeBatch, as_root
-from .step import Change, Facts, Payload, Status, Step, StepFailed, StepResult
+from .facts.gather import gather
+from .shell import as_root
+from .step import Change, Payload, Status, Step, StepFailed, StepResult
 
 EXIT_OK = 0
 EXIT_BAD_INPUT = 1
@@ -66,6 +67,7 @@ class Fleet:
         self.interrupted = False
         self.interrupt_hints: list[str] = []  # what a task says on Ctrl-C (e.g. bench: the runners go on)
         self._lock = threading.Lock()
+        self.commands: dict[str, int] = {}  # host -> remote commands the plays ran (probe batches + changes)
 
     # -- running ---------------------------------------------------------
     @property
@@ -198,6 +200,8 @@ class Fleet:
                 share = gather_time / len(pending)
                 self.current[host.name] = step.name
                 try:
+                    if isinstance(facts[i], Exception):  # a fact it needs could not be gathered
+                        raise facts[i]
                     changes = step.decide(facts[i])
                     data = step.report(facts[i])
                 except Exception as e:
@@ -241,20 +245,16 @@ class Fleet:
                 break
         return done
 
-    def _gather(self, hc: HostConnection, steps: list[Step]) -> list[Facts]:
-        facts: list[Facts | None] = [s.local_facts() for s in steps]
-        remote = [(i, s.probe()) for i, s in enumerate(steps) if facts[i] is None]
-        remote = [(i, p) for i, p in remote if p]
-        if remote:
-            batch = ProbeBatch([p for _, p in remote], diff=self.diff)
-            sudo = hc.host.needs_sudo and any(steps[i].probe_needs_root for i, _ in remote)
-            res = hc.run(as_root(batch.script(), sudo=sudo))
+    def _gather(self, hc: HostConnection, steps: list[Step]) -> list:
+        """Each step's fact values (or the exception that fails that step): one command per host."""
+        def run(script: str, root: bool) -> str:
+            self._count(hc.host.name)
+            res = hc.run(as_root(script, sudo=root and hc.host.needs_sudo))
             if res.exited != 0 and "sudo" in res.stderr:
                 raise StepFailed(f"sudo failed on {hc.host.name}: {res.stderr.strip()[-300:]} "
                                  "(specfleet needs passwordless sudo: `NOPASSWD` for this user)")
-            for (i, _), (out, rc) in zip(remote, batch.parse(res.stdout)):
-                facts[i] = Facts(out, rc)
-        return [f if f is not None else Facts() for f in facts]
+            return res.stdout
+        return gather(steps, run, diff=self.diff)
 
     def _apply(self, hc: HostConnection, step: Step, changes: list[Change]) -> StepResult:
         t0 = time.monotonic()
@@ -262,6 +262,7 @@ class Fleet:
         try:
             for scripts, payload in _commands(changes):
                 body = "set -e\n" + "\n".join(scripts)
+                self._count(host.name)
                 res = hc.run(as_root(body, sudo=step.needs_root and host.needs_sudo),
                              stdin=payload.chunks() if payload else None)
                 if res.exited != 0:
@@ -282,6 +283,10 @@ class Fleet:
             return StepResult(host.name, name, Status.FAILED, changes, message=str(e),
                               duration=time.monotonic() - t0)
         return StepResult(host.name, name, Status.CHANGED, changes, duration=time.monotonic() - t0)
+
+    def _count(self, host: str) -> None:
+        with self._lock:
+            self.commands[host] = self.commands.get(host, 0) + 1
 
     def _drop(self, host: Host, rest: list[Step], status: Status, message: str | None, duration: float):
         """Take a host out of the run; its remaining steps are recorded."""
@@ -388,6 +393,9 @@ class Fleet:
         return code
 
     def close(self) -> None:
+        if self.events and not self.interrupted:  # what a run cost each host, in SSH commands
+            for host, n in sorted(self.commands.items()):
+                self.events.write({"event": "commands", "host": host, "count": n})
         for hc in self.connections.values():
             hc.close()
 

@@ -149,6 +149,16 @@ EnvKey = Annotated[str, AfterValidator(_env_key)]
 Requirement = Annotated[str, AfterValidator(_not_option)]
 
 
+class GpuEntry(BaseModel):
+    """One GPU of the `gpus` host var: what nvidia-smi would report, for a host where it cannot
+    (or should not: a GPU left out of the campaign). Indexed in list order."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    name: Annotated[str, AfterValidator(_line)]
+    memory_mib: int = Field(gt=0)
+    uuid: Word | None = None  # for CUDA_VISIBLE_DEVICES by UUID (GPU-... or MIG-...)
+
+
 class Vars(BaseModel):
     """The type of every variable a role or task reads (docs/inventory.md), checked at load time.
 
@@ -193,6 +203,7 @@ class Vars(BaseModel):
     bench_work_dir: AbsPath | None = None
     runner_python: AbsPath | None = None
     gpu_index: int | None = Field(default=None, ge=0)
+    gpus: list[GpuEntry] | None = Field(default=None, min_length=1)  # overrides `fab facts`' nvidia-smi list
     model_source: Literal["local", "nfs"] | None = None
     model_read_mb_s: float | None = Field(default=None, gt=0)
     gpu_memory_bandwidth_gbps: float | None = Field(default=None, gt=0)

@@ -1,4 +1,5 @@
-"""Rendering the files specfleet places on hosts: every one comes from templates/."""
+"""Rendering templates: the files specfleet places on hosts (specfleet/templates/) and the report's
+pages (specfleet/templates/report/, specfleet.results.document) come from Jinja environments made here only."""
 from __future__ import annotations
 
 import shlex
@@ -6,20 +7,29 @@ from pathlib import Path
 
 import jinja2
 
-TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
+TEMPLATES = Path(__file__).resolve().parent / "templates"
 
-_env = jinja2.Environment(
-    loader=jinja2.FileSystemLoader(str(TEMPLATES)),
-    undefined=jinja2.StrictUndefined,  # a missing inventory var is an error, not an empty string
-    keep_trailing_newline=True,
-    trim_blocks=True,
-    lstrip_blocks=True,
-    autoescape=False,
-)
-_env.filters["shquote"] = shlex.quote
+
+def environment(folder: Path = TEMPLATES, *, autoescape=False, keep_trailing_newline: bool = True) -> jinja2.Environment:
+    """A Jinja environment over `folder`: a missing variable is an error, not an empty string;
+    block tags leave no blank lines; `shquote` quotes a value for sh."""
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(folder)),
+        undefined=jinja2.StrictUndefined,  # a missing inventory var is an error, not an empty string
+        keep_trailing_newline=keep_trailing_newline,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        autoescape=autoescape,
+    )
+    env.filters["shquote"] = shlex.quote
+    return env
+
+
+_env = environment()
 
 
 def render(name: str, **context) -> str:
+    """A host file from templates/ (the files roles place)."""
     try:
         return _env.get_template(name).render(**context)
     except jinja2.UndefinedError as e:

@@ -1,10 +1,13 @@
 """The step model: facts in, changes out.
 
 A step says what one aspect of a host should look like. It names the facts it
-needs as a shell probe (run, batched with the other steps' probes, in one
-remote round trip), decides from those facts which changes are needed, and
-the fleet applies them unless in check mode. `decide` is a pure function of
-the facts, so a step is unit-tested without SSH: facts in, commands out.
+needs (`facts()`: name -> specfleet.facts Fact, each a shell probe and a parser
+into a typed value); the fleet gathers the facts of all pending steps of a host
+in one remote round trip (a fact two steps ask for is gathered once), and the
+bastion-side ones on the bastion, then `decide` says from those values which
+changes are needed, and the fleet applies them unless in check mode. `decide`
+is a pure function of the values: a step is unit-tested without SSH, from
+fixture files (tests/steps/<step>/*.json: facts in, changes out).
 """
 from __future__ import annotations
 
@@ -14,7 +17,10 @@ import os
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING, Any, Iterator
+
+if TYPE_CHECKING:
+    from .facts.base import Fact
 
 
 class Status(str, enum.Enum):
@@ -29,16 +35,8 @@ class StepFailed(Exception):
     """The host is not as it must be and the step cannot fix it; the message says what to do."""
 
 
-@dataclass
-class Facts:
-    """What a step's probe printed, and the probe's exit code."""
-
-    stdout: str = ""
-    rc: int = 0
-
-    @property
-    def lines(self) -> list[str]:
-        return [ln for ln in self.stdout.splitlines() if ln.strip()]
+#: what `decide` and `report` receive: the value of each fact the step named, by its name
+Values = dict[str, Any]
 
 
 CHUNK = 1 << 20  # a payload is read and sent 1 MiB at a time, never held whole for a file source
@@ -127,27 +125,28 @@ class StepResult:
 
 
 class Step:
-    """Base class. Subclasses set `name` and override `probe` and `decide`."""
+    """Base class. Subclasses set `name` and override `facts` and `decide`."""
 
     name: str = "step"
     #: applying needs root (sudo for a non-root login)
     needs_root: bool = True
-    #: the probe needs root too (e.g. it reads a 0600 file)
+    #: the step's host facts are gathered as root too (e.g. one reads a 0600 file)
     probe_needs_root: bool = False
 
-    def probe(self) -> str:
-        """Shell text printing the facts `decide` needs ('' = none)."""
-        return ""
+    def facts(self) -> dict[str, "Fact"]:
+        """The facts `decide` needs, by the name `decide` reads them under."""
+        return {}
 
-    def local_facts(self) -> Facts | None:
-        """Facts gathered on the bastion instead of the host (e.g. `rsync -n -i`)."""
-        return None
+    def bastion_facts(self, values: Values) -> dict[str, "Fact"]:
+        """Bastion-side facts that depend on the host's (e.g. `rsync -n -i` only when the
+        listings differ); gathered after the host's facts, before `decide`."""
+        return {}
 
-    def decide(self, facts: Facts) -> list[Change]:
-        """Changes needed, given the facts; [] when the host is already right."""
+    def decide(self, facts: Values) -> list[Change]:
+        """Changes needed, given the facts' values; [] when the host is already right."""
         return []
 
-    def report(self, facts: Facts) -> dict:
+    def report(self, facts: Values) -> dict:
         """Data worth showing or using after the run (optional)."""
         return {}
 

@@ -26,6 +26,7 @@ FAULTS = ("stale-route", "dup-ip", "module-lost", "die-during-load", "never-heal
 ENGINE_FAULTS = FAULTS[3:7]
 SIM = "/var/lib/specfleet-testbed/sim.json"
 GPU_DIR = "/var/lib/specfleet-testbed/gpu"
+MAX_GPUS = 8  # per worker, as on an HGX node
 
 
 class Testbed:
@@ -97,28 +98,31 @@ class Testbed:
 
     # ---- up ------------------------------------------------------------------
     def up(self, workers: int, speed: dict[str, float] | None = None,
-           inventory_path: str | os.PathLike | None = None, kmod: bool = True) -> Path:
+           inventory_path: str | os.PathLike | None = None, kmod: bool = True, gpus: int = 1) -> Path:
         """Build `workers` hosts, wait until every sshd accepts TCP, write the inventory.
 
         `kmod=False` seeds workers like a stock image without kmod (no
-        /etc/modules, so modules-load.d/modules.conf dangles).
+        /etc/modules, so modules-load.d/modules.conf dangles). `gpus`: simulated
+        GPUs per worker (1..MAX_GPUS), each with its own memory.
         """
         t0 = time.monotonic()
         if os.geteuid() != 0:
             raise TestbedError("the testbed needs root (network namespaces, mounts)")
         if not 1 <= workers <= net.MAX_WORKERS:
             raise TestbedError(f"workers must be 1..{net.MAX_WORKERS}, not {workers}")
+        if not 1 <= int(gpus) <= MAX_GPUS:
+            raise TestbedError(f"gpus must be 1..{MAX_GPUS}, not {gpus}")
         names = [f"w{i}" for i in range(1, workers + 1)]
         speed = dict(speed or {})
         unknown = sorted(set(speed) - set(names))
         if unknown:
             raise TestbedError(f"--speed names unknown workers: {', '.join(unknown)}")
         self._refuse_if_busy()
-        st = {"workers": names, "speed": speed, "kmod": kmod, "pids": {}, "t_up": time.time(),
+        st = {"workers": names, "speed": speed, "kmod": kmod, "gpus": int(gpus), "pids": {}, "t_up": time.time(),
               "added_unreachable": False, "created_run_sshd": False}
         try:
             self._prepare_dirs(st)
-            self._seed(names, speed, kmod)
+            self._seed(names, speed, kmod, int(gpus))
             self._build_network(names, st)
             self._start_nfs(st)
             for i, n in enumerate(names, 1):
@@ -155,13 +159,13 @@ class Testbed:
             st["created_run_sshd"] = True
         self._save(st)
 
-    def _seed(self, names: list[str], speed: dict[str, float], kmod: bool) -> None:
+    def _seed(self, names: list[str], speed: dict[str, float], kmod: bool, gpus: int = 1) -> None:
         seed.client_files(self.run_dir)
         known = "".join(seed.sshd_files(self.run_dir, n, int(n[1:])) for n in names)
         seed.write(self.known_hosts, known)
         seed.export_tree(self.disk_dir)
         for n in names:
-            seed.host_disk(self.disk_dir, self.run_dir, n, int(n[1:]), float(speed.get(n, 1.0)), kmod)
+            seed.host_disk(self.disk_dir, self.run_dir, n, int(n[1:]), float(speed.get(n, 1.0)), kmod, gpus)
         shutil.copy(seed.HOST_SRC / "host-init", self.run_dir / "host-init")
 
     def _build_network(self, names: list[str], st: dict) -> None:
@@ -353,6 +357,7 @@ class Testbed:
             pid = st["pids"][n]
             root = Path(f"/proc/{pid}/root")  # the host's own mount view
             ok = net.alive(pid) and net.comm(pid) == "sshd"
+            per_gpu = _gpu_used(root / GPU_DIR.lstrip("/")) if ok else {}
             addrs = json.loads(net.run(["ip", "-j", "-n", f"sf-{n}", "-4", "addr", "show"]).stdout or "[]")
             hosts[n] = {
                 "address": self.address(n), "storage_ip": self.storage_address(n),
@@ -362,7 +367,8 @@ class Testbed:
                                          check=False).stdout.strip(),
                 "sshd_alive": ok, "sshd_pid": pid,
                 "modules": net.read(root / GPU_DIR.lstrip("/") / "modules").split() if ok else [],
-                "gpu_memory_used_mib": net.gpu_used(root / GPU_DIR.lstrip("/") / "reservations") if ok else 0,
+                "gpu_memory_used_mib": sum(per_gpu.values()),
+                "gpus": len(per_gpu) or st.get("gpus", 1), "gpu_memory_used_mib_per_gpu": per_gpu,
                 "engine_fault": json.loads(net.read(root / SIM.lstrip("/")) or "{}").get("fault") if ok else None,
             }
         return {"up": True, "workers": len(hosts), "bastion": net.BASTION_IP, "nfs_server": NFS_IP,
@@ -383,3 +389,22 @@ class Testbed:
         c.get_transport().sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return c
 
+
+def _gpu_used(gpu_dir: Path) -> dict[int, int]:
+    """{GPU index: MiB held by live processes} of one worker's stand-in state (as its nvidia-smi)."""
+    try:
+        doc = json.loads(net.read(gpu_dir / "gpu.json") or "{}")
+    except ValueError:
+        doc = {}
+    used = {int(g.get("index", k)): 0 for k, g in enumerate(doc.get("gpus") or [{}])}
+    res = gpu_dir / "reservations"
+    for f in res.glob("*") if res.is_dir() else []:
+        if not (f.name.isdigit() and net.alive(int(f.name))):
+            continue
+        for tok in net.read(f).split():
+            idx, _, mib = tok.rpartition(":")
+            try:
+                used[int(idx) if idx else 0] = used.get(int(idx) if idx else 0, 0) + int(float(mib))
+            except ValueError:
+                pass
+    return used

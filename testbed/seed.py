@@ -160,8 +160,21 @@ def own_etc(etc: Path, name: str, i: int, kmod: bool) -> None:
         whiteout(etc / n)
 
 
+def gpu_json(name: str, gpus: int) -> dict:
+    """Worker `name`'s GPUs (docs/dev/contracts.md): G identical cards with their own index,
+    UUID and PCI bus id; GPU 0's UUID is the one a single-GPU worker always had."""
+    def uid(k: int) -> str:
+        tag = f"{name}.specfleet-testbed" if k == 0 else f"{name}.gpu{k}.specfleet-testbed"
+        return f"GPU-{uuid.uuid5(uuid.NAMESPACE_DNS, tag)}"
+    shared = {key: GPU[key] for key in ("driver_version", "cuda_version")}
+    cards = [{"index": k, "uuid": uid(k), "name": GPU["name"], "memory_total_mib": GPU["memory_total_mib"],
+              "pci_bus_id": "00000000:01:00.0" if gpus == 1 else f"00000000:{0x18 + 0x10 * k:02X}:00.0"}
+             for k in range(gpus)]
+    return {**shared, "link": "NV18", "gpus": cards}  # an HGX-like node: NVLink between all pairs
+
+
 def host_disk(disk: Path, run_dir: Path, name: str, i: int, speed: float,
-              kmod: bool = True) -> None:
+              kmod: bool = True, gpus: int = 1) -> None:
     """Seed worker I's on-disk private trees (overlay uppers and bind sources)."""
     h = disk / "hosts" / name
     for sub in ("opt", "mnt", "root", *(f"ovl/{o}/{d}" for o in ("_etc", "_var_lib", "_usr_sbin", "_usr_bin")
@@ -177,8 +190,7 @@ def host_disk(disk: Path, run_dir: Path, name: str, i: int, speed: float,
     write(state / "host.json", json.dumps({
         "name": name, "export_root": str(disk / "export"), "storage_net": str(STOR_NET),
         "nfs_server": NFS_IP, "run_dir": str(run_dir)}, indent=1) + "\n")
-    gpu = dict(GPU, uuid=f"GPU-{uuid.uuid5(uuid.NAMESPACE_DNS, f'{name}.specfleet-testbed')}")
-    write(state / "gpu" / "gpu.json", json.dumps(gpu, indent=1) + "\n")
+    write(state / "gpu" / "gpu.json", json.dumps(gpu_json(name, gpus), indent=1) + "\n")
     (state / "gpu" / "reservations").mkdir(parents=True, exist_ok=True)
     sbin = h / "ovl" / "_usr_sbin" / "upper"
     sbin.mkdir(parents=True, exist_ok=True)

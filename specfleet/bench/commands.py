@@ -1,10 +1,10 @@
 """The exact `vllm serve` / `vllm bench serve` command lines of one queue item.
 
 The same argv lists go into the printed plan (`commands_for`, shlex-quoted) and into the
-runner's spec (`item_argv`). Two placeholders are filled in on the worker by the runner:
-
-    @MODEL@         the first model candidate that holds a config.json (run-bench.sh's pick())
-    @VLLM_VERSION@  the engine version the runner read in preflight (runner_lib.engine_version)
+runner's spec (`item_argv`). Two placeholders are filled in on the worker by the runner
+(layout.MODEL, layout.VLLM_VERSION): the first model candidate that holds a config.json
+(run-bench.sh's pick()) and the engine version the runner read in preflight
+(runner_lib.engine_version).
 """
 from __future__ import annotations
 
@@ -14,10 +14,8 @@ import posixpath
 import shlex
 from dataclasses import dataclass
 
+from .layout import MODEL, VLLM_VERSION, result_filename, run_dir
 from .plan import Plan
-
-MODEL = "@MODEL@"
-VLLM_VERSION = "@VLLM_VERSION@"
 
 
 @dataclass(frozen=True)
@@ -27,16 +25,11 @@ class Paths:
     venv: str                       # e.g. /opt/vllm-venv; the CLI is <venv>/bin/vllm
     work_dir: str                   # results go to <work_dir>/<campaign>/<host>/
     dataset: str | None = None      # worker path of the dataset (tasks/bench.py: paths_for)
-    model: str | None = None        # a resolved model path; None = @MODEL@ (runner resolves)
-    vllm_version: str | None = None  # None = the plan's pin, else @VLLM_VERSION@
+    model: str | None = None        # a resolved model path; None = layout.MODEL (runner resolves)
+    vllm_version: str | None = None  # None = the plan's pin, else layout.VLLM_VERSION
 
     def result_dir(self, plan: Plan, node: str) -> str:
-        return posixpath.join(self.work_dir, plan.campaign, node)
-
-
-def result_filename(config: str, concurrency: int, rep: int = 1, repeat: int = 1) -> str:
-    suffix = f"_r{rep}" if repeat > 1 else ""
-    return f"{config}_conc{concurrency}{suffix}.json"
+        return run_dir(self.work_dir, plan.campaign, node)
 
 
 def serve_argv(plan: Plan, item: str, paths: Paths) -> list[str]:

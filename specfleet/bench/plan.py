@@ -46,7 +46,8 @@ REMOVED_FLAGS = {
 }
 # Speculative methods whose drafts come from a separate draft model directory.
 DRAFT_MODEL_METHODS = {"eagle", "eagle3", "draft_model", "medusa", "mlp_speculator"}
-KNOWN_METHODS = DRAFT_MODEL_METHODS | {"ngram", "[ngram]", "ngram_gpu", "mtp", "suffix"}
+NGRAM_METHODS = {"ngram", "[ngram]", "ngram_gpu"}  # prompt lookup: no draft model, k and the lookup window
+KNOWN_METHODS = DRAFT_MODEL_METHODS | NGRAM_METHODS | {"mtp", "suffix"}
 # The user-settable keys of vLLM's SpeculativeConfig (vllm/config/speculative.py): the 0.32.0 keys
 # of /work/shared/notes/vllm.md (method, model, num_speculative_tokens, prompt_lookup_min/max,
 # draft_tensor_parallel_size) and the other fields of that dataclass on vLLM main after 0.32.0.
@@ -147,7 +148,7 @@ def check_speculative_config(sc: dict[str, Any]) -> dict[str, Any]:
             raise ValueError(f"{key} must be a positive integer, not {sc[key]!r}")
     if "model" in sc and (not isinstance(sc["model"], str) or not sc["model"]):
         raise ValueError(f"model must be a path string, not {sc['model']!r}")
-    if method in ("ngram", "[ngram]", "ngram_gpu"):
+    if method in NGRAM_METHODS:
         if "num_speculative_tokens" not in sc:
             raise ValueError("ngram needs num_speculative_tokens")
         lo, hi = sc.get("prompt_lookup_min"), sc.get("prompt_lookup_max")

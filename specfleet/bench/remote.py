@@ -7,11 +7,12 @@ interrupted; the bastion only reads state.json and the runner's lock file.
 from __future__ import annotations
 
 import json
-import posixpath
 from dataclasses import dataclass, field
 
 from ..connection import HostConnection
 from ..shell import q
+from ..step import Status
+from . import layout
 
 SEP = "@@specfleet-sep@@"
 
@@ -44,22 +45,18 @@ class RunnerView:
         return done, failed, len(items) - done - failed
 
 
-def run_dir(work_dir: str, campaign: str, host: str) -> str:
-    return posixpath.join(work_dir, campaign, host)
-
-
 def view(hc: HostConnection, work_dir: str, campaign: str) -> RunnerView:
-    d = q(run_dir(work_dir, campaign, hc.host.name))
-    lock = q(posixpath.join(work_dir, ".specfleet-runner.lock"))
+    d = q(layout.run_dir(work_dir, campaign, hc.host.name))
+    lock = q(layout.lock_path(work_dir))
     script = (
-        f"cat {d}/run.json 2>/dev/null; echo {SEP}; cat {d}/state.json 2>/dev/null; echo {SEP}; "
+        f"cat {d}/{layout.RUN_SPEC} 2>/dev/null; echo {SEP}; cat {d}/{layout.STATE} 2>/dev/null; echo {SEP}; "
         f"pid=$(sed -n 's/^pid=\\([0-9]*\\).*/\\1/p' {lock} 2>/dev/null); echo \"$pid\"; "
         # alive = that PID exists and is a runner (PIDs are reused after a reboot)
         f"[ -n \"$pid\" ] && tr '\\0' ' ' < /proc/$pid/cmdline 2>/dev/null | grep -q runner.py && echo ALIVE; "
-        f"echo {SEP}; ls {d} 2>/dev/null | sed -n 's/\\.done$//p'; echo {SEP}; "
+        f"echo {SEP}; ls {d} 2>/dev/null | sed -n 's/\\{layout.DONE_SUFFIX}$//p'; echo {SEP}; "
         # read, never create, the boot marker (the runner creates it)
         "b=$(cat /proc/sys/kernel/random/boot_id 2>/dev/null || echo '?'); "
-        "t=$(cat /tmp/.specfleet-boot-$(id -u) 2>/dev/null); echo \"$b${t:+/$t}\"")
+        f"t=$(cat {layout.boot_marker('$(id -u)')} 2>/dev/null); echo \"$b${{t:+/$t}}\"")
     res = hc.run(script, timeout=30)
     parts = (res.stdout.split(SEP + "\n") + ["", "", "", "", ""])[:5]
     pid_lines = parts[2].split()
@@ -87,13 +84,31 @@ def start(hc: HostConnection, python: str, runner: str, spec_path: str, log_path
     return int(res.stdout.strip())
 
 
+def start_or_reattach(hc: HostConnection, work_dir: str, campaign: str, python: str, runner: str,
+                      resuming: bool = False) -> tuple[Status, str, int | None]:
+    """Follow the host's live runner, else start one on the run spec placed in its run folder.
+
+    Returns (status, message, PID of the runner to follow or None when none could start)."""
+    fresh = view(hc, work_dir, campaign)
+    if fresh.alive:
+        return Status.OK, f"reattached to runner pid {fresh.runner_pid}", fresh.runner_pid
+    d = layout.run_dir(work_dir, campaign, hc.host.name)
+    pid = start(hc, python, runner, f"{d}/{layout.RUN_SPEC}", f"{d}/{layout.RUNNER_LOG}")
+    holder = settle(hc, pid, work_dir)
+    if holder is None:
+        return Status.FAILED, f"the runner exited at once: see {d}/{layout.RUNNER_LOG}", None
+    if holder != pid:  # another `fab bench` started one at the same instant and won the lock
+        return Status.OK, f"following runner pid {holder} (another fab bench started it just now)", holder
+    return Status.CHANGED, f"started runner pid {pid}{' (resuming)' if resuming else ''}", pid
+
+
 def settle(hc: HostConnection, pid: int, work_dir: str, wait_s: float = 10) -> int | None:
     """The runner that holds the host's lock once `pid` (just started) has taken it or given up.
 
     Two `fab bench` started at once each start a runner; one takes the lock, the other exits
     (code 3). Both fab runs then follow the winner. None: `pid` died and no runner holds the lock.
     """
-    lock = q(posixpath.join(work_dir, ".specfleet-runner.lock"))
+    lock = q(layout.lock_path(work_dir))
     is_runner = "tr '\\0' ' ' < /proc/$1/cmdline 2>/dev/null | grep -q runner.py"
     script = (
         f"runner() {{ {is_runner}; }}; "
@@ -106,6 +121,16 @@ def settle(hc: HostConnection, pid: int, work_dir: str, wait_s: float = 10) -> i
     res = hc.run(script, timeout=wait_s + 30)
     out = res.stdout.split()
     return int(out[-1]) if out and out[-1].isdigit() else None
+
+
+def stop_campaign(hc: HostConnection, work_dir: str, campaign: str) -> tuple[Status, str]:
+    """`fab stop` on one host: stop its live runner, if any."""
+    v = view(hc, work_dir, campaign)
+    if not v.alive:
+        return Status.OK, "no runner running"
+    if not stop(hc, v.runner_pid):
+        return Status.FAILED, f"runner pid {v.runner_pid} did not exit within the timeout"
+    return Status.CHANGED, f"stopped runner pid {v.runner_pid}"
 
 
 def stop(hc: HostConnection, pid: int, wait_s: float = 180) -> bool:

@@ -24,10 +24,12 @@ import urllib.error
 import urllib.request
 
 try:
+    from . import layout
     from .runner_lib import (Fatal, ItemFailed, Stopped, atomic_write, boot_identity, end_pids, engine_version,
                              failed_requests, gpu_used_mib, live_pids, load_spec, log, make_reserve, no_space, now, parse_env_file,
                              proc_argv0, proc_has_token, tail)
-except ImportError:  # run as a script on the worker, runner_lib.py copied beside it
+except ImportError:  # run as a script on the worker, runner_lib.py and layout.py copied beside it
+    import layout  # type: ignore
     from runner_lib import (Fatal, ItemFailed, Stopped, atomic_write, boot_identity, end_pids,  # type: ignore
                             engine_version, failed_requests, gpu_used_mib, live_pids, load_spec, log, make_reserve, no_space, now,
                             parse_env_file, proc_argv0, proc_has_token, tail)
@@ -52,8 +54,8 @@ class Runner:
     def __init__(self, spec: dict):
         self.spec = {**DEFAULTS, **spec}
         s = self.spec
-        self.run_dir = os.path.join(s["work_dir"], s["campaign"], s["host"])
-        self.state_path = os.path.join(self.run_dir, "state.json")
+        self.run_dir = layout.run_dir(s["work_dir"], s["campaign"], s["host"])
+        self.state_path = os.path.join(self.run_dir, layout.STATE)
         self.token = f"SPECFLEET_RUN_DIR={self.run_dir}".encode()
         self.server: subprocess.Popen | None = None
         self.bench: subprocess.Popen | None = None
@@ -62,7 +64,7 @@ class Runner:
         self.vllm_version: str | None = None
         self.model: str | None = None
         self.state: dict = {}
-        self.reserve = os.path.join(self.run_dir, ".disk-reserve")
+        self.reserve = os.path.join(self.run_dir, layout.DISK_RESERVE)
         self.rebooted = False
         self.fits: dict[str, dict] = {}       # fit-check key -> its answer (one check per distinct setup)
         self.sampling: dict | None = None     # the server's generation defaults, read in preflight
@@ -82,7 +84,7 @@ class Runner:
         self.save()
 
     def done_marker(self, item: dict) -> str:
-        return os.path.join(self.run_dir, f"{item['name']}.done")
+        return os.path.join(self.run_dir, layout.done_marker(item["name"]))
 
     def read_marker(self, item: dict) -> dict:
         try:
@@ -345,7 +347,7 @@ class Runner:
             return item
         key = json.dumps([self.model, fit], sort_keys=True)
         if key not in self.fits:
-            kept = os.path.join(self.run_dir, f"prompts-fit-{hashlib.sha256(key.encode()).hexdigest()[:12]}.jsonl")
+            kept = os.path.join(self.run_dir, layout.prompts_fit(hashlib.sha256(key.encode()).hexdigest()[:12]))
             argv = [os.path.join(self.spec["venv"], "bin", "python"), os.path.join(HERE, "fitcheck.py"),
                     "--model", self.model, "--dataset", fit["dataset"], "--num-prompts", str(fit["num_prompts"]),
                     "--output-len", str(fit["output_len"]), "--chat-template", fit["chat_template"],
@@ -402,12 +404,11 @@ class Runner:
 
     # ---------------------------------------------------------------- server
     def argv(self, argv: list[str]) -> list[str]:
-        return [a.replace("@MODEL@", self.model or "").replace("@VLLM_VERSION@", self.vllm_version or "unknown")
-                for a in argv]
+        return [layout.fill(a, self.model, self.vllm_version) for a in argv]
 
     def start_and_wait(self, item: dict, rec: dict) -> None:
         s = self.spec
-        log_path = os.path.join(self.run_dir, f"{item['name']}.server.log")
+        log_path = os.path.join(self.run_dir, layout.server_log(item["name"]))
         with open(log_path, "a") as lf:
             lf.write(f"==== specfleet {now()} run {s['run_id']}: {' '.join(self.argv(item['serve_argv']))}\n")
             lf.flush()
@@ -436,7 +437,7 @@ class Runner:
 
     def check_server(self, item: dict) -> None:
         if self.server is not None and self.server.poll() is not None:
-            log_path = os.path.join(self.run_dir, f"{item['name']}.server.log")
+            log_path = os.path.join(self.run_dir, layout.server_log(item["name"]))
             if self.server.returncode in (0, -signal.SIGTERM, -signal.SIGINT):
                 # ended from outside with a clean stop: a shutdown (reboot) signals us too, a moment later
                 deadline = time.monotonic() + 3.0
@@ -470,12 +471,12 @@ class Runner:
                                         f"decoding={self.decoding(item)}"]
         rdir = argv[argv.index("--result-dir") + 1] if "--result-dir" in argv else self.run_dir
         final = os.path.join(rdir, b["result_file"])
-        partial = final + ".partial"
+        partial = final + layout.PARTIAL_SUFFIX
         if "--result-filename" in argv:
             argv[argv.index("--result-filename") + 1] = os.path.basename(partial)
         if os.path.exists(partial):
             os.unlink(partial)
-        log_path = os.path.join(self.run_dir, b["result_file"].removesuffix(".json") + ".bench.log")
+        log_path = os.path.join(self.run_dir, layout.bench_log(b["result_file"]))
         with open(log_path, "w") as lf:
             self.bench = subprocess.Popen(argv, stdout=lf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                           env=self.env, cwd=self.run_dir, start_new_session=True)
@@ -566,7 +567,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"specfleet runner: bad run spec {args.spec}: {e}", file=sys.stderr)
         return EXIT_SPEC
     os.makedirs(spec["work_dir"], exist_ok=True)
-    lock_path = os.path.join(spec["work_dir"], ".specfleet-runner.lock")
+    lock_path = layout.lock_path(spec["work_dir"])
     fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -1,6 +1,6 @@
 """Stdlib helpers of the worker-side runner (runner.py): files, env files, /proc.
 
-Copied to the worker next to runner.py (specfleet.bench.spec.RUNNER_FILES).
+Copied to the worker next to runner.py and layout.py (specfleet.bench.spec.RUNNER_FILES).
 """
 from __future__ import annotations
 
@@ -12,6 +12,11 @@ import signal
 import subprocess
 import time
 from collections import Counter
+
+try:
+    from . import layout
+except ImportError:  # on the worker, layout.py copied beside it
+    import layout  # type: ignore
 
 REQUIRED = ("run_id", "campaign", "host", "work_dir", "venv", "model_candidates", "port", "items")
 
@@ -68,7 +73,7 @@ def boot_identity() -> str:
             boot = f.read().strip()
     except OSError:
         boot = "?"
-    marker = f"/tmp/.specfleet-boot-{os.getuid()}"
+    marker = layout.boot_marker(os.getuid())
     try:
         fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         os.write(fd, secrets.token_hex(8).encode())

@@ -9,10 +9,10 @@ from .commands import Paths, item_argv
 from .plan import Plan
 
 SPEC_SCHEMA = 1
-# Copy all three to one directory on the worker, then:
+# Copy all four to one directory on the worker, then:
 #   setsid nohup python3 <dir>/runner.py --spec <run.json> >runner.log 2>&1 </dev/null &
-# fitcheck.py runs with the venv's python (the model's tokenizer), the other two with any python3.
-RUNNER_FILES = tuple(Path(__file__).with_name(f) for f in ("runner.py", "runner_lib.py", "fitcheck.py"))
+# fitcheck.py runs with the venv's python (the model's tokenizer), the others with any python3.
+RUNNER_FILES = tuple(Path(__file__).with_name(f) for f in ("runner.py", "runner_lib.py", "layout.py", "fitcheck.py"))
 
 
 def build_run_spec(plan: Plan, node: str, queue: list[str], paths: Paths, *,
@@ -46,3 +46,21 @@ def build_run_spec(plan: Plan, node: str, queue: list[str], paths: Paths, *,
 
 def dump_run_spec(spec: dict) -> str:
     return json.dumps(spec, indent=2, sort_keys=True) + "\n"
+
+
+class RunnerBusy(Exception):
+    """The worker's runner runs another plan or queue: this one is not placed over it."""
+
+
+def resumed(spec: dict, placed: dict | None, running_pid: int | None) -> dict:
+    """`spec` as it goes to a worker whose run spec is `placed` and whose runner (if alive) is `running_pid`.
+
+    The same plan hash and queue is the same campaign: it resumes under its run_id (the runner keeps
+    the done items, collect their results). Anything else replaces the placed spec, unless a runner
+    still runs it: RunnerBusy (stop it first)."""
+    if placed and placed.get("plan_hash") == spec["plan_hash"] and \
+            [i["name"] for i in placed["items"]] == [i["name"] for i in spec["items"]]:
+        return {**spec, "run_id": placed["run_id"]}
+    if running_pid is not None:
+        raise RunnerBusy(f"a runner for another plan or queue is running (pid {running_pid}); `fab stop` it first")
+    return spec

@@ -20,14 +20,14 @@ import random
 from dataclasses import dataclass, field
 
 from .bounds import pigeonhole_bound, two_class_bound
-from .plan import Plan, PlanError
+from .plan import NGRAM_METHODS, Plan, PlanError
 
 READ_MB_S = {"local": 2000.0, "nfs": 105.0}
 STARTUP_S = 60.0          # torch.compile, CUDA graphs, warm-up after the weights are read
 GPU_BW_GB_S = 1792.0      # RTX PRO 6000 Blackwell; only used when nothing better is known
 DECODE_EFFICIENCY = 0.78  # report: 21.29 tok/s measured vs 1792 GB/s / 65.5 GB = 27.4
 CONC_EXPONENT = 0.955     # report: 301.19 / 21.29 = 14.1 = 16 ** 0.955
-METHOD_SPEED = {None: 1.0, "ngram": 1.1, "[ngram]": 1.1, "ngram_gpu": 1.1, "suffix": 1.2,
+METHOD_SPEED = {None: 1.0, **dict.fromkeys(NGRAM_METHODS, 1.1), "suffix": 1.2,
                 "eagle": 1.8, "eagle3": 2.0, "mtp": 1.8, "draft_model": 1.5, "medusa": 1.5}
 BENCH_OVERHEAD_S = 15.0   # client start, tokenizer load, warm-up, result write per bench run
 

@@ -1,13 +1,20 @@
 """The local half of `fab collect` and all of `fab report`: validate result files, gate on node
-equivalence, merge, and report. Entry points: `report_plan` (from a plan), `report_campaign`."""
-from .campaign import Campaign, Quarantined, scan_campaign
-from .gate import EquivalenceRule, GateResult, check_equivalence
-from .schema import Result, ResultError, load_result
+equivalence, merge, and report. Entry points: `report_plan` (from a plan), `report_campaign`.
 
-__all__ = [
-    "Campaign", "Quarantined", "scan_campaign", "EquivalenceRule", "GateResult",
-    "check_equivalence", "Result", "ResultError", "load_result",
-]
-from .collect import CollectOutcome, report_campaign, report_plan  # noqa: E402
+The names below load on first use (PEP 562): pandas and matplotlib come with them, and `fab`
+itself imports `specfleet.results.fetch` at start, which must stay light."""
+from importlib import import_module
 
-__all__ += ["CollectOutcome", "report_campaign", "report_plan"]
+_WHERE = {
+    "Campaign": "campaign", "Quarantined": "campaign", "scan_campaign": "campaign",
+    "EquivalenceRule": "gate", "GateResult": "gate", "check_equivalence": "gate",
+    "Result": "schema", "ResultError": "schema", "load_result": "schema",
+    "ReportOutcome": "report", "report_campaign": "report", "report_plan": "report",
+}
+__all__ = list(_WHERE)
+
+
+def __getattr__(name: str):
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(import_module(f".{_WHERE[name]}", __name__), name)

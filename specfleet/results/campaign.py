@@ -25,14 +25,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .provenance import PROVENANCE_FILE, simulated_signals
+from ..bench import layout
+from ..bench.layout import RESULT_RE
+from .provenance import simulated_signals
 from .schema import PROVENANCE_KEYS, Result, ResultError, incomplete, load_result
 
-RESULT_RE = re.compile(r"^(?P<config>.+?)_conc(?P<conc>\d+)(?:_r(?P<rep>\d+))?\.json$")
 QUARANTINE_DIR = "quarantine"
-STATE_FILE = "state.json"
-RUN_SPEC_FILE = "run.json"   # the worker's queue as `fab bench` gave it (collect fetches it)
-OTHER_JSON = {STATE_FILE, RUN_SPEC_FILE, PROVENANCE_FILE}  # provenance.json: read by provenance.py
+# run.json: the worker's queue as `fab bench` gave it (collect fetches it); provenance.json: read by provenance.py
+OTHER_JSON = {layout.STATE, layout.RUN_SPEC, layout.PROVENANCE}
 # Directories under the campaign that are not hosts.
 NOT_HOSTS = {QUARANTINE_DIR, "plots", "report"}  # and every name starting with "." (collect's staging)
 REASON_SUFFIX = ".reason.txt"
@@ -118,7 +118,10 @@ class KVFacts:
 
 
 @dataclass
-class NodeInfo:
+class NodeRecord:
+    """What the results folder holds about one node: its runner state, done items, provenance
+    (not specfleet.bench.split.NodeInfo, what the split knows of a node before the run)."""
+
     host: str
     provenance: dict[str, str] = field(default_factory=dict)
     run_dates: list[str] = field(default_factory=list)
@@ -139,7 +142,7 @@ class Campaign:
     runs: list[Run] = field(default_factory=list)
     quarantined: list[Quarantined] = field(default_factory=list)
     kv: list[KVFacts] = field(default_factory=list)
-    nodes: dict[str, NodeInfo] = field(default_factory=dict)
+    nodes: dict[str, NodeRecord] = field(default_factory=dict)
     pending: list[Path] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     set_aside: list[SetAside] = field(default_factory=list)
@@ -275,9 +278,9 @@ def scan_campaign(root: Path | str, quarantine: bool = True, expect: Expect | No
     for hdir in sorted(p for p in root.iterdir()
                        if p.is_dir() and p.name not in NOT_HOSTS and not p.name.startswith(".")):
         host = hdir.name
-        node = camp.nodes.setdefault(host, NodeInfo(host=host))
+        node = camp.nodes.setdefault(host, NodeRecord(host=host))
         state = None
-        sp = hdir / STATE_FILE
+        sp = hdir / layout.STATE
         if sp.exists():
             try:
                 state = json.loads(sp.read_text(encoding="utf-8"))
@@ -285,13 +288,14 @@ def scan_campaign(root: Path | str, quarantine: bool = True, expect: Expect | No
             except (OSError, ValueError) as e:
                 camp.warnings.append(f"{sp}: unreadable state file ignored ({e})")
         node.provenance.update(_state_provenance(state))
-        done = {p.name[: -len(".done")] for p in hdir.glob("*.done")} | _done_configs_from_state(state)
+        done = {p.name.removesuffix(layout.DONE_SUFFIX) for p in hdir.glob("*" + layout.DONE_SUFFIX)} \
+            | _done_configs_from_state(state)
         if state is None and not done:  # a folder of plain vLLM result files (docs/report.md): all finished
             done = {parsed[0] for f in hdir.glob("*.json") if (parsed := parse_name(f.name))}
         node.done = done
 
-        for log in sorted(hdir.glob("*.server.log")):
-            cfg = log.name[: -len(".server.log")]
+        for log in sorted(hdir.glob("*" + layout.SERVER_LOG_SUFFIX)):
+            cfg = log.name.removesuffix(layout.SERVER_LOG_SUFFIX)
             if cfg in done:
                 camp.kv.append(parse_server_log(log, host, cfg))
 

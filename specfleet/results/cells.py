@@ -19,7 +19,8 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .campaign import RUN_SPEC_FILE, Campaign, parse_name
+from ..bench.layout import RUN_SPEC, result_filename
+from .campaign import Campaign, parse_name
 
 PLANNED_FILE = "planned.json"
 MERGED, MISSING, QUARANTINED = "merged", "missing", "quarantined"
@@ -82,19 +83,19 @@ def planned_from(plan, plan_path: str, campaign_dir: Path, split_queues: dict[st
     dirs = sorted(d for d in campaign_dir.iterdir() if d.is_dir() and not d.name.startswith(".")
                   and d.name not in ("quarantine", "plots", "report")) if campaign_dir.is_dir() else []
     for d in dirs:
-        spec = _read_json(d / RUN_SPEC_FILE)
+        spec = _read_json(d / RUN_SPEC)
         if spec and spec.get("plan_hash") == p.plan_hash and isinstance(spec.get("items"), list):
             p.queues[d.name] = [str(i.get("name")) for i in spec["items"] if isinstance(i, dict)]
-            p.sources[d.name] = RUN_SPEC_FILE
+            p.sources[d.name] = RUN_SPEC
         elif d.name not in p.queues:
             have = {parsed[0] for f in d.glob("*.json") if (parsed := parse_name(f.name))}
             if have:
                 p.queues[d.name] = [c for c in p.configs if c == p.baseline or c in have]
                 p.sources[d.name] = "the result files there"
     # authoritative queues (run.json) win: a configuration they hold is not also expected elsewhere
-    held = {c for h, q in p.queues.items() if p.sources.get(h) == RUN_SPEC_FILE for c in q if c != p.baseline}
+    held = {c for h, q in p.queues.items() if p.sources.get(h) == RUN_SPEC for c in q if c != p.baseline}
     for h, q in p.queues.items():
-        if p.sources.get(h) != RUN_SPEC_FILE:
+        if p.sources.get(h) != RUN_SPEC:
             p.queues[h] = [c for c in q if c == p.baseline or c not in held]
     return p
 
@@ -126,9 +127,7 @@ class CellState:
 
 
 def _file_names(p: Planned, cfg: str, conc: int) -> list[str]:
-    if p.repeat > 1:
-        return [f"{cfg}_conc{conc}_r{k}.json" for k in range(1, p.repeat + 1)]
-    return [f"{cfg}_conc{conc}.json"]
+    return [result_filename(cfg, conc, k, p.repeat) for k in range(1, p.repeat + 1)]
 
 
 def _missing_why(camp: Campaign, p: Planned, node: str, cfg: str, name: str) -> str:
@@ -159,7 +158,7 @@ def cell_states(camp: Campaign, p: Planned) -> list[CellState]:
         for conc in p.concurrencies:
             if not nodes:
                 out.append(CellState(cfg, conc, NO_NODE, MISSING, 0, p.repeat,
-                                     "no node's queue holds this configuration (no run.json or planned.json "
+                                     f"no node's queue holds this configuration (no {RUN_SPEC} or {PLANNED_FILE} "
                                      "names it): it was not run"))
                 continue
             for node in nodes:

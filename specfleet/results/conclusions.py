@@ -81,7 +81,7 @@ def _base_row(runs: pd.DataFrame, baseline: str, node: str, conc: int) -> pd.Ser
     return None if b.empty else b.iloc[0]
 
 
-def conclusions(t: Tables, baseline: str = "vanilla") -> list[str]:
+def conclusions(t: Tables, baseline: str) -> list[str]:
     runs = t.runs
     noise = t.noise or NoiseBand()
     out: list[str] = []

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from ..bench.plan import Equivalence
 from .campaign import Campaign
 from .provenance import plan_hashes
 from .stats import ratio_interval, tost_p
@@ -39,13 +40,17 @@ GATE_METRICS = {
 }
 METHOD = "TOST: two one-sided Welch t-tests on log values"
 SINGLE_RUN = "single run: plain threshold, no interval"
+# The rule's defaults are the plan's (a plan without `equivalence:`): one source for both.
+PLAN_DEFAULTS = Equivalence()
+# The baseline of a campaign folder reported without its plan (a plan names its own).
+DEFAULT_BASELINE = "vanilla"
 
 
 @dataclass(frozen=True)
 class EquivalenceRule:
-    metric: str = "output_throughput"
-    concurrency: int | None = 16  # None: every concurrency both nodes measured
-    tolerance_pct: float = 3.0
+    metric: str = PLAN_DEFAULTS.metric
+    concurrency: int | None = PLAN_DEFAULTS.concurrency  # None: every concurrency both nodes measured
+    tolerance_pct: float = PLAN_DEFAULTS.tolerance_pct
     alpha: float = 0.05
 
     def __post_init__(self) -> None:
@@ -170,7 +175,7 @@ def decide(rule: EquivalenceRule, a: list[float], b: list[float]) -> PairCheck:
 
 
 def check_equivalence(camp: Campaign, rule: EquivalenceRule | None = None,
-                      baseline: str = "vanilla") -> GateResult:
+                      baseline: str = DEFAULT_BASELINE) -> GateResult:
     rule = rule or EquivalenceRule()
     samples = baseline_samples(camp, baseline)
     hosts = camp.hosts

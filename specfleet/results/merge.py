@@ -200,7 +200,7 @@ def category_table(camp: Campaign, baseline: str) -> tuple[pd.DataFrame | None, 
     return df.sort_values(["concurrency", "category", "config", "node"]).reset_index(drop=True), None
 
 
-def build_tables(camp: Campaign, baseline: str = "vanilla", gpu_bandwidth_gbps: float | None = None,
+def build_tables(camp: Campaign, baseline: str, gpu_bandwidth_gbps: float | None = None,
                  weights_gib: float | None = None, noise: NoiseBand | None = None) -> Tables:
     noise = noise or NoiseBand()
     runs = add_measures(camp, runs_table(camp, baseline), baseline, noise)

@@ -1,7 +1,7 @@
 """Where each result comes from: the node's `provenance.json` (written by `fab collect`), the
 result files' metadata and the server log's first line, as two report tables.
 
-The worker half is one batched probe (`probe_script` -> `parse_probe`, run by tasks/collect.py):
+The worker half is one batched probe (`probe_script` -> `parse_probe`, run by fetch.py):
 GPUs, driver, CUDA, the venv's package versions, sha256 of the model's config.json and weight
 index and of the dataset. The local half (`node_table`, `result_table`) reads what is on disk
 and leaves a value out ("not recorded") rather than guess it.
@@ -20,10 +20,11 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from ..bench import layout
+
 if TYPE_CHECKING:
     from .campaign import Campaign
 
-PROVENANCE_FILE = "provenance.json"
 SEP = "@@specfleet@@"
 WEIGHT_INDEX = "model.safetensors.index.json"
 NOT_RECORDED = "not recorded"
@@ -54,7 +55,7 @@ def probe_script(venv: str, run_dir: str, model: str | None, dataset: str | None
     parts = [
         "nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null",
         "nvidia-smi 2>/dev/null | sed -n 's/.*CUDA Version: *\\([0-9.]*\\).*/\\1/p' | head -n1",
-        f"cat {q(venv + '/specfleet-manifest.json')} 2>/dev/null",
+        f"cat {q(venv + '/' + layout.VENV_MANIFEST)} 2>/dev/null",
         f"{q(venv + '/bin/python')} -c {q(DIST_CODE)} {' '.join(map(q, dists))} 2>/dev/null",
         (f"cd {q(run_dir)} 2>/dev/null; sha256sum -- {' '.join(q(f) for f in files)} 2>/dev/null"
          if files else "true"),
@@ -130,8 +131,8 @@ def spec_facts(spec: dict | None) -> tuple[str | None, dict[str, dict]]:
 
 # ------------------------------------------------------------------ local reading
 def read_provenance(hdir: Path) -> dict:
-    data = _json((hdir / PROVENANCE_FILE).read_text(encoding="utf-8", errors="replace")) \
-        if (hdir / PROVENANCE_FILE).is_file() else None
+    data = _json((hdir / layout.PROVENANCE).read_text(encoding="utf-8", errors="replace")) \
+        if (hdir / layout.PROVENANCE).is_file() else None
     return data if isinstance(data, dict) else {}
 
 
@@ -194,7 +195,7 @@ def simulated_signals(camp: "Campaign") -> list[str]:
             add(host, "the venv holds specfleet-simvllm")
         if p.get("model_simulated"):
             add(host, "the model's config.json has the simulated flag")
-        for log in sorted((camp.root / host).glob("*.server.log")):
+        for log in sorted((camp.root / host).glob("*" + layout.SERVER_LOG_SUFFIX)):
             try:
                 head = log.read_text(encoding="utf-8", errors="replace")[:20000]
             except OSError:
@@ -279,7 +280,7 @@ def result_table(camp: "Campaign") -> pd.DataFrame:
     for (host, cfg), runs in sorted(groups.items()):
         p = read_provenance(camp.root / host)
         item = (p.get("items_facts") or {}).get(cfg, {})
-        srv = server_facts(camp.root / host / f"{cfg}.server.log")
+        srv = server_facts(camp.root / host / layout.server_log(cfg))
         hashes = sorted({str(r.result.extra["plan_hash"]) for r in runs if r.result.extra.get("plan_hash")})
         spec_cmd = srv.get("speculative_config")
         if spec_cmd is None and srv.get("server_argv"):
@@ -327,8 +328,8 @@ RESULT_COLS = [(c, c.replace("_", " "), -1, "") for c in
 
 def provenance_sections(nodes: pd.DataFrame, results: pd.DataFrame | None) -> list[tuple[str, pd.DataFrame, list, str]]:
     out = [("Provenance", nodes, NODE_COLS,
-            "Per node: from the result files' metadata, provenance.json (fab collect's probe: nvidia-smi, "
-            "the venv's packages) and state.json. 'not recorded' = no source had it.")]
+            f"Per node: from the result files' metadata, {layout.PROVENANCE} (fab collect's probe: nvidia-smi, "
+            f"the venv's packages) and {layout.STATE}. 'not recorded' = no source had it.")]
     if results is not None and not results.empty:
         out.append(("Provenance per result", results, RESULT_COLS,
                     "Per node and configuration: plan hash of the result files, model path with the sha256 "

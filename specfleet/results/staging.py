@@ -9,7 +9,7 @@ A staged result file that validates (schema, name, completeness: campaign.check_
 the local one atomically (same file system: os.replace). One that does not is moved to quarantine
 and the local copy, valid or absent, stays: a valid local file is never replaced by an invalid
 remote one. Other files (state.json, run.json, done markers, server logs) replace theirs as they
-are. SSH-free: `tasks/collect.py` fetches, this decides.
+are. SSH-free: `fetch.py` fetches, this decides.
 """
 from __future__ import annotations
 

@@ -1,8 +1,9 @@
 """A command that runs only when needed: guarded by `creates` or `unless`."""
 from __future__ import annotations
 
+from ..facts.system import ShellCheck, ShellTest
 from ..shell import q
-from ..step import Change, Facts, Step, StepFailed
+from ..step import Change, Step, StepFailed, Values
 
 
 class Command(Step):
@@ -21,20 +22,16 @@ class Command(Step):
         self.needs_root = needs_root
         self.probe_needs_root = needs_root
 
-    def probe(self) -> str:
+    def facts(self) -> dict:
         checks = []
         if self.creates:
             checks.append(f"[ -e {q(self.creates)} ]")
         if self.unless:
-            checks.append(f"( {self.unless} ) >/dev/null 2>&1")
-        return f"if {' && '.join(checks)}; then echo DONE; else echo TODO; fi"
+            checks.append(f"( {self.unless} )")
+        return {"done": ShellTest(" && ".join(checks))}
 
-    def decide(self, facts: Facts) -> list[Change]:
-        if facts.lines[-1:] == ["DONE"]:
-            return []
-        if facts.lines[-1:] != ["TODO"]:
-            raise StepFailed(f"could not evaluate the guard of {self.name!r}")
-        return [Change(self.name, self.script)]
+    def decide(self, facts: Values) -> list[Change]:
+        return [] if facts["done"] else [Change(self.name, self.script)]
 
 
 class Assert(Step):
@@ -45,12 +42,12 @@ class Assert(Step):
         self.needs_root = False
         self.probe_needs_root = needs_root
 
-    def probe(self) -> str:
-        return f"out=$( ( {self.test} ) 2>&1 ); rc=$?; printf '%s\\n' \"$out\" | tail -n 5; echo \"@rc=$rc\""
+    def facts(self) -> dict:
+        return {"check": ShellCheck(self.test)}
 
-    def decide(self, facts: Facts) -> list[Change]:
-        rc_line = next((ln for ln in reversed(facts.lines) if ln.startswith("@rc=")), "@rc=1")
-        if rc_line != "@rc=0":
-            detail = " / ".join(ln for ln in facts.lines if not ln.startswith("@rc="))
+    def decide(self, facts: Values) -> list[Change]:
+        check = facts["check"]
+        if check.rc != 0:
+            detail = " / ".join(check.tail)
             raise StepFailed(f"{self.message}" + (f" ({detail})" if detail else ""))
         return []

@@ -1,18 +1,15 @@
 """Steps for files: whole content, one line, a directory, absence."""
 from __future__ import annotations
 
-import base64
-import binascii
 import difflib
 import os
-from dataclasses import dataclass
 
-from ..shell import DIFF_VAR, q, receive_file_script
-from ..step import Change, Facts, Payload, Step, StepFailed
+from ..facts.files import DIFF_MAX_BYTES, DirectoryState, FileState, HostFile, LineInFileState
+from ..shell import q, receive_file_script
+from ..step import Change, Payload, Step, StepFailed, Values
 
 
 MAX_DIFF_LINES = 60
-DIFF_MAX_BYTES = 64 * 1024  # --diff fetches and shows a file's content only up to this size
 
 
 def unified_diff(path: str, old: str | None, new: str | None) -> str:
@@ -48,25 +45,19 @@ class FileContent(Step):
             self.payload = Payload.of_bytes(content.encode() if isinstance(content, str) else content)
         self.name = f"file {path}" if present else f"absent {path}"
 
-    def probe(self) -> str:
-        p = q(self.path)
-        want = q(self.payload.sha256 if self.present else "")
-        return (f"if [ -f {p} ]; then sf_ms=$(stat -c '%a %s' -- {p}); echo \"$sf_ms\"; "
-                f"sf_h=$(sha256sum < {p} | cut -c1-64); echo \"$sf_h\"; "
-                f"if [ \"${{{DIFF_VAR}:-}}\" = 1 ] && [ \"$sf_h\" != {want} ] && [ \"${{sf_ms#* }}\" -le {DIFF_MAX_BYTES} ]; "
-                f"then printf CONTENT; base64 -w0 -- {p}; echo; fi; "
-                f"elif [ -e {p} ]; then echo NOTFILE; else echo ABSENT; fi")
+    def facts(self) -> dict:
+        return {"file": FileState(self.path, self.payload.sha256 if self.present else "")}
 
-    def decide(self, facts: Facts) -> list[Change]:
-        host = _HostFile.parse(facts.stdout)
-        if host.state == "NOTFILE":
+    def decide(self, facts: Values) -> list[Change]:
+        host = facts["file"]
+        if host.state == "notfile":
             raise StepFailed(f"{self.path} exists but is not a regular file; move it away first")
         if not self.present:
-            if host.state == "ABSENT":
+            if host.state == "absent":
                 return []
             return [Change(f"remove {self.path}", f"rm -f -- {q(self.path)}", self._diff(host, None))]
-        if host.state == "ABSENT" or host.sha256 != self.payload.sha256:
-            verb = "create" if host.state == "ABSENT" else "update"
+        if host.state == "absent" or host.sha256 != self.payload.sha256:
+            verb = "create" if host.state == "absent" else "update"
             return [Change(f"{verb} {self.path}",
                            receive_file_script(self.path, self.mode, self.payload.size, self.payload.sha256),
                            self._diff(host, self.payload), payload=self.payload)]
@@ -75,9 +66,9 @@ class FileContent(Step):
                            f"mode {host.mode} -> {self.mode}")]
         return []
 
-    def _diff(self, host: "_HostFile", new: Payload | None) -> str:
+    def _diff(self, host: HostFile, new: Payload | None) -> str:
         """A unified diff when both sides are small text files and known; else their checksums."""
-        absent = host.state == "ABSENT"
+        absent = host.state == "absent"
         old_text = None if absent else _text(host.content, host.size)
         new_text = None if new is None else _text(new.head(DIFF_MAX_BYTES), new.size)
         if (absent or old_text is not None) and (new is None or new_text is not None):
@@ -89,30 +80,6 @@ class FileContent(Step):
         return f"{label}sha256 {'absent' if absent else host.sha256} -> {'absent' if new is None else new.sha256}"
 
 
-@dataclass
-class _HostFile:
-    """What FileContent's probe printed: state, mode, size, sha256 and (under --diff) the content."""
-
-    state: str                      # ABSENT, NOTFILE or FILE
-    mode: str = ""
-    size: int = 0
-    sha256: str = ""
-    content: bytes | None = None    # only under --diff, for a small file that differs
-
-    @classmethod
-    def parse(cls, stdout: str) -> "_HostFile":
-        lines = stdout.split("\n")
-        head = lines[0].split()
-        if not head or head[0] in ("ABSENT", "NOTFILE"):
-            return cls(head[0] if head else "ABSENT")
-        size = int(head[1]) if len(head) > 1 and head[1].isdigit() else 0
-        content = None
-        for ln in lines[2:]:
-            if ln.startswith("CONTENT"):
-                content = _decode(ln[len("CONTENT"):])
-        return cls("FILE", head[0], size, lines[1].strip() if len(lines) > 1 else "", content)
-
-
 def _text(data: bytes | None, size: int) -> str | None:
     """`data` as text if it is a small text file (UTF-8, no NUL byte), else None."""
     if data is None or size > DIFF_MAX_BYTES or b"\0" in data:
@@ -120,13 +87,6 @@ def _text(data: bytes | None, size: int) -> str | None:
     try:
         return data.decode()
     except UnicodeDecodeError:
-        return None
-
-
-def _decode(b64: str) -> bytes | None:
-    try:
-        return base64.b64decode(b64.strip() or b"")
-    except binascii.Error:
         return None
 
 
@@ -141,24 +101,21 @@ class LineInFile(Step):
         self.path, self.line, self.present, self.mode = path, line, present, mode
         self.name = f"line in {path}: {line}" if present else f"no line in {path}: {line}"
 
-    def probe(self) -> str:
-        p = q(self.path)
-        return (f"if [ ! -e {p} ]; then echo ABSENT; "
-                f"elif grep -qxF -- {q(self.line)} {p}; then echo PRESENT; else echo MISSING; fi; "
-                f"[ -s {p} ] && [ \"$(tail -c1 -- {p} | od -An -tx1 | tr -d ' ')\" != 0a ] && echo NOEOL; true")
+    def facts(self) -> dict:
+        return {"line": LineInFileState(self.path, self.line)}
 
-    def decide(self, facts: Facts) -> list[Change]:
-        state = facts.lines[0] if facts.lines else "ABSENT"
+    def decide(self, facts: Values) -> list[Change]:
+        state = facts["line"]
         p, line = q(self.path), q(self.line)
         if self.present:
-            if state == "PRESENT":
+            if state.present:
                 return []
-            sep = "echo >> " + p + " && " if "NOEOL" in facts.lines else ""
-            create = f"mkdir -p -- $(dirname -- {p}) && touch -- {p} && chmod {q(self.mode)} -- {p} && " \
-                if state == "ABSENT" else ""
+            sep = "echo >> " + p + " && " if not state.ends_with_newline else ""
+            create = f"mkdir -p -- \"$(dirname -- {p})\" && touch -- {p} && chmod {q(self.mode)} -- {p} && " \
+                if not state.exists else ""
             return [Change(f"add line {self.line!r} to {self.path}",
                            f"{create}{sep}printf '%s\\n' {line} >> {p}", f"+{self.line}")]
-        if state != "PRESENT":
+        if not state.present:
             return []
         tmp = q(self.path + ".specfleet-tmp")
         return [Change(f"remove line {self.line!r} from {self.path}",
@@ -171,18 +128,17 @@ class Directory(Step):
         self.path, self.mode = path, mode
         self.name = f"directory {path}"
 
-    def probe(self) -> str:
-        p = q(self.path)
-        return f"if [ -d {p} ]; then stat -c %a -- {p}; elif [ -e {p} ]; then echo NOTDIR; else echo ABSENT; fi"
+    def facts(self) -> dict:
+        return {"dir": DirectoryState(self.path)}
 
-    def decide(self, facts: Facts) -> list[Change]:
-        state = facts.lines[0] if facts.lines else "ABSENT"
+    def decide(self, facts: Values) -> list[Change]:
+        state = facts["dir"]
         p = q(self.path)
-        if state == "NOTDIR":
+        if state.kind == "other":
             raise StepFailed(f"{self.path} exists and is not a directory")
-        if state == "ABSENT":
+        if state.kind == "absent":
             return [Change(f"create directory {self.path}", f"mkdir -p -- {p} && chmod {q(self.mode)} -- {p}")]
-        if state.lstrip("0") != self.mode.lstrip("0"):
+        if state.mode.lstrip("0") != self.mode.lstrip("0"):
             return [Change(f"chmod {self.mode} {self.path}", f"chmod {q(self.mode)} -- {p}",
-                           f"mode {state} -> {self.mode}")]
+                           f"mode {state.mode} -> {self.mode}")]
         return []

@@ -1,9 +1,10 @@
 """A step that applies only where a shell test holds (e.g. the host uses netplan)."""
 from __future__ import annotations
 
-from ..step import Change, Facts, Step
+from ..facts.system import ShellTest
+from ..step import Change, Step, Values
 
-YES, NO = "@@onlyif-yes", "@@onlyif-no"
+APPLIES = "applies"  # the test's fact, next to the inner step's own
 
 
 class OnlyIf(Step):
@@ -13,19 +14,19 @@ class OnlyIf(Step):
         self.needs_root = step.needs_root
         self.probe_needs_root = step.probe_needs_root
 
-    def probe(self) -> str:
-        return f"if ( {self.test} ) >/dev/null 2>&1; then echo {YES}; {self.step.probe() or 'true'}\nelse echo {NO}; fi"
+    def facts(self) -> dict:
+        inner = self.step.facts()
+        if APPLIES in inner:
+            raise ValueError(f"{self.step!r} names a fact {APPLIES!r}, which OnlyIf uses")
+        return {APPLIES: ShellTest(self.test), **inner}
 
-    def _inner(self, facts: Facts) -> Facts | None:
-        first, _, rest = facts.stdout.partition("\n")
-        return Facts(rest, facts.rc) if first.strip() == YES else None
+    def bastion_facts(self, values: Values) -> dict:
+        return self.step.bastion_facts(values) if values[APPLIES] else {}
 
-    def decide(self, facts: Facts) -> list[Change]:
-        inner = self._inner(facts)
-        return self.step.decide(inner) if inner is not None else []
+    def decide(self, facts: Values) -> list[Change]:
+        return self.step.decide(facts) if facts[APPLIES] else []
 
-    def report(self, facts: Facts) -> dict:
-        inner = self._inner(facts)
-        if inner is None:
+    def report(self, facts: Values) -> dict:
+        if not facts[APPLIES]:
             return {"skipped": self.otherwise} if self.otherwise else {}
-        return self.step.report(inner)
+        return self.step.report(facts)

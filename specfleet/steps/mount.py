@@ -1,8 +1,9 @@
 """A filesystem mounted from the right source with the right options."""
 from __future__ import annotations
 
+from ..facts.system import MountPoint
 from ..shell import q
-from ..step import Change, Facts, Step, StepFailed
+from ..step import Change, Step, StepFailed, Values
 
 
 class Mount(Step):
@@ -18,29 +19,25 @@ class Mount(Step):
         self.present = present
         self.name = f"mount {source} on {target}" if present else f"unmount {target}"
 
-    def probe(self) -> str:
-        return f"findmnt -n -o SOURCE,OPTIONS --mountpoint {q(self.target)} || echo NOTMOUNTED"
+    def facts(self) -> dict:
+        return {"mount": MountPoint(self.target)}
 
-    def decide(self, facts: Facts) -> list[Change]:
-        line = facts.lines[0] if facts.lines else "NOTMOUNTED"
+    def decide(self, facts: Values) -> list[Change]:
+        now = facts["mount"]
         t = q(self.target)
-        if line == "NOTMOUNTED":
+        if now is None:
             if not self.present:
                 return []
             cmd = (f"mkdir -p -- {t} && mount -t {q(self.fstype)} -o {q(self.options)} "
                    f"{q(self.source)} {t}")
             return [Change(f"mount {self.source} on {self.target} ({self.options})", cmd,
                            f"+{self.source} {self.target} {self.fstype} {self.options}")]
-        source, _, opts = line.partition(" ")
-        opts = opts.strip()
         if not self.present:
-            return [Change(f"unmount {self.target}", f"umount -- {t}", f"-{source} {self.target}")]
-        if source != self.source:
-            raise StepFailed(f"{self.target} is already mounted from {source}, not {self.source}; "
+            return [Change(f"unmount {self.target}", f"umount -- {t}", f"-{now.source} {self.target}")]
+        if now.source != self.source:
+            raise StepFailed(f"{self.target} is already mounted from {now.source}, not {self.source}; "
                              f"unmount it (umount {self.target}) if it is not in use")
-        want_ro = "ro" in self.options.split(",")
-        is_ro = "ro" in opts.split(",")
-        if want_ro and not is_ro:
+        if "ro" in self.options.split(",") and "ro" not in now.options:
             return [Change(f"remount {self.target} read-only", f"mount -o remount,ro -- {t}",
-                           f"-{opts}\n+ro")]
+                           f"-{','.join(now.options)}\n+ro")]
         return []

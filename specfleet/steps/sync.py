@@ -1,34 +1,19 @@
 """Copying a tree from the bastion to a host with rsync."""
 from __future__ import annotations
 
-import os
 import shlex
-import subprocess
-import threading
 
 from ..connection import ssh_argv
+from ..facts.rsync import LISTING, LocalCopyPlan, LocalListing, RsyncItemize, TreeListing  # noqa: F401
+from ..facts.rsync import _local_listings  # noqa: F401  (a run's cache; tests clear it)
 from ..inventory import Host
-from ..step import Change, Facts, Step, StepFailed
-
-
-# A tree's listing (type, path, size, mode, owner, link target, mtime in whole
-# seconds), hashed: equal on both sides means rsync's quick check would find
-# nothing to do. Computed on the host inside the batched probe, so a no-op run
-# needs no OpenSSH handshake at all (~0.3 s per host).
-LISTING = ("find . -printf '%y %P %s %m %U %G %l %T@\\n' | sed 's/\\.[0-9]*$//' | LC_ALL=C sort "
-           "| sha256sum | cut -c1-64")
-_local_listings: dict[tuple[str, int], str] = {}
-_listing_lock = threading.Lock()
+from ..quoting import join
+from ..step import Change, Step, StepFailed, Values
 
 
 def local_listing(src: str) -> str:
-    key = (src, os.stat(src).st_mtime_ns)
-    with _listing_lock:
-        if key not in _local_listings:
-            p = subprocess.run(["bash", "-c", f"cd {shlex.quote(src)} && {LISTING}"],
-                               capture_output=True, text=True, check=True)
-            _local_listings[key] = p.stdout.strip()
-        return _local_listings[key]
+    """The bastion tree's listing hash (the same one the host computes of its copy)."""
+    return LocalListing(src).gather_local()
 
 
 class RsyncTree(Step):
@@ -36,9 +21,9 @@ class RsyncTree(Step):
 
     The host reports a hash of its copy's listing in the batched probe; only
     when it differs from the bastion's does `rsync -n -i` run (on the bastion,
-    over OpenSSH) to itemize what will change -- also what --check shows. An
-    unchanged tree transfers nothing. `--checksum` is optional because it reads
-    every byte on both sides; a rebuilt venv with new mtimes needs it to avoid
+    over OpenSSH: a bastion fact) to itemize what will change -- also what --check
+    shows. An unchanged tree transfers nothing. `--checksum` is optional because it
+    reads every byte on both sides; a rebuilt venv with new mtimes needs it to avoid
     re-sending unchanged files (then the listing shortcut is off).
     """
 
@@ -71,29 +56,27 @@ class RsyncTree(Step):
     def shortcut(self) -> bool:
         return not (self.checksum or self.excludes)
 
-    def probe(self) -> str:
+    def itemize_fact(self) -> RsyncItemize:
+        return RsyncItemize(tuple(self.argv(dry_run=True)), self.host.name)
+
+    def facts(self) -> dict:
         if not self.shortcut:
-            return ""
-        return f"cd {shlex.quote(self.dest)} 2>/dev/null && {{ {LISTING}; }} || echo NONE"
+            return {"items": self.itemize_fact()}
+        return {"listing": TreeListing(self.dest), "local_listing": LocalListing(self.src)}
 
-    def local_facts(self) -> Facts | None:
-        return None if self.shortcut else self.itemize()
+    def in_sync(self, values: Values) -> bool:
+        """The listings say the copy is exact (no rsync -n needed)."""
+        return self.shortcut and values["listing"] == values["local_listing"]
 
-    def itemize(self) -> Facts:
-        """`rsync -n -i` from the bastion: what would be sent or deleted."""
-        p = subprocess.run(self.argv(dry_run=True), capture_output=True, text=True)
-        if p.returncode != 0:
-            raise StepFailed(f"rsync -n to {self.host.name} failed (exit {p.returncode}): "
-                             f"{p.stderr.strip()[-400:]}")
-        return Facts(p.stdout, p.returncode)
+    def bastion_facts(self, values: Values) -> dict:
+        if not self.shortcut or self.in_sync(values):
+            return {}
+        return {"items": self.itemize_fact()}
 
-    def decide(self, facts: Facts) -> list[Change]:
-        if self.shortcut:
-            if facts.stdout.strip() == local_listing(self.src):
-                return []
-            facts = self.itemize()
-        # itemized lines; '.d..t......' on the top directory alone is only a timestamp
-        items = [ln for ln in facts.lines if not ln.startswith(".d") or ln.split(" ", 1)[-1] not in ("./", "")]
+    def decide(self, facts: Values) -> list[Change]:
+        if self.in_sync(facts):
+            return []
+        items = facts["items"]
         if not items:
             return []
         summary = f"sync {len(items)} item(s) to {self.dest}"
@@ -114,18 +97,15 @@ class RemoteCopy(Step):
         self.src, self.dest = src.rstrip("/") + "/", dest.rstrip("/") + "/"
         self.name = f"copy {self.src} -> {self.dest}"
 
-    def _argv(self, dry: bool) -> str:
-        from ..shell import join
-        argv = ["rsync", "-a", "--partial", "--mkpath"] + (["-n", "-i", "--out-format=%i %n"] if dry else [])
-        return join(argv + ["--", self.src, self.dest])
+    def facts(self) -> dict:
+        return {"plan": LocalCopyPlan(self.src, self.dest)}
 
-    def probe(self) -> str:
-        return f"{self._argv(True)} 2>&1 | grep -v '^\\.d' ; true"
-
-    def decide(self, facts: Facts) -> list[Change]:
-        if any("No such file" in ln or "rsync error" in ln for ln in facts.lines):
-            raise StepFailed(f"cannot read {self.src}: {facts.lines[-1]}")
-        if not facts.lines:
+    def decide(self, facts: Values) -> list[Change]:
+        plan = facts["plan"]
+        if plan.error is not None:
+            raise StepFailed(f"cannot read {self.src}: {plan.error}")
+        if not plan.items:
             return []
-        return [Change(f"copy {len(facts.lines)} item(s) into {self.dest}", self._argv(False),
-                       "\n".join(facts.lines[:20]))]
+        fact = LocalCopyPlan(self.src, self.dest)
+        return [Change(f"copy {len(plan.items)} item(s) into {self.dest}", join(fact.argv(False)),
+                       "\n".join(plan.items[:20]))]

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from roles import configs
+from specfleet.roles import configs
 from specfleet.bench.plan import PlanError, load_plan
 from specfleet.inventory import Host
 
-from tasks.bench import paths_for, worker_dataset
+from specfleet.tasks.bench import paths_for, worker_dataset
 
 PROJECT = Path(__file__).resolve().parents[2]
 FAB = str(Path(sys.executable).parent / "fab")

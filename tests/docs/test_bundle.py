@@ -63,8 +63,8 @@ def test_fab_list_from_the_offline_install(installed):
     for name in ("provision", "bench", "collect", "facts", "bundle"):
         assert f"\n  {name} " in p.stdout, p.stdout
     # the package is the installed one, not this repository's
-    p = subprocess.run([str(installed / ".venv/bin/python"), "-c", "import specfleet, tasks; "
-                        "print(specfleet.__file__); print(tasks.__file__)"], cwd="/", env=env,
+    p = subprocess.run([str(installed / ".venv/bin/python"), "-c", "import specfleet, specfleet.tasks; "
+                        "print(specfleet.__file__); print(specfleet.tasks.__file__)"], cwd="/", env=env,
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 0 and str(ROOT) not in p.stdout and "site-packages" in p.stdout, p.stdout + p.stderr
 
@@ -80,7 +80,7 @@ def test_fab_needs_the_bundles_directory(installed):
 def test_installed_package_has_its_templates(installed):
     script = ("from specfleet.render import render\n"
               "print(render('provision/nvidia-modules.conf.j2', modules=['nvidia']))\n"
-              "from specfleet.results import render as r\n"
+              "from specfleet.results import document as r\n"
               "import os; print(sorted(os.listdir(r.TEMPLATE_DIR)))\n")
     p = subprocess.run([str(installed / ".venv/bin/python"), "-c", script], cwd="/", env=offline_env(),
                        capture_output=True, text=True, timeout=60)

@@ -12,6 +12,7 @@ import shlex
 import signal
 import subprocess
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -159,12 +160,21 @@ def bench(tb, tmp_path: Path, *args: str, plan: Path = FAST, timeout: float = 24
                inventory=inventory_of(tb), runs=tmp_path / f"runs-{tag}", timeout=timeout)
 
 
-def bench_popen(tb, tmp_path: Path, *args: str, plan: Path = FAST, tag: str = "bg") -> subprocess.Popen:
+@contextmanager
+def bench_in_background(tb, tmp_path: Path, *args: str, plan: Path = FAST, tag: str = "bg"):
+    """`fab bench` running in the background (output in bench-<tag>.log) for the block; still running
+    when the block ends (a failed wait, an assertion): killed and reaped, never left behind."""
     env = {**os.environ, "COLUMNS": "200", "SPECFLEET_INVENTORY": str(inventory_of(tb)),
            "SPECFLEET_RUNS_DIR": str(tmp_path / f"runs-{tag}")}
-    log = open(tmp_path / f"bench-{tag}.log", "w")
-    return subprocess.Popen([FAB, "bench", "--hosts", "w1,w2", "--plan", str(plan), "--poll", "0.5", *args],
-                            cwd=PROJECT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    with open(tmp_path / f"bench-{tag}.log", "w") as log:
+        p = subprocess.Popen([FAB, "bench", "--hosts", "w1,w2", "--plan", str(plan), "--poll", "0.5", *args],
+                             cwd=PROJECT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            yield p
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
 
 
 def out_of(p: subprocess.CompletedProcess) -> str:
@@ -225,18 +235,13 @@ def test_report_campaign_with_the_automatic_split(testbed_factory, tmp_path):
 # ---------------------------------------------------------------- 2. SSH side killed
 def test_fab_killed_mid_run_reattaches_and_nothing_is_redone(testbed_factory, tmp_path):
     tb = provisioned(testbed_factory, tmp_path)
-    p = bench_popen(tb, tmp_path, *REPORT_PINS)
-    try:
+    with bench_in_background(tb, tmp_path, *REPORT_PINS) as p:
         # w1's first item finished and its second one is under way
         wait_for(lambda: item_status(tb, "w1", "vanilla", ["done"])
                  and item_status(tb, "w1", "ngram", ["preflight", "loading", "benchmarking"]),
                  120, "w1 to finish vanilla and start ngram")
         p.send_signal(signal.SIGKILL)
         p.wait(timeout=10)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
     pid = lock_pid(tb, "w1")
     st = state(tb, "w1")
     assert pid and st["runner_pid"] == pid and [pid] == [x for x, _ in runner_procs(tb, "w1")], \
@@ -264,18 +269,13 @@ def test_fab_killed_mid_run_reattaches_and_nothing_is_redone(testbed_factory, tm
 def test_server_dying_during_load_fails_fast_with_its_log_and_the_queue_goes_on(testbed_factory, tmp_path):
     tb = provisioned(testbed_factory, tmp_path)
     tb.fault("w1", "die-during-load")
-    p = bench_popen(tb, tmp_path, *REPORT_PINS)
-    try:
+    with bench_in_background(tb, tmp_path, *REPORT_PINS) as p:
         # The engine reads the fault when it starts; once the first item's engine is loading,
         # clear it, so only this one server dies and the next items on w1 get a healthy engine.
         wait_for(lambda: "Starting to load model" in host_sh(
             tb, "w1", f"cat {run_dir('w1')}/vanilla.server.log 2>/dev/null").stdout, 60, "w1's first load")
         tb.fault("w1", "clear-engine-fault")
         rc = p.wait(timeout=180)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
     log = (tmp_path / "bench-bg.log").read_text()
     assert rc == 2, log[-3000:]  # a host had a failed item
     v = items(state(tb, "w1"))["vanilla"]
@@ -323,9 +323,8 @@ def test_never_healthy_server_times_out_per_the_plan(testbed_factory, tmp_path):
 def test_sigkilled_api_server_leaves_an_enginecore_that_the_runner_ends(testbed_factory, tmp_path):
     tb = provisioned(testbed_factory, tmp_path)
     # 512 output tokens: a concurrency-1 run lasts a few seconds, time to kill its server under it
-    p = bench_popen(tb, tmp_path, *REPORT_PINS,
-                    plan=plan_variant(tmp_path, lambda d: d["benchmark"].update(output_len=512)))
-    try:
+    plan = plan_variant(tmp_path, lambda d: d["benchmark"].update(output_len=512))
+    with bench_in_background(tb, tmp_path, *REPORT_PINS, plan=plan) as p:
         # Catch w2's vanilla server while a bench runs against it; freeze the runner (SIGSTOP) so that the
         # state seen here stays true while the API server is SIGKILLed and its engine is inspected.
         for _ in range(200):
@@ -355,10 +354,6 @@ def test_sigkilled_api_server_leaves_an_enginecore_that_the_runner_ends(testbed_
         finally:
             os.kill(runner, signal.SIGCONT)
         rc = p.wait(timeout=180)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
     assert rc == 2, (tmp_path / "bench-bg.log").read_text()[-3000:]
     st = state(tb, "w2")
     v, e = items(st)["vanilla"], items(st)["eagle3"]
@@ -384,8 +379,7 @@ def test_sigkilled_api_server_leaves_an_enginecore_that_the_runner_ends(testbed_
 # ---------------------------------------------------------------- 6. worker rebooted
 def test_rebooted_worker_resumes_after_provision(testbed_factory, tmp_path):
     tb = provisioned(testbed_factory, tmp_path)
-    p = bench_popen(tb, tmp_path, *REPORT_PINS)  # fab follows the campaign while w1 reboots
-    try:
+    with bench_in_background(tb, tmp_path, *REPORT_PINS) as p:  # fab follows the campaign while w1 reboots
         wait_for(lambda: item_status(tb, "w1", "vanilla", ["done"])
                  and item_status(tb, "w1", "ngram", ["loading", "benchmarking"]), 120, "w1 working on ngram")
         old_runner = lock_pid(tb, "w1")
@@ -397,10 +391,6 @@ def test_rebooted_worker_resumes_after_provision(testbed_factory, tmp_path):
         assert items(after)["ngram"]["status"] != "done"  # interrupted (the reboot's SIGTERM may have been seen)
         # the follower does not wait forever for a runner that is gone: it finishes w2, fails w1
         rc = p.wait(timeout=120)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
     log = (tmp_path / "bench-bg.log").read_text()
     assert rc == 2, log[-3000:]
     # fab names the reboot and the fix, whether the shutdown stopped the runner or killed it
@@ -509,15 +499,9 @@ def test_check_prints_queues_and_commands_and_starts_nothing(testbed_factory, tm
 # ---------------------------------------------------------------- 10. two fab bench at once
 def test_two_fab_bench_started_at_once_follow_the_same_runners(testbed_factory, tmp_path):
     tb = provisioned(testbed_factory, tmp_path)
-    a = bench_popen(tb, tmp_path, *REPORT_PINS, tag="a")
-    b = bench_popen(tb, tmp_path, *REPORT_PINS, tag="b")
-    try:
+    with bench_in_background(tb, tmp_path, *REPORT_PINS, tag="a") as a, \
+            bench_in_background(tb, tmp_path, *REPORT_PINS, tag="b") as b:
         rcs = [a.wait(timeout=240), b.wait(timeout=240)]
-    finally:
-        for p in (a, b):
-            if p.poll() is None:
-                p.kill()
-                p.wait()
     logs = [(tmp_path / f"bench-{t}.log").read_text() for t in ("a", "b")]
     assert rcs == [0, 0], [lg[-3000:] for lg in logs]
     for lg in logs:
@@ -547,16 +531,11 @@ def test_a_full_disk_ends_the_runner_and_its_server_and_says_where(testbed_facto
     d = run_dir("w1")
     assert host_sh(tb, "w1", f"mkdir -p {d} && mount -t tmpfs -o size=8m sf-full {d}").returncode == 0
     # 512 output tokens: a concurrency-1 run lasts a few seconds, time to fill the disk under it
-    p = bench_popen(tb, tmp_path, *REPORT_PINS,
-                    plan=plan_variant(tmp_path, lambda doc: doc["benchmark"].update(output_len=512)))
-    try:
+    plan = plan_variant(tmp_path, lambda doc: doc["benchmark"].update(output_len=512))
+    with bench_in_background(tb, tmp_path, *REPORT_PINS, plan=plan) as p:
         wait_for(lambda: item_status(tb, "w1", "vanilla", ["benchmarking"]), 120, "w1 benchmarking vanilla")
         host_sh(tb, "w1", f"dd if=/dev/zero of={d}/filler bs=64k 2>/dev/null")
         rc = p.wait(timeout=180)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
     log = (tmp_path / "bench-bg.log").read_text()
     assert rc == 2, log[-3000:]
     assert f"no space left on {d}" in " ".join(log.split()), log[-3000:]

@@ -13,11 +13,12 @@ import pytest
 from specfleet.events import EventLog, Redactor
 from specfleet.fleet import EXIT_FAILED, EXIT_UNREACHABLE, Fleet
 from specfleet.inventory import load_inventory
-from specfleet.step import Facts, Status
+from specfleet.step import Status
 from specfleet.steps.command import Assert, Command
 from specfleet.steps.files import Directory, FileContent, LineInFile
 from specfleet.steps.net import Route
-from specfleet.steps.sync import RsyncTree
+from specfleet.steps import sync
+from specfleet.steps.sync import RsyncTree, local_listing
 
 from e2e_helpers import derived_inventory, events, fab, host_sh, inventory_of
 
@@ -122,6 +123,10 @@ def test_cli_exit_codes_and_recap(testbed_factory, tmp_path):
     ok = fab("facts", inventory=inventory_of(tb), runs=tmp_path / "runs")
     assert ok.returncode == 0, ok.stderr
     assert "RECAP facts" in ok.stdout and "w1" in ok.stdout and "ens35" in ok.stdout
+    # each worker's GPU, from the nvidia-smi stand-in: index, name, memory (the table may fold the name)
+    assert ok.stdout.count("0: NVIDIA RTX PRO") == len(tb.workers) and "97887" in ok.stdout, ok.stdout
+    commands = [e for e in events(tmp_path / "runs") if e.get("event") == "commands"]
+    assert {e["host"]: e["count"] for e in commands} == {w: 1 for w in tb.workers}  # all facts: one round trip
 
     def edit(doc):
         doc["hosts"]["ghost"] = {"address": "10.10.30.99", "connect_timeout": 1}
@@ -195,14 +200,19 @@ def test_rsync_check_lists_and_second_sync_transfers_nothing(testbed_factory, sr
     inv = load_inventory(inventory_of(tb))
     host = inv.hosts["w1"]
     step = RsyncTree(host, str(src_tree), "/opt/tree-copy")
-    facts = step.itemize()
-    assert any("a.txt" in ln for ln in facts.lines)
+    items = step.itemize_fact().gather_local()
+    assert any("a.txt" in ln for ln in items)
     fleet = run(inventory_of(tb), lambda h: [RsyncTree(h, str(src_tree), "/opt/tree-copy")])
     assert all(r.changed for r in fleet.results)
-    assert step.decide(step.itemize()) == []
+    assert step.itemize_fact().gather_local() == []
     # the host's listing hash (what a no-op run compares, without OpenSSH) equals the bastion's
-    listing = host_sh(tb, "w1", step.probe()).stdout
-    assert step.decide(Facts(listing)) == []
+    fact = step.facts()["listing"]
+    listing = fact.parse(host_sh(tb, "w1", fact.command()).stdout, 0)
+    values = {"listing": listing, "local_listing": local_listing(step.src)}
+    assert step.in_sync(values) and step.bastion_facts(values) == {} and step.decide(values) == []
     shutil.rmtree(src_tree / "sub")
-    again = step.decide(Facts(listing))  # the bastion's tree changed: rsync -n itemizes it
+    sync._local_listings.clear()
+    values["local_listing"] = local_listing(step.src)  # the bastion's tree changed: rsync -n itemizes it
+    values.update({k: f.gather_local() for k, f in step.bastion_facts(values).items()})
+    again = step.decide(values)
     assert again and "deleting" in again[0].diff

@@ -62,6 +62,9 @@ def test_provision_fixes_the_report_faults_then_changes_nothing(testbed_factory,
     recs = step_events(tmp_path / "r2")
     assert changed_by_host(recs) == {w: 0 for w in [*tb.workers, "bastion"]}, \
         [r for r in recs if r["changed"]]
+    # a no-op provision costs each worker one SSH command: all steps' facts in one batch
+    commands = {e["host"]: e["count"] for e in events(tmp_path / "r2") if e.get("event") == "commands"}
+    assert commands == {w: 1 for w in tb.workers}, commands
     # the duplicate is still reported (reporting is the default; removal is explicit)
     assert "192.168.160.179" in second.stdout
 

@@ -101,7 +101,7 @@ def test_build_kit_holds_the_device_side(tmp_path):
         pytest.skip(f"{SAMPLE} missing")
     specs = payload.build_kit(tmp_path / "kit", SAMPLE)
     kit = tmp_path / "kit"
-    for name in payload.KIT_FILES + ("runner.py", "runner_lib.py", "question.jsonl"):
+    for name in payload.KIT_FILES + ("runner.py", "runner_lib.py", "layout.py", "question.jsonl"):
         assert (kit / name).is_file(), name
     assert "h200-dummy8b.json" in specs
     spec = json.loads((kit / "specs" / "h200-dummy8b.json").read_text())

@@ -41,7 +41,7 @@ from pathlib import Path
 
 import pytest
 
-from roles import venv as venv_role
+from specfleet.roles import venv as venv_role
 from specfleet.bench import load_plan
 from specfleet.results.schema import SPEC_KEYS, Result
 from testbed.realvllm import build_venv as bv

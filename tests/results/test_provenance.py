@@ -14,7 +14,7 @@ import pytest
 from specfleet.results import report_campaign
 from specfleet.results.campaign import scan_campaign
 from specfleet.results.provenance import parse_probe, probe_script, simulated_signals, spec_facts
-from specfleet.results.render import MIXED_PLANS_STAMP, NOT_EQUIVALENT_STAMP, SIMULATED_STAMP
+from specfleet.results.document import MIXED_PLANS_STAMP, NOT_EQUIVALENT_STAMP, SIMULATED_STAMP
 
 from campaign_builder import write_campaign
 

@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 
 from specfleet.results import EquivalenceRule, report_campaign
-from specfleet.results.render import NOT_EQUIVALENT_STAMP, SIMULATED_STAMP
+from specfleet.results.document import NOT_EQUIVALENT_STAMP, SIMULATED_STAMP
 
 from campaign_builder import FIXTURES, REPORT, write_campaign
 

@@ -76,13 +76,14 @@ def kill_pid(pid: int, sig=signal.SIGKILL) -> None:
 
 class Server:
     def __init__(self, venv: Path, model: Path, tmp: Path, gpu: Path, host_cfg: dict | None = None,
-                 spec: dict | None = None, extra: list[str] | None = None, scale: float = 0.05):
+                 spec: dict | None = None, extra: list[str] | None = None, scale: float = 0.05,
+                 env: dict | None = None):
         self.port = free_port()
         self.log_path = tmp / f"serve-{self.port}.log"
         cfg = tmp / f"sim-{self.port}.json"
         cfg.write_text(json.dumps(host_cfg or {"speed_factor": 1.0, "noise": 0.0, "fault": None}))
         self.env = {**os.environ, "SIMVLLM_TIME_SCALE": str(scale), "SIMVLLM_LOAD_SCALE": "0.002",
-                    "SIMVLLM_HOST_CONFIG": str(cfg), "SIMVLLM_GPU_DIR": str(gpu)}
+                    "SIMVLLM_HOST_CONFIG": str(cfg), "SIMVLLM_GPU_DIR": str(gpu), **(env or {})}
         cmd = [str(venv / "bin" / "vllm"), "serve", str(model), "--served-model-name", "bench",
                "--max-model-len", "2048", "--gpu-memory-utilization", "0.95", "--host", "127.0.0.1",
                "--port", str(self.port), "--no-enable-log-requests"]

@@ -91,10 +91,10 @@ def test_spec_bench_loader_rules(tmp_path):
             for i in range(10)]
     path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     data = load_spec_bench(str(path), None, disable_shuffle=False)
-    expect = [{"prompt": f"q{i}"} for i in range(10)]
+    expect = [{"prompt": f"q{i}", "category": "qa" if i % 2 else "rag"} for i in range(10)]
     random.seed(0)
     random.shuffle(expect)
-    assert data == expect  # seed 0 whatever --seed says; turns[0] only
+    assert data == expect  # seed 0 whatever --seed says; turns[0] only; the category rides along
     assert [d["prompt"] for d in load_spec_bench(str(path), "qa", True)] == ["q1", "q3", "q5", "q7", "q9"]
     reqs = sample(data, 13, 32)
     assert len(reqs) == 13 and len({r.request_id for r in reqs}) == 13

@@ -5,7 +5,7 @@ import json
 import subprocess
 
 from specfleet.bench.remote import RunnerView
-from tasks.collect import finished_items, includes_for
+from specfleet.results.fetch import finished_items, includes_for
 
 RUN_FOLDER = {
     # done

@@ -22,7 +22,8 @@ import yaml
 
 from specfleet.fleet import Fleet
 from specfleet.inventory import load_inventory
-from specfleet.step import Change, Facts, Status, Step, StepFailed
+from specfleet.facts.files import PathKind
+from specfleet.step import Change, Status, Step, StepFailed
 from specfleet.yamlfile import YamlFileError, load_yaml
 
 PROJECT = Path(__file__).resolve().parents[2]
@@ -184,9 +185,6 @@ class LocalStep(Step):
     def __init__(self, name, raises=None):
         self.name, self.raises = name, raises
 
-    def local_facts(self):
-        return Facts("")
-
     def decide(self, facts):
         if self.raises:
             raise self.raises
@@ -238,9 +236,6 @@ def test_standing_names_the_current_step_or_the_last_result(tmp_path):
 class Broken(Step):
     name = "broken"
 
-    def local_facts(self):
-        return Facts("")
-
     def decide(self, facts):
         return [Change("x", local_argv=["/nonexistent/rsync-binary"])]
 
@@ -255,7 +250,7 @@ def test_an_oserror_while_applying_fails_that_host_with_one_line(tmp_path):
 
 # ---------------------------------------------------------------- the live venv is never written
 def test_release_id_changes_when_the_venv_changes_in_place(tmp_path):
-    from roles.venv_deploy import release_id
+    from specfleet.roles.venv_deploy import release_id
     venv = tmp_path / "venv"
     (venv / "lib").mkdir(parents=True)
     (venv / "lib" / "mod.py").write_text("x = 1\n")
@@ -269,7 +264,7 @@ def test_release_id_changes_when_the_venv_changes_in_place(tmp_path):
 
 
 def test_a_changed_live_release_is_refused_and_bytecode_caches_are_left(tmp_path):
-    from roles.venv_deploy import ReleaseCopy, code_listing
+    from specfleet.roles.venv_deploy import ReleaseCopy, code_listing
     from specfleet.steps.sync import local_listing
     venv = tmp_path / "venv"
     (venv / "lib" / "__pycache__").mkdir(parents=True)
@@ -277,18 +272,22 @@ def test_a_changed_live_release_is_refused_and_bytecode_caches_are_left(tmp_path
     host = hosts_of(tmp_path)[0]
     step = ReleaseCopy(host, str(venv), "/opt/v.releases/r1", None)
     full, code = local_listing(str(venv) + "/"), code_listing(str(venv) + "/")
-    live = "LIVE /opt/v.releases/r1"
-    assert step.decide(Facts(f"{live}\n{full}\n{code}\n")) == []
-    assert step.decide(Facts(f"{live}\n{'0' * 64}\n{code}\n")) == []  # only __pycache__ differs
+    live = PathKind("link", "/opt/v.releases/r1")
+
+    def facts(listing, code):
+        return {"live": live, "listing": listing, "local_listing": full, "code_listing": code,
+                "local_code_listing": code_listing(str(venv) + "/")}
+    assert step.decide(facts(full, code)) == []
+    assert step.decide(facts("0" * 64, code)) == []  # only __pycache__ differs
     with pytest.raises(StepFailed, match="live venv here and was changed on this host"):
-        step.decide(Facts(f"{live}\n{'0' * 64}\n{'1' * 64}\n"))
+        step.decide(facts("0" * 64, "1" * 64))
 
 
 def test_a_crash_outside_the_fleet_run_exits_70_not_1(tmp_path):
     hook = tmp_path / "hook"
     hook.mkdir()
     (hook / "sitecustomize.py").write_text(textwrap.dedent("""
-        import tasks.common as c
+        import specfleet.tasks.common as c
         def load(inventory):
             raise RuntimeError("injected crash before the run")
         c.load = load

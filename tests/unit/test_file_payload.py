@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from specfleet.fleet import _commands
-from specfleet.step import Change, Facts, Payload, StepFailed
+from specfleet.facts.files import HostFile
+from specfleet.step import Change, Payload, StepFailed
 from specfleet.steps.files import DIFF_MAX_BYTES, FileContent
 
 from test_steps import converge, facts_of, sh
@@ -23,20 +24,16 @@ def sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def host_facts(mode: str, data: bytes, *, content: bool = False) -> Facts:
-    """What the probe prints for a host file holding `data` (content only as under --diff)."""
-    out = f"{mode} {len(data)}\n{sha(data)}\n"
-    if content:
-        import base64
-        out += "CONTENT" + base64.b64encode(data).decode() + "\n"
-    return Facts(out)
+def host_facts(mode: str, data: bytes, *, content: bool = False) -> dict:
+    """The file fact of a host file holding `data` (content only as under --diff)."""
+    return {"file": HostFile("file", mode, len(data), sha(data), data if content else None)}
 
 
 # ------------------------------------------------------------ facts in, changes out
 def test_absent_file_is_created_with_the_content_as_payload_not_in_the_script():
     data = os.urandom(1 << 20)  # 1 MiB: as base64 in the command text it broke bash and sshd
     step = FileContent("/var/lib/specfleet/datasets/q.bin", data)
-    [c] = step.decide(Facts("ABSENT\n"))
+    [c] = step.decide({"file": HostFile("absent")})
     assert c.summary == "create /var/lib/specfleet/datasets/q.bin"
     assert c.payload is not None and c.payload.size == len(data) and c.payload.sha256 == sha(data)
     assert b"".join(c.payload.chunks()) == data
@@ -65,12 +62,12 @@ def test_other_checksum_is_an_update_with_payload():
 def test_absent_wanted_removes_an_existing_file():
     [c] = FileContent("/etc/m.conf", present=False).decide(host_facts("644", b"x\n"))
     assert c.summary == "remove /etc/m.conf" and c.payload is None
-    assert FileContent("/etc/m.conf", present=False).decide(Facts("ABSENT\n")) == []
+    assert FileContent("/etc/m.conf", present=False).decide({"file": HostFile("absent")}) == []
 
 
 def test_not_a_regular_file_fails():
     with pytest.raises(StepFailed, match="not a regular file"):
-        FileContent("/etc/m.conf", b"x").decide(Facts("NOTFILE\n"))
+        FileContent("/etc/m.conf", b"x").decide({"file": HostFile("notfile")})
 
 
 def test_diff_small_text_is_a_unified_diff():
@@ -88,7 +85,7 @@ def test_diff_large_or_binary_says_so_with_both_checksums():
     assert c.diff.startswith("binary or large file: sha256 ")
     [c] = FileContent("/d/b", b"text\n").decide(host_facts("644", b"\xff\xfe\0", content=True))
     assert c.diff.startswith("binary or large file: sha256 ")
-    [c] = FileContent("/d/q.jsonl", big_new).decide(Facts("ABSENT\n"))
+    [c] = FileContent("/d/q.jsonl", big_new).decide({"file": HostFile("absent")})
     assert c.diff == f"binary or large file: sha256 absent -> {sha(big_new)}"
 
 
@@ -99,14 +96,15 @@ def test_probe_brings_back_a_checksum_never_the_content(tmp_path):
     f.chmod(0o640)
     for diff in (False, True):  # --diff fetches small files only
         facts = facts_of(FileContent(str(f), b"other"), tmp_path, diff=diff)
-        assert facts.stdout == f"640 300000\n{sha(f.read_bytes())}\n"
+        assert facts["file"] == HostFile("file", "640", 300000, sha(f.read_bytes()), None)
 
 
 def test_probe_under_diff_fetches_a_small_differing_file(tmp_path):
     f = tmp_path / "m.conf"
     f.write_text("old\n")
-    assert "CONTENT" not in facts_of(FileContent(str(f), "new\n"), tmp_path).stdout
-    assert "CONTENT" not in facts_of(FileContent(str(f), "old\n"), tmp_path, diff=True).stdout  # same
+    assert facts_of(FileContent(str(f), "new\n"), tmp_path)["file"].content is None
+    assert facts_of(FileContent(str(f), "old\n"), tmp_path, diff=True)["file"].content is None  # same
+    assert facts_of(FileContent(str(f), "new\n"), tmp_path, diff=True)["file"].content == b"old\n"
     [c] = FileContent(str(f), "new\n").decide(facts_of(FileContent(str(f), "new\n"), tmp_path, diff=True))
     assert "-old" in c.diff and "+new" in c.diff
 
@@ -120,7 +118,7 @@ def test_receive_writes_atomically_mode_before_rename(tmp_path):
     (bin_dir / "mv").write_text(f'#!/bin/sh\nstat -c "%a %n" "$3" >> {log}\nexec /bin/mv "$@"\n')
     (bin_dir / "mv").chmod(0o755)
     target = tmp_path / "d" / "run.json"
-    [c] = FileContent(str(target), b'{"a": 1}\n', mode="0750").decide(Facts("ABSENT\n"))
+    [c] = FileContent(str(target), b'{"a": 1}\n', mode="0750").decide({"file": HostFile("absent")})
     p = sh(f"PATH={bin_dir}:$PATH\nset -e\n" + c.script, tmp_path, b"".join(c.payload.chunks()))
     assert p.returncode == 0, p.stderr
     mode, tmp_name = log.read_text().split()

@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from roles import env, nfs
-from roles.model import ModelDir
+from specfleet.roles import env, nfs
+from specfleet.roles.model import ModelDir
 from specfleet.bench.runner_lib import parse_env_file
 from specfleet.inventory import Host
 from specfleet.quoting import env_key, env_line, fstab_line, q, ssh_option, yaml_str
 from specfleet.render import render
-from specfleet.step import Facts
+from specfleet.facts.gather import gather_here
 
 PROJECT = Path(__file__).resolve().parents[2]
 
@@ -78,16 +78,16 @@ def test_model_probe_treats_candidates_as_data(tmp_path):
     (good / "w.safetensors").write_bytes(b"x" * 10)
     cands = [f"{tmp_path}/{h}" for h in HOSTILE if h and "\n" not in h] + [str(good)]
     step = ModelDir(cands)
-    p = subprocess.run(["bash", "-c", step.probe()], cwd=tmp_path, capture_output=True, text=True)
+    (values,) = gather_here([step], str(tmp_path))
     assert not list(tmp_path.glob("CANARY*")), "the model probe ran a candidate path"
-    assert step.decide(Facts(p.stdout, p.returncode)) == []
-    assert step.report(Facts(p.stdout, p.returncode))["model"]["path"] == str(good)
+    assert step.decide(values) == []
+    assert step.report(values)["model"]["path"] == str(good)
     # a hostile candidate that exists is reported under its own name
     weird = tmp_path / "$(touch CANARY) it's"
     shutil.copytree(good, weird)
     step = ModelDir([str(weird), str(good)])
-    p = subprocess.run(["bash", "-c", step.probe()], cwd=tmp_path, capture_output=True, text=True)
-    assert step.report(Facts(p.stdout, p.returncode))["model"]["path"] == str(weird)
+    (values,) = gather_here([step], str(tmp_path))
+    assert step.report(values)["model"]["path"] == str(weird)
     assert not list(tmp_path.glob("CANARY*"))
 
 
@@ -150,13 +150,14 @@ def test_q_refuses_nul_and_quotes_everything_else(tmp_path):
 
 
 # -- no probe or change builds shell text by formatting a value ------------------------------------
-SHELL_FUNCS = {"probe", "decide", "_argv", "script"}
+SHELL_FUNCS = {"probe", "decide", "_argv", "script", "command", "_listing_command"}
 QUOTERS = {"q", "join", "quote", "shlex.quote", "shlex.join"}
 # expressions that are never values from an inventory or plan: the step's own constants and counters
 SAFE = {"i", "SECTION", "YES", "NO", "self.token", "LISTING", "sep", "create", "pre", "flip", "verify",
         "probe", "int(wait_s * 5)", "pid", "self.step.probe() or 'true'", "' && '.join(checks)",
         "self.test", "self.unless", "self._argv(True)", "CODE_LISTING",
-        "DIFF_VAR", "DIFF_MAX_BYTES"}  # constants of the code, never a value from a file
+        "DIFF_VAR", "DIFF_MAX_BYTES", "exact", "CODE_LISTING if code_only else LISTING",
+        "QUERY_FIELDS", "' && '.join(checks)"}  # constants of the code, never a value from a file
 
 
 def _quoted_names(fn: ast.AST) -> set[str]:
@@ -206,7 +207,8 @@ def _message_nodes(fn: ast.AST) -> set[int]:
 
 def test_no_shell_text_formats_an_unquoted_value():
     bad = []
-    files = sorted((PROJECT / "roles").glob("*.py")) + sorted((PROJECT / "specfleet" / "steps").glob("*.py"))
+    files = sorted((PROJECT / "specfleet" / "roles").glob("*.py")) + sorted((PROJECT / "specfleet" / "steps").glob("*.py")) \
+        + sorted((PROJECT / "specfleet" / "facts").glob("*.py"))
     for f in files:
         tree = ast.parse(f.read_text())
         for fn in ast.walk(tree):

@@ -7,8 +7,12 @@ import subprocess
 
 import pytest
 
+from specfleet.facts.files import HostFile
+from specfleet.facts.gather import gather_here
+from specfleet.facts.net import Address, RouteEntry
+from specfleet.facts.system import CheckResult
 from specfleet.shell import ProbeBatch, as_root, receive_file_script
-from specfleet.step import Facts, StepFailed
+from specfleet.step import StepFailed
 from specfleet.steps.command import Assert, Command
 from specfleet.steps.files import Directory, FileContent, LineInFile
 from specfleet.steps.net import Route
@@ -25,8 +29,11 @@ def sh(script, cwd, stdin: bytes = b"", diff: bool = False):
 
 
 def facts_of(step, cwd, diff: bool = False):
-    p = sh(step.probe(), cwd, diff=diff)
-    return Facts(p.stdout, p.returncode)
+    """The step's facts gathered from `cwd` by the local bash, as the fleet gathers them on a host."""
+    (values,) = gather_here([step], str(cwd), diff=diff)
+    if isinstance(values, Exception):
+        raise values
+    return values
 
 
 def converge(step, cwd):
@@ -58,7 +65,7 @@ def test_probe_output_cannot_forge_a_marker(tmp_path):
 def test_file_content_create_update_noop(tmp_path):
     path = str(tmp_path / "etc" / "nvidia.conf")
     step = FileContent(path, "nvidia\nnvidia_uvm\n", mode="0644")
-    first = step.decide(Facts("ABSENT\n"))
+    first = step.decide({"file": HostFile("absent")})
     assert [c.summary for c in first] == [f"create {path}"] and "+nvidia_uvm" in first[0].diff
     assert converge(step, tmp_path) == 1
     assert open(path).read() == "nvidia\nnvidia_uvm\n"
@@ -83,12 +90,12 @@ def test_file_absent(tmp_path):
     path.write_text("nvidia\n")
     step = FileContent(str(path), present=False)
     assert converge(step, tmp_path) == 1 and not path.exists()
-    assert step.decide(Facts("ABSENT\n")) == []
+    assert step.decide({"file": HostFile("absent")}) == []
 
 
 def test_file_refuses_directory(tmp_path):
     with pytest.raises(StepFailed, match="not a regular file"):
-        FileContent(str(tmp_path), "x").decide(Facts("NOTFILE\n"))
+        FileContent(str(tmp_path), "x").decide({"file": HostFile("notfile")})
 
 
 def test_line_in_file_keeps_other_lines(tmp_path):
@@ -107,10 +114,12 @@ def test_directory(tmp_path):
     assert oct(d.stat().st_mode & 0o777) == "0o750"
 
 
+ENS35 = [Address("ens35", "192.168.160.14", 24)]
+
+
 def test_route_stale_device_is_replaced():
     step = Route("192.168.160.0/24", "ens35", src="192.168.160.14")
-    facts = Facts("192.168.160.0/24 dev ens33 scope link \n--addr\n"
-                  "3: ens35    inet 192.168.160.14/24 scope global ens35\\       valid_lft forever\n")
+    facts = {"routes": [RouteEntry("192.168.160.0/24 dev ens33 scope link", "ens33")], "addresses": ENS35}
     changes = step.decide(facts)
     assert [c.script for c in changes] == [
         "ip route del 192.168.160.0/24 dev ens33",
@@ -121,15 +130,15 @@ def test_route_stale_device_is_replaced():
 
 def test_route_right_device_without_proto_kernel_is_ok():
     step = Route("192.168.160.0/24", "ens35", src="192.168.160.14")
-    facts = Facts("192.168.160.0/24 dev ens35 scope link src 192.168.160.14 \n--addr\n"
-                  "3: ens35    inet 192.168.160.14/24 scope global ens35\n")
+    facts = {"routes": [RouteEntry("192.168.160.0/24 dev ens35 scope link src 192.168.160.14", "ens35",
+                                   "192.168.160.14")], "addresses": ENS35}
     assert step.decide(facts) == []
 
 
 def test_route_refuses_when_the_nic_lacks_the_address():
     step = Route("192.168.160.0/24", "ens35", src="192.168.160.99")
     with pytest.raises(StepFailed, match="storage_ip"):
-        step.decide(Facts("--addr\n3: ens35    inet 192.168.160.14/24 scope global ens35\n"))
+        step.decide({"routes": [], "addresses": ENS35})
 
 
 def test_command_guard(tmp_path):
@@ -143,8 +152,8 @@ def test_command_guard(tmp_path):
 def test_assert_step_fails_with_message():
     step = Assert("gpu visible", "nvidia-smi", "GPU not visible")
     with pytest.raises(StepFailed, match="GPU not visible"):
-        step.decide(Facts("bash: nvidia-smi: command not found\n@rc=127\n"))
-    assert step.decide(Facts("@rc=0\n")) == []
+        step.decide({"check": CheckResult(127, ["bash: nvidia-smi: command not found"])})
+    assert step.decide({"check": CheckResult(0, [])}) == []
 
 
 def test_injection_strings_stay_data(tmp_path):

@@ -39,14 +39,17 @@ class Reservation:
     def __init__(self) -> None:
         self.path: str | None = None
 
-    def take(self, mib: int) -> None:
+    def take(self, mib: int, indexes: list[int]) -> None:
+        """Hold `mib` on each GPU of `indexes`: one file, `INDEX:MiB` per GPU, or the single-GPU
+        form (a bare MiB, which means GPU 0) when GPU 0 is the only one (docs/dev/contracts.md)."""
         rdir = os.path.join(simenv.gpu_dir(), "reservations")
         if not os.path.isdir(rdir):
             return  # not on a testbed worker
         path = os.path.join(rdir, str(os.getpid()))
         tmp = path + ".tmp"
         with open(tmp, "w", encoding="utf-8") as f:
-            f.write(f"{int(mib)}\n")
+            f.write((f"{int(mib)}" if list(indexes) == [0] else " ".join(f"{i}:{int(mib)}" for i in indexes))
+                    + "\n")
         os.replace(tmp, path)
         self.path = path
 
@@ -116,38 +119,56 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGUSR1, crash)
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
     host = simenv.host_config()
-    gpu = simenv.gpu_info()
-    total_mib = int(gpu["memory_total_mib"])
+    by_index = {g["index"]: g for g in simenv.gpus()}
+    mine = [by_index[i] for i in cfg.get("gpus", [0]) if i in by_index]
+    tp = int(cfg.get("tensor_parallel_size") or 1)
+    if not mine:
+        traceback_exit([
+            '  File "/vllm-venv/lib/python3.11/site-packages/vllm/v1/worker/gpu_worker.py", line 236, in init_device',
+            "    torch.cuda.set_device(self.device)",
+            '  File "/vllm-venv/lib/python3.11/site-packages/torch/cuda/__init__.py", line 372, in _lazy_init',
+            "    torch._C._cuda_init()",
+            "RuntimeError: No CUDA GPUs are available (CUDA_VISIBLE_DEVICES="
+            f"{os.environ.get('CUDA_VISIBLE_DEVICES')!r} leaves none visible)",
+        ])
+    total_mib = min(int(g["memory_total_mib"]) for g in mine)
     util = float(cfg["gpu_memory_utilization"])
     total_gib = total_mib / 1024
 
     log("INFO", "core.py:133",
         f"Initializing a V1 LLM engine (v0.32.0) with config: model='{cfg['model']}', "
         f"speculative_config={cfg['spec_repr']}, tokenizer='{cfg['model']}', dtype=torch.bfloat16, "
-        f"max_seq_len={cfg['max_model_len']}, load_format={cfg['load_format']}, tensor_parallel_size=1, "
+        f"max_seq_len={cfg['max_model_len']}, load_format={cfg['load_format']}, tensor_parallel_size={tp}, "
         f"pipeline_parallel_size=1, data_parallel_size=1, seed={cfg['seed']}, "
         f"served_model_name={cfg['served_model_name']}, enable_prefix_caching=True, "
         f"enable_chunked_prefill=True  [SIMULATED engine: no GPU work is done]")
 
-    used = simenv.used_mib(exclude_pid=os.getpid())
-    free_mib = total_mib - used
+    used = simenv.used_by_gpu(exclude_pid=os.getpid())
     want_mib = util * total_mib
-    if free_mib < want_mib:
+    for rank, g in enumerate(mine):  # each TP worker checks its own device (cuda:<local rank>)
+        free_mib = int(g["memory_total_mib"]) - used.get(g["index"], 0)
+        if free_mib >= want_mib:
+            continue
         traceback_exit([
             '  File "/vllm-venv/lib/python3.11/site-packages/vllm/v1/worker/gpu_worker.py", line 281, in init_device',
             "    self.requested_memory = request_memory(init_snapshot, self.cache_config)",
             '  File "/vllm-venv/lib/python3.11/site-packages/vllm/v1/worker/utils.py", line 412, in request_memory',
             "    raise ValueError(",
-            f"ValueError: Free memory on device cuda:0 ({free_mib / 1024:.2f}/{total_gib:.2f} GiB) on startup "
+            f"ValueError: Free memory on device cuda:{rank} ({free_mib / 1024:.2f}/{total_gib:.2f} GiB) on startup "
             f"is less than desired GPU memory utilization ({util}, {want_mib / 1024:.2f} GiB). Decrease "
             "GPU memory utilization or reduce GPU memory used by other processes.",
         ])
-    RES.take(int(want_mib))
+    RES.take(int(want_mib), [g["index"] for g in mine])
+    if tp > 1:
+        log("INFO", "multiproc_executor.py:720", f"SIMULATED tensor parallelism: {tp} ranks on GPUs "
+            f"{', '.join(str(g['index']) for g in mine)} (no VLLM::Worker_TP* processes; this process holds "
+            "the memory of every rank)")
 
     log("INFO", "gpu_model_runner.py:3860", f"Starting to load model {cfg['model']}...")
-    weights_gib = float(cfg["weights_gib"])
+    weights_gib = float(cfg["weights_gib"]) / tp  # each rank holds its shard
     bw = simenv.NFS_BANDWIDTH if cfg["nfs"] else simenv.LOCAL_BANDWIDTH
-    read_s = weights_gib * GIB / bw if cfg["load_format"] != "dummy" else 0.5
+    # the ranks read their shards at once over the same storage link: the whole checkpoint's time
+    read_s = float(cfg["weights_gib"]) * GIB / bw if cfg["load_format"] != "dummy" else 0.5
     scale = simenv.load_scale()
     fault = host["fault"]
     if fault == "never-healthy":
@@ -181,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
         ])
     log("INFO", "gpu_worker.py:424", f"Available KV cache memory: {kv_gib:.2f} GiB")
     per_token = int(cfg["kv_bytes_per_token"])
-    kv_tokens = int(kv_gib * GIB / per_token) // 16 * 16
+    kv_tokens = int(kv_gib * GIB / (per_token / tp)) // 16 * 16  # KV heads are split over the ranks
     max_len = int(cfg["max_model_len"])
     if kv_tokens < max_len:
         traceback_exit([

@@ -37,7 +37,7 @@ class Metrics:
     def render(self) -> str:
         lbl = f'engine="0",model_name="{self.model_name}"'
         out: list[str] = [
-            "# SIMULATED metrics of specfleet-simvllm (no GPU, no model): calibration-table numbers",
+            "# SIMULATED metrics of specfleet-simvllm (no GPU, no model): numbers of its documented model (vllm/model.py)",
         ]
 
         def counter(name: str, help_: str, rows: list[tuple[str, float]]) -> None:

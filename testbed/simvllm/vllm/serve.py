@@ -73,22 +73,42 @@ def wait_ready(proc: subprocess.Popen, fd: int) -> dict | None:
         return None
 
 
+def gpus_for(tp: int) -> list[dict]:
+    """The GPUs this server uses: the first `tp` that CUDA_VISIBLE_DEVICES leaves visible.
+
+    Like vLLM, TP > 1 with fewer visible GPUs fails in the API server's config validation; TP = 1
+    with none visible fails later, in the EngineCore (torch finds no CUDA device)."""
+    if tp < 1:
+        raise ConfigError("pydantic_core._pydantic_core.ValidationError", "1 validation error for "
+                          f"ParallelConfig\n  Value error, tensor_parallel_size must be >= 1, got {tp}")
+    visible = simenv.visible_gpus(simenv.gpus(), os.environ.get("CUDA_VISIBLE_DEVICES"))
+    if tp > 1 and len(visible) < tp:
+        raise ConfigError("pydantic_core._pydantic_core.ValidationError", (
+            "1 validation error for ParallelConfig\n"
+            f"  Value error, World size ({tp}) is larger than the number of available GPUs ({len(visible)}) "
+            "in this node. If this is intentional and you are using:\n"
+            "- ray, set '--distributed-executor-backend ray'.\n"
+            "- multiprocessing, set '--nnodes' appropriately. [type=value_error]"))
+    return visible[:tp]
+
+
 def run(args) -> int:
     host = simenv.host_config()
     model = args.model_tag
     served = (args.served_model_name or [model])[0]
     simenv.raw(f"SIMULATED: {VERSION_STRING}, specfleet-simvllm: no GPU, no model weights are used; every "
-               f"latency and acceptance number comes from a calibration table "
+               f"latency and acceptance number comes from a documented model (vllm/model.py) "
                f"(time scale {simenv.time_scale()}, host speed_factor {host['speed_factor']}, "
                f"noise {host['noise']}, fault {host['fault']})")
     banner(model)
     non_default = {"model_tag": model, "model": model}
     for key in ("host", "port", "max_model_len", "served_model_name", "gpu_memory_utilization", "load_format",
-                "seed", "max_num_seqs", "disable_log_stats", "enable_log_requests"):
+                "seed", "max_num_seqs", "disable_log_stats", "enable_log_requests", "tensor_parallel_size"):
         val = getattr(args, key)
         if val not in (None, False) and not (key == "port" and val == 8000) and \
                 not (key == "gpu_memory_utilization" and val == 0.9) and not (key == "load_format" and val == "auto") \
-                and not (key == "max_num_seqs" and val == 256) and not (key == "seed" and val == 0):
+                and not (key == "max_num_seqs" and val == 256) and not (key == "seed" and val == 0) \
+                and not (key == "tensor_parallel_size" and val == 1):
             non_default[key] = val
     try:
         spec = parse_speculative_config(args.speculative_config)
@@ -99,6 +119,7 @@ def run(args) -> int:
             raise ConfigError("RuntimeError", "Failed to infer device type, please set the environment variable "
                               "`VLLM_LOGGING_LEVEL=DEBUG` to turn on verbose logging to help debug the issue.")
         mcfg = load_model_config(model)
+        gpus = gpus_for(args.tensor_parallel_size)
     except ConfigError as e:
         return fail(e.kind, str(e))
     arch = (mcfg.get("architectures") or ["LlamaForCausalLM"])[0]
@@ -113,8 +134,11 @@ def run(args) -> int:
         srv = make_server(bind_host, args.port)
     except OSError as e:
         return fail("OSError", f"[Errno {e.errno}] {e.strerror}")
-    kind = calibration.model_for(spec)
     wgib = weights_gib(model, mcfg)
+    drafter = (spec or {}).get("model")
+    dgib = weights_gib(drafter, load_model_config(drafter)) if drafter else None
+    kind = calibration.engine_model(spec, weights_gib=wgib, kv_bytes_per_token=kv_bytes_per_token(mcfg),
+                                    drafter_gib=dgib, gpu=gpus[0] if gpus else {}, tp=args.tensor_parallel_size)
     nfs = simenv.is_nfs_path(model)
     ec_cfg = {
         "model": model, "served_model_name": served, "max_model_len": max_len, "seed": args.seed,
@@ -122,6 +146,7 @@ def run(args) -> int:
         "spec_repr": spec_repr(spec), "spec_method": (spec or {}).get("method"),
         "draft_model": (spec or {}).get("model"), "weights_gib": wgib, "nfs": nfs,
         "kv_bytes_per_token": kv_bytes_per_token(mcfg),
+        "gpus": [g["index"] for g in gpus], "tensor_parallel_size": args.tensor_parallel_size,
     }
     proc, ready_fd = start_enginecore(ec_cfg)
     state = {"stopping": False, "ready": False}
@@ -182,8 +207,8 @@ def run(args) -> int:
             engine.kill("EngineCore encountered an issue. See stack trace (above) for the root cause.")
     threading.Thread(target=watch_child, name="EngineCoreMonitor", daemon=True).start()
     engine.start()
-    log("INFO", "calibration.py:1", f"Simulated timing model: {kind.label} (calibration source: "
-        f"{calibration.SOURCE})")
+    log("INFO", "calibration.py:1", f"Simulated timing model: {kind.label} on GPU(s) "
+        f"{','.join(str(g['index']) for g in gpus) or 'none'} (source: {calibration.SOURCE})")
     log("INFO", "entry.py:136", "Supported tasks: ['generate']")
     try:
         activate(srv)

@@ -11,6 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from vllm import __version__, simenv
 from vllm.engine import EngineDeadError, Request
+from vllm.model import CATEGORIES
 from vllm.textsim import chat_template, count_tokens
 
 
@@ -140,8 +141,13 @@ class Handler(BaseHTTPRequestHandler):
                 "completion). Please reduce the length of the messages or completion."))
         temp = body.get("temperature")
         rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
+        # the simulated client names the Spec-Bench category of each request (a real client does not:
+        # a real engine's acceptance follows from the text itself); unknown or absent: the report's mix
+        category = self.headers.get("x-simvllm-category")
         req = Request(rid, prompt, ptoks, max_tokens, greedy=(temp is not None and float(temp) == 0.0),
-                      arrival=self.t_arrival)
+                      arrival=self.t_arrival, category=category if category in CATEGORIES else None,
+                      burst=_int(self.headers.get("x-simvllm-burst")),
+                      pending=_int(self.headers["x-simvllm-pending"]) if "x-simvllm-pending" in self.headers else None)
         if App.log_requests:
             simenv.log("APIServer", "INFO", "logger.py:43",
                        f"Received request {rid}: params: max_tokens={max_tokens}, temperature={temp}")
@@ -166,14 +172,18 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("content-type", "text/event-stream; charset=utf-8")
         self.send_header("transfer-encoding", "chunked")
         self.send_header("x-simulated-engine", "specfleet-simvllm")
+        # the engine's simulated clock (engine.py): when the request arrived; chunks carry theirs
+        self.send_header("x-simvllm-arrival-s", f"{req.arrival_v:.6f}")
         self.end_headers()
         self._access(200)
 
-        def event(choices, usage=None):
+        def event(choices, usage=None, v=None):
             d = {"id": req.request_id, "object": obj, "created": created, "model": App.served_name,
                  "choices": choices}
             if usage is not None:
                 d["usage"] = usage
+            if v is not None:
+                d["simulated_time_s"] = round(v, 6)
             self._chunk("data: " + json.dumps(d) + "\n\n")
 
         try:
@@ -183,7 +193,7 @@ class Handler(BaseHTTPRequestHandler):
                 if first and chat and item[0] == "tokens":  # vLLM sends the role with the first output
                     first = False
                     event([{"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
-                            "finish_reason": None}])
+                            "finish_reason": None}], v=item[4])
                 if item[0] == "error":
                     simenv.log("APIServer", "ERROR", "async_llm.py:525", f"AsyncLLM output_handler failed: {item[1]}")
                     # abort the HTTP stream without the terminating chunk: the client sees a cut payload
@@ -191,12 +201,13 @@ class Handler(BaseHTTPRequestHandler):
                     self.close_connection = True
                     self.connection.shutdown(2)
                     return
-                _, text, n, reason = item
+                _, text, n, reason, v = item
                 if chat:
-                    event([{"index": 0, "delta": {"content": text}, "logprobs": None, "finish_reason": reason}])
+                    event([{"index": 0, "delta": {"content": text}, "logprobs": None, "finish_reason": reason}],
+                          v=v)
                 else:
                     event([{"index": 0, "text": text, "logprobs": None, "finish_reason": reason,
-                            "stop_reason": None}])
+                            "stop_reason": None}], v=v)
                 if reason is not None:
                     break
             if include_usage:
@@ -230,6 +241,13 @@ class Handler(BaseHTTPRequestHandler):
         self._json(200, {"id": req.request_id, "object": "chat.completion" if chat else "text_completion",
                          "created": int(time.time()), "model": App.served_name, "choices": [choice],
                          "usage": usage})
+
+
+def _int(value) -> int:
+    try:
+        return max(0, min(int(value), 100000))
+    except (TypeError, ValueError):
+        return 0
 
 
 def make_server(host: str, port: int) -> SimHTTPServer:

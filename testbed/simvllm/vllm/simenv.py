@@ -2,7 +2,8 @@
 
 Everything host-specific is read here:
   * `/var/lib/specfleet-testbed/sim.json` (or `$SIMVLLM_HOST_CONFIG`): speed_factor, noise, fault
-  * `/var/lib/specfleet-testbed/gpu/` (or `$SIMVLLM_GPU_DIR`): gpu.json, modules, reservations/<pid>
+  * `/var/lib/specfleet-testbed/gpu/` (or `$SIMVLLM_GPU_DIR`): gpu.json (one GPU or a list),
+    modules, reservations/<pid> (`INDEX:MiB` per GPU held)
   * `$SIMVLLM_TIME_SCALE`: wall seconds per simulated GPU second (serving side sleeps sim × scale)
   * `$SIMVLLM_LOAD_SCALE`: wall seconds per simulated second of model loading
 """
@@ -79,14 +80,51 @@ def gpu_dir() -> str:
     return os.environ.get("SIMVLLM_GPU_DIR") or os.path.join(TESTBED_DIR, "gpu")
 
 
-def gpu_info() -> dict:
-    info = dict(DEFAULT_GPU)
+def gpus() -> list[dict]:
+    """The node's GPUs (gpu.json): `{"gpus": [{index, uuid, name, memory_total_mib, ...}], ...}`
+    with shared keys (driver_version, cuda_version) beside the list, or the single-GPU form
+    (one object). Missing keys come from DEFAULT_GPU; `index` defaults to the list position."""
     try:
         with open(os.path.join(gpu_dir(), "gpu.json"), encoding="utf-8") as f:
-            info.update(json.load(f))
+            doc = json.load(f)
     except (OSError, ValueError):
-        pass
-    return info
+        doc = {}
+    if not isinstance(doc, dict):
+        doc = {}
+    shared = {k: v for k, v in doc.items() if k != "gpus"}
+    items = doc.get("gpus") if isinstance(doc.get("gpus"), list) else [{}]
+    out = []
+    for i, g in enumerate(items):
+        gpu = {**DEFAULT_GPU, **shared, **(g if isinstance(g, dict) else {})}
+        gpu["index"] = int(gpu.get("index", i))
+        out.append(gpu)
+    return out
+
+
+def gpu_info() -> dict:
+    return gpus()[0]
+
+
+def visible_gpus(all_gpus: list[dict], value: str | None) -> list[dict]:
+    """CUDA_VISIBLE_DEVICES as the CUDA runtime reads it: None (unset) -> all GPUs; else a
+    comma-separated list of indexes or UUIDs (`GPU-...`, a unique prefix is enough), in that
+    order; parsing stops at the first entry that names no GPU (or one already listed), so "" and
+    "-1" hide every GPU."""
+    if value is None:
+        return list(all_gpus)
+    out: list[dict] = []
+    for entry in value.split(","):
+        entry = entry.strip()
+        if entry.isdigit():
+            found = [g for g in all_gpus if g["index"] == int(entry)]
+        elif entry.startswith("GPU-"):
+            found = [g for g in all_gpus if str(g.get("uuid", "")).startswith(entry)]
+        else:
+            found = []
+        if len(found) != 1 or found[0] in out:
+            break
+        out.append(found[0])
+    return out
 
 
 def nvidia_loaded() -> bool:
@@ -115,21 +153,38 @@ def pid_alive(pid: int) -> bool:
         return True
 
 
-def used_mib(exclude_pid: int | None = None) -> int:
+def parse_reservation(text: str) -> dict[int, int]:
+    """A reservations/<pid> file: whitespace-separated `INDEX:MiB` entries, one per GPU the
+    process holds; a bare `MiB` is GPU 0 (the single-GPU form)."""
+    out: dict[int, int] = {}
+    for tok in text.split():
+        idx, _, mib = tok.rpartition(":")
+        try:
+            i = int(idx) if idx else 0
+            out[i] = out.get(i, 0) + int(float(mib))
+        except ValueError:
+            continue
+    return out
+
+
+def used_by_gpu(exclude_pid: int | None = None) -> dict[int, int]:
+    """MiB held per GPU index by live processes (reservations/<pid>)."""
     rdir = os.path.join(gpu_dir(), "reservations")
-    total = 0
+    total: dict[int, int] = {}
     try:
         names = os.listdir(rdir)
     except OSError:
-        return 0
+        return total
     for name in names:
         if not name.isdigit() or int(name) == exclude_pid or not pid_alive(int(name)):
             continue
         try:
             with open(os.path.join(rdir, name), encoding="utf-8") as f:
-                total += int(float(f.read().strip() or 0))
-        except (OSError, ValueError):
-            pass
+                held = parse_reservation(f.read())
+        except OSError:
+            continue
+        for i, mib in held.items():
+            total[i] = total.get(i, 0) + mib
     return total
 
 

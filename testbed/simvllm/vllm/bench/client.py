@@ -1,6 +1,9 @@
 """Streaming HTTP request functions (stdlib http.client), as vLLM's endpoint_request_func.py.
 
-Times are wall-clock perf_counter seconds here; serve.py converts them to simulated seconds.
+Times: against the simulated server, the engine's simulated clock (the stream's
+`x-simvllm-arrival-s` header, each chunk's `simulated_time_s`), in simulated seconds
+(`RequestOutput.simulated_clock`); against any other server, wall-clock perf_counter seconds,
+which serve.py divides by the time scale.
 """
 
 from __future__ import annotations
@@ -25,6 +28,9 @@ class RequestInput:
     ignore_eos: bool = False
     logprobs: int | None = None
     timeout: float = 3600.0
+    category: str | None = None  # Spec-Bench category, sent as x-simvllm-category (simulated engine)
+    burst: int = 0  # > 0: one of the first wave of this many requests (x-simvllm-burst)
+    pending: int | None = None  # closed loop: requests sent after this one (x-simvllm-pending)
 
 
 @dataclass
@@ -39,6 +45,8 @@ class RequestOutput:
     error: str = ""
     start_time: float = 0.0
     client_queue_time: float = 0.0
+    simulated_clock: bool = False  # ttft, itl, latency are the engine's simulated seconds already
+    sim_start: float = 0.0  # simulated-clock arrival (start_time stays wall-clock for the queue time)
 
 
 def _connect(url: str, timeout: float):
@@ -117,6 +125,12 @@ def request(inp: RequestInput, chat: bool) -> RequestOutput:
     key = None
     path = urllib.parse.urlsplit(inp.api_url).path
     headers = {"Content-Type": "application/json", "Authorization": "Bearer EMPTY"}
+    if inp.category:
+        headers["x-simvllm-category"] = inp.category
+    if inp.burst:
+        headers["x-simvllm-burst"] = str(inp.burst)
+    if inp.pending is not None:
+        headers["x-simvllm-pending"] = str(inp.pending)
     try:
         for attempt in (0, 1):  # a kept-alive connection may have been closed by the server
             conn, key = _pooled(inp.api_url, inp.timeout)
@@ -135,6 +149,13 @@ def request(inp: RequestInput, chat: bool) -> RequestOutput:
             if resp.will_close:
                 _drop(key)
             return out
+        sim_arrival = resp.getheader("x-simvllm-arrival-s")
+        if sim_arrival is not None:  # the simulated engine's clock replaces the wall clock
+            try:
+                st = most_recent = float(sim_arrival)
+                out.simulated_clock = True
+            except ValueError:
+                pass
         got_done = False
         while True:
             line = resp.readline()
@@ -152,6 +173,8 @@ def request(inp: RequestInput, chat: bool) -> RequestOutput:
                 continue
             timestamp = time.perf_counter()
             data = json.loads(text)
+            if out.simulated_clock:
+                timestamp = data.get("simulated_time_s", most_recent)
             if choices := data.get("choices"):
                 content = choices[0]["delta"].get("content") if chat else choices[0].get("text")
                 if ttft == 0.0:
@@ -176,6 +199,8 @@ def request(inp: RequestInput, chat: bool) -> RequestOutput:
             return out
         out.success = True
         out.latency = most_recent - st
+        if out.simulated_clock:
+            out.sim_start = st
     except http.client.IncompleteRead as e:
         out.error = f"ClientPayloadError: Response payload is not completed: {e!r}"
         _drop(key)

@@ -5,6 +5,8 @@
   --disable-shuffle; first N (N <= 0: all);
 - oversampled to N with random.seed(0) + random.choice per missing request unless --no-oversample;
 - the chat template is applied client-side (skip_chat_template is not passed for spec_bench).
+specfleet-simvllm keeps each row's `category` with its sample and sends it to the simulated
+server (header x-simvllm-category): the simulated acceptance depends on it (model.py).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ class SampleRequest:
     prompt_len: int
     expected_output_len: int
     request_id: str = ""
+    category: str | None = None  # Spec-Bench category of the row (simulated engine only)
 
 
 def load_spec_bench(path: str, category: str | None, disable_shuffle: bool) -> list[dict]:
@@ -41,7 +44,7 @@ def load_spec_bench(path: str, category: str | None, disable_shuffle: bool) -> l
     data = []
     for row in rows:
         if (not category) or category == row.get("category"):
-            data.append({"prompt": row["turns"][0]})
+            data.append({"prompt": row["turns"][0], "category": row.get("category")})
     random.seed(DEFAULT_SEED)
     if not disable_shuffle:
         random.shuffle(data)
@@ -59,7 +62,9 @@ def sample(data: list[dict], num_requests: int, output_len: int, skip_chat_templ
         prompt = item["prompt"]
         if not skip_chat_template:
             prompt = chat_template(prompt)
-        out.append(SampleRequest(prompt, count_tokens(prompt), output_len, request_id_prefix + str(i)))
+        cat = item.get("category")
+        out.append(SampleRequest(prompt, count_tokens(prompt), output_len, request_id_prefix + str(i),
+                                 cat if isinstance(cat, str) else None))
     if no_oversample:
         print(f"INFO: Skipping oversampling. Total samples: {len(out)}.")
     elif len(out) < num_requests and out:

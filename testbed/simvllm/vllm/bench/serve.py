@@ -65,7 +65,7 @@ def benchmark(args, api_url, base_url, model_id, requests, extra_body, scale, se
 
     def inp(r):
         return client.RequestInput(r.prompt, api_url, r.prompt_len, r.expected_output_len, model_id,
-                                   dict(extra_body), args.ignore_eos, args.logprobs, timeout)
+                                   dict(extra_body), args.ignore_eos, args.logprobs, timeout, r.category)
 
     if args.ready_check_timeout_sec > 0:
         print("Starting initial single prompt test run...")
@@ -98,8 +98,19 @@ def benchmark(args, api_url, base_url, model_id, requests, extra_body, scale, se
     lock = threading.Lock()
     done = [0]
 
+    # the first wave (all requests of a concurrency-N client at t=0) reaches a GPU host within µs;
+    # so does each next request when one finishes: the simulated engine is told both (the wave's
+    # size; how many requests follow) so it batches them as that host would (engine.py)
+    closed = args.request_rate == float("inf")
+    first_wave = min(workers, len(requests)) if closed else 0
+
     def run_one(i, arrival):
-        o = client.request(inp(requests[i]), chat)
+        req = inp(requests[i])
+        if i < first_wave:
+            req.burst = first_wave
+        if closed:
+            req.pending = len(requests) - i - 1
+        o = client.request(req, chat)
         o.client_queue_time = o.start_time - arrival
         outputs[i] = o
         with lock:
@@ -134,16 +145,22 @@ def benchmark(args, api_url, base_url, model_id, requests, extra_body, scale, se
     duration_wall = time.perf_counter() - t_start
     after = scrape(base_url)
 
-    # wall seconds -> simulated seconds
+    # -> simulated seconds: the engine's clock where the server sent it, else wall / scale
     for o in outputs:
-        o.latency /= scale
-        o.ttft /= scale
-        o.itl = [x / scale for x in o.itl]
-        o.start_time /= scale
         o.client_queue_time /= scale
+        if o.simulated_clock and o.success:
+            o.start_time = o.sim_start
+        else:
+            o.latency /= scale
+            o.ttft /= scale
+            o.itl = [x / scale for x in o.itl]
+            o.start_time /= scale
         if o.success and not o.output_tokens:
             o.output_tokens = count_tokens(o.generated_text)
     dur = duration_wall / scale
+    timed = [o for o in outputs if o.simulated_clock and o.success]
+    if timed:
+        dur = max(o.start_time + o.latency for o in timed) - min(o.start_time for o in timed)
     m, lens = results.calculate_metrics(outputs, dur, percentiles)
     spec = results.spec_decode_stats(before, after)
     qt = [o.client_queue_time for o in outputs if o.success] if args.max_concurrency is not None else None
@@ -155,7 +172,9 @@ def main(args: argparse.Namespace) -> int:
     if args.max_concurrency is not None and args.max_concurrency <= 0:
         raise SystemExit("ValueError: --max-concurrency must be greater than 0")
     random.seed(args.seed)
-    sys.setswitchinterval(0.0002)  # many I/O threads; keep receive timestamps close to arrival
+    # many I/O threads: keep wall receive timestamps close to arrival (they matter only against a
+    # server without the simulated clock); at 1 ms hundreds of threads do not thrash the GIL
+    sys.setswitchinterval(0.001)
     scale = simenv.time_scale()
     if args.base_url is not None:
         base_url = args.base_url.rstrip("/")

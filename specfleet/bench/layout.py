@@ -1,0 +1,91 @@
+"""A campaign's files: where each lives and what it is called, on the worker and in results/.
+
+Stdlib only: this module travels to the workers with runner.py and runner_lib.py
+(spec.RUNNER_FILES) and is imported by both sides, so the bastion reads what the runner writes
+by the same names. tests/unit/test_layout.py keeps every other module from spelling them.
+
+    <work_dir>/.specfleet-runner.lock                 one runner per host (flock; "pid=N run_id=R")
+    <work_dir>/<campaign>/<host>/                     the run folder (run_dir)
+        run.json                                      the queue `fab bench` placed (RUN_SPEC)
+        state.json                                    the runner's state, written atomically (STATE)
+        runner.log                                    the runner's own log (RUNNER_LOG)
+        <config>.done                                 done marker: item_hash, results (done_marker)
+        <config>.server.log                           `vllm serve` output (server_log)
+        <config>_conc<N>[_r<K>].json                  one bench result (result_filename)
+        <config>_conc<N>[_r<K>].bench.log             `vllm bench serve` output (bench_log)
+        prompts-fit-<digest>.jsonl                    the prompts that fit (prompts_fit)
+        .disk-reserve                                 room to record a full disk (DISK_RESERVE)
+    results/<campaign>/<host>/                        the same names, as `fab collect` fetched them
+        provenance.json                               what collect probed on the host (PROVENANCE)
+
+The lock sits above the campaigns: one runner per host whatever the campaign (a GPU is one).
+"""
+from __future__ import annotations
+
+import posixpath
+import re
+
+RUN_SPEC = "run.json"
+STATE = "state.json"
+RUNNER_LOG = "runner.log"
+PROVENANCE = "provenance.json"
+DISK_RESERVE = ".disk-reserve"
+LOCK = ".specfleet-runner.lock"
+# created once per boot by the runner (runner_lib.boot_identity); /tmp is emptied at boot
+BOOT_MARKER = "/tmp/.specfleet-boot-{uid}"
+VENV_MANIFEST = "specfleet-manifest.json"  # what the bastion's venv builder wrote into the venv
+
+DONE_SUFFIX = ".done"
+SERVER_LOG_SUFFIX = ".server.log"
+BENCH_LOG_SUFFIX = ".bench.log"
+PARTIAL_SUFFIX = ".partial"  # a result being written; renamed to its final name once it counts
+
+# Filled in on the worker by the runner (commands.py writes them into the argv lists):
+MODEL = "@MODEL@"                # the first model candidate that holds a config.json
+VLLM_VERSION = "@VLLM_VERSION@"  # the engine version the runner read in preflight
+
+RESULT_RE = re.compile(r"^(?P<config>.+?)_conc(?P<conc>\d+)(?:_r(?P<rep>\d+))?\.json$")
+
+
+def run_dir(root: str, campaign: str, host: str) -> str:
+    """A host's run folder under the worker's work_dir (or the bastion's results folder)."""
+    return posixpath.join(root, campaign, host)
+
+
+def lock_path(work_dir: str) -> str:
+    return posixpath.join(work_dir, LOCK)
+
+
+def boot_marker(uid: int | str) -> str:
+    return BOOT_MARKER.format(uid=uid)
+
+
+def done_marker(config: str) -> str:
+    return config + DONE_SUFFIX
+
+
+def server_log(config: str) -> str:
+    return config + SERVER_LOG_SUFFIX
+
+
+def result_filename(config: str, concurrency: int, rep: int = 1, repeat: int = 1) -> str:
+    suffix = f"_r{rep}" if repeat > 1 else ""
+    return f"{config}_conc{concurrency}{suffix}.json"
+
+
+def result_glob(config: str) -> str:
+    """Every result file of `config` (an rsync/fnmatch pattern)."""
+    return f"{config}_conc*.json"
+
+
+def bench_log(result_file: str) -> str:
+    return result_file.removesuffix(".json") + BENCH_LOG_SUFFIX
+
+
+def prompts_fit(digest: str) -> str:
+    return f"prompts-fit-{digest}.jsonl"
+
+
+def fill(word: str, model: str | None, vllm_version: str | None) -> str:
+    """One argv word with the placeholders filled in (an unknown version reads 'unknown')."""
+    return word.replace(MODEL, model or "").replace(VLLM_VERSION, vllm_version or "unknown")

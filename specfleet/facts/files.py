@@ -1,0 +1,150 @@
+"""Facts about paths on a host: a file's checksum and mode, a line in a file, a directory,
+a symlink, a small text file, the subdirectories of a directory."""
+from __future__ import annotations
+
+import base64
+import binascii
+from dataclasses import dataclass
+
+from ..quoting import q
+from ..shell import DIFF_VAR
+from .base import Fact, FactError, lines
+
+DIFF_MAX_BYTES = 64 * 1024  # --diff fetches a differing file's content only up to this size
+
+
+@dataclass(frozen=True)
+class HostFile:
+    state: str                      # "absent", "notfile" or "file"
+    mode: str = ""                  # octal, as stat prints it ("644")
+    size: int = 0
+    sha256: str = ""
+    content: bytes | None = None    # only under --diff, for a small file that differs from the wanted one
+
+
+@dataclass(frozen=True)
+class FileState(Fact):
+    """A regular file's mode, size and sha256; under --diff also its content, when it differs
+    from `want_sha256` and is at most DIFF_MAX_BYTES."""
+
+    path: str
+    want_sha256: str = ""
+    needs_root = True
+
+    def command(self) -> str:
+        p = q(self.path)
+        return (f"if [ -f {p} ]; then stat -c '%a %s' -- {p}; sf_h=$(sha256sum < {p} | cut -c1-64); echo \"$sf_h\"; "
+                f"if [ \"${{{DIFF_VAR}:-}}\" = 1 ] && [ \"$sf_h\" != {q(self.want_sha256)} ] && "
+                f"[ \"$(stat -c %s -- {p})\" -le {DIFF_MAX_BYTES} ]; then printf c; base64 -w0 -- {p}; echo; fi; "
+                f"elif [ -e {p} ]; then echo notfile; else echo absent; fi")
+
+    def parse(self, stdout: str, rc: int) -> HostFile:
+        out = stdout.split("\n")
+        head = out[0].split()
+        if not head or head[0] in ("absent", "notfile"):
+            return HostFile(head[0] if head else "absent")
+        if len(head) != 2 or not head[1].isdigit() or len(out) < 2:
+            raise FactError(f"cannot read the state of {self.path} ({out[0][:80]!r})")
+        content = None
+        if len(out) > 2 and out[2].startswith("c"):  # the content, base64 after a "c"
+            try:
+                content = base64.b64decode(out[2][1:].strip())
+            except binascii.Error:
+                content = None
+        return HostFile("file", head[0], int(head[1]), out[1].strip(), content)
+
+
+@dataclass(frozen=True)
+class LineState:
+    exists: bool
+    present: bool = False
+    ends_with_newline: bool = True
+
+
+@dataclass(frozen=True)
+class LineInFileState(Fact):
+    """Whether the file exists, holds exactly this line, and ends with a newline."""
+
+    path: str
+    line: str
+    needs_root = True
+
+    def command(self) -> str:
+        p = q(self.path)
+        return (f"if [ ! -e {p} ]; then echo absent; "
+                f"elif grep -qxF -- {q(self.line)} {p}; then echo present; else echo missing; fi; "
+                f"[ -s {p} ] && [ \"$(tail -c1 -- {p} | od -An -tx1 | tr -d ' ')\" != 0a ] && echo noeol; true")
+
+    def parse(self, stdout: str, rc: int) -> LineState:
+        got = lines(stdout)
+        state = got[0] if got else "absent"
+        return LineState(state != "absent", state == "present", "noeol" not in got)
+
+
+@dataclass(frozen=True)
+class PathMode:
+    kind: str        # "dir", "other" (exists, not a directory) or "absent"
+    mode: str = ""   # octal, for a directory
+
+
+@dataclass(frozen=True)
+class DirectoryState(Fact):
+    path: str
+
+    def command(self) -> str:
+        p = q(self.path)
+        return f"if [ -d {p} ]; then stat -c %a -- {p}; elif [ -e {p} ]; then echo other; else echo absent; fi"
+
+    def parse(self, stdout: str, rc: int) -> PathMode:
+        got = (lines(stdout) or ["absent"])[0]
+        return PathMode("dir", got) if got.isdigit() else PathMode(got if got == "other" else "absent")
+
+
+@dataclass(frozen=True)
+class PathKind:
+    kind: str                  # "link", "dir", "other" or "absent"
+    target: str | None = None  # a link's target, as readlink prints it
+
+
+@dataclass(frozen=True)
+class Link(Fact):
+    """What `path` is; for a symlink, its target (any bytes but a trailing newline)."""
+
+    path: str
+
+    def command(self) -> str:
+        p = q(self.path)
+        return (f"if [ -L {p} ]; then echo link; readlink -- {p}; elif [ -d {p} ]; then echo dir; "
+                f"elif [ -e {p} ]; then echo other; else echo absent; fi")
+
+    def parse(self, stdout: str, rc: int) -> PathKind:
+        kind, _, rest = stdout.partition("\n")
+        if kind == "link":
+            return PathKind("link", rest[:-1] if rest.endswith("\n") else rest)
+        return PathKind(kind if kind in ("dir", "other") else "absent")
+
+
+@dataclass(frozen=True)
+class FileText(Fact):
+    """A small text file's content without its trailing newlines; None when it cannot be read."""
+
+    path: str
+
+    def command(self) -> str:
+        return f"cat -- {q(self.path)}"
+
+    def parse(self, stdout: str, rc: int) -> str | None:
+        return stdout.rstrip("\n") if rc == 0 else None
+
+
+@dataclass(frozen=True)
+class SubDirs(Fact):
+    """The names of the directories directly under `path` (NUL-separated on the wire: any name)."""
+
+    path: str
+
+    def command(self) -> str:
+        return f"find {q(self.path)} -mindepth 1 -maxdepth 1 -type d -printf '%f\\0' 2>/dev/null; true"
+
+    def parse(self, stdout: str, rc: int) -> list[str]:
+        return sorted(n for n in stdout.split("\0") if n.strip("\n"))

@@ -1,0 +1,81 @@
+"""Gathering the facts of a host's pending steps: one remote round trip, then the bastion's.
+
+Used by the fleet (over SSH) and by the tests (the same batch script run by the local
+bash), so both read facts the same way.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from ..shell import ProbeBatch
+from ..step import Step, Values
+from .base import Fact
+
+#: runs the batch script on the host, as root when asked; returns its stdout
+RunBatch = Callable[[str, bool], str]
+
+
+def host_facts(steps: list[Step]) -> dict[Fact, bool]:
+    """The distinct host facts the steps need, each with whether it is gathered as root."""
+    out: dict[Fact, bool] = {}
+    for s in steps:
+        for f in s.facts().values():
+            if f.where == "host":
+                out[f] = out.get(f, False) or f.needs_root or s.probe_needs_root
+    return out
+
+
+def gather(steps: list[Step], run: RunBatch, *, diff: bool = False) -> list[Values | Exception]:
+    """Each step's values (name -> typed value), or the exception that stops that step alone.
+
+    Host facts travel in one batch (no round trip when there are none); a fact asked for by
+    several steps is gathered and parsed once. Bastion facts follow, each computed once.
+    """
+    wanted = host_facts(steps)
+    known: dict[Fact, Any] = {}
+    if wanted:
+        order = list(wanted)
+        batch = ProbeBatch([f.command() for f in order], diff=diff)
+        stdout = run(batch.script(), any(wanted.values()))
+        for f, (out, rc) in zip(order, batch.parse(stdout)):
+            known[f] = _safely(lambda: f.parse(out, rc))
+    results: list[Values | Exception] = []
+    for s in steps:
+        try:
+            values = _values(s.facts(), known)
+            values.update(_values(s.bastion_facts(values), known))
+            results.append(values)
+        except Exception as e:  # this step fails (the fleet says how); the others go on
+            results.append(e)
+    return results
+
+
+def _safely(fn: Callable[[], Any]) -> Any:
+    try:
+        return fn()
+    except Exception as e:
+        return e
+
+
+def _values(facts: dict[str, Fact], known: dict[Fact, Any]) -> Values:
+    out: Values = {}
+    for name, f in facts.items():
+        if f not in known:
+            if f.where != "bastion":  # a host fact asked for by bastion_facts(): after the round trip
+                raise RuntimeError(f"{f!r} is a host fact: name it in facts(), not bastion_facts()")
+            known[f] = _safely(f.gather_local)
+        value = known[f]
+        if isinstance(value, Exception):
+            raise value
+        out[name] = value
+    return out
+
+
+def gather_here(steps: list[Step], cwd: str | None = None, *, diff: bool = False) -> list[Values | Exception]:
+    """`gather` with the batch run by the local bash in `cwd`: the same script a host runs
+    (tests and `fab`-free checks of a step against a local directory)."""
+    import subprocess
+
+    def run(script: str, root: bool) -> str:
+        return subprocess.run(["bash", "-c", script], cwd=cwd, capture_output=True, text=True).stdout
+    return gather(steps, run, diff=diff)

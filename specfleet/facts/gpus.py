@@ -1,0 +1,163 @@
+"""The GPUs of a host: what `fab facts` shows and what GPU slot scheduling reads.
+
+Interface (stable; other modules import these names):
+
+- `Gpus()`: a host fact; its value is a `GpuList`: `.gpus` (list of `Gpu`, by index),
+  `.error` (None, or nvidia-smi's first line when it failed: no driver, no nvidia-smi),
+  `.visible` (True when nvidia-smi answered).
+- `Gpu(index, uuid, name, memory_total_mib, memory_used_mib, driver_version)`:
+  memory in MiB as nvidia-smi reports it (None where it prints "[N/A]").
+- `GpuTopology()`: a host fact; its value is a `Topology` (`.links`: one `GpuLink(a, b,
+  kind)` per unordered GPU pair, kind as `nvidia-smi topo -m` writes it: "NV18" for 18
+  bonded NVLinks, "PIX", "PXB", "PHB", "NODE", "SYS"; `.kind(a, b)`, `.nvlinked(a, b)`),
+  or None when nvidia-smi has no topology to give (one GPU, no driver, an old stand-in).
+- `inventory_gpus(value)`: the inventory's `gpus` host var (a list of {name, memory_mib,
+  uuid?}, validated in specfleet/inventory.py) as `Gpu`s; `host_gpus(host, discovered)`:
+  the inventory's list where the host sets one, else what nvidia-smi reported.
+- `gpu_report(found, topology, override)` / `read_gpu_report(data)`: the same as the plain
+  data a step reports (StepResult.data, the event log) and back into typed values. The step
+  that gathers them for a play is specfleet/roles/facts.py `HostGpus(host)`.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .base import Fact, lines
+
+QUERY_FIELDS = "index,uuid,name,memory.total,memory.used,driver_version"
+ANSI_RE = re.compile(r"\x1b\[[0-9;]*m")
+
+
+@dataclass(frozen=True)
+class Gpu:
+    index: int
+    uuid: str | None
+    name: str
+    memory_total_mib: int | None
+    memory_used_mib: int | None = None
+    driver_version: str | None = None
+
+
+@dataclass(frozen=True)
+class GpuList:
+    gpus: list[Gpu] = field(default_factory=list)
+    error: str | None = None  # nvidia-smi's first line when it failed
+
+    @property
+    def visible(self) -> bool:
+        return self.error is None
+
+
+def _mib(text: str) -> int | None:
+    text = text.strip().removesuffix("MiB").strip()
+    return int(text) if text.isdigit() else None
+
+
+def _na(text: str) -> str | None:
+    text = text.strip()
+    return None if text in ("", "[N/A]", "N/A", "[Not Supported]") else text
+
+
+@dataclass(frozen=True)
+class Gpus(Fact):
+    """`nvidia-smi --query-gpu=index,uuid,name,memory.total,memory.used,driver_version`."""
+
+    def command(self) -> str:
+        return f"nvidia-smi --query-gpu={QUERY_FIELDS} --format=csv,noheader,nounits 2>&1"
+
+    def parse(self, stdout: str, rc: int) -> GpuList:
+        got = lines(stdout)
+        if rc != 0:
+            why = got[0] if got else ("nvidia-smi: command not found" if rc == 127 else f"nvidia-smi exit {rc}")
+            return GpuList([], why[:200])
+        gpus = []
+        for ln in got:
+            cells = [c.strip() for c in ln.split(",")]
+            if len(cells) < 6 or not cells[0].isdigit():
+                return GpuList([], f"unexpected nvidia-smi output: {ln[:120]}")
+            # a name could hold a comma: the fields around it are fixed
+            gpus.append(Gpu(int(cells[0]), _na(cells[1]), ", ".join(cells[2:-3]), _mib(cells[-3]),
+                            _mib(cells[-2]), _na(cells[-1])))
+        return GpuList(sorted(gpus, key=lambda g: g.index))
+
+
+@dataclass(frozen=True)
+class GpuLink:
+    a: int
+    b: int
+    kind: str  # "NV18", "PIX", "PXB", "PHB", "NODE", "SYS"
+
+
+@dataclass(frozen=True)
+class Topology:
+    links: list[GpuLink]
+
+    def kind(self, a: int, b: int) -> str | None:
+        lo, hi = min(a, b), max(a, b)
+        return next((ln.kind for ln in self.links if (ln.a, ln.b) == (lo, hi)), None)
+
+    def nvlinked(self, a: int, b: int) -> bool:
+        return (self.kind(a, b) or "").startswith("NV")
+
+
+@dataclass(frozen=True)
+class GpuTopology(Fact):
+    """`nvidia-smi topo -m`: the GPU-to-GPU part of the matrix (NICs and affinities left out)."""
+
+    def command(self) -> str:
+        return "nvidia-smi topo -m 2>&1"
+
+    def parse(self, stdout: str, rc: int) -> Topology | None:
+        if rc != 0:
+            return None
+        rows = [ANSI_RE.sub("", ln) for ln in stdout.splitlines()]
+        header = next((r for r in rows if r.strip().startswith("GPU0") and not re.match(r"^GPU\d+\s", r)), None)
+        if header is None:
+            return None
+        labels = [c.strip() for c in header.split("\t")]
+        links: dict[tuple[int, int], str] = {}
+        for r in rows:
+            m = re.match(r"^GPU(\d+)\t", r)
+            if not m:
+                continue
+            a = int(m.group(1))
+            for label, cell in zip(labels[1:], r.split("\t")[1:]):
+                mb = re.fullmatch(r"GPU(\d+)", label)
+                kind = cell.strip()
+                if mb and kind and kind != "X":
+                    b = int(mb.group(1))
+                    links.setdefault((min(a, b), max(a, b)), kind)
+        if not links:
+            return None
+        return Topology([GpuLink(a, b, k) for (a, b), k in sorted(links.items())])
+
+
+def inventory_gpus(value: Any) -> list[Gpu]:
+    """The inventory's `gpus` host var (validated at load) as Gpus, indexed in list order."""
+    return [Gpu(i, g.get("uuid"), g["name"], int(g["memory_mib"])) for i, g in enumerate(value or [])]
+
+
+def host_gpus(host: Any, discovered: GpuList | None) -> list[Gpu]:
+    """The inventory's `gpus` where the host sets it (it wins: e.g. to leave a GPU out), else
+    what nvidia-smi reported."""
+    override = host.var("gpus")
+    if override is not None:
+        return inventory_gpus(override)
+    return list(discovered.gpus) if discovered else []
+
+
+def gpu_report(found: GpuList, topology: Topology | None, override: Any = None) -> dict:
+    """The GPUs of a host as plain data: the inventory's `gpus` where set, else nvidia-smi's."""
+    gpus = inventory_gpus(override) if override is not None else found.gpus
+    return {"gpus": [asdict(g) for g in gpus],
+            "gpus_source": "inventory" if override is not None else "nvidia-smi",
+            "gpu_error": found.error,
+            "topology": [asdict(ln) for ln in topology.links] if topology else None}
+
+
+def read_gpu_report(data: dict) -> tuple[list[Gpu], Topology | None]:
+    """`gpu_report`'s data back as typed values."""
+    from .base import from_json
+    return from_json(list[Gpu], data["gpus"]), from_json(Topology | None, data["topology"] and {"links": data["topology"]})

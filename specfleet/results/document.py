@@ -1,0 +1,269 @@
+"""Write the report (report.md, report.html, merged.csv, merged.json) and print
+the main tables to the terminal with rich.
+
+Both templates render the same list of sections (title, note, headers, rows
+of already formatted strings) so Markdown and HTML never disagree. Stamps
+(simulated inputs, forced merge of non-equivalent nodes) go at the top of every
+output; in merged.csv / merged.json they are the first column `stamp` of every
+row, so the files stay loadable with pandas.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import pandas as pd
+
+from ..render import TEMPLATES, environment
+from .cells import CellState
+from .gate import GateResult
+from .measures import latency_sections
+from .merge import Tables
+from .plots import all_plots
+from .provenance import provenance_sections
+
+TEMPLATE_DIR = TEMPLATES / "report"
+SIMULATED_STAMP = ("SIMULATED ENGINE: inputs come from the simulated vLLM (specfleet-simvllm), "
+                   "not a real GPU run. These numbers are not performance measurements.")
+NOT_EQUIVALENT_STAMP = "NODES NOT EQUIVALENT: merged with --force although the node-equivalence gate failed."
+MIXED_PLANS_STAMP = "MIXED PLANS: merged with --force although the results carry different plan hashes."
+INCOMPLETE_STAMP = "INCOMPLETE: {n} of {total} planned cells are not merged (see 'Planned cells')."
+
+
+@dataclass
+class Section:
+    title: str
+    headers: list[str]
+    rows: list[list[str]]
+    note: str = ""
+    anchor: str = ""
+
+
+@dataclass
+class ReportModel:
+    campaign: str
+    baseline: str
+    stamps: list[str]
+    tags: list[str]
+    gate: GateResult
+    conclusions: list[str]
+    sections: list[Section]
+    notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    quarantined: list[str] = field(default_factory=list)
+    gate_verdict: str = ""       # PASSED | FAILED | NOT CHECKED, with why when not all was checked
+    complete: bool = True
+
+
+def gate_verdict(gate: GateResult, cells: list[CellState] | None = None) -> str:
+    """The gate's one-line verdict. "NOT CHECKED (why)" when no pair of nodes could be compared (a
+    pass needs a comparison); planned nodes whose baseline cell at the rule's point is not merged
+    are named with the cell's why."""
+    if not gate.passed:
+        return "FAILED"
+    conc = gate.rule.concurrency
+    lacking = {}
+    for c in cells or []:
+        if c.config == gate.baseline and (conc is None or c.concurrency == conc) and not c.merged:
+            lacking.setdefault(c.node, f"{c.node} has no valid '{gate.baseline}' run at concurrency "
+                                       f"{c.concurrency} ({c.state}: {c.why})")
+    if not gate.checks:
+        why = gate.notes or [f"no two nodes have a valid '{gate.baseline}' run to compare"]
+        return f"NOT CHECKED ({'; '.join(why + list(lacking.values()))})"
+    if lacking:
+        compared = sorted({n for c in gate.checks for n in (c.node_a, c.node_b)})
+        return (f"PASSED for {', '.join(compared)}; NOT CHECKED for {', '.join(sorted(lacking))} "
+                f"({'; '.join(lacking.values())})")
+    return "PASSED"
+
+
+def fmt(v: Any, nd: int = 2, suffix: str = "") -> str:
+    if v is None or v == "" or (isinstance(v, float) and math.isnan(v)):
+        return "–"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, (int, float)):
+        if float(v).is_integer() and nd == 0:
+            return f"{int(v):,}{suffix}"
+        return f"{v:,.{nd}f}{suffix}"
+    return str(v)
+
+
+def _section(title: str, df: pd.DataFrame, cols: list[tuple[str, str, int, str]], note: str = "") -> Section:
+    """cols: (column, header, decimals (-1 = text), suffix)."""
+    rows = [[(str(r[c]) if nd < 0 else fmt(r[c], nd, suf)) for c, _, nd, suf in cols]
+            for _, r in df.iterrows()]
+    return Section(title, [h for _, h, _, _ in cols], rows, note,
+                   anchor="".join(ch if ch.isalnum() else "-" for ch in title.lower()))
+
+
+RUN_COLS = [("config", "config", -1, ""), ("node", "node", -1, ""), ("output_tok_s", "out tok/s", 2, ""),
+            ("speedup", "speedup", 2, "x"), ("speedup_ci_low", "CI low", 3, "x"), ("speedup_ci_high", "CI high", 3, "x"),
+            ("speedup_verdict", "vs baseline", -1, ""), ("total_tok_s", "total tok/s", 2, ""), ("tpot_ms", "TPOT ms", 2, ""),
+            ("ttft_ms", "TTFT ms", 2, ""), ("itl_ms", "ITL ms", 2, ""), ("duration_s", "duration s", 2, ""),
+            ("output_tokens", "out tokens/run", 0, ""), ("repeats", "runs", 0, ""),
+            ("output_tok_s_std", "out tok/s sd", 2, "")]
+SPEC_COLS = [("config", "config", -1, ""), ("concurrency", "conc", 0, ""), ("node", "node", -1, ""),
+             ("acceptance_rate_pct", "acceptance rate", 1, " %"), ("acceptance_length", "acceptance length", 3, ""),
+             ("drafts", "drafts", 0, ""), ("draft_tokens", "draft tokens", 0, ""),
+             ("accepted_tokens", "accepted tokens", 0, ""), ("drafts_per_step", "drafts / step", 3, "")]
+GATE_COLS = [("concurrency", "conc", 0, ""), ("metric", "metric", -1, ""), ("node_a", "node A", -1, ""),
+             ("node_b", "node B", -1, ""), ("value_a", "A", 2, ""), ("value_b", "B", 2, ""),
+             ("diff_pct", "diff", 2, " %"), ("n_a", "n A", 0, ""), ("n_b", "n B", 0, ""),
+             ("ci_low_pct", "CI low", 2, " %"), ("ci_high_pct", "CI high", 2, " %"),
+             ("rule", "rule", -1, ""), ("verdict", "verdict", -1, "")]
+KV_COLS = [("node", "node", -1, ""), ("config", "config", -1, ""), ("device", "device", -1, ""),
+           ("weights_gib", "weights GiB", 2, ""), ("kv_budget_gib", "KV budget GiB", 2, ""),
+           ("kv_tokens", "KV tokens", 0, ""), ("tokens_per_request", "tokens/request", 0, ""),
+           ("max_concurrency_x", "max concurrency", 2, "x"), ("max_measured_conc", "max conc run", 0, ""),
+           ("worst_case_kv_demand_pct", "worst-case KV demand", 1, " %")]
+BW_COLS = [("concurrency", "conc", 0, ""), ("config", "config", -1, ""), ("node", "node", -1, ""),
+           ("tpot_ms", "TPOT ms", 2, ""), ("bound_tpot_ms", "bound TPOT ms", 2, ""),
+           ("fraction_of_bound", "bound / TPOT", 2, "")]
+CAT_COLS = [("concurrency", "conc", 0, ""), ("category", "category", -1, ""), ("config", "config", -1, ""),
+            ("node", "node", -1, ""), ("requests", "requests", 0, ""), ("tpot_ms", "TPOT ms", 2, ""),
+            ("tpot_speedup", "TPOT speedup", 2, "x")]
+CELL_COLS = [("config", "config", -1, ""), ("concurrency", "conc", 0, ""), ("node", "node", -1, ""),
+             ("state", "state", -1, ""), ("runs", "runs", -1, ""), ("why", "why", -1, "")]
+
+
+def cells_section(cells: list[CellState], command: str | None) -> Section:
+    bad = [c for c in cells if not c.merged]
+    note = (f"Complete: all {len(cells)} planned (configuration, concurrency, node) cells are merged."
+            if not bad else
+            f"INCOMPLETE: {len(bad)} of {len(cells)} planned cells are not merged"
+            + (f"; to measure them again: `{command}`" if command else "") + ".")
+    df = pd.DataFrame([{"config": c.config, "concurrency": c.concurrency, "node": c.node,
+                        "state": c.state if c.merged else c.state.upper(),
+                        "runs": f"{c.runs}/{c.expected}", "why": c.why} for c in cells],
+                      columns=[col for col, *_ in CELL_COLS])
+    return _section("Planned cells", df, CELL_COLS, note)
+
+
+def build_model(campaign: str, tables: Tables, gate: GateResult, conclusions: list[str], *,
+                baseline: str, simulated: bool, forced: bool, warnings: list[str] | None = None,
+                quarantined: list[str] | None = None, cells: list[CellState] | None = None,
+                command: str | None = None) -> ReportModel:
+    bad = [c for c in cells or [] if not c.merged]
+    stamps = ([SIMULATED_STAMP] if simulated else []) + \
+        ([NOT_EQUIVALENT_STAMP] if forced and not gate.nodes_equivalent else []) \
+        + ([MIXED_PLANS_STAMP] if forced and gate.mixed_plans else []) \
+        + ([INCOMPLETE_STAMP.format(n=len(bad), total=len(cells))] if bad else [])
+    secs = []
+    for conc in sorted(tables.runs.concurrency.unique()):
+        secs.append(_section(f"Results at concurrency {conc}", tables.runs[tables.runs.concurrency == conc],
+                             RUN_COLS, f"Means over runs. Speedup = output tok/s / the same node's "
+                                       f"'{baseline}' output tok/s at this concurrency. CI low/high and "
+                                       f"'vs baseline': {tables.noise.describe() if tables.noise else ''}."))
+    secs += [_section(title, df, cols, note) for title, df, cols, note in latency_sections(tables.latency)]
+    if not tables.spec.empty:
+        secs.append(_section("Speculative decoding", tables.spec, SPEC_COLS,
+                             "From the spec_decode_* keys (server counters differenced over the run). "
+                             "'–' = the file has no such keys: nothing was drafted."))
+    if tables.categories is not None:
+        secs.append(_section("Per Spec-Bench category", tables.categories, CAT_COLS,
+                             "TPOT per request, averaged per category; speedup against the same node's baseline."))
+    if cells:
+        secs.append(cells_section(cells, command))
+    secs.append(_section("Node equivalence (baseline on every node)", gate.table, GATE_COLS,
+                         "diff = (B - A) / A; CI low/high = the interval of B/A - 1 with repeats on both "
+                         "nodes ('–' = single run). " + gate.rule.describe() + "."))
+    if not tables.kv.empty:
+        secs.append(_section("KV cache (server logs)", tables.kv, KV_COLS,
+                             "Worst-case KV demand = max concurrency run x tokens per request / KV tokens."))
+    if tables.bandwidth is not None:
+        secs.append(_section("Memory-bandwidth bound", tables.bandwidth, BW_COLS,
+                             f"Lowest TPOT if each decode step reads all weights once: "
+                             f"{fmt(tables.min_tpot_ms)} ms. bound / TPOT > 1 means more than one token "
+                             "per weight read (speculative decoding)."))
+    secs += [_section(title, df, cols, note) for title, df, cols, note in
+             provenance_sections(tables.provenance, tables.provenance_results)]
+    tags = (["SIMULATED"] if simulated else []) + (["NODES NOT EQUIVALENT"] if forced and not gate.nodes_equivalent else []) \
+        + (["MIXED PLANS"] if forced and gate.mixed_plans else []) + (["INCOMPLETE"] if bad else [])
+    return ReportModel(campaign=campaign, baseline=baseline, stamps=stamps, tags=tags, gate=gate,
+                       conclusions=conclusions, sections=secs, notes=list(tables.notes),
+                       warnings=list(warnings or []), quarantined=list(quarantined or []),
+                       gate_verdict=gate_verdict(gate, cells), complete=not bad)
+
+
+def _env() -> jinja2.Environment:
+    return environment(TEMPLATE_DIR, autoescape=jinja2.select_autoescape(["html", "html.j2"]),
+                       keep_trailing_newline=False)
+
+
+def _md_cell(s: str) -> str:
+    return s.replace("|", "\\|").replace("\n", " ")
+
+
+def write_report(out_dir: Path, model: ReportModel, tables: Tables) -> dict[str, Path]:
+    out_dir = Path(out_dir)
+    env = _env()
+    env.filters["mdcell"] = _md_cell
+    paths = {"md": out_dir / "report.md", "html": out_dir / "report.html",
+             "csv": out_dir / "merged.csv", "json": out_dir / "merged.json"}
+    paths["md"].write_text(env.get_template("report.md.j2").render(m=model), encoding="utf-8")
+    plots = all_plots(tables.runs, tables.spec, model.baseline, simulated="SIMULATED" in model.tags,
+                      band=tables.noise.band if tables.noise else None)
+    paths["html"].write_text(env.get_template("report.html.j2").render(m=model, plots=plots), encoding="utf-8")
+    merged = tables.runs.copy()
+    merged.insert(0, "stamp", " | ".join(model.stamps))
+    merged.insert(1, "campaign", model.campaign)
+    merged.to_csv(paths["csv"], index=False)
+    merged.to_json(paths["json"], orient="records", indent=1, double_precision=15)  # default: 10 decimals
+    return paths
+
+
+def print_report(model: ReportModel, console=None, gate_only: bool = False) -> None:
+    """The main tables on the terminal (rich)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    if console is None:
+        import sys
+        console = Console() if sys.stdout.isatty() else Console(width=160)
+    for s in model.stamps:
+        console.print(f"[bold white on red] {s} [/]")
+    want = [s for s in model.sections if s.title.startswith("Node equivalence")] if gate_only else \
+        [s for s in model.sections if s.title.startswith(("Results", "Speculative", "Node equivalence"))]
+    cells = next((s for s in model.sections if s.title == "Planned cells"), None)
+    for sec in want:
+        t = Table(title=sec.title, title_justify="left")
+        for h in sec.headers:
+            t.add_column(h, justify="left" if h in ("config", "node", "metric", "node A", "node B") else "right")
+        for row in sec.rows:
+            style = "bold red" if "FAIL" in row else None
+            t.add_row(*row, style=style)
+        console.print(t)
+    style = "green" if model.gate_verdict == "PASSED" else "bold red" if not model.gate.passed else "bold yellow"
+    console.print(f"Node equivalence [{style}]{model.gate_verdict}[/]: {model.gate.rule.describe()}",
+                  markup=True, highlight=False)
+    for c in model.gate.checks:
+        console.print(f"  {c.node_a} vs {c.node_b} @ conc {c.conc}: {c.reason}", markup=False)
+    for p in model.gate.problems:
+        console.print(f"  problem: {p}", markup=False)
+    if not gate_only:
+        for c in model.conclusions:
+            console.print("• " + c.replace("**", ""), markup=False)
+    for q in model.quarantined:
+        console.print(q, style="yellow", markup=False)
+    if cells is not None:
+        _print_cell_rows(cells, console)
+
+
+def _print_cell_rows(sec: Section, console) -> None:
+    """The not-merged cells, one line each, and the completeness verdict (the whole table is in the report)."""
+    for row in sec.rows:
+        if row[3] != "merged":
+            console.print(f"{row[3]}: {row[0]} @ concurrency {row[1]} on {row[2]} ({row[4]} runs): {row[5]}",
+                          style="bold red", markup=False)
+    console.print(sec.note.replace("`", ""), style="green" if sec.note.startswith("Complete") else "bold red",
+                  markup=False)
+
+
+def print_cells(cells: list[CellState], command: str | None, console) -> None:
+    """The cell states alone (when nothing could be merged)."""
+    if cells:
+        _print_cell_rows(cells_section(cells, command), console)

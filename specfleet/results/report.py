@@ -1,0 +1,173 @@
+"""The local, SSH-free half of `fab collect`, and all of `fab report`: validate, gate, merge, report.
+
+    outcome = report_campaign("results/<campaign>", planned=planned_from(plan, "plan.yml", dir))
+    sys.exit(outcome.exit_code)   # 0 complete; 16 some planned cell not merged; 8 nothing merged
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..fleet import EXIT_INCOMPLETE, EXIT_NOT_MERGED
+from .campaign import Campaign, Expect, Quarantined, scan_campaign
+from .cells import CellState, Planned, cell_states
+from .conclusions import conclusions
+from .gate import DEFAULT_BASELINE, EquivalenceRule, GateResult, check_equivalence
+from .measures import NoiseBand
+from .merge import Tables, build_tables
+from .document import ReportModel, build_model, print_cells, print_report, write_report
+
+MERGED_FILES = ("report.md", "report.html", "merged.csv", "merged.json")
+
+
+@dataclass
+class ReportOutcome:
+    campaign_dir: Path
+    gate: GateResult
+    merged: bool
+    forced: bool
+    simulated: bool
+    paths: dict[str, Path] = field(default_factory=dict)
+    quarantined: list[Quarantined] = field(default_factory=list)
+    pending: list[Path] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    conclusions: list[str] = field(default_factory=list)
+    tables: Tables | None = None
+    model: ReportModel | None = None
+    error: str | None = None
+    cells: list[CellState] = field(default_factory=list)
+    command: str | None = None   # what measures the cells that are not merged again
+
+    @property
+    def ok(self) -> bool:
+        """True when a report was written (gate passed, or forced)."""
+        return self.merged
+
+    @property
+    def not_merged_cells(self) -> list[CellState]:
+        return [c for c in self.cells if not c.merged]
+
+    @property
+    def complete(self) -> bool:
+        """Every planned cell has its valid runs (without a plan: no file was refused)."""
+        return not self.not_merged_cells and not (not self.cells and self.quarantined)
+
+    @property
+    def not_merged_message(self) -> str | None:
+        if self.merged:
+            return None
+        return self.error or ("the nodes are not equivalent: nothing merged "
+                              "(see the table above; --force merges and stamps the outputs)")
+
+    @property
+    def incomplete_message(self) -> str | None:
+        bad = self.not_merged_cells
+        if not bad:
+            return None
+        names = ", ".join(c.label() for c in bad[:4]) + (", ..." if len(bad) > 4 else "")
+        again = f"; to measure them again: {self.command}" if self.command else ""
+        return f"report incomplete: {len(bad)} of {len(self.cells)} planned cells not merged ({names}){again}"
+
+    @property
+    def exit_code(self) -> int:
+        """Bit flags as the fleet's: 8 nothing merged (gate failed and not forced, or nothing valid),
+        16 some planned cell is missing or quarantined (24: both); 0 a complete report."""
+        code = 0 if self.merged else EXIT_NOT_MERGED
+        if not self.complete:
+            code |= EXIT_INCOMPLETE
+        return code
+
+
+def _remove_stale(campaign_dir: Path) -> None:
+    """A refused merge must not leave an older report looking current."""
+    for name in MERGED_FILES:
+        p = campaign_dir / name
+        if p.is_file():
+            p.unlink()
+
+
+def report_campaign(campaign_dir: Path | str, baseline: str = DEFAULT_BASELINE,
+                    rule: EquivalenceRule | None = None, force: bool = False,
+                    gpu_bandwidth_gbps: float | None = None, weights_gib: float | None = None,
+                    console=None, quiet: bool = False, planned: Planned | None = None,
+                    expect: Expect | None = None, quarantine: bool = True,
+                    notes: list[str] | None = None) -> ReportOutcome:
+    """Validate (quarantine bad files), gate on node equivalence, merge, write
+    report.md / report.html / merged.csv / merged.json into `campaign_dir`, and
+    print the main tables (rich) unless quiet.
+
+    When the gate fails and not `force`: prints the equivalence table, writes
+    nothing merged (and removes a previous merged report), returns merged=False.
+    With `force` the outputs are stamped "NODES NOT EQUIVALENT".
+    `planned` (the plan's cells and who was to measure them) makes the report list every cell's
+    state; `expect` says when a run counts (requests completed); `quarantine=False` moves nothing.
+    """
+    campaign_dir = Path(campaign_dir)
+    rule = rule or EquivalenceRule()
+    camp: Campaign = scan_campaign(campaign_dir, quarantine=quarantine, expect=expect)
+    gate = check_equivalence(camp, rule, baseline)
+    out = ReportOutcome(campaign_dir=campaign_dir, gate=gate, merged=False, forced=False,
+                         simulated=camp.simulated, quarantined=list(camp.quarantined),
+                         pending=list(camp.pending), warnings=list(notes or []) + list(camp.warnings))
+    out.cells = cell_states(camp, planned) if planned else []
+    qmsgs = [q.message() for q in camp.quarantined]
+    qmsgs += [f"in quarantine: {a.path}: {a.reason}" for a in camp.set_aside]
+    command = out.command = planned.command() if planned else None
+    if not camp.runs:
+        out.error = f"{campaign_dir}: no valid, done result files to merge"
+        _remove_stale(campaign_dir)
+        if not quiet:
+            from rich.console import Console
+            c = console or Console()
+            for m in qmsgs + out.warnings:
+                c.print(m, style="yellow", markup=False)
+            print_cells(out.cells, command, c)
+            c.print(out.error, style="bold red", markup=False)
+        return out
+    tables = build_tables(camp, baseline, gpu_bandwidth_gbps, weights_gib, NoiseBand(rule.tolerance_pct))
+    concl = conclusions(tables, baseline)
+    forced = force and not gate.passed
+    model = build_model(camp.name, tables, gate, concl, baseline=baseline, simulated=camp.simulated,
+                        forced=forced, warnings=out.warnings, quarantined=qmsgs, cells=out.cells,
+                        command=command)
+    out.tables, out.model, out.conclusions, out.forced = tables, model, concl, forced
+    if not gate.passed and not force:
+        _remove_stale(campaign_dir)
+        if not quiet:
+            print_report(model, console, gate_only=True)
+        return out
+    out.paths = write_report(campaign_dir, model, tables)
+    out.merged = True
+    if not quiet:
+        print_report(model, console)
+    return out
+
+
+def report_plan(plan, plan_path: str, results_root: Path | str, *, force: bool = False,
+                gpu_bandwidth_gbps: float | None = None, split_queues: dict[str, list[str]] | None = None,
+                host_notes: dict[str, str] | None = None, notes: list[str] | None = None,
+                console=None, quiet: bool = False) -> ReportOutcome:
+    """`fab report` and the second half of `fab collect`: the report of `plan`'s campaign from the
+    files in `<results_root>/<campaign>/`, every planned cell with its state. Moves nothing but
+    the report files it writes (collect quarantines while fetching, see staging.py).
+
+    `split_queues`, `host_notes` (collect only): the queues of the hosts it was asked for and why a
+    host gave nothing; they are saved as planned.json so a later `fab report` knows them too.
+    """
+    from .cells import PLANNED_FILE, planned_from
+
+    campaign_dir = Path(results_root) / plan.campaign
+    planned = planned_from(plan, plan_path, campaign_dir, split_queues, host_notes)
+    if split_queues is not None:
+        campaign_dir.mkdir(parents=True, exist_ok=True)
+        pf = campaign_dir / PLANNED_FILE
+        if not pf.is_file() or pf.read_text(encoding="utf-8") != planned.to_json():
+            pf.write_text(planned.to_json(), encoding="utf-8")
+    eq = plan.equivalence
+    rule = EquivalenceRule(metric=eq.metric, concurrency=eq.concurrency, tolerance_pct=eq.tolerance_pct)
+    expect = Expect(num_prompts=plan.benchmark.num_prompts,
+                    max_failed_requests=plan.benchmark.max_failed_requests)
+    return report_campaign(campaign_dir, baseline=plan.baseline, rule=rule, force=force,
+                           gpu_bandwidth_gbps=gpu_bandwidth_gbps, weights_gib=plan.model.weights_gib,
+                           console=console, quiet=quiet, planned=planned, expect=expect,
+                           quarantine=False, notes=notes)
