@@ -188,6 +188,9 @@ def test_pair_runs_one_runner_per_gpu_at_once_with_multicast_off(carry, tmp_path
     paths = Paths(venv=specs.VENV, work_dir=specs.WORK_DIR, dataset=specs.DATASET)
     specs.make_two_gpu(load_plan(str(f)), paths, carry / "kit" / "specs")
     payload.write_manifest(carry)
+    # the simulated engine's host has two GPUs (its CUDA_VISIBLE_DEVICES=1 must name one that exists)
+    (tmp_path / "simgpu").mkdir(exist_ok=True)
+    (tmp_path / "simgpu" / "gpu.json").write_text(json.dumps({"gpus": [{"index": 0}, {"index": 1}]}))
     p = _run(carry, tmp_path, "pair", "rehearsal-x2")
     out = tmp_path / "out"
     log = (out / "device.log").read_text()
@@ -199,7 +202,7 @@ def test_pair_runs_one_runner_per_gpu_at_once_with_multicast_off(carry, tmp_path
         assert {"NCCL_NVLS_ENABLE=0", "TORCH_SYMM_MEM_DISABLE_MULTICAST=1", "NVSHMEM_DISABLE_NVLS=1"} <= set(env)
         assert Path(f"/tmp/sfwork/gpu{i}/rehearsal-x2/{node}/state.json").is_file(), log[-4000:]
         st = json.loads(Path(f"/tmp/sfwork/gpu{i}/rehearsal-x2/{node}/state.json").read_text())
-        assert st["status"] == "done" and st["items"][0]["name"] == "vanilla", st
+        assert st["status"] == "done" and st["items"][0]["name"] == "vanilla", (st, log[-3000:])
         spec = json.loads(Path(f"/tmp/sfgpu/specs/rehearsal-x2.{node}.json").read_text())
         assert spec["gpu_index"] == i and spec["port"] == 8000 + i
     names = [{it["name"] for it in json.loads(Path(f"/tmp/sfwork/gpu{i}/rehearsal-x2/{n}/state.json").read_text())[
