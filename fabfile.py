@@ -1,5 +1,15 @@
 """specfleet's command line: `fab --list` shows every task.
 
-The tasks themselves live in specfleet/tasks/; this file only hands Fabric the collection.
+The tasks themselves live in specfleet/tasks/; this file only hands Fabric the collection. In a
+checkout of the repository it adds the namespace testbed's tasks (testbed/tasks.py): the testbed
+is a development tool, not part of the installed package, so a bastion's bundle has none.
 """
-from specfleet.tasks import ns  # noqa: F401  (Fabric looks for `ns` in the fabfile)
+from specfleet.tasks import add_collection, ns  # noqa: F401  (Fabric looks for `ns` in the fabfile)
+
+try:
+    from testbed.tasks import ns as _testbed
+except ImportError as e:  # an installed bundle: no testbed package beside this file
+    if (e.name or "").split(".")[0] != "testbed":
+        raise
+else:
+    add_collection(_testbed)

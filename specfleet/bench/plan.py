@@ -210,6 +210,43 @@ DATASET_RULE = ("a file on the bastion (a relative path is relative to the plan 
                 "or {on_worker: /absolute/path} for a file already on every worker")
 
 
+class ConcurrencySearch(_Strict):
+    """`concurrencies: {search: crossover, min: 1, max: 256, budget: 12}`: see specfleet/bench/crossover.py."""
+
+    search: Literal["crossover"]
+    min: int = Field(default=1, ge=1)
+    max: int = Field(ge=2)
+    coarse_factor: int = 4      # round 1: min x 4^k (and max)
+    per_doubling: int = Field(default=2, ge=1, le=16)  # the finest grid: 2 points per doubling
+    budget: int = Field(ge=2)   # concurrencies measured per configuration at most, round 1 included
+    metric: Literal["output_throughput", "total_token_throughput"] = "output_throughput"
+
+    @field_validator("coarse_factor")
+    @classmethod
+    def _pow2(cls, v: int) -> int:
+        if v < 2 or v & (v - 1):
+            raise ValueError(f"must be a power of two (2, 4, 8, ...) so the coarse grid lies on the fine grid, not {v}")
+        return v
+
+    @model_validator(mode="after")
+    def _range(self) -> "ConcurrencySearch":
+        if self.max <= self.min:
+            raise ValueError(f"max: {self.max} must be larger than min {self.min}")
+        n = len(self.coarse())
+        if self.budget < n:
+            raise ValueError(f"budget: {self.budget} is fewer than the {n} concurrencies of the coarse grid "
+                             f"{self.coarse()} (raise it, or raise coarse_factor)")
+        return self
+
+    def coarse(self) -> list[int]:
+        from .crossover import coarse_grid
+        return coarse_grid(self.min, self.max, self.coarse_factor)
+
+    def fine(self) -> list[int]:
+        from .crossover import fine_grid
+        return fine_grid(self.min, self.max, self.per_doubling)
+
+
 class Benchmark(_Strict):
     backend: Literal["openai-chat", "openai", "vllm"] = "openai-chat"
     endpoint: str = "/v1/chat/completions"
@@ -218,6 +255,8 @@ class Benchmark(_Strict):
     num_prompts: int = Field(default=80, ge=1)  # 5 x the default top concurrency 16: a steady state
     output_len: int = Field(default=512, ge=1)
     concurrencies: list[int] = Field(default_factory=lambda: [1, 16], min_length=1)
+    # written as `concurrencies: {search: crossover, ...}`; concurrencies then holds its coarse grid
+    concurrency_search: ConcurrencySearch | None = None
     # null: not sent, so the server's generation defaults (the model's generation_config.json) apply,
     # as in the field report (vLLM 0.28 without --temperature: Qwen3 sampled). Recorded either way.
     temperature: float | None = Field(default=0.0, ge=0)
@@ -247,6 +286,27 @@ class Benchmark(_Strict):
     def on_worker(self) -> str | None:
         """The dataset's path on the workers when the plan says it is already there, else None."""
         return self.dataset_path.on_worker if isinstance(self.dataset_path, OnWorker) else None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _search(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or not isinstance(data.get("concurrencies"), dict):
+            if isinstance(data, dict) and data.get("concurrency_search") is not None:
+                s = ConcurrencySearch.model_validate(data["concurrency_search"])
+                if data.get("concurrencies") != s.coarse():  # a validated plan's dump reads back; nothing else
+                    raise ValueError("concurrency_search: write `concurrencies: {search: crossover, ...}` instead")
+            return data
+        data = dict(data)
+        try:
+            search = ConcurrencySearch.model_validate(data["concurrencies"])
+        except ValidationError as e:
+            loc, msg = first_error(e)
+            head = msg.split(" ")[0]
+            if not loc and re.fullmatch(r"[a-z_]+:", head):  # ConcurrencySearch's cross-field errors
+                loc, msg = (head[:-1],), msg[len(head) + 1:]
+            raise ValueError(f"concurrencies.{'.'.join(map(str, loc))}: {msg}") from None
+        data["concurrency_search"], data["concurrencies"] = search, search.coarse()
+        return data
 
     @field_validator("dataset_path", mode="before")
     @classmethod
@@ -281,6 +341,11 @@ class Benchmark(_Strict):
 
     @model_validator(mode="after")
     def _steady(self) -> "Benchmark":
+        if self.concurrency_search is not None and self.steady_state == "required":
+            if self.prompts_that_do_not_fit == "drop":  # the kept file would fix one prompt count for all
+                raise ValueError("prompts_that_do_not_fit: drop does not go with a crossover search whose "
+                                 "prompts scale with concurrency; use refuse, or steady_state: report-setup")
+            return self  # the search raises num_prompts to min_prompts_per_concurrency x c per run
         need = self.min_prompts_per_concurrency * max(self.concurrencies)
         if self.steady_state == "required" and self.num_prompts < need:
             raise ValueError(
@@ -375,7 +440,10 @@ class Plan(_Strict):
         return path
 
     def canonical_json(self) -> str:
-        return json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        doc = self.model_dump(mode="json")
+        if doc["benchmark"]["concurrency_search"] is None:  # absent: a plan without a search keeps its hash
+            del doc["benchmark"]["concurrency_search"]
+        return json.dumps(doc, sort_keys=True, separators=(",", ":"))
 
     def plan_hash(self) -> str:
         return hashlib.sha256(self.canonical_json().encode()).hexdigest()[:12]

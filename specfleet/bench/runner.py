@@ -164,7 +164,7 @@ class Runner:
         log(f"runner pid {os.getpid()} run {s['run_id']}: {len(s['items'])} items in {self.run_dir}")
         self.end_previous_leftovers()
         rc = EXIT_OK
-        for item, rec in zip(s["items"], self.state["items"]):
+        for item, rec in self.queue():
             if rec["status"] == "done":
                 log(f"[{item['name']}] done marker present: skipped")
                 continue
@@ -188,6 +188,36 @@ class Runner:
         self.finish("done" if rc == EXIT_OK else "failed",
                     None if rc == EXIT_OK else "some items failed (see items[].error)")
         return rc
+
+    def queue(self):
+        """The spec's items in order; where they run dry, the crossover search's next round, if the
+        plan has one (crossover.py: the new items are appended to the spec and the state)."""
+        i, rounds, tried = 0, 1, {}
+        while True:
+            while i < len(self.spec["items"]):
+                yield self.spec["items"][i], self.state["items"][i]
+                i += 1
+            if not self.spec.get("crossover") or self.stopping:
+                return
+            rounds += 1
+            try:
+                from .crossover import crossover_round
+            except ImportError:  # as a script on the worker: crossover.py and stats.py copied beside it
+                from crossover import crossover_round  # type: ignore
+            more, decision = crossover_round(self.spec, self.run_dir, tried, rounds)
+            self.state["crossover"] = {"round": rounds, "configs": decision}
+            for cfg, d in decision.items():
+                log(f"[crossover] {cfg}: {d['why']}; next: {d['next'] or 'none'}")
+            if not more:
+                self.save()
+                return
+            for it in more:
+                self.spec["items"].append(it)
+                self.state["items"].append({"name": it["name"], "item_hash": it["item_hash"], "status": "pending",
+                                            "phase": f"crossover round {rounds}", "attempts": 0, "started_at": None,
+                                            "finished_at": None, "error": None, "server_pid": None, "results": [],
+                                            "notes": []})
+            self.save()
 
     def abort(self, e: BaseException) -> None:
         """Whatever ends the runner ends its server and bench client too, and says why."""
@@ -408,7 +438,7 @@ class Runner:
 
     def start_and_wait(self, item: dict, rec: dict) -> None:
         s = self.spec
-        log_path = os.path.join(self.run_dir, layout.server_log(item["name"]))
+        log_path = os.path.join(self.run_dir, layout.server_log(item.get("log_name", item["name"])))
         with open(log_path, "a") as lf:
             lf.write(f"==== specfleet {now()} run {s['run_id']}: {' '.join(self.argv(item['serve_argv']))}\n")
             lf.flush()
@@ -437,7 +467,7 @@ class Runner:
 
     def check_server(self, item: dict) -> None:
         if self.server is not None and self.server.poll() is not None:
-            log_path = os.path.join(self.run_dir, layout.server_log(item["name"]))
+            log_path = os.path.join(self.run_dir, layout.server_log(item.get("log_name", item["name"])))
             if self.server.returncode in (0, -signal.SIGTERM, -signal.SIGINT):
                 # ended from outside with a clean stop: a shutdown (reboot) signals us too, a moment later
                 deadline = time.monotonic() + 3.0

@@ -5,14 +5,17 @@ import json
 import time
 from pathlib import Path
 
-from .commands import Paths, item_argv
+from .commands import Paths, bench_templates, item_argv
 from .plan import Plan
 
 SPEC_SCHEMA = 1
-# Copy all four to one directory on the worker, then:
+# Copy all of them to one directory on the worker, then:
 #   setsid nohup python3 <dir>/runner.py --spec <run.json> >runner.log 2>&1 </dev/null &
 # fitcheck.py runs with the venv's python (the model's tokenizer), the others with any python3.
-RUNNER_FILES = tuple(Path(__file__).with_name(f) for f in ("runner.py", "runner_lib.py", "layout.py", "fitcheck.py"))
+# crossover.py (the search) imports stats.py (the report's intervals), both stdlib only.
+RUNNER_FILES = (*(Path(__file__).with_name(f) for f in ("runner.py", "runner_lib.py", "layout.py", "fitcheck.py",
+                                                        "crossover.py")),
+                Path(__file__).parent.parent / "results" / "stats.py")
 
 
 def build_run_spec(plan: Plan, node: str, queue: list[str], paths: Paths, *,
@@ -41,7 +44,23 @@ def build_run_spec(plan: Plan, node: str, queue: list[str], paths: Paths, *,
         "gpu_index": gpu_index,
         "stop_timeout_s": plan.stop_timeout_s,
         "items": [item_argv(plan, node, name, paths) for name in queue],
+        "crossover": crossover_spec(plan, node, queue, paths),
     }
+
+
+def crossover_spec(plan: Plan, node: str, queue: list[str], paths: Paths) -> dict | None:
+    """What the runner's crossover rounds need (specfleet/bench/crossover.py), or None."""
+    b, x = plan.benchmark, plan.benchmark.concurrency_search
+    if x is None:
+        return None
+    from ..results.measures import SPEEDUP_CONFIDENCE  # the report's interval, the one default
+    return {"min": x.min, "max": x.max, "coarse_factor": x.coarse_factor, "per_doubling": x.per_doubling,
+            "budget": x.budget, "metric": x.metric, "confidence": SPEEDUP_CONFIDENCE,
+            "tolerance_pct": plan.equivalence.tolerance_pct, "baseline": plan.baseline,
+            "configs": [n for n in queue if n != plan.baseline],
+            "num_prompts": b.num_prompts, "min_prompts_per_concurrency": b.min_prompts_per_concurrency,
+            "scale_prompts": b.steady_state == "required",
+            "templates": {n: bench_templates(plan, node, n, paths) for n in queue}}
 
 
 def dump_run_spec(spec: dict) -> str:

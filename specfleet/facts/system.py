@@ -110,7 +110,7 @@ class MountPoint(Fact):
 
 
 # The one Python-version probe: the workers' base interpreter (BaseInterpreter) and the
-# bastion's (specfleet/roles/venv.py check_base_python) are read by the same command and parser.
+# bastion's (specfleet/venv_build.py check_base_python) are read by the same command and parser.
 PYTHON_VERSION_CODE = "import sys; print('.'.join(map(str, sys.version_info[:3])))"
 
 

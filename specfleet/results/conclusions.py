@@ -15,6 +15,7 @@ import math
 
 import pandas as pd
 
+from .crossover import crossover_lines
 from .measures import SINGLE_RUN, NoiseBand
 from .merge import Tables
 
@@ -154,6 +155,7 @@ def conclusions(t: Tables, baseline: str) -> list[str]:
         cfg = cfgs.pop()
         trend = ", ".join(f"{s:.2f}x at conc {c}" for c, (_, s) in sorted(best_by_conc.items()))
         out.append(f"{cfg} is best at every concurrency measured ({trend}).")
+    out += crossover_lines(runs, baseline, noise, t.search)  # where each configuration stops paying (crossover.py)
     versions = {v for v in t.provenance.vllm if v}
     if len(versions) > 1:
         out.append(f"WARNING: nodes ran different vLLM versions ({', '.join(sorted(versions))}).")

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from .campaign import Campaign, Run
+from .crossover import search_status
 from .measures import NoiseBand, add_measures, latency_table
 from .provenance import node_table, result_table
 
@@ -52,6 +53,7 @@ class Tables:
     categories: pd.DataFrame | None = None
     min_tpot_ms: float | None = None
     notes: list[str] = field(default_factory=list)
+    search: dict[tuple[str, str], str] = field(default_factory=dict)  # crossover.search_status
 
 
 def _mean(vals: list) -> float:
@@ -206,7 +208,7 @@ def build_tables(camp: Campaign, baseline: str, gpu_bandwidth_gbps: float | None
     runs = add_measures(camp, runs_table(camp, baseline), baseline, noise)
     t = Tables(runs=runs, spec=spec_table(runs, baseline), kv=kv_table(camp),
                provenance=node_table(camp), latency=latency_table(camp, runs), noise=noise,
-               provenance_results=result_table(camp))
+               provenance_results=result_table(camp), search=search_status(camp.nodes))
     missing = sorted({f"{n}@{c}" for n, c in zip(runs.node, runs.concurrency)} -
                      {f"{n}@{c}" for n, c in zip(runs[runs.config == baseline].node,
                                                    runs[runs.config == baseline].concurrency)})

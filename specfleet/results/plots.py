@@ -89,6 +89,37 @@ def speedup_svg(runs: pd.DataFrame, baseline: str, simulated: bool = False,
         return _svg(fig, simulated)
 
 
+def crossover_svg(runs: pd.DataFrame, baseline: str, simulated: bool = False,
+                  band: tuple[float, float] | None = None) -> str | None:
+    """Speedup vs concurrency (log x), one line per configuration (and node), the measured points
+    with their intervals; only where a curve has >= 3 points (specfleet/results/crossover.py)."""
+    from .crossover import curves
+    found = curves(runs, baseline)
+    if not found:
+        return None
+    multi = {c for c, _, _ in found if sum(1 for x, _, _ in found if x == c) > 1}
+    with plt.rc_context(RC):
+        fig, ax = plt.subplots(figsize=(7, 3.4))
+        for cfg, node, g in found:
+            x, y = list(g.concurrency), list(g.speedup)
+            lo = [v - (lo if lo == lo else v) for v, lo in zip(y, g.speedup_ci_low)]
+            hi = [(hi if hi == hi else v) - v for v, hi in zip(y, g.speedup_ci_high)]
+            ax.errorbar(x, y, yerr=[lo, hi], marker="o", ms=3.5, lw=1.2, capsize=2, elinewidth=0.8,
+                        label=f"{cfg} ({node})" if cfg in multi else cfg)
+        ax.set_xscale("log", base=2)
+        concs = sorted({int(c) for _, _, g in found for c in g.concurrency})
+        ax.set_xticks(concs, [str(c) for c in concs], fontsize=7)
+        ax.minorticks_off()
+        ax.axhline(1.0, color="black", lw=0.8, ls="--")
+        if band:
+            ax.axhspan(*band, color="grey", alpha=0.25, lw=0)
+        ax.set_xlabel("concurrency (log scale; markers: measured points)")
+        ax.set_ylabel(f"output tok/s vs same node's {baseline}")
+        ax.set_title("Speedup vs concurrency (bars: 95 % CI" + ("; grey: noise band)" if band else ")"))
+        ax.legend(fontsize=7, frameon=False, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+        return _svg(fig, simulated)
+
+
 def tpot_svg(runs: pd.DataFrame, simulated: bool = False) -> str | None:
     if runs.empty:
         return None
@@ -131,7 +162,8 @@ def namespace_ids(svg: str, prefix: str) -> str:
 def all_plots(runs: pd.DataFrame, spec: pd.DataFrame, baseline: str,
               simulated: bool = False, band: tuple[float, float] | None = None) -> list[tuple[str, str]]:
     out = []
-    for title, svg in (("Speedup", speedup_svg(runs, baseline, simulated, band)), ("TPOT", tpot_svg(runs, simulated)),
+    for title, svg in (("Speedup", speedup_svg(runs, baseline, simulated, band)),
+                       ("Crossover", crossover_svg(runs, baseline, simulated, band)), ("TPOT", tpot_svg(runs, simulated)),
                        ("Acceptance", acceptance_svg(spec, simulated))):
         if svg:
             out.append((title, namespace_ids(svg, f"sf{len(out)}")))

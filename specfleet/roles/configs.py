@@ -14,6 +14,7 @@ from pathlib import Path
 from specfleet.inventory import Host
 from specfleet.step import Payload, Step
 from specfleet.steps.files import Directory, FileContent
+from specfleet.roles import Role
 
 from specfleet.bench.spec import RUNNER_FILES
 DEFAULT_HOME = "/var/lib/specfleet"
@@ -43,3 +44,14 @@ def steps(host: Host, datasets: list[str], revert: bool = False) -> list[Step]:
     out += [FileContent(f"{home(host)}/{f.name}", f.read_bytes(), mode="0755") for f in RUNNER_FILES]
     out += [dataset_step(host, ds) for ds in datasets]
     return out
+
+
+ROLE = Role(
+    name="configs",
+    summary="the bench runner and the inventory's datasets under each worker's specfleet directory",
+    steps=lambda host, ctx: steps(host, ctx.datasets),
+    revert=lambda host, ctx: steps(host, [], revert=True),
+    reads=("specfleet_home", "datasets"),
+    needs=frozenset({"datasets"}),
+    order=80,
+)

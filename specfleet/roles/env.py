@@ -11,6 +11,7 @@ from specfleet.quoting import env_key, env_words, q
 from specfleet.render import render
 from specfleet.step import Step
 from specfleet.steps.files import FileContent
+from specfleet.roles import Role
 
 DEFAULT_ENV_FILE = "/etc/specfleet/vllm.env"
 DEFAULT_CUDA_SUBDIR = "nvidia/cu13"
@@ -54,3 +55,14 @@ def steps(host: Host, python_version: str, revert: bool = False) -> list[Step]:
     if revert:
         return [FileContent(env_file(host), present=False)]
     return [FileContent(env_file(host), content(host, python_version), mode="0644")]
+
+
+ROLE = Role(
+    name="env",
+    summary="the environment file the bench runner sources (CUDA_HOME, PATH, CC, extra_env)",
+    steps=lambda host, ctx: steps(host, ctx.manifest["python_version"].rsplit(".", 1)[0]),
+    revert=lambda host, ctx: steps(host, "", revert=True),
+    reads=("venv_path", "env_file", "cuda_subdir", "cc", "extra_env"),
+    needs=frozenset({"manifest"}),
+    order=30,
+)

@@ -12,6 +12,7 @@ from specfleet.inventory import Host
 from specfleet.facts.model import ModelDirState, ModelFiles
 from specfleet.step import Change, Step, StepFailed, Values
 from specfleet.steps.sync import RemoteCopy
+from specfleet.roles import Context, Role
 
 
 class ModelDir(Step):
@@ -58,3 +59,27 @@ def stage_steps(host: Host) -> list[Step]:
     if len(cands) < 2:
         raise StepFailed("model_candidates needs a local path first and the share's path last")
     return [RemoteCopy(cands[-1], cands[0]), ModelDir([cands[0]])]
+
+
+def report_models(ctx: Context, results: dict) -> None:
+    """After the play: which directory each worker serves from."""
+    from rich.table import Table
+    table = Table(title="model directories", title_justify="left")
+    for col in ("host", "serves from", "weights", "size"):
+        table.add_column(col)
+    for host, rs in results.items():
+        m = next((r.data["model"] for r in rs if r.data.get("model")), None)
+        if m:
+            table.add_row(host, m["path"], str(m["weights"]), f"{m['size_bytes'] / 2**30:.2f} GiB")
+    if table.row_count:
+        ctx.console.print(table)
+
+
+ROLE = Role(
+    name="model",
+    summary="which model directory each worker will serve from (first candidate with a config.json)",
+    steps=lambda host, ctx: steps(host),
+    reads=("model_candidates",),
+    order=70,
+    after=report_models,
+)

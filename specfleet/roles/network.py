@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from specfleet.facts.net import Address, Ipv4Addresses, NetplanFilesWith
 from specfleet.shell import q
 from specfleet.step import Change, Step, StepFailed, Values
+from specfleet.roles import Context, Role
 
 # loopback and link-local repeat on every host by design
 IGNORED = [ipaddress.IPv4Network("127.0.0.0/8"), ipaddress.IPv4Network("169.254.0.0/16")]
@@ -102,3 +103,39 @@ def removal_steps(host: str, dups: list[Duplicate]) -> list[Step]:
     if not steps:
         raise StepFailed(f"{host} holds none of the duplicate addresses")
     return steps
+
+
+def report_duplicates(ctx: Context, results: dict) -> None:
+    """After the play: a table of the duplicates, a warning; removal only from the host the option names."""
+    from rich.table import Table
+
+    from specfleet.errors import UserError
+    fleet, remove_host = ctx.fleet, ctx.options.get("remove_dup_ip")
+    addrs = {h: r.data["addresses"] for h, rs in results.items() for r in rs if "addresses" in r.data}
+    dups = find_duplicates(addrs)
+    if not dups:
+        ctx.console.print("[green]network: no IPv4 address is held by two hosts[/]")
+    else:
+        table = Table(title="DUPLICATE IPv4 ADDRESSES (ARP conflicts: fix before benchmarking)",
+                      title_justify="left", title_style="bold red")
+        table.add_column("address")
+        table.add_column("held by")
+        for d in dups:
+            table.add_row(d.ip, ", ".join(f"{h} ({i})" for h, i, _ in d.holders))
+        ctx.console.print(table)
+        fleet.warn(f"duplicate IPv4 addresses: " + "; ".join(
+            f"{d.ip} on {', '.join(h for h, _, _ in d.holders)}" for d in dups))
+    if remove_host:
+        targets = [h for h in fleet.hosts if h.name == remove_host]
+        if not targets:
+            raise UserError(f"--remove-dup-ip {remove_host}: not a selected host")
+        fleet.play(lambda h: removal_steps(h.name, dups), hosts=targets)
+
+
+ROLE = Role(
+    name="network",
+    summary="find IPv4 addresses held by two hosts (reported; removed only with --remove-dup-ip HOST)",
+    steps=lambda host, ctx: [Addresses()],
+    order=60,
+    after=report_duplicates,
+)

@@ -17,6 +17,7 @@ from specfleet.steps.guard import OnlyIf
 from specfleet.steps.mount import Mount
 from specfleet.steps.net import Route
 from specfleet.quoting import fstab_line as fstab_fields, q, yaml_str
+from specfleet.roles import Role
 
 NETPLAN_FILE = "/etc/netplan/60-specfleet-storage.yaml"
 MOUNT_OPTIONS = "ro,vers=4.2,hard,proto=tcp"
@@ -63,3 +64,14 @@ def steps(host: Host, revert: bool = False) -> list[Step]:
                f"find {q(mount)}/ -maxdepth 3 -type f -readable -print -quit | grep -q .",
                f"nothing readable under {mount}: check the export and the server"),
     ]
+
+
+ROLE = Role(
+    name="nfs",
+    summary="the storage route through the storage NIC, persisted, and the model share mounted read-only",
+    steps=lambda host, ctx: steps(host),
+    revert=lambda host, ctx: steps(host, revert=True),
+    reads=("storage_iface", "storage_net", "storage_ip", "mgmt_iface", "nfs_server", "nfs_export", "nfs_mount",
+           "nfs_options"),
+    order=50,
+)

@@ -14,6 +14,7 @@ from specfleet.facts.gpus import Gpus
 from specfleet.facts.system import Kernel, ModuleVermagic
 from specfleet.step import Change, Step, StepFailed, Values
 from specfleet.steps.files import FileContent
+from specfleet.roles import Role
 
 MODULES = ["nvidia", "nvidia_uvm", "nvidia_modeset"]
 CONF = "/etc/modules-load.d/nvidia.conf"
@@ -55,3 +56,13 @@ def steps(host: Host, revert: bool = False) -> list[Step]:
         FileContent(CONF, render("provision/nvidia-modules.conf.j2", modules=modules)),
         DriverLoaded(modules),
     ]
+
+
+ROLE = Role(
+    name="nvidia",
+    summary="the GPU kernel modules loaded now and at boot (modules-load.d)",
+    steps=lambda host, ctx: steps(host),
+    revert=lambda host, ctx: steps(host, revert=True),
+    reads=("nvidia_modules",),
+    order=40,
+)

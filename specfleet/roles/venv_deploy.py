@@ -22,6 +22,7 @@ from specfleet.shell import q
 from specfleet.step import Change, Step, StepFailed, Values
 from specfleet.steps.command import Command
 from specfleet.steps.sync import RsyncTree, local_listing
+from specfleet.roles import Role
 
 LISTING_ID_CHARS = 12
 
@@ -208,3 +209,14 @@ def steps(host: Host, manifest: dict, revert: bool = False) -> list[Step]:
                 f"{q(venv)}/bin/python -c {q(imports)} && touch {q(release + '.verified')}",
                 creates=release + ".verified"),
     ]
+
+
+ROLE = Role(
+    name="venv-deploy",
+    summary="copy the bastion's venv to each worker as a release, switch the venv symlink to it",
+    steps=lambda host, ctx: steps(host, ctx.manifest),
+    revert=lambda host, ctx: steps(host, {}, revert=True),
+    reads=("venv_path",),
+    needs=frozenset({"manifest"}),
+    order=20,
+)

@@ -5,12 +5,13 @@ from invoke import task
 from invoke.exceptions import Exit
 from rich.table import Table
 
+from specfleet import roles
 from specfleet.roles import configs
 from specfleet.bench import NodeInfo, Paths, PlanError, build_run_spec, commands_for, dump_run_spec, load_plan
 from specfleet.bench import format_split, parse_pins, split
 from specfleet.bench import layout, remote
 from specfleet.bench.follow import follow, progress_line
-from specfleet.bench.spec import RUNNER_FILES, RunnerBusy, resumed
+from specfleet.bench.spec import RunnerBusy, resumed
 from specfleet.errors import UserError
 from specfleet.fleet import EXIT_BAD_INPUT
 from specfleet.shell import q
@@ -115,10 +116,9 @@ def bench(c, plan=None, inventory=None, hosts=None, check=False, diff=False, ass
 
 def _placement(host, plan, spec):
     d = layout.run_dir(work_dir(host), plan.campaign, host.name)
-    home = configs.home(host)
-    return [Directory(home), Directory(f"{home}/datasets"), Directory(d),
-            *[FileContent(f"{home}/{f.name}", f.read_bytes(), mode="0755") for f in RUNNER_FILES],
-            *([] if plan.benchmark.on_worker else [configs.dataset_step(host, plan.dataset_file())]),
+    # the configs role's own steps (runner files, the plan's dataset), then this campaign's run spec
+    datasets = [] if plan.benchmark.on_worker else [plan.dataset_file()]
+    return [*roles.get("configs").steps(host, roles.Context(datasets=datasets)), Directory(d),
             FileContent(f"{d}/{layout.RUN_SPEC}", dump_run_spec(spec))]
 
 

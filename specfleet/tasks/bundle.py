@@ -64,6 +64,24 @@ def _platform_tags() -> list[str]:
     return out
 
 
+# what `pip wheel` needs to build specfleet: built from a copy holding only these, so a checkout's
+# stale build/lib (setuptools packs whatever is there) or other trees never reach the wheel
+WHEEL_SOURCES = ["pyproject.toml", "README.md", "specfleet"]
+
+
+def build_wheel(dest: Path) -> Path:
+    """specfleet's own wheel, built from a clean copy of its sources; returns the wheel's path."""
+    with tempfile.TemporaryDirectory(prefix="specfleet-src-") as src:
+        for rel in WHEEL_SOURCES:
+            if (ROOT / rel).is_dir():
+                shutil.copytree(ROOT / rel, Path(src) / rel, ignore=shutil.ignore_patterns("__pycache__"))
+            else:
+                shutil.copy2(ROOT / rel, Path(src) / rel)
+        _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dest), src],
+             "pip wheel . (specfleet itself)")
+    return next(Path(dest).glob("specfleet-*.whl"))
+
+
 def _run(argv: list[str], what: str) -> None:
     print(f"bundle: {what}", flush=True)
     p = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True)
@@ -97,8 +115,7 @@ def bundle(c, python_version=None, platform=None, output="dist", handbook=True):
         top = Path(tmp) / name
         wheels = top / "wheelhouse"
         wheels.mkdir(parents=True)
-        _run(pip + ["wheel", "--no-deps", "-q", "-w", str(wheels), str(ROOT)], "pip wheel . (specfleet itself)")
-        own = next(wheels.glob("specfleet-*.whl"))
+        own = build_wheel(wheels)
         plat = [a for p in platforms for a in ("--platform", p)]
         _run(pip + ["download", "-q", "--only-binary=:all:", "--python-version", pyver, *plat,
                     "-d", str(wheels), str(own)],

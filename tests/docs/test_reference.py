@@ -14,7 +14,7 @@ def test_committed_reference_matches_the_tasks():
 
 def test_every_task_is_in_the_reference():
     sys.path.insert(0, str(ROOT))
-    from specfleet.tasks import ns
+    from fabfile import ns
     text = (ROOT / "docs/reference.md").read_text()
     for name in ns.task_names:
         assert f"## fab {name}\n" in text

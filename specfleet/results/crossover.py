@@ -1,0 +1,106 @@
+"""Where a configuration stops paying: its speedup over the concurrencies measured, in words.
+
+Per configuration and node, when at least CURVE_MIN_POINTS concurrencies have a speedup (a
+crossover search, or any plan with that many concurrencies): "pays up to concurrency A, no
+measurable difference between A and B, loses from B", each edge with its speedup, interval and
+method (measures.speedup_noise: 95 % CI of Welch's t on log output tok/s over the repeats of the
+configuration and the same node's baseline; single runs: the tolerance band), and where the
+estimate crosses 1.00x. Measured points only: nothing between two measured concurrencies is
+inferred. docs/report.md, "The crossover".
+"""
+from __future__ import annotations
+
+import pandas as pd
+
+from .measures import NoiseBand
+
+CURVE_MIN_POINTS = 3
+FASTER, SLOWER, NO_DIFF = "faster", "slower", "no measurable difference"
+
+
+def curves(runs: pd.DataFrame, baseline: str) -> list[tuple[str, str, pd.DataFrame]]:
+    """(config, node, its rows by concurrency) with >= CURVE_MIN_POINTS speedups."""
+    df = runs[(runs.config != baseline) & runs.speedup.notna() & (runs.speedup_verdict != "")]
+    out = []
+    for (cfg, node), g in df.groupby(["config", "node"], sort=False):
+        if len(g) >= CURVE_MIN_POINTS:
+            out.append((cfg, node, g.sort_values("concurrency")))
+    return out
+
+
+def _ev(r: pd.Series, noise: NoiseBand) -> str:
+    from .conclusions import evidence
+    return f"c={int(r.concurrency)}: {evidence(r, noise)}"
+
+
+def _segments(g: pd.DataFrame) -> list[tuple[str, list[pd.Series]]]:
+    segs: list[tuple[str, list[pd.Series]]] = []
+    for _, r in g.iterrows():
+        if segs and segs[-1][0] == r.speedup_verdict:
+            segs[-1][1].append(r)
+        else:
+            segs.append((r.speedup_verdict, [r]))
+    return segs
+
+
+def _span(rows: list[pd.Series]) -> str:
+    a, b = int(rows[0].concurrency), int(rows[-1].concurrency)
+    return f"{a}" if a == b else f"{a}-{b}"
+
+
+def search_status(nodes: dict) -> dict[tuple[str, str], str]:
+    """(node, config) -> why the runner's search stopped (its state.json, fetched by collect)."""
+    out = {}
+    for host, n in nodes.items():
+        cfgs = ((n.state or {}).get("crossover") or {}).get("configs") or {}
+        for cfg, d in cfgs.items() if isinstance(cfgs, dict) else ():
+            if isinstance(d, dict) and isinstance(d.get("why"), str):
+                out[(host, cfg)] = d["why"]
+    return out
+
+
+def statement(cfg: str, node: str, g: pd.DataFrame, noise: NoiseBand, why: str | None = None) -> str:
+    segs = _segments(g)
+    kinds = [k for k, _ in segs]
+    lo, hi = int(g.concurrency.iloc[0]), int(g.concurrency.iloc[-1])
+    head = f"Crossover of **{cfg}** on {node} (concurrency {lo}-{hi}): "
+    if kinds == [FASTER]:
+        worst = g.loc[g.speedup.idxmin()]
+        what = f"pays at every concurrency measured (lowest: {_ev(worst, noise)})"
+    elif kinds == [SLOWER]:
+        best = g.loc[g.speedup.idxmax()]
+        what = f"loses at every concurrency measured (highest: {_ev(best, noise)})"
+    elif kinds == [NO_DIFF]:
+        what = "no measurable difference at any concurrency measured"
+    elif kinds in ([FASTER, NO_DIFF, SLOWER], [FASTER, SLOWER], [FASTER, NO_DIFF], [NO_DIFF, SLOWER]):
+        parts = []
+        if kinds[0] == FASTER:
+            a = segs[0][1][-1]
+            parts.append(f"pays up to concurrency {int(a.concurrency)} ({_ev(a, noise)})")
+        if NO_DIFF in kinds:
+            mid = segs[kinds.index(NO_DIFF)][1]
+            start = int(segs[0][1][-1].concurrency) if kinds[0] == FASTER else lo
+            end = int(segs[-1][1][0].concurrency) if kinds[-1] == SLOWER else hi
+            parts.append(f"no measurable difference between {start} and {end} (measured at "
+                         f"{', '.join(str(int(r.concurrency)) for r in mid)})")
+        elif kinds == [FASTER, SLOWER]:
+            parts.append("nothing measured between the two")
+        if kinds[-1] == SLOWER:
+            b = segs[-1][1][0]
+            parts.append(f"loses from concurrency {int(b.concurrency)} ({_ev(b, noise)})")
+        what = ", ".join(parts)
+    else:
+        what = ("not monotone in concurrency: " +
+                "; ".join(f"{k} at {_span(rows)}" for k, rows in segs) + " (more repeats narrow the intervals)")
+    cross = [(a, b) for (_, a), (_, b) in zip(g.iterrows(), list(g.iterrows())[1:])
+             if (a.speedup > 1.0) != (b.speedup > 1.0)]
+    tail = "".join(f"; the speedup estimate crosses 1.00x between concurrency {int(a.concurrency)} "
+                   f"({a.speedup:.3f}x) and {int(b.concurrency)} ({b.speedup:.3f}x)" for a, b in cross)
+    pts = ", ".join(str(int(c)) for c in g.concurrency)
+    search = f" The node's crossover search: {why}." if why else ""
+    return f"{head}{what}{tail}. Measured at {pts}; nothing between measured points is inferred.{search}"
+
+
+def crossover_lines(runs: pd.DataFrame, baseline: str, noise: NoiseBand,
+                    search: dict[tuple[str, str], str] | None = None) -> list[str]:
+    return [statement(cfg, node, g, noise, (search or {}).get((node, cfg))) for cfg, node, g in curves(runs, baseline)]

@@ -1,0 +1,90 @@
+"""Applying the registry's roles to a fleet: what `fab provision` does between parsing and the recap.
+
+Order of a play: bad input stops everything before any host is touched (the roles' own vars,
+the datasets); then the bastion hooks (the venv build); then one batched play of every chosen
+role's steps per host; then the roles' `after` hooks (tables, warnings) on the results.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from specfleet.errors import UserError
+from specfleet.step import StepFailed
+from specfleet.steps.command import Assert
+
+from . import Context, Role, registry, revertible
+
+
+def select(only: str | None) -> list[Role]:
+    """The roles a comma list names, in the registry's order (all when none is named)."""
+    reg = registry()
+    if not only:
+        return list(reg.values())
+    chosen = [r.strip() for r in only.split(",") if r.strip()]
+    bad = [r for r in chosen if r not in reg]
+    if bad:
+        raise UserError(f"--only names unknown role(s) {', '.join(bad)} (roles: {', '.join(reg)})")
+    return [r for n, r in reg.items() if n in chosen]
+
+
+def revert_role(name: str) -> Role:
+    role = registry().get(name)
+    if not role or not role.revert:
+        raise UserError(f"--revert takes one of {', '.join(revertible())}")
+    return role
+
+
+def datasets(inv) -> list[Path]:
+    """The inventory's `datasets`: bastion files, a relative path relative to the inventory file."""
+    out = []
+    for i, name in enumerate(inv.bastion_vars.get("datasets") or []):
+        path = Path(os.path.expanduser(str(name)))
+        path = path if path.is_absolute() else inv.path.parent / path
+        if not path.is_file() or not os.access(path, os.R_OK):
+            raise UserError(f"{inv.path}: bastion, field 'datasets' (entry {i + 1}): {os.path.abspath(path)} is not a "
+                            "readable file on the bastion (a relative path is relative to the inventory file)")
+        out.append(path)
+    return out
+
+
+def guarded(steps_for):
+    """A host whose inventory lacks a var a role needs fails alone, with the var's name."""
+    def inner(host):
+        try:
+            return steps_for(host)
+        except (KeyError, StepFailed) as e:
+            return [Assert("inventory vars", "false", str(e).strip("'\""))]
+    return inner
+
+
+def provision(ctx: Context, roles: list[Role]) -> dict:
+    """Run the chosen roles on ctx.fleet; returns the play's results per host."""
+    fleet = ctx.fleet
+    for role in roles:  # bad input stops before any work
+        for host in fleet.hosts:
+            role.check(host, str(ctx.inventory.path))
+    if any("datasets" in r.needs for r in roles):
+        ctx.datasets = datasets(ctx.inventory)
+    for role in roles:
+        if role.bastion:
+            role.bastion(ctx)
+    if any("manifest" in r.needs for r in roles) and not ctx.manifest_tried:
+        from .venv import bastion_manifest
+        bastion_manifest(ctx, build=False)
+    ready = [r for r in roles if "manifest" not in r.needs or ctx.manifest]
+
+    def steps_for(host):
+        return [s for r in ready for s in r.steps(host, ctx)]
+
+    results = fleet.play(guarded(steps_for))
+    for role in roles:
+        if role.after:
+            role.after(ctx, results)
+    return results
+
+
+def revert(ctx: Context, role: Role) -> dict:
+    for host in ctx.fleet.hosts:
+        role.check(host, str(ctx.inventory.path))
+    return ctx.fleet.play(guarded(lambda h: role.revert(h, ctx)))

@@ -1,0 +1,47 @@
+"""The package is the product: the wheel holds specfleet (roles, tasks, templates) and nothing else.
+
+Built the way `fab bundle` builds it (specfleet.tasks.bundle.build_wheel: pip wheel, no network
+beyond the machine's configured local mirrors for the build backend).
+"""
+from __future__ import annotations
+
+import zipfile
+
+import pytest
+
+from specfleet.tasks.bundle import build_wheel
+
+
+@pytest.fixture(scope="module")
+def wheel_names(tmp_path_factory) -> list[str]:
+    whl = build_wheel(tmp_path_factory.mktemp("wheel"))
+    return zipfile.ZipFile(whl).namelist()
+
+
+def test_the_wheel_ships_specfleet_only(wheel_names):
+    tops = {n.split("/")[0] for n in wheel_names}
+    dist_info = {t for t in tops if t.endswith(".dist-info")}
+    assert tops - dist_info == {"specfleet"}, sorted(tops)
+    assert not any(n.startswith(("testbed/", "tests/", "roles/", "tasks/", "templates/")) for n in wheel_names)
+
+
+def test_the_wheel_has_the_roles_tasks_templates_and_runner(wheel_names):
+    names = set(wheel_names)
+    for need in ("specfleet/roles/__init__.py", "specfleet/roles/nfs.py", "specfleet/tasks/__init__.py",
+                 "specfleet/tasks/provision.py", "specfleet/venv_build.py", "specfleet/bench/runner.py",
+                 "specfleet/templates/provision/vllm.env.j2", "specfleet/templates/report/report.html.j2"):
+        assert need in names, need
+
+
+def test_nothing_in_the_package_imports_the_testbed():
+    """The CPU-vLLM fix-ups are a module the inventory names (venv_fixups), not an import of testbed."""
+    import ast
+    from pathlib import Path
+    import specfleet
+    bad = []
+    for f in Path(specfleet.__file__).parent.rglob("*.py"):
+        for node in ast.walk(ast.parse(f.read_text())):
+            mods = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                    else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            bad += [f"{f.name}: {m}" for m in mods if m.split(".")[0] in ("testbed", "tests")]
+    assert not bad, bad
