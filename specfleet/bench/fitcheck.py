@@ -61,11 +61,55 @@ def simulated() -> bool:
         return False
 
 
+def fast_tokenizer(model: str):
+    """The same counts as transformers' AutoTokenizer without importing transformers (which imports
+    torch: seconds per runner preflight on a GPU host): the model's tokenizer.json through the
+    `tokenizers` library and its chat template through jinja2, compiled as transformers compiles it
+    (sandboxed, trim_blocks, lstrip_blocks, loopcontrols). None when the model dir or the venv lacks them."""
+    try:
+        import jinja2.ext
+        import jinja2.sandbox
+        from tokenizers import Tokenizer
+    except ImportError:
+        return None
+    tj, cj = os.path.join(model, "tokenizer.json"), os.path.join(model, "chat_template.jinja")
+    try:
+        with open(os.path.join(model, "tokenizer_config.json"), encoding="utf-8") as f:
+            cfg = json.load(f)
+        source = cfg.get("chat_template")
+        if not isinstance(source, str) and os.path.isfile(cj):
+            with open(cj, encoding="utf-8") as f:
+                source = f.read()
+        tok = Tokenizer.from_file(tj)
+    except Exception:  # noqa: BLE001 - an unreadable or unknown tokenizer file: the transformers path
+        return None
+    if not isinstance(source, str):
+        return None
+
+    def raise_exception(msg):
+        raise jinja2.exceptions.TemplateError(msg)
+    env = jinja2.sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                                       extensions=[jinja2.ext.loopcontrols])
+    env.filters["tojson"] = lambda x, indent=None, **k: json.dumps(x, indent=indent, ensure_ascii=False)
+    env.globals["raise_exception"] = raise_exception
+    compiled = env.from_string(source)
+    special = {k: v for k, v in cfg.items() if k.endswith("_token") and isinstance(v, str)}
+
+    def template(text: str) -> str:
+        return compiled.render(messages=[{"role": "user", "content": text}], add_generation_prompt=True, **special)
+
+    def count(text: str, special_tokens: bool) -> int:
+        return len(tok.encode(text, add_special_tokens=special_tokens).ids)
+    return f"tokenizers + jinja2 ({model})", template, count
+
+
 def tokenizer(model: str):
     """(name, template(text) -> str, count(text, special_tokens) -> int)."""
     if simulated():  # its server counts with its own tokenizer, whatever the model dir holds
         from vllm.textsim import chat_template, count_tokens
         return "specfleet-simvllm textsim (simulated engine)", chat_template, lambda t, special: count_tokens(t)
+    if os.environ.get("SPECFLEET_FITCHECK_TRANSFORMERS") != "1" and (fast := fast_tokenizer(model)):
+        return fast
     try:
         from transformers import AutoTokenizer
     except ImportError as e:

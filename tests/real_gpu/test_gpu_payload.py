@@ -116,3 +116,23 @@ def test_build_kit_holds_the_device_side(tmp_path):
 def test_build_kit_without_dataset_is_a_clear_error(tmp_path):
     with pytest.raises(payload.BuildError, match="question file is missing"):
         payload.build_kit(tmp_path / "kit", tmp_path / "nope.jsonl")
+
+
+def test_gguf_split_reassembles_and_each_call_fits(tmp_path):
+    import hashlib
+    import os
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(os.urandom(10_001))
+    carry, kit = tmp_path / "carry", tmp_path / "carry" / "kit"
+    kit.mkdir(parents=True)
+    parts = payload.split_gguf(gguf, carry, kit)
+    assert [p.name for p in parts] == [f"part-{i}" for i in range(payload.GGUF_PARTS)]
+    assert b"".join(p.read_bytes() for p in parts) == gguf.read_bytes()
+    assert (kit / "gguf.sha256").read_text() == f"{hashlib.sha256(gguf.read_bytes()).hexdigest()}  m.gguf\n"
+    assert payload.split_gguf(gguf, carry, kit) == parts            # a second build: the same parts
+    assert not any(p.startswith("gguf") for p in payload.FIRST_CALL)
+    later = payload.later_call_paths("gguf/part-1")
+    assert "site.tar.xz" not in later and later[-1] == "gguf/part-1" and "kit" in later
+    (carry / "MANIFEST.sha256").write_text("")
+    (carry / "payload.json").write_text("{}")
+    assert sum(payload.paths_bytes(carry, later)) == parts[1].stat().st_size + 2 + (kit / "gguf.sha256").stat().st_size
