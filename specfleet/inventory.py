@@ -207,6 +207,8 @@ class Vars(BaseModel):
     model_source: Literal["local", "nfs"] | None = None
     model_read_mb_s: float | None = Field(default=None, gt=0)
     gpu_memory_bandwidth_gbps: float | None = Field(default=None, gt=0)
+    # GPUs (by `gpus` list index) joined by NVLink/NVSwitch: a server on several GPUs stays inside one
+    gpu_groups: list[list[int]] | None = None
 
     @field_validator("model_read_mb_s", "gpu_memory_bandwidth_gbps", mode="before")
     @classmethod

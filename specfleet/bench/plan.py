@@ -26,6 +26,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, ValidationInfo, field_validator, model_validator
 
 from ..errors import UserError
+from .slots import needed, parallel_sizes
 from ..yamlfile import YamlFileError, first_error, load_yaml
 from .sweep import Cell, SweepError, bench_cells, expand_configurations
 
@@ -90,6 +91,7 @@ def _argv(v: Any) -> list[str]:
 
 
 def _check_flags(words: list[str]) -> list[str]:
+    parallel_sizes(words)  # --tensor-parallel-size 0 / two: refused here, not after a model load
     for w in words:
         flag = w.split("=", 1)[0]
         if flag in REMOVED_FLAGS:
@@ -167,6 +169,10 @@ class Configuration(_Strict):
     speculative_config: dict[str, Any] | None = None
     extra_args: list[str] = Field(default_factory=list)
     load_estimate_s: float | None = Field(default=None, gt=0)
+    # placement (docs/campaign.md "Nodes with several GPUs"): only nodes whose GPU name contains this
+    # (case-insensitive, e.g. H200); whole_node: the server has the node to itself, every GPU reserved
+    gpu_model: str | None = Field(default=None, min_length=1)
+    whole_node: bool = False
 
     @field_validator("extra_args", mode="before")
     @classmethod
@@ -409,6 +415,9 @@ class Plan(_Strict):
     equivalence: Equivalence = Field(default_factory=Equivalence)
     gpu_memory_free_mib: int = Field(default=5000, gt=0)
     stop_timeout_s: float = Field(default=120, gt=0)
+    # exclusive: one server per node at a time (neighbours share host CPU, PCIe and memory bandwidth,
+    # which skews what is compared); shared: one per free GPU set at once, stamped on every result
+    packing: Literal["exclusive", "shared"] = "exclusive"
     _file: Path = PrivateAttr(default=Path("<plan>"))  # where it was read (not part of plan_hash)
     _sweeps: dict[str, dict] = PrivateAttr(default_factory=dict)  # sweep.expand_configurations
 
@@ -464,11 +473,18 @@ class Plan(_Strict):
         return path
 
     def canonical_json(self) -> str:
-        doc = self.model_dump(mode="json")
+        d = self.model_dump(mode="json")
         for key in ("concurrency_search", "sweep"):  # absent: a plan without a search or sweep keeps its hash
-            if doc["benchmark"][key] is None:
-                del doc["benchmark"][key]
-        return json.dumps(doc, sort_keys=True, separators=(",", ":"))
+            if d["benchmark"][key] is None:
+                del d["benchmark"][key]
+        # placement fields left at their defaults are not hashed: a plan written before they existed
+        # keeps its hash, so its campaign resumes (and its results merge) after an upgrade
+        for key in [k for k in HASH_IF_SET if d.get(k) == HASH_IF_SET[k]]:
+            del d[key]
+        for c in d["configurations"]:
+            for key in [k for k in CONFIG_HASH_IF_SET if c.get(k) == CONFIG_HASH_IF_SET[k]]:
+                del c[key]
+        return json.dumps(d, sort_keys=True, separators=(",", ":"))
 
     @property
     def sweeps(self) -> dict[str, dict]:
@@ -477,6 +493,15 @@ class Plan(_Strict):
 
     def plan_hash(self) -> str:
         return hashlib.sha256(self.canonical_json().encode()).hexdigest()[:12]
+
+
+HASH_IF_SET = {"packing": Plan.model_fields["packing"].default}
+CONFIG_HASH_IF_SET = {k: Configuration.model_fields[k].default for k in ("gpu_model", "whole_node")}
+
+
+def gpus_needed(plan: Plan, config: str) -> int:
+    """GPUs one server of `config` uses: its tensor x pipeline x data parallel size (slots.needed)."""
+    return needed([*plan.server.args, *plan.config(config).extra_args])
 
 
 def plan_hash(plan: Plan) -> str:

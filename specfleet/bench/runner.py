@@ -33,6 +33,12 @@ except ImportError:  # run as a script on the worker, runner_lib.py and layout.p
     from runner_lib import (Fatal, ItemFailed, Stopped, atomic_write, boot_identity, end_pids,  # type: ignore
                             engine_version, failed_requests, gpu_used_mib, live_pids, load_spec, log, make_reserve, no_space, now,
                             parse_env_file, proc_argv0, proc_has_token, tail)
+try:
+    from .runner_lib import gpu_table
+    from .slots import run_slots
+except ImportError:  # slots.py is copied beside it too
+    from runner_lib import gpu_table  # type: ignore
+    from slots import run_slots  # type: ignore
 
 # specfleet.results.schema.REQUIRED_KEYS (the runner is stdlib only and runs alone on the worker);
 # a truncated file, a non-number or completed 0 is redone; the full judgement is collect's
@@ -163,6 +169,8 @@ class Runner:
         self.save()
         log(f"runner pid {os.getpid()} run {s['run_id']}: {len(s['items'])} items in {self.run_dir}")
         self.end_previous_leftovers()
+        if s.get("gpus"):  # a node with several GPUs: servers on disjoint GPU sets (slots.py)
+            return run_slots(self, (ItemFailed, Stopped, Fatal, REBOOT_HINT, gpu_table))
         rc = EXIT_OK
         for item, rec in self.queue():
             if rec["status"] == "done":

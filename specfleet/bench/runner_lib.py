@@ -357,3 +357,26 @@ def engine_version(python: str, env: dict) -> str:
         raise ItemFailed(f"the engine version could not be read: {python} exit {p.returncode}: "
                          f"{(p.stdout + p.stderr).strip()[-500:]}")
     return lines[-1]
+
+
+def gpu_table(env) -> list[dict]:
+    """Every GPU nvidia-smi lists: [{index, uuid, name, used}] (memory.used in MiB), one query for all
+    of them; a node with several GPUs gates each server on its own set (slots.py)."""
+    cmd = ["nvidia-smi", "--query-gpu=index,uuid,name,memory.used", "--format=csv,noheader,nounits"]
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise ItemFailed(f"GPU not visible: nvidia-smi could not run: {e}") from None
+    if p.returncode != 0:
+        raise ItemFailed(f"GPU not visible: nvidia-smi exit {p.returncode}: {(p.stdout + p.stderr).strip()[-300:]}")
+    out = []
+    for line in p.stdout.splitlines():
+        parts = [x.strip() for x in line.split(",")]
+        if not line.strip():
+            continue
+        try:
+            out.append({"index": int(parts[0]), "uuid": parts[1], "name": ",".join(parts[2:-1]),
+                        "used": int(float(parts[-1]))})
+        except (ValueError, IndexError):
+            raise ItemFailed(f"nvidia-smi printed an unexpected GPU line: {line.strip()[:200]!r}") from None
+    return out

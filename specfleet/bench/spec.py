@@ -12,18 +12,24 @@ SPEC_SCHEMA = 1
 # Copy all of them to one directory on the worker, then:
 #   setsid nohup python3 <dir>/runner.py --spec <run.json> >runner.log 2>&1 </dev/null &
 # fitcheck.py runs with the venv's python (the model's tokenizer), the others with any python3.
-# crossover.py (the search) imports stats.py (the report's intervals), both stdlib only.
+# crossover.py (the search) imports stats.py (the report's intervals), both stdlib only; slots.py is
+# the pool of a node with several GPUs.
 RUNNER_FILES = (*(Path(__file__).with_name(f) for f in ("runner.py", "runner_lib.py", "layout.py", "fitcheck.py",
-                                                        "crossover.py")),
+                                                        "crossover.py", "slots.py")),
                 Path(__file__).parent.parent / "results" / "stats.py")
 
 
 def build_run_spec(plan: Plan, node: str, queue: list[str], paths: Paths, *,
                    env_file: str | None = None, run_id: str | None = None,
-                   gpu_index: int | None = None) -> dict:
-    """The run spec for `node` running `queue` (config names in order, baseline first)."""
+                   gpu_index: int | None = None, gpus: list[dict] | None = None,
+                   gpu_groups: list[list[int]] | None = None) -> dict:
+    """The run spec for `node` running `queue` (config names in order, baseline first).
+
+    `gpus` (the node's GPUs, slots.parse_gpus) with more than one: the runner's slot pool runs the
+    queue (spec keys gpus, gpu_groups, packing; items[].whole_node); else the one-GPU runner, as ever.
+    """
     ph = plan.plan_hash()
-    return {
+    spec = {
         "schema": SPEC_SCHEMA,
         "run_id": run_id or f"{plan.campaign}-{ph}-{node}-{time.strftime('%Y%m%dT%H%M%S')}",
         "campaign": plan.campaign,
@@ -46,6 +52,12 @@ def build_run_spec(plan: Plan, node: str, queue: list[str], paths: Paths, *,
         "items": [item_argv(plan, node, name, paths) for name in queue],
         "crossover": crossover_spec(plan, node, queue, paths),
     }
+    if gpus and len(gpus) > 1:
+        spec.update(gpus=[dict(g) for g in gpus], gpu_groups=gpu_groups, packing=plan.packing)
+        for it in spec["items"]:
+            if plan.config(it["name"]).whole_node:
+                it["whole_node"] = True
+    return spec
 
 
 def crossover_spec(plan: Plan, node: str, queue: list[str], paths: Paths) -> dict | None:

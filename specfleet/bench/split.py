@@ -20,7 +20,9 @@ import random
 from dataclasses import dataclass, field
 
 from .bounds import pigeonhole_bound, two_class_bound
-from .plan import NGRAM_METHODS, Plan, PlanError
+from .plan import NGRAM_METHODS, Plan, PlanError, gpus_needed
+from .slots import parse_gpus, parse_groups
+from .slotsplit import needs_slots, slot_split
 
 READ_MB_S = {"local": 2000.0, "nfs": 105.0}
 STARTUP_S = 60.0          # torch.compile, CUDA graphs, warm-up after the weights are read
@@ -29,6 +31,7 @@ DECODE_EFFICIENCY = 0.78  # report: 21.29 tok/s measured vs 1792 GB/s / 65.5 GB 
 CONC_EXPONENT = 0.955     # report: 301.19 / 21.29 = 14.1 = 16 ** 0.955
 METHOD_SPEED = {None: 1.0, **dict.fromkeys(NGRAM_METHODS, 1.1), "suffix": 1.2,
                 "eagle": 1.8, "eagle3": 2.0, "mtp": 1.8, "draft_model": 1.5, "medusa": 1.5}
+TP_EXPONENT = 0.8         # estimate: n GPUs decode n ** 0.8 x faster (all-reduce per layer); not measured
 BENCH_OVERHEAD_S = 15.0   # client start, tokenizer load, warm-up, result write per bench run
 
 # The report's measured benchmark durations (s) per concurrency (§4.1) and its NFS load (~10 min).
@@ -47,12 +50,20 @@ class NodeInfo:
     name: str
     model_source: str = "nfs"          # 'local' or 'nfs'
     read_mb_s: float | None = None     # measured read bandwidth overrides the source's default
+    gpus: tuple = ()                   # ({index, uuid?, name?}, ...) from inventory `gpus`; () = one GPU
+    gpu_groups: tuple | None = None    # NVLink groups of GPU indices (inventory `gpu_groups`); None = any
 
     @classmethod
     def from_vars(cls, name: str, vars_: dict) -> "NodeInfo":
-        """From inventory host vars `model_source` (local|nfs) and `model_read_mb_s`."""
+        """From inventory host vars `model_source` (local|nfs), `model_read_mb_s`, `gpus`, `gpu_groups`."""
         mbs = vars_.get("model_read_mb_s")
-        return cls(name, str(vars_.get("model_source", "nfs")), float(mbs) if mbs else None)
+        try:
+            gpus = parse_gpus(vars_["gpus"], f"host {name!r}") if vars_.get("gpus") is not None else []
+            groups = parse_groups(vars_.get("gpu_groups"), [g["index"] for g in gpus] or [0], f"host {name!r}")
+        except ValueError as e:
+            raise PlanError(f"inventory: {e}") from None
+        return cls(name, str(vars_.get("model_source", "nfs")), float(mbs) if mbs else None,
+                   tuple(gpus), tuple(tuple(g) for g in groups) if groups else None)
 
     @property
     def bandwidth_mb_s(self) -> float:
@@ -97,9 +108,13 @@ def bench_s(plan: Plan, config: str, measured: dict | None = None) -> float:
         else:
             tok_s1 = DECODE_EFFICIENCY * GPU_BW_GB_S / (plan.model.weights_gib * 1.073741824)
             tok_s = tok_s1 * min(conc, prompts) ** CONC_EXPONENT * METHOD_SPEED.get(c.method, 1.0)
-            one = prompts * out / tok_s
+            one = prompts * out / tok_s / tp_speedup(gpus_needed(plan, config))
         total += (one + BENCH_OVERHEAD_S) * b.repeat
     return total
+
+
+def tp_speedup(n: int) -> float:
+    return n ** TP_EXPONENT
 
 
 def item_s(plan: Plan, config: str, node: NodeInfo, durations: dict[str, dict] | None = None) -> float:
@@ -143,6 +158,8 @@ def split(plan: Plan, nodes: list[NodeInfo], pins: dict[str, str] | None = None,
             raise PlanError(f"--assign {cfg}={node}: {node!r} is not a selected node ({', '.join(names)})")
         if cfg == plan.baseline:
             raise PlanError(f"--assign {cfg}={node}: the baseline runs on every node anyway")
+    if needs_slots(plan, nodes):  # several GPUs per node, or configurations that say where they run
+        return slot_split(plan, nodes, pins, item_s, durations)
     others = [c.name for c in plan.configurations if c.name != plan.baseline]
     dur = {c: {n.name: item_s(plan, c, n, durations) for n in nodes} for c in [plan.baseline, *others]}
     base = {n: dur[plan.baseline][n] for n in names}

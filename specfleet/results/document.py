@@ -195,7 +195,8 @@ def build_model(campaign: str, tables: Tables, gate: GateResult, conclusions: li
         secs.append(cells_section(cells, command))
     secs.append(_section("Node equivalence (baseline on every node)", gate.table, GATE_COLS,
                          "diff = (B - A) / A; CI low/high = the interval of B/A - 1 with repeats on both "
-                         "nodes ('–' = single run). " + gate.rule.describe() + "."))
+                         "nodes ('–' = single run). " + gate.rule.describe() + "."
+                         + (f" Packing: {gate.packing}." if gate.packing else "")))
     if not tables.kv.empty:
         secs.append(_section("KV cache (server logs)", tables.kv, KV_COLS,
                              "Worst-case KV demand = max concurrency run x tokens per request / KV tokens."))

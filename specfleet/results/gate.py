@@ -28,6 +28,7 @@ import pandas as pd
 
 from ..bench.plan import Equivalence
 from .campaign import Campaign
+from .gpu_gate import gpu_checks, packing_of
 from .provenance import plan_hashes
 from .stats import ratio_interval, tost_p
 
@@ -115,6 +116,7 @@ class GateResult:
     notes: list[str] = field(default_factory=list)
     table: pd.DataFrame = field(default_factory=pd.DataFrame)
     mixed_plans: dict[str, list[str]] = field(default_factory=dict)  # plan hash -> node/config items
+    packing: str = ""   # how servers shared the nodes (gpu_gate.packing_of): the report states it
 
     @property
     def nodes_equivalent(self) -> bool:
@@ -138,6 +140,15 @@ def baseline_samples(camp: Campaign, baseline: str) -> dict[tuple[str, str], dic
         if r.config != baseline:
             continue
         d = out.setdefault((r.host, r.cell), {m: [] for m in GATE_METRICS})
+        for m in GATE_METRICS:
+            d[m].append(float(getattr(r.result, m)))
+    return out
+
+
+def _samples_by_conc(runs) -> dict[int, dict[str, list[float]]]:
+    out: dict[int, dict[str, list[float]]] = {}
+    for r in runs:
+        d = out.setdefault(r.conc, {m: [] for m in GATE_METRICS})
         for m in GATE_METRICS:
             d[m].append(float(getattr(r.result, m)))
     return out
@@ -232,6 +243,10 @@ def check_equivalence(camp: Campaign, rule: EquivalenceRule | None = None,
                     row["rule"] = (f"±{rule.tolerance_pct:g} %, " +
                                    ("plain threshold" if chk.ci_low is None else f"{rule.confidence:.0%} CI"))
                     row["verdict"] = "pass" if chk.passed else "FAIL"
+    gchecks, gnotes = gpu_checks(camp, rule, baseline, decide, _samples_by_conc)  # across one node's GPUs
+    gate.checks += gchecks
+    gate.notes += gnotes
+    gate.packing = packing_of(camp)
     hashes = plan_hashes(camp)
     if len(hashes) > 1:  # results of different plans are not one campaign, whatever the nodes say
         gate.mixed_plans = hashes

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from ..bench import layout
+from .gpu_gate import where
 
 if TYPE_CHECKING:
     from .campaign import Campaign
@@ -293,6 +294,7 @@ def result_table(camp: "Campaign") -> pd.DataFrame:
             "weight_index_sha256": _short(p.get("model_index_sha256")) if p.get("model_path") else NOT_RECORDED,
             "dataset_sha256": _short(p.get("dataset_sha256")),
             "prompts": _prompts(runs),
+            "gpus": "; ".join(sorted({where(r) for r in runs})),
             "sampling": _sampling(runs, item),
             "server_sampling_defaults": srv.get("server_sampling_defaults", NOT_RECORDED),
             "speculative_config": spec_cmd or NOT_RECORDED,
@@ -300,7 +302,7 @@ def result_table(camp: "Campaign") -> pd.DataFrame:
             "server_argv": srv.get("server_argv") or " ".join(map(str, item.get("serve_argv", []))) or NOT_RECORDED,
         })
     return pd.DataFrame(rows, columns=["node", "config", "plan_hash", "model", "model_config_sha256",
-                                       "weight_index_sha256", "dataset_sha256", "prompts", "sampling",
+                                       "weight_index_sha256", "dataset_sha256", "prompts", "gpus", "sampling",
                                        "server_sampling_defaults", "speculative_config",
                                        "engine_speculative_config", "server_argv"])
 
@@ -322,7 +324,7 @@ NODE_COLS = [(c, c.replace("_", " "), 0 if c == "runs" else -1, "") for c in
               "plan_hash", "first_run", "last_run", "runs")]
 RESULT_COLS = [(c, c.replace("_", " "), -1, "") for c in
                ("node", "config", "plan_hash", "model", "model_config_sha256", "weight_index_sha256",
-                "dataset_sha256", "prompts", "sampling", "server_sampling_defaults", "speculative_config",
+                "dataset_sha256", "prompts", "gpus", "sampling", "server_sampling_defaults", "speculative_config",
                 "engine_speculative_config", "server_argv")]
 
 
@@ -334,7 +336,8 @@ def provenance_sections(nodes: pd.DataFrame, results: pd.DataFrame | None) -> li
         out.append(("Provenance per result", results, RESULT_COLS,
                     "Per node and configuration: plan hash of the result files, model path with the sha256 "
                     "(first 12 hex digits) of its config.json and weight index, dataset sha256, the prompts "
-                    "each run sent (and those dropped as too long for the context), sampling "
+                    "each run sent (and those dropped as too long for the context), the GPU(s) it ran on "
+                    "(UUID and name, from the result metadata), sampling "
                     "parameters (result metadata, else the run spec's bench command), the server's own "
                     "sampling defaults (server log), the speculative config on the command line and as the "
                     "engine logged it, and the exact server command line (server log)."))

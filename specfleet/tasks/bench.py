@@ -86,8 +86,10 @@ def bench(c, plan=None, inventory=None, hosts=None, check=False, diff=False, ass
         specs = {}
         for host in fleet.active:
             v = views.get(host.name)
+            node = next(n for n in nodes if n.name == host.name)
             spec = build_run_spec(p, host.name, queues.queues[host.name], paths[host.name],
-                                  env_file=host.var("env_file"), gpu_index=host.var("gpu_index"))
+                                  env_file=host.var("env_file"), gpu_index=host.var("gpu_index"),
+                                  gpus=list(node.gpus), gpu_groups=node.gpu_groups)
             try:
                 specs[host.name] = resumed(spec, v and v.spec, v.runner_pid if v and v.alive else None)
             except RunnerBusy as e:

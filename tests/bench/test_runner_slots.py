@@ -1,0 +1,173 @@
+"""The runner on a node with several GPUs: servers at once on disjoint GPU sets (slots.py), real
+processes, the fake vllm/nvidia-smi of tests/bench/fakes (4 GPUs listed in gpus.json)."""
+import json
+import os
+import signal
+import time
+from datetime import datetime
+
+import pytest
+
+from specfleet.bench.commands import Paths
+from specfleet.bench.plan import parse_plan
+from specfleet.bench.spec import build_run_spec
+
+GPUS = [{"uuid": f"GPU-0000000{i}-fake", "name": "Fake H200"} for i in range(4)]
+
+
+def four_gpus(bed, packing="shared", faults=None, stop_timeout_s=10, tp2=True):
+    (bed.gpu / "gpus.json").write_text(json.dumps(GPUS))
+    raw = bed.plan(faults=faults, stop_timeout_s=stop_timeout_s).model_dump(mode="json")
+    if tp2:
+        raw["configurations"].append({"name": "tp2", "speculative_config": None,
+                                      "extra_args": ["--tensor-parallel-size", "2",
+                                                     *(["--fake-fault", faults["tp2"]] if "tp2" in (faults or {})
+                                                       else [])]})
+    raw["configurations"].append({"name": "ngram5", "speculative_config": {"method": "ngram",
+                                                                            "num_speculative_tokens": 5}})
+    raw["packing"] = packing
+    return parse_plan(raw, bed.tmp / "plan.yml")
+
+
+def spec(bed, plan, queue=None, name="run.json"):
+    queue = queue or [c.name for c in plan.configurations]
+    s = build_run_spec(plan, "w1", queue, Paths(venv=str(bed.venv), work_dir=str(bed.work)),
+                       env_file=str(bed.env_file), run_id="test-run", gpus=[{"index": i} for i in range(4)])
+    path = bed.tmp / name
+    path.write_text(json.dumps(s))
+    return path
+
+
+def span(rec):
+    t = lambda x: datetime.strptime(x, "%Y-%m-%dT%H:%M:%SZ").timestamp()  # noqa: E731
+    return t(rec["started_at"]), t(rec["finished_at"])
+
+
+def per_gpu_used(bed) -> dict:
+    import subprocess
+    out = subprocess.run(["nvidia-smi", "--query-gpu=index,uuid,name,memory.used", "--format=csv,noheader"],
+                         env=bed.env(), capture_output=True, text=True).stdout
+    return {line.split(", ")[1]: int(line.split(", ")[3]) for line in out.splitlines()}
+
+
+@pytest.fixture(autouse=True)
+def slow_fakes(monkeypatch):
+    monkeypatch.setenv("FAKE_LOAD_S", "1.5")
+    monkeypatch.setenv("FAKE_BENCH_S", "1.0")
+
+
+def test_shared_runs_servers_at_once_on_disjoint_gpus_and_frees_each(bed):
+    p = four_gpus(bed)
+    rc = bed.run(spec(bed, p), timeout=120)
+    items = bed.items()
+    assert rc == 0, bed.log()
+    assert all(i["status"] == "done" for i in items.values()), items
+    assert [len(items[n]["gpus"]) for n in ("vanilla", "tp2")] == [1, 2]
+    # overlapping items ran on disjoint GPU sets and distinct ports
+    names = list(items)
+    overlapped = 0
+    for a in names:
+        for b in names:
+            if a < b:
+                (sa, ea), (sb, eb) = span(items[a]), span(items[b])
+                if sa < eb and sb < ea:
+                    overlapped += 1
+                    assert not {g["uuid"] for g in items[a]["gpus"]} & {g["uuid"] for g in items[b]["gpus"]}
+                    assert items[a]["port"] != items[b]["port"]
+    assert overlapped >= 3
+    # the server saw its GPUs by UUID; each result says where it ran
+    log = (bed.run_dir / "tp2.server.log").read_text()
+    assert f"CUDA_VISIBLE_DEVICES={','.join(g['uuid'] for g in items['tp2']['gpus'])}" in log
+    res = json.loads((bed.run_dir / "tp2_conc1.json").read_text())
+    assert res["gpu_uuids"] == ",".join(g["uuid"] for g in items["tp2"]["gpus"]) and res["packing"] == "shared"
+    assert res["gpu_names"] == "Fake H200,Fake H200"
+    assert set(per_gpu_used(bed).values()) == {0}
+    assert bed.state()["gpus"][3]["uuid"] == GPUS[3]["uuid"]
+
+
+def test_exclusive_runs_one_server_at_a_time(bed):
+    p = four_gpus(bed, packing="exclusive", tp2=False)
+    assert bed.run(spec(bed, p), timeout=120) == 0, bed.log()
+    recs = sorted(bed.items().values(), key=lambda r: span(r)[0])
+    for a, b in zip(recs, recs[1:]):
+        assert span(a)[1] <= span(b)[0]
+    assert {r["port"] for r in recs} == {bed.port}   # always the first GPU: the plan's port
+
+
+def test_a_server_killed_mid_run_fails_its_own_item_alone_and_resume_redoes_only_it(bed, monkeypatch):
+    monkeypatch.setenv("FAKE_BENCH_S", "4")
+    p = four_gpus(bed)
+    path = spec(bed, p)
+    runner = bed.start(path)
+    victim = None
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and victim is None:
+        time.sleep(0.2)
+        try:
+            busy = [i for i in bed.state()["items"] if i["status"] == "benchmarking" and i["name"] == "ngram"]
+        except (OSError, ValueError):
+            continue
+        if busy:
+            victim = busy[0]["server_pid"]
+    assert victim, bed.log()
+    os.killpg(victim, signal.SIGKILL)
+    assert runner.wait(timeout=120) == 1
+    items = bed.items()
+    assert items["ngram"]["status"] == "failed" and "exited with code -9" in items["ngram"]["error"]
+    assert all(i["status"] == "done" for n, i in items.items() if n != "ngram"), items
+    assert set(per_gpu_used(bed).values()) == {0}
+    monkeypatch.setenv("FAKE_BENCH_S", "0.3")
+    assert bed.run(path, timeout=120) == 0, bed.log()
+    items = bed.items()
+    assert items["ngram"]["status"] == "done" and items["ngram"]["attempts"] == 2
+    assert items["vanilla"]["phase"] == "done earlier" and items["vanilla"]["attempts"] == 1
+
+
+def test_a_gpu_set_that_keeps_its_memory_is_kept_out_while_the_others_go_on(bed, monkeypatch):
+    monkeypatch.setenv("FAKE_HOLD_S", "40")
+    p = four_gpus(bed, faults={"vanilla": "orphan-holds-gpu"}, stop_timeout_s=3, tp2=False)
+    rc = bed.run(spec(bed, p), timeout=120)
+    items, st = bed.items(), bed.state()
+    assert rc == 4, bed.log()
+    held = items["vanilla"]["gpus"][0]
+    assert items["vanilla"]["status"] == "failed" and "GPU memory still" in items["vanilla"]["error"]
+    assert all(i["status"] == "done" for n, i in items.items() if n != "vanilla"), items
+    assert all(held["uuid"] not in {g["uuid"] for g in i["gpus"]} for n, i in items.items() if n != "vanilla")
+    assert f"GPU {held['index']}" in st["error"] and st["status"] == "failed"
+
+
+def test_an_inventory_uuid_that_is_not_the_nodes_stops_before_any_server(bed):
+    p = four_gpus(bed, tp2=False)
+    path = spec(bed, p)
+    s = json.loads(path.read_text())
+    s["gpus"][1]["uuid"] = "GPU-other-node"
+    path.write_text(json.dumps(s))
+    assert bed.run(path) == 2
+    st = bed.state()
+    assert "GPU 1: nvidia-smi says UUID GPU-00000001-fake, the inventory GPU-other-node" in st["error"]
+    assert all(i["status"] == "pending" for i in st["items"])
+
+
+def test_sigterm_stops_every_server_and_resume_finishes_the_queue(bed, monkeypatch):
+    monkeypatch.setenv("FAKE_BENCH_S", "3")
+    p = four_gpus(bed)
+    path = spec(bed, p)
+    runner = bed.start(path)
+    deadline = time.monotonic() + 60
+    running = []
+    while time.monotonic() < deadline and len(running) < 2:
+        time.sleep(0.2)
+        try:
+            running = [i for i in bed.state()["items"] if i["status"] == "benchmarking"]
+        except (OSError, ValueError):
+            continue
+    assert len(running) >= 2, bed.log()
+    runner.send_signal(signal.SIGTERM)
+    assert runner.wait(timeout=60) == 143
+    st = bed.state()
+    assert st["status"] == "stopped"
+    assert {i["name"] for i in running} <= {i["name"] for i in st["items"] if i["status"] == "pending"}
+    assert set(per_gpu_used(bed).values()) == {0}   # every server and engine ended
+    monkeypatch.setenv("FAKE_BENCH_S", "0.3")
+    assert bed.run(path, timeout=120) == 0, bed.log()
+    assert all(i["status"] == "done" for i in bed.items().values())

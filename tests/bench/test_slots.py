@@ -1,0 +1,151 @@
+"""GPU slots, pure parts: what a configuration needs, which GPUs it gets, the split over slots."""
+import pytest
+
+from specfleet.bench.commands import Paths
+from specfleet.bench.plan import PlanError, load_plan, parse_plan
+from specfleet.bench.slots import check_gpus, needed, parse_gpus, parse_groups, pick, retarget, simulate
+from specfleet.bench.spec import build_run_spec
+from specfleet.bench.split import NodeInfo, split
+
+REPORT = "plans/qwen3-32b.yml"
+
+
+def plan(extra_cfgs=(), **top):
+    raw = load_plan(REPORT).model_dump(mode="json")
+    raw["configurations"] += list(extra_cfgs)
+    raw.update(top)
+    return parse_plan(raw, "p.yml")
+
+
+def ngram(name, k=3, **kw):
+    return {"name": name, "speculative_config": {"method": "ngram", "num_speculative_tokens": k}, **kw}
+
+
+def test_needed_is_tensor_times_pipeline_times_data_parallel_last_flag_wins():
+    assert needed([]) == 1
+    assert needed(["--tensor-parallel-size", "2"]) == 2
+    assert needed(["-tp=4", "--pipeline-parallel-size", "2"]) == 8
+    assert needed(["--tensor-parallel-size", "2", "--tensor-parallel-size=4", "-dp", "2"]) == 8
+    with pytest.raises(ValueError, match="--tensor-parallel-size '0'"):
+        needed(["--tensor-parallel-size", "0"])
+
+
+def test_plan_refuses_a_bad_parallel_size_naming_configuration_and_field():
+    with pytest.raises(PlanError, match=r"p.yml: configuration 'tp', field 'extra_args': --tensor-parallel-size 'two'"):
+        plan([ngram("tp", extra_args=["--tensor-parallel-size", "two"])])
+
+
+def test_new_plan_fields_left_at_defaults_keep_the_plan_hash():
+    base = load_plan(REPORT)
+    same = plan(packing="exclusive")
+    assert same.plan_hash() == base.plan_hash()
+    assert plan(packing="shared").plan_hash() != base.plan_hash()
+    assert plan([ngram("x", gpu_model="H200")]).plan_hash() != plan([ngram("x")]).plan_hash()
+    with pytest.raises(PlanError, match="packing"):
+        plan(packing="sometimes")
+
+
+def test_pick_prefers_a_contiguous_run_inside_one_nvlink_group():
+    assert pick([0, 1, 2, 3], 2) == [0, 1]
+    assert pick([0, 2, 3], 2) == [2, 3]
+    assert pick([0, 2], 2) == [0, 2]                      # no topology known: any two
+    groups = [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert pick([3, 4], 2, groups) is None                # across the groups: never
+    assert pick([1, 2, 3, 4, 5, 6, 7], 4, groups) == [4, 5, 6, 7]
+    assert pick([3, 4, 5], 1, groups) == [3]              # the tightest group keeps the big one free
+
+
+def test_simulate_runs_what_fits_at_once_and_exclusive_one_at_a_time():
+    items = [("base", 1, 10.0), ("tp2", 2, 20.0), ("a", 1, 10.0), ("b", 1, 10.0)]
+    span, starts = simulate(items, [0, 1, 2, 3])
+    assert starts["base"] == (0.0, [0]) and starts["tp2"] == (0.0, [1, 2]) and starts["a"] == (0.0, [3])
+    assert starts["b"] == (10.0, [0]) and span == 20.0
+    assert simulate(items, [0, 1, 2, 3], packing="exclusive")[0] == 50.0
+    with pytest.raises(ValueError, match="tp2 needs 2 GPU"):
+        simulate(items, [0])
+
+
+def test_retarget_moves_serve_port_and_bench_base_url_only_when_the_port_differs():
+    argv = ["vllm", "serve", "m", "--port", "8000"]
+    assert retarget(argv, 8000, 8000) == argv
+    assert retarget(argv, 8002, 8000)[-1] == "8002"
+    bench = ["vllm", "bench", "serve", "--base-url", "http://127.0.0.1:8000", "--metadata", "node=w1"]
+    assert retarget(bench, 8003, 8000)[4] == "http://127.0.0.1:8003"
+
+
+def test_parse_gpus_and_groups_refuse_what_would_mislead_the_runner():
+    assert parse_gpus(2, "") == [{"index": 0}, {"index": 1}]
+    assert parse_gpus([{"index": 1, "uuid": "GPU-b"}, {"index": 0, "uuid": "GPU-a"}], "")[0]["uuid"] == "GPU-a"
+    for bad, msg in [(0, "at least 1"), (True, "a count"), ([{"index": 0}, {"index": 0}], "twice"),
+                     ([{"index": 0, "uuid": "a,b"}], "without commas"), ([{"index": 0, "clock": 1}], "clock")]:
+        with pytest.raises(ValueError, match=msg):
+            parse_gpus(bad, "host 'w1'")
+    with pytest.raises(ValueError, match=r"names GPU\(s\) \[4\]"):
+        parse_groups([[0, 1], [4]], [0, 1, 2, 3], "host 'w1'")
+
+
+def test_check_gpus_fills_uuids_from_nvidia_smi_and_refuses_a_mismatch():
+    seen = [{"index": 0, "uuid": "GPU-a", "name": "H200", "used": 0}, {"index": 1, "uuid": "GPU-b", "name": "H200",
+                                                                       "used": 0}]
+    assert check_gpus([{"index": 1}], seen) == [{"index": 1, "uuid": "GPU-b", "name": "H200"}]
+    with pytest.raises(ValueError, match="GPU 1: nvidia-smi says UUID GPU-b, the inventory GPU-x"):
+        check_gpus([{"index": 1, "uuid": "GPU-x"}], seen)
+    with pytest.raises(ValueError, match="GPU 5 is not listed"):
+        check_gpus([{"index": 5}], seen)
+
+
+def nodes(n=2, g=4, name="NVIDIA H200", groups=None):
+    return [NodeInfo(f"w{j + 1}", gpus=tuple({"index": i, "name": name} for i in range(g)), gpu_groups=groups)
+            for j in range(n)]
+
+
+SIX_AND_TP2 = [ngram(f"x{i}", k=i + 2) for i in range(6)] + \
+    [{"name": "tp2", "speculative_config": None, "extra_args": ["--tensor-parallel-size", "2"]}]
+
+
+def test_shared_split_uses_every_gpu_and_beats_the_one_server_per_node_split():
+    p = plan(SIX_AND_TP2, packing="shared")
+    s = split(p, nodes())
+    assert s.method == "slots"
+    assert all(q[0] == p.baseline for q in s.queues.values())
+    assert sorted(c for q in s.queues.values() for c in q[1:]) == sorted(c.name for c in p.configurations[1:])
+    ex = split(plan(SIX_AND_TP2, packing="exclusive"), nodes())
+    assert s.makespan_s < 0.6 * ex.makespan_s
+    assert s.lower_bound_s <= s.makespan_s
+
+
+def test_exclusive_split_on_one_gpu_nodes_is_the_exact_one_gpu_split():
+    p = load_plan(REPORT)
+    assert split(p, [NodeInfo("w1"), NodeInfo("w2")]).method in ("exact", "heuristic")
+    assert split(p, nodes(g=8)).method in ("exact", "heuristic")   # many GPUs, exclusive, 1-GPU configs
+
+
+def test_tp_configuration_needs_a_node_and_a_group_that_hold_it():
+    p = plan([{"name": "tp4", "speculative_config": None, "extra_args": ["-tp", "4"]}], packing="shared")
+    with pytest.raises(PlanError, match=r"'tp4' fits no selected node: needs 4 GPUs in one group, w1 has 4 in "
+                                        r"NVLink groups"):
+        split(p, nodes(groups=((0, 1), (2, 3))))
+    s = split(p, nodes(n=1, g=2) + [NodeInfo("big", gpus=tuple({"index": i, "name": "H200"} for i in range(4)))])
+    assert "tp4" in s.queues["big"]
+
+
+def test_gpu_model_pin_and_whole_node():
+    fleet = nodes(n=1, name="NVIDIA H100 80GB HBM3") + [
+        NodeInfo("w9", gpus=tuple({"index": i, "name": "NVIDIA H200"} for i in range(4)))]
+    p = plan([ngram("h200only", gpu_model="h200"), ngram("alone", whole_node=True)], packing="shared")
+    s = split(p, fleet)
+    assert "h200only" in s.queues["w9"]
+    with pytest.raises(PlanError, match="gpu_model 'B200': w1 has NVIDIA H100"):
+        split(plan([ngram("b", gpu_model="B200")]), fleet)
+    with pytest.raises(PlanError, match="GPU names are unknown"):
+        split(plan([ngram("b", gpu_model="H200")]), [NodeInfo("w1", gpus=({"index": 0}, {"index": 1}))])
+
+
+def test_run_spec_lists_gpus_only_for_nodes_with_several():
+    p = plan(SIX_AND_TP2 + [ngram("alone", whole_node=True)], packing="shared")
+    paths = Paths(venv="/v", work_dir="/w")
+    one = build_run_spec(p, "w1", ["vanilla", "tp2"], paths, gpus=[{"index": 0}], run_id="r")
+    assert "gpus" not in one and "packing" not in one
+    many = build_run_spec(p, "w1", ["vanilla", "alone"], paths, gpus=[{"index": 0}, {"index": 1}], run_id="r")
+    assert many["packing"] == "shared" and many["gpus"] == [{"index": 0}, {"index": 1}]
+    assert many["items"][1]["whole_node"] is True and "whole_node" not in many["items"][0]

@@ -1,0 +1,49 @@
+"""Equivalence across the GPUs of one node, and the packing/GPU provenance the report states."""
+import json
+
+from specfleet.results.campaign import scan_campaign
+from specfleet.results.gate import EquivalenceRule, check_equivalence
+from specfleet.results.provenance import result_table
+
+from campaign_builder import REPORT, result_json, write_campaign
+
+RULE = EquivalenceRule(tolerance_pct=3.0, concurrency=16)
+
+
+def stamp(path, **meta):
+    d = json.loads(path.read_text())
+    d.update(meta)
+    path.write_text(json.dumps(d))
+
+
+def test_configurations_on_several_gpus_with_the_baseline_on_one_say_not_checked(tmp_path):
+    root = write_campaign(tmp_path / "c")
+    for f in (root / "w1").glob("*.json"):
+        if "_conc" in f.name:
+            stamp(f, gpu_uuids="GPU-a" if f.name.startswith("vanilla") else "GPU-b", gpu_names="NVIDIA H200",
+                  packing="shared")
+    g = check_equivalence(scan_campaign(root), RULE)
+    assert any("across the GPUs of w1: not checked" in n and "baseline 'vanilla' on GPU-a only" in n for n in g.notes)
+    assert g.packing.startswith("shared") and "skew" in g.packing
+    rows = result_table(scan_campaign(root))
+    assert rows[(rows.node == "w1") & (rows.config == "vanilla")].gpus.iloc[0] == "GPU-a (NVIDIA H200)"
+    assert rows[rows.node == "w2"].gpus.iloc[0].startswith("not recorded")
+
+
+def test_a_slower_gpu_of_one_node_fails_the_gate(tmp_path):
+    root = write_campaign(tmp_path / "c")
+    base = REPORT[("w1", "vanilla", 16)]
+    (root / "w1" / "vanilla_conc16.json").unlink()
+    for k, (v, gpu) in enumerate([(301.0, "GPU-a"), (301.5, "GPU-a"), (283.0, "GPU-b"), (283.4, "GPU-b")], 1):
+        d = result_json((v, *base[1:]), conc=16, extra={"node": "w1", "config": "vanilla", "plan_hash": "abc123",
+                                                        "vllm_version": "0.28.0", "gpu_uuids": gpu})
+        (root / "w1" / f"vanilla_conc16_r{k}.json").write_text(json.dumps(d))
+    g = check_equivalence(scan_campaign(root), RULE)
+    gpu = [c for c in g.checks if c.node_a.startswith("w1 [")]
+    assert [(c.node_a, c.node_b) for c in gpu] == [("w1 [GPU-a]", "w1 [GPU-b]")]
+    assert not gpu[0].passed and gpu[0].diff_pct < -5 and not g.passed
+
+
+def test_one_gpu_results_state_exclusive_packing(tmp_path):
+    g = check_equivalence(scan_campaign(write_campaign(tmp_path / "c")), RULE)
+    assert g.packing.startswith("exclusive") and not any("GPUs of" in n for n in g.notes)
