@@ -258,6 +258,8 @@ def build_kit(kit: Path, dataset: Path) -> list[str]:
         shutil.copy2(HERE / name, kit / name)
     for f in RUNNER_FILES:
         shutil.copy2(f, kit / f.name)
+    # device.sh copies exactly these next to the run specs (one list: specfleet's, not a second one here)
+    (kit / "runner-files.txt").write_text("".join(f.name + "\n" for f in RUNNER_FILES))
     if not dataset.is_file():
         raise BuildError(f"{dataset}: the Spec-Bench question file is missing (set SPECFLEET_SPEC_BENCH_JSONL)")
     shutil.copy2(dataset, kit / "question.jsonl")

@@ -136,3 +136,26 @@ def test_gguf_split_reassembles_and_each_call_fits(tmp_path):
     (carry / "MANIFEST.sha256").write_text("")
     (carry / "payload.json").write_text("{}")
     assert sum(payload.paths_bytes(carry, later)) == parts[1].stat().st_size + 2 + (kit / "gguf.sha256").stat().st_size
+
+
+def test_device_copies_every_runner_file_and_the_copy_imports(tmp_path):
+    """device.sh copies the kit's runner-files.txt (written from specfleet's RUNNER_FILES), so a
+    module added to the runner travels without a second list to update; the copy runs alone."""
+    import subprocess
+    import sys
+    from specfleet.bench import RUNNER_FILES
+    if not SAMPLE.is_file():
+        pytest.skip(f"{SAMPLE} missing")
+    kit = tmp_path / "kit"
+    payload.build_kit(kit, SAMPLE)
+    listed = (kit / "runner-files.txt").read_text().split()
+    assert listed == [f.name for f in RUNNER_FILES]
+    assert 'done <"$K/runner-files.txt"' in (payload.HERE / "device.sh").read_text()
+    d = tmp_path / "d"
+    d.mkdir()
+    for name in listed:
+        (d / name).write_bytes((kit / name).read_bytes())
+    mods = [n[:-3] for n in listed]
+    code = f"import sys; sys.path.insert(0, {str(d)!r}); " + "; ".join(f"import {m}" for m in mods)
+    p = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, cwd=d)
+    assert p.returncode == 0, p.stderr
