@@ -15,8 +15,9 @@ import shlex
 from dataclasses import dataclass
 
 from .crossover import CONC, PER_CONC, PROMPTS, REP, prompts_at
-from .layout import MODEL, VLLM_VERSION, result_filename, run_dir
+from .layout import MODEL, VLLM_VERSION, cell_result_filename, result_filename, run_dir
 from .plan import Plan
+from .sweep import Cell
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,25 @@ class Paths:
 
     def result_dir(self, plan: Plan, node: str) -> str:
         return run_dir(self.work_dir, plan.campaign, node)
+
+
+def cell_prompts(plan: Plan, cell: Cell) -> int:
+    """Prompts of one run of a cell: the cell's; a crossover search scales them per concurrency."""
+    if plan.benchmark.concurrency_search is not None:
+        return num_prompts(plan, cell.concurrency)
+    return cell.num_prompts
+
+
+def find_cell(plan: Plan, cell: int | Cell) -> Cell:
+    """The cell itself, or the plan's first cell at that concurrency (a plain one when it has none:
+    a crossover round's concurrency)."""
+    if isinstance(cell, Cell):
+        return cell
+    for c in plan.benchmark.cells:
+        if c.concurrency == cell:
+            return c
+    b = plan.benchmark
+    return Cell(cell, b.output_len, b.num_prompts, None, f"conc{cell}")
 
 
 def serve_argv(plan: Plan, item: str, paths: Paths) -> list[str]:
@@ -53,8 +73,12 @@ def num_prompts(plan: Plan, concurrency: int) -> int:
     return prompts_at(b.num_prompts, b.min_prompts_per_concurrency, concurrency, scale)
 
 
-def bench_argv(plan: Plan, node: str, item: str, concurrency: int, paths: Paths,
+def bench_argv(plan: Plan, node: str, item: str, cell: int | Cell, paths: Paths,
                rep: int = 1) -> list[str]:
+    """The one `vllm bench serve` argv of a bench cell (the only place it is built: a runner-side
+    template for new cells is made from it)."""
+    cell = find_cell(plan, cell)
+    concurrency = cell.concurrency
     b = plan.benchmark
     s = plan.server
     model = paths.model or MODEL
@@ -63,7 +87,7 @@ def bench_argv(plan: Plan, node: str, item: str, concurrency: int, paths: Paths,
                 f"vllm_version={version}", f"campaign={plan.campaign}"]
     if b.repeat > 1:
         metadata.append(f"repeat={rep}")
-    metadata += run_setup(plan, concurrency)
+    metadata += run_setup(plan, cell)
     fmt = lambda x: str(int(x)) if float(x).is_integer() else str(x)  # noqa: E731
     return [
         posixpath.join(paths.venv, "bin", "vllm"), "bench", "serve",
@@ -74,9 +98,11 @@ def bench_argv(plan: Plan, node: str, item: str, concurrency: int, paths: Paths,
         "--tokenizer", model,          # the served name is not a HF repo id (report §3.3)
         "--dataset-name", b.dataset_name,
         "--dataset-path", paths.dataset or b.on_worker or b.dataset_path,
-        "--num-prompts", str(num_prompts(plan, concurrency)),
+        "--num-prompts", str(cell_prompts(plan, cell)),
         "--no-oversample",
-        "--spec-bench-output-len", str(b.output_len),
+        "--spec-bench-output-len", str(cell.output_len),
+        # the loader filters by category before its seed-0 shuffle: the first num_prompts of that category
+        *(["--spec-bench-category", cell.category] if cell.category else []),
         "--max-concurrency", str(concurrency),
         *(["--temperature", fmt(b.temperature)] if b.temperature is not None else []),
         "--percentile-metrics", ",".join(b.percentile_metrics),
@@ -85,29 +111,44 @@ def bench_argv(plan: Plan, node: str, item: str, concurrency: int, paths: Paths,
         *(["--save-detailed"] if b.save_detailed else []),
         "--save-result",
         "--result-dir", paths.result_dir(plan, node),
-        "--result-filename", result_filename(item, concurrency, rep, b.repeat),
+        "--result-filename", cell_result_filename(item, cell, rep, b.repeat),
         "--metadata", *metadata,
     ]
 
 
-def run_setup(plan: Plan, concurrency: int) -> list[str]:
+def run_setup(plan: Plan, cell: int | Cell) -> list[str]:
     """`--metadata` words that say how a run was set up (the report reads them from each result).
 
     The runner adds what only the worker knows: generation_config (the model's sampling defaults,
     which apply to every parameter the client does not send), decoding, prompts_dropped.
     """
     b, s = plan.benchmark, plan.server
+    cell = find_cell(plan, cell)
     sent = {} if b.temperature is None else {"temperature": b.temperature}
     return [f"sampling_params={json.dumps(sent, sort_keys=True, separators=(',', ':'))}",
             f"num_warmups={b.num_warmups}", f"prefix_cache={s.prefix_cache}", f"repeats={b.repeat}",
-            f"steady_state={b.steady_state}", f"prompts_per_concurrency={num_prompts(plan, concurrency) / concurrency:g}",
-            f"max_failed_requests={b.max_failed_requests}"]
+            f"steady_state={b.steady_state}", f"prompts_per_concurrency={cell_prompts(plan, cell) / cell.concurrency:g}",
+            f"max_failed_requests={b.max_failed_requests}",
+            *([f"category={cell.category}"] if cell.category else [])]
 
 
-def run_order(plan: Plan) -> list[tuple[int, int]]:
-    """(concurrency, rep) in the order they run: repeats interleaved across concurrencies."""
+def run_order(plan: Plan) -> list[tuple[Cell, int]]:
+    """(cell, rep) in the order they run on one server: repeats interleaved across cells."""
     b = plan.benchmark
-    return [(conc, rep) for rep in range(1, b.repeat + 1) for conc in b.concurrencies]
+    return [(cell, rep) for rep in range(1, b.repeat + 1) for cell in b.cells]
+
+
+def cell_fit(plan: Plan, cell: Cell) -> dict:
+    """What the runner's prompt-fit check needs of one cell where it differs from the item's `fit`."""
+    b = plan.benchmark
+    out = {}
+    if cell.num_prompts != b.num_prompts:
+        out["num_prompts"] = cell.num_prompts
+    if cell.output_len != b.output_len:
+        out["output_len"] = cell.output_len
+    if cell.category:
+        out["category"] = cell.category
+    return out
 
 
 def max_model_len(plan: Plan, item: str) -> str | None:
@@ -125,14 +166,16 @@ def item_argv(plan: Plan, node: str, item: str, paths: Paths) -> dict:
     """One queue item as the runner spec holds it (see runner.py for the schema)."""
     b = plan.benchmark
     benches = []
-    for conc, rep in run_order(plan):
+    for cell, rep in run_order(plan):
         benches.append({
-            "concurrency": conc,
+            "concurrency": cell.concurrency,
             "rep": rep,
-            "argv": bench_argv(plan, node, item, conc, paths, rep),
-            "result_file": result_filename(item, conc, rep, b.repeat),
-            "num_prompts": num_prompts(plan, conc),
+            "argv": bench_argv(plan, node, item, cell, paths, rep),
+            "result_file": cell_result_filename(item, cell, rep, b.repeat),
+            "num_prompts": cell_prompts(plan, cell),
         })
+        if cell.name != f"conc{cell.concurrency}":  # a plain plan's items (and item_hash) stay as they were
+            benches[-1].update(cell=cell.name, fit=cell_fit(plan, cell))
     # what the runner's prompt-fit check needs (fitcheck.py, run with the venv's python)
     fit = {"dataset": paths.dataset or b.on_worker or b.dataset_path,
            "num_prompts": max(num_prompts(plan, c) for c in b.concurrencies),
@@ -173,6 +216,6 @@ def bench_templates(plan: Plan, node: str, item: str, paths: Paths) -> list[dict
 def commands_for(plan: Plan, node: str, item: str, paths: Paths) -> list[str]:
     """Shell-quoted command lines: `vllm serve ...` then one `vllm bench serve ...` per run."""
     lines = [shlex.join(serve_argv(plan, item, paths))]
-    for conc, rep in run_order(plan):
-        lines.append(shlex.join(bench_argv(plan, node, item, conc, paths, rep)))
+    for cell, rep in run_order(plan):
+        lines.append(shlex.join(bench_argv(plan, node, item, cell, paths, rep)))
     return lines

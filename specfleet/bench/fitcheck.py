@@ -34,13 +34,16 @@ def human_int(text: str) -> int:
     return int(t)
 
 
-def select(path: str, num_prompts: int) -> list[tuple[dict, str]]:
-    """(row, raw line) of the prompts vllm bench serve sends, in its order."""
+def select(path: str, num_prompts: int, category: str | None = None) -> list[tuple[dict, str]]:
+    """(row, raw line) of the prompts vllm bench serve sends, in its order: --spec-bench-category
+    filters the rows before the seeded shuffle (SpecBench.load_data), then the first N."""
     rows = []
     with open(path, encoding="utf-8") as f:
         for line in f:
             if line.strip():
-                rows.append((json.loads(line), line.rstrip("\n")))
+                row = json.loads(line)
+                if not category or row.get("category") == category:
+                    rows.append((row, line.rstrip("\n")))
     random.seed(SPEC_BENCH_SEED)
     random.shuffle(rows)
     return rows if num_prompts <= 0 else rows[:num_prompts]
@@ -58,11 +61,55 @@ def simulated() -> bool:
         return False
 
 
+def fast_tokenizer(model: str):
+    """The same counts as transformers' AutoTokenizer without importing transformers (which imports
+    torch: seconds per runner preflight on a GPU host): the model's tokenizer.json through the
+    `tokenizers` library and its chat template through jinja2, compiled as transformers compiles it
+    (sandboxed, trim_blocks, lstrip_blocks, loopcontrols). None when the model dir or the venv lacks them."""
+    try:
+        import jinja2.ext
+        import jinja2.sandbox
+        from tokenizers import Tokenizer
+    except ImportError:
+        return None
+    tj, cj = os.path.join(model, "tokenizer.json"), os.path.join(model, "chat_template.jinja")
+    try:
+        with open(os.path.join(model, "tokenizer_config.json"), encoding="utf-8") as f:
+            cfg = json.load(f)
+        source = cfg.get("chat_template")
+        if not isinstance(source, str) and os.path.isfile(cj):
+            with open(cj, encoding="utf-8") as f:
+                source = f.read()
+        tok = Tokenizer.from_file(tj)
+    except Exception:  # noqa: BLE001 - an unreadable or unknown tokenizer file: the transformers path
+        return None
+    if not isinstance(source, str):
+        return None
+
+    def raise_exception(msg):
+        raise jinja2.exceptions.TemplateError(msg)
+    env = jinja2.sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                                       extensions=[jinja2.ext.loopcontrols])
+    env.filters["tojson"] = lambda x, indent=None, **k: json.dumps(x, indent=indent, ensure_ascii=False)
+    env.globals["raise_exception"] = raise_exception
+    compiled = env.from_string(source)
+    special = {k: v for k, v in cfg.items() if k.endswith("_token") and isinstance(v, str)}
+
+    def template(text: str) -> str:
+        return compiled.render(messages=[{"role": "user", "content": text}], add_generation_prompt=True, **special)
+
+    def count(text: str, special_tokens: bool) -> int:
+        return len(tok.encode(text, add_special_tokens=special_tokens).ids)
+    return f"tokenizers + jinja2 ({model})", template, count
+
+
 def tokenizer(model: str):
     """(name, template(text) -> str, count(text, special_tokens) -> int)."""
     if simulated():  # its server counts with its own tokenizer, whatever the model dir holds
         from vllm.textsim import chat_template, count_tokens
         return "specfleet-simvllm textsim (simulated engine)", chat_template, lambda t, special: count_tokens(t)
+    if os.environ.get("SPECFLEET_FITCHECK_TRANSFORMERS") != "1" and (fast := fast_tokenizer(model)):
+        return fast
     try:
         from transformers import AutoTokenizer
     except ImportError as e:
@@ -92,12 +139,13 @@ def main(argv=None) -> int:
     ap.add_argument("--output-len", type=int, required=True)
     ap.add_argument("--chat-template", choices=["double", "single"], required=True)
     ap.add_argument("--max-model-len", default=None)
+    ap.add_argument("--category", default=None, help="--spec-bench-category: only this category's prompts")
     ap.add_argument("--write-kept", default=None)
     a = ap.parse_args(argv)
     limit = human_int(a.max_model_len) if a.max_model_len else model_max_len(a.model)
     name, template, count = tokenizer(a.model)
     too_long, kept = [], []
-    for index, (row, line) in enumerate(select(a.dataset, a.num_prompts)):
+    for index, (row, line) in enumerate(select(a.dataset, a.num_prompts, a.category)):
         client = template(row["turns"][0])  # spec_bench templates on the client
         # chat endpoint: the server templates the message again; completions: sent as it is
         n = count(template(client), False) if a.chat_template == "double" else count(client, True)

@@ -44,7 +44,9 @@ PARTIAL_SUFFIX = ".partial"  # a result being written; renamed to its final name
 MODEL = "@MODEL@"                # the first model candidate that holds a config.json
 VLLM_VERSION = "@VLLM_VERSION@"  # the engine version the runner read in preflight
 
-RESULT_RE = re.compile(r"^(?P<config>.+?)_conc(?P<conc>\d+)(?:_r(?P<rep>\d+))?\.json$")
+# <config>_<cell>[_r<K>].json; a bench cell (sweep.py) is conc<N>[-out<L>][-cat_<C>][-n<P>]
+CELL_PART = r"conc(?P<conc>\d+)(?:-out(?P<out>\d+))?(?:-cat_(?P<cat>[A-Za-z][A-Za-z0-9_]*?))?(?:-n(?P<n>\d+))?"
+RESULT_RE = re.compile(rf"^(?P<config>.+?)_(?P<cell>{CELL_PART})(?:_r(?P<rep>\d+))?\.json$")
 
 
 def run_dir(root: str, campaign: str, host: str) -> str:
@@ -71,6 +73,14 @@ def server_log(config: str) -> str:
 def result_filename(config: str, concurrency: int, rep: int = 1, repeat: int = 1) -> str:
     suffix = f"_r{rep}" if repeat > 1 else ""
     return f"{config}_conc{concurrency}{suffix}.json"
+
+
+def cell_result_filename(config: str, cell, rep: int = 1, repeat: int = 1) -> str:
+    """A bench cell's result file (sweep.Cell): a plain cell conc<N> is result_filename's name,
+    a swept one `<config>_<cell name>[_r<K>].json` (conc16-out1024-cat_rag)."""
+    if cell.name in ("", f"conc{cell.concurrency}"):
+        return result_filename(config, cell.concurrency, rep, repeat)
+    return f"{config}_{cell.name}{'_r' + str(rep) if repeat > 1 else ''}.json"
 
 
 def result_glob(config: str) -> str:

@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 from ..errors import UserError
 from .slots import needed, parallel_sizes
 from ..yamlfile import YamlFileError, first_error, load_yaml
+from .sweep import Cell, SweepError, bench_cells, expand_configurations
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 
@@ -287,6 +288,15 @@ class Benchmark(_Strict):
     timeout_s: float = Field(default=7200, gt=0)
     # Required on purpose: see docs/campaign.md "The chat template question".
     chat_template: Literal["double", "single"]
+    # Bench dimensions beyond the concurrencies (sweep.py, docs/campaign.md "Plans that sweep");
+    # None = not in the plan hash, so a plan without sweeps keeps its hash
+    sweep: dict[str, Any] | list[Any] | None = None
+    _cells: list[Cell] = PrivateAttr(default_factory=list)
+
+    @property
+    def cells(self) -> list[Cell]:
+        """The bench cells every configuration runs on its server, in plan order."""
+        return self._cells
 
     @property
     def on_worker(self) -> str | None:
@@ -347,16 +357,28 @@ class Benchmark(_Strict):
 
     @model_validator(mode="after")
     def _steady(self) -> "Benchmark":
+        try:
+            self._cells = bench_cells(self.concurrencies, self.output_len, self.num_prompts, self.sweep)
+        except SweepError as e:
+            raise ValueError(str(e).removeprefix("benchmark.")) from None
+        if self.concurrency_search is not None and self.sweep is not None:
+            raise ValueError("sweep: a crossover search does not combine with bench sweeps yet; sweep server "
+                             "dimensions (configurations[].sweep), or sweep on a concurrency grid")
         if self.concurrency_search is not None and self.steady_state == "required":
             if self.prompts_that_do_not_fit == "drop":  # the kept file would fix one prompt count for all
                 raise ValueError("prompts_that_do_not_fit: drop does not go with a crossover search whose "
                                  "prompts scale with concurrency; use refuse, or steady_state: report-setup")
             return self  # the search raises num_prompts to min_prompts_per_concurrency x c per run
-        need = self.min_prompts_per_concurrency * max(self.concurrencies)
-        if self.steady_state == "required" and self.num_prompts < need:
+        # the rule holds per cell: the cell with the fewest prompts per concurrency decides
+        cell = min(self._cells, key=lambda c: (c.prompts_per_concurrency, -c.concurrency))
+        need = self.min_prompts_per_concurrency * cell.concurrency
+        field_ = "num_prompts" if cell.num_prompts == self.num_prompts else "sweep.num_prompts"
+        if self.steady_state == "required" and cell.num_prompts < need:
             raise ValueError(
-                f"num_prompts: {self.num_prompts} prompts at concurrency {max(self.concurrencies)} is one wave "
-                f"that drains, not a steady state: use at least {need:g} "
+                f"{field_}: {cell.num_prompts} prompts at concurrency {cell.concurrency} "
+                f"{'' if cell.name == f'conc{cell.concurrency}' else f'(cell {cell.name}) '}is one wave "
+                "that drains, not a steady state: use at least "
+                f"{need:g} "
                 f"(min_prompts_per_concurrency {self.min_prompts_per_concurrency:g} x concurrency), "
                 "or say `steady_state: report-setup` to reproduce the field report's setup on purpose")
         return self
@@ -397,6 +419,7 @@ class Plan(_Strict):
     # which skews what is compared); shared: one per free GPU set at once, stamped on every result
     packing: Literal["exclusive", "shared"] = "exclusive"
     _file: Path = PrivateAttr(default=Path("<plan>"))  # where it was read (not part of plan_hash)
+    _sweeps: dict[str, dict] = PrivateAttr(default_factory=dict)  # sweep.expand_configurations
 
     @field_validator("campaign")
     @classmethod
@@ -413,10 +436,11 @@ class Plan(_Strict):
             raise ValueError(f"configurations: name {dup[0]!r} appears twice")
         if self.baseline not in names:
             raise ValueError(f"baseline: {self.baseline!r} is not a configuration (have: {', '.join(names)})")
-        if self.equivalence.concurrency not in self.benchmark.concurrencies:
+        concs = sorted({c.concurrency for c in self.benchmark.cells})
+        if self.equivalence.concurrency not in concs:
             raise ValueError(
                 f"equivalence.concurrency: {self.equivalence.concurrency} is not among "
-                f"benchmark.concurrencies {self.benchmark.concurrencies}"
+                f"the concurrencies measured {concs}"
             )
         return self
 
@@ -450,8 +474,9 @@ class Plan(_Strict):
 
     def canonical_json(self) -> str:
         d = self.model_dump(mode="json")
-        if d["benchmark"]["concurrency_search"] is None:  # absent: a plan without a search keeps its hash
-            del d["benchmark"]["concurrency_search"]
+        for key in ("concurrency_search", "sweep"):  # absent: a plan without a search or sweep keeps its hash
+            if d["benchmark"][key] is None:
+                del d["benchmark"][key]
         # placement fields left at their defaults are not hashed: a plan written before they existed
         # keeps its hash, so its campaign resumes (and its results merge) after an upgrade
         for key in [k for k in HASH_IF_SET if d.get(k) == HASH_IF_SET[k]]:
@@ -460,6 +485,11 @@ class Plan(_Strict):
             for key in [k for k in CONFIG_HASH_IF_SET if c.get(k) == CONFIG_HASH_IF_SET[k]]:
                 del c[key]
         return json.dumps(d, sort_keys=True, separators=(",", ":"))
+
+    @property
+    def sweeps(self) -> dict[str, dict]:
+        """Expanded configuration name -> {"from": the swept configuration, "point": its values}."""
+        return self._sweeps
 
     def plan_hash(self) -> str:
         return hashlib.sha256(self.canonical_json().encode()).hexdigest()[:12]
@@ -498,15 +528,22 @@ def parse_plan(raw: Any, file: str | os.PathLike = "<plan>") -> Plan:
     if not isinstance(raw, dict):
         raise PlanError(f"{file}: expected a mapping with 'campaign:', 'model:', ... at the top level")
     try:
+        raw, sweeps = expand_configurations(raw, KNOWN_SPECULATIVE_KEYS)
+    except SweepError as e:
+        head, msg = str(e).split(": ", 1)
+        raise PlanError(f"{_where(tuple(int(p) if p.isdigit() else p for p in head.split('.')), file, raw)}: "
+                        f"{msg}") from None
+    try:
         plan = Plan.model_validate(raw)
     except ValidationError as e:
         loc, msg = first_error(e)
         head = msg.split(" ")[0]
-        if re.fullmatch(r"[a-z_.]+:", head):  # cross-field errors carry their field first
+        if re.fullmatch(r"[a-z_.0-9]+:", head):  # cross-field errors carry their field first
             loc, msg = (*loc, *head[:-1].split(".")), msg[len(head) + 1:]
         raise PlanError(f"{_where(loc, file, raw)}: {msg}") from None
     _refuse_no_stats(plan, file)
     plan._file = file
+    plan._sweeps = sweeps
     return plan
 
 

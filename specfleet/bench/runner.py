@@ -273,7 +273,8 @@ class Runner:
             for i, b in enumerate(item["bench"]):
                 if i > 0:
                     self.between_runs(item, rec)
-                self.set(rec, phase=f"bench concurrency {b['concurrency']} (run {i + 1}/{len(item['bench'])})")
+                self.set(rec, phase=f"bench {b.get('cell') or 'concurrency ' + str(b['concurrency'])} "
+                                    f"(run {i + 1}/{len(item['bench'])})")
                 rec["results"].append(self.run_bench(item, b))
                 self.save()
         finally:
@@ -379,10 +380,15 @@ class Runner:
 
         refuse: the item fails naming the prompts and the fixes. drop: the bench runs get a file of
         the prompts that fit (selection order, --disable-shuffle, --num-prompts = how many).
+        A bench cell of a sweep can ask other prompts (its `fit`: category, num_prompts, output_len).
         """
-        fit = item.get("fit")
-        if not fit:
+        if not item.get("fit"):
             return item
+        return dict(item, bench=[self.fit_bench({**item["fit"], **(b.get("fit") or {})}, b, rec)
+                                 for b in item["bench"]])
+
+    def fit_bench(self, fit: dict, b: dict, rec: dict) -> dict:
+        """One bench run's prompts checked (one check per distinct setup); b, or b on the kept prompts."""
         key = json.dumps([self.model, fit], sort_keys=True)
         if key not in self.fits:
             kept = os.path.join(self.run_dir, layout.prompts_fit(hashlib.sha256(key.encode()).hexdigest()[:12]))
@@ -390,6 +396,8 @@ class Runner:
                     "--model", self.model, "--dataset", fit["dataset"], "--num-prompts", str(fit["num_prompts"]),
                     "--output-len", str(fit["output_len"]), "--chat-template", fit["chat_template"],
                     "--write-kept", kept]
+            if fit.get("category"):
+                argv += ["--category", fit["category"]]
             if fit.get("max_model_len"):
                 argv += ["--max-model-len", str(fit["max_model_len"])]
             try:
@@ -405,14 +413,15 @@ class Runner:
             self.fits[key] = ans
         ans = self.fits[key]
         if ans["selected"] < fit["num_prompts"]:
-            raise ItemFailed(f"{fit['dataset']} holds {ans['selected']} prompts, benchmark.num_prompts asks for "
+            cat = f" of category {fit['category']}" if fit.get("category") else ""
+            raise ItemFailed(f"{fit['dataset']} holds {ans['selected']} prompts{cat}, benchmark.num_prompts asks for "
                              f"{fit['num_prompts']} (--no-oversample would send {ans['selected']}): lower num_prompts "
                              "or use a larger dataset")
         bad = ans["too_long"]
         rec["prompt_fit"] = {k: ans[k] for k in ("tokenizer", "max_model_len", "output_len", "selected", "kept")}
         rec["prompt_fit"]["too_long"] = bad
         if not bad:
-            return item
+            return b
         names = ", ".join(f"question_id {b['question_id']} ({b['prompt_tokens']} + {ans['output_len']} = "
                           f"{b['prompt_tokens'] + ans['output_len']} tokens)" for b in bad[:10])
         more = f" and {len(bad) - 10} more" if len(bad) > 10 else ""
@@ -425,11 +434,11 @@ class Runner:
                              "or set benchmark.prompts_that_do_not_fit: drop")
         if ans["kept"] == 0:
             raise ItemFailed(f"{what}: none is left to measure")
-        rec["notes"].append(f"dropped (plan: prompts_that_do_not_fit: drop): {what}")
-        ids = ",".join(str(b["question_id"]) for b in bad)
-        item = dict(item, bench=[dict(b, num_prompts=ans["kept"], argv=self.drop_argv(b["argv"], ans, ids))
-                                 for b in item["bench"]])
-        return item
+        note = f"dropped (plan: prompts_that_do_not_fit: drop): {what}"
+        if note not in rec["notes"]:
+            rec["notes"].append(note)
+        ids = ",".join(str(t["question_id"]) for t in bad)
+        return dict(b, num_prompts=ans["kept"], argv=self.drop_argv(b["argv"], ans, ids))
 
     @staticmethod
     def drop_argv(argv: list[str], ans: dict, ids: str) -> list[str]:

@@ -97,17 +97,18 @@ def load_s(plan: Plan, config: str, node: NodeInfo) -> float:
 
 
 def bench_s(plan: Plan, config: str, measured: dict | None = None) -> float:
-    """Benchmark time of one configuration over all concurrencies and repeats."""
+    """Benchmark time of one configuration over all its bench cells and repeats (one server start)."""
     b = plan.benchmark
     c = plan.config(config)
     total = 0.0
-    for conc in b.concurrencies:
+    for cell in b.cells:
+        conc, prompts, out = cell.concurrency, cell.num_prompts, cell.output_len
         if measured and conc in measured.get("bench_s", {}):
-            one = measured["bench_s"][conc] * b.num_prompts * b.output_len / (16 * 512)
+            one = measured["bench_s"][conc] * prompts * out / (16 * 512)
         else:
             tok_s1 = DECODE_EFFICIENCY * GPU_BW_GB_S / (plan.model.weights_gib * 1.073741824)
-            tok_s = tok_s1 * min(conc, b.num_prompts) ** CONC_EXPONENT * METHOD_SPEED.get(c.method, 1.0)
-            one = b.num_prompts * b.output_len / tok_s / tp_speedup(gpus_needed(plan, config))
+            tok_s = tok_s1 * min(conc, prompts) ** CONC_EXPONENT * METHOD_SPEED.get(c.method, 1.0)
+            one = prompts * out / tok_s / tp_speedup(gpus_needed(plan, config))
         total += (one + BENCH_OVERHEAD_S) * b.repeat
     return total
 
@@ -121,7 +122,7 @@ def item_s(plan: Plan, config: str, node: NodeInfo, durations: dict[str, dict] |
     measured = (durations or {}).get(config)
     load = measured["load_s"] if measured and "load_s" in measured else load_s(plan, config, node)
     b = plan.benchmark
-    loads = len(b.concurrencies) * b.repeat if plan.server.prefix_cache == "fresh-server-per-concurrency" else 1
+    loads = len(b.cells) * b.repeat if plan.server.prefix_cache == "fresh-server-per-concurrency" else 1
     return load * loads + bench_s(plan, config, measured)
 
 

@@ -4,6 +4,7 @@ Layout (docs/dev/contracts.md):
 
     results/<campaign>/<host>/<config>_conc<N>.json        one run
     results/<campaign>/<host>/<config>_conc<N>_r<K>.json   repeat K of it
+    results/<campaign>/<host>/<config>_<cell>[_r<K>].json  a swept bench cell (conc16-out1024-cat_rag)
     results/<campaign>/<host>/<config>.server.log          server log
     results/<campaign>/<host>/<config>.done                done marker
     results/<campaign>/<host>/state.json                   runner state (optional)
@@ -27,6 +28,7 @@ from typing import Any
 
 from ..bench import layout
 from ..bench.layout import RESULT_RE
+from ..bench.sweep import parse_result_name
 from .provenance import simulated_signals
 from .schema import PROVENANCE_KEYS, Result, ResultError, incomplete, load_result
 
@@ -51,10 +53,23 @@ class Expect:
 
     num_prompts: int | None = None
     max_failed_requests: int = 0
+    cell_prompts: dict[str, int] | None = None  # a bench cell that asks another count (sweep.py)
+
+    @classmethod
+    def of_plan(cls, plan) -> "Expect":
+        """What a specfleet.bench Plan asks of its runs, per bench cell."""
+        b = plan.benchmark
+        return cls(b.num_prompts, b.max_failed_requests,
+                   {c.name: c.num_prompts for c in b.cells if c.num_prompts != b.num_prompts} or None)
+
+    def asked(self, file_name: str) -> int | None:
+        parsed = parse_result_name(file_name)
+        return (self.cell_prompts or {}).get(parsed[1] if parsed else "", self.num_prompts)
 
 
 def parse_name(name: str) -> tuple[str, int, int | None] | None:
-    """(config, concurrency, repeat or None) from `<config>_conc<N>[_r<K>].json`, else None."""
+    """(config, concurrency, repeat or None) from `<config>_<cell>[_r<K>].json`, else None
+    (the cell name: parse_result_name)."""
     m = RESULT_RE.match(name)
     return (m["config"], int(m["conc"]), int(m["rep"]) if m["rep"] is not None else None) if m else None
 
@@ -66,7 +81,7 @@ def check_file(path: Path, expect: Expect | None = None) -> Result:
     if parsed and res.max_concurrency is not None and res.max_concurrency != parsed[1]:
         raise ResultError(path, f"max_concurrency is {res.max_concurrency} but the file name says conc{parsed[1]}")
     expect = expect or Expect()
-    if why := incomplete(res, expect.num_prompts, expect.max_failed_requests):
+    if why := incomplete(res, expect.asked(path.name), expect.max_failed_requests):
         raise ResultError(path, why)
     return res
 
@@ -79,6 +94,10 @@ class Run:
     repeat: int | None
     path: Path
     result: Result
+    cell: str = ""    # the bench cell (sweep.py): conc<N> for a plan without bench sweeps
+
+    def __post_init__(self) -> None:
+        self.cell = self.cell or f"conc{self.conc}"
 
 
 @dataclass
@@ -303,7 +322,7 @@ def scan_campaign(root: Path | str, quarantine: bool = True, expect: Expect | No
             parsed = parse_name(path.name)
             if not parsed:
                 if path.name not in OTHER_JSON:
-                    camp.warnings.append(f"{path}: not named <config>_conc<N>[_r<K>].json, ignored")
+                    camp.warnings.append(f"{path}: not named <config>_conc<N>[-<dims>][_r<K>].json, ignored")
                 continue
             cfg, conc, rep = parsed
             if cfg not in done:
@@ -312,7 +331,7 @@ def scan_campaign(root: Path | str, quarantine: bool = True, expect: Expect | No
                 continue
             try:
                 res = check_file(path, expect)
-                run = Run(host, cfg, conc, rep, path, res)
+                run = Run(host, cfg, conc, rep, path, res, parse_result_name(path.name)[1])
             except ResultError as e:
                 if quarantine:
                     camp.quarantined.append(_quarantine(root, host, path, e.problem))

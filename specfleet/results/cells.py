@@ -19,7 +19,8 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..bench.layout import RUN_SPEC, result_filename
+from ..bench.layout import RUN_SPEC, cell_result_filename
+from ..bench.sweep import Cell
 from .campaign import Campaign, parse_name
 
 PLANNED_FILE = "planned.json"
@@ -40,6 +41,13 @@ class Planned:
     queues: dict[str, list[str]] = field(default_factory=dict)   # node -> configs
     sources: dict[str, str] = field(default_factory=dict)        # node -> where its queue came from
     host_notes: dict[str, str] = field(default_factory=dict)     # node -> why it gave nothing (collect)
+    cells: list[str] = field(default_factory=list)               # bench cell names (sweep.py); [] = conc<N>
+
+    def cell_names(self) -> list[tuple[str, int]]:
+        """(cell name, its concurrency) in plan order."""
+        if self.cells:
+            return [(c, int(c[4:].split("-", 1)[0])) for c in self.cells]
+        return [(f"conc{c}", c) for c in self.concurrencies]
 
     @property
     def nodes(self) -> list[str]:
@@ -71,7 +79,8 @@ def planned_from(plan, plan_path: str, campaign_dir: Path, split_queues: dict[st
     campaign_dir = Path(campaign_dir)
     b = plan.benchmark
     p = Planned(configs=[c.name for c in plan.configurations], concurrencies=list(b.concurrencies),
-                repeat=b.repeat, baseline=plan.baseline, plan_hash=plan.plan_hash(), plan_path=plan_path)
+                repeat=b.repeat, baseline=plan.baseline, plan_hash=plan.plan_hash(), plan_path=plan_path,
+                cells=[c.name for c in b.cells])
     saved = _read_json(campaign_dir / PLANNED_FILE)
     if saved and saved.get("plan_hash") == p.plan_hash and split_queues is None:
         p.queues = {h: list(q) for h, q in (saved.get("queues") or {}).items()}
@@ -117,17 +126,23 @@ class CellState:
     runs: int           # runs merged
     expected: int       # runs planned (benchmark.repeat)
     why: str = ""
+    cell: str = ""      # the bench cell's name; conc<N> for a plan without bench sweeps
+
+    def __post_init__(self) -> None:
+        self.cell = self.cell or f"conc{self.concurrency}"
 
     @property
     def merged(self) -> bool:
         return self.state == MERGED
 
     def label(self) -> str:
-        return f"{self.config} @ concurrency {self.concurrency} on {self.node}"
+        where = "" if self.cell == f"conc{self.concurrency}" else f" (cell {self.cell})"
+        return f"{self.config} @ concurrency {self.concurrency}{where} on {self.node}"
 
 
-def _file_names(p: Planned, cfg: str, conc: int) -> list[str]:
-    return [result_filename(cfg, conc, k, p.repeat) for k in range(1, p.repeat + 1)]
+def _file_names(p: Planned, cfg: str, cell: str) -> list[str]:
+    named = Cell(int(cell[4:].split("-", 1)[0]), 0, 0, None, cell)
+    return [cell_result_filename(cfg, named, k, p.repeat) for k in range(1, p.repeat + 1)]
 
 
 def _missing_why(camp: Campaign, p: Planned, node: str, cfg: str, name: str) -> str:
@@ -148,23 +163,23 @@ def _missing_why(camp: Campaign, p: Planned, node: str, cfg: str, name: str) -> 
 
 
 def cell_states(camp: Campaign, p: Planned) -> list[CellState]:
-    """One state per planned cell, in plan order (configurations, concurrencies, nodes)."""
+    """One state per planned cell, in plan order (configurations, bench cells, nodes)."""
     merged: dict[tuple[str, str], Path] = {(r.host, r.path.name): r.path for r in camp.runs}
     bad = {(q.host, q.source.name): q for q in camp.quarantined}
     aside = {(a.host, a.path.name.split(".json")[0] + ".json"): a for a in camp.set_aside}
     out = []
     for cfg in p.configs:
         nodes = [n for n in p.nodes if cfg in p.queues[n]]
-        for conc in p.concurrencies:
+        for cname, conc in p.cell_names():
             if not nodes:
                 out.append(CellState(cfg, conc, NO_NODE, MISSING, 0, p.repeat,
                                      f"no node's queue holds this configuration (no {RUN_SPEC} or {PLANNED_FILE} "
-                                     "names it): it was not run"))
+                                     "names it): it was not run", cname))
                 continue
             for node in nodes:
-                names = _file_names(p, cfg, conc)
+                names = _file_names(p, cfg, cname)
                 got = [n for n in names if (node, n) in merged]
-                cell = CellState(cfg, conc, node, MERGED, len(got), len(names))
+                cell = CellState(cfg, conc, node, MERGED, len(got), len(names), cell=cname)
                 for n in names:
                     if (node, n) in merged:
                         continue

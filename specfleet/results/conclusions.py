@@ -16,7 +16,7 @@ import math
 import pandas as pd
 
 from .crossover import crossover_lines
-from .measures import SINGLE_RUN, NoiseBand
+from .measures import SINGLE_RUN, NoiseBand, cell_order
 from .merge import Tables
 
 RARE_DRAFTS_PER_STEP = 0.10
@@ -77,8 +77,8 @@ def tail_dominated(r: pd.Series, b: pd.Series, tol_pct: float = TAIL_TOLERANCE_P
             "(more prompts per concurrency)")
 
 
-def _base_row(runs: pd.DataFrame, baseline: str, node: str, conc: int) -> pd.Series | None:
-    b = runs[(runs.config == baseline) & (runs.node == node) & (runs.concurrency == conc)]
+def _base_row(runs: pd.DataFrame, baseline: str, node: str, cell: str) -> pd.Series | None:
+    b = runs[(runs.config == baseline) & (runs.node == node) & (runs.cell == cell)]
     return None if b.empty else b.iloc[0]
 
 
@@ -89,10 +89,12 @@ def conclusions(t: Tables, baseline: str) -> list[str]:
     if runs.empty:
         return ["No valid runs were merged."]
     out.append(f"Noise band: {noise.describe()}.")
-    best_by_conc: dict[int, tuple[str, float]] = {}
-    for conc in sorted(runs.concurrency.unique()):
-        cand = runs[(runs.concurrency == conc) & (runs.config != baseline) & runs.speedup.notna()]
-        if runs[(runs.concurrency == conc) & (runs.config != baseline)].empty:
+    best_by_conc: dict[tuple[int, str], tuple[str, float]] = {}
+    for cell in cell_order(runs):  # a plan without bench sweeps: one cell per concurrency
+        at = runs[runs.cell == cell]
+        conc = f"{at.concurrency.iloc[0]}" + ("" if cell == f"conc{at.concurrency.iloc[0]}" else f" (cell {cell})")
+        cand = runs[(runs.cell == cell) & (runs.config != baseline) & runs.speedup.notna()]
+        if runs[(runs.cell == cell) & (runs.config != baseline)].empty:
             out.append(f"Concurrency {conc}: only the baseline ran.")
             continue
         if cand.empty:
@@ -101,8 +103,8 @@ def conclusions(t: Tables, baseline: str) -> list[str]:
         faster = cand[cand.speedup_verdict == "faster"]
         if not faster.empty:
             best = faster.loc[faster.speedup.idxmax()]
-            b = _base_row(runs, baseline, best.node, conc)
-            best_by_conc[conc] = (best.config, best.speedup)
+            b = _base_row(runs, baseline, best.node, cell)
+            best_by_conc[(int(at.concurrency.iloc[0]), conc)] = (best.config, best.speedup)
             out.append(
                 f"Concurrency {conc}: best is **{best.config}** at {best.speedup:.2f}x the baseline on "
                 f"{best.node} ({_f(b.output_tok_s)} -> {_f(best.output_tok_s)} output tok/s, "
@@ -124,7 +126,7 @@ def conclusions(t: Tables, baseline: str) -> list[str]:
             out.append(f"Concurrency {conc}: {r.config} on {r.node}: no measurable difference from the "
                        f"baseline ({evidence(r, noise)}).")
         for _, r in cand[cand.speedup_verdict == "slower"].iterrows():
-            b = _base_row(runs, baseline, r.node, conc)
+            b = _base_row(runs, baseline, r.node, cell)
             tpot = b.tpot_ms / r.tpot_ms if r.tpot_ms else float("nan")
             if (tail_dominated(r, b, noise.tolerance_pct) and not math.isnan(tpot)
                     and abs(tpot - 1) * 100 <= noise.tolerance_pct):
@@ -137,12 +139,12 @@ def conclusions(t: Tables, baseline: str) -> list[str]:
             out.append(f"Concurrency {conc}: **{r.config}** on {r.node} is SLOWER than the baseline "
                        f"({evidence(r, noise)}): {why}.")
         for _, r in cand.iterrows():
-            tail = tail_dominated(r, _base_row(runs, baseline, r.node, conc), noise.tolerance_pct)
+            tail = tail_dominated(r, _base_row(runs, baseline, r.node, cell), noise.tolerance_pct)
             if tail:
                 out.append(f"Concurrency {conc}: {tail}.")
         itl = []
         for _, r in cand.iterrows():
-            b = _base_row(runs, baseline, r.node, conc)
+            b = _base_row(runs, baseline, r.node, cell)
             if r.itl_ms > b.itl_ms and r.tpot_ms < b.tpot_ms:
                 itl.append(f"{r.config} on {r.node} (ITL {_f(b.itl_ms)} -> {_f(r.itl_ms)} ms, "
                            f"TPOT {_f(b.tpot_ms)} -> {_f(r.tpot_ms)} ms)")
@@ -151,9 +153,9 @@ def conclusions(t: Tables, baseline: str) -> list[str]:
                        "than the baseline. One streamed chunk carries several accepted tokens, so ITL "
                        "measures gaps between chunks, not tokens: judge by TPOT and output tok/s.")
     cfgs = {c for c, _ in best_by_conc.values()}
-    if len(best_by_conc) > 1 and len(cfgs) == 1 and len(best_by_conc) == runs.concurrency.nunique():
+    if len(best_by_conc) > 1 and len(cfgs) == 1 and len(best_by_conc) == runs.cell.nunique():
         cfg = cfgs.pop()
-        trend = ", ".join(f"{s:.2f}x at conc {c}" for c, (_, s) in sorted(best_by_conc.items()))
+        trend = ", ".join(f"{s:.2f}x at conc {c[1]}" for c, (_, s) in sorted(best_by_conc.items()))
         out.append(f"{cfg} is best at every concurrency measured ({trend}).")
     out += crossover_lines(runs, baseline, noise, t.search)  # where each configuration stops paying (crossover.py)
     versions = {v for v in t.provenance.vllm if v}

@@ -20,9 +20,10 @@ import pandas as pd
 from ..render import TEMPLATES, environment
 from .cells import CellState
 from .gate import GateResult
-from .measures import latency_sections
+from .categories import heatmap_grid
+from .measures import cell_order, cell_title, latency_sections
 from .merge import Tables
-from .plots import all_plots
+from .plots import all_plots, category_plots
 from .provenance import provenance_sections
 
 TEMPLATE_DIR = TEMPLATES / "report"
@@ -30,6 +31,7 @@ SIMULATED_STAMP = ("SIMULATED ENGINE: inputs come from the simulated vLLM (specf
                    "not a real GPU run. These numbers are not performance measurements.")
 NOT_EQUIVALENT_STAMP = "NODES NOT EQUIVALENT: merged with --force although the node-equivalence gate failed."
 MIXED_PLANS_STAMP = "MIXED PLANS: merged with --force although the results carry different plan hashes."
+CATEGORY_IMAGE = "category-heatmap"  # <name>-<k>.svg beside report.md, one per (concurrency, output_len)
 INCOMPLETE_STAMP = "INCOMPLETE: {n} of {total} planned cells are not merged (see 'Planned cells')."
 
 
@@ -40,6 +42,7 @@ class Section:
     rows: list[list[str]]
     note: str = ""
     anchor: str = ""
+    images: list[str] = field(default_factory=list)  # files beside report.md (report.html inlines them)
 
 
 @dataclass
@@ -126,6 +129,13 @@ BW_COLS = [("concurrency", "conc", 0, ""), ("config", "config", -1, ""), ("node"
 CAT_COLS = [("concurrency", "conc", 0, ""), ("category", "category", -1, ""), ("config", "config", -1, ""),
             ("node", "node", -1, ""), ("requests", "requests", 0, ""), ("tpot_ms", "TPOT ms", 2, ""),
             ("tpot_speedup", "TPOT speedup", 2, "x")]
+# per-category bench cells (categories.py): exact server counters per category
+CATCELL_COLS = [("category", "category", -1, ""), ("config", "config", -1, ""), ("node", "node", -1, ""),
+                ("concurrency", "conc", 0, ""), ("cell", "cell", -1, ""), ("completed", "requests", 0, ""),
+                ("acceptance_rate_pct", "acceptance rate", 1, " %"), ("acceptance_length", "acceptance length", 3, ""),
+                ("drafts_per_step", "drafts / step", 3, ""), ("output_tok_s", "out tok/s", 2, ""),
+                ("speedup", "speedup", 2, "x"), ("speedup_ci_low", "CI low", 3, "x"),
+                ("speedup_ci_high", "CI high", 3, "x"), ("speedup_verdict", "vs baseline", -1, "")]
 CELL_COLS = [("config", "config", -1, ""), ("concurrency", "conc", 0, ""), ("node", "node", -1, ""),
              ("state", "state", -1, ""), ("runs", "runs", -1, ""), ("why", "why", -1, "")]
 
@@ -136,11 +146,13 @@ def cells_section(cells: list[CellState], command: str | None) -> Section:
             if not bad else
             f"INCOMPLETE: {len(bad)} of {len(cells)} planned cells are not merged"
             + (f"; to measure them again: `{command}`" if command else "") + ".")
-    df = pd.DataFrame([{"config": c.config, "concurrency": c.concurrency, "node": c.node,
+    cols = CELL_COLS[:2] + [("cell", "cell", -1, "")] + CELL_COLS[2:] \
+        if any(c.cell != f"conc{c.concurrency}" for c in cells) else CELL_COLS
+    df = pd.DataFrame([{"config": c.config, "concurrency": c.concurrency, "cell": c.cell, "node": c.node,
                         "state": c.state if c.merged else c.state.upper(),
                         "runs": f"{c.runs}/{c.expected}", "why": c.why} for c in cells],
-                      columns=[col for col, *_ in CELL_COLS])
-    return _section("Planned cells", df, CELL_COLS, note)
+                      columns=[col for col, *_ in cols])
+    return _section("Planned cells", df, cols, note)
 
 
 def build_model(campaign: str, tables: Tables, gate: GateResult, conclusions: list[str], *,
@@ -153,17 +165,30 @@ def build_model(campaign: str, tables: Tables, gate: GateResult, conclusions: li
         + ([MIXED_PLANS_STAMP] if forced and gate.mixed_plans else []) \
         + ([INCOMPLETE_STAMP.format(n=len(bad), total=len(cells))] if bad else [])
     secs = []
-    for conc in sorted(tables.runs.concurrency.unique()):
-        secs.append(_section(f"Results at concurrency {conc}", tables.runs[tables.runs.concurrency == conc],
+    for cell in cell_order(tables.runs):
+        rows = tables.runs[tables.runs.cell == cell]
+        plain = cell == f"conc{rows.concurrency.iloc[0]}"
+        secs.append(_section(f"Results {cell_title(rows)}", rows,
                              RUN_COLS, f"Means over runs. Speedup = output tok/s / the same node's "
-                                       f"'{baseline}' output tok/s at this concurrency. CI low/high and "
+                                       f"'{baseline}' output tok/s at this concurrency"
+                                       f"{'' if plain else ' in this bench cell'}. CI low/high and "
                                        f"'vs baseline': {tables.noise.describe() if tables.noise else ''}."))
     secs += [_section(title, df, cols, note) for title, df, cols, note in latency_sections(tables.latency)]
     if not tables.spec.empty:
-        secs.append(_section("Speculative decoding", tables.spec, SPEC_COLS,
+        swept = int("cell" in tables.spec and bool((tables.spec.cell != "conc" + tables.spec.concurrency.astype(str)).any()))
+        secs.append(_section("Speculative decoding", tables.spec, SPEC_COLS + [("cell", "cell", -1, "")] * swept,
                              "From the spec_decode_* keys (server counters differenced over the run). "
                              "'–' = the file has no such keys: nothing was drafted."))
-    if tables.categories is not None:
+    if tables.categories is not None and "acceptance_length" in tables.categories:
+        secs.append(_section("Per Spec-Bench category", tables.categories, CATCELL_COLS,
+                             "One bench cell per category (`--spec-bench-category`: the loader filters by "
+                             "category, then its seed-0 shuffle picks the first num_prompts), so acceptance, "
+                             "drafts per step and speedup come from that category's own server counters and "
+                             "output tok/s; speedup against the same node's baseline in the same cell. "
+                             "Drafts / step = drafts / (output tokens - accepted tokens)."))
+        secs[-1].images = [f"{CATEGORY_IMAGE}-{i + 1}.svg" for i, _ in
+                           enumerate(heatmap_grid(tables.categories, baseline))]
+    elif tables.categories is not None:
         secs.append(_section("Per Spec-Bench category", tables.categories, CAT_COLS,
                              "TPOT per request, averaged per category; speedup against the same node's baseline."))
     if cells:
@@ -206,8 +231,12 @@ def write_report(out_dir: Path, model: ReportModel, tables: Tables) -> dict[str,
     paths = {"md": out_dir / "report.md", "html": out_dir / "report.html",
              "csv": out_dir / "merged.csv", "json": out_dir / "merged.json"}
     paths["md"].write_text(env.get_template("report.md.j2").render(m=model), encoding="utf-8")
-    plots = all_plots(tables.runs, tables.spec, model.baseline, simulated="SIMULATED" in model.tags,
-                      band=tables.noise.band if tables.noise else None)
+    simulated = "SIMULATED" in model.tags
+    for i, (_, svg) in enumerate(category_plots(tables.categories, model.baseline, simulated)):
+        paths[f"heatmap{i + 1}"] = out_dir / f"{CATEGORY_IMAGE}-{i + 1}.svg"  # report.md links them
+        paths[f"heatmap{i + 1}"].write_text(svg, encoding="utf-8")
+    plots = all_plots(tables.runs, tables.spec, model.baseline, simulated=simulated,
+                      band=tables.noise.band if tables.noise else None, categories=tables.categories)
     paths["html"].write_text(env.get_template("report.html.j2").render(m=model, plots=plots), encoding="utf-8")
     merged = tables.runs.copy()
     merged.insert(0, "stamp", " | ".join(model.stamps))
@@ -242,7 +271,7 @@ def print_report(model: ReportModel, console=None, gate_only: bool = False) -> N
     console.print(f"Node equivalence [{style}]{model.gate_verdict}[/]: {model.gate.rule.describe()}",
                   markup=True, highlight=False)
     for c in model.gate.checks:
-        console.print(f"  {c.node_a} vs {c.node_b} @ conc {c.conc}: {c.reason}", markup=False)
+        console.print(f"  {c.node_a} vs {c.node_b} @ {c.where}: {c.reason}", markup=False)
     for p in model.gate.problems:
         console.print(f"  problem: {p}", markup=False)
     if not gate_only:

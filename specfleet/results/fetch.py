@@ -57,7 +57,7 @@ def fetch(hc, plan, work_dir: str, dest: Path, refused: dict[str, list[str]]):
     p = subprocess.run(argv, capture_output=True, text=True)
     if p.returncode != 0:
         raise StepFailed(f"rsync from {hc.host.name} failed (exit {p.returncode}): {p.stderr.strip()[-300:]}")
-    got = accept(dest, hc.host.name, Expect(plan.benchmark.num_prompts, plan.benchmark.max_failed_requests))
+    got = accept(dest, hc.host.name, Expect.of_plan(plan))
     refused[hc.host.name] = got.refused
     write_provenance(hc, v, src, done, out / layout.PROVENANCE)
     if not [f for f in got.replaced if f not in BOOKKEEPING] and not got.refused:

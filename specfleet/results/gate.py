@@ -98,6 +98,12 @@ class PairCheck:
     method: str
     passed: bool
     reason: str
+    cell: str = ""           # the bench cell compared (conc<N> for a plain plan)
+
+    @property
+    def where(self) -> str:
+        plain = not self.cell or self.cell == f"conc{self.conc}"
+        return f"conc {self.conc}" + ("" if plain else f" (cell {self.cell})")
 
 
 @dataclass
@@ -120,19 +126,20 @@ class GateResult:
     def summary(self) -> str:
         head = "PASSED" if self.passed else "FAILED"
         lines = [f"node equivalence {head}: {self.rule.describe()}"]
-        lines += [f"  {c.node_a} vs {c.node_b} conc {c.conc}: {c.reason}" for c in self.checks]
+        lines += [f"  {c.node_a} vs {c.node_b} {c.where}: {c.reason}" for c in self.checks]
         lines += [f"  problem: {p}" for p in self.problems]
         lines += [f"  note: {n}" for n in self.notes]
         return "\n".join(lines)
 
 
-def baseline_samples(camp: Campaign, baseline: str) -> dict[tuple[str, int], dict[str, list[float]]]:
-    """(host, conc) -> metric -> values over repeats, for the baseline config."""
-    out: dict[tuple[str, int], dict[str, list[float]]] = {}
+def baseline_samples(camp: Campaign, baseline: str) -> dict[tuple[str, str], dict[str, list[float]]]:
+    """(host, bench cell) -> metric -> values over repeats, for the baseline config (a plain plan's
+    cells are conc<N>; a sweep's cells at one concurrency are compared each on its own)."""
+    out: dict[tuple[str, str], dict[str, list[float]]] = {}
     for r in camp.runs:
         if r.config != baseline:
             continue
-        d = out.setdefault((r.host, r.conc), {m: [] for m in GATE_METRICS})
+        d = out.setdefault((r.host, r.cell), {m: [] for m in GATE_METRICS})
         for m in GATE_METRICS:
             d[m].append(float(getattr(r.result, m)))
     return out
@@ -189,17 +196,20 @@ def check_equivalence(camp: Campaign, rule: EquivalenceRule | None = None,
                       baseline: str = DEFAULT_BASELINE) -> GateResult:
     rule = rule or EquivalenceRule()
     samples = baseline_samples(camp, baseline)
+    conc_of = {r.cell: r.conc for r in camp.runs}
     hosts = camp.hosts
     gate = GateResult(rule=rule, baseline=baseline, passed=True)
     rows = []
     for a, b in itertools.combinations(hosts, 2):
-        concs = sorted({c for (h, c) in samples if h == a} & {c for (h, c) in samples if h == b})
-        for conc in concs:
-            sa, sb = samples[(a, conc)], samples[(b, conc)]
+        cells = sorted({c for (h, c) in samples if h == a} & {c for (h, c) in samples if h == b},
+                       key=lambda c: (conc_of[c], c))
+        for cell in cells:
+            conc = conc_of[cell]
+            sa, sb = samples[(a, cell)], samples[(b, cell)]
             for m, label in GATE_METRICS.items():
                 ri = ratio_interval(sa[m], sb[m], rule.confidence)
                 ma, mb = statistics.fmean(sa[m]), statistics.fmean(sb[m])
-                rows.append({"concurrency": conc, "metric": label, "node_a": a, "node_b": b,
+                rows.append({"concurrency": conc, "cell": cell, "metric": label, "node_a": a, "node_b": b,
                              "value_a": ma, "value_b": mb, "diff_pct": _pct(ma, mb),
                              "n_a": len(sa[m]), "n_b": len(sb[m]),
                              "ci_low_pct": (ri.low - 1) * 100 if ri else math.nan,
@@ -207,24 +217,28 @@ def check_equivalence(camp: Campaign, rule: EquivalenceRule | None = None,
                              "rule": "", "verdict": ""})
     if len(hosts) < 2:
         gate.notes.append(f"only {len(hosts)} node(s) with results: nothing to compare")
-    rule_concs = ([rule.concurrency] if rule.concurrency is not None
-                  else sorted({c for (_, c) in samples}))
+    all_cells = sorted({c for (_, c) in samples}, key=lambda c: (conc_of[c], c))
+    rule_cells = [c for c in all_cells if rule.concurrency is None or conc_of[c] == rule.concurrency]
+    if rule.concurrency is not None and not rule_cells:
+        rule_cells = [f"conc{rule.concurrency}"]  # nobody has it: each node's problem names it
     for h in hosts:
-        for conc in rule_concs:
-            if len(hosts) > 1 and (h, conc) not in samples:
-                gate.problems.append(f"node {h} has no valid '{baseline}' run at concurrency {conc}: "
+        for cell in rule_cells:
+            if len(hosts) > 1 and (h, cell) not in samples:
+                conc = conc_of.get(cell, rule.concurrency)
+                gate.problems.append(f"node {h} has no valid '{baseline}' run at concurrency {conc}"
+                                     f"{'' if cell == f'conc{conc}' else f' (cell {cell})'}: "
                                      "equivalence cannot be verified")
-    if len(hosts) > 1 and not rule_concs:
+    if len(hosts) > 1 and not rule_cells:
         gate.problems.append(f"no node has a valid '{baseline}' run: equivalence cannot be verified")
     for a, b in itertools.combinations(hosts, 2):
-        for conc in rule_concs:
-            if (a, conc) not in samples or (b, conc) not in samples:
+        for cell in rule_cells:
+            if (a, cell) not in samples or (b, cell) not in samples:
                 continue
-            chk = decide(rule, samples[(a, conc)][rule.metric], samples[(b, conc)][rule.metric])
-            chk.node_a, chk.node_b, chk.conc = a, b, conc
+            chk = decide(rule, samples[(a, cell)][rule.metric], samples[(b, cell)][rule.metric])
+            chk.node_a, chk.node_b, chk.conc, chk.cell = a, b, conc_of[cell], cell
             gate.checks.append(chk)
             for row in rows:
-                if (row["node_a"], row["node_b"], row["concurrency"]) == (a, b, conc) \
+                if (row["node_a"], row["node_b"], row["cell"]) == (a, b, cell) \
                         and row["metric"] == GATE_METRICS[rule.metric]:
                     row["rule"] = (f"±{rule.tolerance_pct:g} %, " +
                                    ("plain threshold" if chk.ci_low is None else f"{rule.confidence:.0%} CI"))
@@ -240,7 +254,7 @@ def check_equivalence(camp: Campaign, rule: EquivalenceRule | None = None,
             f"{h} on {', '.join(items)}" for h, items in sorted(hashes.items())) + "): not merged; "
             "re-run with one plan, or --force merges and stamps every output")
     gate.passed = not gate.problems and all(c.passed for c in gate.checks)
-    cols = ["concurrency", "metric", "node_a", "node_b", "value_a", "value_b", "diff_pct",
+    cols = ["concurrency", "cell", "metric", "node_a", "node_b", "value_a", "value_b", "diff_pct",
             "n_a", "n_b", "ci_low_pct", "ci_high_pct", "rule", "verdict"]
     gate.table = pd.DataFrame(rows, columns=cols)
     return gate

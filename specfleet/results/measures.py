@@ -55,10 +55,10 @@ class NoiseBand:
                 "otherwise: no measurable difference")
 
 
-def _samples(camp: Campaign) -> dict[tuple[int, str, str], list[float]]:
-    out: dict[tuple[int, str, str], list[float]] = {}
-    for r in camp.runs:
-        out.setdefault((r.conc, r.config, r.host), []).append(float(r.result.output_throughput))
+def _samples(camp: Campaign) -> dict[tuple[str, str, str], list[float]]:
+    out: dict[tuple[str, str, str], list[float]] = {}
+    for r in camp.runs:  # keyed by bench cell: a sweep has several cells per concurrency
+        out.setdefault((r.cell, r.config, r.host), []).append(float(r.result.output_throughput))
     return out
 
 
@@ -68,8 +68,8 @@ def speedup_noise(camp: Campaign, runs: pd.DataFrame, baseline: str, noise: Nois
     lo_band, hi_band = noise.band
     lows, highs, methods, verdicts = [], [], [], []
     for _, r in runs.iterrows():
-        base = s.get((r.concurrency, baseline, r.node))
-        cfg = s.get((r.concurrency, r.config, r.node))
+        base = s.get((r.cell, baseline, r.node))
+        cfg = s.get((r.cell, r.config, r.node))
         if r.config == baseline or not base or not cfg or not (r.speedup == r.speedup):
             lows.append(math.nan), highs.append(math.nan), methods.append(""), verdicts.append("")
             continue
@@ -114,18 +114,18 @@ def latency_table(camp: Campaign, runs: pd.DataFrame) -> pd.DataFrame:
     """Per (conc, config, node): mean TTFT/E2EL and every collected percentile (means over
     repeats), with output tokens per run."""
     cols = ["mean_e2el_ms", *percentile_columns(camp)]
-    groups: dict[tuple[int, str, str], list] = {}
+    groups: dict[tuple[str, str, str], list] = {}
     for r in camp.runs:
-        groups.setdefault((r.conc, r.config, r.host), []).append(r.result)
+        groups.setdefault((r.cell, r.config, r.host), []).append(r.result)
     rows = []
     for _, r in runs.iterrows():
-        res = groups.get((r.concurrency, r.config, r.node), [])
-        row = {"concurrency": r.concurrency, "config": r.config, "node": r.node,
+        res = groups.get((r.cell, r.config, r.node), [])
+        row = {"concurrency": r.concurrency, "cell": r.cell, "config": r.config, "node": r.node,
                "repeats": r.repeats, "output_tokens": r.output_tokens, "ttft_ms": r.ttft_ms}
         for c in cols:
             row[c] = _mean([getattr(x, c, None) for x in res])
         rows.append(row)
-    return pd.DataFrame(rows, columns=["concurrency", "config", "node", "repeats", "output_tokens",
+    return pd.DataFrame(rows, columns=["concurrency", "cell", "config", "node", "repeats", "output_tokens",
                                        "ttft_ms", *cols])
 
 
@@ -148,11 +148,22 @@ def latency_sections(lat: pd.DataFrame | None) -> list[tuple[str, pd.DataFrame, 
         return []
     cols = [("config", "config", -1, ""), ("node", "node", -1, ""), ("repeats", "runs", 0, ""),
             ("output_tokens", "out tokens/run", 0, ""), ("ttft_ms", "TTFT mean ms", 2, "")]
-    cols += [(c, _label(c), 2, "") for c in lat.columns[6:]]
+    cols += [(c, _label(c), 2, "") for c in lat.columns[7:]]
     note = ("Per request latencies as vllm bench serve reports them (means over runs of each run's "
             "percentile): TTFT = time to first token, TPOT = time per output token after the first, "
             "ITL = gap between streamed chunks, E2EL = request latency. '–' = the result files do not "
             "carry it (set by --percentile-metrics / --metric-percentiles). Unequal out tokens/run "
             "means the configurations generated different lengths.")
-    return [(f"Latency percentiles at concurrency {conc}", lat[lat.concurrency == conc], cols, note)
-            for conc in sorted(lat.concurrency.unique())]
+    return [(f"Latency percentiles {cell_title(lat[lat.cell == cell])}", lat[lat.cell == cell], cols, note)
+            for cell in cell_order(lat)]
+
+
+def cell_order(df: pd.DataFrame) -> list[str]:
+    """The bench cells of a table, by concurrency, then name (one section each)."""
+    return list(dict.fromkeys(df.sort_values(["concurrency", "cell"]).cell))
+
+
+def cell_title(rows: pd.DataFrame) -> str:
+    """'at concurrency 16' for a plain cell, 'at concurrency 16, cell conc16-out1024' for a swept one."""
+    conc, cell = int(rows.concurrency.iloc[0]), str(rows.cell.iloc[0])
+    return f"at concurrency {conc}" + ("" if cell == f"conc{conc}" else f", cell {cell}")

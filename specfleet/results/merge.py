@@ -13,7 +13,9 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from ..bench.sweep import parse_cell
 from .campaign import Campaign, Run
+from .categories import cells_by_category
 from .crossover import search_status
 from .measures import NoiseBand, add_measures, latency_table
 from .provenance import node_table, result_table
@@ -66,10 +68,11 @@ def _std(vals: list) -> float:
     return statistics.stdev(vals) if len(vals) > 1 else math.nan
 
 
-def _groups(camp: Campaign) -> dict[tuple[int, str, str], list[Run]]:
-    g: dict[tuple[int, str, str], list[Run]] = {}
+def _groups(camp: Campaign) -> dict[tuple[str, str, str], list[Run]]:
+    """(cell, config, host) -> its runs (repeats); a plain plan's cell is conc<N>."""
+    g: dict[tuple[str, str, str], list[Run]] = {}
     for r in camp.runs:
-        g.setdefault((r.conc, r.config, r.host), []).append(r)
+        g.setdefault((r.cell, r.config, r.host), []).append(r)
     return g
 
 
@@ -101,8 +104,10 @@ def runs_table(camp: Campaign, baseline: str) -> pd.DataFrame:
     """The §4.1 table for all concurrencies: one row per (conc, config, node)."""
     order = {c: i for i, c in enumerate(config_order(camp, baseline))}
     rows = []
-    for (conc, cfg, host), runs in _groups(camp).items():
-        row = {"concurrency": conc, "config": cfg, "node": host, "repeats": len(runs)}
+    for (cell, cfg, host), runs in _groups(camp).items():
+        dims = parse_cell(cell) or {}
+        row = {"concurrency": runs[0].conc, "cell": cell, "output_len": dims.get("output_len"),
+               "category": dims.get("category"), "config": cfg, "node": host, "repeats": len(runs)}
         for key, col in RUN_METRICS.items():
             row[col] = _mean([getattr(r.result, key) for r in runs])
         row["output_tok_s_std"] = _std([r.result.output_throughput for r in runs])
@@ -112,20 +117,21 @@ def runs_table(camp: Campaign, baseline: str) -> pd.DataFrame:
         row["_order"] = order[cfg]
         rows.append(row)
     cols = ["concurrency", "config", "node", "repeats", *RUN_METRICS.values(), "output_tok_s_std",
-            *SPEC_METRICS.values(), "has_spec_keys", "simulated"]
+            *SPEC_METRICS.values(), "has_spec_keys", "simulated", "cell", "output_len", "category"]
     if not rows:
         return pd.DataFrame(columns=["speedup", *cols])
-    df = pd.DataFrame(rows).sort_values(["concurrency", "_order", "node"]).drop(columns="_order")
-    base = df[df.config == baseline].set_index(["node", "concurrency"])["output_tok_s"]
+    df = pd.DataFrame(rows).sort_values(["concurrency", "cell", "_order", "node"]).drop(columns="_order")
+    # the same node's baseline in the same bench cell: pairing needs the same cell on the same node
+    base = df[df.config == baseline].set_index(["node", "cell"])["output_tok_s"]
     df["speedup"] = [out / base.get((n, c), math.nan) for n, c, out in
-                     zip(df.node, df.concurrency, df.output_tok_s)]
+                     zip(df.node, df.cell, df.output_tok_s)]
     cols.insert(4, "speedup")
     return df[cols].reset_index(drop=True)
 
 
 def spec_table(runs: pd.DataFrame, baseline: str) -> pd.DataFrame:
     cols = ["concurrency", "config", "node", *SPEC_METRICS.values(), "drafts_per_step",
-            "output_tokens", "has_spec_keys"]
+            "output_tokens", "has_spec_keys", "cell"]
     return runs[runs.config != baseline][cols].reset_index(drop=True)
 
 
@@ -180,7 +186,8 @@ def category_table(camp: Campaign, baseline: str) -> tuple[pd.DataFrame | None, 
     Needs --save-detailed arrays and a per-request category list in the JSON
     (key `categories`/`request_categories`); vLLM itself records none."""
     rows = []
-    for (conc, cfg, host), runs in _groups(camp).items():
+    for (cell, cfg, host), runs in _groups(camp).items():
+        conc = runs[0].conc
         per: dict[str, list[float]] = {}
         for r in runs:
             t = _request_tpots(r)
@@ -193,8 +200,8 @@ def category_table(camp: Campaign, baseline: str) -> tuple[pd.DataFrame | None, 
                          "requests": len(vals), "tpot_ms": statistics.fmean(vals)})
     if not rows:
         return None, ("per-category table skipped: the result files have no per-request arrays "
-                      "(--save-detailed) with a request-to-category mapping; vLLM does not record "
-                      "Spec-Bench categories")
+                      "(--save-detailed) with a request-to-category mapping, and no per-category bench "
+                      "cells (benchmark.sweep: {category: [...]}, docs/campaign.md \"Plans that sweep\")")
     df = pd.DataFrame(rows)
     base = df[df.config == baseline].set_index(["node", "concurrency", "category"])["tpot_ms"]
     df["tpot_speedup"] = [base.get((n, c, k), math.nan) / t for n, c, k, t in
@@ -209,9 +216,9 @@ def build_tables(camp: Campaign, baseline: str, gpu_bandwidth_gbps: float | None
     t = Tables(runs=runs, spec=spec_table(runs, baseline), kv=kv_table(camp),
                provenance=node_table(camp), latency=latency_table(camp, runs), noise=noise,
                provenance_results=result_table(camp), search=search_status(camp.nodes))
-    missing = sorted({f"{n}@{c}" for n, c in zip(runs.node, runs.concurrency)} -
+    missing = sorted({f"{n}@{c}" for n, c in zip(runs.node, runs.cell)} -
                      {f"{n}@{c}" for n, c in zip(runs[runs.config == baseline].node,
-                                                   runs[runs.config == baseline].concurrency)})
+                                                   runs[runs.config == baseline].cell)})
     if missing:
         t.notes.append(f"no '{baseline}' run on {', '.join(missing)}: speedup there is not computed")
     if weights_gib is None:
@@ -225,6 +232,8 @@ def build_tables(camp: Campaign, baseline: str, gpu_bandwidth_gbps: float | None
         t.notes.append("memory-bandwidth bound not computed: give the GPU bandwidth (GB/s) and "
                        "the weights' size (GiB)")
     t.categories, note = category_table(camp, baseline)
+    if t.categories is None:  # per-category bench cells (--spec-bench-category): exact server counters
+        t.categories, note = cells_by_category(runs, baseline), note if not runs.category.notna().any() else None
     if note:
         t.notes.append(note)
     return t

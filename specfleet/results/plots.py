@@ -25,6 +25,8 @@ def _stamp(fig, simulated: bool) -> None:
     if not simulated:
         return
     for ax in fig.axes:
+        if ax.get_label() == "<colorbar>":  # a colour scale is not a plot of its own
+            continue
         ax.set_title("[SIMULATED] " + ax.get_title(), color="#b00020")
         ax.text(0.5, 0.5, "SIMULATED", transform=ax.transAxes, ha="center", va="center", rotation=20,
                 fontsize=34, color="#b00020", alpha=0.22, fontweight="bold", zorder=10,
@@ -50,22 +52,27 @@ def _labels(df: pd.DataFrame) -> pd.Series:
 
 
 def _grouped_bars(ax, df: pd.DataFrame, col: str, fmt: str, ci: tuple[str, str] | None = None) -> None:
-    concs = sorted(df.concurrency.unique())
+    # one group per bench cell (a plain plan's cells are its concurrencies), by concurrency
+    key = "cell" if "cell" in df else "concurrency"
+    concs = list(dict.fromkeys(df.sort_values(["concurrency", key])[key]))
     labels = list(dict.fromkeys(df["label"]))
     width = 0.8 / max(len(labels), 1)
     for i, lab in enumerate(labels):
-        sub = df[df.label == lab].set_index("concurrency")[col]
+        sub = df[df.label == lab].set_index(key)[col]
         xs = [k + (i - (len(labels) - 1) / 2) * width for k in range(len(concs))]
         vals = [sub.get(c, float("nan")) for c in concs]
         bars = ax.bar(xs, vals, width, label=lab)
         if ci:  # the interval as an error bar where there is one
-            rows = df[df.label == lab].set_index("concurrency")
+            rows = df[df.label == lab].set_index(key)
             lo = [rows[ci[0]].get(c, float("nan")) for c in concs]
             hi = [rows[ci[1]].get(c, float("nan")) for c in concs]
             err = [[v - x if x == x else 0 for v, x in zip(vals, lo)], [x - v if x == x else 0 for v, x in zip(vals, hi)]]
             ax.errorbar(xs, vals, yerr=err, fmt="none", ecolor="black", elinewidth=0.8, capsize=2)
         ax.bar_label(bars, labels=[fmt.format(v) if v == v else "" for v in vals], fontsize=7)
-    ax.set_xticks(range(len(concs)), [f"conc {c}" for c in concs])
+    ax.set_xticks(range(len(concs)), [f"conc {c[4:]}" if key == "cell" and str(c)[4:].isdigit() else
+                                      f"conc {c}" if key == "concurrency" else str(c) for c in concs],
+                  rotation=0 if all(str(c)[4:].isdigit() or key == "concurrency" for c in concs) else 30,
+                  ha="center" if key == "concurrency" or all(str(c)[4:].isdigit() for c in concs) else "right")
     ax.legend(fontsize=7, frameon=False, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     ax.margins(y=0.12)
 
@@ -150,6 +157,29 @@ def acceptance_svg(spec: pd.DataFrame, simulated: bool = False) -> str | None:
         return _svg(fig, simulated)
 
 
+def category_heatmap_svg(title: str, grid: pd.DataFrame, simulated: bool = False,
+                         acceptance: pd.DataFrame | None = None) -> str:
+    """Configuration x category: speedup over the same node's baseline (centred on 1.0: green pays,
+    red loses), each square labelled with the speedup and, where known, the acceptance length."""
+    import numpy as np
+    with plt.rc_context(RC):
+        fig, ax = plt.subplots(figsize=(max(5.0, 1.6 + 0.9 * grid.shape[1]), 1.4 + 0.5 * grid.shape[0]))
+        vals = grid.to_numpy(dtype=float)
+        span = max(0.05, float(np.nanmax(np.abs(np.log(vals))))) if np.isfinite(vals).any() else 0.1
+        im = ax.imshow(np.log(vals), cmap="RdYlGn", vmin=-span, vmax=span, aspect="auto")
+        for (i, j), v in np.ndenumerate(vals):
+            acc = acceptance.iloc[i, j] if acceptance is not None and acceptance.shape == grid.shape else float("nan")
+            text = "" if v != v else f"{v:.2f}x" + (f"\nAL {acc:.2f}" if acc == acc else "")
+            ax.text(j, i, text, ha="center", va="center", fontsize=7)
+        ax.set_xticks(range(grid.shape[1]), list(grid.columns), rotation=30, ha="right")
+        ax.set_yticks(range(grid.shape[0]), list(grid.index))
+        cb = fig.colorbar(im, ax=ax, fraction=0.04)
+        ticks = [t for t in (0.5, 0.8, 1.0, 1.25, 2.0) if abs(np.log(t)) <= span] or [1.0]
+        cb.set_ticks([float(np.log(t)) for t in ticks], labels=[f"{t:g}x" for t in ticks])
+        ax.set_title(f"Speedup per category, {title}\n(vs the same node's baseline; AL = acceptance length)")
+        return _svg(fig, simulated)
+
+
 def namespace_ids(svg: str, prefix: str) -> str:
     """Prefix every id (and its references) so several inline SVGs can share one page."""
     ids = set(re.findall(r'\bid="([^"]+)"', svg))
@@ -159,12 +189,25 @@ def namespace_ids(svg: str, prefix: str) -> str:
     return pat.sub(lambda m: f"{m.group(1)}{prefix}-{m.group(2)}", svg)
 
 
+def category_plots(categories: pd.DataFrame | None, baseline: str, simulated: bool = False) -> list[tuple[str, str]]:
+    """One heatmap per (concurrency, output_len) of the per-category cells (categories.heatmap_grid)."""
+    from .categories import heatmap_grid
+    if categories is None or "acceptance_length" not in categories:
+        return []
+    acc = dict(heatmap_grid(categories, baseline, "acceptance_length"))
+    return [(f"Categories, {where}", category_heatmap_svg(where, grid, simulated,
+                                                          acc.get(where, pd.DataFrame()).reindex_like(grid)))
+            for where, grid in heatmap_grid(categories, baseline)]
+
+
 def all_plots(runs: pd.DataFrame, spec: pd.DataFrame, baseline: str,
-              simulated: bool = False, band: tuple[float, float] | None = None) -> list[tuple[str, str]]:
+              simulated: bool = False, band: tuple[float, float] | None = None,
+              categories: pd.DataFrame | None = None) -> list[tuple[str, str]]:
     out = []
     for title, svg in (("Speedup", speedup_svg(runs, baseline, simulated, band)),
                        ("Crossover", crossover_svg(runs, baseline, simulated, band)), ("TPOT", tpot_svg(runs, simulated)),
-                       ("Acceptance", acceptance_svg(spec, simulated))):
+                       ("Acceptance", acceptance_svg(spec, simulated)),
+                       *category_plots(categories, baseline, simulated)):
         if svg:
             out.append((title, namespace_ids(svg, f"sf{len(out)}")))
     return out

@@ -165,8 +165,7 @@ def report_plan(plan, plan_path: str, results_root: Path | str, *, force: bool =
             pf.write_text(planned.to_json(), encoding="utf-8")
     eq = plan.equivalence
     rule = EquivalenceRule(metric=eq.metric, concurrency=eq.concurrency, tolerance_pct=eq.tolerance_pct)
-    expect = Expect(num_prompts=plan.benchmark.num_prompts,
-                    max_failed_requests=plan.benchmark.max_failed_requests)
+    expect = Expect.of_plan(plan)
     return report_campaign(campaign_dir, baseline=plan.baseline, rule=rule, force=force,
                            gpu_bandwidth_gbps=gpu_bandwidth_gbps, weights_gib=plan.model.weights_gib,
                            console=console, quiet=quiet, planned=planned, expect=expect,

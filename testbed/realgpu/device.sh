@@ -5,6 +5,13 @@
 #   run     carry [".realgpu/carry"]   command: bash .realgpu/carry/kit/device.sh run [CAMPAIGN ...]
 #   orphan  the orphan check alone (when `run` left no time for it): ... device.sh orphan [CAMPAIGN]
 #
+# A later call while the machine is still warm (files outside $OUT last ~30 s after a call) may
+# carry less: the kit, MANIFEST.sha256 and payload.json, plus what it brings (a part of the SmolLM2
+# GGUF under gguf/); site.tar.xz and tok.tar.xz may then stay behind when this machine already
+# unpacked those exact files (their digests are stamped in /tmp), and the kernel self-test is not
+# repeated when it passed on this machine for this site. The GGUF parts are stashed in /tmp across
+# calls; once all are there, the bf16 SmolLM2 directory is written and its campaign can run.
+#
 # Steps: check the carried files against MANIFEST.sha256; record the machine (env.txt); unpack the
 # vLLM site and the tokenizer; write <venv>/bin/vllm and the env file the runner's spec names; run the
 # kernel self-test and STOP (exit 1) before any server if it fails; write the model directories; stamp
@@ -12,6 +19,7 @@
 # while watch.py records its phases; then, time allowing, the orphan check (orphan.py); pack the
 # runner's result folders into $OUT (at most 8 files come back: device.log, env.txt, selftest.txt,
 # payload.json, results.tar.gz, summary.txt, phases.json, orphan.json).
+# ORPHAN=0 skips the orphan check (a later call, when an earlier one did it).
 set -uo pipefail
 T0=$(date +%s)
 LIMIT=${LIMIT:-570}                    # seconds; under the call's timeout_s (600)
@@ -29,6 +37,8 @@ VLLM_MODULE=${VLLM_MODULE:-vllm.entrypoints.cli.main}
 # REHEARSAL=1 (tests/real_gpu/test_device_script.py, never on the device): no self-test, and the
 # site may hold the simulated vLLM (VLLM_MODULE=vllm); everything else runs as on the device.
 REHEARSAL=${REHEARSAL:-}
+ORPHAN=${ORPHAN:-1}
+ORPHAN_MIN_S=${ORPHAN_MIN_S:-110}      # an eager 8B start (~40 s), the kill, the runner's clean-up
 mkdir -p "$OUT" "$D/models" "$D/specs"
 exec > >(tee -a "$OUT/device.log") 2>&1
 trap 'sleep 0.5' EXIT                  # let tee flush device.log
@@ -42,10 +52,25 @@ unxz_to() {  # concatenated .xz streams to stdout (xz if there, else Python's lz
   fi
 }
 
-verify() {
+digest_of() { awk -v f="$1" '$2 == f {print $1}' "$C/MANIFEST.sha256"; }
+
+verify() {  # every carried file against the manifest; what is not carried must be on this machine already
   [[ -f $C/MANIFEST.sha256 ]] || die "$C/MANIFEST.sha256 missing: was .realgpu/carry named in carry?" 2
-  (cd "$C" && sha256sum -c --quiet MANIFEST.sha256) || die "checksum mismatch in $C: the payload did not arrive whole" 2
-  log "verified $(wc -l < "$C/MANIFEST.sha256") carried files"
+  (cd "$C" && sha256sum -c --quiet --ignore-missing MANIFEST.sha256) \
+    || die "checksum mismatch in $C: the payload did not arrive whole" 2
+  local rel n=0
+  while read -r _ rel; do
+    [[ -f $C/$rel ]] && { n=$((n + 1)); continue; }
+    case $rel in
+      gguf/*) ;;                                             # optional: a part comes in one call
+      site.tar.xz) [[ -f $SITE/.complete && $(cat "$SITE/.complete") == "$(digest_of site.tar.xz)" ]] \
+                     || die "site.tar.xz not carried and not unpacked here by an earlier call" 2 ;;
+      tok.tar.xz) [[ -f $D/models/.tok && $(cat "$D/models/.tok") == "$(digest_of tok.tar.xz)" ]] \
+                    || die "tok.tar.xz not carried and not unpacked here by an earlier call" 2 ;;
+      *) die "$rel missing: the payload did not arrive whole" 2 ;;
+    esac
+  done < "$C/MANIFEST.sha256"
+  log "verified $n carried files"
   cp "$C/payload.json" "$OUT/payload.json"
 }
 
@@ -63,14 +88,20 @@ print('numpy', numpy.__version__, 'transformers', transformers.__version__, 'tok
 }
 
 install() {
-  if [[ -f $SITE/.complete ]]; then log "site already in $SITE"; else
+  local want
+  want=$(digest_of site.tar.xz)
+  if [[ -f $SITE/.complete && $(cat "$SITE/.complete") == "$want" ]]; then log "site already in $SITE"; else
     log "unpacking the vLLM site into $SITE"
     rm -rf "$SITE" && unxz_to "$C/site.tar.xz" | tar -C /tmp -xf - || die "site unpack failed"
-    touch "$SITE/.complete"
+    echo "$want" > "$SITE/.complete"
   fi
-  unxz_to "$C/tok.tar.xz" | tar -C "$D/models" -xf - || die "tokenizer unpack failed"
+  want=$(digest_of tok.tar.xz)
+  if ! [[ -f $D/models/.tok && $(cat "$D/models/.tok") == "$want" ]]; then
+    unxz_to "$C/tok.tar.xz" | tar -C "$D/models" -xf - || die "tokenizer unpack failed"
+    echo "$want" > "$D/models/.tok"
+  fi
   cp "$K/question.jsonl" "$D/question.jsonl"
-  cp "$K/runner.py" "$K/runner_lib.py" "$K/layout.py" "$K/fitcheck.py" "$K/slots.py" "$D/"   # specfleet.bench.spec.RUNNER_FILES
+  while read -r f; do cp "$K/$f" "$D/" || die "kit lacks $f (runner-files.txt: specfleet.bench.spec.RUNNER_FILES)"; done <"$K/runner-files.txt"
   mkdir -p "$VENV/bin"
   # The runner wants a venv: <venv>/bin/vllm (server, bench) and <venv>/bin/python (prompt-length
   # check, engine version): the image's python (it holds torch) with the payload on its path.
@@ -107,31 +138,84 @@ EOF
 
 selftest() {
   if [[ -n $REHEARSAL ]]; then echo "REHEARSAL: kernel self-test not run" | tee "$OUT/selftest.txt"; return; fi
+  local ok=$D/selftest.ok want
+  want=$(digest_of site.tar.xz)
+  if [[ -f $ok && $(head -1 "$ok") == "$want" ]]; then  # passed on this machine, for this very site
+    { echo "kernel self-test passed earlier on this machine (same site.tar.xz):"; tail -n +2 "$ok"; } \
+      | tee "$OUT/selftest.txt"
+    return
+  fi
   PYTHONPATH=$SITE VLLM_USE_FLASHINFER_SAMPLER=0 "$PY" "$K/selftest.py" > "$OUT/selftest.txt" 2>&1
   local rc=$?
   tail -4 "$OUT/selftest.txt"
   (( rc == 0 )) || die "selftest failed (rc $rc): no server started; see selftest.txt" 1
+  { echo "$want"; tail -4 "$OUT/selftest.txt"; } > "$ok"
 }
 
 models() {
   "$PY" "$K/models.py" dummy --shape qwen3-8b --tok "$D/models/smollm2-tok" --out "$D/models/qwen3-8b-dummy" \
     || die "model directory failed"
+  "$PY" "$K/models.py" eagle3 --target "$D/models/qwen3-8b-dummy" --out "$D/models/qwen3-8b-eagle3-dummy" \
+    || die "EAGLE-3 drafter directory failed"
+  gguf
+}
+
+gguf() {  # stash the carried GGUF parts; with all of them here, the bf16 SmolLM2 directory
+  local parts=$D/gguf-parts all=1 rel
+  mkdir -p "$parts"
+  while read -r _ rel; do
+    [[ $rel == gguf/part-* ]] || continue
+    if [[ -f $C/$rel ]]; then cp "$C/$rel" "$parts/" && log "stashed $rel"; fi
+    [[ -f $parts/${rel#gguf/} ]] || all=0
+  done < "$C/MANIFEST.sha256"
+  [[ -f $K/gguf.sha256 ]] || return 0
+  [[ -d $D/models/smollm2-135m ]] && return 0
+  (( all )) || { log "GGUF: $(ls "$parts" | wc -l) part(s) here, not all yet"; return 0; }
+  cat "$parts"/part-* > "$D/$(cut -d' ' -f3 "$K/gguf.sha256")"
+  (cd "$D" && sha256sum -c --quiet "$K/gguf.sha256") || die "the GGUF assembled from its parts has the wrong digest" 2
+  [[ -n $REHEARSAL ]] && { log "REHEARSAL: GGUF assembled, not converted"; return 0; }
+  log "GGUF whole: writing the bf16 SmolLM2 directory"
+  PYTHONPATH=$SITE "$PY" "$K/models.py" smollm2 --gguf "$D/$(cut -d' ' -f3 "$K/gguf.sha256")" \
+    --tok "$D/models/smollm2-tok" --out "$D/models/smollm2-135m" || die "SmolLM2 conversion failed"
 }
 
 campaign() {  # specfleet's worker-side runner executes the stamped spec made by specfleet's planner
-  local name=$1 budget
-  [[ -f $K/specs/$name.json ]] || die "no spec $name in the payload (have: $(ls "$K/specs"))" 2
-  "$PY" "$K/specs.py" stamp "$K/specs/$name.json" "$D/specs/$name.json" "$PY" || die "stamping $name failed"
+  run_spec "$1" "$1" h200
+}
+
+run_spec() {  # SPEC_STEM CAMPAIGN NODE [WORK_ROOT]: stamp, then the runner under the phase watcher
+  local stem=$1 name=$2 node=$3 root=${4:-$WORK} budget
+  [[ -f $K/specs/$stem.json ]] || die "no spec $stem in the payload (have: $(ls "$K/specs"))" 2
+  if ! "$PY" -c "import json, os, sys; s = json.load(open(sys.argv[1])); sys.exit(not any(
+      os.path.isfile(os.path.join(d, 'config.json')) for d in s['model_candidates']))" "$K/specs/$stem.json"; then
+    log "skip $stem: its model is not on this machine (the GGUF parts not all carried yet?)"; return 0
+  fi
+  "$PY" "$K/specs.py" stamp "$K/specs/$stem.json" "$D/specs/$stem.json" "$PY" || die "stamping $stem failed"
   budget=$(( $(left) - 40 ))
-  (( budget > 120 )) || { log "skip $name: only ${budget}s left"; return 0; }
-  log "campaign $name: runner with a ${budget}s budget"
-  mkdir -p "$WORK/$name/h200"
-  "$PY" "$K/watch.py" "$WORK/$name/h200/state.json" "$OUT/phases.json" &
+  (( budget > 120 )) || { log "skip $stem: only ${budget}s left"; return 0; }
+  log "campaign $name on $node: runner with a ${budget}s budget"
+  mkdir -p "$root/$name/$node"
+  "$PY" "$K/watch.py" "$root/$name/$node/state.json" "$OUT/phases-$node.json" &
   local watcher=$!
-  timeout -k 25 "$budget" "$PY" "$D/runner.py" --spec "$D/specs/$name.json" > "$WORK/$name/h200/runner.log" 2>&1
-  log "runner exit $? for $name"
+  timeout -k 25 "$budget" "$PY" "$D/runner.py" --spec "$D/specs/$stem.json" > "$root/$name/$node/runner.log" 2>&1
+  log "runner exit $? for $stem"
   sleep 0.5; kill "$watcher" 2>/dev/null; wait "$watcher" 2>/dev/null
-  tail -3 "$WORK/$name/h200/runner.log"
+  tail -3 "$root/$name/$node/runner.log"
+}
+
+pair() {  # issue 17: one runner per GPU at once, each server seeing its GPU only (specs.for_gpu)
+  local name=$1 n i pids=() node
+  n=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
+  (( n >= ${PAIR_GPUS:-2} )) || die "pair $name needs ${PAIR_GPUS:-2} GPUs; nvidia-smi lists $n" 2
+  for (( i = 0; i < ${PAIR_GPUS:-2}; i++ )); do
+    "$PY" "$K/specs.py" gpu-env "$D/vllm.env" "$i" "$D/vllm-gpu$i.env" || die "env file of GPU $i failed"
+  done
+  for (( i = 0; i < ${PAIR_GPUS:-2}; i++ )); do
+    node=$("$PY" -c "import sys; sys.path.insert(0, sys.argv[1]); import specs; print(specs.GPU_NODES[int(sys.argv[2])])" "$K" "$i")
+    run_spec "$name.$node" "$name" "$node" "$WORK/gpu$i" &   # specs.gpu_work_dir
+    pids+=($!)
+  done
+  for i in "${pids[@]}"; do wait "$i"; done
 }
 
 orphan() {
@@ -140,8 +224,18 @@ orphan() {
     || log "orphan check exit $?"
 }
 
+merge_phases() {  # one phases.json (the 8-file limit): every watcher's file, keyed by state path
+  compgen -G "$OUT/phases-*.json" >/dev/null || return 0
+  "$PY" -c "import json, sys
+doc = {}
+for f in sys.argv[2:]:
+    doc.update(json.load(open(f)))
+json.dump(doc, open(sys.argv[1], 'w'), indent=1)" "$OUT/phases.json" "$OUT"/phases-*.json && rm -f "$OUT"/phases-*.json
+}
+
 pack() {
   [[ -d $WORK ]] || return 0
+  merge_phases
   "$PY" "$K/watch.py" --summary "$WORK" "$OUT/phases.json" > "$OUT/summary.txt" 2>&1
   cat "$OUT/summary.txt"
   tar -C "$WORK" --exclude='*.lock' -czf "$OUT/results.tar.gz" . 2>/dev/null
@@ -152,7 +246,9 @@ case "${1:-}" in
     shift
     verify; env_report; install; selftest; models
     for name in "${@:-h200-dummy8b}"; do campaign "$name"; done
-    if (( $(left) > 150 )); then orphan "${1:-h200-dummy8b}"; else log "orphan check skipped: $(left)s left"; fi
+    if (( ! ORPHAN )); then log "orphan check not asked for (ORPHAN=0)"
+    elif (( $(left) > ORPHAN_MIN_S )); then orphan "${1:-h200-dummy8b}"
+    else log "orphan check skipped: $(left)s left"; fi
     pack
     ;;
   orphan)  # the orphan check alone (a second call; a warm machine keeps /tmp/site)
@@ -162,8 +258,13 @@ case "${1:-}" in
     "$PY" "$K/specs.py" stamp "$K/specs/$name.json" "$D/specs/$name.json" "$PY" || die "stamping $name failed"
     orphan "$name"; pack
     ;;
+  pair)  # issue 17 (nvidia-h200-x2): PAIR_GPUS=1 runs the first GPU's half alone (on nvidia-h200)
+    shift
+    verify; env_report; install; selftest; models
+    pair "${1:-h200x2-dummy8b}"; pack
+    ;;
   selftest)
     verify; env_report; install; selftest ;;
-  *) echo "usage: device.sh run [CAMPAIGN ...] | orphan [CAMPAIGN] | selftest"; exit 2 ;;
+  *) echo "usage: device.sh run [CAMPAIGN ...] | orphan [CAMPAIGN] | pair [CAMPAIGN] | selftest"; exit 2 ;;
 esac
 log "done ($(left)s of the call's budget left)"

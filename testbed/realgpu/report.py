@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """specfleet's report of a real-GPU run, from the runner's result folder the device returned.
 
-    .venv/bin/python -m testbed.realgpu.report RUN_DIR OUT_ROOT [--env env.txt] [--weights-gib G]
+    .venv/bin/python -m testbed.realgpu.report RUN_DIR [RUN_DIR ...] OUT_ROOT [--env env.txt] [--weights-gib G]
 
 RUN_DIR is the runner's `<campaign>/<host>/` folder (state.json, `<config>_conc<N>.json`, server
 logs, done markers), e.g. unpacked from the device's results.tar.gz. It is copied to
@@ -35,6 +35,8 @@ from testbed.realgpu.devices import GPU_BANDWIDTH_GBPS  # noqa: E402
 from testbed.realgpu.specs import ENGINE  # noqa: E402
 
 DEGENERATE_RATE_PCT = 99.0
+#: At or below this acceptance a drafter proposes nothing the target keeps (EAGLE-3 with a random drafter).
+NEAR_ZERO_RATE_PCT = 5.0
 #: vanilla below this fraction of the decode bound is not memory-bound.
 FAR_FROM_BOUND = 0.2
 #: A model directory with this README marker was written by models.py `dummy` (random weights).
@@ -109,6 +111,16 @@ def degenerate(rows: list[dict], threshold: float = DEGENERATE_RATE_PCT) -> list
     return out
 
 
+def near_zero(rows: list[dict], threshold: float = NEAR_ZERO_RATE_PCT) -> list[dict]:
+    """Merged rows whose acceptance rate is at or below `threshold` percent (drafts all rejected)."""
+    out = []
+    for r in rows:
+        rate = r.get("acceptance_rate_pct")
+        if isinstance(rate, (int, float)) and not math.isnan(rate) and rate <= threshold:
+            out.append(r)
+    return out
+
+
 def gpu_section(rows: list[dict], gpu: str | None, bandwidth: float | None, bound_ms: float | None,
                 weights_gib: float | None, random: bool) -> str:
     lines = [SECTION, ""]
@@ -142,14 +154,52 @@ def gpu_section(rows: list[dict], gpu: str | None, bandwidth: float | None, boun
                      f"{r['acceptance_rate_pct']:.1f} % accepted (length {r.get('acceptance_length', math.nan):.2f})"
                      " - typical of a model that loops under greedy decoding; not a speedup.")
         lines.append("")
+    for r in near_zero(rows):
+        why = ("a drafter with random weights (acceptance ~0 with random weights: the plumbing ran, "
+               "the figure says nothing of a trained drafter)" if random else "the drafter's proposals are rejected")
+        lines.append(f"NEAR-ZERO ACCEPTANCE: {r['config']} at concurrency {r['concurrency']}: "
+                     f"{r['acceptance_rate_pct']:.1f} % accepted (length {r.get('acceptance_length', math.nan):.2f})"
+                     f" - {why}; not a speedup.")
+        lines.append("")
     return "\n".join(lines).rstrip() + "\n"
 
 
-def report(run_dir: Path, out_root: Path, env: Path | None = None, weights_gib: float | None = None,
+def mark_conclusions(md: str, rows: list[dict]) -> str:
+    """The core's conclusions judge speed alone: a configuration whose acceptance is degenerate (or
+    near zero) is marked where they name it, and a first bullet says why, so no such figure reads
+    as a speedup."""
+    flagged = {r["config"]: "DEGENERATE ACCEPTANCE" for r in degenerate(rows)}
+    flagged.update({r["config"]: "NEAR-ZERO ACCEPTANCE" for r in near_zero(rows) if r["config"] not in flagged})
+    if not flagged or "## Conclusions" not in md:
+        return md
+    head, _, rest = md.partition("## Conclusions\n")
+    body, sep, tail = rest.partition("\n## ")
+    out = []
+    for ln in body.splitlines():
+        claims = "best" in ln or "faster" in ln.lower() and "no configuration" not in ln
+        hits = [c for c in flagged if claims and (f"**{c}**" in ln or ln.startswith(f"- {c} is best"))]
+        if ln.startswith("- ") and hits:
+            ln += " " + " ".join(f"[{flagged[c]} of {c}: not a speedup]" for c in hits)
+        out.append(ln)
+    lead = [f"- {what} of {c} (see 'Real-GPU run'): its acceptance is not that of a working speculator, so "
+            f"its speed figures below measure that, not speculative decoding: not a speedup."
+            for c, what in flagged.items()]
+    i = next((k for k, ln in enumerate(out) if ln.startswith("- ")), len(out))
+    out[i:i] = lead
+    return head + "## Conclusions\n" + "\n".join(out) + sep + tail
+
+
+def report(run_dir: Path | list[Path], out_root: Path, env: Path | None = None, weights_gib: float | None = None,
            quiet: bool = True):
+    """`run_dir`: one runner folder, or several of one campaign (the two-GPU run: one per worker,
+    merged after specfleet's equivalence gate on their baselines)."""
     from specfleet.results import report_campaign
     facts = facts_from_env(env.read_text()) if env else None
-    camp_dir = copy_run(run_dir, out_root, facts)
+    runs = run_dir if isinstance(run_dir, list) else [run_dir]
+    camps = {copy_run(r, out_root, facts) for r in runs}
+    if len(camps) != 1:
+        raise ValueError(f"the run folders belong to different campaigns: {sorted(c.name for c in camps)}")
+    camp_dir = camps.pop()
     gpu = gpu_of(camp_dir)
     bandwidth = GPU_BANDWIDTH_GBPS.get(gpu or "")
     outcome = report_campaign(camp_dir, gpu_bandwidth_gbps=bandwidth, weights_gib=weights_gib, quiet=quiet)
@@ -160,19 +210,19 @@ def report(run_dir: Path, out_root: Path, env: Path | None = None, weights_gib: 
         w = bound / 1000.0 * bandwidth * 1e9 / 2 ** 30 if bound and bandwidth else weights_gib
         section = gpu_section(rows, gpu, bandwidth, bound, round(w, 2) if w else None, random_weights(camp_dir))
         md = camp_dir / "report.md"
-        md.write_text(md.read_text() + "\n" + section)
+        md.write_text(mark_conclusions(md.read_text(), rows) + "\n" + section)
     return outcome, camp_dir
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("run_dir", type=Path)
+    ap.add_argument("run_dir", type=Path, nargs="+", help="the runner folder(s) of one campaign")
     ap.add_argument("out_root", type=Path)
     ap.add_argument("--env", type=Path, help="env.txt of the same device run (GPU, driver, torch)")
     ap.add_argument("--weights-gib", type=float)
     a = ap.parse_args(argv)
     try:
-        outcome, camp_dir = report(a.run_dir, a.out_root, a.env, a.weights_gib, quiet=False)
+        outcome, camp_dir = report(list(a.run_dir), a.out_root, a.env, a.weights_gib, quiet=False)
     except (OSError, ValueError, KeyError) as e:
         print(f"realgpu report: {a.run_dir}: {e}", file=sys.stderr)
         return 1

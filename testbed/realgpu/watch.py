@@ -82,11 +82,20 @@ def durations(events: list[dict]) -> dict[str, dict[str, float]]:
     return out
 
 
+def preflight_s(d: dict[str, float]) -> float | None:
+    """Seconds of preflight; an item seen going from pending straight to loading had a preflight
+    shorter than one poll, counted as POLL_S (an upper bound); None when the item never loaded."""
+    if "preflight" in d:
+        return d["preflight"]
+    return POLL_S if "loading" in d else None
+
+
 def runner_cost(d: dict[str, float]) -> float | None:
     """The runner's own seconds of one item: preflight + stopping (None if either is unknown)."""
-    if "preflight" not in d or "stopping" not in d:
+    pre = preflight_s(d)
+    if pre is None or "stopping" not in d:
         return None
-    return round(d["preflight"] + d["stopping"], 2)
+    return round(pre + d["stopping"], 2)
 
 
 def summary(work: str, phases: str | None = None) -> list[str]:
@@ -95,7 +104,9 @@ def summary(work: str, phases: str | None = None) -> list[str]:
     if phases and os.path.isfile(phases):
         with open(phases) as f:
             ev = json.load(f)
-    for sp in sorted(glob.glob(os.path.join(work, "*", "*", "state.json"))):
+    found = glob.glob(os.path.join(work, "*", "*", "state.json"))      # WORK/campaign/node
+    found += glob.glob(os.path.join(work, "*", "*", "*", "state.json"))  # WORK/gpuN/campaign/node (pair)
+    for sp in sorted(found):
         with open(sp) as f:
             st = json.load(f)
         lines.append(f"campaign {st.get('campaign')} status {st.get('status')} vllm {st.get('vllm_version')} "

@@ -116,3 +116,46 @@ def test_build_kit_holds_the_device_side(tmp_path):
 def test_build_kit_without_dataset_is_a_clear_error(tmp_path):
     with pytest.raises(payload.BuildError, match="question file is missing"):
         payload.build_kit(tmp_path / "kit", tmp_path / "nope.jsonl")
+
+
+def test_gguf_split_reassembles_and_each_call_fits(tmp_path):
+    import hashlib
+    import os
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(os.urandom(10_001))
+    carry, kit = tmp_path / "carry", tmp_path / "carry" / "kit"
+    kit.mkdir(parents=True)
+    parts = payload.split_gguf(gguf, carry, kit)
+    assert [p.name for p in parts] == [f"part-{i}" for i in range(payload.GGUF_PARTS)]
+    assert b"".join(p.read_bytes() for p in parts) == gguf.read_bytes()
+    assert (kit / "gguf.sha256").read_text() == f"{hashlib.sha256(gguf.read_bytes()).hexdigest()}  m.gguf\n"
+    assert payload.split_gguf(gguf, carry, kit) == parts            # a second build: the same parts
+    assert not any(p.startswith("gguf") for p in payload.FIRST_CALL)
+    later = payload.later_call_paths("gguf/part-1")
+    assert "site.tar.xz" not in later and later[-1] == "gguf/part-1" and "kit" in later
+    (carry / "MANIFEST.sha256").write_text("")
+    (carry / "payload.json").write_text("{}")
+    assert sum(payload.paths_bytes(carry, later)) == parts[1].stat().st_size + 2 + (kit / "gguf.sha256").stat().st_size
+
+
+def test_device_copies_every_runner_file_and_the_copy_imports(tmp_path):
+    """device.sh copies the kit's runner-files.txt (written from specfleet's RUNNER_FILES), so a
+    module added to the runner travels without a second list to update; the copy runs alone."""
+    import subprocess
+    import sys
+    from specfleet.bench import RUNNER_FILES
+    if not SAMPLE.is_file():
+        pytest.skip(f"{SAMPLE} missing")
+    kit = tmp_path / "kit"
+    payload.build_kit(kit, SAMPLE)
+    listed = (kit / "runner-files.txt").read_text().split()
+    assert listed == [f.name for f in RUNNER_FILES]
+    assert 'done <"$K/runner-files.txt"' in (payload.HERE / "device.sh").read_text()
+    d = tmp_path / "d"
+    d.mkdir()
+    for name in listed:
+        (d / name).write_bytes((kit / name).read_bytes())
+    mods = [n[:-3] for n in listed]
+    code = f"import sys; sys.path.insert(0, {str(d)!r}); " + "; ".join(f"import {m}" for m in mods)
+    p = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, cwd=d)
+    assert p.returncode == 0, p.stderr

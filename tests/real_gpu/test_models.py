@@ -23,3 +23,17 @@ def test_dummy_writes_config_and_tokenizer(tmp_path):
     assert cfg["num_hidden_layers"] == 36 and cfg["hidden_size"] == 4096
     assert (out / "tokenizer.json").is_file() and (out / "generation_config.json").is_file()
     assert "Random weights" in (out / "README.md").read_text()
+
+
+def test_eagle3_drafter_has_the_target_shape(tmp_path):
+    target = models.qwen3_config("qwen3-8b", 49152)
+    (tmp_path / "t").mkdir()
+    (tmp_path / "t" / "config.json").write_text(json.dumps(target))
+    models.main(["eagle3", "--target", str(tmp_path / "t"), "--out", str(tmp_path / "d")])
+    cfg = json.loads((tmp_path / "d" / "config.json").read_text())
+    # vLLM 0.26 (transformers_utils/configs/eagle.py) renames LlamaForCausalLM to Eagle3LlamaForCausalLM
+    assert cfg["architectures"] == ["LlamaForCausalLM"] and cfg["num_hidden_layers"] == 1
+    assert (cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]) == (
+        4096, 32, 8, 128)
+    assert cfg["vocab_size"] == cfg["draft_vocab_size"] == 49152
+    assert "acceptance is ~0" in (tmp_path / "d" / "README.md").read_text()

@@ -81,3 +81,14 @@ def test_no_conclusion_calls_a_slower_configuration_best(smollm2):
     rows = json.loads((camp / "merged.json").read_text())
     assert all(r["speedup"] < 1 for r in rows if r["config"] != "vanilla")   # every configuration is slower
     assert not [c for c in out.conclusions if "is best" in c], out.conclusions
+
+
+def test_near_zero_acceptance_is_flagged_and_says_why():
+    rows = [{"config": "eagle3", "concurrency": 1, "acceptance_rate_pct": 0.4, "acceptance_length": 1.01, "tpot_ms": 6.0},
+            {"config": "ngram", "concurrency": 1, "acceptance_rate_pct": 54.1, "acceptance_length": 3.15, "tpot_ms": 2.0}]
+    assert [r["config"] for r in rg.near_zero(rows)] == ["eagle3"]
+    rnd = rg.gpu_section(rows, "NVIDIA H200", None, None, None, True)
+    assert "NEAR-ZERO ACCEPTANCE: eagle3 at concurrency 1: 0.4 % accepted (length 1.01)" in rnd
+    assert "acceptance ~0 with random weights" in rnd and "ngram at" not in rnd
+    real = rg.gpu_section(rows, "NVIDIA H200", None, None, None, False)
+    assert "NEAR-ZERO ACCEPTANCE: eagle3" in real and "random weights" not in real.split("NEAR-ZERO")[1]

@@ -18,9 +18,45 @@ def made(tmp_path_factory):
 
 
 def test_one_spec_per_plan_baseline_first(made):
-    assert set(made) == {"h200-dummy8b", "h200-dummy32b", "h200-smollm2"}
+    assert set(made) == {"h200-dummy8b", "h200-dummy32b", "h200-smollm2", "h200-eagle3",
+                         "h200x2-dummy8b.h200-gpu0", "h200x2-dummy8b.h200-gpu1"}
     assert [i["name"] for i in made["h200-smollm2"]["items"]] == ["vanilla", "ngram", "ngram_improved"]
-    for s in made.values():
+    assert [i["name"] for i in made["h200-eagle3"]["items"]] == ["vanilla", "eagle3"]
+
+
+TWO = ("h200x2-dummy8b.h200-gpu0", "h200x2-dummy8b.h200-gpu1")
+
+
+def test_two_gpu_specs_split_the_configurations_with_vanilla_on_both(made):
+    a, b = (made[k] for k in TWO)
+    qa, qb = ([i["name"] for i in s["items"]] for s in (a, b))
+    assert qa[0] == qb[0] == "vanilla" and set(qa[1:]).isdisjoint(qb[1:])
+    assert set(qa) | set(qb) == {"vanilla", "ngram", "ngram_improved", "eagle3"}
+    assert a["plan_hash"] == b["plan_hash"]            # one plan: the merged report accepts both
+    for i, s in enumerate((a, b)):
+        assert (s["gpu_index"], s["port"], s["env_file"], s["work_dir"]) == (
+            i, 8000 + i, specs.gpu_env_file(i), specs.gpu_work_dir(i))
+        for it in s["items"]:
+            assert it["serve_argv"][it["serve_argv"].index("--port") + 1] == str(8000 + i)
+            for bench in it["bench"]:
+                assert f"http://127.0.0.1:{8000 + i}" in bench["argv"]
+
+
+def test_gpu_env_file_shows_one_gpu_and_keeps_multicast_off():
+    env = specs.env_for_gpu("A=1\nCUDA_VISIBLE_DEVICES=0,1\nNCCL_NVLS_ENABLE=1\n", 1).splitlines()
+    assert env[0] == "A=1" and env.count("CUDA_VISIBLE_DEVICES=1") == 1 and "CUDA_VISIBLE_DEVICES=0,1" not in env
+    assert "NCCL_NVLS_ENABLE=0" in env and "NCCL_NVLS_ENABLE=1" not in env
+    assert {"TORCH_SYMM_MEM_DISABLE_MULTICAST=1", "NVSHMEM_DISABLE_NVLS=1"} <= set(env)
+    assert specs.env_for_gpu("\n".join(env), 1).splitlines() == env   # idempotent
+
+
+def test_the_eagle3_item_serves_the_drafter_the_device_writes(made):
+    """models.py eagle3 writes the drafter where the eagle3 item's --speculative-config points."""
+    argv = made["h200-eagle3"]["items"][1]["serve_argv"]
+    sc = json.loads(argv[argv.index("--speculative-config") + 1])
+    assert sc == {"method": "eagle3", "model": "/tmp/sfgpu/models/qwen3-8b-eagle3-dummy", "num_speculative_tokens": 3}
+    assert "dummy" in argv[argv.index("--load-format") + 1]   # the drafter inherits it: random weights
+    for s in (v for k, v in made.items() if k not in TWO):
         assert s["host"] == specs.NODE and s["work_dir"] == specs.WORK_DIR
         for it in s["items"]:
             assert it["serve_argv"][0] == f"{specs.VENV}/bin/vllm"

@@ -29,6 +29,21 @@ def test_durations_and_runner_cost():
     assert watch.runner_cost(d["ngram"]) is None   # still in its first status
 
 
+def test_a_preflight_shorter_than_one_poll_counts_as_one_poll():
+    """On the H200 a later item's preflight (version and prompt fit cached) took under 0.1 s: the
+    watcher saw pending -> loading. It counts as POLL_S, an upper bound, not as unknown."""
+    ev = [{"t": 10.0, "item": "ngram", "status": "pending", "phase": ""},
+          {"t": 50.0, "item": "ngram", "status": "loading", "phase": "server pid 9"},
+          {"t": 120.0, "item": "ngram", "status": "benchmarking", "phase": ""},
+          {"t": 160.0, "item": "ngram", "status": "stopping", "phase": ""},
+          {"t": 160.6, "item": "ngram", "status": "done", "phase": "done"},
+          {"t": 161.0, "item": "eagle3", "status": "pending", "phase": ""}]
+    d = watch.durations(ev)
+    assert watch.preflight_s(d["ngram"]) == watch.POLL_S
+    assert watch.runner_cost(d["ngram"]) == round(watch.POLL_S + 0.6, 2)
+    assert watch.preflight_s(d["eagle3"]) is None and watch.runner_cost(d["eagle3"]) is None   # never loaded
+
+
 def test_watch_records_status_changes(tmp_path):
     state, out = tmp_path / "state.json", tmp_path / "phases.json"
     p = subprocess.Popen([sys.executable, str(Path(watch.__file__)), str(state), str(out)])
