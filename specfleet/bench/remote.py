@@ -10,8 +10,10 @@ import json
 from dataclasses import dataclass, field
 
 from ..connection import HostConnection
+from ..facts.base import Fact
+from ..facts.gpus import GpuTopology, Gpus
 from ..shell import q
-from ..step import Status
+from ..step import Status, Step, StepFailed
 from . import layout
 
 SEP = "@@specfleet-sep@@"
@@ -45,10 +47,11 @@ class RunnerView:
         return done, failed, len(items) - done - failed
 
 
-def view(hc: HostConnection, work_dir: str, campaign: str) -> RunnerView:
-    d = q(layout.run_dir(work_dir, campaign, hc.host.name))
+def view_script(work_dir: str, campaign: str, host: str) -> str:
+    """The one script that reads a worker's campaign (`view` runs it; `CampaignView` batches it)."""
+    d = q(layout.run_dir(work_dir, campaign, host))
     lock = q(layout.lock_path(work_dir))
-    script = (
+    return (
         f"cat {d}/{layout.RUN_SPEC} 2>/dev/null; echo {SEP}; cat {d}/{layout.STATE} 2>/dev/null; echo {SEP}; "
         f"pid=$(sed -n 's/^pid=\\([0-9]*\\).*/\\1/p' {lock} 2>/dev/null); echo \"$pid\"; "
         # alive = that PID exists and is a runner (PIDs are reused after a reboot)
@@ -57,12 +60,33 @@ def view(hc: HostConnection, work_dir: str, campaign: str) -> RunnerView:
         # read, never create, the boot marker (the runner creates it)
         "b=$(cat /proc/sys/kernel/random/boot_id 2>/dev/null || echo '?'); "
         f"t=$(cat {layout.boot_marker('$(id -u)')} 2>/dev/null); echo \"$b${{t:+/$t}}\"")
-    res = hc.run(script, timeout=30)
-    parts = (res.stdout.split(SEP + "\n") + ["", "", "", "", ""])[:5]
+
+
+def parse_view(stdout: str) -> RunnerView:
+    parts = (stdout.split(SEP + "\n") + ["", "", "", "", ""])[:5]
     pid_lines = parts[2].split()
     return RunnerView(spec=_json(parts[0]), state=_json(parts[1]),
                       runner_pid=int(pid_lines[0]) if pid_lines and pid_lines[0].isdigit() else None,
                       alive="ALIVE" in pid_lines, done_markers=parts[3].split(), boot=parts[4].strip() or None)
+
+
+def view(hc: HostConnection, work_dir: str, campaign: str) -> RunnerView:
+    return parse_view(hc.run(view_script(work_dir, campaign, hc.host.name), timeout=30).stdout)
+
+
+@dataclass(frozen=True)
+class CampaignView(Fact):
+    """`view` as a host fact: `fab bench` reads it in the same probe batch as the workers' GPUs."""
+
+    work_dir: str
+    campaign: str
+    host: str
+
+    def command(self) -> str:
+        return view_script(self.work_dir, self.campaign, self.host)
+
+    def parse(self, stdout: str, rc: int) -> RunnerView:
+        return parse_view(stdout)
 
 
 def _json(text: str) -> dict | None:
@@ -138,3 +162,36 @@ def stop(hc: HostConnection, pid: int, wait_s: float = 180) -> bool:
     cmd = (f"kill -TERM {pid} 2>/dev/null || exit 0; "
            f"for i in $(seq {int(wait_s * 5)}); do kill -0 {pid} 2>/dev/null || exit 0; sleep 0.2; done; exit 1")
     return hc.run(cmd, timeout=wait_s + 30).exited == 0
+
+
+class ReadWorker(Step):
+    """Changes nothing: what `fab bench` reads of a worker before the split, in one probe batch:
+    its GPUs and topology (the split's slots: `NodeInfo.from_facts`, the inventory's `gpus`
+    winning) and its campaign's state (resume, reattach). A host whose nvidia-smi fails, with no
+    `gpus` in the inventory, fails here alone with one line."""
+
+    name = "read GPUs and campaign state"
+    needs_root = False
+
+    def __init__(self, host, work_dir: str, campaign: str):
+        self.host = host
+        self.campaign_view = CampaignView(work_dir, campaign, host.name)
+        self.node = None  # NodeInfo, once decided
+        self.view: RunnerView | None = None
+
+    def facts(self) -> dict:
+        return {"gpus": Gpus(), "topology": GpuTopology(), "view": self.campaign_view}
+
+    def decide(self, facts) -> list:
+        from .plan import PlanError
+        from .split import NodeInfo
+        try:
+            self.node = NodeInfo.from_facts(self.host.name, self.host.vars, facts["gpus"], facts["topology"])
+        except PlanError as e:
+            raise StepFailed(str(e)) from None
+        self.view = facts["view"]
+        return []
+
+    def report(self, facts) -> dict:
+        return {"gpus": len(self.node.gpus) or 1, "gpus_source": self.node.gpus_source,
+                "gpu_groups": [list(g) for g in self.node.gpu_groups or []], "groups_source": self.node.groups_source}

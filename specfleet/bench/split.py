@@ -15,10 +15,12 @@ carries the lower bound max(total work / nodes, baseline + largest other item).
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import random
 from dataclasses import dataclass, field
 
+from ..facts.gpus import GpuList, Topology, nvlink_groups
 from .bounds import pigeonhole_bound, two_class_bound
 from .plan import NGRAM_METHODS, Plan, PlanError, gpus_needed
 from .slots import parse_gpus, parse_groups
@@ -52,6 +54,8 @@ class NodeInfo:
     read_mb_s: float | None = None     # measured read bandwidth overrides the source's default
     gpus: tuple = ()                   # ({index, uuid?, name?}, ...) from inventory `gpus`; () = one GPU
     gpu_groups: tuple | None = None    # NVLink groups of GPU indices (inventory `gpu_groups`); None = any
+    gpus_source: str = "inventory"     # where `gpus` came from: "inventory" or "nvidia-smi"
+    groups_source: str = "inventory"   # where `gpu_groups` came from, or why there are none
 
     @classmethod
     def from_vars(cls, name: str, vars_: dict) -> "NodeInfo":
@@ -64,6 +68,46 @@ class NodeInfo:
             raise PlanError(f"inventory: {e}") from None
         return cls(name, str(vars_.get("model_source", "nfs")), float(mbs) if mbs else None,
                    tuple(gpus), tuple(tuple(g) for g in groups) if groups else None)
+
+    @classmethod
+    def from_facts(cls, name: str, vars_: dict, found: GpuList | None, topology: Topology | None) -> "NodeInfo":
+        """From the inventory vars and the host's GPU facts (`fab bench`'s probe): the inventory's
+        `gpus` wins where set; else nvidia-smi's GPUs, and, without `gpu_groups`, the NVLink groups
+        the topology shows. PlanError (one line naming the host) when nvidia-smi failed and the
+        inventory does not say."""
+        if vars_.get("gpus") is not None or found is None:
+            node = cls.from_vars(name, vars_)
+            why = "inventory" if vars_.get("gpu_groups") is not None else "none: no gpu_groups in the inventory"
+            return dataclasses.replace(node, groups_source=why)
+        if found.error or not found.gpus:
+            raise PlanError(f"host {name!r}: nvidia-smi: {found.error or 'lists no GPU'} "
+                            f"(fix the driver, or set the host's `gpus` in the inventory)")
+        gpus = [{"index": g.index, "name": g.name, **({"uuid": g.uuid} if g.uuid else {}),
+                 **({"memory_mib": g.memory_total_mib} if g.memory_total_mib else {})} for g in found.gpus]
+        try:
+            gpus = parse_gpus(gpus, f"host {name!r} (nvidia-smi)")
+            indices = [g["index"] for g in gpus]
+            if vars_.get("gpu_groups") is not None:
+                groups, why = parse_groups(vars_["gpu_groups"], indices, f"host {name!r}"), "inventory"
+            else:
+                groups = nvlink_groups(topology, indices)
+                why = ("nvidia-smi topo" if groups else
+                       "none: nvidia-smi shows no topology" if topology is None else
+                       "none: PCIe only, no NVLink between GPUs")
+        except ValueError as e:
+            raise PlanError(f"inventory: {e}") from None
+        node = cls.from_vars(name, {k: v for k, v in vars_.items() if k != "gpu_groups"})  # checked above
+        return dataclasses.replace(node, gpus=tuple(gpus), gpu_groups=tuple(tuple(g) for g in groups) if groups else None,
+                                   gpus_source="nvidia-smi", groups_source=why)
+
+    def describe(self) -> str:
+        """One line for the printed split: the node's GPUs and NVLink groups, and where they came from."""
+        n = len(self.gpus) or 1
+        gpus = f"{n} GPU{'s' if n > 1 else ''} ({self.gpus_source if self.gpus else 'none listed: one GPU'})"
+        if n == 1:
+            return gpus
+        groups = " ".join("[" + ",".join(map(str, g)) + "]" for g in self.gpu_groups) if self.gpu_groups else "any set"
+        return f"{gpus}, NVLink groups {groups} ({self.groups_source})"
 
     @property
     def bandwidth_mb_s(self) -> float:
@@ -344,8 +388,8 @@ def _branch_and_bound(others, names, dur, base, pins, start, max_expansions):
     return best if rec(0, dict(load0)) else None
 
 
-def format_split(s: Split) -> str:
-    lines = []
+def format_split(s: Split, nodes: list[NodeInfo] | None = None) -> str:
+    lines = [f"{n.name:>10}  {n.describe()}" for n in nodes or []]
     for n, q in s.queues.items():
         lines.append(f"{n:>10}  {s.node_s[n] / 60:7.1f} min  {' -> '.join(q)}")
     lines.append(f"makespan {s.makespan_s / 60:.1f} min, lower bound {s.lower_bound_s / 60:.1f} min "

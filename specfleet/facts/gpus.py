@@ -14,6 +14,8 @@ Interface (stable; other modules import these names):
 - `inventory_gpus(value)`: the inventory's `gpus` host var (a list of {name, memory_mib,
   uuid?}, validated in specfleet/inventory.py) as `Gpu`s; `host_gpus(host, discovered)`:
   the inventory's list where the host sets one, else what nvidia-smi reported.
+- `nvlink_groups(topology, indices)`: the NVLink groups `fab bench` schedules TP servers in
+  when the inventory gives no `gpu_groups` (None: PCIe only or no topology: no constraint).
 - `gpu_report(found, topology, override)` / `read_gpu_report(data)`: the same as the plain
   data a step reports (StepResult.data, the event log) and back into typed values. The step
   that gathers them for a play is specfleet/roles/facts.py `HostGpus(host)`.
@@ -161,3 +163,24 @@ def read_gpu_report(data: dict) -> tuple[list[Gpu], Topology | None]:
     """`gpu_report`'s data back as typed values."""
     from .base import from_json
     return from_json(list[Gpu], data["gpus"]), from_json(Topology | None, data["topology"] and {"links": data["topology"]})
+
+
+def nvlink_groups(topology: Topology | None, indices: list[int]) -> list[list[int]] | None:
+    """The GPUs joined by NVLink/NVSwitch, as `gpu_groups` says it: GPUs linked by an NV* pair
+    form one group (connected components; every GPU of the node in exactly one group, a GPU with
+    no NVLink alone). None: no topology, or no NVLink at all (PCIe only): any set will do, since
+    a TP server over PCIe still runs (slower), and a constraint would only forbid it."""
+    if topology is None:
+        return None
+    group = {i: {i} for i in indices}
+    linked = False
+    for ln in topology.links:
+        if ln.a in group and ln.b in group and ln.kind.startswith("NV"):
+            linked = True
+            if group[ln.a] is not group[ln.b]:
+                merged = group[ln.a] | group[ln.b]
+                for i in merged:
+                    group[i] = merged
+    if not linked:
+        return None
+    return sorted(sorted(g) for g in {id(g): g for g in group.values()}.values())

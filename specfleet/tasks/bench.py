@@ -7,7 +7,7 @@ from rich.table import Table
 
 from specfleet import roles
 from specfleet.roles import configs
-from specfleet.bench import NodeInfo, Paths, PlanError, build_run_spec, commands_for, dump_run_spec, load_plan
+from specfleet.bench import Paths, PlanError, build_run_spec, commands_for, dump_run_spec, load_plan
 from specfleet.bench import format_split, parse_pins, split
 from specfleet.bench import layout, remote
 from specfleet.bench.follow import follow, progress_line
@@ -61,14 +61,20 @@ def bench(c, plan=None, inventory=None, hosts=None, check=False, diff=False, ass
     with fleet_run("bench", inventory=inventory, hosts=hosts, check=check, diff=diff, forks=forks, serial=serial,
                    accept_new_host_keys=accept_new_host_keys, verbose=verbose,
                    default_hosts="workers") as (fleet, inv, rep):
+        # one probe batch per worker: its GPUs and topology (the split's slots) and its campaign's state
+        # (resume, reattach), with the plan's dataset check; a host that fails here leaves the split
+        reads = {h.name: remote.ReadWorker(h, work_dir(h), p.campaign) for h in fleet.hosts}
+        fleet.play(lambda h: [reads[h.name]] + ([_dataset_on_worker(h, p)] if p.benchmark.on_worker else []))
+        nodes = [reads[h.name].node for h in fleet.active]
+        if not nodes:
+            return
         try:
-            nodes = [NodeInfo.from_vars(h.name, h.vars) for h in fleet.hosts]
             queues = split(p, nodes, pins=parse_pins(assign or []))
         except PlanError as e:
             raise Exit(f"error: {e}", code=EXIT_BAD_INPUT) from None
-        rep.console.print(format_split(queues), markup=False)
+        rep.console.print(format_split(queues, nodes), markup=False)
         paths = {}
-        for host in fleet.hosts:
+        for host in fleet.active:
             try:
                 paths[host.name] = paths_for(host, p)
             except UserError as e:  # e.g. a var this host lacks: it fails alone
@@ -78,11 +84,9 @@ def bench(c, plan=None, inventory=None, hosts=None, check=False, diff=False, ass
             for item in queues.queues[host.name]:
                 for line in commands_for(p, host.name, item, paths[host.name]):
                     rep.console.print(f"    {line}", markup=False, soft_wrap=True)
-        if p.benchmark.on_worker:  # check mode too: the file the plan says is there must be
-            fleet.play(lambda h: [_dataset_on_worker(h, p)])
         if check:
             return
-        views = fleet.each("read campaign state", lambda hc: remote.view(hc, work_dir(hc.host), p.campaign))
+        views = {name: r.view for name, r in reads.items()}
         specs = {}
         for host in fleet.active:
             v = views.get(host.name)
