@@ -63,9 +63,14 @@ def bench(c, plan=None, inventory=None, hosts=None, check=False, diff=False, ass
                    default_hosts="workers") as (fleet, inv, rep):
         # one probe batch per worker: its GPUs and topology (the split's slots) and its campaign's state
         # (resume, reattach), with the plan's dataset check; a host that fails here leaves the split
-        reads = {h.name: remote.ReadWorker(h, work_dir(h), p.campaign) for h in fleet.hosts}
-        fleet.play(lambda h: [reads[h.name]] + ([_dataset_on_worker(h, p)] if p.benchmark.on_worker else []))
-        nodes = [reads[h.name].node for h in fleet.active]
+        reads: dict[str, remote.ReadWorker] = {}
+
+        def probe(h):  # in the play: a var this host lacks fails it alone
+            reads[h.name] = remote.ReadWorker(h, work_dir(h), p.campaign)
+            return [reads[h.name]] + ([_dataset_on_worker(h, p)] if p.benchmark.on_worker else [])
+        fleet.play(probe)
+        split_hosts = [h for h in fleet.active if h.name in reads and reads[h.name].node]
+        nodes = [reads[h.name].node for h in split_hosts]
         if not nodes:
             return
         try:
@@ -74,7 +79,7 @@ def bench(c, plan=None, inventory=None, hosts=None, check=False, diff=False, ass
             raise Exit(f"error: {e}", code=EXIT_BAD_INPUT) from None
         rep.console.print(format_split(queues, nodes), markup=False)
         paths = {}
-        for host in fleet.active:
+        for host in split_hosts:
             try:
                 paths[host.name] = paths_for(host, p)
             except UserError as e:  # e.g. a var this host lacks: it fails alone
@@ -86,9 +91,9 @@ def bench(c, plan=None, inventory=None, hosts=None, check=False, diff=False, ass
                     rep.console.print(f"    {line}", markup=False, soft_wrap=True)
         if check:
             return
-        views = {name: r.view for name, r in reads.items()}
+        views = {h.name: reads[h.name].view for h in split_hosts}
         specs = {}
-        for host in fleet.active:
+        for host in [h for h in split_hosts if h in fleet.active and h.name in paths]:
             v = views.get(host.name)
             node = next(n for n in nodes if n.name == host.name)
             spec = build_run_spec(p, host.name, queues.queues[host.name], paths[host.name],

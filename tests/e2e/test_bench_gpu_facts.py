@@ -54,8 +54,10 @@ def test_a_worker_whose_nvidia_smi_fails_fails_alone(testbed_factory, tmp_path):
     tb = testbed_factory(workers=2, gpus=4)
     tb.fault("w2", "module-lost")  # the testbed's stand-in nvidia-smi fails as after a kernel upgrade
     p, _ = check(inventory_of(tb), plan_variant(tmp_path, shared_six), tmp_path / "runs")
+    failed = [e for e in events(tmp_path / "runs") if e.get("event") == "step" and e["status"] == "failed"]
     assert p.returncode != 0
     assert re.search(r"w1\s+4 GPUs \(nvidia-smi\)", p.stdout), out_of(p)
-    why = [ln for ln in (p.stdout + p.stderr).splitlines() if "'w2': nvidia-smi:" in ln]
-    assert why and "`gpus`" in why[0], out_of(p)
+    assert [e["host"] for e in failed] == ["w2"], failed
+    why = failed[0]["message"]
+    assert "\n" not in why and why.startswith("host 'w2': nvidia-smi: NVIDIA-SMI has failed") and "`gpus`" in why
     assert not re.search(r"w2\s+\d+ GPU", p.stdout), out_of(p)  # not in the split
