@@ -14,6 +14,7 @@ one server on the node at a time, on the GPUs it needs; `shared`: as many as fit
 """
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 import time
@@ -155,6 +156,14 @@ def simulate(items: list[tuple[str, int, float]], gpus: list[int], groups: list[
     return t, starts
 
 
+def server_tag(run_dir: str, name: str) -> str:
+    """The SPECFLEET_SERVER value of one server: its run dir and item name. The name alone is not
+    enough: another runner that can see this node's processes (the testbed's workers share one PID
+    namespace; another campaign on the node) runs a `vanilla` too, and a leftover search by the bare
+    name ended the neighbour's EngineCore (its streams ended without [DONE])."""
+    return f"{run_dir}/{name}"
+
+
 def retarget(argv: list[str], port: int, base_port: int) -> list[str]:
     """A serve/bench argv moved from the plan's port to this server's (`--port`, `--base-url`)."""
     if port == base_port:
@@ -215,7 +224,7 @@ def lane_class(base):
             base.preflight(self, item)
             self.parent.vllm_version = self.vllm_version
             self.env["CUDA_VISIBLE_DEVICES"] = ",".join(g["uuid"] for g in self.gpus)
-            self.env["SPECFLEET_SERVER"] = item["name"]  # this server's leftovers, not a neighbour's
+            self.env["SPECFLEET_SERVER"] = server_tag(self.run_dir, item["name"])
 
         def where(self) -> str:
             return "GPU " + ",".join(f"{g['index']} ({g['uuid']})" for g in self.gpus)
@@ -282,7 +291,7 @@ class Pool:
 
     def go(self, lane, item: dict, rec: dict, done: list) -> None:
         # stop_server ends leftover VLLM:: processes carrying this token: this server's, not a neighbour's
-        lane.token = f"SPECFLEET_SERVER={item['name']}".encode()
+        lane.token = f"SPECFLEET_SERVER={server_tag(lane.run_dir, item['name'])}".encode()
         why = None
         try:
             lane.run_item(item, rec)
@@ -310,7 +319,13 @@ class Pool:
         pending, running, done = list(todo), {}, []   # running: item name -> (thread, GPU indices)
         failed = False
         indices = [g["index"] for g in self.gpus]
-        while pending or running:
+        while True:
+            if not pending and not running:  # every slot idle, the queue empty: the next round, if any
+                more = [] if self.stopping else self.next_round()
+                if not more:
+                    break
+                pending += more
+                todo = list(todo) + more
             for lane, item, rec, why in list(done):
                 done.remove((lane, item, rec, why))
                 _, used = running.pop(item["name"])
@@ -365,6 +380,11 @@ class Pool:
         r.finish("failed" if failed else "done", "some items failed (see items[].error)" if failed else None)
         return 1 if failed else 0
 
+    def next_round(self) -> list[tuple[dict, dict]]:
+        """The crossover search's next round (Runner.queue() past the spec's items): it reads what
+        every finished server measured, so the pool asks only when no server runs. [] when none."""
+        return []
+
     def note_running(self, names: list[str] | None = None) -> None:
         with self.lock:
             self.r.state["running"] = names if names is not None else \
@@ -390,8 +410,21 @@ def run_slots(runner, lib) -> int:
         return 2
     runner.state["gpus"] = gpus
     runner.state["packing"] = s.get("packing", "exclusive")
-    todo = [(it, rec) for it, rec in zip(s["items"], runner.state["items"]) if rec["status"] != "done"]
+    # Runner.queue(): the spec's items, then (when the plan has a crossover search) each refinement
+    # round's, appended to the spec; asked past the items only once every slot is idle
+    queue, taken = runner.queue(), len(s["items"])
+    todo = [(it, rec) for it, rec in itertools.islice(queue, taken) if rec["status"] != "done"]
     pool = Pool(runner, gpus, s.get("gpu_groups"), s.get("packing", "exclusive"), lib)
+
+    def next_round() -> list[tuple[dict, dict]]:
+        nonlocal taken
+        first = next(queue, None)  # runs the round: its items are appended to the spec at once
+        if first is None:
+            return []
+        out = [first, *itertools.islice(queue, len(s["items"]) - taken - 1)]
+        taken = len(s["items"])
+        return [(it, rec) for it, rec in out if rec["status"] != "done"] or next_round()
+    pool.next_round = next_round
     runner.save = _locked(runner.save, pool.lock)
     return pool.run(todo)
 

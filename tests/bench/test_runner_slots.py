@@ -171,3 +171,60 @@ def test_sigterm_stops_every_server_and_resume_finishes_the_queue(bed, monkeypat
     monkeypatch.setenv("FAKE_BENCH_S", "0.3")
     assert bed.run(path, timeout=120) == 0, bed.log()
     assert all(i["status"] == "done" for i in bed.items().values())
+
+
+def test_a_server_stop_never_ends_a_neighbour_runners_engine_of_the_same_name(bed):
+    """The testbed's workers share one PID namespace (and a node may run another campaign): their
+    runners see each other's processes, with the same configuration names. Stopping this run's
+    `vanilla` must end its own leftovers only, never an engine of another run dir named `vanilla`
+    (before: the leftover search matched SPECFLEET_SERVER=vanilla and SIGTERMed w2's EngineCore
+    when w1's vanilla stopped; w2's streams ended without [DONE])."""
+    import subprocess
+    import sys
+
+    from specfleet.bench.slots import server_tag
+    other = str(bed.tmp / "other-work" / "t" / "w2")
+    decoys = [subprocess.Popen(["VLLM::EngineCore", "-c", "import time; time.sleep(300)"], executable=sys.executable,
+                               env={"PATH": os.environ["PATH"], "SPECFLEET_RUN_DIR": other, "SPECFLEET_SERVER": tag},
+                               start_new_session=True)
+              for tag in ("vanilla", server_tag(other, "vanilla"))]
+    try:
+        rc = bed.run(spec(bed, four_gpus(bed, tp2=False)), timeout=120)
+        assert rc == 0, bed.log()
+        assert bed.items()["vanilla"]["status"] == "done"
+        assert [d.poll() for d in decoys] == [None, None], bed.log()
+    finally:
+        for d in decoys:
+            d.kill()
+            d.wait()
+
+
+def test_crossover_rounds_run_on_a_node_with_several_gpus_once_every_slot_is_idle(bed, monkeypatch):
+    """Before: run_slots ran the spec's items and returned, the refinement rounds never ran there."""
+    monkeypatch.setenv("FAKE_CROSSOVER", "ngram:12")   # ngram pays below c=12, loses above (tests/bench/fakes)
+    monkeypatch.setenv("FAKE_BENCH_S", "0.05")
+    monkeypatch.setenv("FAKE_LOAD_S", "0.3")
+    (bed.gpu / "gpus.json").write_text(json.dumps(GPUS))
+    raw = bed.plan(benchmark={"concurrencies": {"search": "crossover", "min": 1, "max": 32, "coarse_factor": 4,
+                                                "per_doubling": 2, "budget": 8},
+                              "num_prompts": 8, "min_prompts_per_concurrency": 0.5}).model_dump(mode="json")
+    raw["packing"] = "shared"
+    path = spec(bed, parse_plan(raw, bed.tmp / "plan.yml"), queue=["vanilla", "ngram"])
+    assert bed.run(path, timeout=180) == 0, bed.log()
+    st = bed.state()
+    x = st["crossover"]["configs"]["ngram"]
+    assert x["why"].startswith("done"), x
+    rounds = [i for i in st["items"] if ".round" in i["name"]]
+    assert rounds and all(i["status"] == "done" and i["gpus"] for i in rounds), rounds
+    assert {i["name"].split(".")[0] for i in rounds} == {"vanilla", "ngram"}
+    for c in x["points"]:   # every refined cell measured by both, the baseline on the same node
+        for cfg in ("vanilla", "ngram"):
+            assert json.loads(next(bed.run_dir.glob(f"{cfg}_conc{c}.json")).read_text())["max_concurrency"] == int(c)
+    # a round starts only when no server runs: its items begin after every earlier item ended
+    first = [i for i in st["items"] if ".round" not in i["name"]]
+    assert min(span(i)[0] for i in rounds) >= max(span(i)[1] for i in first)
+    assert set(per_gpu_used(bed).values()) == {0}
+    # resume: every cell is there, nothing new is measured
+    before = {p.name: p.stat().st_mtime_ns for p in bed.run_dir.glob("*_conc*.json")}
+    assert bed.run(path, timeout=120) == 0, bed.log()
+    assert {p.name: p.stat().st_mtime_ns for p in bed.run_dir.glob("*_conc*.json")} == before

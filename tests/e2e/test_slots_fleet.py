@@ -39,9 +39,6 @@ def six_and_tp2(doc):
                                   "extra_args": ["--tensor-parallel-size", "2"]})
 
 
-@pytest.mark.xfail(strict=True, reason="first runs on h-sim's 4-GPU testbed: servers ran at once on disjoint GPUs "
-                   "and the killed item failed, but w2's vanilla (not killed) failed too: 'stream ended without "
-                   "[DONE]' at concurrency 16; not diagnosed yet (issue 15)")
 def test_two_workers_of_four_gpus_run_servers_at_once_on_disjoint_gpus(testbed_factory, tmp_path):
     tb = testbed_factory(workers=2, gpus=4)
     inv = inventory_of(tb)  # this test's own testbed inventory: the workers' GPUs written into it
