@@ -273,13 +273,15 @@ class Host:
     command_timeout: float
     groups: tuple[str, ...]
     vars: dict[str, Any] = field(hash=False, compare=False)
+    source: str = field(default="<inventory>", compare=False)  # the inventory file: errors name it
 
     def var(self, name: str, default: Any = None) -> Any:
         return self.vars.get(name, default)
 
     def require(self, name: str) -> Any:
         if name not in self.vars or self.vars[name] in (None, ""):
-            raise MissingVar(f"host {self.name!r}: inventory variable {name!r} is not set")
+            raise MissingVar(f"{self.source}: host {self.name!r}, field 'vars.{name}': inventory variable "
+                             f"{name!r} is not set (set it in the host's, a group's or all's vars)")
         return self.vars[name]
 
     @property
@@ -434,6 +436,7 @@ def _resolve(file: Path, doc: InventoryFile) -> Inventory:
             command_timeout=merged.get("command_timeout", 600.0),
             groups=tuple(groups),
             vars=vars_,
+            source=str(file),
         )
     _check_vars(file, "bastion", {**doc.all.vars, **doc.bastion.vars},
                 [("all", doc.all.vars), ("bastion", doc.bastion.vars)])

@@ -77,10 +77,11 @@ class VenvSpec:
     fixups: str | None = None
 
     @classmethod
-    def from_vars(cls, v: dict) -> "VenvSpec":
+    def from_vars(cls, v: dict, where: str = "bastion") -> "VenvSpec":
         missing = [k for k in ("venv_path", "base_python", "venv_requirements") if not v.get(k)]
         if missing:
-            raise VenvError(f"inventory vars missing for the venv: {', '.join(missing)}")
+            raise VenvError(f"{where}, field(s) {', '.join(repr(k) for k in missing)}: inventory vars missing "
+                            "for the venv (set them in the bastion's or all's vars)")
         return cls(path=v["venv_path"], base_python=v["base_python"], requirements=list(v["venv_requirements"]),
                    verify_packages=list(v.get("venv_verify_packages", ["vllm"])), gpu_arch=v.get("gpu_arch"),
                    pip_timeout=int(v.get("pip_timeout", 30)), pip_retries=int(v.get("pip_retries", 3)),

@@ -14,7 +14,7 @@ import pandas as pd
 
 COLS = ["concurrency", "output_len", "category", "config", "node", "cell", "completed",
         "acceptance_rate_pct", "acceptance_length", "drafts_per_step", "output_tok_s", "speedup",
-        "speedup_ci_low", "speedup_ci_high", "speedup_verdict"]
+        "speedup_ci_low", "speedup_ci_high", "speedup_verdict", "acceptance_flag"]
 
 
 def cells_by_category(runs: pd.DataFrame, baseline: str) -> pd.DataFrame | None:

@@ -5,7 +5,10 @@ configuration is called faster or slower than the baseline only when the
 interval of its speedup excludes 1.00x (with single runs: when the speedup is
 outside the gate's tolerance band); otherwise "no measurable difference", and
 every such statement names its method and interval. "Best" is the highest
-speedup among the measurably faster ones. Speculation "rarely fires" below
+speedup among the measurably faster ones. A configuration whose acceptance is
+flagged (measures.acceptance_flag: DEGENERATE / NEAR-ZERO ACCEPTANCE, docs/report.md
+"Degenerate acceptance") is never faster, slower or best: one line says what it
+is, with its speed figure as what it measures, and it is left out of the rest. Speculation "rarely fires" below
 RARE_DRAFTS_PER_STEP drafts per decode step; acceptance is "low" below
 LOW_ACCEPT_LEN tokens per draft.
 """
@@ -16,7 +19,7 @@ import math
 import pandas as pd
 
 from .crossover import crossover_lines
-from .measures import SINGLE_RUN, NoiseBand, cell_order
+from .measures import DEGENERATE, SINGLE_RUN, NoiseBand, cell_order
 from .merge import Tables
 
 RARE_DRAFTS_PER_STEP = 0.10
@@ -77,6 +80,23 @@ def tail_dominated(r: pd.Series, b: pd.Series, tol_pct: float = TAIL_TOLERANCE_P
             "(more prompts per concurrency)")
 
 
+def flagged_line(r: pd.Series, noise: NoiseBand) -> str:
+    """What a flagged configuration is instead of faster or slower (the rule: measures.py)."""
+    k = r.draft_tokens / r.drafts
+    speed = ("" if _nan(r.get("speedup")) else
+             f"; its {r.speedup:.2f}x the baseline ({evidence(r, noise)}) measures that, not speculative decoding")
+    if r.acceptance_flag == DEGENERATE:
+        what = (f"{_f(r.acceptance_rate_pct, 1)} % of drafted tokens accepted, acceptance length "
+                f"{_f(r.acceptance_length)} = 1 + the {k:.2f} tokens proposed per draft: every draft is kept "
+                "whole, typical of a model that loops under greedy decoding (random weights)")
+    else:
+        what = (f"{_f(r.acceptance_rate_pct, 1)} % of {_f(r.draft_tokens, 0)} drafted tokens accepted in "
+                f"{_f(r.drafts, 0)} drafts (acceptance length {_f(r.acceptance_length)}): the target rejects "
+                "what the drafter proposes (e.g. a drafter with random weights: the plumbing ran, the "
+                "figure says nothing of a trained drafter)")
+    return f"**{r.config}** on {r.node}: {r.acceptance_flag}, not a speedup: {what}{speed}"
+
+
 def _base_row(runs: pd.DataFrame, baseline: str, node: str, cell: str) -> pd.Series | None:
     b = runs[(runs.config == baseline) & (runs.node == node) & (runs.cell == cell)]
     return None if b.empty else b.iloc[0]
@@ -93,10 +113,16 @@ def conclusions(t: Tables, baseline: str) -> list[str]:
     for cell in cell_order(runs):  # a plan without bench sweeps: one cell per concurrency
         at = runs[runs.cell == cell]
         conc = f"{at.concurrency.iloc[0]}" + ("" if cell == f"conc{at.concurrency.iloc[0]}" else f" (cell {cell})")
-        cand = runs[(runs.cell == cell) & (runs.config != baseline) & runs.speedup.notna()]
-        if runs[(runs.cell == cell) & (runs.config != baseline)].empty:
+        others = runs[(runs.cell == cell) & (runs.config != baseline)]
+        if others.empty:
             out.append(f"Concurrency {conc}: only the baseline ran.")
             continue
+        flagged = others[others.acceptance_flag != ""]
+        for _, r in flagged.iterrows():
+            out.append(f"Concurrency {conc}: {flagged_line(r, noise)}.")
+        if len(flagged) == len(others):
+            continue
+        cand = others[(others.acceptance_flag == "") & others.speedup.notna()]
         if cand.empty:
             out.append(f"Concurrency {conc}: no configuration with a same-node '{baseline}' run to compare.")
             continue
@@ -157,7 +183,7 @@ def conclusions(t: Tables, baseline: str) -> list[str]:
         cfg = cfgs.pop()
         trend = ", ".join(f"{s:.2f}x at conc {c[1]}" for c, (_, s) in sorted(best_by_conc.items()))
         out.append(f"{cfg} is best at every concurrency measured ({trend}).")
-    out += crossover_lines(runs, baseline, noise, t.search)  # where each configuration stops paying (crossover.py)
+    out += crossover_lines(runs[runs.acceptance_flag == ""], baseline, noise, t.search)  # where each configuration stops paying (crossover.py)
     versions = {v for v in t.provenance.vllm if v}
     if len(versions) > 1:
         out.append(f"WARNING: nodes ran different vLLM versions ({', '.join(sorted(versions))}).")

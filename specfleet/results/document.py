@@ -21,7 +21,7 @@ from ..render import TEMPLATES, environment
 from .cells import CellState
 from .gate import GateResult
 from .categories import heatmap_grid
-from .measures import cell_order, cell_title, latency_sections
+from .measures import ACCEPTANCE_FLAGS, cell_order, cell_title, latency_sections
 from .merge import Tables
 from .plots import all_plots, category_plots
 from .provenance import provenance_sections
@@ -140,6 +140,16 @@ CELL_COLS = [("config", "config", -1, ""), ("concurrency", "conc", 0, ""), ("nod
              ("state", "state", -1, ""), ("runs", "runs", -1, ""), ("why", "why", -1, "")]
 
 
+def _flag_verdicts(rows: pd.DataFrame) -> pd.DataFrame:
+    """'vs baseline' of a flagged row says what it is (measures.acceptance_flag), not faster/slower."""
+    if "acceptance_flag" not in rows or not rows.acceptance_flag.isin(ACCEPTANCE_FLAGS).any():
+        return rows
+    out = rows.copy()
+    hit = out.acceptance_flag.isin(ACCEPTANCE_FLAGS)
+    out.loc[hit, "speedup_verdict"] = out.loc[hit, "acceptance_flag"] + ": not a speedup"
+    return out
+
+
 def cells_section(cells: list[CellState], command: str | None) -> Section:
     bad = [c for c in cells if not c.merged]
     note = (f"Complete: all {len(cells)} planned (configuration, concurrency, node) cells are merged."
@@ -168,7 +178,7 @@ def build_model(campaign: str, tables: Tables, gate: GateResult, conclusions: li
     for cell in cell_order(tables.runs):
         rows = tables.runs[tables.runs.cell == cell]
         plain = cell == f"conc{rows.concurrency.iloc[0]}"
-        secs.append(_section(f"Results {cell_title(rows)}", rows,
+        secs.append(_section(f"Results {cell_title(rows)}", _flag_verdicts(rows),
                              RUN_COLS, f"Means over runs. Speedup = output tok/s / the same node's "
                                        f"'{baseline}' output tok/s at this concurrency"
                                        f"{'' if plain else ' in this bench cell'}. CI low/high and "
@@ -180,7 +190,7 @@ def build_model(campaign: str, tables: Tables, gate: GateResult, conclusions: li
                              "From the spec_decode_* keys (server counters differenced over the run). "
                              "'–' = the file has no such keys: nothing was drafted."))
     if tables.categories is not None and "acceptance_length" in tables.categories:
-        secs.append(_section("Per Spec-Bench category", tables.categories, CATCELL_COLS,
+        secs.append(_section("Per Spec-Bench category", _flag_verdicts(tables.categories), CATCELL_COLS,
                              "One bench cell per category (`--spec-bench-category`: the loader filters by "
                              "category, then its seed-0 shuffle picks the first num_prompts), so acceptance, "
                              "drafts per step and speedup come from that category's own server counters and "

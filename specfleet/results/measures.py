@@ -10,6 +10,10 @@
   accepted tokens). A step emits one token plus the tokens accepted in it, so
   output - accepted counts the (request, step) pairs; field report n-gram 6/4-6:
   429 / (8,159 - 670) = 5.7 % of steps.
+- Whether the acceptance means anything (`acceptance_flag`, the rule below: ACCEPTANCE_FLAGS):
+  DEGENERATE ACCEPTANCE when every drafted token is kept, NEAR-ZERO ACCEPTANCE when almost none
+  is. Such a speedup measures the model or the drafter, not speculative decoding; the
+  conclusions never call it faster or best.
 - Latency percentiles (TTFT, TPOT, ITL, E2EL) as the result files carry them
   (`p<P>_<metric>_ms`, `--metric-percentiles`), for every configuration.
 
@@ -32,6 +36,23 @@ SINGLE_RUN = "single run: plain threshold, no interval"
 INTERVAL_METHOD = "95 % CI, Welch's t on log values"
 PCT_KEY = re.compile(r"^p(\d+(?:\.\d+)?)_(ttft|tpot|itl|e2el)_ms$")
 LATENCY_METRICS = ("ttft", "tpot", "itl", "e2el")
+
+# The acceptance rule, in one place (docs/report.md, "Degenerate acceptance"). k = the tokens
+# proposed per draft, draft tokens / drafts (n-gram proposes up to num_speculative_tokens, fewer
+# when the match is short: 2.74 of 4 on the H200 fixture), so a draft kept whole gives an
+# acceptance length of k + 1.
+#: DEGENERATE: rate >= this and length >= (k + 1) x (1 - DEGENERATE_LENGTH_SLACK). No trained model
+#: keeps every drafted token on real prompts (SmolLM2-135M on Spec-Bench: 52-61 %); 100 % with
+#: length k + 1 is a model that repeats itself under greedy decoding (random weights loop), so
+#: the drafts are copies of the loop and the "speedup" measures the loop.
+DEGENERATE_RATE_PCT = 99.0
+DEGENERATE_LENGTH_SLACK = 0.02
+#: NEAR-ZERO: rate below this with drafts > 0: the target rejects what the drafter proposes (an
+#: EAGLE-3 drafter with random weights: 0 %); fewer than 1 drafted token in 20 kept is no
+#: speculator at work, so its speed figure is the cost of drafting for nothing.
+NEAR_ZERO_RATE_PCT = 5.0
+DEGENERATE, NEAR_ZERO = "DEGENERATE ACCEPTANCE", "NEAR-ZERO ACCEPTANCE"
+ACCEPTANCE_FLAGS = (DEGENERATE, NEAR_ZERO)
 
 
 @dataclass(frozen=True)
@@ -97,6 +118,23 @@ def drafts_per_step(runs: pd.DataFrame) -> pd.Series:
     return runs["drafts"] / steps
 
 
+def acceptance_flag(r: pd.Series | dict) -> str:
+    """DEGENERATE / NEAR_ZERO / "" for one merged row (drafts > 0 needed: no draft, no flag)."""
+    def num(k):
+        v = r.get(k)
+        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v == v else math.nan
+    drafts, dtok, rate, alen = (num(k) for k in ("drafts", "draft_tokens", "acceptance_rate_pct",
+                                                   "acceptance_length"))
+    if not drafts > 0 or math.isnan(rate):
+        return ""
+    k = dtok / drafts
+    if rate >= DEGENERATE_RATE_PCT and alen >= (k + 1) * (1 - DEGENERATE_LENGTH_SLACK):
+        return DEGENERATE
+    if rate < NEAR_ZERO_RATE_PCT:
+        return NEAR_ZERO
+    return ""
+
+
 def _mean(vals: list) -> float:
     vals = [float(v) for v in vals if isinstance(v, (int, float)) and not isinstance(v, bool)]
     return sum(vals) / len(vals) if vals else math.nan
@@ -132,6 +170,7 @@ def latency_table(camp: Campaign, runs: pd.DataFrame) -> pd.DataFrame:
 def add_measures(camp: Campaign, runs: pd.DataFrame, baseline: str, noise: NoiseBand) -> pd.DataFrame:
     out = speedup_noise(camp, runs, baseline, noise)
     out["drafts_per_step"] = drafts_per_step(out)
+    out["acceptance_flag"] = [acceptance_flag(r) for _, r in out.iterrows()] if len(out) else pd.Series(dtype=str)
     return out
 
 

@@ -17,7 +17,7 @@ def bastion_manifest(ctx: Context, build: bool) -> None:
     ctx.manifest_tried = True
     fleet, console, inv = ctx.fleet, ctx.console, ctx.inventory
     try:
-        spec = venv_build.VenvSpec.from_vars(inv.bastion_vars)
+        spec = venv_build.VenvSpec.from_vars(inv.bastion_vars, where=f"{inv.path}: bastion")
         if build:
             outcome = venv_build.build(spec, check=ctx.check, log=lambda m: console.print(f"[dim]  bastion: {m}[/]"))
             status = Status.CHANGED if outcome.changed else Status.OK

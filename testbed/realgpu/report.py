@@ -15,15 +15,15 @@ OUT_ROOT/<campaign>/<host>/ and merged there by specfleet's own report code
   torch's version line, read on the device) into the copied state.json's `facts`;
 - a "Real-GPU run" section appended to report.md: what the numbers are (real GPU, not simulated),
   the model's weights (random or real: random weights make timings meaningful, acceptance not),
-  the decode bound against the measured TPOT, and each configuration whose acceptance is
-  degenerate (>= DEGENERATE_RATE_PCT: random weights looping under greedy decoding), which is
-  not a speedup.
+  and the decode bound against the measured TPOT.
+
+Degenerate and near-zero acceptance are flagged by the core's conclusions (specfleet.results.measures
+.acceptance_flag), as in every `fab report`; nothing here judges acceptance.
 """
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import re
 import shutil
 import sys
@@ -34,9 +34,6 @@ if __package__ in (None, ""):
 from testbed.realgpu.devices import GPU_BANDWIDTH_GBPS  # noqa: E402
 from testbed.realgpu.specs import ENGINE  # noqa: E402
 
-DEGENERATE_RATE_PCT = 99.0
-#: At or below this acceptance a drafter proposes nothing the target keeps (EAGLE-3 with a random drafter).
-NEAR_ZERO_RATE_PCT = 5.0
 #: vanilla below this fraction of the decode bound is not memory-bound.
 FAR_FROM_BOUND = 0.2
 #: A model directory with this README marker was written by models.py `dummy` (random weights).
@@ -101,26 +98,6 @@ def random_weights(camp_dir: Path) -> bool:
     return False
 
 
-def degenerate(rows: list[dict], threshold: float = DEGENERATE_RATE_PCT) -> list[dict]:
-    """Merged rows whose acceptance rate is at or above `threshold` percent."""
-    out = []
-    for r in rows:
-        rate = r.get("acceptance_rate_pct")
-        if isinstance(rate, (int, float)) and not math.isnan(rate) and rate >= threshold:
-            out.append(r)
-    return out
-
-
-def near_zero(rows: list[dict], threshold: float = NEAR_ZERO_RATE_PCT) -> list[dict]:
-    """Merged rows whose acceptance rate is at or below `threshold` percent (drafts all rejected)."""
-    out = []
-    for r in rows:
-        rate = r.get("acceptance_rate_pct")
-        if isinstance(rate, (int, float)) and not math.isnan(rate) and rate <= threshold:
-            out.append(r)
-    return out
-
-
 def gpu_section(rows: list[dict], gpu: str | None, bandwidth: float | None, bound_ms: float | None,
                 weights_gib: float | None, random: bool) -> str:
     lines = [SECTION, ""]
@@ -148,45 +125,7 @@ def gpu_section(rows: list[dict], gpu: str | None, bandwidth: float | None, boun
     else:
         lines.append(f"Decode bound not computed: no bandwidth known for GPU {gpu!r} or no weights size.")
     lines.append("")
-    deg = degenerate(rows)
-    for r in deg:
-        lines.append(f"DEGENERATE ACCEPTANCE: {r['config']} at concurrency {r['concurrency']}: "
-                     f"{r['acceptance_rate_pct']:.1f} % accepted (length {r.get('acceptance_length', math.nan):.2f})"
-                     " - typical of a model that loops under greedy decoding; not a speedup.")
-        lines.append("")
-    for r in near_zero(rows):
-        why = ("a drafter with random weights (acceptance ~0 with random weights: the plumbing ran, "
-               "the figure says nothing of a trained drafter)" if random else "the drafter's proposals are rejected")
-        lines.append(f"NEAR-ZERO ACCEPTANCE: {r['config']} at concurrency {r['concurrency']}: "
-                     f"{r['acceptance_rate_pct']:.1f} % accepted (length {r.get('acceptance_length', math.nan):.2f})"
-                     f" - {why}; not a speedup.")
-        lines.append("")
     return "\n".join(lines).rstrip() + "\n"
-
-
-def mark_conclusions(md: str, rows: list[dict]) -> str:
-    """The core's conclusions judge speed alone: a configuration whose acceptance is degenerate (or
-    near zero) is marked where they name it, and a first bullet says why, so no such figure reads
-    as a speedup."""
-    flagged = {r["config"]: "DEGENERATE ACCEPTANCE" for r in degenerate(rows)}
-    flagged.update({r["config"]: "NEAR-ZERO ACCEPTANCE" for r in near_zero(rows) if r["config"] not in flagged})
-    if not flagged or "## Conclusions" not in md:
-        return md
-    head, _, rest = md.partition("## Conclusions\n")
-    body, sep, tail = rest.partition("\n## ")
-    out = []
-    for ln in body.splitlines():
-        claims = "best" in ln or "faster" in ln.lower() and "no configuration" not in ln
-        hits = [c for c in flagged if claims and (f"**{c}**" in ln or ln.startswith(f"- {c} is best"))]
-        if ln.startswith("- ") and hits:
-            ln += " " + " ".join(f"[{flagged[c]} of {c}: not a speedup]" for c in hits)
-        out.append(ln)
-    lead = [f"- {what} of {c} (see 'Real-GPU run'): its acceptance is not that of a working speculator, so "
-            f"its speed figures below measure that, not speculative decoding: not a speedup."
-            for c, what in flagged.items()]
-    i = next((k for k, ln in enumerate(out) if ln.startswith("- ")), len(out))
-    out[i:i] = lead
-    return head + "## Conclusions\n" + "\n".join(out) + sep + tail
 
 
 def report(run_dir: Path | list[Path], out_root: Path, env: Path | None = None, weights_gib: float | None = None,
@@ -210,7 +149,7 @@ def report(run_dir: Path | list[Path], out_root: Path, env: Path | None = None, 
         w = bound / 1000.0 * bandwidth * 1e9 / 2 ** 30 if bound and bandwidth else weights_gib
         section = gpu_section(rows, gpu, bandwidth, bound, round(w, 2) if w else None, random_weights(camp_dir))
         md = camp_dir / "report.md"
-        md.write_text(mark_conclusions(md.read_text(), rows) + "\n" + section)
+        md.write_text(md.read_text() + "\n" + section)
     return outcome, camp_dir
 
 

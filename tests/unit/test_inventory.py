@@ -178,3 +178,22 @@ def test_secret_values_at_any_depth(tmp_path):
     inv = load_inventory(write(tmp_path, TYPED.format(
         var="db_passphrase: 'pass phrase', extra_env: {HF_TOKEN: hf_abcdef, OTHER: visible}")))
     assert set(inv.secrets()) == {"pass phrase", "hf_abcdef"}
+
+
+def test_a_missing_var_names_the_inventory_file_host_and_field(tmp_path, key):
+    from specfleet.inventory import MissingVar
+    f = write(tmp_path, GOOD.format(key=key))
+    inv = load_inventory(f)
+    with pytest.raises(MissingVar) as e:
+        inv.hosts["w2"].require("storage_ip")
+    msg = str(e.value)
+    assert msg.startswith(f"{inv.path}: host 'w2', field 'vars.storage_ip': ") and "\n" not in msg, msg
+    assert inv.hosts["w1"].require("storage_ip") == "192.168.160.179"
+
+
+def test_the_bastion_venv_vars_missing_name_the_file_and_fields(tmp_path):
+    from specfleet.venv_build import VenvError, VenvSpec
+    with pytest.raises(VenvError) as e:
+        VenvSpec.from_vars({"venv_path": "/opt/v"}, where=f"{tmp_path}/hosts.yml: bastion")
+    msg = str(e.value)
+    assert msg.startswith(f"{tmp_path}/hosts.yml: bastion, field(s) 'base_python', 'venv_requirements': "), msg
