@@ -14,6 +14,7 @@ one server on the node at a time, on the GPUs it needs; `shared`: as many as fit
 """
 from __future__ import annotations
 
+import heapq
 import itertools
 import os
 import threading
@@ -107,6 +108,8 @@ def pick(free: list[int], need: int, groups: list[list[int]] | None = None) -> l
     Inside one group (no groups: all GPUs are one group); the lowest run of consecutive indices first
     (on HGX boards neighbours share a PCIe switch), else the lowest free ones of the group that fits
     tightest (the big free groups stay for the wide servers)."""
+    if need == 1 and not groups:   # the common case, and the split's hot path
+        return [min(free)] if free else None
     free_set = set(free)
     cands = []
     for g in groups or [sorted(free_set)]:
@@ -128,32 +131,56 @@ def fits_ever(need: int, gpus: list[int], groups: list[list[int]] | None) -> boo
 
 
 def simulate(items: list[tuple[str, int, float]], gpus: list[int], groups: list[list[int]] | None = None,
-             packing: str = "shared") -> tuple[float, dict[str, tuple[float, list[int]]]]:
+             packing: str = "shared", checked: bool = False) -> tuple[float, dict[str, tuple[float, list[int]]]]:
     """(busy time, {name: (start, gpu set)}) of a node running `items` ((name, need, seconds), queue
     order) as run_slots does: at each moment every pending item that fits starts, in queue order;
-    exclusive = one at a time. A `need` larger than the node (or any group) raises ValueError."""
-    for name, need, _ in items:
-        if not fits_ever(need, gpus, groups):
-            raise ValueError(f"{name} needs {need} GPU(s) in one group; the node has {len(gpus)}"
-                             + (f" in groups {groups}" if groups else ""))
-    t, running, starts = 0.0, [], {}   # running: (end, name, gpu set)
-    pending = list(items)
+    exclusive = one at a time. A `need` larger than the node (or any group) raises ValueError;
+    checked=True: the caller has checked that already (the split simulates the same items thousands
+    of times)."""
+    if not checked:
+        for name, need, _ in items:
+            if not fits_ever(need, gpus, groups):
+                raise ValueError(f"{name} needs {need} GPU(s) in one group; the node has {len(gpus)}"
+                                 + (f" in groups {groups}" if groups else ""))
+    gkey = tuple(map(tuple, groups)) if groups else None
+    t, running, starts = 0.0, [], {}   # running: a heap of (end, name, gpu set)
+    pending, free = list(items), tuple(sorted(gpus))
+    exclusive = packing == "exclusive"
     while pending or running:
-        busy = {i for _, _, s in running for i in s}
-        for it in list(pending):
-            free = [i for i in gpus if i not in busy]
-            if packing == "exclusive" and running or not free:
+        waiting = []
+        for k, it in enumerate(pending):
+            if exclusive and running or not free:
+                waiting.extend(pending[k:])
                 break
-            got = pick(free, it[1], groups) if it[1] <= len(free) else None
-            if got is not None:
-                running.append((t + it[2], it[0], got))
-                starts[it[0]] = (t, got)
-                busy |= set(got)
-                pending.remove(it)
-        end = min(running)
-        t = end[0]
-        running = [r for r in running if r[0] > t + 1e-9]
+            got = _pick_cached(free, it[1], gkey) if it[1] <= len(free) else None
+            if got is None:
+                waiting.append(it)
+                continue
+            heapq.heappush(running, (t + it[2], it[0], got))
+            starts[it[0]] = (t, got)
+            free = tuple(i for i in free if i not in got)
+        pending = waiting
+        t = running[0][0]
+        back = []
+        while running and running[0][0] <= t + 1e-9:
+            back.extend(heapq.heappop(running)[2])
+        free = tuple(sorted(free + tuple(back)))
     return t, starts
+
+
+_PICKS: dict = {}
+
+
+def _pick_cached(free: tuple, need: int, groups: tuple | None) -> list[int] | None:
+    """pick() for simulate's hot loop: a node has few GPUs, so few (free set, need) pairs recur."""
+    key = (free, need, groups)
+    if key not in _PICKS:
+        if len(_PICKS) > 100_000:
+            _PICKS.clear()
+        got = pick(list(free), need, [list(g) for g in groups] if groups else None)
+        _PICKS[key] = None if got is None else tuple(got)
+    got = _PICKS[key]
+    return None if got is None else list(got)
 
 
 def server_tag(run_dir: str, name: str) -> str:

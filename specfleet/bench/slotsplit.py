@@ -19,6 +19,11 @@ from .plan import Plan, PlanError, gpus_needed
 from .slots import fits_ever, simulate
 
 MAX_ROUNDS = 500     # improving steps of one local search (each lowers the makespan or the spread)
+# node ends simulated per split, at most: fab bench waits on the split (~0.1-0.5 ms each on one core,
+# by the node's size); the split is then the best found -- deterministic, not timed
+MAX_SIMULATIONS = 24_000
+POLISH_SHUFFLES = 60   # random queue orders tried on a critical node at the end
+POLISH_SWAPS = 600      # pairwise order swaps tried on it after those
 PERTURB_ROUNDS = 6   # shakes of the iterated local search
 # queue orders a node's end is simulated under (the best is the queue): widest first, longest first,
 # most GPU-seconds first; ties by name so the same plan gives the same queue
@@ -76,49 +81,116 @@ def slot_split(plan: Plan, nodes, pins: dict[str, str], item_s, durations=None):
             raise PlanError(f"--assign {c}={pins[c]}: {why_not(plan, c, by[pins[c]])}")
     dur = {c: {n: item_s(plan, c, by[n], durations) for n in names} for c in [base, *others]}
     need = {c: {n: need_on(plan, c, by[n]) for n in names} for c in [base, *others]}
-    packing = plan.packing
-    memo: dict[tuple[str, frozenset], float] = {}
+    search = Search(names, by, base, others, allowed, pins, dur, need, plan.packing)
+    lb = lower_bound(plan, names, by, dur, need, allowed, plan.packing)
+    on = search.run(lb)
+    load = {n: search.node_time(n, on[n]) for n in names}
+    return Split(queues={n: search.queue(n, on[n]) for n in names}, node_s=load, makespan_s=max(load.values()),
+                 lower_bound_s=lb, method="slots", durations=dur)
 
-    orders = memo_order = {}
 
-    def node_time(n: str, mine: frozenset) -> float:
-        """The node's end under the best of a few queue orders (the runner follows the order given)."""
-        if (n, mine) not in memo:
-            best = None
-            for key in ORDERS:
-                q = [base, *sorted(mine, key=lambda c: key(need[c][n], dur[c][n], c))]
-                t = simulate([(c, need[c][n], dur[c][n]) for c in q], node_gpus(by[n]), by[n].gpu_groups, packing)[0]
-                if best is None or t < best[0] - 1e-9:
-                    best = (t, q)
-            memo[(n, mine)], memo_order[(n, mine)] = best
-        return memo[(n, mine)]
+class Search:
+    """Which configurations go to which node, and in which queue order. A node's end is simulated
+    (slots.simulate) under a few queue orders: three by size, and the node's last polished order
+    adapted to the set (newcomers first or last). Polishing (random shuffles, then pairwise swaps)
+    searches one node's order further; its result is carried into later sets by that adapted order."""
 
-    def queue(n: str, mine) -> list[str]:
-        node_time(n, frozenset(mine))
-        return orders[(n, frozenset(mine))]
+    def __init__(self, names, by, base, others, allowed, pins, dur, need, packing):
+        self.names, self.by, self.base, self.others = names, by, base, others
+        self.allowed, self.pins, self.dur, self.need, self.packing = allowed, pins, dur, need, packing
+        self.n_gpus = {n: len(node_gpus(by[n])) for n in names}
+        self.memo: dict[tuple[str, frozenset], tuple[float, list[str]]] = {}
+        self.hint: dict[str, list[str]] = {}   # node -> its last polished order
+        self.simulations = 0
 
-    on = {n: frozenset(c for c in others if pins.get(c) == n) for n in names}
-    # greedy: GPU-seconds first, onto the node whose end grows least
-    free = sorted((c for c in others if c not in pins),
-                  key=lambda c: -min(dur[c][n] * need[c][n] for n in allowed[c]))
-    for c in free:
-        n = min(allowed[c], key=lambda n: (node_time(n, on[n] | {c}), node_time(n, on[n]), n))
-        on[n] = on[n] | {c}
+    # ---------------------------------------------------------------- one node
+    @property
+    def spent(self) -> bool:
+        return self.simulations >= MAX_SIMULATIONS
 
-    def score(times: dict) -> tuple[float, float]:
+    def end(self, n: str, q: list[str]) -> float:
+        self.simulations += 1
+        return simulate([(c, self.need[c][n], self.dur[c][n]) for c in q], node_gpus(self.by[n]),
+                        self.by[n].gpu_groups, self.packing, checked=True)[0]
+
+    def orders(self, n: str, mine: frozenset):
+        d, need = self.dur, self.need
+        for key in ORDERS:
+            yield [self.base, *sorted(mine, key=lambda c: key(need[c][n], d[c][n], c))]
+        if n in self.hint:
+            kept = [c for c in self.hint[n] if c in mine]
+            new = sorted(mine - set(kept), key=lambda c: ORDERS[2](need[c][n], d[c][n], c))
+            yield [self.base, *new, *kept]
+            yield [self.base, *kept, *new]
+
+    def best(self, n: str, mine) -> tuple[float, list[str]]:
+        mine = frozenset(mine)
+        if (n, mine) not in self.memo:
+            got = None
+            for q in self.orders(n, mine):
+                t = self.end(n, q)
+                if got is None or t < got[0] - 1e-9:
+                    got = (t, q)
+            self.memo[(n, mine)] = got
+        return self.memo[(n, mine)]
+
+    def node_time(self, n: str, mine) -> float:
+        return self.best(n, mine)[0]
+
+    def queue(self, n: str, mine) -> list[str]:
+        return self.best(n, mine)[1]
+
+    def floor(self, n: str, mine) -> float:
+        """A cheap lower bound on node_time(n, mine): its longest item, its GPU-seconds over its GPUs."""
+        items = [self.base, *mine]
+        if self.packing == "exclusive":
+            return sum(self.dur[c][n] for c in items)
+        return max(max(self.dur[c][n] for c in items),
+                   sum(self.dur[c][n] * self.need[c][n] for c in items) / self.n_gpus[n])
+
+    def polish(self, n: str, mine) -> None:
+        key = (n, frozenset(mine))
+        t, q = self.best(n, mine)
+        self.memo[key] = polish(t, q, lambda q: self.end(n, q), lambda: self.spent)
+        self.hint[n] = self.memo[key][1]
+
+    # ---------------------------------------------------------------- the fleet
+    def span(self, on: dict) -> float:
+        return max(self.node_time(n, on[n]) for n in self.names)
+
+    def score(self, times: dict) -> tuple[float, float]:
         return max(times.values()), sum(x * x for x in times.values())
 
-    def improve(on: dict) -> dict:
-        """Moves and swaps off the critical node: the first that lowers (makespan, sum of squares)."""
-        on = dict(on)
+    def greedy(self) -> dict:
+        """GPU-seconds first, onto the node whose end grows least."""
+        names, allowed, dur, need = self.names, self.allowed, self.dur, self.need
+        on = {n: frozenset(c for c in self.others if self.pins.get(c) == n) for n in names}
+        free = sorted((c for c in self.others if c not in self.pins),
+                      key=lambda c: -min(dur[c][n] * need[c][n] for n in allowed[c]))
+        for c in free:
+            n = min(allowed[c], key=lambda n: (self.node_time(n, on[n] | {c}), self.node_time(n, on[n]), n))
+            on[n] = on[n] | {c}
+        return on
+
+    def improve(self, on: dict) -> dict:
+        """Moves and swaps off the critical node: the first that lowers (makespan, sum of squares).
+        A trial whose receiving node cannot end before the makespan (its floor, then its simulated end)
+        is dropped before the critical node is simulated; none is tried once the budget is spent."""
+        on, names, allowed, pins = dict(on), self.names, self.allowed, self.pins
         for _ in range(MAX_ROUNDS):
-            times = {n: node_time(n, on[n]) for n in names}
-            cur, crit = score(times), max(names, key=lambda n: times[n])
+            times = {n: self.node_time(n, on[n]) for n in names}
+            cur, crit = self.score(times), max(names, key=lambda n: times[n])
+
+            def better(a_side, b: str, b_side) -> bool:
+                if self.floor(b, b_side) > cur[0] or self.spent:
+                    return False
+                tb = self.node_time(b, b_side)
+                return tb <= cur[0] and self.score({**times, crit: self.node_time(crit, a_side), b: tb}) < cur
+
             found = None
             for c in sorted(on[crit] - set(pins)):
                 for n in (x for x in allowed[c] if x != crit):
-                    trial = {**times, crit: node_time(crit, on[crit] - {c}), n: node_time(n, on[n] | {c})}
-                    if score(trial) < cur:
+                    if better(on[crit] - {c}, n, on[n] | {c}):
                         found = {crit: on[crit] - {c}, n: on[n] | {c}}
                         break
                 for n in (x for x in names if x != crit and not found):
@@ -126,7 +198,7 @@ def slot_split(plan: Plan, nodes, pins: dict[str, str], item_s, durations=None):
                         if crit not in allowed[b] or n not in allowed[c]:
                             continue
                         a_side, b_side = on[crit] - {c} | {b}, on[n] - {b} | {c}
-                        if score({**times, crit: node_time(crit, a_side), n: node_time(n, b_side)}) < cur:
+                        if better(a_side, n, b_side):
                             found = {crit: a_side, n: b_side}
                             break
                 if found:
@@ -136,33 +208,73 @@ def slot_split(plan: Plan, nodes, pins: dict[str, str], item_s, durations=None):
             on.update(found)
         return on
 
-    def span(on: dict) -> float:
-        return max(node_time(n, on[n]) for n in names)
+    def settle(self, on: dict) -> dict:
+        """improve, then polish every node's order and improve again while that lowers the makespan."""
+        on = self.improve(on)
+        for _ in range(PERTURB_ROUNDS):
+            if self.spent:
+                break
+            before = self.span(on)
+            for n in self.names:
+                self.polish(n, on[n])
+            on = self.improve(on)
+            if self.span(on) >= before - 1e-9:
+                break
+        return on
 
-    # iterated local search: shake one or two items off the critical node, improve, keep the best
-    lb = lower_bound(plan, names, by, dur, need, allowed, packing)
-    best = cur = improve(on)
-    rng = random.Random(0)  # deterministic: the same plan always gives the same split
-    movable = [c for c in others if c not in pins and len(allowed[c]) > 1]
-    for _ in range(PERTURB_ROUNDS if movable and len(names) > 1 else 0):
-        if span(best) <= lb * 1.0001:
+    def run(self, lb: float) -> dict:
+        """Greedy, settle, then an iterated local search (shake one or two items off the critical
+        node, settle, keep the best)."""
+        best = cur = self.settle(self.greedy())
+        rng = random.Random(0)  # deterministic: the same plan always gives the same split
+        movable = [c for c in self.others if c not in self.pins and len(self.allowed[c]) > 1]
+        for _ in range(PERTURB_ROUNDS if movable and len(self.names) > 1 else 0):
+            if self.span(best) <= lb * 1.0001 or self.spent:
+                break
+            trial = dict(cur)
+            crit = max(self.names, key=lambda n: self.node_time(n, trial[n]))
+            pool = sorted(c for c in trial[crit] if c in movable) or movable
+            for c in rng.sample(pool, min(len(pool), rng.randint(1, 2))):
+                src = next(n for n in self.names if c in trial[n])
+                dst = rng.choice([n for n in self.allowed[c] if n != src])
+                trial[src], trial[dst] = trial[src] - {c}, trial[dst] | {c}
+            trial = self.settle(trial)
+            if self.span(trial) < self.span(best) - 1e-9:
+                best = trial
+            cur = trial if self.span(trial) <= self.span(cur) * 1.02 else best
+        return best
+
+
+def polish(t: float, queue: list[str], end, spent=lambda: False) -> tuple[float, list[str]]:
+    """A better queue order for one node: POLISH_SHUFFLES seeded shuffles, then first-improvement
+    pairwise swaps (at most POLISH_SWAPS tried); the baseline stays first. end(queue) -> busy time;
+    spent() -> True: stop."""
+    rng, head, best = random.Random(1), queue[:1], (t, list(queue))
+    for _ in range(POLISH_SHUFFLES):
+        if spent():
             break
-        trial = dict(cur)
-        crit = max(names, key=lambda n: node_time(n, trial[n]))
-        pool = sorted(c for c in trial[crit] if c in movable) or movable
-        for c in rng.sample(pool, min(len(pool), rng.randint(1, 2))):
-            src = next(n for n in names if c in trial[n])
-            dst = rng.choice([n for n in allowed[c] if n != src])
-            trial[src], trial[dst] = trial[src] - {c}, trial[dst] | {c}
-        trial = improve(trial)
-        if span(trial) < span(best) - 1e-9:
-            best = trial
-        cur = trial if span(trial) <= span(cur) * 1.02 else best
-    on = best
-    load = {n: node_time(n, on[n]) for n in names}
-    return Split(queues={n: queue(n, on[n]) for n in names}, node_s=load, makespan_s=max(load.values()),
-                 lower_bound_s=lb, method="slots",
-                 durations=dur)
+        rest = queue[1:]
+        rng.shuffle(rest)
+        v = end(head + rest)
+        if v < best[0] - 1e-9:
+            best = (v, head + rest)
+    tried, improved = 0, True
+    while improved and tried < POLISH_SWAPS and not spent():
+        improved = False
+        q = best[1]
+        for i in range(1, len(q)):
+            for j in range(i + 1, len(q)):
+                trial = q[:i] + [q[j]] + q[i + 1:j] + [q[i]] + q[j + 1:]
+                tried += 1
+                v = end(trial)
+                if v < best[0] - 1e-9:
+                    best, improved = (v, trial), True
+                    break
+                if tried >= POLISH_SWAPS or spent():
+                    break
+            if improved or tried >= POLISH_SWAPS or spent():
+                break
+    return best
 
 
 def lower_bound(plan, names, by, dur, need, allowed, packing) -> float:
