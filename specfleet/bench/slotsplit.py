@@ -5,11 +5,12 @@ configuration says where it may run (tensor/pipeline parallel size, gpu_model, w
 busy time is what the runner's pool does with its queue (slots.simulate: in queue order, every item
 that fits on free GPUs starts; exclusive = one at a time). The baseline runs on every node first.
 
-Search: greedy by GPU-seconds (widest, longest first) onto the node whose simulated end grows least,
-then moves and swaps off the critical node while the makespan (then the sum of squares) falls, then
-an iterated local search (shake one or two items off the critical node, improve, keep the best). Lower bound: max(the longest
-baseline, every other item at its best, total GPU-seconds / all GPUs (exclusive: total seconds / nodes),
-and the pigeonhole bound over GPUs).
+Search (class Search): greedy by GPU-seconds onto the node whose simulated end grows least; moves and
+swaps off the critical node while the makespan (then the sum of squares) falls; every node's queue order
+polished (shuffles, swaps) and the moves tried again; an iterated local search (shake one or two items off
+the critical node, settle, keep the best). At most MAX_SIMULATIONS node ends are simulated. Lower bound:
+max(the longest baseline, every other item at its best, total GPU-seconds / all GPUs (exclusive: total
+seconds / nodes), and the pigeonhole bound over GPUs).
 """
 from __future__ import annotations
 
@@ -22,8 +23,8 @@ MAX_ROUNDS = 500     # improving steps of one local search (each lowers the make
 # node ends simulated per split, at most: fab bench waits on the split (~0.1-0.5 ms each on one core,
 # by the node's size); the split is then the best found -- deterministic, not timed
 MAX_SIMULATIONS = 24_000
-POLISH_SHUFFLES = 60   # random queue orders tried on a critical node at the end
-POLISH_SWAPS = 600      # pairwise order swaps tried on it after those
+POLISH_SHUFFLES = 60    # random queue orders tried per polish of one node
+POLISH_SWAPS = 600      # pairwise order swaps tried after those
 PERTURB_ROUNDS = 6   # shakes of the iterated local search
 # queue orders a node's end is simulated under (the best is the queue): widest first, longest first,
 # most GPU-seconds first; ties by name so the same plan gives the same queue
