@@ -26,6 +26,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, ValidationInfo, field_validator, model_validator
 
 from ..errors import UserError
+from .layout import GPU_COPY, copy_of
 from .slots import needed, parallel_sizes
 from ..yamlfile import YamlFileError, first_error, load_yaml
 from .sweep import Cell, SweepError, bench_cells, expand_configurations
@@ -402,6 +403,9 @@ class Equivalence(_Strict):
     metric: str = "output_throughput"
     concurrency: int = Field(default=16, ge=1)
     tolerance_pct: float = Field(default=3.0, gt=0)
+    # packing shared on nodes with several GPUs: the baseline runs once on every GPU (layout.gpu_copy),
+    # so the gate compares the GPUs of a node as it compares nodes (one more baseline run per GPU)
+    every_gpu: bool = False
 
 
 class Plan(_Strict):
@@ -436,6 +440,17 @@ class Plan(_Strict):
             raise ValueError(f"configurations: name {dup[0]!r} appears twice")
         if self.baseline not in names:
             raise ValueError(f"baseline: {self.baseline!r} is not a configuration (have: {', '.join(names)})")
+        taken = [n for n in names if copy_of(n, self.baseline) is not None]
+        if taken:
+            raise ValueError(f"configurations: name {taken[0]!r} is the baseline's run on another GPU "
+                             f"({GPU_COPY.format(baseline=self.baseline, index='<N>')}, equivalence.every_gpu); "
+                             "choose another name")
+        if self.equivalence.every_gpu:
+            if self.packing != "shared":
+                raise ValueError("equivalence.every_gpu: needs packing: shared (exclusive runs every server "
+                                 "on the node's first free GPU, so there is nothing to compare)")
+            if self.benchmark.concurrency_search is not None:
+                raise ValueError("equivalence.every_gpu: does not combine with a crossover search yet")
         concs = sorted({c.concurrency for c in self.benchmark.cells})
         if self.equivalence.concurrency not in concs:
             raise ValueError(
@@ -445,6 +460,10 @@ class Plan(_Strict):
         return self
 
     def config(self, name: str) -> Configuration:
+        """The configuration named `name`; the baseline's run on another GPU (layout.gpu_copy) is the
+        baseline's."""
+        if self.equivalence.every_gpu and copy_of(name, self.baseline) is not None:
+            name = self.baseline
         for c in self.configurations:
             if c.name == name:
                 return c
@@ -481,6 +500,8 @@ class Plan(_Strict):
         # keeps its hash, so its campaign resumes (and its results merge) after an upgrade
         for key in [k for k in HASH_IF_SET if d.get(k) == HASH_IF_SET[k]]:
             del d[key]
+        if d["equivalence"]["every_gpu"] == Equivalence.model_fields["every_gpu"].default:
+            del d["equivalence"]["every_gpu"]
         for c in d["configurations"]:
             for key in [k for k in CONFIG_HASH_IF_SET if c.get(k) == CONFIG_HASH_IF_SET[k]]:
                 del c[key]

@@ -130,15 +130,19 @@ def fits_ever(need: int, gpus: list[int], groups: list[list[int]] | None) -> boo
     return pick(gpus, need, groups) is not None
 
 
-def simulate(items: list[tuple[str, int, float]], gpus: list[int], groups: list[list[int]] | None = None,
+def simulate(items: list[tuple], gpus: list[int], groups: list[list[int]] | None = None,
              packing: str = "shared", checked: bool = False) -> tuple[float, dict[str, tuple[float, list[int]]]]:
     """(busy time, {name: (start, gpu set)}) of a node running `items` ((name, need, seconds), queue
-    order) as run_slots does: at each moment every pending item that fits starts, in queue order;
-    exclusive = one at a time. A `need` larger than the node (or any group) raises ValueError;
+    order; a 4th element, when not None, is the one GPU index it is pinned to: item["gpu_pin"]) as
+    run_slots does: at each moment every pending item that fits starts, in queue order; exclusive = one
+    at a time. A `need` larger than the node (or any group) raises ValueError;
     checked=True: the caller has checked that already (the split simulates the same items thousands
     of times)."""
     if not checked:
-        for name, need, _ in items:
+        for it in items:
+            name, need, pin = it[0], it[1], it[3] if len(it) > 3 else None
+            if pin is not None and pin not in gpus:
+                raise ValueError(f"{name} is pinned to GPU {pin}; the node has {sorted(gpus)}")
             if not fits_ever(need, gpus, groups):
                 raise ValueError(f"{name} needs {need} GPU(s) in one group; the node has {len(gpus)}"
                                  + (f" in groups {groups}" if groups else ""))
@@ -152,7 +156,10 @@ def simulate(items: list[tuple[str, int, float]], gpus: list[int], groups: list[
             if exclusive and running or not free:
                 waiting.extend(pending[k:])
                 break
-            got = _pick_cached(free, it[1], gkey) if it[1] <= len(free) else None
+            if len(it) > 3 and it[3] is not None:
+                got = [it[3]] if it[3] in free else None
+            else:
+                got = _pick_cached(free, it[1], gkey) if it[1] <= len(free) else None
             if got is None:
                 waiting.append(it)
                 continue
@@ -368,7 +375,17 @@ class Pool:
                         break
                     need = max(needed(item["serve_argv"]), len(indices) if item.get("whole_node") else 1)
                     ok = [i for i in indices if i not in self.held]
-                    if not fits_ever(need, ok, self.groups):
+                    pin = item.get("gpu_pin")   # equivalence.every_gpu: the baseline's run on this GPU
+                    if pin is not None and pin not in ok:
+                        pending.remove((item, rec))
+                        failed = True
+                        rec.update(attempts=rec["attempts"] + 1, started_at=now())
+                        r.set(rec, "failed", "no GPU set", finished_at=now(),
+                              error=f"pinned to GPU {pin}, which is "
+                              + (f"kept out: {self.held[pin]}" if pin in self.held else
+                                 f"not one of the node's GPUs {indices}"))
+                        continue
+                    if pin is None and not fits_ever(need, ok, self.groups):
                         pending.remove((item, rec))
                         failed = True
                         held = "; ".join(f"GPU {i}: {w}" for i, w in sorted(self.held.items()))
@@ -378,7 +395,10 @@ class Pool:
                               + (f", kept out: {held}" if held else "")
                               + (f" (gpu_groups {self.groups})" if self.groups else ""))
                         continue
-                    got = pick([i for i in indices if i not in busy], need, self.groups)
+                    if pin is not None:
+                        got = [pin] if pin not in busy else None
+                    else:
+                        got = pick([i for i in indices if i not in busy], need, self.groups)
                     if got is None:
                         continue
                     pending.remove((item, rec))

@@ -17,6 +17,7 @@ from __future__ import annotations
 import random
 
 from .plan import Plan, PlanError, gpus_needed
+from .layout import copy_of, gpu_copy
 from .slots import fits_ever, simulate
 
 MAX_ROUNDS = 500     # improving steps of one local search (each lowers the makespan or the spread)
@@ -40,6 +41,21 @@ def needs_slots(plan: Plan, nodes) -> bool:
     many = any(len(n.gpus) > 1 for n in nodes)
     placed = any(c.gpu_model or c.whole_node or gpus_needed(plan, c.name) > 1 for c in plan.configurations)
     return placed or (many and plan.packing == "shared")
+
+
+def head(plan: Plan, gpus: list[int]) -> list[str]:
+    """What the queue of a node with GPUs `gpus` (indices) starts with: the baseline, and with
+    equivalence.every_gpu on a node of several GPUs, the baseline's run on each other GPU (pins_of)."""
+    if not (plan.equivalence.every_gpu and len(gpus) > 1):
+        return [plan.baseline]
+    return [plan.baseline, *(gpu_copy(plan.baseline, i) for i in gpus[1:])]
+
+
+def pins_of(plan: Plan, gpus: list[int]) -> dict[str, int]:
+    """item -> the GPU index it must run on (equivalence.every_gpu: the baseline on the node's first GPU,
+    each copy on its own); {} otherwise. The runner reads it as item["gpu_pin"] (spec.build_run_spec)."""
+    h = head(plan, gpus)
+    return {h[0]: gpus[0], **{c: copy_of(c, plan.baseline) for c in h[1:]}} if len(h) > 1 else {}
 
 
 def need_on(plan: Plan, config: str, node) -> int:
@@ -82,8 +98,13 @@ def slot_split(plan: Plan, nodes, pins: dict[str, str], item_s, durations=None):
             raise PlanError(f"--assign {c}={pins[c]}: {why_not(plan, c, by[pins[c]])}")
     dur = {c: {n: item_s(plan, c, by[n], durations) for n in names} for c in [base, *others]}
     need = {c: {n: need_on(plan, c, by[n]) for n in names} for c in [base, *others]}
-    search = Search(names, by, base, others, allowed, pins, dur, need, plan.packing)
-    lb = lower_bound(plan, names, by, dur, need, allowed, plan.packing)
+    heads = {n: head(plan, node_gpus(by[n])) for n in names}
+    for n in names:
+        for c in heads[n][1:]:   # the baseline's runs on the node's other GPUs: the baseline's time
+            dur.setdefault(c, {})[n], need.setdefault(c, {})[n] = dur[base][n], 1
+    gpu_pins = {n: pins_of(plan, node_gpus(by[n])) for n in names}
+    search = Search(names, by, heads, others, allowed, pins, dur, need, plan.packing, gpu_pins)
+    lb = lower_bound(names, by, heads, dur, need, allowed, others, plan.packing)
     on = search.run(lb)
     load = {n: search.node_time(n, on[n]) for n in names}
     return Split(queues={n: search.queue(n, on[n]) for n in names}, node_s=load, makespan_s=max(load.values()),
@@ -96,8 +117,9 @@ class Search:
     adapted to the set (newcomers first or last). Polishing (random shuffles, then pairwise swaps)
     searches one node's order further; its result is carried into later sets by that adapted order."""
 
-    def __init__(self, names, by, base, others, allowed, pins, dur, need, packing):
-        self.names, self.by, self.base, self.others = names, by, base, others
+    def __init__(self, names, by, heads, others, allowed, pins, dur, need, packing, gpu_pins):
+        self.names, self.by, self.heads, self.others = names, by, heads, others
+        self.gpu_pins = gpu_pins  # node -> {item: GPU index}
         self.allowed, self.pins, self.dur, self.need, self.packing = allowed, pins, dur, need, packing
         self.n_gpus = {n: len(node_gpus(by[n])) for n in names}
         self.memo: dict[tuple[str, frozenset], tuple[float, list[str]]] = {}
@@ -111,18 +133,19 @@ class Search:
 
     def end(self, n: str, q: list[str]) -> float:
         self.simulations += 1
-        return simulate([(c, self.need[c][n], self.dur[c][n]) for c in q], node_gpus(self.by[n]),
+        pin = self.gpu_pins[n]
+        return simulate([(c, self.need[c][n], self.dur[c][n], pin.get(c)) for c in q], node_gpus(self.by[n]),
                         self.by[n].gpu_groups, self.packing, checked=True)[0]
 
     def orders(self, n: str, mine: frozenset):
         d, need = self.dur, self.need
         for key in ORDERS:
-            yield [self.base, *sorted(mine, key=lambda c: key(need[c][n], d[c][n], c))]
+            yield [*self.heads[n], *sorted(mine, key=lambda c: key(need[c][n], d[c][n], c))]
         if n in self.hint:
             kept = [c for c in self.hint[n] if c in mine]
             new = sorted(mine - set(kept), key=lambda c: ORDERS[2](need[c][n], d[c][n], c))
-            yield [self.base, *new, *kept]
-            yield [self.base, *kept, *new]
+            yield [*self.heads[n], *new, *kept]
+            yield [*self.heads[n], *kept, *new]
 
     def best(self, n: str, mine) -> tuple[float, list[str]]:
         mine = frozenset(mine)
@@ -143,7 +166,7 @@ class Search:
 
     def floor(self, n: str, mine) -> float:
         """A cheap lower bound on node_time(n, mine): its longest item, its GPU-seconds over its GPUs."""
-        items = [self.base, *mine]
+        items = [*self.heads[n], *mine]
         if self.packing == "exclusive":
             return sum(self.dur[c][n] for c in items)
         return max(max(self.dur[c][n] for c in items),
@@ -152,7 +175,7 @@ class Search:
     def polish(self, n: str, mine) -> None:
         key = (n, frozenset(mine))
         t, q = self.best(n, mine)
-        self.memo[key] = polish(t, q, lambda q: self.end(n, q), lambda: self.spent)
+        self.memo[key] = polish(t, q, lambda q: self.end(n, q), lambda: self.spent, len(self.heads[n]))
         self.hint[n] = self.memo[key][1]
 
     # ---------------------------------------------------------------- the fleet
@@ -246,24 +269,24 @@ class Search:
         return best
 
 
-def polish(t: float, queue: list[str], end, spent=lambda: False) -> tuple[float, list[str]]:
+def polish(t: float, queue: list[str], end, spent=lambda: False, fixed: int = 1) -> tuple[float, list[str]]:
     """A better queue order for one node: POLISH_SHUFFLES seeded shuffles, then first-improvement
-    pairwise swaps (at most POLISH_SWAPS tried); the baseline stays first. end(queue) -> busy time;
-    spent() -> True: stop."""
-    rng, head, best = random.Random(1), queue[:1], (t, list(queue))
+    pairwise swaps (at most POLISH_SWAPS tried); the first `fixed` items (the baseline's) stay first.
+    end(queue) -> busy time; spent() -> True: stop."""
+    rng, first, best = random.Random(1), queue[:fixed], (t, list(queue))
     for _ in range(POLISH_SHUFFLES):
         if spent():
             break
-        rest = queue[1:]
+        rest = queue[fixed:]
         rng.shuffle(rest)
-        v = end(head + rest)
+        v = end(first + rest)
         if v < best[0] - 1e-9:
-            best = (v, head + rest)
+            best = (v, first + rest)
     tried, improved = 0, True
     while improved and tried < POLISH_SWAPS and not spent():
         improved = False
         q = best[1]
-        for i in range(1, len(q)):
+        for i in range(fixed, len(q)):
             for j in range(i + 1, len(q)):
                 trial = q[:i] + [q[j]] + q[i + 1:j] + [q[i]] + q[j + 1:]
                 tried += 1
@@ -278,23 +301,24 @@ def polish(t: float, queue: list[str], end, spent=lambda: False) -> tuple[float,
     return best
 
 
-def lower_bound(plan, names, by, dur, need, allowed, packing) -> float:
-    base = plan.baseline
-    others = [c for c in dur if c != base]
-    lb = max(max(dur[base][n] for n in names), max((min(dur[c][n] for n in allowed[c]) for c in others), default=0))
+def lower_bound(names, by, heads, dur, need, allowed, others, packing) -> float:
+    """max(longest item, work / capacity, pigeonhole): every node's head items (the baseline and its GPU
+    copies) are counted on that node, every other item at its best node."""
+    fixed = [(c, n) for n in names for c in heads[n]]
+    lb = max(max(dur[c][n] for c, n in fixed), max((min(dur[c][n] for n in allowed[c]) for c in others), default=0))
     if packing == "exclusive":
         cap = len(names)
-        work = sum(dur[base][n] for n in names) + sum(min(dur[c][n] for n in allowed[c]) for c in others)
+        work = sum(dur[c][n] for c, n in fixed) + sum(min(dur[c][n] for n in allowed[c]) for c in others)
     else:
         cap = sum(len(node_gpus(by[n])) for n in names)
-        work = sum(dur[base][n] * need[base][n] for n in names) + \
+        work = sum(dur[c][n] * need[c][n] for c, n in fixed) + \
             sum(min(dur[c][n] * need[c][n] for n in allowed[c]) for c in others)
     # pigeonhole over GPUs (shared) or nodes (exclusive): of the k*cap+1 longest one-GPU shares, some
     # GPU runs k+1 (a server on n GPUs counts once per GPU: its shares sit on distinct GPUs)
     if packing == "exclusive":
-        shares = [dur[base][n] for n in names] + [min(dur[c][n] for n in allowed[c]) for c in others]
+        shares = [dur[c][n] for c, n in fixed] + [min(dur[c][n] for n in allowed[c]) for c in others]
     else:
-        shares = [dur[base][n] for n in names for _ in range(need[base][n])] + \
+        shares = [dur[c][n] for c, n in fixed for _ in range(need[c][n])] + \
             [d for c in others for d in [min(dur[c][n] for n in allowed[c])] * min(need[c][n] for n in allowed[c])]
     return max(lb, work / cap, pigeonhole(shares, cap))
 

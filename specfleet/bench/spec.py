@@ -7,6 +7,7 @@ from pathlib import Path
 
 from .commands import Paths, bench_templates, item_argv
 from .plan import Plan
+from .slotsplit import pins_of
 
 SPEC_SCHEMA = 1
 # Copy all of them to one directory on the worker, then:
@@ -57,6 +58,10 @@ def build_run_spec(plan: Plan, node: str, queue: list[str], paths: Paths, *,
         for it in spec["items"]:
             if plan.config(it["name"]).whole_node:
                 it["whole_node"] = True
+        pinned = pins_of(plan, [g["index"] for g in gpus])   # equivalence.every_gpu: the baseline per GPU
+        for it in spec["items"]:
+            if it["name"] in pinned:
+                it["gpu_pin"] = pinned[it["name"]]
     return spec
 
 

@@ -3,13 +3,17 @@ the same trap as a slow node. gate.check_equivalence calls gpu_checks after its 
 
 Each result says where it ran (`gpu_uuids`, `gpu_names`, `packing` in its metadata: the runner's slot
 pool adds them on nodes with several GPUs). On a node whose configurations ran on more than one GPU set,
-the baseline's runs on each set are compared pairwise with the node rule (gate.decide); where the
+the baseline's runs on each set are compared pairwise with the node rule (gate.decide): with
+`equivalence.every_gpu` the baseline ran once per GPU (layout.gpu_copy names those runs). Where the
 baseline ran on one set only, the check says "not checked" and why.
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from typing import TYPE_CHECKING
+
+from ..bench.layout import copy_of
 
 if TYPE_CHECKING:
     from .campaign import Campaign
@@ -43,6 +47,19 @@ def packing_of(camp: "Campaign") -> str:
     return "; ".join(say.get(s, s) for s in seen) + (" -- MIXED across results" if len(seen) > 1 else "")
 
 
+def is_baseline(config: str, baseline: str) -> bool:
+    """The baseline, or its run on another GPU (equivalence.every_gpu)."""
+    return config == baseline or copy_of(config, baseline) is not None
+
+
+def split_off_gpu_copies(camp: "Campaign", baseline: str) -> "Campaign":
+    """The campaign without the baseline's runs on other GPUs: they serve the GPU check, not the tables
+    (the baseline's own runs are the node's reference)."""
+    keep = lambda config: copy_of(config, baseline) is None  # noqa: E731
+    return dataclasses.replace(camp, runs=[r for r in camp.runs if keep(r.config)],
+                               kv=[k for k in camp.kv if keep(k.config)])
+
+
 def gpu_checks(camp: "Campaign", rule, baseline: str, decide, samples_of) -> tuple[list, list[str]]:
     """(PairChecks labelled 'node [set]', notes) for the nodes whose configurations used several GPU sets."""
     checks, notes = [], []
@@ -51,15 +68,16 @@ def gpu_checks(camp: "Campaign", rule, baseline: str, decide, samples_of) -> tup
         sets = sorted({s for s in map(gpu_set, runs) if s})
         if len(sets) < 2:
             continue
-        base_sets = sorted({gpu_set(r) for r in runs if r.config == baseline and gpu_set(r)})
+        base_runs = [r for r in runs if is_baseline(r.config, baseline)]
+        base_sets = sorted({gpu_set(r) for r in base_runs if gpu_set(r)})
         if len(base_sets) < 2:
             notes.append(f"equivalence across the GPUs of {host}: not checked -- its configurations ran on "
                          f"{len(sets)} GPU sets, the baseline '{baseline}' on "
                          f"{base_sets[0] if base_sets else 'none'} only, so a slower GPU there (clock, thermal "
-                         "limit) would read as a configuration effect; compare with the node-level check and "
-                         "nvidia-smi -q -d CLOCK,PERFORMANCE")
+                         "limit) would read as a configuration effect; equivalence.every_gpu: true in the plan "
+                         "runs the baseline on every GPU; else compare nvidia-smi -q -d CLOCK,PERFORMANCE")
             continue
-        per = {s: samples_of([r for r in runs if r.config == baseline and gpu_set(r) == s]) for s in base_sets}
+        per = {s: samples_of([r for r in base_runs if gpu_set(r) == s]) for s in base_sets}
         for a, b in itertools.combinations(base_sets, 2):
             for conc in sorted(set(per[a]) & set(per[b])):
                 if rule.concurrency is not None and conc != rule.concurrency:

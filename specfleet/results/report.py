@@ -13,6 +13,7 @@ from .campaign import Campaign, Expect, Quarantined, scan_campaign
 from .cells import CellState, Planned, cell_states
 from .conclusions import conclusions
 from .gate import DEFAULT_BASELINE, EquivalenceRule, GateResult, check_equivalence
+from .gpu_gate import split_off_gpu_copies
 from .measures import NoiseBand
 from .merge import Tables, build_tables
 from .document import ReportModel, build_model, print_cells, print_report, write_report
@@ -124,7 +125,9 @@ def report_campaign(campaign_dir: Path | str, baseline: str = DEFAULT_BASELINE,
             print_cells(out.cells, command, c)
             c.print(out.error, style="bold red", markup=False)
         return out
-    tables = build_tables(camp, baseline, gpu_bandwidth_gbps, weights_gib, NoiseBand(rule.tolerance_pct))
+    # the baseline's runs on a node's other GPUs (equivalence.every_gpu) went to the gate, not the tables
+    tables = build_tables(split_off_gpu_copies(camp, baseline), baseline, gpu_bandwidth_gbps, weights_gib,
+                          NoiseBand(rule.tolerance_pct))
     concl = conclusions(tables, baseline)
     forced = force and not gate.passed
     model = build_model(camp.name, tables, gate, concl, baseline=baseline, simulated=camp.simulated,

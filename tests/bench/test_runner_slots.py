@@ -228,3 +228,33 @@ def test_crossover_rounds_run_on_a_node_with_several_gpus_once_every_slot_is_idl
     before = {p.name: p.stat().st_mtime_ns for p in bed.run_dir.glob("*_conc*.json")}
     assert bed.run(path, timeout=120) == 0, bed.log()
     assert {p.name: p.stat().st_mtime_ns for p in bed.run_dir.glob("*_conc*.json")} == before
+
+
+def test_every_gpu_runs_the_baseline_on_each_gpu_by_its_pin(bed):
+    p = four_gpus(bed)
+    raw = p.model_dump(mode="json")
+    raw["equivalence"]["every_gpu"] = True
+    p = parse_plan(raw, bed.tmp / "plan.yml")
+    queue = ["vanilla", "vanilla.gpu1", "vanilla.gpu2", "vanilla.gpu3", "ngram5", "tp2"]
+    rc = bed.run(spec(bed, p, queue), timeout=120)
+    items = bed.items()
+    assert rc == 0, bed.log()
+    assert [items[n]["gpus"][0]["uuid"] for n in queue[:4]] == [g["uuid"] for g in GPUS]
+    for n in queue[:4]:   # each copy wrote its own result, stamped with the GPU it ran on
+        res = json.loads(next(bed.run_dir.glob(f"{n}_conc*.json")).read_text())
+        assert res["gpu_uuids"] == items[n]["gpus"][0]["uuid"] and res["config"] == n
+    assert all(i["status"] == "done" for i in items.values())
+
+
+def test_an_item_pinned_to_a_gpu_kept_out_fails_alone_and_says_why(bed, monkeypatch):
+    monkeypatch.setenv("FAKE_HOLD_S", "40")
+    p = four_gpus(bed, faults={"vanilla": "orphan-holds-gpu"}, stop_timeout_s=3, tp2=False)
+    path = spec(bed, p, ["vanilla", "ngram5"])
+    s = json.loads(path.read_text())
+    s["items"][0]["gpu_pin"], s["items"][1]["gpu_pin"] = 0, 0   # both on GPU 0; vanilla's orphan holds it
+    path.write_text(json.dumps(s))
+    rc = bed.run(path, timeout=120)
+    items = bed.items()
+    assert rc == 4, bed.log()
+    assert items["vanilla"]["gpus"][0]["index"] == 0 and "GPU memory still" in items["vanilla"]["error"]
+    assert items["ngram5"]["status"] == "failed" and "pinned to GPU 0, which is kept out" in items["ngram5"]["error"]

@@ -185,3 +185,50 @@ def test_slot_split_is_deterministic_and_its_simulations_are_bounded(monkeypatch
     # the budget is checked before each trial: a few node sets past it (one trial's orders) at most
     assert 500 <= len(counted) <= 500 + 2 * 5
     assert small.makespan_s >= a.makespan_s - 1e-6 and small.lower_bound_s == a.lower_bound_s
+
+
+def every_gpu_plan(extra=SIX_AND_TP2, **top):
+    raw = plan(extra, packing="shared").model_dump(mode="json")
+    raw["equivalence"]["every_gpu"] = True
+    raw.update(top)
+    return parse_plan(raw, "p.yml")
+
+
+def test_every_gpu_runs_the_baseline_pinned_on_each_gpu_of_every_node():
+    p = every_gpu_plan()
+    fleet = nodes(n=2, g=4) + [NodeInfo("one")]    # a one-GPU node: its baseline alone, no copies
+    s = split(p, fleet)
+    for n in ("w1", "w2"):
+        assert s.queues[n][:4] == ["vanilla", "vanilla.gpu1", "vanilla.gpu2", "vanilla.gpu3"]
+        assert s.durations["vanilla.gpu2"][n] == s.durations["vanilla"][n]
+    assert s.queues["one"][0] == "vanilla" and not any(".gpu" in c for c in s.queues["one"])
+    # every other configuration once, the copies not counted as configurations
+    placed = [c for q in s.queues.values() for c in q if c != "vanilla" and ".gpu" not in c]
+    assert sorted(placed) == sorted(c.name for c in p.configurations[1:])
+    # the copies' work is in the bound: it can only grow
+    assert s.lower_bound_s > split(plan(SIX_AND_TP2, packing="shared"), fleet).lower_bound_s
+    spec = build_run_spec(p, "w1", s.queues["w1"], Paths(venv="/v", work_dir="/w"),
+                          gpus=[{"index": i} for i in range(4)], run_id="r")
+    pins = {it["name"]: it.get("gpu_pin") for it in spec["items"]}
+    assert [pins[f"vanilla{x}"] for x in ("", ".gpu1", ".gpu2", ".gpu3")] == [0, 1, 2, 3]
+    assert all(v is None for k, v in pins.items() if not k.startswith("vanilla"))
+    copy = next(it for it in spec["items"] if it["name"] == "vanilla.gpu2")
+    assert copy["serve_argv"] == spec["items"][0]["serve_argv"]          # the baseline's server ...
+    assert copy["bench"][0]["result_file"].startswith("vanilla.gpu2_conc")  # ... its own results
+    assert "config=vanilla.gpu2" in copy["bench"][0]["argv"]
+
+
+def test_every_gpu_is_refused_where_it_would_compare_nothing_and_its_names_are_reserved():
+    with pytest.raises(PlanError, match="p.yml: field 'equivalence.every_gpu': needs packing: shared"):
+        every_gpu_plan(packing="exclusive")
+    # a plan that asks for it is another campaign (its queues differ); one that does not keeps its hash
+    assert every_gpu_plan().plan_hash() != plan(SIX_AND_TP2, packing="shared").plan_hash()
+    with pytest.raises(PlanError, match=r"'vanilla.gpu2' is the baseline's run on another GPU"):
+        plan([ngram("vanilla.gpu2")])
+
+
+def test_simulate_honours_gpu_pins():
+    span, starts = simulate([("b", 1, 10.0, 2), ("a", 1, 10.0), ("c", 1, 5.0, 2)], [0, 1, 2])
+    assert starts["b"] == (0.0, [2]) and starts["a"] == (0.0, [0]) and starts["c"] == (10.0, [2]) and span == 15.0
+    with pytest.raises(ValueError, match="pinned to GPU 7"):
+        simulate([("b", 1, 1.0, 7)], [0, 1])

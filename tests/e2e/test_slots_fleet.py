@@ -93,3 +93,37 @@ def watch_and_kill(tb):
                 host_sh(tb, host, f"kill -KILL -- -{bench_now[0]['server_pid']}")
         time.sleep(0.3)
     return overlap, victim
+
+
+def test_every_gpu_runs_the_baseline_on_each_gpu_and_the_report_compares_them(testbed_factory, tmp_path):
+    tb = testbed_factory(workers=2, gpus=2)   # the GPUs from nvidia-smi: the inventory does not list them
+    inv = inventory_of(tb)
+    assert fab("provision", inventory=inv, runs=tmp_path / "runs-p").returncode == 0
+
+    def every_gpu(doc):
+        doc["packing"] = "shared"
+        doc.setdefault("equivalence", {})["every_gpu"] = True
+        doc["configurations"].append({"name": "ngram_k2", "speculative_config": {"method": "ngram",
+                                                                                 "num_speculative_tokens": 2}})
+    plan = plan_variant(tmp_path, every_gpu)
+    first = bench(tb, tmp_path, plan=plan, tag="first", timeout=600)
+    assert first.returncode == 0, out_of(first)
+    for host in ("w1", "w2"):
+        items = {i["name"]: i for i in state(tb, host)["items"]}
+        assert [g["index"] for g in items["vanilla"]["gpus"]] == [0], items["vanilla"]
+        assert [g["index"] for g in items["vanilla.gpu1"]["gpus"]] == [1], items["vanilla.gpu1"]
+        assert all(i["status"] == "done" and i["attempts"] == 1 for i in items.values()), items
+        assert set(gpu_used(tb, host).values()) == {0}
+    # twice: the same plan resumes with nothing to do
+    again = bench(tb, tmp_path, plan=plan, tag="again")
+    assert again.returncode == 0, out_of(again)
+    assert all(i["attempts"] == 1 for h in ("w1", "w2") for i in state(tb, h)["items"])
+    res = tmp_path / "results"
+    out = fab("collect", "--plan", str(plan), "--results", str(res), runs=tmp_path / "runs-c", inventory=inv)
+    assert out.returncode == 0, out_of(out)
+    md = (res / CAMPAIGN / "report.md").read_text()
+    for host in ("w1", "w2"):   # the GPU check ran: the baseline's two GPUs compared, on each node
+        assert f"across the GPUs of {host}: not checked" not in md
+        assert md.count(f"{host} [GPU-") >= 2, md
+    assert "vanilla.gpu1" not in (res / CAMPAIGN / "merged.csv").read_text(), "a GPU copy reached the tables"
+    assert (res / CAMPAIGN / "w1" / "vanilla.gpu1_conc16.json").is_file()

@@ -47,3 +47,32 @@ def test_a_slower_gpu_of_one_node_fails_the_gate(tmp_path):
 def test_one_gpu_results_state_exclusive_packing(tmp_path):
     g = check_equivalence(scan_campaign(write_campaign(tmp_path / "c")), RULE)
     assert g.packing.startswith("exclusive") and not any("GPUs of" in n for n in g.notes)
+
+
+def every_gpu_campaign(tmp_path, gpu_b_factor):
+    """w1's baseline on GPU-a and, as equivalence.every_gpu writes it, again on GPU-b (vanilla.gpu1)."""
+    data = dict(REPORT)
+    for (host, cfg, conc), vals in REPORT.items():
+        if host == "w1" and cfg == "vanilla":
+            data[("w1", "vanilla.gpu1", conc)] = (vals[0] * gpu_b_factor, vals[1] * gpu_b_factor, *vals[2:])
+    root = write_campaign(tmp_path / "c", data)
+    for f in (root / "w1").glob("*_conc*.json"):
+        stamp(f, gpu_uuids="GPU-a" if f.name.startswith("vanilla_") else "GPU-b", gpu_names="NVIDIA H200",
+              packing="shared")
+    return root
+
+
+def test_every_gpu_copies_feed_the_gpu_check_and_stay_out_of_the_tables(tmp_path):
+    from specfleet.results.report import report_campaign
+    same = every_gpu_campaign(tmp_path / "same", 1.004)
+    g = check_equivalence(scan_campaign(same), RULE)
+    gpu = [c for c in g.checks if c.node_a.startswith("w1 [")]
+    assert [(c.node_a, c.node_b, c.conc) for c in gpu] == [("w1 [GPU-a]", "w1 [GPU-b]", 16)] and gpu[0].passed
+    assert not any("not checked" in n for n in g.notes)
+    out = report_campaign(same, rule=RULE, quiet=True)
+    assert out.merged
+    assert "vanilla.gpu1" not in set(out.tables.runs.config) and "vanilla" in set(out.tables.runs.config)
+    assert "vanilla.gpu1" not in (same / "merged.csv").read_text()
+    slow = every_gpu_campaign(tmp_path / "slow", 0.90)
+    g = check_equivalence(scan_campaign(slow), RULE)
+    assert not g.passed and any(c.node_a == "w1 [GPU-a]" and not c.passed for c in g.checks)
