@@ -376,24 +376,20 @@ class Pool:
                     need = max(needed(item["serve_argv"]), len(indices) if item.get("whole_node") else 1)
                     ok = [i for i in indices if i not in self.held]
                     pin = item.get("gpu_pin")   # equivalence.every_gpu: the baseline's run on this GPU
+                    why = None
                     if pin is not None and pin not in ok:
-                        pending.remove((item, rec))
-                        failed = True
-                        rec.update(attempts=rec["attempts"] + 1, started_at=now())
-                        r.set(rec, "failed", "no GPU set", finished_at=now(),
-                              error=f"pinned to GPU {pin}, which is "
-                              + (f"kept out: {self.held[pin]}" if pin in self.held else
-                                 f"not one of the node's GPUs {indices}"))
-                        continue
-                    if pin is None and not fits_ever(need, ok, self.groups):
-                        pending.remove((item, rec))
-                        failed = True
+                        why = f"pinned to GPU {pin}, which is " + (
+                            f"kept out: {self.held[pin]}" if pin in self.held else f"not one of the node's GPUs {indices}")
+                    elif pin is None and not fits_ever(need, ok, self.groups):
                         held = "; ".join(f"GPU {i}: {w}" for i, w in sorted(self.held.items()))
+                        why = (f"needs {need} GPU(s) in one group; the node has {len(indices)}"
+                               + (f", kept out: {held}" if held else "")
+                               + (f" (gpu_groups {self.groups})" if self.groups else ""))
+                    if why:
+                        pending.remove((item, rec))
+                        failed = True
                         rec.update(attempts=rec["attempts"] + 1, started_at=now())
-                        r.set(rec, "failed", "no GPU set", finished_at=now(),
-                              error=f"needs {need} GPU(s) in one group; the node has {len(indices)}"
-                              + (f", kept out: {held}" if held else "")
-                              + (f" (gpu_groups {self.groups})" if self.groups else ""))
+                        r.set(rec, "failed", "no GPU set", finished_at=now(), error=why)
                         continue
                     if pin is not None:
                         got = [pin] if pin not in busy else None

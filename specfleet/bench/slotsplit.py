@@ -27,6 +27,7 @@ MAX_SIMULATIONS = 24_000
 POLISH_SHUFFLES = 60    # random queue orders tried per polish of one node
 POLISH_SWAPS = 600      # pairwise order swaps tried after those
 PERTURB_ROUNDS = 6   # shakes of the iterated local search
+SETTLE_ROUNDS = 6    # polish-then-improve rounds of one settle, at most
 # queue orders a node's end is simulated under (the best is the queue): widest first, longest first,
 # most GPU-seconds first; ties by name so the same plan gives the same queue
 ORDERS = (lambda need, d, c: (-need, -d, c), lambda need, d, c: (-d, -need, c), lambda need, d, c: (-need * d, c))
@@ -235,7 +236,7 @@ class Search:
     def settle(self, on: dict) -> dict:
         """improve, then polish every node's order and improve again while that lowers the makespan."""
         on = self.improve(on)
-        for _ in range(PERTURB_ROUNDS):
+        for _ in range(SETTLE_ROUNDS):
             if self.spent:
                 break
             before = self.span(on)
