@@ -16,7 +16,7 @@ from specfleet.step import Payload, Step
 from specfleet.steps.files import Directory, FileContent
 from specfleet.roles import Role
 
-from specfleet.bench.spec import RUNNER_FILES
+from specfleet.campaign.spec import RUNNER_FILES
 DEFAULT_HOME = "/var/lib/specfleet"
 
 

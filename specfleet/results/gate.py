@@ -26,11 +26,11 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from ..bench.plan import Equivalence
+from ..plan import Equivalence
 from .campaign import Campaign
 from .gpu_gate import gpu_checks, packing_of
 from .provenance import plan_hashes
-from .stats import ratio_interval, tost_p
+from ..worker.stats import ratio_interval, tost_p
 
 GATE_METRICS = {
     "output_throughput": "output tok/s",

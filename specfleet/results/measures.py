@@ -29,7 +29,7 @@ import pandas as pd
 
 from .campaign import Campaign
 from .gate import EquivalenceRule
-from .stats import ratio_interval
+from ..worker.stats import ratio_interval
 
 SPEEDUP_CONFIDENCE = 0.95
 SINGLE_RUN = "single run: plain threshold, no interval"

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from ..bench import layout
+from ..worker import layout
 from .gpu_gate import where
 
 if TYPE_CHECKING:

@@ -101,7 +101,7 @@ install() {
     echo "$want" > "$D/models/.tok"
   fi
   cp "$K/question.jsonl" "$D/question.jsonl"
-  while read -r f; do cp "$K/$f" "$D/" || die "kit lacks $f (runner-files.txt: specfleet.bench.spec.RUNNER_FILES)"; done <"$K/runner-files.txt"
+  while read -r f; do cp "$K/$f" "$D/" || die "kit lacks $f (runner-files.txt: specfleet.campaign.spec.RUNNER_FILES)"; done <"$K/runner-files.txt"
   mkdir -p "$VENV/bin"
   # The runner wants a venv: <venv>/bin/vllm (server, bench) and <venv>/bin/python (prompt-length
   # check, engine version): the image's python (it holds torch) with the payload on its path.

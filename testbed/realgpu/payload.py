@@ -251,7 +251,7 @@ def split_gguf(gguf: Path, carry: Path, kit: Path, parts: int = GGUF_PARTS) -> l
 
 def build_kit(kit: Path, dataset: Path) -> list[str]:
     """The device-side files: this tier's scripts, the runner, the specs, the dataset."""
-    from specfleet.bench import RUNNER_FILES
+    from specfleet.campaign import RUNNER_FILES
     shutil.rmtree(kit, ignore_errors=True)
     (kit / "specs").mkdir(parents=True)
     for name in KIT_FILES:

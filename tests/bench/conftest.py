@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from specfleet.bench.commands import Paths
-from specfleet.bench.plan import parse_plan
-from specfleet.bench.spec import RUNNER_FILES, build_run_spec
+from specfleet.campaign.commands import Paths
+from specfleet.plan import parse_plan
+from specfleet.campaign.spec import RUNNER_FILES, build_run_spec
 
 FAKES = Path(__file__).parent / "fakes"
 SIMVLLM = Path(__file__).resolve().parents[2] / "testbed" / "simvllm"

@@ -143,7 +143,7 @@ def test_device_copies_every_runner_file_and_the_copy_imports(tmp_path):
     module added to the runner travels without a second list to update; the copy runs alone."""
     import subprocess
     import sys
-    from specfleet.bench import RUNNER_FILES
+    from specfleet.campaign import RUNNER_FILES
     if not SAMPLE.is_file():
         pytest.skip(f"{SAMPLE} missing")
     kit = tmp_path / "kit"

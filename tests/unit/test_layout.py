@@ -1,4 +1,4 @@
-"""The campaign layout is named once (specfleet/bench/layout.py): the runner on the worker and the
+"""The campaign layout is named once (specfleet/worker/layout.py): the runner on the worker and the
 bastion that reads and fetches its files use the same names, and no other module spells them."""
 import ast
 import importlib.util
@@ -7,8 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from specfleet.bench import layout
-from specfleet.bench.spec import RUNNER_FILES
+from specfleet.worker import layout
+from specfleet.campaign.spec import RUNNER_FILES
 
 REPO = Path(__file__).resolve().parents[2]
 # where the package's code lives (before and after tasks/ and roles/ moved into specfleet/)
@@ -46,7 +46,7 @@ def test_no_other_module_spells_the_layout():
     files = [p for d in CODE_DIRS for p in sorted(d.rglob("*.py")) if p.resolve() != Path(layout.__file__).resolve()]
     assert len(files) > 20
     found = [s for p in files for s in spellings(p)]
-    assert not found, "spell these through specfleet.bench.layout:\n" + "\n".join(found)
+    assert not found, "spell these through specfleet.worker.layout:\n" + "\n".join(found)
 
 
 def test_the_lint_finds_a_spelling(tmp_path):
@@ -85,4 +85,4 @@ def test_names_of_one_item():
     assert layout.fill(f"--tokenizer={layout.MODEL}", "/m", None) == "--tokenizer=/m"
     assert layout.fill(f"vllm_version={layout.VLLM_VERSION}", "/m", None) == "vllm_version=unknown"
     assert json.loads(json.dumps(layout.lock_path("/w"))) == "/w/.specfleet-runner.lock"
-    assert importlib.util.find_spec("specfleet.bench.layout") is not None
+    assert importlib.util.find_spec("specfleet.worker.layout") is not None

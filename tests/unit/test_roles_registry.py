@@ -50,7 +50,7 @@ def test_bench_places_the_configs_roles_files(tmp_path):
     """`fab bench` places the runner through the configs role, not a copy of its steps."""
     from types import SimpleNamespace
 
-    from specfleet.bench.spec import RUNNER_FILES
+    from specfleet.campaign.spec import RUNNER_FILES
     from specfleet.inventory import Host
     from specfleet.tasks.bench import _placement
 

@@ -18,7 +18,7 @@ It stops when every verdict change lies between neighbouring fine-grid points ("
 grid step") or when `budget` concurrencies of that configuration are measured.
 
 The speedup at a concurrency is the configuration's metric over the SAME NODE's baseline, with the
-interval of the report (specfleet/results/stats.py `ratio_interval`: Welch's t on log values of the
+interval of the report (specfleet/worker/stats.py `ratio_interval`: Welch's t on log values of the
 repeats; that file is copied beside this one on the worker). With a single run on either side:
 the plain tolerance band, as the report's noise band does (measures.NoiseBand).
 
@@ -73,8 +73,8 @@ def judge(cfg: list[float], base: list[float], confidence: float, tolerance_pct:
     if not cfg or not base or min(cfg + base) <= 0:
         return None
     if __package__:  # imported when needed: the plan reads the grids without the results package
-        from ..results.stats import ratio_interval
-    else:  # on the worker: stats.py copied beside this file (specfleet.bench.spec.RUNNER_FILES)
+        from .stats import ratio_interval
+    else:  # on the worker: stats.py copied beside this file (specfleet.campaign.spec.RUNNER_FILES)
         from stats import ratio_interval  # type: ignore
     ri = ratio_interval(base, cfg, confidence)
     hi_band = 1.0 + tolerance_pct / 100.0

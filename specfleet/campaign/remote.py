@@ -14,7 +14,7 @@ from ..facts.base import Fact
 from ..facts.gpus import GpuTopology, Gpus
 from ..shell import q
 from ..step import Status, Step, StepFailed
-from . import layout
+from ..worker import layout
 
 SEP = "@@specfleet-sep@@"
 
@@ -183,7 +183,7 @@ class ReadWorker(Step):
         return {"gpus": Gpus(), "topology": GpuTopology(), "view": self.campaign_view}
 
     def decide(self, facts) -> list:
-        from .plan import PlanError
+        from ..plan import PlanError
         from .split import NodeInfo
         try:
             self.node = NodeInfo.from_facts(self.host.name, self.host.vars, facts["gpus"], facts["topology"])

@@ -6,7 +6,7 @@ import time
 from pathlib import Path
 
 from .commands import Paths, bench_templates, item_argv
-from .plan import Plan
+from ..plan import Plan
 from .slotsplit import pins_of
 
 SPEC_SCHEMA = 1
@@ -15,9 +15,9 @@ SPEC_SCHEMA = 1
 # fitcheck.py runs with the venv's python (the model's tokenizer), the others with any python3.
 # crossover.py (the search) imports stats.py (the report's intervals), both stdlib only; slots.py is
 # the pool of a node with several GPUs.
-RUNNER_FILES = (*(Path(__file__).with_name(f) for f in ("runner.py", "runner_lib.py", "layout.py", "fitcheck.py",
-                                                        "crossover.py", "slots.py")),
-                Path(__file__).parent.parent / "results" / "stats.py")
+WORKER = Path(__file__).resolve().parent.parent / "worker"
+RUNNER_FILES = tuple(WORKER / f for f in ("runner.py", "runner_lib.py", "layout.py", "fitcheck.py", "crossover.py",
+                                          "slots.py", "stats.py"))
 
 
 def build_run_spec(plan: Plan, node: str, queue: list[str], paths: Paths, *,
@@ -66,7 +66,7 @@ def build_run_spec(plan: Plan, node: str, queue: list[str], paths: Paths, *,
 
 
 def crossover_spec(plan: Plan, node: str, queue: list[str], paths: Paths) -> dict | None:
-    """What the runner's crossover rounds need (specfleet/bench/crossover.py), or None."""
+    """What the runner's crossover rounds need (specfleet/worker/crossover.py), or None."""
     b, x = plan.benchmark, plan.benchmark.concurrency_search
     if x is None:
         return None

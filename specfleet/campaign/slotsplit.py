@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import random
 
-from .plan import Plan, PlanError, gpus_needed
-from .layout import copy_of, gpu_copy
-from .slots import fits_ever, simulate
+from ..plan import Plan, PlanError, gpus_needed
+from ..worker.layout import copy_of, gpu_copy
+from ..worker.slots import fits_ever, simulate
 
 MAX_ROUNDS = 500     # improving steps of one local search (each lowers the makespan or the spread)
 # node ends simulated per split, at most: fab bench waits on the split (~0.1-0.5 ms each on one core,

@@ -1,6 +1,6 @@
 """Stdlib helpers of the worker-side runner (runner.py): files, env files, /proc.
 
-Copied to the worker next to runner.py and layout.py (specfleet.bench.spec.RUNNER_FILES).
+Copied to the worker next to runner.py and layout.py (specfleet.campaign.spec.RUNNER_FILES).
 """
 from __future__ import annotations
 

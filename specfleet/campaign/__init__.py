@@ -4,7 +4,7 @@ The bastion side calls: load_plan -> split -> build_run_spec (per node) -> copy 
 the spec to the worker -> start runner.py detached; commands_for prints the plan. docs/campaign.md.
 """
 from .commands import Paths, commands_for
-from .plan import Plan, PlanError, load_plan, parse_plan
+from ..plan import Plan, PlanError, load_plan, parse_plan
 from .spec import RUNNER_FILES, build_run_spec, dump_run_spec
 from .split import REPORT_DURATIONS, NodeInfo, Split, format_split, parse_pins, split
 

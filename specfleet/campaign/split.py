@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 
 from ..facts.gpus import GpuList, Topology, nvlink_groups
 from .bounds import pigeonhole_bound, two_class_bound
-from .plan import NGRAM_METHODS, Plan, PlanError, gpus_needed
-from .slots import parse_gpus, parse_groups
+from ..plan import NGRAM_METHODS, Plan, PlanError, gpus_needed
+from ..worker.slots import parse_gpus, parse_groups
 from .slotsplit import needs_slots, slot_split
 
 READ_MB_S = {"local": 2000.0, "nfs": 105.0}
