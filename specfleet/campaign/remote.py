@@ -55,7 +55,7 @@ def view_script(work_dir: str, campaign: str, host: str) -> str:
         f"cat {d}/{layout.RUN_SPEC} 2>/dev/null; echo {SEP}; cat {d}/{layout.STATE} 2>/dev/null; echo {SEP}; "
         f"pid=$(sed -n 's/^pid=\\([0-9]*\\).*/\\1/p' {lock} 2>/dev/null); echo \"$pid\"; "
         # alive = that PID exists and is a runner (PIDs are reused after a reboot)
-        f"[ -n \"$pid\" ] && tr '\\0' ' ' < /proc/$pid/cmdline 2>/dev/null | grep -q runner.py && echo ALIVE; "
+        f"[ -n \"$pid\" ] && tr '\\0' ' ' < /proc/$pid/cmdline 2>/dev/null | grep -q runner.pyz && echo ALIVE; "
         f"echo {SEP}; ls {d} 2>/dev/null | sed -n 's/\\{layout.DONE_SUFFIX}$//p'; echo {SEP}; "
         # read, never create, the boot marker (the runner creates it)
         "b=$(cat /proc/sys/kernel/random/boot_id 2>/dev/null || echo '?'); "
@@ -133,7 +133,7 @@ def settle(hc: HostConnection, pid: int, work_dir: str, wait_s: float = 10) -> i
     (code 3). Both fab runs then follow the winner. None: `pid` died and no runner holds the lock.
     """
     lock = q(layout.lock_path(work_dir))
-    is_runner = "tr '\\0' ' ' < /proc/$1/cmdline 2>/dev/null | grep -q runner.py"
+    is_runner = "tr '\\0' ' ' < /proc/$1/cmdline 2>/dev/null | grep -q runner.pyz"
     script = (
         f"runner() {{ {is_runner}; }}; "
         f"for i in $(seq {int(wait_s * 5)}); do "

@@ -72,10 +72,7 @@ def judge(cfg: list[float], base: list[float], confidence: float, tolerance_pct:
     """The speedup mean(cfg)/mean(base) with its interval and verdict; None without data."""
     if not cfg or not base or min(cfg + base) <= 0:
         return None
-    if __package__:  # imported when needed: the plan reads the grids without the results package
-        from .stats import ratio_interval
-    else:  # on the worker: stats.py copied beside this file (specfleet.campaign.spec.RUNNER_FILES)
-        from stats import ratio_interval  # type: ignore
+    from .stats import ratio_interval
     ri = ratio_interval(base, cfg, confidence)
     hi_band = 1.0 + tolerance_pct / 100.0
     if ri is None:  # a single run on a side: the plain tolerance band, no interval
@@ -131,7 +128,7 @@ def search(measure, lo: int, hi: int, budget: int, coarse_factor: int, per_doubl
            confidence: float, tolerance_pct: float) -> tuple[dict[int, dict], list[list[int]], str]:
     """The search without a runner: `measure(conc)` -> (configuration values, baseline values).
     Returns (judged points, the concurrencies of each round, why it stopped). The plan's defaults:
-    `ConcurrencySearch`, `Equivalence.tolerance_pct`; the report's confidence: measures.SPEEDUP_CONFIDENCE."""
+    `ConcurrencySearch`, `Equivalence.tolerance_pct`; the report's confidence: stats.SPEEDUP_CONFIDENCE."""
     grid, coarse = fine_grid(lo, hi, per_doubling), coarse_grid(lo, hi, coarse_factor)
     points: dict[int, dict] = {}
     rounds: list[list[int]] = []

@@ -25,6 +25,7 @@ from __future__ import annotations
 import posixpath
 import re
 
+RUNNER_ARTEFACT = "runner.pyz"  # the worker program, one zipapp under the specfleet home (configs role)
 RUN_SPEC = "run.json"
 STATE = "state.json"
 RUNNER_LOG = "runner.log"

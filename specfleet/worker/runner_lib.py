@@ -13,11 +13,10 @@ import subprocess
 import time
 from collections import Counter
 
-try:
-    from . import layout
-except ImportError:  # on the worker, layout.py copied beside it
-    import layout  # type: ignore
+from . import layout
 
+REBOOT_HINT = ("the host rebooted since this campaign's last runner (boot id changed): run `fab provision` "
+               "(mounts, GPU modules), then `fab bench` to resume")
 REQUIRED = ("run_id", "campaign", "host", "work_dir", "venv", "model_candidates", "port", "items")
 
 

@@ -107,7 +107,7 @@ def test_rehearsal_runs_the_campaign_and_packs_at_most_8_files(carry, tmp_path):
     state = json.loads((run / "state.json").read_text())
     assert state["status"] == "done" and [i["status"] for i in state["items"]] == ["done", "done"], state
     assert state["vllm_version"] == "simvllm 1.0 (simulated vLLM)"
-    # the prompt-length check ran with <venv>/bin/python (device.sh's wrapper) and fitcheck.py beside runner.py
+    # the prompt-length check ran with <venv>/bin/python (device.sh's wrapper) and the fit check from runner.pyz
     assert all(i["prompt_fit"]["kept"] == 4 and not i["prompt_fit"]["too_long"] for i in state["items"])
     r = json.loads((run / "vanilla_conc1.json").read_text())
     assert r["gpu"] == "REHEARSAL GPU" and r["driver"] == "0.0" and r["torch_version"] == "0.0+rehearsal"
