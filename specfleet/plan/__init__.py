@@ -525,10 +525,6 @@ def gpus_needed(plan: Plan, config: str) -> int:
     return needed([*plan.server.args, *plan.config(config).extra_args])
 
 
-def plan_hash(plan: Plan) -> str:
-    return plan.plan_hash()
-
-
 def _where(loc: tuple, file: Path, raw: Any) -> str:
     parts = list(loc)
     if len(parts) >= 2 and parts[0] == "configurations" and isinstance(parts[1], int):

@@ -53,10 +53,6 @@ class Planned:
     def nodes(self) -> list[str]:
         return sorted(self.queues)
 
-    def unassigned(self) -> list[str]:
-        held = {c for q in self.queues.values() for c in q}
-        return [c for c in self.configs if c not in held]
-
     def command(self) -> str:
         """What re-measures every cell that is not merged: the runner redoes only items whose
         result is missing or invalid (same hosts, so the same split)."""

@@ -1,4 +1,4 @@
-"""The crossover search: where does a configuration stop paying? Stdlib only; travels with runner.py.
+"""The crossover search: where does a configuration stop paying? Stdlib only; part of the worker program.
 
 A plan says `concurrencies: {search: crossover, min: 1, max: 256, budget: 12}`. The concurrencies
 lie on a geometric grid: the fine grid has `per_doubling` points per doubling (rounded to integers,
@@ -19,7 +19,7 @@ grid step") or when `budget` concurrencies of that configuration are measured.
 
 The speedup at a concurrency is the configuration's metric over the SAME NODE's baseline, with the
 interval of the report (specfleet/worker/stats.py `ratio_interval`: Welch's t on log values of the
-repeats; that file is copied beside this one on the worker). With a single run on either side:
+repeats; part of the worker program too). With a single run on either side:
 the plain tolerance band, as the report's noise band does (measures.NoiseBand).
 
 `crossover_round` is the runner's hook: where the queue runs dry it reads the node's result files

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Does every selected prompt fit the server's context? Run by runner.py with the venv's python.
+"""Does every selected prompt fit the server's context? Run by the runner with the venv's python.
 
-    <venv>/bin/python fitcheck.py --model DIR --dataset question.jsonl --num-prompts N
+    <venv>/bin/python runner.pyz fitcheck --model DIR --dataset question.jsonl --num-prompts N
         --output-len L --chat-template double|single [--max-model-len 2048] [--write-kept FILE]
 
 Selects the prompts as vLLM's spec_bench loader does (JSON Lines, `turns[0]`, shuffled with

@@ -1,7 +1,4 @@
-"""Stdlib helpers of the worker-side runner (runner.py): files, env files, /proc.
-
-Copied to the worker next to runner.py and layout.py (specfleet.campaign.spec.RUNNER_FILES).
-"""
+"""Stdlib helpers of the worker-side runner (runner.py): files, env files, /proc, nvidia-smi."""
 from __future__ import annotations
 
 import errno

@@ -1,6 +1,6 @@
 """GPU slots: what a configuration needs, which GPUs of a node it gets, several servers at once.
 
-Stdlib only: copied to the worker next to runner.py (spec.RUNNER_FILES); the bastion's split and plan
+Stdlib only: part of the worker program (runner.pyz); the bastion's split and plan
 checks import the same functions, so the GPU count a configuration needs has one definition.
 
     needed(argv)               GPUs one `vllm serve` argv uses: tensor x pipeline x data parallel size
