@@ -21,15 +21,12 @@ _ZIPAPP_MAIN = f"import sys\nfrom {ZIPAPP_PACKAGE}.__main__ import main\nsys.exi
 
 
 def worker_zipapp() -> bytes:
-    """specfleet.worker as one zipapp (runner.pyz): the same bytes for the same sources (sorted
-    names, fixed times), so placing it again changes nothing. Started as
-        setsid nohup python3 -S <home>/runner.pyz --spec <run.json> >runner.log 2>&1 </dev/null &
-    on one GPU or eight; the fit check runs from it with the venv's python (`runner.pyz fitcheck`)."""
+    """specfleet.worker as one zipapp (runner.pyz; `python3 -S runner.pyz --spec run.json`, on one
+    GPU or eight): the same bytes for the same sources (sorted names, fixed times)."""
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w") as z:
-        entries = [("__main__.py", _ZIPAPP_MAIN.encode())]
-        entries += [(f"{ZIPAPP_PACKAGE}/{f.name}", f.read_bytes()) for f in sorted(WORKER.glob("*.py"))]
-        for name, data in entries:
+        for name, data in [("__main__.py", _ZIPAPP_MAIN.encode()),
+                           *((f"{ZIPAPP_PACKAGE}/{f.name}", f.read_bytes()) for f in sorted(WORKER.glob("*.py")))]:
             z.writestr(zipfile.ZipInfo(name, (1980, 1, 1, 0, 0, 0)), data, compress_type=zipfile.ZIP_DEFLATED)
     return buf.getvalue()
 
