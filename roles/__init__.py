@@ -75,6 +75,10 @@ class Role:
             raise ValueError(f"role {self.name!r}: its vars {sorted(own & typed)} are already typed in "
                              "specfleet.inventory.Vars (one name, one type)")
 
+    @property
+    def var_names(self) -> list[str]:
+        return sorted(set(self.reads) | set(self.vars.model_fields if self.vars else ()))
+
     def check(self, host: Host, where: str) -> None:
         """The role's own vars on this host, validated: one line naming file, host and field."""
         if not self.vars:
