@@ -29,10 +29,12 @@ from .provenance import provenance_sections
 TEMPLATE_DIR = TEMPLATES / "report"
 SIMULATED_STAMP = ("SIMULATED ENGINE: inputs come from the simulated vLLM (specfleet-simvllm), "
                    "not a real GPU run. These numbers are not performance measurements.")
-NOT_EQUIVALENT_STAMP = "NODES NOT EQUIVALENT: merged with --force although the node-equivalence gate failed."
+NOT_EQUIVALENT_STAMP = ("NODES NOT EQUIVALENT: merged with --force although the node-equivalence gate did not pass "
+                        "(FAILED, or INCONCLUSIVE: the data could not show the nodes equivalent).")
 MIXED_PLANS_STAMP = "MIXED PLANS: merged with --force although the results carry different plan hashes."
 CATEGORY_IMAGE = "category-heatmap"  # <name>-<k>.svg beside report.md, one per (concurrency, output_len)
 INCOMPLETE_STAMP = "INCOMPLETE: {n} of {total} planned cells are not merged (see 'Planned cells')."
+
 
 
 @dataclass
@@ -66,7 +68,8 @@ def gate_verdict(gate: GateResult, cells: list[CellState] | None = None) -> str:
     pass needs a comparison); planned nodes whose baseline cell at the rule's point is not merged
     are named with the cell's why."""
     if not gate.passed:
-        return "FAILED"
+        return gate.verdict
+    head = gate.verdict  # PASSED, or PASSED (UNVERIFIED: ...)
     conc = gate.rule.concurrency
     lacking = {}
     for c in cells or []:
@@ -78,9 +81,9 @@ def gate_verdict(gate: GateResult, cells: list[CellState] | None = None) -> str:
         return f"NOT CHECKED ({'; '.join(why + list(lacking.values()))})"
     if lacking:
         compared = sorted({n for c in gate.checks for n in (c.node_a, c.node_b)})
-        return (f"PASSED for {', '.join(compared)}; NOT CHECKED for {', '.join(sorted(lacking))} "
+        return (f"{head} for {', '.join(compared)}; NOT CHECKED for {', '.join(sorted(lacking))} "
                 f"({'; '.join(lacking.values())})")
-    return "PASSED"
+    return head
 
 
 def fmt(v: Any, nd: int = 2, suffix: str = "") -> str:
@@ -170,8 +173,10 @@ def build_model(campaign: str, tables: Tables, gate: GateResult, conclusions: li
                 quarantined: list[str] | None = None, cells: list[CellState] | None = None,
                 command: str | None = None) -> ReportModel:
     bad = [c for c in cells or [] if not c.merged]
+    unverified = gate.passed and "UNVERIFIED" in gate.verdict
     stamps = ([SIMULATED_STAMP] if simulated else []) + \
-        ([NOT_EQUIVALENT_STAMP] if forced and not gate.nodes_equivalent else []) \
+        ([NOT_EQUIVALENT_STAMP] if forced and not gate.nodes_equivalent
+         else []) \
         + ([MIXED_PLANS_STAMP] if forced and gate.mixed_plans else []) \
         + ([INCOMPLETE_STAMP.format(n=len(bad), total=len(cells))] if bad else [])
     secs = []
@@ -218,6 +223,7 @@ def build_model(campaign: str, tables: Tables, gate: GateResult, conclusions: li
     secs += [_section(title, df, cols, note) for title, df, cols, note in
              provenance_sections(tables.provenance, tables.provenance_results)]
     tags = (["SIMULATED"] if simulated else []) + (["NODES NOT EQUIVALENT"] if forced and not gate.nodes_equivalent else []) \
+        + (["UNVERIFIED"] if unverified else []) \
         + (["MIXED PLANS"] if forced and gate.mixed_plans else []) + (["INCOMPLETE"] if bad else [])
     return ReportModel(campaign=campaign, baseline=baseline, stamps=stamps, tags=tags, gate=gate,
                        conclusions=conclusions, sections=secs, notes=list(tables.notes),
@@ -277,7 +283,7 @@ def print_report(model: ReportModel, console=None, gate_only: bool = False) -> N
             style = "bold red" if "FAIL" in row else None
             t.add_row(*row, style=style)
         console.print(t)
-    style = "green" if model.gate_verdict == "PASSED" else "bold red" if not model.gate.passed else "bold yellow"
+    style = "green" if model.gate_verdict == "PASSED" else "yellow" if model.gate.passed else "bold red" if not model.gate.passed else "bold yellow"
     console.print(f"Node equivalence [{style}]{model.gate_verdict}[/]: {model.gate.rule.describe()}",
                   markup=True, highlight=False)
     for c in model.gate.checks:

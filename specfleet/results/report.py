@@ -57,8 +57,13 @@ class ReportOutcome:
     def not_merged_message(self) -> str | None:
         if self.merged:
             return None
-        return self.error or ("the nodes are not equivalent: nothing merged "
-                              "(see the table above; --force merges and stamps the outputs)")
+        if self.error:
+            return self.error
+        if self.gate.verdict.startswith("INCONCLUSIVE"):
+            return (f"node equivalence {self.gate.verdict}: nothing merged (add repeats of the baseline: "
+                    "docs/report.md, \"Adding repeats\"; --force merges and stamps the outputs)")
+        return ("the nodes are not equivalent: nothing merged "
+                "(see the table above; --force merges and stamps the outputs)")
 
     @property
     def incomplete_message(self) -> str | None:
