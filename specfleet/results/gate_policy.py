@@ -71,15 +71,22 @@ def decide_state(n: int, low: float | None, high: float | None, band: tuple[floa
 
 
 def token_weighted_tpot(res) -> float | None:
-    """sum(latency - TTFT) / sum(output_len - 1) in ms over requests with > 1 output token, from the
-    per-request arrays; None without them (or with arrays of different lengths)."""
-    lat, ttft, ol = res.latencies, res.ttfts, res.output_lens
-    if not lat or not ttft or not ol or not (len(lat) == len(ttft) == len(ol)):
+    """sum(decode time) / sum(output_len - 1) in ms over requests with > 1 output token; a request's
+    decode time is latency - TTFT, or the sum of its ITLs where the file has no `latencies` (vLLM
+    0.26). None without per-request arrays (or with arrays of different lengths)."""
+    ol, ttft = res.output_lens, res.ttfts
+    if not ol:
+        return None
+    if res.latencies and ttft and len(res.latencies) == len(ttft) == len(ol):
+        decode = [la - t if la is not None and t is not None else None for la, t in zip(res.latencies, ttft)]
+    elif res.itls and len(res.itls) == len(ol):
+        decode = [sum(x) if x else None for x in res.itls]
+    else:
         return None
     num = den = 0.0
-    for la, t, o in zip(lat, ttft, ol):
-        if o and o > 1 and la is not None and t is not None:
-            num += la - t
+    for dt, o in zip(decode, ol):
+        if o and o > 1 and dt is not None:
+            num += dt
             den += o - 1
     return num / den * 1000.0 if den > 0 and num > 0 else None
 
