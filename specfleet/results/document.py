@@ -31,6 +31,8 @@ SIMULATED_STAMP = ("SIMULATED ENGINE: inputs come from the simulated vLLM (specf
                    "not a real GPU run. These numbers are not performance measurements.")
 NOT_EQUIVALENT_STAMP = ("NODES NOT EQUIVALENT: merged with --force although the node-equivalence gate did not pass "
                         "(FAILED, or INCONCLUSIVE: the data could not show the nodes equivalent).")
+MIXED_PROVENANCE_STAMP = ("MIXED PROVENANCE: merged with --force although the runs differ in GPU model, driver, "
+                          "CUDA, torch, vLLM version or decoding (see 'Gate decision').")
 MIXED_PLANS_STAMP = "MIXED PLANS: merged with --force although the results carry different plan hashes."
 CATEGORY_IMAGE = "category-heatmap"  # <name>-<k>.svg beside report.md, one per (concurrency, output_len)
 INCOMPLETE_STAMP = "INCOMPLETE: {n} of {total} planned cells are not merged (see 'Planned cells')."
@@ -178,6 +180,7 @@ def build_model(campaign: str, tables: Tables, gate: GateResult, conclusions: li
         ([NOT_EQUIVALENT_STAMP] if forced and not gate.nodes_equivalent
          else []) \
         + ([MIXED_PLANS_STAMP] if forced and gate.mixed_plans else []) \
+        + ([MIXED_PROVENANCE_STAMP] if forced and gate.mixed_provenance else []) \
         + ([INCOMPLETE_STAMP.format(n=len(bad), total=len(cells))] if bad else [])
     secs = []
     for cell in cell_order(tables.runs):
@@ -224,7 +227,8 @@ def build_model(campaign: str, tables: Tables, gate: GateResult, conclusions: li
              provenance_sections(tables.provenance, tables.provenance_results)]
     tags = (["SIMULATED"] if simulated else []) + (["NODES NOT EQUIVALENT"] if forced and not gate.nodes_equivalent else []) \
         + (["UNVERIFIED"] if unverified else []) \
-        + (["MIXED PLANS"] if forced and gate.mixed_plans else []) + (["INCOMPLETE"] if bad else [])
+        + (["MIXED PLANS"] if forced and gate.mixed_plans else []) \
+        + (["MIXED PROVENANCE"] if forced and gate.mixed_provenance else []) + (["INCOMPLETE"] if bad else [])
     return ReportModel(campaign=campaign, baseline=baseline, stamps=stamps, tags=tags, gate=gate,
                        conclusions=conclusions, sections=secs, notes=list(tables.notes),
                        warnings=list(warnings or []), quarantined=list(quarantined or []),

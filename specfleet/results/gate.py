@@ -32,6 +32,7 @@ import pandas as pd
 from ..bench.plan import Equivalence
 from .campaign import Campaign
 from .gpu_gate import gpu_checks, packing_of
+from .consistency import mismatches
 from .gate_policy import (ALPHA, ALPHA_PER_LOOK, FAILED, INCONCLUSIVE, MERGES, METHOD as POLICY, PASSED,
                           UNVERIFIED, Decision, decide_state, metric_value)
 from .provenance import plan_hashes
@@ -129,12 +130,14 @@ class GateResult:
     notes: list[str] = field(default_factory=list)
     table: pd.DataFrame = field(default_factory=pd.DataFrame)
     mixed_plans: dict[str, list[str]] = field(default_factory=dict)  # plan hash -> node/config items
+    mixed_provenance: list[str] = field(default_factory=list)  # consistency.mismatches: GPU, versions, decoding
     packing: str = ""   # how servers shared the nodes (gpu_gate.packing_of): the report states it
 
     @property
     def nodes_equivalent(self) -> bool:
         """The node checks alone (a mixed-plan refusal is the one problem that is not about nodes)."""
-        return all(c.passed for c in self.checks) and len(self.problems) == (1 if self.mixed_plans else 0)
+        return all(c.passed for c in self.checks) and \
+            len(self.problems) == (1 if self.mixed_plans else 0) + len(self.mixed_provenance)
 
     @property
     def verdict(self) -> str:
@@ -235,7 +238,7 @@ def _words(d: Decision, rule: EquivalenceRule) -> str:
 
 
 def check_equivalence(camp: Campaign, rule: EquivalenceRule | None = None,
-                      baseline: str = DEFAULT_BASELINE) -> GateResult:
+                      baseline: str = DEFAULT_BASELINE, vllm_pin: str | None = None) -> GateResult:
     rule = rule or EquivalenceRule()
     samples = baseline_samples(camp, baseline)
     conc_of = {r.cell: r.conc for r in camp.runs}
@@ -296,6 +299,9 @@ def check_equivalence(camp: Campaign, rule: EquivalenceRule | None = None,
         gate.problems.append("the results come from different plans (plan hash " + "; ".join(
             f"{h} on {', '.join(items)}" for h, items in sorted(hashes.items())) + "): not merged; "
             "re-run with one plan, or --force merges and stamps every output")
+    gate.mixed_provenance = mismatches(camp, vllm_pin)
+    gate.problems += [f"{m}: not merged (one campaign is one GPU model, driver, CUDA, torch, vLLM and decoding; "
+                      "--force merges and stamps every output MIXED PROVENANCE)" for m in gate.mixed_provenance]
     gate.passed = not gate.problems and all(c.state in MERGES for c in gate.checks)
     cols = ["concurrency", "cell", "metric", "node_a", "node_b", "value_a", "value_b", "diff_pct",
             "n_a", "n_b", "ci_low_pct", "ci_high_pct", "rule", "verdict"]
