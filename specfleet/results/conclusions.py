@@ -183,6 +183,7 @@ def conclusions(t: Tables, baseline: str) -> list[str]:
         cfg = cfgs.pop()
         trend = ", ".join(f"{s:.2f}x at conc {c[1]}" for c, (_, s) in sorted(best_by_conc.items()))
         out.append(f"{cfg} is best at every concurrency measured ({trend}).")
+    out += t.outliers
     out += crossover_lines(runs[runs.acceptance_flag == ""], baseline, noise, t.search)  # where each configuration stops paying (crossover.py)
     versions = {v for v in t.provenance.vllm if v}
     if len(versions) > 1:

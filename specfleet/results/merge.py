@@ -17,7 +17,7 @@ from ..bench.sweep import parse_cell
 from .campaign import Campaign, Run
 from .categories import cells_by_category
 from .crossover import search_status
-from .measures import NoiseBand, add_measures, latency_table
+from .measures import NoiseBand, add_measures, latency_table, outlier_notes
 from .provenance import node_table, result_table
 
 RUN_METRICS = {
@@ -56,6 +56,7 @@ class Tables:
     min_tpot_ms: float | None = None
     notes: list[str] = field(default_factory=list)
     search: dict[tuple[str, str], str] = field(default_factory=dict)  # crossover.search_status
+    outliers: list[str] = field(default_factory=list)  # measures.outlier_notes
 
 
 def _mean(vals: list) -> float:
@@ -215,7 +216,8 @@ def build_tables(camp: Campaign, baseline: str, gpu_bandwidth_gbps: float | None
     runs = add_measures(camp, runs_table(camp, baseline), baseline, noise)
     t = Tables(runs=runs, spec=spec_table(runs, baseline), kv=kv_table(camp),
                provenance=node_table(camp), latency=latency_table(camp, runs), noise=noise,
-               provenance_results=result_table(camp), search=search_status(camp.nodes))
+               provenance_results=result_table(camp), search=search_status(camp.nodes),
+               outliers=outlier_notes(camp))
     missing = sorted({f"{n}@{c}" for n, c in zip(runs.node, runs.cell)} -
                      {f"{n}@{c}" for n, c in zip(runs[runs.config == baseline].node,
                                                    runs[runs.config == baseline].cell)})
