@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from .campaign import Campaign
+from .diagnosis import LOOP_SHARE_DEGENERATE
 from .gate import EquivalenceRule
 from .stats import ratio_interval
 
@@ -125,15 +126,17 @@ def acceptance_flag(r: pd.Series | dict) -> str:
     def num(k):
         v = r.get(k)
         return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v == v else math.nan
-    drafts, dtok, rate, alen = (num(k) for k in ("drafts", "draft_tokens", "acceptance_rate_pct",
-                                                   "acceptance_length"))
+    drafts, dtok, rate, alen, loops = (num(k) for k in ("drafts", "draft_tokens", "acceptance_rate_pct",
+                                                          "acceptance_length", "loop_share_pct"))
     if not drafts > 0 or math.isnan(rate):
         return ""
+    if rate < NEAR_ZERO_RATE_PCT:
+        return NEAR_ZERO
+    if not math.isnan(loops):  # the outputs are there: a loop is read from them, not guessed from the rate
+        return DEGENERATE if loops >= 100 * LOOP_SHARE_DEGENERATE else ""
     k = dtok / drafts
     if rate >= DEGENERATE_RATE_PCT and alen >= (k + 1) * (1 - DEGENERATE_LENGTH_SLACK):
         return DEGENERATE
-    if rate < NEAR_ZERO_RATE_PCT:
-        return NEAR_ZERO
     return ""
 
 
