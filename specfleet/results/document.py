@@ -63,6 +63,7 @@ class ReportModel:
     quarantined: list[str] = field(default_factory=list)
     gate_verdict: str = ""       # PASSED | FAILED | NOT CHECKED, with why when not all was checked
     complete: bool = True
+    summary: Section | None = None  # configuration x concurrency: speedup, interval, verdict (top of the report)
 
 
 def gate_verdict(gate: GateResult, cells: list[CellState] | None = None) -> str:
@@ -155,6 +156,37 @@ def _flag_verdicts(rows: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def _verdict_cell(r: pd.Series) -> str:
+    if r.get("acceptance_flag") in ACCEPTANCE_FLAGS:
+        return f"{fmt(r.speedup, 2, 'x')} {r.acceptance_flag}: not a speedup"
+    if r.speedup != r.speedup:
+        return "no same-node baseline"
+    lo, hi = r.get("speedup_ci_low"), r.get("speedup_ci_high")
+    ci = f" [{lo:.2f}-{hi:.2f}]" if lo == lo and lo is not None and hi == hi else f" ({fmt(r.repeats, 0)} run)"
+    return f"{r.speedup:.2f}x{ci} {r.speedup_verdict}"
+
+
+def summary_section(runs: pd.DataFrame, baseline: str) -> Section | None:
+    """One row per configuration, one column per bench cell: speedup, interval (or 1 run), verdict."""
+    others = runs[runs.config != baseline]
+    if others.empty:
+        return None
+    cells = cell_order(runs)
+    heads = [cell_title(runs[runs.cell == c]).removeprefix("at ") for c in cells]
+    multi = others.groupby("config").node.nunique().max() > 1
+    rows = []
+    for cfg in dict.fromkeys(others.config):
+        row = [cfg]
+        for c in cells:
+            at = others[(others.config == cfg) & (others.cell == c)]
+            row.append("; ".join((f"{r.node}: " if multi else "") + _verdict_cell(r) for _, r in at.iterrows()) or "–")
+        rows.append(row)
+    return Section("Summary", ["configuration", *heads], rows,
+                   f"Speedup over the same node's '{baseline}' (output tok/s), its 95 % interval with repeats "
+                   "(or the run count), and the verdict by the noise band (see the Results tables); "
+                   "the bullets below are details and caveats.", anchor="summary")
+
+
 def cells_section(cells: list[CellState], command: str | None) -> Section:
     bad = [c for c in cells if not c.merged]
     note = (f"Complete: all {len(cells)} planned (configuration, concurrency, node) cells are merged."
@@ -232,7 +264,8 @@ def build_model(campaign: str, tables: Tables, gate: GateResult, conclusions: li
     return ReportModel(campaign=campaign, baseline=baseline, stamps=stamps, tags=tags, gate=gate,
                        conclusions=conclusions, sections=secs, notes=list(tables.notes),
                        warnings=list(warnings or []), quarantined=list(quarantined or []),
-                       gate_verdict=gate_verdict(gate, cells), complete=not bad)
+                       gate_verdict=gate_verdict(gate, cells), complete=not bad,
+                       summary=summary_section(_flag_verdicts(tables.runs), baseline) if not tables.runs.empty else None)
 
 
 def _env() -> jinja2.Environment:
