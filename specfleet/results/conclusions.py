@@ -211,7 +211,8 @@ def diagnosis_lines(runs: pd.DataFrame, baseline: str) -> list[str]:
     """Caveats read from the files (diagnosis.py): loops in the outputs, greedy outputs that differ."""
     out = []
     for _, r in runs.iterrows():
-        if not _nan(r.get("loop_share_pct")) and r.loop_share_pct > 0 and r.config != baseline:
+        if not _nan(r.get("loop_share_pct")) and r.loop_share_pct > 0 and r.config != baseline \
+                and not r.get("acceptance_flag"):  # a flagged row's own line says it
             out.append(f"Concurrency {r.concurrency}: {_f(r.loop_share_pct, 0)} % of {r.config}'s requests on {r.node} "
                        "loop (the tail of the generated text repeats one phrase); n-gram drafts copy a loop, so "
                        "part of its acceptance measures the loop")
