@@ -65,3 +65,14 @@ def test_four_percent_apart_with_three_runs_is_inconclusive_with_the_runs_to_add
     g = check_equivalence(scan_campaign(tmp_path / "c"), EquivalenceRule())
     assert not g.passed and g.verdict.startswith("INCONCLUSIVE: the data can show equivalence only within ±")
     assert "2 more run(s) of the baseline per node" in g.verdict
+
+
+def test_a_gap_at_another_concurrency_is_a_named_warning(tmp_path):
+    from campaign_builder import REPORT, write_campaign
+    data = dict(REPORT)
+    out, total, tpot, ttft, itl, dur = data[("w2", "vanilla", 1)]
+    data[("w2", "vanilla", 1)] = (out / 1.06, total / 1.06, tpot * 1.06, ttft, itl * 1.06, dur * 1.06)  # 6 % at c=1
+    g = check_equivalence(scan_campaign(write_campaign(tmp_path / "c", data)), EquivalenceRule())
+    assert g.passed  # the rule's point (c=16) decides the merge
+    [w] = [n for n in g.notes if n.startswith("WARNING: w1 vs w2 at concurrency 1 (not the rule's point)")]
+    assert "+6.16 %" in w and "INCONCLUSIVE" in w  # 47.01 x 1.06 vs 46.94 ms
