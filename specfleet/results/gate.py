@@ -150,8 +150,10 @@ class GateResult:
             more = [c.more_runs for c in self.checks if c.state == INCONCLUSIVE]
             how = (f"the data can show equivalence only within ±{within:.1f} %" if within is not None else
                    "the data cannot show equivalence")
+            nxt = max((min(c.n_a, c.n_b) + c.more_runs for c in self.checks if c.state == INCONCLUSIVE and c.more_runs), default=0)
             add = (f"; {max(m for m in more if m is not None)} more run(s) of the baseline per node for the "
-                   "next look" if any(m for m in more if m is not None) else
+                   f"next look (benchmark.repeat: {nxt}; docs/report.md, \"Adding repeats\")"
+                   if any(m for m in more if m is not None) else
                    "; the run budget is spent" if more and all(m is None for m in more) else "")
             return f"{INCONCLUSIVE}: {how} (margin ±{self.rule.tolerance_pct:g} %){add}"
         if UNVERIFIED in states:
