@@ -400,7 +400,7 @@ class Benchmark(_Strict):
 
 
 class Equivalence(_Strict):
-    metric: str = "output_throughput"
+    metric: str = "tpot_weighted_ms"   # the gate policy's metric (results/gate_policy.py)
     concurrency: int = Field(default=16, ge=1)
     tolerance_pct: float = Field(default=3.0, gt=0)
     # packing shared on nodes with several GPUs: the baseline runs once on every GPU (layout.gpu_copy),
