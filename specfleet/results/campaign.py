@@ -31,6 +31,7 @@ from ..bench.layout import RESULT_RE
 from ..bench.sweep import parse_result_name
 from .provenance import simulated_signals
 from .schema import PROVENANCE_KEYS, Result, ResultError, incomplete, load_result
+from . import untrusted
 
 QUARANTINE_DIR = "quarantine"
 # run.json: the worker's queue as `fab bench` gave it (collect fetches it); provenance.json: read by provenance.py
@@ -302,7 +303,7 @@ def scan_campaign(root: Path | str, quarantine: bool = True, expect: Expect | No
         sp = hdir / layout.STATE
         if sp.exists():
             try:
-                state = json.loads(sp.read_text(encoding="utf-8"))
+                state = untrusted.loads(sp.read_text(encoding="utf-8"))
                 node.state = state if isinstance(state, dict) else None
             except (OSError, ValueError) as e:
                 camp.warnings.append(f"{sp}: unreadable state file ignored ({e})")

@@ -22,6 +22,7 @@ from pathlib import Path
 from ..bench.layout import RUN_SPEC, cell_result_filename
 from ..bench.sweep import Cell
 from .campaign import Campaign, parse_name
+from . import untrusted
 
 PLANNED_FILE = "planned.json"
 MERGED, MISSING, QUARANTINED = "merged", "missing", "quarantined"
@@ -111,7 +112,7 @@ def planned_from(plan, plan_path: str, campaign_dir: Path, split_queues: dict[st
 
 def _read_json(path: Path) -> dict | None:
     try:
-        d = json.loads(path.read_text(encoding="utf-8"))
+        d = untrusted.loads(path.read_text(encoding="utf-8"))
         return d if isinstance(d, dict) else None
     except (OSError, ValueError):
         return None

@@ -6,6 +6,7 @@ Light to import (fab loads it at start): pandas & co load only when a fetch runs
 """
 from __future__ import annotations
 
+import fnmatch
 import json
 import shlex
 import subprocess
@@ -13,25 +14,47 @@ from pathlib import Path
 
 from ..bench import layout, remote
 from ..connection import ssh_argv
+from ..quoting import q
 from ..step import Status, StepFailed
 
 BOOKKEEPING = (layout.STATE, layout.RUN_SPEC, layout.RUNNER_LOG)
 
 
-def includes_for(done: list[str]) -> list[str]:
-    """rsync filters: the runner's state and queue, and for each finished item its results, log and marker only."""
-    rules = [f"--include={f}" for f in BOOKKEEPING]
-    for name in done:
-        rules += [f"--include={layout.done_marker(name)}", f"--include={layout.result_glob(name)}",
-                  f"--include={layout.server_log(name)}"]
-    return rules + ["--exclude=*"]
+def wanted(name: str, done: list[str]) -> bool:
+    """Whether a run folder entry is one collect takes: the runner's state and queue, and for each
+    finished item its results, log and marker (fnmatch on plain names only: a done marker's name
+    comes from the worker)."""
+    if name in BOOKKEEPING:
+        return True
+    return any(name in (layout.done_marker(n), layout.server_log(n)) or fnmatch.fnmatchcase(name, layout.result_glob(n))
+               for n in done)
+
+
+def select(listed, done: list[str], limits) -> tuple[list[str], list[tuple[str, str]]]:
+    """The entries of a run folder listing (untrusted.parse_listing) to fetch, and those refused
+    with the rule each broke (untrusted.refusal); entries collect does not want are left alone."""
+    from .untrusted import refusal
+    take, bad = [], []
+    for name, kind, nlink, size in listed:
+        if wanted(name, done):
+            why = refusal(name, kind, nlink, size, limits)
+            (bad.append((name, why)) if why else take.append(name))
+    return take, bad
+
+
+def rsync_argv(source: str, stage: Path, ssh: str | None, compare: list[str], limits) -> list[str]:
+    """rsync of the names given on stdin (NUL-separated: any name is a name) from `source` into `stage`.
+    -lt, not -a: links stay links (refused on the bastion by lstat, never followed), no devices or
+    specials, no owners or modes from the worker; no file over the largest limit."""
+    return ["rsync", "-lt", "--protect-args", "--from0", "--files-from=-", f"--max-size={limits.largest}",
+            *(["-e", ssh] if ssh else []), "--out-format=%i %n", *compare, "--", source, f"{stage}/"]
 
 
 def finished_items(v: remote.RunnerView) -> list[str]:
     """Items with a done marker, except those the runner's state shows as not done: a configuration
     that changed is measured again under its old marker, which stays until the new run is done."""
     status = {i.get("name"): i.get("status") for i in (v.state or {}).get("items", []) if isinstance(i, dict)}
-    return [n for n in v.done_markers if status.get(n, "done") == "done"]
+    return [n for n in v.done_markers if status.get(n, "done") == "done" and not set(n) & set("*?[]\\")]
 
 
 def fetch(hc, plan, work_dir: str, dest: Path, refused: dict[str, list[str]]):
@@ -42,27 +65,60 @@ def fetch(hc, plan, work_dir: str, dest: Path, refused: dict[str, list[str]]):
     if not v.state and not v.done_markers:
         return Status.OK, "no campaign results on this host yet"
     from .campaign import Expect
-    from .staging import accept, fresh_staging, quarantine_dir
+    from .staging import accept, fresh_staging, quarantine_dir, refuse_unfetched
+    from .untrusted import Limits, listing_script, parse_listing
+    limits = Limits.of_plan(plan)
     src = layout.run_dir(work_dir, plan.campaign, hc.host.name)
     out = dest / hc.host.name
+    done = finished_items(v)
+    # the worker is untrusted: list first (find never follows a link), fetch only what passes
+    take, bad = select(parse_listing(hc.run(listing_script(q(src)), timeout=60).stdout), done, limits)
     out.mkdir(parents=True, exist_ok=True)
     stage = fresh_staging(dest, hc.host.name)
-    done = finished_items(v)
     # Unchanged files are not fetched again: a file equal (size and mtime) to the local copy, or to
     # one an earlier collect quarantined (it would only be refused again). A re-run's new file differs.
     qdir = quarantine_dir(dest, hc.host.name).resolve()
     compare = [f"--compare-dest={out.resolve()}"] + ([f"--compare-dest={qdir}"] if qdir.is_dir() else [])
-    argv = ["rsync", "-a", "--protect-args", "-e", shlex.join(ssh_argv(hc.host)), "--out-format=%i %n",
-            *compare, *includes_for(done), "--", f"{hc.host.address}:{src}/", f"{stage}/"]
-    p = subprocess.run(argv, capture_output=True, text=True)
-    if p.returncode != 0:
-        raise StepFailed(f"rsync from {hc.host.name} failed (exit {p.returncode}): {p.stderr.strip()[-300:]}")
-    got = accept(dest, hc.host.name, Expect.of_plan(plan))
+    argv = rsync_argv(f"{hc.host.address}:{src}/", stage, shlex.join(ssh_argv(hc.host)), compare, limits)
+    try:
+        if take:
+            p = subprocess.run(argv, input="".join(n + "\0" for n in take), capture_output=True, text=True)
+            if p.returncode not in (0, 24):  # 24: a file vanished after the listing (it is not taken)
+                raise StepFailed(rsync_failure(hc.host.name, p.returncode, p.stderr))
+        got = accept(dest, hc.host.name, Expect.of_plan(plan), limits)
+    finally:
+        discard_staging(dest, hc.host.name)
+    got.refused += refuse_unfetched(dest, hc.host.name, bad)
     refused[hc.host.name] = got.refused
     write_provenance(hc, v, src, done, out / layout.PROVENANCE)
     if not [f for f in got.replaced if f not in BOOKKEEPING] and not got.refused:
         return Status.OK, f"nothing new ({len(done)} finished item(s) already here)"
     return Status.CHANGED, got.summary()
+
+
+def rsync_failure(host: str, code: int, stderr: str) -> str:
+    """One line for a failed rsync; a signal is named (subprocess gives -N for 'killed by signal N')."""
+    import signal as _signal
+    tail = " ".join(stderr.split())[-300:]
+    if code < 0:
+        try:
+            name = _signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return (f"rsync from {host} was killed by {name} (nothing of it was taken; "
+                f"`fab collect` again fetches it){': ' + tail if tail else ''}")
+    return f"rsync from {host} failed (exit {code}): {tail or '(no error output)'}"
+
+
+def discard_staging(dest: Path, host: str) -> None:
+    """The host's staging folder goes, and `.staging/` itself once no other host uses it."""
+    import shutil
+    from .staging import STAGING_DIR, staging_dir
+    shutil.rmtree(staging_dir(dest, host), ignore_errors=True)
+    try:
+        (Path(dest) / STAGING_DIR).rmdir()
+    except OSError:
+        pass  # another host's staging is in use, or it is gone already
 
 
 def write_provenance(hc, v: remote.RunnerView, src: str, done: list[str], pf: Path) -> None:
