@@ -67,7 +67,7 @@ def mask_forms(secret: str) -> set[str]:
             continue  # an encoding that cannot hold it never writes it
     return {f for f in out if f}
 
-ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
 def _sh_inner(text: str) -> str:

@@ -25,7 +25,7 @@ MB = 1024 * 1024
 JSON_MAX_DEPTH = 64  # a vLLM result nests 3 deep; state.json 4
 SERVER_LOG_SUFFIXES = (".server.log", ".log")
 # one name in one folder: no '/', not '.'/'..', no control characters, not starting with '-'
-SAFE_NAME_RE = re.compile(r"^(?!\.{1,2}$)(?!-)[^/\x00-\x1f\x7f]{1,255}$")
+SAFE_NAME_RE = re.compile(r"^(?!\.{1,2}$)(?!-)[^/\x00-\x1f\x7f]{1,255}\Z")
 
 
 class UntrustedJSON(ValueError):
