@@ -32,6 +32,8 @@ EXIT_UNREACHABLE = 4  # bit flags: 6 = some failed and some unreachable
 EXIT_NOT_MERGED = 8   # collect: the nodes were not equivalent (or nothing valid), nothing merged
 EXIT_INCOMPLETE = 16  # collect/report: some planned (configuration, concurrency, node) cell is not merged
 EXIT_CRASHED = 70     # specfleet itself failed (a bug): sysexits' EX_SOFTWARE; the traceback is in the log
+EXIT_NOT_WRITABLE = 73  # collect/report: the results folder is read-only or not writable (EX_CANTCREAT)
+EXIT_DISK_FULL = 74     # collect/report: the bastion's disk is full (ENOSPC/EDQUOT; sysexits' EX_IOERR)
 EXIT_INTERRUPTED = 130  # Ctrl-C: 128 + SIGINT, what shells report for a process a SIGINT ended
 
 StepsFor = Callable[[Host], Iterable[Step]]

@@ -32,6 +32,7 @@ from ..bench.sweep import parse_result_name
 from .provenance import simulated_signals
 from .schema import PROVENANCE_KEYS, Result, ResultError, incomplete, load_result
 from . import untrusted
+from .bastion_io import atomic_write_text
 
 QUARANTINE_DIR = "quarantine"
 # run.json: the worker's queue as `fab bench` gave it (collect fetches it); provenance.json: read by provenance.py
@@ -268,7 +269,7 @@ def _quarantine(root: Path, host: str, path: Path, reason: str) -> Quarantined:
         dest = qdir / f"{path.name}.{k}"
         k += 1
     shutil.move(str(path), str(dest))
-    dest.with_name(dest.name + ".reason.txt").write_text(reason + "\n", encoding="utf-8")
+    atomic_write_text(dest.with_name(dest.name + REASON_SUFFIX), reason + "\n")
     return Quarantined(host=host, source=path, dest=dest, reason=reason)
 
 

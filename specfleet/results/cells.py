@@ -29,6 +29,17 @@ MERGED, MISSING, QUARANTINED = "merged", "missing", "quarantined"
 NO_NODE = "–"
 
 
+def running_note(running: dict[str, str], plan_path: str) -> str | None:
+    """While a node's runner is still measuring, its missing cells are not to be measured again."""
+    if not running:
+        return None
+    plan = shlex.quote(plan_path)
+    who = ", ".join(f"{h} ({w})" for h, w in sorted(running.items()))
+    return (f"the bench is still running on {who}: its unfinished cells are not missing; "
+            f"`fab collect --plan {plan}` again once it has finished (`fab status --plan {plan}` "
+            "shows where it stands); nothing needs measuring again")
+
+
 @dataclass
 class Planned:
     """What the plan asked for and who was to measure it."""
@@ -43,6 +54,7 @@ class Planned:
     sources: dict[str, str] = field(default_factory=dict)        # node -> where its queue came from
     host_notes: dict[str, str] = field(default_factory=dict)     # node -> why it gave nothing (collect)
     cells: list[str] = field(default_factory=list)               # bench cell names (sweep.py); [] = conc<N>
+    running: dict[str, str] = field(default_factory=dict)        # node -> its live runner (collect saw it)
 
     def cell_names(self) -> list[tuple[str, int]]:
         """(cell name, its concurrency) in plan order."""
@@ -53,6 +65,9 @@ class Planned:
     @property
     def nodes(self) -> list[str]:
         return sorted(self.queues)
+
+    def running_note(self) -> str | None:
+        return running_note(self.running, self.plan_path)
 
     def unassigned(self) -> list[str]:
         held = {c for q in self.queues.values() for c in q}
@@ -71,7 +86,7 @@ class Planned:
 
 
 def planned_from(plan, plan_path: str, campaign_dir: Path, split_queues: dict[str, list[str]] | None = None,
-                 host_notes: dict[str, str] | None = None) -> Planned:
+                 host_notes: dict[str, str] | None = None, running: dict[str, str] | None = None) -> Planned:
     """The planned cells of `plan` (a specfleet.bench.Plan) for the results in `campaign_dir`.
 
     `split_queues` (collect: the split over the hosts it was asked for) fills in hosts without a
@@ -90,6 +105,7 @@ def planned_from(plan, plan_path: str, campaign_dir: Path, split_queues: dict[st
     for h, q in (split_queues or {}).items():
         p.queues[h], p.sources[h] = list(q), "the split over the hosts collected"
     p.host_notes.update(host_notes or {})
+    p.running = dict(running or {})
     dirs = sorted(d for d in campaign_dir.iterdir() if d.is_dir() and not d.name.startswith(".")
                   and d.name not in ("quarantine", "plots", "report")) if campaign_dir.is_dir() else []
     for d in dirs:

@@ -16,6 +16,7 @@ from ..bench import layout, remote
 from ..connection import ssh_argv
 from ..quoting import q
 from ..step import Status, StepFailed
+from . import bastion_io
 
 BOOKKEEPING = (layout.STATE, layout.RUN_SPEC, layout.RUNNER_LOG)
 
@@ -57,15 +58,18 @@ def finished_items(v: remote.RunnerView) -> list[str]:
     return [n for n in v.done_markers if status.get(n, "done") == "done" and not set(n) & set("*?[]\\")]
 
 
-def fetch(hc, plan, work_dir: str, dest: Path, refused: dict[str, list[str]]):
+def fetch(hc, plan, work_dir: str, dest: Path, refused: dict[str, list[str]], running: dict[str, str] | None = None):
     """rsync the finished items of `hc`'s run folder under `work_dir` into a staging folder, then let
     only valid result files replace the local copies in `dest`/<host> (specfleet.results.staging);
-    invalid ones are quarantined and listed in `refused`. Writes the host's provenance.json."""
+    invalid ones are quarantined and listed in `refused`. Writes the host's provenance.json.
+    A host whose runner is still alive is named in `running` (the report then does not advise
+    measuring its unfinished cells again)."""
     v = remote.view(hc, work_dir, plan.campaign)
+    if v.alive and running is not None:
+        running[hc.host.name] = f"runner pid {v.runner_pid}"
     if not v.state and not v.done_markers:
         return Status.OK, "no campaign results on this host yet"
-    from .campaign import Expect
-    from .staging import accept, fresh_staging, quarantine_dir, refuse_unfetched
+    from .staging import refuse_unfetched
     from .untrusted import Limits, listing_script, parse_listing
     limits = Limits.of_plan(plan)
     src = layout.run_dir(work_dir, plan.campaign, hc.host.name)
@@ -73,6 +77,26 @@ def fetch(hc, plan, work_dir: str, dest: Path, refused: dict[str, list[str]]):
     done = finished_items(v)
     # the worker is untrusted: list first (find never follows a link), fetch only what passes
     take, bad = select(parse_listing(hc.run(listing_script(q(src)), timeout=60).stdout), done, limits)
+    try:
+        got = _take(hc, plan, dest, src, take, limits)
+        got.refused += refuse_unfetched(dest, hc.host.name, bad)
+        refused[hc.host.name] = got.refused
+        write_provenance(hc, v, src, done, out / layout.PROVENANCE)
+    except OSError as e:  # the bastion's own storage: one line and its exit code (bastion_io), never a crash
+        if (err := bastion_io.of_oserror(e, dest)) is None:
+            raise
+        raise err from None
+    if not [f for f in got.replaced if f not in BOOKKEEPING] and not got.refused:
+        return Status.OK, f"nothing new ({len(done)} finished item(s) already here)"
+    return Status.CHANGED, got.summary()
+
+
+def _take(hc, plan, dest: Path, src: str, take: list[str], limits):
+    """rsync `take` into the host's staging folder and let staging.accept place what is valid; the
+    staging folder is gone afterwards, whatever happened."""
+    from .campaign import Expect
+    from .staging import accept, fresh_staging, quarantine_dir
+    out = dest / hc.host.name
     out.mkdir(parents=True, exist_ok=True)
     stage = fresh_staging(dest, hc.host.name)
     # Unchanged files are not fetched again: a file equal (size and mtime) to the local copy, or to
@@ -84,16 +108,11 @@ def fetch(hc, plan, work_dir: str, dest: Path, refused: dict[str, list[str]]):
         if take:
             p = subprocess.run(argv, input="".join(n + "\0" for n in take), capture_output=True, text=True)
             if p.returncode not in (0, 24):  # 24: a file vanished after the listing (it is not taken)
-                raise StepFailed(rsync_failure(hc.host.name, p.returncode, p.stderr))
-        got = accept(dest, hc.host.name, Expect.of_plan(plan), limits)
+                raise bastion_io.of_rsync(p.stderr, dest) or StepFailed(rsync_failure(hc.host.name, p.returncode,
+                                                                                      p.stderr))
+        return accept(dest, hc.host.name, Expect.of_plan(plan), limits)
     finally:
         discard_staging(dest, hc.host.name)
-    got.refused += refuse_unfetched(dest, hc.host.name, bad)
-    refused[hc.host.name] = got.refused
-    write_provenance(hc, v, src, done, out / layout.PROVENANCE)
-    if not [f for f in got.replaced if f not in BOOKKEEPING] and not got.refused:
-        return Status.OK, f"nothing new ({len(done)} finished item(s) already here)"
-    return Status.CHANGED, got.summary()
 
 
 def rsync_failure(host: str, code: int, stderr: str) -> str:
@@ -131,7 +150,8 @@ def write_provenance(hc, v: remote.RunnerView, src: str, done: list[str], pf: Pa
                        "plan_hash": (v.state or {}).get("plan_hash"), "items_done": done,
                        "runner_status": (v.state or {}).get("status")}, indent=2) + "\n"
     if not pf.is_file() or pf.read_text() != prov:
-        pf.write_text(prov)
+        from .bastion_io import atomic_write_text
+        atomic_write_text(pf, prov)
 
 
 def host_notes(results) -> dict[str, str]:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from .campaign import QUARANTINE_DIR, REASON_SUFFIX, Expect, check_file, parse_name, quarantine_file
 from .schema import ResultError
+from .bastion_io import atomic_write_text
 from .untrusted import SAFE_NAME_RE, Limits, staged_refusal
 
 STAGING_DIR = ".staging"
@@ -99,9 +100,7 @@ def refuse_unfetched(campaign_dir: Path, host: str, bad: list[tuple[str, str]]) 
         reason = qdir / (("_" + name.encode("unicode_escape").decode().replace("/", "_"))
                          if not SAFE_NAME_RE.match(name) else name)
         reason = reason.with_name(reason.name + REASON_SUFFIX)
-        tmp = reason.with_name(reason.name + ".tmp")
-        tmp.write_text(f"not taken from {host}: {why}\n", encoding="utf-8")
-        os.replace(tmp, reason)
+        atomic_write_text(reason, f"not taken from {host}: {why}\n")
         kept = "the copy collected earlier is kept" if (Path(campaign_dir) / host / name).is_file() and \
             SAFE_NAME_RE.match(name) else "nothing of it was taken"
         msgs.append(f"{host}:{shown} on the worker is refused ({why}): recorded in {reason}; {kept}")
