@@ -116,16 +116,12 @@ def _take(hc, plan, dest: Path, src: str, take: list[str], limits):
 
 
 def rsync_failure(host: str, code: int, stderr: str) -> str:
-    """One line for a failed rsync; a signal is named (subprocess gives -N for 'killed by signal N')."""
-    import signal as _signal
+    """One line for a failed rsync; a signal is named (fleet.exit_status), never `exit -9`."""
+    from ..fleet import exit_status
     tail = " ".join(stderr.split())[-300:]
     if code < 0:
-        try:
-            name = _signal.Signals(-code).name
-        except ValueError:
-            name = f"signal {-code}"
-        return (f"rsync from {host} was killed by {name} (nothing of it was taken; "
-                f"`fab collect` again fetches it){': ' + tail if tail else ''}")
+        return (f"{exit_status(f'rsync from {host}', code)} (nothing of it was taken; `fab collect` again "
+                f"fetches it){': ' + tail if tail else ''}")
     return f"rsync from {host} failed (exit {code}): {tail or '(no error output)'}"
 
 

@@ -72,3 +72,21 @@ def test_a_configuration_or_campaign_name_with_a_newline_is_refused(tmp_path, na
 def test_an_env_key_with_a_trailing_newline_is_not_a_variable_name():
     with pytest.raises(ValueError):
         quoting.env_key("HF_TOKEN\n")
+
+
+def test_a_newline_in_a_dataset_path_keeps_the_error_one_line(tmp_path):
+    import os
+    import subprocess
+    import sys
+    raw = yaml.safe_load(PLAN.read_text())
+    raw["benchmark"]["dataset_path"] = str(tmp_path / "no\nsuch.jsonl")
+    plan = tmp_path / "plan.yml"
+    plan.write_text(yaml.safe_dump(raw))
+    inv = _inventory(tmp_path, {"w1": {"address": "10.99.99.1"}})
+    fab = str(Path(sys.executable).parent / "fab")
+    r = subprocess.run([fab, "bench", "--plan", str(plan), "--inventory", str(inv), "--check"], cwd=PROJECT,
+                       env={**os.environ, "SPECFLEET_RUNS_DIR": str(tmp_path / "runs")}, capture_output=True,
+                       text=True, timeout=120)
+    lines = [ln for ln in (r.stdout + r.stderr).splitlines() if ln.strip()]
+    assert r.returncode == 1 and len(lines) == 1, lines
+    assert "field 'benchmark.dataset_path'" in lines[0] and "no\\nsuch.jsonl" in lines[0], lines
