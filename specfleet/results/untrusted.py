@@ -23,7 +23,6 @@ from typing import Any
 
 MB = 1024 * 1024
 JSON_MAX_DEPTH = 64  # a vLLM result nests 3 deep; state.json 4
-SERVER_LOG_SUFFIXES = (".server.log", ".log")
 # one name in one folder: no '/', not '.'/'..', no control characters, not starting with '-'
 SAFE_NAME_RE = re.compile(r"^(?!\.{1,2}$)(?!-)[^/\x00-\x1f\x7f]{1,255}\Z")
 
@@ -52,7 +51,7 @@ class Limits:
         return cls.of_collect(Collect())
 
     def for_name(self, name: str) -> int:
-        return self.log_bytes if name.endswith(SERVER_LOG_SUFFIXES) else self.result_bytes
+        return self.log_bytes if _is_log(name) else self.result_bytes
 
     @property
     def largest(self) -> int:
@@ -79,8 +78,14 @@ def refusal(name: str, kind: str, nlink: int, size: int, limits: Limits) -> str 
     return None
 
 
+def _is_log(name: str) -> bool:
+    """A server log or the runner's log (the larger limit)."""
+    from ..bench import layout
+    return name.endswith(layout.SERVER_LOG_SUFFIX) or name == layout.RUNNER_LOG
+
+
 def _field(name: str) -> str:
-    return "max_log_mb" if name.endswith(SERVER_LOG_SUFFIXES) else "max_result_mb"
+    return "max_log_mb" if _is_log(name) else "max_result_mb"
 
 
 def staged_refusal(path: Path, limits: Limits) -> str | None:
