@@ -27,6 +27,8 @@ from e2e_helpers import FAB, PROJECT, fab, host_sh, inventory_of
 FAST = PROJECT / "tests/e2e/plans/fast.yml"
 WORK = "/var/lib/specfleet/campaigns"
 ROUNDS = 3
+FULL_MB = 16                          # the full worker's run folder: a tmpfs of this size
+FILL_BYTES = (FULL_MB + 1) * 2**20    # more than it holds, so the fill ends at ENOSPC, bounded
 ACTIONS = ("drop", "reboot", "kill_runner", "kill_server", "fill", "restart_bench", "collect")
 
 _NS_PROCS = r"""
@@ -129,7 +131,8 @@ def run_seed(tb, tmp_path: Path, seed: int, log=print) -> Outcome:
     env = {**os.environ, "COLUMNS": "200", "SPECFLEET_INVENTORY": str(inv)}
     full_host = rng.choice(hosts)
     full_dir = f"{WORK}/{campaign}/{full_host}"
-    host_sh(tb, full_host, f"mkdir -p {full_dir} && mount -t tmpfs -o size=16m sf-chaos {full_dir}")
+    mounted = host_sh(tb, full_host, f"mkdir -p {full_dir} && mount -t tmpfs -o size={FULL_MB}m sf-chaos {full_dir}")
+    assert mounted.returncode == 0, mounted.stderr
     # the schedule: every action once, in a seeded order (fill before its free), at seeded times
     actions = list(ACTIONS)
     rng.shuffle(actions)
@@ -155,7 +158,8 @@ def run_seed(tb, tmp_path: Path, seed: int, log=print) -> Outcome:
     try:
         for action in actions:
             time.sleep(rng.uniform(0.5, 2.5))
-            live = [h for h in hosts if h not in rebooted]
+            # the full host is never the one rebooted: a reboot takes its small tmpfs away
+            live = [h for h in hosts if h not in rebooted and (action != "reboot" or h != full_host)]
             h = rng.choice(live)
             what = action
             if action == "drop":  # every SSH session to h ends (its sshd children), the listener stays
@@ -180,8 +184,9 @@ def run_seed(tb, tmp_path: Path, seed: int, log=print) -> Outcome:
                 if pid:
                     os.kill(pid, signal.SIGKILL)
                 what = f"SIGKILL server {pid} on {h}"
-            elif action == "fill":
-                host_sh(tb, full_host, f"dd if=/dev/zero of={full_dir}/filler bs=64k 2>/dev/null; true")
+            elif action == "fill":  # bounded, and only into the small tmpfs: never the real disk
+                host_sh(tb, full_host, f"[ \"$(findmnt -n -o FSTYPE --mountpoint {full_dir})\" = tmpfs ] && "
+                                       f"head -c {FILL_BYTES} /dev/zero > {full_dir}/filler 2>/dev/null; true")
                 what = f"fill {full_host}'s disk"
             elif action == "free":
                 host_sh(tb, full_host, f"rm -f {full_dir}/filler")
