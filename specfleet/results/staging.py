@@ -39,6 +39,12 @@ def fresh_staging(campaign_dir: Path, host: str) -> Path:
     d = staging_dir(campaign_dir, host)
     if d.exists():
         shutil.rmtree(d)
+    for _ in range(5):  # another host's collect may remove an empty .staging/ between the two mkdirs
+        try:
+            d.mkdir(parents=True)
+            return d
+        except FileNotFoundError:
+            continue
     d.mkdir(parents=True)
     return d
 
