@@ -120,6 +120,27 @@ def done_results(tb, host: str, campaign: str) -> dict[str, str]:
     return {ln.split()[1]: ln.split()[0] for ln in host_sh(tb, host, sh).stdout.splitlines() if ln.strip()}
 
 
+def _live_pid(tb, order: list[str], campaign: str, kind: str, wait_s: float = 5.0) -> tuple[str, int | None]:
+    """(host, PID) of a live runner or vLLM server of this campaign on the first host in `order` that
+    has one, polled for up to `wait_s`; (order[0], None) when none is alive."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        for h in order:
+            st = state(tb, h, campaign)
+            alive = {p for p, _ in procs(tb, h)}
+            if kind == "runner":
+                cands = [st.get("runner_pid")]
+            else:
+                cands = [i.get("server_pid") for i in st.get("items", [])
+                         if i.get("status") in ("loading", "benchmarking")]
+            pid = next((p for p in cands if p and p in alive), None)
+            if pid:
+                return h, pid
+        if time.monotonic() > deadline:
+            return order[0], None
+        time.sleep(0.2)
+
+
 def run_seed(tb, tmp_path: Path, seed: int, log=print) -> Outcome:
     rng = random.Random(seed)
     t0 = time.monotonic()
@@ -172,18 +193,13 @@ def run_seed(tb, tmp_path: Path, seed: int, log=print) -> Outcome:
                 tb.reboot(h)
                 rebooted.append(h)
                 what = f"reboot {h}"
-            elif action == "kill_runner":
-                pid = state(tb, h, campaign).get("runner_pid")
-                if pid and any(p == pid for p, _ in procs(tb, h)):
-                    os.kill(pid, signal.SIGKILL)
-                what = f"SIGKILL runner {pid} on {h}"
-            elif action == "kill_server":
-                pids = [i.get("server_pid") for i in state(tb, h, campaign).get("items", []) if i.get("server_pid")]
-                alive = {p for p, _ in procs(tb, h)}
-                pid = next((p for p in reversed(pids) if p in alive), None)
+            elif action in ("kill_runner", "kill_server"):
+                # a live one on some worker, the seeded worker first (polled briefly: between items none runs)
+                order = [h] + [x for x in rng.sample(live, len(live)) if x != h]
+                h, pid = _live_pid(tb, order, campaign, "runner" if action == "kill_runner" else "server")
                 if pid:
                     os.kill(pid, signal.SIGKILL)
-                what = f"SIGKILL server {pid} on {h}"
+                what = f"SIGKILL {action.split('_')[1]} {pid} on {h}" if pid else f"{action}: none alive"
             elif action == "fill":  # bounded, and only into the small tmpfs: never the real disk
                 host_sh(tb, full_host, f"[ \"$(findmnt -n -o FSTYPE --mountpoint {full_dir})\" = tmpfs ] && "
                                        f"head -c {FILL_BYTES} /dev/zero > {full_dir}/filler 2>/dev/null; true")
