@@ -120,7 +120,7 @@ def done_results(tb, host: str, campaign: str) -> dict[str, str]:
     return {ln.split()[1]: ln.split()[0] for ln in host_sh(tb, host, sh).stdout.splitlines() if ln.strip()}
 
 
-def _live_pid(tb, order: list[str], campaign: str, kind: str, wait_s: float = 5.0) -> tuple[str, int | None]:
+def _live_pid(tb, order: list[str], campaign: str, kind: str, wait_s: float = 3.0) -> tuple[str, int | None]:
     """(host, PID) of a live runner or vLLM server of this campaign on the first host in `order` that
     has one, polled for up to `wait_s`; (order[0], None) when none is alive."""
     deadline = time.monotonic() + wait_s
