@@ -100,10 +100,6 @@ class RunResult:
     exited: int
     duration: float
 
-    @property
-    def ok(self) -> bool:
-        return self.exited == 0
-
 
 # paramiko's transport thread logs what it then raises (or what a closed connection makes it
 # say); specfleet reports connection failures itself, one line per host

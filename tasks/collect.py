@@ -6,7 +6,8 @@ from pathlib import Path
 from invoke import task
 from invoke.exceptions import Exit
 
-from specfleet.bench import NodeInfo, PlanError, layout, split
+from specfleet.campaign import NodeInfo, PlanError, split
+from specfleet.worker import layout
 from specfleet.results.bastion_io import BastionStorageError, check_writable, storage_checked
 from specfleet.results.fetch import fetch, host_notes
 from specfleet.tasks.bench import DEFAULT_PLAN, PLAN_HELP, plan_of, work_dir

@@ -12,7 +12,8 @@ import shlex
 import subprocess
 from pathlib import Path
 
-from ..bench import layout, remote
+from ..campaign import remote
+from ..worker import layout
 from ..connection import ssh_argv
 from ..quoting import q
 from ..step import Status, StepFailed

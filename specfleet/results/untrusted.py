@@ -7,7 +7,7 @@ devices, so an entry swapped after the listing is still caught on the bastion (`
 by lstat) before anything reads it. JSON from a worker is parsed by `loads`: bounded in size and
 in nesting depth (a 1e6-deep `[[[...]]]` is refused in linear time, never a RecursionError).
 
-The size limits are the plan's `collect` fields (specfleet.bench.plan.Collect: the defaults live
+The size limits are the plan's `collect` fields (specfleet.plan.Collect: the defaults live
 there); `Limits.of_plan` reads them.
 """
 from __future__ import annotations
@@ -46,8 +46,8 @@ class Limits:
 
     @classmethod
     def default(cls) -> "Limits":
-        """The plan's defaults (specfleet.bench.plan.Collect), for a caller without a plan."""
-        from ..bench.plan import Collect
+        """The plan's defaults (specfleet.plan.Collect), for a caller without a plan."""
+        from ..plan import Collect
         return cls.of_collect(Collect())
 
     def for_name(self, name: str) -> int:
@@ -80,7 +80,7 @@ def refusal(name: str, kind: str, nlink: int, size: int, limits: Limits) -> str 
 
 def _is_log(name: str) -> bool:
     """A server log or the runner's log (the larger limit)."""
-    from ..bench import layout
+    from ..worker import layout
     return name.endswith(layout.SERVER_LOG_SUFFIX) or name == layout.RUNNER_LOG
 
 

@@ -124,7 +124,7 @@ def test_deep_json_is_refused_in_linear_time_not_a_recursion_error(tmp_path):
 
 
 def test_the_limits_are_plan_fields_not_in_the_plan_hash():
-    from specfleet.bench.plan import parse_plan
+    from specfleet.plan import parse_plan
     import yaml
     raw = yaml.safe_load((Path(__file__).resolve().parents[1] / "e2e/plans/fast.yml").read_text())
     p = parse_plan(raw, Path("fast.yml"))

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from specfleet import quoting
-from specfleet.bench.plan import PlanError, parse_plan
+from specfleet.plan import PlanError, parse_plan
 from specfleet.inventory import InventoryError, load_inventory
 
 PROJECT = Path(__file__).resolve().parents[2]
