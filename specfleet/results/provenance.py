@@ -22,6 +22,7 @@ import pandas as pd
 
 from ..worker import layout
 from ..shell import read_sections, sections_script
+from . import untrusted
 
 if TYPE_CHECKING:
     from .campaign import Campaign
@@ -66,7 +67,7 @@ def probe_script(venv: str, run_dir: str, model: str | None, dataset: str | None
 
 def _json(text: str) -> Any:
     try:
-        return json.loads(text) if text.strip() else None
+        return untrusted.loads(text) if text.strip() else None
     except ValueError:
         return None
 
