@@ -158,7 +158,9 @@ def test_two_datasets_called_question_jsonl_never_collide(testbed_factory, tmp_p
 
 def test_on_worker_dataset_is_checked_on_each_worker_in_check_mode(testbed_factory, tmp_path):
     tb = testbed_factory(workers=2)
-    assert host_sh(tb, "w1", f"mkdir -p /opt/data && cp {SAMPLE} /opt/data/q.jsonl").returncode == 0
+    # the content goes over stdin: the worker's /tmp is private, so a checkout under /tmp is not there
+    put = tb.exec("w1", "mkdir -p /opt/data && cat > /opt/data/q.jsonl", input=SAMPLE.read_text())
+    assert put.returncode == 0, put.stderr
     plan = plan_on(tmp_path, {"on_worker": "/opt/data/q.jsonl"})
     out = fab("bench", "--check", "--plan", str(plan), inventory=inventory_of(tb), runs=tmp_path / "r")
     assert out.returncode == EXIT_FAILED, out.stdout[-3000:]
