@@ -86,7 +86,7 @@ def test_two_sims_on_disjoint_gpus_reserve_their_own(testbed_factory):
     a = start(uuids[1], 8001)                         # by UUID, as the runner pins servers
     b = start(f"{uuids[3]},{uuids[2]}", 8002, tp=2)   # a TP=2 server on GPUs 2 and 3
     try:
-        # measured: both healthy ~2 s after the start on an idle machine, ~6 s at load 6 on 2 cores
+        # measured: both healthy within 0.7 s of the start (2 shared cores, load ~4); 60 s is the bound for a loaded CI
         wait_for(lambda: healthy(8001, a) and healthy(8002, b), 60, "both simulated servers healthy")
         assert used(tb, "w1") == [0, mib, mib, mib]
         # a TP=2 server that sees one GPU fails like vLLM, touching nothing
