@@ -134,7 +134,10 @@ def write_ansible(work: Path, inv, c: dict) -> Path:
     lines += ["", "[workers:vars]", "ansible_user=root", f"ansible_ssh_private_key_file={h0.key}",
               "ansible_python_interpreter=/usr/bin/python3"]
     (d / "hosts.ini").write_text("\n".join(lines) + "\n")
-    ssh_args = " ".join(ssh_opts(h0, d / "cp")).replace("%", "%%")  # configparser
+    # as written: Ansible reads ansible.cfg without interpolation, so a doubled %% reached ssh as a literal
+    # "%C" -- one ControlPath for every host, every connection multiplexed onto the first host's master
+    # (8 rsyncs into one worker's release: the rename failures, rc 23, and Ansible's figures measured one host)
+    ssh_args = " ".join(ssh_opts(h0, d / "cp"))
     (d / "ansible.cfg").write_text(textwrap.dedent(f"""\
         [defaults]
         forks = {len(hosts)}
