@@ -167,7 +167,8 @@ def test_on_worker_dataset_is_checked_on_each_worker_in_check_mode(testbed_facto
     recs = {(e["host"], e["status"]): e for e in events(tmp_path / "r") if e.get("event") == "step"}
     assert ("w1", "ok") in recs
     assert recs[("w2", "failed")]["message"] == \
-        f"{plan}: field 'benchmark.dataset_path': /opt/data/q.jsonl is not a readable file on w2"
+        f"{plan}: field 'benchmark.dataset_path': /opt/data/q.jsonl is not a readable file on w2 " \
+        "(put it there, or name a bastion file, which fab bench places on every worker)"
     assert host_sh(tb, "w2", f"ls {HOME}/campaigns 2>/dev/null").stdout == ""  # check mode: nothing made
 
 
