@@ -51,6 +51,9 @@ ANSIBLE_VENV, PYINFRA_VENV = SCRATCH / "ansible-venv", SCRATCH / "pyinfra-venv"
 COLLECTIONS = SCRATCH / "collections"
 ONLY = "venv-deploy,env,nvidia,nfs"
 WORKERS = 8
+# Ansible's ControlMasters: a short directory, since a socket path (here + %C's 40 characters + ssh's
+# 17-character temporary suffix) must fit a Unix socket's 108 bytes; removed at the end
+CONTROL_DIR = Path(f"/tmp/sfb-cp-{os.getpid()}")
 MOUNT_CMD = "mount -t nfs4 -o ro,vers=4.2,hard,proto=tcp 192.168.160.7:/media/SSD-Storage/SW /mnt/fabrix"
 
 
@@ -127,7 +130,8 @@ def ssh_opts(host, control_dir: Path | None) -> list[str]:
 
 def write_ansible(work: Path, inv, c: dict) -> Path:
     d = work / "ansible"
-    (d / "cp").mkdir(parents=True)
+    d.mkdir(parents=True)
+    CONTROL_DIR.mkdir(mode=0o700, exist_ok=True)
     hosts = inv.select("workers")
     h0 = hosts[0]
     lines = ["[workers]"] + [f"{h.name} ansible_host={h.address} storage_ip={h.var('storage_ip')}" for h in hosts]
@@ -137,7 +141,7 @@ def write_ansible(work: Path, inv, c: dict) -> Path:
     # as written: Ansible reads ansible.cfg without interpolation, so a doubled %% reached ssh as a literal
     # "%C" -- one ControlPath for every host, every connection multiplexed onto the first host's master
     # (8 rsyncs into one worker's release: the rename failures, rc 23, and Ansible's figures measured one host)
-    ssh_args = " ".join(ssh_opts(h0, d / "cp"))
+    ssh_args = " ".join(ssh_opts(h0, CONTROL_DIR))
     (d / "ansible.cfg").write_text(textwrap.dedent(f"""\
         [defaults]
         forks = {len(hosts)}
@@ -240,7 +244,7 @@ class Runner:
         for h in self.inv.select("workers"):
             from specfleet.connection import ssh_argv
             sh([*ssh_argv(h), "-O", "exit", h.address])
-        for sock in (self.adir / "cp").glob("*"):
+        for sock in CONTROL_DIR.glob("*"):
             sh(["ssh", "-o", f"ControlPath={sock}", "-O", "exit", "placeholder"])
 
     def _timed(self, argv, cwd=None, env=None) -> tuple[float, subprocess.CompletedProcess]:
@@ -344,6 +348,7 @@ def main() -> int:
                     times.setdefault(name, []).append(t)
                     print(f"{rnd + 1:>5} {name:<17} {t:8.3f}  {note}", flush=True)
     finally:
+        subprocess.run(["rm", "-rf", "--", str(CONTROL_DIR)])
         if not args.keep_work:
             subprocess.run(["rm", "-rf", "--", str(work)])
         else:
