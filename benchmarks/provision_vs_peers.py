@@ -8,7 +8,7 @@ The same work in each tool, on the same 8 testbed workers (root, same key, stric
   - the share: `findmnt /mnt/fabrix` checked, else
     `mount -t nfs4 -o ro,vers=4.2,hard,proto=tcp 192.168.160.7:/media/SSD-Storage/SW /mnt/fabrix`;
   - the bastion venv /opt/vllm-venv (built by `fab provision`) rsynced to the release
-    directory specfleet deploys it to (/opt/vllm-venv.releases/<digest>/), `rsync -a --delete`;
+    directory specfleet deploys it to (/opt/vllm-venv.releases/<digest>-<listing hash>/), `rsync -a --delete`;
     the "is it already there?" check is `rsync -n -i` (specfleet, pyinfra) or synchronize's own
     itemized run (Ansible), all over OpenSSH with the same key and known_hosts;
   - /etc/specfleet/vllm.env with exactly specfleet's content (0644).
@@ -102,6 +102,7 @@ def contents(inv) -> dict:
     from specfleet.roles import env, nvidia
     from specfleet import venv_build as venv_role
     from specfleet.render import render
+    from specfleet.roles.venv_deploy import release_id, releases_dir  # <digest>-<listing hash>, as deployed
     hosts = inv.select("workers")
     manifest = venv_role.read_manifest(inv.bastion_vars.get("venv_path") or hosts[0].var("venv_path"))
     if not manifest:
@@ -114,7 +115,7 @@ def contents(inv) -> dict:
         raise SystemExit("hosts want different env/modules files; this benchmark assumes one content")
     venv = hosts[0].require("venv_path").rstrip("/")
     return {"env": envs.pop(), "modules": mods.pop(), "venv": venv,
-            "release": f"{venv}.releases/{manifest['digest']}", "env_file": env.env_file(hosts[0]),
+            "release": f"{releases_dir(venv)}/{release_id(venv, manifest)}", "env_file": env.env_file(hosts[0]),
             "modules_file": nvidia.CONF}
 
 
