@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from specfleet.bench import load_plan, promptcount, split
-from specfleet.bench.plan import PlanError
-from specfleet.bench.slots import needed
-from specfleet.bench.split import NodeInfo
+from specfleet.campaign import load_plan, promptcount, split
+from specfleet.campaign.split import NodeInfo
+from specfleet.plan import PlanError
+from specfleet.worker.slots import needed
 
 PROJECT = Path(__file__).resolve().parents[2]
 FAB = str(Path(sys.executable).parent / "fab")

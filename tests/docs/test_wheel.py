@@ -1,4 +1,5 @@
-"""The package is the product: the wheel holds specfleet (roles, tasks, templates) and nothing else.
+"""The package is the product: the wheel holds specfleet (with roles/, tasks/, templates/ of the
+checkout inside it as specfleet.roles, .tasks, .templates) and nothing else.
 
 Built the way `fab bundle` builds it (specfleet.tasks.bundle.build_wheel: pip wheel, no network
 beyond the machine's configured local mirrors for the build backend).
@@ -28,7 +29,7 @@ def test_the_wheel_ships_specfleet_only(wheel_names):
 def test_the_wheel_has_the_roles_tasks_templates_and_runner(wheel_names):
     names = set(wheel_names)
     for need in ("specfleet/roles/__init__.py", "specfleet/roles/nfs.py", "specfleet/tasks/__init__.py",
-                 "specfleet/tasks/provision.py", "specfleet/venv_build.py", "specfleet/bench/runner.py",
+                 "specfleet/tasks/provision.py", "specfleet/venv_build.py", "specfleet/worker/runner.py",
                  "specfleet/templates/provision/vllm.env.j2", "specfleet/templates/report/report.html.j2"):
         assert need in names, need
 
@@ -38,8 +39,11 @@ def test_nothing_in_the_package_imports_the_testbed():
     import ast
     from pathlib import Path
     import specfleet
+    import specfleet.roles
+    import specfleet.tasks
     bad = []
-    for f in Path(specfleet.__file__).parent.rglob("*.py"):
+    dirs = {Path(m.__file__).parent for m in (specfleet, specfleet.roles, specfleet.tasks)}  # a checkout: 3 folders
+    for f in (f for d in dirs for f in d.rglob("*.py")):
         for node in ast.walk(ast.parse(f.read_text())):
             mods = ([a.name for a in node.names] if isinstance(node, ast.Import)
                     else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])

@@ -14,7 +14,7 @@ import yaml
 
 from specfleet.roles import env, nfs
 from specfleet.roles.model import ModelDir
-from specfleet.bench.runner_lib import parse_env_file
+from specfleet.worker.runner_lib import parse_env_file
 from specfleet.inventory import Host
 from specfleet.quoting import env_key, env_line, fstab_line, q, ssh_option, yaml_str
 from specfleet.render import render
@@ -207,7 +207,7 @@ def _message_nodes(fn: ast.AST) -> set[int]:
 
 def test_no_shell_text_formats_an_unquoted_value():
     bad = []
-    files = sorted((PROJECT / "specfleet" / "roles").glob("*.py")) + sorted((PROJECT / "specfleet" / "steps").glob("*.py")) \
+    files = sorted((PROJECT / "roles").glob("*.py")) + sorted((PROJECT / "specfleet" / "steps").glob("*.py")) \
         + sorted((PROJECT / "specfleet" / "facts").glob("*.py"))
     for f in files:
         tree = ast.parse(f.read_text())

@@ -1,0 +1,346 @@
+"""The split over GPU slots: nodes with several GPUs, configurations that need several GPUs or a GPU model.
+
+split.split() hands over here when a node lists more than one GPU under `packing: shared`, or when a
+configuration says where it may run (tensor/pipeline parallel size, gpu_model, whole_node). A node's
+busy time is what the runner's pool does with its queue (slots.simulate: in queue order, every item
+that fits on free GPUs starts; exclusive = one at a time). The baseline runs on every node first.
+
+Search (class Search): greedy by GPU-seconds onto the node whose simulated end grows least; moves and
+swaps off the critical node while the makespan (then the sum of squares) falls; every node's queue order
+polished (shuffles, swaps) and the moves tried again; an iterated local search (shake one or two items off
+the critical node, settle, keep the best). At most MAX_SIMULATIONS node ends are simulated. Lower bound:
+max(the longest baseline, every other item at its best, total GPU-seconds / all GPUs (exclusive: total
+seconds / nodes), and the pigeonhole bound over GPUs).
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+from ..plan import Plan, PlanError, gpus_needed
+from ..worker.layout import copy_of, gpu_copy
+from ..worker.slots import fits_ever, simulate
+
+MAX_ROUNDS = 500     # improving steps of one local search (each lowers the makespan or the spread)
+# node ends simulated per split, at most: fab bench waits on the split (~0.1-0.5 ms each on one core,
+# by the node's size); the split is then the best found -- deterministic, not timed
+MAX_SIMULATIONS = 24_000
+POLISH_SHUFFLES = 60    # random queue orders tried per polish of one node
+POLISH_SWAPS = 600      # pairwise order swaps tried after those
+PERTURB_ROUNDS = 6   # shakes of the iterated local search
+SETTLE_ROUNDS = 6    # polish-then-improve rounds of one settle, at most
+# queue orders a node's end is simulated under (the best is the queue): widest first, longest first,
+# most GPU-seconds first; ties by name so the same plan gives the same queue
+ORDERS = (lambda need, d, c: (-need, -d, c), lambda need, d, c: (-d, -need, c), lambda need, d, c: (-need * d, c))
+
+
+def node_gpus(node) -> list[int]:
+    return [g["index"] for g in node.gpus] or [0]
+
+
+def needs_slots(plan: Plan, nodes) -> bool:
+    """True when the one-GPU split (split.py's exact search) cannot say what runs where."""
+    many = any(len(n.gpus) > 1 for n in nodes)
+    placed = any(c.gpu_model or c.whole_node or gpus_needed(plan, c.name) > 1 for c in plan.configurations)
+    return placed or (many and plan.packing == "shared")
+
+
+def head(plan: Plan, gpus: list[int]) -> list[str]:
+    """What the queue of a node with GPUs `gpus` (indices) starts with: the baseline, and with
+    equivalence.every_gpu on a node of several GPUs, the baseline's run on each other GPU (pins_of)."""
+    if not (plan.equivalence.every_gpu and len(gpus) > 1):
+        return [plan.baseline]
+    return [plan.baseline, *(gpu_copy(plan.baseline, i) for i in gpus[1:])]
+
+
+def pins_of(plan: Plan, gpus: list[int]) -> dict[str, int]:
+    """item -> the GPU index it must run on (equivalence.every_gpu: the baseline on the node's first GPU,
+    each copy on its own); {} otherwise. The runner reads it as item["gpu_pin"] (spec.build_run_spec)."""
+    h = head(plan, gpus)
+    return {h[0]: gpus[0], **{c: copy_of(c, plan.baseline) for c in h[1:]}} if len(h) > 1 else {}
+
+
+def need_on(plan: Plan, config: str, node) -> int:
+    c = plan.config(config)
+    return len(node_gpus(node)) if c.whole_node else gpus_needed(plan, config)
+
+
+def why_not(plan: Plan, config: str, node) -> str | None:
+    """Why `config` cannot run on `node`, or None."""
+    c, gpus = plan.config(config), node_gpus(node)
+    need = gpus_needed(plan, config)
+    if not fits_ever(need, gpus, node.gpu_groups):
+        return (f"needs {need} GPUs in one group, {node.name} has {len(gpus)}"
+                + (f" in NVLink groups {list(node.gpu_groups)}" if node.gpu_groups else ""))
+    if c.gpu_model:
+        names = {g.get("name") for g in node.gpus}
+        if not names or None in names:
+            return f"gpu_model {c.gpu_model!r}: {node.name}'s GPU names are unknown (inventory gpus without name)"
+        if not all(c.gpu_model.lower() in n.lower() for n in names):
+            return f"gpu_model {c.gpu_model!r}: {node.name} has {', '.join(sorted(names))}"
+    return None
+
+
+@dataclass
+class Split:
+    queues: dict[str, list[str]]           # node -> ordered config names, baseline first
+    node_s: dict[str, float]               # node -> estimated busy time
+    makespan_s: float
+    lower_bound_s: float
+    method: str                            # 'exact' or 'heuristic'
+    durations: dict[str, dict[str, float]] = field(default_factory=dict)  # config -> node -> s
+
+    @property
+    def ratio(self) -> float:
+        return self.makespan_s / self.lower_bound_s if self.lower_bound_s else 1.0
+
+
+def slot_split(plan: Plan, nodes, pins: dict[str, str], item_s, durations=None):
+    names = [n.name for n in nodes]
+    by = {n.name: n for n in nodes}
+    base = plan.baseline
+    others = [c.name for c in plan.configurations if c.name != base]
+    for n in nodes:
+        why = why_not(plan, base, n)
+        if why:
+            raise PlanError(f"{plan.file}: baseline {base!r} runs on every node, but {why}")
+    allowed = {c: [n for n in names if why_not(plan, c, by[n]) is None] for c in others}
+    for c in others:
+        if not allowed[c]:
+            raise PlanError(f"{plan.file}: configuration {c!r} fits no selected node: "
+                            + "; ".join(why_not(plan, c, by[n]) for n in names))
+        if c in pins and pins[c] not in allowed[c]:
+            raise PlanError(f"--assign {c}={pins[c]}: {why_not(plan, c, by[pins[c]])}")
+    dur = {c: {n: item_s(plan, c, by[n], durations) for n in names} for c in [base, *others]}
+    need = {c: {n: need_on(plan, c, by[n]) for n in names} for c in [base, *others]}
+    heads = {n: head(plan, node_gpus(by[n])) for n in names}
+    for n in names:
+        for c in heads[n][1:]:   # the baseline's runs on the node's other GPUs: the baseline's time
+            dur.setdefault(c, {})[n], need.setdefault(c, {})[n] = dur[base][n], 1
+    gpu_pins = {n: pins_of(plan, node_gpus(by[n])) for n in names}
+    search = Search(names, by, heads, others, allowed, pins, dur, need, plan.packing, gpu_pins)
+    lb = lower_bound(names, by, heads, dur, need, allowed, others, plan.packing)
+    on = search.run(lb)
+    load = {n: search.node_time(n, on[n]) for n in names}
+    return Split(queues={n: search.queue(n, on[n]) for n in names}, node_s=load, makespan_s=max(load.values()),
+                 lower_bound_s=lb, method="slots", durations=dur)
+
+
+class Search:
+    """Which configurations go to which node, and in which queue order. A node's end is simulated
+    (slots.simulate) under a few queue orders: three by size, and the node's last polished order
+    adapted to the set (newcomers first or last). Polishing (random shuffles, then pairwise swaps)
+    searches one node's order further; its result is carried into later sets by that adapted order."""
+
+    def __init__(self, names, by, heads, others, allowed, pins, dur, need, packing, gpu_pins):
+        self.names, self.by, self.heads, self.others = names, by, heads, others
+        self.gpu_pins = gpu_pins  # node -> {item: GPU index}
+        self.allowed, self.pins, self.dur, self.need, self.packing = allowed, pins, dur, need, packing
+        self.n_gpus = {n: len(node_gpus(by[n])) for n in names}
+        self.memo: dict[tuple[str, frozenset], tuple[float, list[str]]] = {}
+        self.hint: dict[str, list[str]] = {}   # node -> its last polished order
+        self.simulations = 0
+
+    # ---------------------------------------------------------------- one node
+    @property
+    def spent(self) -> bool:
+        return self.simulations >= MAX_SIMULATIONS
+
+    def end(self, n: str, q: list[str]) -> float:
+        self.simulations += 1
+        pin = self.gpu_pins[n]
+        return simulate([(c, self.need[c][n], self.dur[c][n], pin.get(c)) for c in q], node_gpus(self.by[n]),
+                        self.by[n].gpu_groups, self.packing, checked=True)[0]
+
+    def orders(self, n: str, mine: frozenset):
+        d, need = self.dur, self.need
+        for key in ORDERS:
+            yield [*self.heads[n], *sorted(mine, key=lambda c: key(need[c][n], d[c][n], c))]
+        if n in self.hint:
+            kept = [c for c in self.hint[n] if c in mine]
+            new = sorted(mine - set(kept), key=lambda c: ORDERS[2](need[c][n], d[c][n], c))
+            yield [*self.heads[n], *new, *kept]
+            yield [*self.heads[n], *kept, *new]
+
+    def best(self, n: str, mine) -> tuple[float, list[str]]:
+        mine = frozenset(mine)
+        if (n, mine) not in self.memo:
+            got = None
+            for q in self.orders(n, mine):
+                t = self.end(n, q)
+                if got is None or t < got[0] - 1e-9:
+                    got = (t, q)
+            self.memo[(n, mine)] = got
+        return self.memo[(n, mine)]
+
+    def node_time(self, n: str, mine) -> float:
+        return self.best(n, mine)[0]
+
+    def queue(self, n: str, mine) -> list[str]:
+        return self.best(n, mine)[1]
+
+    def floor(self, n: str, mine) -> float:
+        """A cheap lower bound on node_time(n, mine): its longest item, its GPU-seconds over its GPUs."""
+        items = [*self.heads[n], *mine]
+        if self.packing == "exclusive":
+            return sum(self.dur[c][n] for c in items)
+        return max(max(self.dur[c][n] for c in items),
+                   sum(self.dur[c][n] * self.need[c][n] for c in items) / self.n_gpus[n])
+
+    def polish(self, n: str, mine) -> None:
+        key = (n, frozenset(mine))
+        t, q = self.best(n, mine)
+        self.memo[key] = polish(t, q, lambda q: self.end(n, q), lambda: self.spent, len(self.heads[n]))
+        self.hint[n] = self.memo[key][1]
+
+    # ---------------------------------------------------------------- the fleet
+    def span(self, on: dict) -> float:
+        return max(self.node_time(n, on[n]) for n in self.names)
+
+    def score(self, times: dict) -> tuple[float, float]:
+        return max(times.values()), sum(x * x for x in times.values())
+
+    def greedy(self) -> dict:
+        """GPU-seconds first, onto the node whose end grows least."""
+        names, allowed, dur, need = self.names, self.allowed, self.dur, self.need
+        on = {n: frozenset(c for c in self.others if self.pins.get(c) == n) for n in names}
+        free = sorted((c for c in self.others if c not in self.pins),
+                      key=lambda c: -min(dur[c][n] * need[c][n] for n in allowed[c]))
+        for c in free:
+            n = min(allowed[c], key=lambda n: (self.node_time(n, on[n] | {c}), self.node_time(n, on[n]), n))
+            on[n] = on[n] | {c}
+        return on
+
+    def improve(self, on: dict) -> dict:
+        """Moves and swaps off the critical node: the first that lowers (makespan, sum of squares).
+        A trial whose receiving node cannot end before the makespan (its floor, then its simulated end)
+        is dropped before the critical node is simulated; none is tried once the budget is spent."""
+        on, names, allowed, pins = dict(on), self.names, self.allowed, self.pins
+        for _ in range(MAX_ROUNDS):
+            times = {n: self.node_time(n, on[n]) for n in names}
+            cur, crit = self.score(times), max(names, key=lambda n: times[n])
+
+            def better(a_side, b: str, b_side) -> bool:
+                if self.floor(b, b_side) > cur[0] or self.spent:
+                    return False
+                tb = self.node_time(b, b_side)
+                return tb <= cur[0] and self.score({**times, crit: self.node_time(crit, a_side), b: tb}) < cur
+
+            found = None
+            for c in sorted(on[crit] - set(pins)):
+                for n in (x for x in allowed[c] if x != crit):
+                    if better(on[crit] - {c}, n, on[n] | {c}):
+                        found = {crit: on[crit] - {c}, n: on[n] | {c}}
+                        break
+                for n in (x for x in names if x != crit and not found):
+                    for b in sorted(on[n] - set(pins)):
+                        if crit not in allowed[b] or n not in allowed[c]:
+                            continue
+                        a_side, b_side = on[crit] - {c} | {b}, on[n] - {b} | {c}
+                        if better(a_side, n, b_side):
+                            found = {crit: a_side, n: b_side}
+                            break
+                if found:
+                    break
+            if not found:
+                return on
+            on.update(found)
+        return on
+
+    def settle(self, on: dict) -> dict:
+        """improve, then polish every node's order and improve again while that lowers the makespan."""
+        on = self.improve(on)
+        for _ in range(SETTLE_ROUNDS):
+            if self.spent:
+                break
+            before = self.span(on)
+            for n in self.names:
+                self.polish(n, on[n])
+            on = self.improve(on)
+            if self.span(on) >= before - 1e-9:
+                break
+        return on
+
+    def run(self, lb: float) -> dict:
+        """Greedy, settle, then an iterated local search (shake one or two items off the critical
+        node, settle, keep the best)."""
+        best = cur = self.settle(self.greedy())
+        rng = random.Random(0)  # deterministic: the same plan always gives the same split
+        movable = [c for c in self.others if c not in self.pins and len(self.allowed[c]) > 1]
+        for _ in range(PERTURB_ROUNDS if movable and len(self.names) > 1 else 0):
+            if self.span(best) <= lb * 1.0001 or self.spent:
+                break
+            trial = dict(cur)
+            crit = max(self.names, key=lambda n: self.node_time(n, trial[n]))
+            pool = sorted(c for c in trial[crit] if c in movable) or movable
+            for c in rng.sample(pool, min(len(pool), rng.randint(1, 2))):
+                src = next(n for n in self.names if c in trial[n])
+                dst = rng.choice([n for n in self.allowed[c] if n != src])
+                trial[src], trial[dst] = trial[src] - {c}, trial[dst] | {c}
+            trial = self.settle(trial)
+            if self.span(trial) < self.span(best) - 1e-9:
+                best = trial
+            cur = trial if self.span(trial) <= self.span(cur) * 1.02 else best
+        return best
+
+
+def polish(t: float, queue: list[str], end, spent=lambda: False, fixed: int = 1) -> tuple[float, list[str]]:
+    """A better queue order for one node: POLISH_SHUFFLES seeded shuffles, then first-improvement
+    pairwise swaps (at most POLISH_SWAPS tried); the first `fixed` items (the baseline's) stay first.
+    end(queue) -> busy time; spent() -> True: stop."""
+    rng, first, best = random.Random(1), queue[:fixed], (t, list(queue))
+    for _ in range(POLISH_SHUFFLES):
+        if spent():
+            break
+        rest = queue[fixed:]
+        rng.shuffle(rest)
+        v = end(first + rest)
+        if v < best[0] - 1e-9:
+            best = (v, first + rest)
+    tried, improved = 0, True
+    while improved and tried < POLISH_SWAPS and not spent():
+        improved = False
+        q = best[1]
+        for i in range(fixed, len(q)):
+            for j in range(i + 1, len(q)):
+                trial = q[:i] + [q[j]] + q[i + 1:j] + [q[i]] + q[j + 1:]
+                tried += 1
+                v = end(trial)
+                if v < best[0] - 1e-9:
+                    best, improved = (v, trial), True
+                    break
+                if tried >= POLISH_SWAPS or spent():
+                    break
+            if improved or tried >= POLISH_SWAPS or spent():
+                break
+    return best
+
+
+def lower_bound(names, by, heads, dur, need, allowed, others, packing) -> float:
+    """max(longest item, work / capacity, pigeonhole): every node's head items (the baseline and its GPU
+    copies) are counted on that node, every other item at its best node."""
+    fixed = [(c, n) for n in names for c in heads[n]]
+    lb = max(max(dur[c][n] for c, n in fixed), max((min(dur[c][n] for n in allowed[c]) for c in others), default=0))
+    if packing == "exclusive":
+        cap = len(names)
+        work = sum(dur[c][n] for c, n in fixed) + sum(min(dur[c][n] for n in allowed[c]) for c in others)
+    else:
+        cap = sum(len(node_gpus(by[n])) for n in names)
+        work = sum(dur[c][n] * need[c][n] for c, n in fixed) + \
+            sum(min(dur[c][n] * need[c][n] for n in allowed[c]) for c in others)
+    # pigeonhole over GPUs (shared) or nodes (exclusive): of the k*cap+1 longest one-GPU shares, some
+    # GPU runs k+1 (a server on n GPUs counts once per GPU: its shares sit on distinct GPUs)
+    if packing == "exclusive":
+        shares = [dur[c][n] for c, n in fixed] + [min(dur[c][n] for n in allowed[c]) for c in others]
+    else:
+        shares = [dur[c][n] for c, n in fixed for _ in range(need[c][n])] + \
+            [d for c in others for d in [min(dur[c][n] for n in allowed[c])] * min(need[c][n] for n in allowed[c])]
+    return max(lb, work / cap, pigeonhole(shares, cap))
+
+
+def pigeonhole(shares: list[float], cap: int) -> float:
+    d, best, k = sorted(shares, reverse=True), 0.0, 1
+    while k * cap + 1 <= len(d):
+        best = max(best, sum(d[k * cap - k:k * cap + 1]))
+        k += 1
+    return best

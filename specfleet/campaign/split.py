@@ -1,0 +1,383 @@
+"""Split a plan's configurations across nodes to minimise the campaign's makespan.
+
+Every node runs the baseline first (the report's node-equivalence check, §5.1); every other
+configuration runs on exactly one node. An item's duration on a node is
+
+    load (weights / the node's read bandwidth + start-up) + benchmark (output tokens / speed)
+
+where the read bandwidth depends on where the node reads the model from (`model_source`:
+`local` ~2 GB/s, `nfs` ~105 MB/s, report §3.1/§5.2), and the speed is the baseline's
+throughput at each concurrency times a per-method relative speed. Durations measured in an
+earlier campaign (e.g. the report's, REPORT_DURATIONS) replace the estimates.
+
+Search: exact branch and bound (bounded effort) seeded by LPT + local improvement; the result
+carries the lower bound max(total work / nodes, baseline + largest other item).
+"""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import random
+from dataclasses import dataclass
+
+from ..facts.gpus import GpuList, Topology, nvlink_groups
+from .bounds import pigeonhole_bound, two_class_bound
+from ..plan import NGRAM_METHODS, Plan, PlanError, gpus_needed
+from ..worker.slots import parse_gpus, parse_groups
+from .slotsplit import Split, needs_slots, slot_split
+
+READ_MB_S = {"local": 2000.0, "nfs": 105.0}
+STARTUP_S = 60.0          # torch.compile, CUDA graphs, warm-up after the weights are read
+GPU_BW_GB_S = 1792.0      # RTX PRO 6000 Blackwell; only used when nothing better is known
+DECODE_EFFICIENCY = 0.78  # report: 21.29 tok/s measured vs 1792 GB/s / 65.5 GB = 27.4
+CONC_EXPONENT = 0.955     # report: 301.19 / 21.29 = 14.1 = 16 ** 0.955
+METHOD_SPEED = {None: 1.0, **dict.fromkeys(NGRAM_METHODS, 1.1), "suffix": 1.2,
+                "eagle": 1.8, "eagle3": 2.0, "mtp": 1.8, "draft_model": 1.5, "medusa": 1.5}
+TP_EXPONENT = 0.8         # estimate: n GPUs decode n ** 0.8 x faster (all-reduce per layer); not measured
+BENCH_OVERHEAD_S = 15.0   # client start, tokenizer load, warm-up, result write per bench run
+
+# The report's measured benchmark durations (s) per concurrency (§4.1) and its NFS load (~10 min).
+REPORT_DURATIONS: dict[str, dict] = {
+    "vanilla": {"bench_s": {1: 378.65, 16: 26.61}},
+    "ngram": {"bench_s": {1: 357.42, 16: 28.48}},
+    "ngram_improved": {"bench_s": {1: 324.43, 16: 26.41}},
+    "eagle3": {"bench_s": {1: 178.13, 16: 14.56}},
+}
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """What the split needs to know about a node (from inventory vars)."""
+
+    name: str
+    model_source: str = "nfs"          # 'local' or 'nfs'
+    read_mb_s: float | None = None     # measured read bandwidth overrides the source's default
+    gpus: tuple = ()                   # ({index, uuid?, name?}, ...) from inventory `gpus`; () = one GPU
+    gpu_groups: tuple | None = None    # NVLink groups of GPU indices (inventory `gpu_groups`); None = any
+    gpus_source: str = "inventory"     # where `gpus` came from: "inventory" or "nvidia-smi"
+    groups_source: str = "inventory"   # where `gpu_groups` came from, or why there are none
+
+    @classmethod
+    def from_vars(cls, name: str, vars_: dict) -> "NodeInfo":
+        """From inventory host vars `model_source` (local|nfs), `model_read_mb_s`, `gpus`, `gpu_groups`."""
+        mbs = vars_.get("model_read_mb_s")
+        try:
+            gpus = parse_gpus(vars_["gpus"], f"host {name!r}") if vars_.get("gpus") is not None else []
+            groups = parse_groups(vars_.get("gpu_groups"), [g["index"] for g in gpus] or [0], f"host {name!r}")
+        except ValueError as e:
+            raise PlanError(f"inventory: {e}") from None
+        return cls(name, str(vars_.get("model_source", "nfs")), float(mbs) if mbs else None,
+                   tuple(gpus), tuple(tuple(g) for g in groups) if groups else None)
+
+    @classmethod
+    def from_facts(cls, name: str, vars_: dict, found: GpuList | None, topology: Topology | None) -> "NodeInfo":
+        """From the inventory vars and the host's GPU facts (`fab bench`'s probe): the inventory's
+        `gpus` wins where set; else nvidia-smi's GPUs, and, without `gpu_groups`, the NVLink groups
+        the topology shows. PlanError (one line naming the host) when nvidia-smi failed and the
+        inventory does not say."""
+        if vars_.get("gpus") is not None or found is None:
+            node = cls.from_vars(name, vars_)
+            why = "inventory" if vars_.get("gpu_groups") is not None else "none: no gpu_groups in the inventory"
+            return dataclasses.replace(node, groups_source=why)
+        if found.error or not found.gpus:
+            raise PlanError(f"host {name!r}: nvidia-smi: {found.error or 'lists no GPU'} "
+                            f"(fix the driver, or set the host's `gpus` in the inventory)")
+        gpus = [{"index": g.index, "name": g.name, **({"uuid": g.uuid} if g.uuid else {}),
+                 **({"memory_mib": g.memory_total_mib} if g.memory_total_mib else {})} for g in found.gpus]
+        try:
+            gpus = parse_gpus(gpus, f"host {name!r} (nvidia-smi)")
+            indices = [g["index"] for g in gpus]
+            if vars_.get("gpu_groups") is not None:
+                groups, why = parse_groups(vars_["gpu_groups"], indices, f"host {name!r}"), "inventory"
+            else:
+                groups = nvlink_groups(topology, indices)
+                why = ("nvidia-smi topo" if groups else
+                       "none: nvidia-smi shows no topology" if topology is None else
+                       "none: PCIe only, no NVLink between GPUs")
+        except ValueError as e:
+            raise PlanError(f"inventory: {e}") from None
+        node = cls.from_vars(name, {k: v for k, v in vars_.items() if k != "gpu_groups"})  # checked above
+        return dataclasses.replace(node, gpus=tuple(gpus), gpu_groups=tuple(tuple(g) for g in groups) if groups else None,
+                                   gpus_source="nvidia-smi", groups_source=why)
+
+    def describe(self) -> str:
+        """One line for the printed split: the node's GPUs and NVLink groups, and where they came from."""
+        n = len(self.gpus) or 1
+        gpus = f"{n} GPU{'s' if n > 1 else ''} ({self.gpus_source if self.gpus else 'none listed: one GPU'})"
+        if n == 1:
+            return gpus
+        groups = " ".join("[" + ",".join(map(str, g)) + "]" for g in self.gpu_groups) if self.gpu_groups else "any set"
+        return f"{gpus}, NVLink groups {groups} ({self.groups_source})"
+
+    @property
+    def bandwidth_mb_s(self) -> float:
+        if self.read_mb_s:
+            return self.read_mb_s
+        if self.model_source not in READ_MB_S:
+            raise PlanError(f"node {self.name!r}: model_source must be one of {sorted(READ_MB_S)}")
+        return READ_MB_S[self.model_source]
+
+
+def load_s(plan: Plan, config: str, node: NodeInfo) -> float:
+    c = plan.config(config)
+    if c.load_estimate_s is not None:
+        return c.load_estimate_s
+    size_mb = plan.model.weights_gib * 1073.741824
+    return size_mb / node.bandwidth_mb_s + STARTUP_S
+
+
+def bench_s(plan: Plan, config: str, measured: dict | None = None) -> float:
+    """Benchmark time of one configuration over all its bench cells and repeats (one server start)."""
+    b = plan.benchmark
+    c = plan.config(config)
+    total = 0.0
+    for cell in b.cells:
+        conc, prompts, out = cell.concurrency, cell.num_prompts, cell.output_len
+        if measured and conc in measured.get("bench_s", {}):
+            one = measured["bench_s"][conc] * prompts * out / (16 * 512)
+        else:
+            tok_s1 = DECODE_EFFICIENCY * GPU_BW_GB_S / (plan.model.weights_gib * 1.073741824)
+            tok_s = tok_s1 * min(conc, prompts) ** CONC_EXPONENT * METHOD_SPEED.get(c.method, 1.0)
+            one = prompts * out / tok_s / tp_speedup(gpus_needed(plan, config))
+        total += (one + BENCH_OVERHEAD_S) * b.repeat
+    return total
+
+
+def tp_speedup(n: int) -> float:
+    return n ** TP_EXPONENT
+
+
+def item_s(plan: Plan, config: str, node: NodeInfo, durations: dict[str, dict] | None = None) -> float:
+    """Estimated wall time of one queue item (load + benchmark + restarts the policy needs)."""
+    measured = (durations or {}).get(config)
+    load = measured["load_s"] if measured and "load_s" in measured else load_s(plan, config, node)
+    b = plan.benchmark
+    loads = len(b.cells) * b.repeat if plan.server.prefix_cache == "fresh-server-per-concurrency" else 1
+    return load * loads + bench_s(plan, config, measured)
+
+
+def parse_pins(specs: list[str] | str | None) -> dict[str, str]:
+    """'eagle3=w2,ngram=w1' or ['eagle3=w2'] -> {'eagle3': 'w2'}."""
+    if not specs:
+        return {}
+    if isinstance(specs, str):
+        specs = [specs]
+    pins: dict[str, str] = {}
+    for part in (p.strip() for s in specs for p in s.split(",")):
+        if not part:
+            continue
+        cfg, sep, node = part.partition("=")
+        if not sep or not cfg.strip() or not node.strip():
+            raise PlanError(f"--assign {part!r}: expected CONFIG=NODE")
+        pins[cfg.strip()] = node.strip()
+    return pins
+
+
+def split(plan: Plan, nodes: list[NodeInfo], pins: dict[str, str] | None = None,
+          durations: dict[str, dict] | None = None, max_expansions: int = 20_000) -> Split:
+    if not nodes:
+        raise PlanError("no nodes selected for the campaign")
+    names = [n.name for n in nodes]
+    if len(set(names)) != len(names):
+        raise PlanError(f"a node is listed twice: {names}")
+    pins = dict(pins or {})
+    for cfg, node in pins.items():
+        if not any(c.name == cfg for c in plan.configurations):
+            _bad_pin(plan, cfg)
+        if node not in names:
+            raise PlanError(f"--assign {cfg}={node}: {node!r} is not a selected node ({', '.join(names)})")
+        if cfg == plan.baseline:
+            raise PlanError(f"--assign {cfg}={node}: the baseline runs on every node anyway")
+    if needs_slots(plan, nodes):  # several GPUs per node, or configurations that say where they run
+        return slot_split(plan, nodes, pins, item_s, durations)
+    others = [c.name for c in plan.configurations if c.name != plan.baseline]
+    dur = {c: {n.name: item_s(plan, c, n, durations) for n in nodes} for c in [plan.baseline, *others]}
+    base = {n: dur[plan.baseline][n] for n in names}
+
+    # Lower bound: every node runs its baseline; each other item runs somewhere at least at its best.
+    best = {c: min(dur[c].values()) for c in others}
+    lb = max(
+        (sum(base.values()) + sum(best.values())) / len(names),
+        max(base.values()),
+        max((min(base[n] + dur[c][n] for n in names) for c in others), default=0.0),
+    )
+    lb = max(lb, two_class_bound(others, names, dur, base, pins, lb),
+             pigeonhole_bound(others, names, dur, base))
+    assign = _lpt(others, names, dur, base, pins)
+    assign = _improve(assign, others, names, dur, base, pins)
+    assign = _perturb(assign, others, names, dur, base, pins, lb)
+    packed = _pack_search(others, names, dur, base, pins, lb, max(_loads(assign, names, dur, base).values()))
+    if packed is not None:
+        assign = _improve(packed, others, names, dur, base, pins)
+    method = "heuristic"
+    exact = _branch_and_bound(others, names, dur, base, pins, assign, max_expansions)
+    if exact is not None:
+        assign, method = exact, "exact"
+    load = _loads(assign, names, dur, base)
+    queues = {n: [plan.baseline] + [c for c in others if assign[c] == n] for n in names}
+    return Split(queues=queues, node_s=load, makespan_s=max(load.values()), lower_bound_s=lb,
+                 method=method, durations=dur)
+
+
+def _bad_pin(plan: Plan, cfg: str) -> None:
+    known = ", ".join(c.name for c in plan.configurations)
+    raise PlanError(f"--assign {cfg}=...: the plan has no configuration {cfg!r} (have: {known})")
+
+
+def _loads(assign, names, dur, base) -> dict[str, float]:
+    load = dict(base)
+    for c, n in assign.items():
+        load[n] += dur[c][n]
+    return load
+
+
+def _lpt(others, names, dur, base, pins) -> dict[str, str]:
+    assign = {c: pins[c] for c in others if c in pins}
+    load = _loads(assign, names, dur, base)
+    free = sorted((c for c in others if c not in pins), key=lambda c: -min(dur[c].values()))
+    for c in free:
+        n = min(names, key=lambda n: (load[n] + dur[c][n], load[n]))
+        assign[c] = n
+        load[n] += dur[c][n]
+    return assign
+
+
+def _improve(assign, others, names, dur, base, pins) -> dict[str, str]:
+    """Moves and swaps while they lower (makespan, sum of squares)."""
+    def score(a):
+        ld = _loads(a, names, dur, base)
+        return (max(ld.values()), sum(v * v for v in ld.values()))
+
+    assign, cur = dict(assign), score(assign)
+    free = [c for c in others if c not in pins]
+    improved = True
+    while improved:
+        improved = False
+        for c, n in itertools.product(free, names):
+            if assign[c] != n:
+                trial = {**assign, c: n}
+                s = score(trial)
+                if s < cur:
+                    assign, cur, improved = trial, s, True
+        for a, b in itertools.combinations(free, 2):
+            if assign[a] != assign[b]:
+                trial = {**assign, a: assign[b], b: assign[a]}
+                s = score(trial)
+                if s < cur:
+                    assign, cur, improved = trial, s, True
+    return assign
+
+
+def _pack_search(others, names, dur, base, pins, lo, hi, steps: int = 25):
+    """Binary search the smallest T for which best-fit-decreasing packs every item under T."""
+    free = sorted((c for c in others if c not in pins), key=lambda c: -min(dur[c].values()))
+    fixed = {c: pins[c] for c in others if c in pins}
+    load0 = _loads(fixed, names, dur, base)
+
+    def pack(t: float):
+        load, assign = dict(load0), dict(fixed)
+        for c in free:
+            fits = [n for n in names if load[n] + dur[c][n] <= t + 1e-9]
+            if not fits:
+                return None
+            # the node where the item is cheapest, then the fullest (best fit)
+            n = min(fits, key=lambda n: (dur[c][n], -(load[n] + dur[c][n])))
+            assign[c] = n
+            load[n] += dur[c][n]
+        return assign
+
+    best = None
+    for _ in range(steps):
+        mid = (lo + hi) / 2
+        got = pack(mid)
+        if got is None:
+            lo = mid
+        else:
+            best, hi = got, mid
+    return best
+
+
+def _perturb(assign, others, names, dur, base, pins, lb, rounds: int = 60):
+    """Iterated local search: shake a few items off the critical node, re-improve, keep the best."""
+    free = [c for c in others if c not in pins]
+    if len(names) < 2 or not free:
+        return assign
+    rng = random.Random(0)  # deterministic: the same plan always gives the same split
+
+    def span(a):
+        return max(_loads(a, names, dur, base).values())
+
+    best, best_span = dict(assign), span(assign)
+    cur = dict(assign)
+    for _ in range(rounds):
+        if best_span <= lb * 1.0001:
+            break
+        load = _loads(cur, names, dur, base)
+        crit = max(names, key=lambda n: load[n])
+        on_crit = [c for c in free if cur[c] == crit] or free
+        trial = dict(cur)
+        for c in rng.sample(on_crit, min(len(on_crit), rng.randint(1, 2))):
+            trial[c] = rng.choice([n for n in names if n != crit])
+        for c in rng.sample(free, min(len(free), rng.randint(0, 2))):
+            trial[c] = rng.choice(names)
+        trial = _improve(trial, others, names, dur, base, pins)
+        t_span = span(trial)
+        if t_span < best_span - 1e-9:
+            best, best_span = dict(trial), t_span
+        cur = trial if t_span <= span(cur) * 1.02 else dict(best)
+    return best
+
+
+def _branch_and_bound(others, names, dur, base, pins, start, max_expansions):
+    """Exact minimum makespan, or None if the effort limit is hit first."""
+    fixed = {c: pins[c] for c in others if c in pins}
+    free = sorted((c for c in others if c not in pins), key=lambda c: -min(dur[c].values()))
+    load0 = _loads(fixed, names, dur, base)
+    best_val = max(_loads(start, names, dur, base).values())
+    best = dict(start)
+    remaining_min = [sum(min(dur[c].values()) for c in free[i:]) for i in range(len(free) + 1)]
+    budget = [max_expansions]
+    cur: dict[str, str] = {}
+    # Nodes are interchangeable when they give every free item the same duration.
+    profile = {n: tuple(dur[c][n] for c in free) for n in names}
+
+    def rec(i: int, load: dict[str, float]) -> bool:
+        nonlocal best_val, best
+        budget[0] -= 1
+        if budget[0] < 0:
+            return False
+        if i == len(free):
+            m = max(load.values())
+            if m < best_val - 1e-9:
+                best_val, best = m, {**fixed, **cur}
+            return True
+        if max(max(load.values()), (sum(load.values()) + remaining_min[i]) / len(names)) >= best_val - 1e-9:
+            return True
+        c = free[i]
+        seen = set()
+        for n in sorted(names, key=lambda n: load[n] + dur[c][n]):
+            key = (profile[n], round(load[n], 6))
+            if key in seen:
+                continue
+            seen.add(key)
+            if load[n] + dur[c][n] >= best_val - 1e-9:
+                continue
+            cur[c] = n
+            load[n] += dur[c][n]
+            ok = rec(i + 1, load)
+            load[n] -= dur[c][n]
+            del cur[c]
+            if not ok:
+                return False
+        return True
+
+    return best if rec(0, dict(load0)) else None
+
+
+def format_split(s: Split, nodes: list[NodeInfo] | None = None) -> str:
+    lines = [f"{n.name:>10}  {n.describe()}" for n in nodes or []]
+    for n, q in s.queues.items():
+        lines.append(f"{n:>10}  {s.node_s[n] / 60:7.1f} min  {' -> '.join(q)}")
+    lines.append(f"makespan {s.makespan_s / 60:.1f} min, lower bound {s.lower_bound_s / 60:.1f} min "
+                 f"(x{s.ratio:.3f}, {s.method})")
+    return "\n".join(lines)

@@ -1,0 +1,586 @@
+"""The plan file: what a benchmark campaign measures, validated before anything runs.
+
+    campaign: qwen3-32b-specdec
+    model: {name: Qwen/Qwen3-32B, candidates: [/mnt/Qwen3-32B, /mnt/models/Qwen3-32B],
+            weights_gib: 61.0, served_name: bench}
+    server: {args: [--max-model-len, "2048", ...], prefix_cache: reset}
+    configurations:
+      - {name: vanilla, speculative_config: null}
+      - {name: eagle3, speculative_config: {method: eagle3, model: /mnt/draft, num_speculative_tokens: 3}}
+    baseline: vanilla
+    benchmark: {dataset_path: ../datasets/question.jsonl, chat_template: double}
+
+Every problem is one PlanError naming the file, the configuration (if any) and the field.
+docs/campaign.md is the full reference.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shlex
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, ValidationInfo, field_validator, model_validator
+
+from ..errors import UserError
+from ..worker.layout import GPU_COPY, copy_of
+from ..worker.slots import needed, parallel_sizes
+from ..yamlfile import YamlFileError, first_error, load_yaml
+from .sweep import Cell, SweepError, bench_cells, expand_configurations
+
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+
+# Flags the plan sets through its own fields; in server.args / extra_args they would conflict.
+OWNED_FLAGS = {
+    "--port": "server.port",
+    "--host": "server.host",
+    "--served-model-name": "model.served_name",
+    "--speculative-config": "configurations[].speculative_config",
+    "-sc": "configurations[].speculative_config",
+    "--enable-prefix-caching": "server.prefix_cache",
+    "--no-enable-prefix-caching": "server.prefix_cache",
+}
+REMOVED_FLAGS = {
+    "--disable-log-requests": "removed in vLLM >= 0.12; use --no-enable-log-requests "
+    "(default off anyway)",
+}
+# Speculative methods whose drafts come from a separate draft model directory.
+DRAFT_MODEL_METHODS = {"eagle", "eagle3", "draft_model", "medusa", "mlp_speculator"}
+NGRAM_METHODS = {"ngram", "[ngram]", "ngram_gpu"}  # prompt lookup: no draft model, k and the lookup window
+KNOWN_METHODS = DRAFT_MODEL_METHODS | NGRAM_METHODS | {"mtp", "suffix"}
+# The user-settable keys of vLLM's SpeculativeConfig (vllm/config/speculative.py): the 0.32.0 keys
+# of /work/shared/notes/vllm.md (method, model, num_speculative_tokens, prompt_lookup_min/max,
+# draft_tensor_parallel_size) and the other fields of that dataclass on vLLM main after 0.32.0.
+# A misspelt key (num_spec_tokens) would otherwise be found by vLLM only after a model load; a key
+# newer than this list is allowed per configuration by `speculative_extra_keys`.
+KNOWN_SPECULATIVE_KEYS = {
+    "method", "model", "num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_max",
+    "draft_tensor_parallel_size", "tensor_parallel_size", "enforce_eager", "quantization", "moe_backend",
+    "attention_backend", "kv_cache_dtype", "max_model_len", "revision", "code_revision",
+    "disable_padded_drafter_batch", "parallel_drafting", "num_speculative_tokens_per_batch_size",
+    "suffix_decoding_max_tree_depth", "suffix_decoding_max_cached_requests",
+    "suffix_decoding_max_spec_factor", "suffix_decoding_min_token_prob", "draft_load_config",
+    "rejection_sample_method", "draft_sample_method",
+}
+
+
+class PlanError(UserError):
+    """A bad plan: one message naming file, configuration and field."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+def _argv(v: Any) -> list[str]:
+    """A list of CLI words: a YAML list (numbers allowed) or one shell-like string."""
+    if v is None:
+        return []
+    if isinstance(v, str):
+        return shlex.split(v)
+    if not isinstance(v, list):
+        raise ValueError("must be a list of command-line words or one string")
+    out = []
+    for w in v:
+        if isinstance(w, bool) or not isinstance(w, (str, int, float)):
+            raise ValueError(f"{w!r} is not a command-line word (string or number)")
+        out.append(str(w))
+    return out
+
+
+def _check_flags(words: list[str]) -> list[str]:
+    parallel_sizes(words)  # --tensor-parallel-size 0 / two: refused here, not after a model load
+    for w in words:
+        flag = w.split("=", 1)[0]
+        if flag in REMOVED_FLAGS:
+            raise ValueError(f"{flag} is {REMOVED_FLAGS[flag]}")
+        if flag in OWNED_FLAGS:
+            raise ValueError(f"{flag} is set by the plan field {OWNED_FLAGS[flag]}, not here")
+    return words
+
+
+class Model(_Strict):
+    name: str = Field(min_length=1)
+    candidates: list[str] = Field(min_length=1)
+    weights_gib: float = Field(gt=0)
+    served_name: str = Field(default="bench", min_length=1)
+
+    @field_validator("candidates")
+    @classmethod
+    def _abs(cls, v: list[str]) -> list[str]:
+        for p in v:
+            if not p.startswith("/"):
+                raise ValueError(f"{p!r} is not an absolute path (the worker resolves it)")
+        if len(set(v)) != len(v):
+            raise ValueError("lists the same path twice")
+        return v
+
+
+class Server(_Strict):
+    args: list[str] = Field(default_factory=list)
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=1, le=65535)
+    health_timeout_s: float = Field(default=2400, gt=0)
+    health_poll_s: float = Field(default=5, gt=0)
+    # keep: no reset between runs (the field report's setting: c=16 then reads c=1's cached prefixes)
+    prefix_cache: Literal["reset", "fresh-server-per-concurrency", "disabled", "keep"] = "reset"
+
+    @field_validator("args", mode="before")
+    @classmethod
+    def _words(cls, v: Any) -> list[str]:
+        return _argv(v)
+
+    @field_validator("args")
+    @classmethod
+    def _flags(cls, v: list[str]) -> list[str]:
+        return _check_flags(v)
+
+
+def check_speculative_config(sc: dict[str, Any]) -> dict[str, Any]:
+    """Type checks of the keys vLLM reads (config/speculative.py), before a 10-minute load."""
+    method = sc.get("method")
+    if not isinstance(method, str) or not method:
+        raise ValueError("needs 'method' (a string such as ngram or eagle3)")
+    if method not in KNOWN_METHODS:
+        raise ValueError(f"unknown method {method!r} (known: {', '.join(sorted(KNOWN_METHODS))})")
+    for key in ("num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_max",
+                "draft_tensor_parallel_size"):
+        if key in sc and (isinstance(sc[key], bool) or not isinstance(sc[key], int) or sc[key] < 1):
+            raise ValueError(f"{key} must be a positive integer, not {sc[key]!r}")
+    if "model" in sc and (not isinstance(sc["model"], str) or not sc["model"]):
+        raise ValueError(f"model must be a path string, not {sc['model']!r}")
+    if method in NGRAM_METHODS:
+        if "num_speculative_tokens" not in sc:
+            raise ValueError("ngram needs num_speculative_tokens")
+        lo, hi = sc.get("prompt_lookup_min"), sc.get("prompt_lookup_max")
+        if lo is not None and hi is not None and lo > hi:
+            raise ValueError(f"prompt_lookup_min {lo} is larger than prompt_lookup_max {hi}")
+    if method in DRAFT_MODEL_METHODS and "model" not in sc:
+        raise ValueError(f"{method} needs 'model' (the draft model directory)")
+    return sc
+
+
+class Configuration(_Strict):
+    name: str
+    # opt-in for keys newer than KNOWN_SPECULATIVE_KEYS; validation only, so not in the plan hash
+    speculative_extra_keys: list[str] = Field(default_factory=list, exclude=True)
+    speculative_config: dict[str, Any] | None = None
+    extra_args: list[str] = Field(default_factory=list)
+    load_estimate_s: float | None = Field(default=None, gt=0)
+    # placement (docs/campaign.md "Nodes with several GPUs"): only nodes whose GPU name contains this
+    # (case-insensitive, e.g. H200); whole_node: the server has the node to itself, every GPU reserved
+    gpu_model: str | None = Field(default=None, min_length=1)
+    whole_node: bool = False
+
+    @field_validator("extra_args", mode="before")
+    @classmethod
+    def _words(cls, v: Any) -> list[str]:
+        return _argv(v)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not NAME_RE.match(v):
+            raise ValueError(f"{v!r}: names may use letters, digits, '-', '_', '.' (it names files)")
+        return v
+
+    @field_validator("speculative_config")
+    @classmethod
+    def _sc(cls, v: dict[str, Any] | None, info: ValidationInfo) -> dict[str, Any] | None:
+        if v is None:
+            return None
+        unknown = sorted(set(v) - KNOWN_SPECULATIVE_KEYS - set(info.data.get("speculative_extra_keys") or []))
+        if unknown:
+            raise ValueError(f"unknown key(s) {', '.join(map(repr, unknown))}: not a vLLM SpeculativeConfig "
+                             "field (a newer vLLM's key goes in speculative_extra_keys)")
+        return check_speculative_config(v)
+
+    @field_validator("extra_args")
+    @classmethod
+    def _flags(cls, v: list[str]) -> list[str]:
+        return _check_flags(v)
+
+    @property
+    def method(self) -> str | None:
+        return None if self.speculative_config is None else self.speculative_config["method"]
+
+
+class OnWorker(_Strict):
+    """A dataset that already lives on every worker, at this absolute path (not copied)."""
+
+    on_worker: str
+
+
+DATASET_RULE = ("a file on the bastion (a relative path is relative to the plan file's folder), "
+                "or {on_worker: /absolute/path} for a file already on every worker")
+
+
+class ConcurrencySearch(_Strict):
+    """`concurrencies: {search: crossover, min: 1, max: 256, budget: 12}`: see specfleet/worker/crossover.py."""
+
+    search: Literal["crossover"]
+    min: int = Field(default=1, ge=1)
+    max: int = Field(ge=2)
+    coarse_factor: int = 4      # round 1: min x 4^k (and max)
+    per_doubling: int = Field(default=2, ge=1, le=16)  # the finest grid: 2 points per doubling
+    budget: int = Field(ge=2)   # concurrencies measured per configuration at most, round 1 included
+    metric: Literal["output_throughput", "total_token_throughput"] = "output_throughput"
+
+    @field_validator("coarse_factor")
+    @classmethod
+    def _pow2(cls, v: int) -> int:
+        if v < 2 or v & (v - 1):
+            raise ValueError(f"must be a power of two (2, 4, 8, ...) so the coarse grid lies on the fine grid, not {v}")
+        return v
+
+    @model_validator(mode="after")
+    def _range(self) -> "ConcurrencySearch":
+        if self.max <= self.min:
+            raise ValueError(f"max: {self.max} must be larger than min {self.min}")
+        n = len(self.coarse())
+        if self.budget < n:
+            raise ValueError(f"budget: {self.budget} is fewer than the {n} concurrencies of the coarse grid "
+                             f"{self.coarse()} (raise it, or raise coarse_factor)")
+        return self
+
+    def coarse(self) -> list[int]:
+        from ..worker.crossover import coarse_grid
+        return coarse_grid(self.min, self.max, self.coarse_factor)
+
+    def fine(self) -> list[int]:
+        from ..worker.crossover import fine_grid
+        return fine_grid(self.min, self.max, self.per_doubling)
+
+
+class Benchmark(_Strict):
+    backend: Literal["openai-chat", "openai", "vllm"] = "openai-chat"
+    endpoint: str = "/v1/chat/completions"
+    dataset_name: Literal["spec_bench"] = "spec_bench"
+    dataset_path: str | OnWorker    # DATASET_RULE; docs/campaign.md "Where the dataset lives"
+    num_prompts: int = Field(default=80, ge=1)  # 5 x the default top concurrency 16: a steady state
+    output_len: int = Field(default=512, ge=1)
+    concurrencies: list[int] = Field(default_factory=lambda: [1, 16], min_length=1)
+    # written as `concurrencies: {search: crossover, ...}`; concurrencies then holds its coarse grid
+    concurrency_search: ConcurrencySearch | None = None
+    # null: not sent, so the server's generation defaults (the model's generation_config.json) apply,
+    # as in the field report (vLLM 0.28 without --temperature: Qwen3 sampled). Recorded either way.
+    temperature: float | None = Field(default=0.0, ge=0)
+    percentile_metrics: list[str] = Field(default_factory=lambda: ["ttft", "tpot", "itl", "e2el"])
+    metric_percentiles: list[float] = Field(default_factory=lambda: [50, 90, 99])
+    save_detailed: bool = True
+    num_warmups: int = Field(default=1, ge=0)
+    # Runs per (configuration, concurrency) on one server start, interleaved across concurrencies
+    # (c1 c16 c1 c16 ...) so a slow drift hits every concurrency alike. The one default: 3.
+    repeat: int = Field(default=3, ge=1)
+    # A run counts only if every request completed, or at most this many failed.
+    max_failed_requests: int = Field(default=0, ge=0)
+    # Checked on the worker before the model loads (its tokenizer, the chat template, output_len,
+    # --max-model-len): refuse = the item fails naming the prompts and the fixes; drop = measure
+    # without them, recorded in every result (prompts_dropped).
+    prompts_that_do_not_fit: Literal["refuse", "drop"] = "refuse"
+    # Steady state: a run at concurrency c needs num_prompts >= min_prompts_per_concurrency x c,
+    # else it measures one wave that drains (throughput set by the last request). `report-setup`
+    # waives the rule on purpose (the field report's 16 prompts at c=16) and stamps every result.
+    min_prompts_per_concurrency: float = Field(default=5, ge=0)
+    steady_state: Literal["required", "report-setup"] = "required"
+    timeout_s: float = Field(default=7200, gt=0)
+    # Required on purpose: see docs/campaign.md "The chat template question".
+    chat_template: Literal["double", "single"]
+    # Bench dimensions beyond the concurrencies (sweep.py, docs/campaign.md "Plans that sweep");
+    # None = not in the plan hash, so a plan without sweeps keeps its hash
+    sweep: dict[str, Any] | list[Any] | None = None
+    _cells: list[Cell] = PrivateAttr(default_factory=list)
+
+    @property
+    def cells(self) -> list[Cell]:
+        """The bench cells every configuration runs on its server, in plan order."""
+        return self._cells
+
+    @property
+    def on_worker(self) -> str | None:
+        """The dataset's path on the workers when the plan says it is already there, else None."""
+        return self.dataset_path.on_worker if isinstance(self.dataset_path, OnWorker) else None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _search(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or not isinstance(data.get("concurrencies"), dict):
+            if isinstance(data, dict) and data.get("concurrency_search") is not None:
+                s = ConcurrencySearch.model_validate(data["concurrency_search"])
+                if data.get("concurrencies") != s.coarse():  # a validated plan's dump reads back; nothing else
+                    raise ValueError("concurrency_search: write `concurrencies: {search: crossover, ...}` instead")
+            return data
+        data = dict(data)
+        try:
+            search = ConcurrencySearch.model_validate(data["concurrencies"])
+        except ValidationError as e:
+            loc, msg = first_error(e)
+            head = msg.split(" ")[0]
+            if not loc and re.fullmatch(r"[a-z_]+:", head):  # ConcurrencySearch's cross-field errors
+                loc, msg = (head[:-1],), msg[len(head) + 1:]
+            raise ValueError(f"concurrencies.{'.'.join(map(str, loc))}: {msg}") from None
+        data["concurrency_search"], data["concurrencies"] = search, search.coarse()
+        return data
+
+    @field_validator("dataset_path", mode="before")
+    @classmethod
+    def _dataset(cls, v: Any) -> Any:
+        if isinstance(v, str) and v.strip():
+            return v
+        if isinstance(v, dict) and set(v) == {"on_worker"}:
+            if not isinstance(v["on_worker"], str) or not v["on_worker"].startswith("/"):
+                raise ValueError(f"on_worker: {v['on_worker']!r} is not an absolute path (the worker reads it)")
+            return OnWorker(on_worker=v["on_worker"])
+        raise ValueError(f"must be {DATASET_RULE}, not {v!r}")
+
+    @field_validator("percentile_metrics", "metric_percentiles", mode="before")
+    @classmethod
+    def _csv(cls, v: Any) -> Any:
+        return [x.strip() for x in v.split(",")] if isinstance(v, str) else v
+
+    @field_validator("concurrencies")
+    @classmethod
+    def _conc(cls, v: list[int]) -> list[int]:
+        if any(c < 1 for c in v) or len(set(v)) != len(v):
+            raise ValueError("must be distinct positive integers")
+        return v
+
+    @field_validator("percentile_metrics")
+    @classmethod
+    def _metrics(cls, v: list[str]) -> list[str]:
+        bad = [m for m in v if m not in ("ttft", "tpot", "itl", "e2el")]
+        if bad:
+            raise ValueError(f"unknown metric(s) {bad} (known: ttft, tpot, itl, e2el)")
+        return v
+
+    @model_validator(mode="after")
+    def _steady(self) -> "Benchmark":
+        try:
+            self._cells = bench_cells(self.concurrencies, self.output_len, self.num_prompts, self.sweep)
+        except SweepError as e:
+            raise ValueError(str(e).removeprefix("benchmark.")) from None
+        if self.concurrency_search is not None and self.sweep is not None:
+            raise ValueError("sweep: a crossover search does not combine with bench sweeps yet; sweep server "
+                             "dimensions (configurations[].sweep), or sweep on a concurrency grid")
+        if self.concurrency_search is not None and self.steady_state == "required":
+            if self.prompts_that_do_not_fit == "drop":  # the kept file would fix one prompt count for all
+                raise ValueError("prompts_that_do_not_fit: drop does not go with a crossover search whose "
+                                 "prompts scale with concurrency; use refuse, or steady_state: report-setup")
+            return self  # the search raises num_prompts to min_prompts_per_concurrency x c per run
+        # the rule holds per cell: the cell with the fewest prompts per concurrency decides
+        cell = min(self._cells, key=lambda c: (c.prompts_per_concurrency, -c.concurrency))
+        need = self.min_prompts_per_concurrency * cell.concurrency
+        field_ = "num_prompts" if cell.num_prompts == self.num_prompts else "sweep.num_prompts"
+        if self.steady_state == "required" and cell.num_prompts < need:
+            raise ValueError(
+                f"{field_}: {cell.num_prompts} prompts at concurrency {cell.concurrency} "
+                f"{'' if cell.name == f'conc{cell.concurrency}' else f'(cell {cell.name}) '}is one wave "
+                "that drains, not a steady state: use at least "
+                f"{need:g} "
+                f"(min_prompts_per_concurrency {self.min_prompts_per_concurrency:g} x concurrency), "
+                "or say `steady_state: report-setup` to reproduce the field report's setup on purpose")
+        return self
+
+    @model_validator(mode="after")
+    def _template(self) -> "Benchmark":
+        chat = self.backend == "openai-chat"
+        if chat != self.endpoint.startswith("/v1/chat/"):
+            raise ValueError(f"backend {self.backend} does not go with endpoint {self.endpoint}")
+        if self.chat_template == "double" and not chat:
+            raise ValueError("chat_template 'double' means backend openai-chat on /v1/chat/completions")
+        if self.chat_template == "single" and chat:
+            raise ValueError(
+                "chat_template 'single' needs backend openai (or vllm) on /v1/completions: "
+                "spec_bench templates client-side and the chat endpoint would template again"
+            )
+        return self
+
+
+class Equivalence(_Strict):
+    metric: str = "tpot_weighted_ms"   # the gate policy's metric (results/gate_policy.py)
+    concurrency: int = Field(default=16, ge=1)
+    tolerance_pct: float = Field(default=3.0, gt=0)
+    # packing shared on nodes with several GPUs: the baseline runs once on every GPU (layout.gpu_copy),
+    # so the gate compares the GPUs of a node as it compares nodes (one more baseline run per GPU)
+    every_gpu: bool = False
+
+
+class Plan(_Strict):
+    campaign: str
+    vllm_version: str | None = None
+    model: Model
+    server: Server = Field(default_factory=Server)
+    configurations: list[Configuration] = Field(min_length=1)
+    baseline: str
+    benchmark: Benchmark
+    equivalence: Equivalence = Field(default_factory=Equivalence)
+    gpu_memory_free_mib: int = Field(default=5000, gt=0)
+    stop_timeout_s: float = Field(default=120, gt=0)
+    # exclusive: one server per node at a time (neighbours share host CPU, PCIe and memory bandwidth,
+    # which skews what is compared); shared: one per free GPU set at once, stamped on every result
+    packing: Literal["exclusive", "shared"] = "exclusive"
+    _file: Path = PrivateAttr(default=Path("<plan>"))  # where it was read (not part of plan_hash)
+    _sweeps: dict[str, dict] = PrivateAttr(default_factory=dict)  # sweep.expand_configurations
+
+    @field_validator("campaign")
+    @classmethod
+    def _campaign(cls, v: str) -> str:
+        if not NAME_RE.match(v):
+            raise ValueError(f"{v!r}: names may use letters, digits, '-', '_', '.' (it names a folder)")
+        return v
+
+    @model_validator(mode="after")
+    def _cross(self) -> "Plan":
+        names = [c.name for c in self.configurations]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"configurations: name {dup[0]!r} appears twice")
+        if self.baseline not in names:
+            raise ValueError(f"baseline: {self.baseline!r} is not a configuration (have: {', '.join(names)})")
+        taken = [n for n in names if copy_of(n, self.baseline) is not None]
+        if taken:
+            raise ValueError(f"configurations: name {taken[0]!r} is the baseline's run on another GPU "
+                             f"({GPU_COPY.format(baseline=self.baseline, index='<N>')}, equivalence.every_gpu); "
+                             "choose another name")
+        if self.equivalence.every_gpu:
+            if self.packing != "shared":
+                raise ValueError("equivalence.every_gpu: needs packing: shared (exclusive runs every server "
+                                 "on the node's first free GPU, so there is nothing to compare)")
+            if self.benchmark.concurrency_search is not None:
+                raise ValueError("equivalence.every_gpu: does not combine with a crossover search yet")
+        concs = sorted({c.concurrency for c in self.benchmark.cells})
+        if self.equivalence.concurrency not in concs:
+            raise ValueError(
+                f"equivalence.concurrency: {self.equivalence.concurrency} is not among "
+                f"the concurrencies measured {concs}"
+            )
+        return self
+
+    def config(self, name: str) -> Configuration:
+        """The configuration named `name`; the baseline's run on another GPU (layout.gpu_copy) is the
+        baseline's."""
+        if self.equivalence.every_gpu and copy_of(name, self.baseline) is not None:
+            name = self.baseline
+        for c in self.configurations:
+            if c.name == name:
+                return c
+        raise KeyError(f"plan {self.campaign!r} has no configuration {name!r}")
+
+    @property
+    def file(self) -> Path:
+        return self._file
+
+    def dataset_file(self) -> Path | None:
+        """The bastion file the dataset is (None: it is on the workers); PlanError when it is missing.
+
+        A relative path is relative to the plan file's folder, so a plan means the same file
+        wherever `fab` runs.
+        """
+        ds = self.benchmark.dataset_path
+        if isinstance(ds, OnWorker):
+            return None
+        path = Path(os.path.expanduser(ds))
+        path = path if path.is_absolute() else self._file.parent / path
+        if not path.is_file() or not os.access(path, os.R_OK):
+            why = "is not a readable file" if path.exists() else "does not exist"
+            raise PlanError(f"{self._file}: field 'benchmark.dataset_path': {os.path.abspath(path)} {why} on "
+                            "the bastion (a relative path is relative to the plan file; a file already on "
+                            "the workers is written {on_worker: /path})")
+        return path
+
+    def canonical_json(self) -> str:
+        d = self.model_dump(mode="json")
+        for key in ("concurrency_search", "sweep"):  # absent: a plan without a search or sweep keeps its hash
+            if d["benchmark"][key] is None:
+                del d["benchmark"][key]
+        # placement fields left at their defaults are not hashed: a plan written before they existed
+        # keeps its hash, so its campaign resumes (and its results merge) after an upgrade
+        for key in [k for k in HASH_IF_SET if d.get(k) == HASH_IF_SET[k]]:
+            del d[key]
+        if d["equivalence"]["every_gpu"] == Equivalence.model_fields["every_gpu"].default:
+            del d["equivalence"]["every_gpu"]
+        for c in d["configurations"]:
+            for key in [k for k in CONFIG_HASH_IF_SET if c.get(k) == CONFIG_HASH_IF_SET[k]]:
+                del c[key]
+        return json.dumps(d, sort_keys=True, separators=(",", ":"))
+
+    @property
+    def sweeps(self) -> dict[str, dict]:
+        """Expanded configuration name -> {"from": the swept configuration, "point": its values}."""
+        return self._sweeps
+
+    def plan_hash(self) -> str:
+        return hashlib.sha256(self.canonical_json().encode()).hexdigest()[:12]
+
+
+HASH_IF_SET = {"packing": Plan.model_fields["packing"].default}
+CONFIG_HASH_IF_SET = {k: Configuration.model_fields[k].default for k in ("gpu_model", "whole_node")}
+
+
+def gpus_needed(plan: Plan, config: str) -> int:
+    """GPUs one server of `config` uses: its tensor x pipeline x data parallel size (slots.needed)."""
+    return needed([*plan.server.args, *plan.config(config).extra_args])
+
+
+def _where(loc: tuple, file: Path, raw: Any) -> str:
+    parts = list(loc)
+    if len(parts) >= 2 and parts[0] == "configurations" and isinstance(parts[1], int):
+        name = f"#{parts[1] + 1}"
+        try:
+            entry = raw["configurations"][parts[1]]
+            if isinstance(entry, dict) and entry.get("name"):
+                name = repr(entry["name"])
+        except (KeyError, IndexError, TypeError):
+            pass
+        field_ = ".".join(str(p) for p in parts[2:]) or "(entry)"
+        return f"{file}: configuration {name}, field {field_!r}"
+    return f"{file}: field {'.'.join(str(p) for p in parts) or '(top level)'!r}"
+
+
+def parse_plan(raw: Any, file: str | os.PathLike = "<plan>") -> Plan:
+    file = Path(file)
+    if not isinstance(raw, dict):
+        raise PlanError(f"{file}: expected a mapping with 'campaign:', 'model:', ... at the top level")
+    try:
+        raw, sweeps = expand_configurations(raw, KNOWN_SPECULATIVE_KEYS)
+    except SweepError as e:
+        head, msg = str(e).split(": ", 1)
+        raise PlanError(f"{_where(tuple(int(p) if p.isdigit() else p for p in head.split('.')), file, raw)}: "
+                        f"{msg}") from None
+    try:
+        plan = Plan.model_validate(raw)
+    except ValidationError as e:
+        loc, msg = first_error(e)
+        head = msg.split(" ")[0]
+        if re.fullmatch(r"[a-z_.0-9]+:", head):  # cross-field errors carry their field first
+            loc, msg = (*loc, *head[:-1].split(".")), msg[len(head) + 1:]
+        raise PlanError(f"{_where(loc, file, raw)}: {msg}") from None
+    _refuse_no_stats(plan, file)
+    plan._file = file
+    plan._sweeps = sweeps
+    return plan
+
+
+def _refuse_no_stats(plan: Plan, file: Path) -> None:
+    """--disable-log-stats stops vLLM's spec-decode counters: acceptance would read "never fired"."""
+    for c in plan.configurations:
+        if c.speculative_config is None:
+            continue
+        for where, words in (("server.args", plan.server.args), ("extra_args", c.extra_args)):
+            if "--disable-log-stats" in words:
+                raise PlanError(f"{file}: configuration {c.name!r}, field {where!r}: --disable-log-stats removes "
+                                "vLLM's spec-decode counters (acceptance could not be measured); remove it")
+
+
+def load_plan(path: str | os.PathLike) -> Plan:
+    file = Path(path)
+    if not file.is_file():
+        raise PlanError(f"{file}: plan file not found (plans/ holds examples)")
+    try:
+        raw = load_yaml(file)
+    except YamlFileError as e:
+        raise PlanError(str(e)) from None
+    return parse_plan(raw, file)

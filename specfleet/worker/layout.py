@@ -1,0 +1,117 @@
+"""A campaign's files: where each lives and what it is called, on the worker and in results/.
+
+Stdlib only: this module travels to the workers in the worker program (runner.pyz) and is
+imported by both sides, so the bastion reads what the runner writes
+by the same names. tests/unit/test_layout.py keeps every other module from spelling them.
+
+    <work_dir>/.specfleet-runner.lock                 one runner per host (flock; "pid=N run_id=R")
+    <work_dir>/<campaign>/<host>/                     the run folder (run_dir)
+        run.json                                      the queue `fab bench` placed (RUN_SPEC)
+        state.json                                    the runner's state, written atomically (STATE)
+        runner.log                                    the runner's own log (RUNNER_LOG)
+        <config>.done                                 done marker: item_hash, results (done_marker)
+        <config>.server.log                           `vllm serve` output (server_log)
+        <config>_conc<N>[_r<K>].json                  one bench result (result_filename)
+        <config>_conc<N>[_r<K>].bench.log             `vllm bench serve` output (bench_log)
+        prompts-fit-<digest>.jsonl                    the prompts that fit (prompts_fit)
+        .disk-reserve                                 room to record a full disk (DISK_RESERVE)
+    results/<campaign>/<host>/                        the same names, as `fab collect` fetched them
+        provenance.json                               what collect probed on the host (PROVENANCE)
+
+The lock sits above the campaigns: one runner per host whatever the campaign (a GPU is one).
+"""
+from __future__ import annotations
+
+import posixpath
+import re
+
+RUNNER_ARTEFACT = "runner.pyz"  # the worker program, one zipapp under the specfleet home (configs role)
+RUN_SPEC = "run.json"
+STATE = "state.json"
+RUNNER_LOG = "runner.log"
+PROVENANCE = "provenance.json"
+DISK_RESERVE = ".disk-reserve"
+LOCK = ".specfleet-runner.lock"
+# created once per boot by the runner (runner_lib.boot_identity); /tmp is emptied at boot
+BOOT_MARKER = "/tmp/.specfleet-boot-{uid}"
+VENV_MANIFEST = "specfleet-manifest.json"  # what the bastion's venv builder wrote into the venv
+
+DONE_SUFFIX = ".done"
+SERVER_LOG_SUFFIX = ".server.log"
+BENCH_LOG_SUFFIX = ".bench.log"
+PARTIAL_SUFFIX = ".partial"  # a result being written; renamed to its final name once it counts
+
+# Filled in on the worker by the runner (commands.py writes them into the argv lists):
+MODEL = "@MODEL@"                # the first model candidate that holds a config.json
+VLLM_VERSION = "@VLLM_VERSION@"  # the engine version the runner read in preflight
+
+# <config>_<cell>[_r<K>].json; a bench cell (sweep.py) is conc<N>[-out<L>][-cat_<C>][-n<P>]
+CELL_PART = r"conc(?P<conc>\d+)(?:-out(?P<out>\d+))?(?:-cat_(?P<cat>[A-Za-z][A-Za-z0-9_]*?))?(?:-n(?P<n>\d+))?"
+RESULT_RE = re.compile(rf"^(?P<config>.+?)_(?P<cell>{CELL_PART})(?:_r(?P<rep>\d+))?\.json$")
+
+
+# equivalence.every_gpu: the baseline's run on GPU <N> of a node (its own item, results and done marker;
+# the report's GPU check reads it, its tables leave it out). Plans may not name a configuration so.
+GPU_COPY = "{baseline}.gpu{index}"
+
+
+def gpu_copy(baseline: str, index: int) -> str:
+    return GPU_COPY.format(baseline=baseline, index=index)
+
+
+def copy_of(name: str, baseline: str) -> int | None:
+    """The GPU index when `name` is the baseline's run on another GPU (gpu_copy), else None."""
+    m = re.fullmatch(re.escape(baseline) + r"\.gpu(\d+)", name)
+    return int(m.group(1)) if m else None
+
+
+def run_dir(root: str, campaign: str, host: str) -> str:
+    """A host's run folder under the worker's work_dir (or the bastion's results folder)."""
+    return posixpath.join(root, campaign, host)
+
+
+def lock_path(work_dir: str) -> str:
+    return posixpath.join(work_dir, LOCK)
+
+
+def boot_marker(uid: int | str) -> str:
+    return BOOT_MARKER.format(uid=uid)
+
+
+def done_marker(config: str) -> str:
+    return config + DONE_SUFFIX
+
+
+def server_log(config: str) -> str:
+    return config + SERVER_LOG_SUFFIX
+
+
+def result_filename(config: str, concurrency: int, rep: int = 1, repeat: int = 1) -> str:
+    suffix = f"_r{rep}" if repeat > 1 else ""
+    return f"{config}_conc{concurrency}{suffix}.json"
+
+
+def cell_result_filename(config: str, cell, rep: int = 1, repeat: int = 1) -> str:
+    """A bench cell's result file (sweep.Cell): a plain cell conc<N> is result_filename's name,
+    a swept one `<config>_<cell name>[_r<K>].json` (conc16-out1024-cat_rag)."""
+    if cell.name in ("", f"conc{cell.concurrency}"):
+        return result_filename(config, cell.concurrency, rep, repeat)
+    return f"{config}_{cell.name}{'_r' + str(rep) if repeat > 1 else ''}.json"
+
+
+def result_glob(config: str) -> str:
+    """Every result file of `config` (an rsync/fnmatch pattern)."""
+    return f"{config}_conc*.json"
+
+
+def bench_log(result_file: str) -> str:
+    return result_file.removesuffix(".json") + BENCH_LOG_SUFFIX
+
+
+def prompts_fit(digest: str) -> str:
+    return f"prompts-fit-{digest}.jsonl"
+
+
+def fill(word: str, model: str | None, vllm_version: str | None) -> str:
+    """One argv word with the placeholders filled in (an unknown version reads 'unknown')."""
+    return word.replace(MODEL, model or "").replace(VLLM_VERSION, vllm_version or "unknown")

@@ -1,0 +1,182 @@
+"""`fab bench`, `fab status`, `fab stop`: run a campaign's queues on the workers, detached from SSH."""
+from __future__ import annotations
+
+from invoke import task
+from invoke.exceptions import Exit
+from rich.table import Table
+
+from specfleet import roles
+from specfleet.roles import configs
+from specfleet.campaign import Paths, PlanError, build_run_spec, commands_for, dump_run_spec, load_plan
+from specfleet.campaign import promptcount
+from specfleet.campaign import format_split, parse_pins, split
+from specfleet.campaign import remote
+from specfleet.worker import layout
+from specfleet.campaign.follow import follow, progress_line
+from specfleet.campaign.spec import RunnerBusy, resumed
+from specfleet.errors import UserError
+from specfleet.fleet import EXIT_BAD_INPUT
+from specfleet.shell import q
+from specfleet.step import Status
+from specfleet.steps.command import Assert
+from specfleet.steps.files import Directory, FileContent
+from specfleet.tasks.common import command_line, fleet_help, fleet_run
+
+DEFAULT_PLAN = "plans/qwen3-32b.yml"
+PLAN_HELP = f"the campaign's plan file (default {DEFAULT_PLAN})"
+
+
+def plan_of(path: str | None):
+    try:
+        return load_plan(path or DEFAULT_PLAN)
+    except PlanError as e:
+        raise Exit(f"error: {e}", code=EXIT_BAD_INPUT) from None
+
+
+def work_dir(host) -> str:
+    return host.var("bench_work_dir", f"{configs.home(host)}/campaigns")
+
+
+def paths_for(host, plan) -> Paths:
+    return Paths(venv=host.require("venv_path"), work_dir=work_dir(host), dataset=worker_dataset(host, plan))
+
+
+def worker_dataset(host, plan) -> str:
+    """The dataset's path on the worker: as the plan spells it, or where configs places the bastion file."""
+    return plan.benchmark.on_worker or configs.dataset_path(host, plan.dataset_file())
+
+
+def _dataset_on_worker(host, plan) -> Assert:
+    path = plan.benchmark.on_worker
+    return Assert("dataset on the worker", f"test -f {q(path)} && test -r {q(path)}",
+                  f"{plan.file}: field 'benchmark.dataset_path': {path} is not a readable file on {host.name} "
+                  "(put it there, or name a bastion file, which fab bench places on every worker)")
+
+
+@task(help=fleet_help(plan=PLAN_HELP, assign="pin configurations to nodes, e.g. eagle3=w2 (repeatable)",
+                      wait="follow progress until every runner is done (default; --no-wait returns at once)",
+                      poll="seconds between progress reads (default 2)"), iterable=["assign"])
+def bench(c, plan=None, inventory=None, hosts=None, check=False, diff=False, assign=None, wait=True, poll=2.0,
+          forks=32, serial=False, accept_new_host_keys=False, verbose=False):
+    """Split the plan's configurations across the nodes and run each node's queue (resumable, reattaches)."""
+    p = plan_of(plan)
+    try:  # a missing bastion file, or one with too few prompts, stops here, before any host is touched
+        promptcount.check(p)
+    except PlanError as e:
+        raise Exit(f"error: {e}", code=EXIT_BAD_INPUT) from None
+    with fleet_run("bench", inventory=inventory, hosts=hosts, check=check, diff=diff, forks=forks, serial=serial,
+                   accept_new_host_keys=accept_new_host_keys, verbose=verbose,
+                   default_hosts="workers") as (fleet, inv, rep):
+        # one probe batch per worker: its GPUs and topology (the split's slots) and its campaign's state
+        # (resume, reattach), with the plan's dataset check; a host that fails here leaves the split
+        reads: dict[str, remote.ReadWorker] = {}
+
+        def probe(h):  # in the play: a var this host lacks fails it alone
+            reads[h.name] = remote.ReadWorker(h, work_dir(h), p.campaign)
+            return [reads[h.name]] + ([_dataset_on_worker(h, p)] if p.benchmark.on_worker else [])
+        fleet.play(probe)
+        split_hosts = [h for h in fleet.active if h.name in reads and reads[h.name].node]
+        nodes = [reads[h.name].node for h in split_hosts]
+        if not nodes:
+            return
+        try:
+            queues = split(p, nodes, pins=parse_pins(assign or []))
+        except PlanError as e:
+            raise Exit(f"error: {e}", code=EXIT_BAD_INPUT) from None
+        rep.console.print(format_split(queues, nodes), markup=False)
+        paths = {}
+        for host in split_hosts:
+            try:
+                paths[host.name] = paths_for(host, p)
+            except UserError as e:  # e.g. a var this host lacks: it fails alone
+                fleet.record_local_for(host.name, "inventory vars", Status.FAILED, str(e))
+                continue
+            rep.console.print(f"[bold]{host.name}[/]: " + " -> ".join(queues.queues[host.name]))
+            for item in queues.queues[host.name]:
+                for line in commands_for(p, host.name, item, paths[host.name]):
+                    rep.console.print(f"    {line}", markup=False, soft_wrap=True)
+        if check:
+            return
+        views = {h.name: reads[h.name].view for h in split_hosts}
+        specs = {}
+        for host in [h for h in split_hosts if h in fleet.active and h.name in paths]:
+            v = views.get(host.name)
+            node = next(n for n in nodes if n.name == host.name)
+            spec = build_run_spec(p, host.name, queues.queues[host.name], paths[host.name],
+                                  env_file=host.var("env_file"), gpu_index=host.var("gpu_index"),
+                                  gpus=list(node.gpus), gpu_groups=node.gpu_groups)
+            try:
+                specs[host.name] = resumed(spec, v and v.spec, v.runner_pid if v and v.alive else None)
+            except RunnerBusy as e:
+                fleet.record_local_for(host.name, "start runner", Status.FAILED, str(e))
+        fleet.play(lambda h: _placement(h, p, specs[h.name]),
+                   hosts=[h for h in fleet.active if h.name in specs])
+        fleet.interrupt_hints = [  # on Ctrl-C from here on
+            "the runners already started go on without fab (they are detached from SSH);",
+            f"reattach: `{command_line()}` again (or resume, if one stopped); progress: "
+            f"`fab status --plan {plan or DEFAULT_PLAN}`; stop them: `fab stop --plan {plan or DEFAULT_PLAN}`"]
+
+        runners: dict[str, int] = {}  # host -> the runner this run follows
+
+        def start(hc):
+            v = views.get(hc.host.name)
+            status, message, pid = remote.start_or_reattach(
+                hc, work_dir(hc.host), p.campaign, hc.host.var("runner_python", "/usr/bin/python3"),
+                configs.runner_path(hc.host), resuming=bool(v and v.state))
+            if pid is not None:
+                runners[hc.host.name] = pid
+            return status, message
+        fleet.each("start runner", start, hosts=[h for h in fleet.active if h.name in specs])
+        if wait:
+            _follow(fleet, p, rep, poll, runners)
+
+
+def _placement(host, plan, spec):
+    d = layout.run_dir(work_dir(host), plan.campaign, host.name)
+    # the configs role's own steps (runner files, the plan's dataset), then this campaign's run spec
+    datasets = [] if plan.benchmark.on_worker else [plan.dataset_file()]
+    return [*roles.get("configs").steps(host, roles.Context(datasets=datasets)), Directory(d),
+            FileContent(f"{d}/{layout.RUN_SPEC}", dump_run_spec(spec))]
+
+
+def _follow(fleet, plan, rep, poll, runners: dict[str, int] | None = None):
+    """Follow every runner until all are finished (specfleet.campaign.follow), then the campaign table."""
+    follow(fleet, lambda hc: remote.view(hc, work_dir(hc.host), plan.campaign),
+           lambda host: layout.run_dir(work_dir(host), plan.campaign, host.name), rep.console, poll,
+           runners, on_end=lambda views: _campaign_table(rep, views))
+
+
+def _campaign_table(rep, views):
+    table = Table(title="campaign", title_justify="left")
+    for col in ("host", "item", "status", "attempts", "error"):
+        table.add_column(col, overflow="fold")
+    for name, v in views.items():
+        for item in (v.state or {}).get("items", []):
+            table.add_row(name, item["name"], item["status"], str(item.get("attempts", "")),
+                          (item.get("error") or "")[-300:])
+    rep.console.print(table)
+
+
+@task(help=fleet_help(changes=False, plan=PLAN_HELP))
+def status(c, plan=None, inventory=None, hosts=None, forks=32, serial=False, accept_new_host_keys=False,
+           verbose=False):
+    """Show the progress of a running or finished campaign on every worker."""
+    p = plan_of(plan)
+    with fleet_run("status", inventory=inventory, hosts=hosts, forks=forks, serial=serial,
+                   accept_new_host_keys=accept_new_host_keys, verbose=verbose, default_hosts="workers",
+                   recap=False) as (fleet, inv, rep):
+        views = fleet.each("read campaign state", lambda hc: remote.view(hc, work_dir(hc.host), p.campaign))
+        for name, v in views.items():
+            rep.console.print(progress_line(name, v), markup=False)
+        _campaign_table(rep, views)
+
+
+@task(help=fleet_help(changes=False, plan=PLAN_HELP))
+def stop(c, plan=None, inventory=None, hosts=None, forks=32, serial=False, accept_new_host_keys=False,
+         verbose=False):
+    """Stop the runners cleanly: each stops its vLLM server, frees the GPU and exits (resumable later)."""
+    p = plan_of(plan)
+    with fleet_run("stop", inventory=inventory, hosts=hosts, forks=forks, serial=serial,
+                   accept_new_host_keys=accept_new_host_keys, verbose=verbose,
+                   default_hosts="workers") as (fleet, inv, rep):
+        fleet.each("stop runner", lambda hc: remote.stop_campaign(hc, work_dir(hc.host), p.campaign))

@@ -1,0 +1,52 @@
+"""`fab collect`: fetch finished results from the workers, gate on node equivalence, merge, report."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from invoke import task
+
+from specfleet.campaign import NodeInfo, PlanError, split
+from specfleet.worker import layout
+from specfleet.results.fetch import fetch, host_notes
+from specfleet.tasks.bench import DEFAULT_PLAN, PLAN_HELP, plan_of, work_dir
+from specfleet.tasks.common import fleet_help, fleet_run
+
+
+@task(help=fleet_help(changes=False, plan=PLAN_HELP, results="where results go (default results/)",
+                      force="merge even when the nodes are not equivalent; every output is stamped so"))
+def collect(c, plan=None, inventory=None, hosts=None, results="results", force=False, forks=32, serial=False,
+            accept_new_host_keys=False, verbose=False):
+    """Fetch finished results, check the nodes agree on the baseline, merge and write the report."""
+    p = plan_of(plan)
+    dest = Path(results) / p.campaign
+    with fleet_run("collect", inventory=inventory, hosts=hosts, forks=forks, serial=serial,
+                   accept_new_host_keys=accept_new_host_keys, verbose=True,
+                   default_hosts="workers") as (fleet, inv, rep):
+        refused: dict[str, list[str]] = {}
+        fleet.each("fetch results", lambda hc: fetch(hc, p, work_dir(hc.host), dest, refused))
+        try:
+            queues = split(p, [NodeInfo.from_vars(h.name, h.vars) for h in fleet.hosts]).queues
+        except PlanError as e:
+            queues = {}
+            fleet.warn(f"cannot work out the planned queues of hosts without a {layout.RUN_SPEC}: {e}")
+        bandwidth = next((h.var("gpu_memory_bandwidth_gbps") for h in fleet.hosts
+                          if h.var("gpu_memory_bandwidth_gbps")), None)
+        from specfleet.results.report import report_plan  # heavy: pandas, matplotlib
+        msgs = [m for h in sorted(refused) for m in refused[h]]
+        outcome = report_plan(p, plan or DEFAULT_PLAN, results, force=force,
+                              gpu_bandwidth_gbps=float(bandwidth) if bandwidth else None,
+                              split_queues=queues, host_notes=host_notes(fleet.results), notes=msgs,
+                              console=rep.console)
+        for m in msgs:
+            fleet.warn(m)
+        say(fleet, rep, outcome)
+
+
+def say(fleet, rep, outcome) -> None:
+    """The verdict: where the report is, or why nothing was merged; what it lacks (exit code)."""
+    if outcome.merged:
+        rep.console.print(f"[bold green]report:[/] {outcome.paths.get('html')}")
+    else:
+        fleet.not_merged(outcome.not_merged_message)
+    if outcome.incomplete_message:
+        fleet.incomplete(outcome.incomplete_message)

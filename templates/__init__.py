@@ -1,0 +1,1 @@
+"""Jinja templates: files roles place (provision/) and the report's pages (report/)."""
