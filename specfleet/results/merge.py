@@ -20,7 +20,8 @@ from .crossover import search_status
 from .diagnosis import MIN_WAVES, OVERHEAD_BOUND_FRACTION, bandwidth_of, greedy_divergence, loop_share, waves
 from .gate_policy import metric_value
 from .measures import NoiseBand, add_measures, latency_table, outlier_notes
-from .provenance import node_table, result_table
+from .consistency import result_table
+from .provenance import node_table
 
 RUN_METRICS = {
     "output_throughput": "output_tok_s",
