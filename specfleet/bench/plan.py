@@ -26,6 +26,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, ValidationInfo, field_validator, model_validator
 
 from ..errors import UserError
+from .assertions import Assertion
 from .layout import GPU_COPY, copy_of
 from .slots import needed, parallel_sizes
 from ..yamlfile import YamlFileError, first_error, load_yaml
@@ -422,6 +423,8 @@ class Plan(_Strict):
     # exclusive: one server per node at a time (neighbours share host CPU, PCIe and memory bandwidth,
     # which skews what is compared); shared: one per free GPU set at once, stamped on every result
     packing: Literal["exclusive", "shared"] = "exclusive"
+    # figures the report must show (assertions.py); checks, not measurement settings: not in the plan hash
+    assertions: list[Assertion] = Field(default_factory=list, exclude=True)
     _file: Path = PrivateAttr(default=Path("<plan>"))  # where it was read (not part of plan_hash)
     _sweeps: dict[str, dict] = PrivateAttr(default_factory=dict)  # sweep.expand_configurations
 
@@ -457,6 +460,9 @@ class Plan(_Strict):
                 f"equivalence.concurrency: {self.equivalence.concurrency} is not among "
                 f"the concurrencies measured {concs}"
             )
+        for i, a in enumerate(self.assertions):
+            if a.config not in names:
+                raise ValueError(f"assertions.{i}.config: {a.config!r} is not a configuration (have: {', '.join(names)})")
         return self
 
     def config(self, name: str) -> Configuration:

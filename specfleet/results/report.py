@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..fleet import EXIT_INCOMPLETE, EXIT_NOT_MERGED
+from ..fleet import EXIT_ASSERTION, EXIT_INCOMPLETE, EXIT_NOT_MERGED
 from .campaign import Campaign, Expect, Quarantined, scan_campaign
 from .cells import CellState, Planned, cell_states
 from .conclusions import conclusions
@@ -38,6 +38,7 @@ class ReportOutcome:
     error: str | None = None
     cells: list[CellState] = field(default_factory=list)
     command: str | None = None   # what measures the cells that are not merged again
+    assertions: list = field(default_factory=list)  # the plan's assertions (bench/assertions.py), checked
 
     @property
     def ok(self) -> bool:
@@ -76,6 +77,8 @@ class ReportOutcome:
         code = 0 if self.merged else EXIT_NOT_MERGED
         if not self.complete:
             code |= EXIT_INCOMPLETE
+        if any(not a.ok for a in self.assertions):
+            code |= EXIT_ASSERTION
         return code
 
 
@@ -169,7 +172,10 @@ def report_plan(plan, plan_path: str, results_root: Path | str, *, force: bool =
     eq = plan.equivalence
     rule = EquivalenceRule(metric=eq.metric, concurrency=eq.concurrency, tolerance_pct=eq.tolerance_pct)
     expect = Expect.of_plan(plan)
-    return report_campaign(campaign_dir, baseline=plan.baseline, rule=rule, force=force,
-                           gpu_bandwidth_gbps=gpu_bandwidth_gbps, weights_gib=plan.model.weights_gib,
-                           console=console, quiet=quiet, planned=planned, expect=expect,
-                           quarantine=False, notes=notes)
+    out = report_campaign(campaign_dir, baseline=plan.baseline, rule=rule, force=force,
+                          gpu_bandwidth_gbps=gpu_bandwidth_gbps, weights_gib=plan.model.weights_gib,
+                          console=console, quiet=quiet, planned=planned, expect=expect,
+                          quarantine=False, notes=notes)
+    from .peers import after_report  # fab compare's plan.json, the plan's assertions (docs/compare.md)
+    after_report(out, plan, console, quiet)
+    return out

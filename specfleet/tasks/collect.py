@@ -6,6 +6,7 @@ from pathlib import Path
 from invoke import task
 
 from specfleet.bench import NodeInfo, PlanError, layout, split
+from specfleet.fleet import EXIT_ASSERTION
 from specfleet.results.fetch import fetch, host_notes
 from specfleet.tasks.bench import DEFAULT_PLAN, PLAN_HELP, plan_of, work_dir
 from specfleet.tasks.common import fleet_help, fleet_run
@@ -49,3 +50,7 @@ def say(fleet, rep, outcome) -> None:
         fleet.not_merged(outcome.not_merged_message)
     if outcome.incomplete_message:
         fleet.incomplete(outcome.incomplete_message)
+    for a in outcome.assertions:  # the plan's assertions (docs/compare.md): one failed or unchecked adds 32
+        if not a.ok:
+            fleet.extra_exit |= EXIT_ASSERTION
+            fleet.warn(a.line())
