@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from .crossover import CONC, PER_CONC, PROMPTS, REP, prompts_at
 from .layout import MODEL, VLLM_VERSION, cell_result_filename, result_filename, run_dir
 from .plan import Plan
+from .slo import goodput_args
 from .sweep import Cell
 
 
@@ -109,6 +110,7 @@ def bench_argv(plan: Plan, node: str, item: str, cell: int | Cell, paths: Paths,
         "--metric-percentiles", ",".join(fmt(p) for p in b.metric_percentiles),
         "--num-warmups", str(b.num_warmups),
         *(["--save-detailed"] if b.save_detailed else []),
+        *goodput_args(b.slo),
         "--save-result",
         "--result-dir", paths.result_dir(plan, node),
         "--result-filename", cell_result_filename(item, cell, rep, b.repeat),

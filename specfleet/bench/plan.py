@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 from ..errors import UserError
 from .assertions import Assertion
 from .layout import GPU_COPY, copy_of
+from .slo import Slo
 from .slots import needed, parallel_sizes
 from ..yamlfile import YamlFileError, first_error, load_yaml
 from .sweep import Cell, SweepError, bench_cells, expand_configurations
@@ -293,6 +294,8 @@ class Benchmark(_Strict):
     # Bench dimensions beyond the concurrencies (sweep.py, docs/campaign.md "Plans that sweep");
     # None = not in the plan hash, so a plan without sweeps keeps its hash
     sweep: dict[str, Any] | list[Any] | None = None
+    # the latency a good request meets (slo.py, docs/slo.md); None = not in the plan hash
+    slo: Slo | None = None
     _cells: list[Cell] = PrivateAttr(default_factory=list)
 
     @property
@@ -499,7 +502,7 @@ class Plan(_Strict):
 
     def canonical_json(self) -> str:
         d = self.model_dump(mode="json")
-        for key in ("concurrency_search", "sweep"):  # absent: a plan without a search or sweep keeps its hash
+        for key in ("concurrency_search", "sweep", "slo"):  # absent: a plan without a search or sweep keeps its hash
             if d["benchmark"][key] is None:
                 del d["benchmark"][key]
         # placement fields left at their defaults are not hashed: a plan written before they existed

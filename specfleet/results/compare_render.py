@@ -11,6 +11,7 @@ import math
 from dataclasses import asdict
 from pathlib import Path
 
+from ..bench.layout import PROVENANCE
 from .compare import IMPROVEMENT, REGRESSION, Comparison
 from .document import SIMULATED_STAMP, Section, fmt
 from .gate import GATE_METRICS
@@ -33,7 +34,7 @@ def _pct(r: float | None) -> str:
 def sections(c: Comparison) -> list[Section]:
     secs = [Section("Provenance differences", ["what", "baseline", "candidate"],
                     [list(r) for r in c.provenance],
-                    "Node facts (result metadata, provenance.json) and result facts that differ between the "
+                    f"Node facts (result metadata, {PROVENANCE}) and result facts that differ between the "
                     "campaigns, values over every node of a side; the run dates always.")]
     if c.plan_compared or c.plan_other or c.base.plan is None or c.cand.plan is None:
         rows = [[k, a, b, "compared (vLLM version, name, server flag)"] for k, a, b in c.plan_compared]

@@ -5,6 +5,26 @@ from __future__ import annotations
 
 from ..bench.assertions import NOT_CHECKED, AssertionResult, check
 from .compare import write_snapshot
+from .slo import SLO_HEADERS, add_goodput, slo_lines, slo_rows
+
+
+def add_peer_columns(camp, runs, baseline: str, slo):
+    """The merged rows with the goodput columns when the plan has an SLO (slo.py)."""
+    return add_goodput(camp, runs, baseline, slo)
+
+
+def add_peer_sections(model, tables, baseline: str, slo) -> None:
+    """The report's "Goodput under the SLO" section (after the results), when the plan has an SLO."""
+    if slo is None or "goodput_req_s" not in tables.runs:
+        return
+    from .document import Section
+    lines = slo_lines(tables.runs, baseline, slo)
+    sec = Section("Goodput under the SLO", SLO_HEADERS, slo_rows(tables.runs), " ".join(lines),
+                  anchor="goodput-under-the-slo")
+    at = next((i for i, s in enumerate(model.sections) if not s.title.startswith(("Results", "Latency"))),
+              len(model.sections))
+    model.sections.insert(at, sec)
+    model.conclusions += lines[1:]
 
 
 def after_report(out, plan, console=None, quiet: bool = False) -> None:

@@ -95,7 +95,7 @@ def report_campaign(campaign_dir: Path | str, baseline: str = DEFAULT_BASELINE,
                     gpu_bandwidth_gbps: float | None = None, weights_gib: float | None = None,
                     console=None, quiet: bool = False, planned: Planned | None = None,
                     expect: Expect | None = None, quarantine: bool = True,
-                    notes: list[str] | None = None) -> ReportOutcome:
+                    notes: list[str] | None = None, slo=None) -> ReportOutcome:
     """Validate (quarantine bad files), gate on node equivalence, merge, write
     report.md / report.html / merged.csv / merged.json into `campaign_dir`, and
     print the main tables (rich) unless quiet.
@@ -131,11 +131,14 @@ def report_campaign(campaign_dir: Path | str, baseline: str = DEFAULT_BASELINE,
     # the baseline's runs on a node's other GPUs (equivalence.every_gpu) went to the gate, not the tables
     tables = build_tables(split_off_gpu_copies(camp, baseline), baseline, gpu_bandwidth_gbps, weights_gib,
                           NoiseBand(rule.tolerance_pct))
+    from .peers import add_peer_columns, add_peer_sections  # goodput under the plan's SLO (docs/slo.md)
+    tables.runs = add_peer_columns(camp, tables.runs, baseline, slo)
     concl = conclusions(tables, baseline)
     forced = force and not gate.passed
     model = build_model(camp.name, tables, gate, concl, baseline=baseline, simulated=camp.simulated,
                         forced=forced, warnings=out.warnings, quarantined=qmsgs, cells=out.cells,
                         command=command)
+    add_peer_sections(model, tables, baseline, slo)
     out.tables, out.model, out.conclusions, out.forced = tables, model, concl, forced
     if not gate.passed and not force:
         _remove_stale(campaign_dir)
@@ -175,7 +178,7 @@ def report_plan(plan, plan_path: str, results_root: Path | str, *, force: bool =
     out = report_campaign(campaign_dir, baseline=plan.baseline, rule=rule, force=force,
                           gpu_bandwidth_gbps=gpu_bandwidth_gbps, weights_gib=plan.model.weights_gib,
                           console=console, quiet=quiet, planned=planned, expect=expect,
-                          quarantine=False, notes=notes)
+                          quarantine=False, notes=notes, slo=plan.benchmark.slo)
     from .peers import after_report  # fab compare's plan.json, the plan's assertions (docs/compare.md)
     after_report(out, plan, console, quiet)
     return out
