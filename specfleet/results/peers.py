@@ -32,6 +32,11 @@ def after_report(out, plan, console=None, quiet: bool = False) -> None:
     (a failed or unchecked one adds EXIT_ASSERTION to the exit code) and prints them."""
     if out.campaign_dir.is_dir():
         write_snapshot(out.campaign_dir, plan)
+    if out.merged and out.tables is not None and out.campaign is not None:  # llm-d Benchmark Report v0.2
+        from .export import export_cells
+        if files := export_cells(out.campaign_dir, out.campaign, out.tables, plan, out.model.gate_verdict,
+                                 out.gate.rule.describe()):
+            out.paths["llm-d"] = files[0].parent
     if not plan.assertions:
         return
     if out.merged and out.tables is not None:

@@ -39,6 +39,7 @@ class ReportOutcome:
     cells: list[CellState] = field(default_factory=list)
     command: str | None = None   # what measures the cells that are not merged again
     assertions: list = field(default_factory=list)  # the plan's assertions (bench/assertions.py), checked
+    campaign: Campaign | None = None   # what was scanned (the llm-d export reads its runs)
 
     @property
     def ok(self) -> bool:
@@ -114,6 +115,7 @@ def report_campaign(campaign_dir: Path | str, baseline: str = DEFAULT_BASELINE,
                          simulated=camp.simulated, quarantined=list(camp.quarantined),
                          pending=list(camp.pending), warnings=list(notes or []) + list(camp.warnings))
     out.cells = cell_states(camp, planned) if planned else []
+    out.campaign = camp
     qmsgs = [q.message() for q in camp.quarantined]
     qmsgs += [f"in quarantine: {a.path}: {a.reason}" for a in camp.set_aside]
     command = out.command = planned.command() if planned else None
