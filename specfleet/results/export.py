@@ -206,12 +206,11 @@ def _version() -> str:
 
 
 def export_cells(campaign_dir: Path, camp, tables, plan, gate_verdict: str, gate_rule: str) -> list[Path]:
-    """Write one file per merged row; returns their paths (the folder is emptied first)."""
+    """Write one file per merged row (a file whose content is the same is left as it is; files of rows
+    no longer merged are removed); returns their paths."""
     from ..bench.commands import Paths, serve_argv
     out_dir = Path(campaign_dir) / EXPORT_DIR
     out_dir.mkdir(parents=True, exist_ok=True)
-    for old in out_dir.glob("*.json"):
-        old.unlink()
     nodes = {r["node"]: r for r in node_table(camp).to_dict("records")}
     results = {(r["node"], r["config"]): r for r in result_table(camp).to_dict("records")}
     groups: dict[tuple[str, str, str], list] = {}
@@ -233,6 +232,16 @@ def export_cells(campaign_dir: Path, camp, tables, plan, gate_verdict: str, gate
                           serve_argv=argv, bench={"output_len": _num(row.get("output_len")) or b.output_len})
         safe = lambda s: re.sub(r"[^A-Za-z0-9_.-]", "_", str(s))  # noqa: E731
         p = out_dir / f"{safe(row['config'])}__{safe(row['cell'])}__{safe(row['node'])}.json"
-        p.write_text(json.dumps(doc, indent=1, allow_nan=False) + "\n", encoding="utf-8")
+        text = json.dumps(doc, indent=1, allow_nan=False) + "\n"
+        if not p.is_file() or p.read_text(encoding="utf-8") != text:
+            p.write_text(text, encoding="utf-8")
         paths.append(p)
+    remove_stale(campaign_dir, keep=paths)
     return paths
+
+
+def remove_stale(campaign_dir: Path, keep: list[Path] = ()) -> None:
+    """A refused merge must not leave older export files looking current (report.py does the same)."""
+    for old in (Path(campaign_dir) / EXPORT_DIR).glob("*.json"):
+        if old not in keep:
+            old.unlink()

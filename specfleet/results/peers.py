@@ -37,6 +37,9 @@ def after_report(out, plan, console=None, quiet: bool = False) -> None:
         if files := export_cells(out.campaign_dir, out.campaign, out.tables, plan, out.model.gate_verdict,
                                  out.gate.rule.describe()):
             out.paths["llm-d"] = files[0].parent
+    else:
+        from .export import remove_stale
+        remove_stale(out.campaign_dir)
     if not plan.assertions:
         return
     if out.merged and out.tables is not None:

@@ -127,3 +127,19 @@ def test_merged_json_validates_against_the_published_schema(tmp_path):
     rows[0]["concurrency"] = "16"  # the schema can fail
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(rows, schema)
+
+
+def test_a_refused_merge_leaves_no_export(tmp_path):
+    raw = plan_raw()
+    d = campaign(tmp_path / "results", raw, seed=3)
+    plan = parse_plan(raw, "plans/demo.yml")
+    report_plan(plan, "plans/demo.yml", tmp_path / "results", quiet=True)
+    first = {f: f.stat().st_mtime_ns for f in (d / EXPORT_DIR).glob("*.json")}
+    report_plan(plan, "plans/demo.yml", tmp_path / "results", quiet=True)  # nothing new: files untouched
+    assert {f: f.stat().st_mtime_ns for f in (d / EXPORT_DIR).glob("*.json")} == first
+    for f in d.glob("w2/vanilla_*.json"):  # w2's baseline 20 % faster: the gate fails
+        r = json.loads(f.read_text())
+        r["output_throughput"] *= 1.2
+        f.write_text(json.dumps(r))
+    out = report_plan(plan, "plans/demo.yml", tmp_path / "results", quiet=True)
+    assert not out.merged and list((d / EXPORT_DIR).glob("*.json")) == []
