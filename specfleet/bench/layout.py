@@ -44,8 +44,8 @@ PARTIAL_SUFFIX = ".partial"  # a result being written; renamed to its final name
 MODEL = "@MODEL@"                # the first model candidate that holds a config.json
 VLLM_VERSION = "@VLLM_VERSION@"  # the engine version the runner read in preflight
 
-# <config>_<cell>[_r<K>].json; a bench cell (sweep.py) is conc<N>[-out<L>][-cat_<C>][-n<P>]
-CELL_PART = r"conc(?P<conc>\d+)(?:-out(?P<out>\d+))?(?:-cat_(?P<cat>[A-Za-z][A-Za-z0-9_]*?))?(?:-n(?P<n>\d+))?"
+# <config>_<cell>[_r<K>].json; a bench cell (sweep.py) is conc<N>[-out<L>][-cat_<C>][-n<P>][-rate<R>] (arrivals.py)
+CELL_PART = r"conc(?P<conc>\d+)(?:-out(?P<out>\d+))?(?:-cat_(?P<cat>[A-Za-z][A-Za-z0-9_]*?))?(?:-n(?P<n>\d+))?(?:-rate(?P<rate>\d+(?:\.\d+)?))?"
 RESULT_RE = re.compile(rf"^(?P<config>.+?)_(?P<cell>{CELL_PART})(?:_r(?P<rep>\d+))?\.json$")
 
 

@@ -29,6 +29,7 @@ from ..errors import UserError
 from .assertions import Assertion
 from .layout import GPU_COPY, copy_of
 from .slo import Slo
+from .arrivals import rate_cells
 from .slots import needed, parallel_sizes
 from ..yamlfile import YamlFileError, first_error, load_yaml
 from .sweep import Cell, SweepError, bench_cells, expand_configurations
@@ -296,6 +297,11 @@ class Benchmark(_Strict):
     sweep: dict[str, Any] | list[Any] | None = None
     # the latency a good request meets (slo.py, docs/slo.md); None = not in the plan hash
     slo: Slo | None = None
+    # open-loop cells beside the concurrencies (arrivals.py); None = closed loop only, and with it
+    # burstiness and seed are not in the plan hash
+    request_rates: list[float] | None = Field(default=None, min_length=1)
+    burstiness: float = Field(default=1.0, gt=0)
+    seed: int = Field(default=0, ge=0)
     _cells: list[Cell] = PrivateAttr(default_factory=list)
 
     @property
@@ -363,9 +369,15 @@ class Benchmark(_Strict):
     @model_validator(mode="after")
     def _steady(self) -> "Benchmark":
         try:
-            self._cells = bench_cells(self.concurrencies, self.output_len, self.num_prompts, self.sweep)
+            self._cells = rate_cells(bench_cells(self.concurrencies, self.output_len, self.num_prompts, self.sweep),
+                                     self.request_rates)
         except SweepError as e:
             raise ValueError(str(e).removeprefix("benchmark.")) from None
+        if self.request_rates is not None:
+            if len(set(self.request_rates)) != len(self.request_rates) or not all(r > 0 for r in self.request_rates):
+                raise ValueError("request_rates: must be distinct rates > 0 (requests/s; inf = closed loop)")
+            if self.concurrency_search is not None:
+                raise ValueError("request_rates: a crossover search does not combine with request rates yet")
         if self.concurrency_search is not None and self.sweep is not None:
             raise ValueError("sweep: a crossover search does not combine with bench sweeps yet; sweep server "
                              "dimensions (configurations[].sweep), or sweep on a concurrency grid")
@@ -502,6 +514,9 @@ class Plan(_Strict):
 
     def canonical_json(self) -> str:
         d = self.model_dump(mode="json")
+        if d["benchmark"]["request_rates"] is None:  # closed loop only: the arrival fields mean nothing
+            for key in ("request_rates", "burstiness", "seed"):
+                del d["benchmark"][key]
         for key in ("concurrency_search", "sweep", "slo"):  # absent: a plan without a search or sweep keeps its hash
             if d["benchmark"][key] is None:
                 del d["benchmark"][key]
