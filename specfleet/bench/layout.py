@@ -13,6 +13,7 @@ by the same names. tests/unit/test_layout.py keeps every other module from spell
         <config>.server.log                           `vllm serve` output (server_log)
         <config>_conc<N>[_r<K>].json                  one bench result (result_filename)
         <config>_conc<N>[_r<K>].bench.log             `vllm bench serve` output (bench_log)
+        <config>_conc<N>[_r<K>].telemetry.jsonl       GPU and /metrics samples of the run (telemetry_file)
         prompts-fit-<digest>.jsonl                    the prompts that fit (prompts_fit)
         .disk-reserve                                 room to record a full disk (DISK_RESERVE)
     results/<campaign>/<host>/                        the same names, as `fab collect` fetched them
@@ -38,6 +39,7 @@ VENV_MANIFEST = "specfleet-manifest.json"  # what the bastion's venv builder wro
 DONE_SUFFIX = ".done"
 SERVER_LOG_SUFFIX = ".server.log"
 BENCH_LOG_SUFFIX = ".bench.log"
+TELEMETRY_SUFFIX = ".telemetry.jsonl"
 PARTIAL_SUFFIX = ".partial"  # a result being written; renamed to its final name once it counts
 
 # Filled in on the worker by the runner (commands.py writes them into the argv lists):
@@ -105,6 +107,11 @@ def result_glob(config: str) -> str:
 
 def bench_log(result_file: str) -> str:
     return result_file.removesuffix(".json") + BENCH_LOG_SUFFIX
+
+
+def telemetry_file(result_file: str) -> str:
+    """GPU and /metrics samples of one bench run, beside its result (telemetry.py)."""
+    return result_file.removesuffix(".json") + TELEMETRY_SUFFIX
 
 
 def prompts_fit(digest: str) -> str:

@@ -16,7 +16,7 @@ SPEC_SCHEMA = 1
 # crossover.py (the search) imports stats.py (the report's intervals), both stdlib only; slots.py is
 # the pool of a node with several GPUs.
 RUNNER_FILES = (*(Path(__file__).with_name(f) for f in ("runner.py", "runner_lib.py", "layout.py", "fitcheck.py",
-                                                        "crossover.py", "slots.py")),
+                                                        "crossover.py", "slots.py", "telemetry.py")),
                 Path(__file__).parent.parent / "results" / "stats.py")
 
 

@@ -23,7 +23,8 @@ def includes_for(done: list[str]) -> list[str]:
     rules = [f"--include={f}" for f in BOOKKEEPING]
     for name in done:
         rules += [f"--include={layout.done_marker(name)}", f"--include={layout.result_glob(name)}",
-                  f"--include={layout.server_log(name)}"]
+                  f"--include={layout.server_log(name)}",
+                  f"--include={layout.telemetry_file(layout.result_glob(name))}"]
     return rules + ["--exclude=*"]
 
 

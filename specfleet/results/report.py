@@ -140,7 +140,7 @@ def report_campaign(campaign_dir: Path | str, baseline: str = DEFAULT_BASELINE,
     model = build_model(camp.name, tables, gate, concl, baseline=baseline, simulated=camp.simulated,
                         forced=forced, warnings=out.warnings, quarantined=qmsgs, cells=out.cells,
                         command=command)
-    add_peer_sections(model, tables, baseline, slo)
+    add_peer_sections(model, camp, tables, baseline, slo)
     out.tables, out.model, out.conclusions, out.forced = tables, model, concl, forced
     if not gate.passed and not force:
         _remove_stale(campaign_dir)
