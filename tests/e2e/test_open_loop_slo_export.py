@@ -1,4 +1,4 @@
-"""Request-rate cells, goodput under an SLO and the llm-d export end to end: a short plan (collect-fast.yml
+"""Request-rate cells, goodput under an SLO, telemetry and the llm-d export end to end: a short plan (collect-fast.yml
 with vanilla and EAGLE-3 at concurrency 8, closed loop and 4 requests/s, an SLO) benchmarked on the
 testbed's simulated engine and collected. Expected values are read from the collected result files."""
 from __future__ import annotations
@@ -71,3 +71,12 @@ def test_rate_cells_goodput_and_export(testbed_factory, tmp_path):
         if "-rate4" in f.name:
             assert br["scenario"]["load"]["standardized"]["rate_qps"] == 4
         assert "SIMULATED ENGINE" in br["scenario"]["stack"][1]["metadata"]["description"]
+    # telemetry: every run's samples were fetched; the stand-in's GPU holds the server: 300 W (simulated)
+    for name in files:
+        tel = [json.loads(x) for x in next(camp.glob(f"w*/{name[:-5]}.telemetry.jsonl")).read_text().splitlines()]
+        samples = [t for t in tel if t["kind"] == "sample"]
+        assert tel[0]["kind"] == "header" and tel[0]["problems"] == [] and samples, name
+        assert any(g.get("power_w") == 300 for t in samples for g in t.get("gpus", [])), name
+        assert any("running" in t.get("server", {}) for t in samples), name
+    md = (camp / "report.md").read_text()
+    assert "## Telemetry per run" in md and (camp / "telemetry-timeline.svg").is_file()
