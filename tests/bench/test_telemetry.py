@@ -99,3 +99,12 @@ def test_older_driver_field_and_period_zero(tmp_path, gpu2):
     off = sampler_for({"telemetry_period_s": 0}, str(tmp_path / "off.jsonl"), {}, None).start()
     off.stop()
     assert not (tmp_path / "off.jsonl").exists()
+
+
+def test_parses_what_a_real_h200_prints():
+    """The sampler's query as nvidia-smi 580.159.04 on an idle NVIDIA H200 answered it (the lent device)."""
+    names = ["index", "power.draw", "clocks.sm", "clocks.mem", "temperature.gpu", "utilization.gpu",
+             "clocks_event_reasons.active"]
+    assert parse_smi("0, 78.24, 345, 3201, 36, 0, 0x0000000000000001\n", names) == [
+        {"index": 0, "power_w": 78.24, "sm_mhz": 345, "mem_mhz": 3201, "temp_c": 36, "util_pct": 0,
+         "clock_event_reasons": "0x0000000000000001"}]
