@@ -61,6 +61,7 @@ def test_rate_cells_goodput_and_export(testbed_factory, tmp_path):
         if d and r["node"] == d["node"]:
             assert r["goodput_req_s"] == pytest.approx(d["completed"] / d["duration"], rel=1e-9)
             assert r["meets_slo"] is True
+            assert r["vllm_goodput_req_s"] == pytest.approx(r["goodput_req_s"], rel=1e-9)  # --goodput reached the bench
     assert "Goodput under the SLO" in (camp / "report.md").read_text()
     schema = _br_schema()
     exported = sorted((camp / "report" / "llm-d-v0.2").glob("*.json"))
