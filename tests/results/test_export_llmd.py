@@ -143,3 +143,37 @@ def test_a_refused_merge_leaves_no_export(tmp_path):
         f.write_text(json.dumps(r))
     out = report_plan(plan, "plans/demo.yml", tmp_path / "results", quiet=True)
     assert not out.merged and list((d / EXPORT_DIR).glob("*.json")) == []
+
+
+EXPORT_TWICE = """
+import hashlib, sys
+from pathlib import Path
+sys.path[:0] = [sys.argv[2]]
+import compare_builder as cb
+from specfleet.bench.plan import parse_plan
+from specfleet.results.report import report_plan
+root = Path(sys.argv[1])
+raw = cb.plan_raw()
+d = cb.campaign(root, raw, seed=1)
+import json
+for f in d.glob("w*/*.json"):  # the percentiles of --metric-percentiles 50,90,95,99 (a set of keys)
+    r = json.loads(f.read_text())
+    r.update({f"p{p}_{m}_ms": 1.0 + p for p in (50, 90, 95, 99) for m in ("ttft", "tpot", "itl", "e2el")})
+    f.write_text(json.dumps(r))
+report_plan(parse_plan(raw, "plans/demo.yml"), "plans/demo.yml", root, quiet=True)
+print(hashlib.sha256(b"".join(f.read_bytes() for f in sorted((d / "report/llm-d-v0.2").glob("*.json")))).hexdigest())
+"""
+
+
+def test_the_export_is_the_same_in_every_process(tmp_path):
+    """A collect that brings nothing new leaves the files as they were (fab collect's "nothing new"):
+    their text does not depend on the process's hash seed."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    here = Path(__file__).resolve()
+    got = {subprocess.run([sys.executable, "-c", EXPORT_TWICE, str(tmp_path / seed), str(here.parent)],
+                          capture_output=True, text=True, check=True, cwd=here.parents[2],
+                          env={**os.environ, "PYTHONHASHSEED": seed}).stdout for seed in ("1", "2", "3", "4")}
+    assert len(got) == 1
