@@ -30,20 +30,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..bench.assertions import Assertion, AssertionResult, check
+from ..plan.assertions import Assertion, AssertionResult, check
 from ..errors import UserError
 from .campaign import Campaign, Expect, scan_campaign
 from .gate import DEFAULT_BASELINE, GATE_METRICS, PLAN_DEFAULTS, EquivalenceRule, GateResult, check_equivalence
+from .gate_policy import metric_value
 from .gpu_gate import split_off_gpu_copies
 from .measures import NoiseBand
 from .merge import Tables, build_tables
-from .provenance import NOT_RECORDED, node_table, result_table
-from .stats import ratio_interval, t_quantile
+from .consistency import result_table
+from .provenance import NOT_RECORDED, node_table
+from ..worker.stats import ratio_interval, t_quantile
 
 PLAN_SNAPSHOT = "plan.json"   # written beside the host folders by `fab collect` / `fab report`
 REGRESSION, IMPROVEMENT, WITHIN, NO_DIFF = ("regression", "improvement", "within tolerance",
                                             "no measurable difference")
-LOWER_IS_BETTER = {"mean_tpot_ms", "mean_itl_ms", "mean_ttft_ms"}
+LOWER_IS_BETTER = {"mean_tpot_ms", "mean_itl_ms", "mean_ttft_ms", "tpot_weighted_ms"}
 # plan fields that may differ between the two campaigns: what is being compared (the GPU and the date
 # are not plan fields; they show among the provenance differences)
 COMPARED_FIELDS = ("vllm_version", "campaign", "server.args")
@@ -160,8 +162,8 @@ def _samples(camp: Campaign, metric: str, nodes: set[str] | None = None) -> dict
     for r in camp.runs:
         if nodes is not None and r.host not in nodes:
             continue
-        v = getattr(r.result, metric)
-        if v is not None:
+        v = metric_value(r.result, metric)
+        if v is not None and v == v:
             out.setdefault((r.config, r.cell), []).append(float(v))
     return out
 

@@ -11,7 +11,7 @@ import math
 from dataclasses import asdict
 from pathlib import Path
 
-from ..bench.layout import PROVENANCE
+from ..worker.layout import PROVENANCE
 from .compare import IMPROVEMENT, REGRESSION, Comparison
 from .document import SIMULATED_STAMP, Section, fmt
 from .gate import GATE_METRICS

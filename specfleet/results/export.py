@@ -34,8 +34,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from ..bench.slots import parallel_sizes
-from .provenance import NOT_RECORDED, node_table, result_table
+from ..worker.slots import parallel_sizes
+from .consistency import result_table
+from .provenance import NOT_RECORDED, node_table
 
 BR_VERSION = "0.2"
 # merged.json / merged.csv: every row carries it; docs/schemas/merged.schema.json describes that version
@@ -208,7 +209,7 @@ def _version() -> str:
 def export_cells(campaign_dir: Path, camp, tables, plan, gate_verdict: str, gate_rule: str) -> list[Path]:
     """Write one file per merged row (a file whose content is the same is left as it is; files of rows
     no longer merged are removed); returns their paths."""
-    from ..bench.commands import Paths, serve_argv
+    from ..campaign.commands import Paths, serve_argv
     out_dir = Path(campaign_dir) / EXPORT_DIR
     out_dir.mkdir(parents=True, exist_ok=True)
     nodes = {r["node"]: r for r in node_table(camp).to_dict("records")}

@@ -3,7 +3,7 @@ the plan snapshot `fab compare` reads, and the plan's assertions. One hook (repo
 `after_report`), so the report's own modules stay as they are."""
 from __future__ import annotations
 
-from ..bench.assertions import NOT_CHECKED, AssertionResult, check
+from ..plan.assertions import NOT_CHECKED, AssertionResult, check
 from .compare import write_snapshot
 from .slo import SLO_HEADERS, add_goodput, slo_lines, slo_rows
 

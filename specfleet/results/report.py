@@ -59,8 +59,13 @@ class ReportOutcome:
     def not_merged_message(self) -> str | None:
         if self.merged:
             return None
-        return self.error or ("the nodes are not equivalent: nothing merged "
-                              "(see the table above; --force merges and stamps the outputs)")
+        if self.error:
+            return self.error
+        if self.gate.verdict.startswith("INCONCLUSIVE"):
+            return (f"node equivalence {self.gate.verdict}: nothing merged (add repeats of the baseline: "
+                    "docs/report.md, \"Adding repeats\"; --force merges and stamps the outputs)")
+        return ("the nodes are not equivalent: nothing merged "
+                "(see the table above; --force merges and stamps the outputs)")
 
     @property
     def incomplete_message(self) -> str | None:
@@ -96,7 +101,7 @@ def report_campaign(campaign_dir: Path | str, baseline: str = DEFAULT_BASELINE,
                     gpu_bandwidth_gbps: float | None = None, weights_gib: float | None = None,
                     console=None, quiet: bool = False, planned: Planned | None = None,
                     expect: Expect | None = None, quarantine: bool = True,
-                    notes: list[str] | None = None, slo=None) -> ReportOutcome:
+                    notes: list[str] | None = None, vllm_pin: str | None = None, slo=None) -> ReportOutcome:
     """Validate (quarantine bad files), gate on node equivalence, merge, write
     report.md / report.html / merged.csv / merged.json into `campaign_dir`, and
     print the main tables (rich) unless quiet.
@@ -110,7 +115,7 @@ def report_campaign(campaign_dir: Path | str, baseline: str = DEFAULT_BASELINE,
     campaign_dir = Path(campaign_dir)
     rule = rule or EquivalenceRule()
     camp: Campaign = scan_campaign(campaign_dir, quarantine=quarantine, expect=expect)
-    gate = check_equivalence(camp, rule, baseline)
+    gate = check_equivalence(camp, rule, baseline, vllm_pin)
     out = ReportOutcome(campaign_dir=campaign_dir, gate=gate, merged=False, forced=False,
                          simulated=camp.simulated, quarantined=list(camp.quarantined),
                          pending=list(camp.pending), warnings=list(notes or []) + list(camp.warnings))
@@ -180,7 +185,7 @@ def report_plan(plan, plan_path: str, results_root: Path | str, *, force: bool =
     out = report_campaign(campaign_dir, baseline=plan.baseline, rule=rule, force=force,
                           gpu_bandwidth_gbps=gpu_bandwidth_gbps, weights_gib=plan.model.weights_gib,
                           console=console, quiet=quiet, planned=planned, expect=expect,
-                          quarantine=False, notes=notes, slo=plan.benchmark.slo)
+                          quarantine=False, notes=notes, vllm_pin=plan.vllm_version, slo=plan.benchmark.slo)
     from .peers import after_report  # fab compare's plan.json, the plan's assertions (docs/compare.md)
     after_report(out, plan, console, quiet)
     return out

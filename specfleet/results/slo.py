@@ -1,4 +1,4 @@
-"""Goodput under the plan's SLO (benchmark.slo, specfleet/bench/slo.py; docs/slo.md), per bench cell.
+"""Goodput under the plan's SLO (benchmark.slo, specfleet/plan/slo.py; docs/slo.md), per bench cell.
 
 From each result's per-request arrays (`ttfts`, `latencies`, `output_lens`, `errors`: vLLM keeps the
 first three per request with --save-detailed): a request is good when it succeeded and meets every
@@ -19,7 +19,7 @@ import statistics
 
 import pandas as pd
 
-from ..bench.slo import Slo
+from ..plan.slo import Slo
 from .campaign import Campaign, Run
 
 COLUMNS = ("goodput_req_s", "slo_attainment_pct", "meets_slo", "goodput_speedup", "vllm_goodput_req_s")

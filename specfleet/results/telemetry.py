@@ -1,4 +1,4 @@
-"""Telemetry of each run (the worker's `<result>.telemetry.jsonl`, specfleet/bench/telemetry.py) in the
+"""Telemetry of each run (the worker's `<result>.telemetry.jsonl`, specfleet/worker/telemetry.py) in the
 report: per run mean power, energy per output token, throttle flags, clocks, the server's queue; a
 timeline plot; and, when the gate fails, how the nodes' telemetry differs (docs/telemetry.md).
 
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..bench import layout
+from ..worker import layout
 from .campaign import Campaign, Run
 
 NOT_RECORDED = "not recorded"

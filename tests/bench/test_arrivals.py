@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from specfleet.bench.commands import Paths, bench_argv
-from specfleet.bench.plan import PlanError, parse_plan
-from specfleet.bench.sweep import parse_cell, parse_result_name
+from specfleet.campaign.commands import Paths, bench_argv
+from specfleet.plan import PlanError, parse_plan
+from specfleet.plan.sweep import parse_cell, parse_result_name
 from specfleet.yamlfile import load_yaml
 
 ROOT = Path(__file__).resolve().parents[2]

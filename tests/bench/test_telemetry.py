@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from specfleet.bench.telemetry import Sampler, parse_metrics, parse_smi, sampler_for
+from specfleet.worker.telemetry import Sampler, parse_metrics, parse_smi, sampler_for
 
 REPO = Path(__file__).resolve().parents[2]
 STANDIN = REPO / "testbed" / "host" / "gpu-standin"

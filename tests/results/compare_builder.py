@@ -9,7 +9,7 @@ import random
 from pathlib import Path
 
 from campaign_builder import REPORT, SPEC, result_json
-from specfleet.bench.plan import parse_plan
+from specfleet.plan import parse_plan
 from specfleet.results.compare import write_snapshot
 from specfleet.yamlfile import load_yaml
 
@@ -29,7 +29,7 @@ def plan_raw(**changes) -> dict:
     return raw
 
 
-def campaign(root: Path, raw: dict, seed: int, scale: dict | None = None, noise: float = 0.005,
+def campaign(root: Path, raw: dict, seed: int, scale: dict | None = None, noise: float = 0.002,
              vllm: str = "0.31.0") -> Path:
     """results/<campaign>/<host>/<cfg>_conc<N>_r<K>.json with plan.json, as fab collect leaves it."""
     plan = parse_plan(copy.deepcopy(raw), ROOT / "plans" / "demo.yml")

@@ -7,8 +7,8 @@ import json
 import pytest
 
 from compare_builder import campaign, plan_raw
-from specfleet.bench.assertions import FAILED, NOT_CHECKED, PASSED, Assertion, check
-from specfleet.bench.plan import PlanError, parse_plan
+from specfleet.plan.assertions import FAILED, NOT_CHECKED, PASSED, Assertion, check
+from specfleet.plan import PlanError, parse_plan
 from specfleet.fleet import EXIT_ASSERTION
 from specfleet.results.compare import PLAN_SNAPSHOT
 from specfleet.results.report import report_plan

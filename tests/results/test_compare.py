@@ -24,7 +24,10 @@ def base(tmp_path) -> Path:
 
 def test_eagle3_fifteen_percent_slower_is_a_regression(tmp_path, base):
     cand = campaign(tmp_path / "new", plan_raw(vllm_version="0.32.0"), seed=2, scale={"eagle3": 0.85}, vllm="0.32.0")
-    cmp = compare_dirs(base, cand)
+    # the plan's gate metric (token-weighted TPOT: lower is better) and output tok/s say the same
+    default = compare_dirs(base, cand)
+    assert {(d.config, d.concurrency) for d in default.regressions} == {("eagle3", 1), ("eagle3", 16)}
+    cmp = compare_dirs(base, cand, metric="output_throughput")
     reg = {(d.config, d.concurrency) for d in cmp.regressions}
     assert reg == {("eagle3", 1), ("eagle3", 16)}
     assert {(s.config, s.concurrency) for s in cmp.speedup_regressions} == {("eagle3", 1), ("eagle3", 16)}

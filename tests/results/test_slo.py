@@ -9,9 +9,9 @@ import pytest
 
 from campaign_builder import REPORT, SPEC, result_json
 from compare_builder import plan_raw
-from specfleet.bench.commands import Paths, bench_argv
-from specfleet.bench.plan import PlanError, parse_plan
-from specfleet.bench.slo import Slo
+from specfleet.campaign.commands import Paths, bench_argv
+from specfleet.plan import PlanError, parse_plan
+from specfleet.plan.slo import Slo
 from specfleet.results.report import report_campaign
 
 

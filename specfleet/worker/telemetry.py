@@ -1,6 +1,6 @@
 """GPU and server telemetry during a bench run, sampled on the worker (docs/telemetry.md).
 
-Stdlib only: this module travels with the runner (spec.RUNNER_FILES). The runner starts one Sampler
+Stdlib only: this module is part of the worker program (runner.pyz). The runner starts one Sampler
 per bench run and stops it when the run ends:
 
     with Sampler(path, gpus=[0], metrics_url="http://127.0.0.1:8000/metrics", period_s=1.0):

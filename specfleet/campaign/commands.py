@@ -14,12 +14,12 @@ import posixpath
 import shlex
 from dataclasses import dataclass
 
-from .crossover import CONC, PER_CONC, PROMPTS, REP, prompts_at
-from .layout import MODEL, VLLM_VERSION, cell_result_filename, result_filename, run_dir
-from .plan import Plan
-from .slo import goodput_args
-from .arrivals import arrival_args
-from .sweep import Cell
+from ..worker.crossover import CONC, PER_CONC, PROMPTS, REP, prompts_at
+from ..worker.layout import MODEL, VLLM_VERSION, cell_result_filename, result_filename, run_dir
+from ..plan import Plan
+from ..plan.sweep import Cell
+from ..plan.slo import goodput_args
+from ..plan.arrivals import arrival_args
 
 
 @dataclass(frozen=True)
