@@ -1,12 +1,12 @@
 """The command line: each module is one area of tasks, collected into `ns`."""
 from invoke import Collection
 
-from specfleet.tasks import bench, bundle, collect, facts, provision, report
+from specfleet.tasks import bench, bundle, collect, compare, facts, provision, report
 from specfleet.tasks.common import guarded
 
 ns = Collection()
 for t in (facts.facts, provision.provision, provision.stage_model, bench.bench, bench.status, bench.stop,
-          collect.collect, report.report, bundle.bundle):
+          collect.collect, report.report, compare.compare, bundle.bundle):
     ns.add_task(t)
 
 

@@ -9,6 +9,7 @@ from invoke.exceptions import Exit
 from specfleet.campaign import NodeInfo, PlanError, split
 from specfleet.worker import layout
 from specfleet.results.bastion_io import BastionStorageError, check_writable, storage_checked
+from specfleet.fleet import EXIT_ASSERTION
 from specfleet.results.fetch import fetch, host_notes
 from specfleet.tasks.bench import DEFAULT_PLAN, PLAN_HELP, plan_of, work_dir
 from specfleet.tasks.common import fleet_help, fleet_run
@@ -65,3 +66,7 @@ def say(fleet, rep, outcome) -> None:
         fleet.not_merged(outcome.not_merged_message)
     if outcome.incomplete_message:
         fleet.incomplete(outcome.incomplete_message)
+    for a in outcome.assertions:  # the plan's assertions (docs/compare.md): one failed or unchecked adds 32
+        if not a.ok:
+            fleet.extra_exit |= EXIT_ASSERTION
+            fleet.warn(a.line())

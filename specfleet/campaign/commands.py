@@ -18,6 +18,8 @@ from ..worker.crossover import CONC, PER_CONC, PROMPTS, REP, prompts_at
 from ..worker.layout import MODEL, VLLM_VERSION, cell_result_filename, result_filename, run_dir
 from ..plan import Plan
 from ..plan.sweep import Cell
+from ..plan.slo import goodput_args
+from ..plan.arrivals import arrival_args
 
 
 @dataclass(frozen=True)
@@ -104,11 +106,13 @@ def bench_argv(plan: Plan, node: str, item: str, cell: int | Cell, paths: Paths,
         # the loader filters by category before its seed-0 shuffle: the first num_prompts of that category
         *(["--spec-bench-category", cell.category] if cell.category else []),
         "--max-concurrency", str(concurrency),
+        *arrival_args(cell, b.burstiness, b.seed),   # an open-loop cell (arrivals.py)
         *(["--temperature", fmt(b.temperature)] if b.temperature is not None else []),
         "--percentile-metrics", ",".join(b.percentile_metrics),
         "--metric-percentiles", ",".join(fmt(p) for p in b.metric_percentiles),
         "--num-warmups", str(b.num_warmups),
         *(["--save-detailed"] if b.save_detailed else []),
+        *goodput_args(b.slo),
         "--save-result",
         "--result-dir", paths.result_dir(plan, node),
         "--result-filename", cell_result_filename(item, cell, rep, b.repeat),
@@ -129,7 +133,8 @@ def run_setup(plan: Plan, cell: int | Cell) -> list[str]:
             f"num_warmups={b.num_warmups}", f"prefix_cache={s.prefix_cache}", f"repeats={b.repeat}",
             f"steady_state={b.steady_state}", f"prompts_per_concurrency={cell_prompts(plan, cell) / cell.concurrency:g}",
             f"max_failed_requests={b.max_failed_requests}",
-            *([f"category={cell.category}"] if cell.category else [])]
+            *([f"category={cell.category}"] if cell.category else []),
+            *([f"arrival_seed={b.seed}"] if cell.request_rate is not None else [])]
 
 
 def run_order(plan: Plan) -> list[tuple[Cell, int]]:

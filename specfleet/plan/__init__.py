@@ -26,6 +26,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, ValidationInfo, field_validator, model_validator
 
 from ..errors import UserError
+from .assertions import Assertion
+from .arrivals import rate_cells
+from .slo import Slo
 from ..worker.layout import GPU_COPY, copy_of
 from ..worker.slots import needed, parallel_sizes
 from ..yamlfile import YamlFileError, first_error, load_yaml
@@ -292,6 +295,13 @@ class Benchmark(_Strict):
     # Bench dimensions beyond the concurrencies (sweep.py, docs/campaign.md "Plans that sweep");
     # None = not in the plan hash, so a plan without sweeps keeps its hash
     sweep: dict[str, Any] | list[Any] | None = None
+    # the latency a good request meets (slo.py, docs/slo.md); None = not in the plan hash
+    slo: Slo | None = None
+    # open-loop cells beside the concurrencies (arrivals.py); None = closed loop only, and with it
+    # burstiness and seed are not in the plan hash
+    request_rates: list[float] | None = Field(default=None, min_length=1)
+    burstiness: float = Field(default=1.0, gt=0)
+    seed: int = Field(default=0, ge=0)
     _cells: list[Cell] = PrivateAttr(default_factory=list)
 
     @property
@@ -359,9 +369,15 @@ class Benchmark(_Strict):
     @model_validator(mode="after")
     def _steady(self) -> "Benchmark":
         try:
-            self._cells = bench_cells(self.concurrencies, self.output_len, self.num_prompts, self.sweep)
+            self._cells = rate_cells(bench_cells(self.concurrencies, self.output_len, self.num_prompts, self.sweep),
+                                     self.request_rates)
         except SweepError as e:
             raise ValueError(str(e).removeprefix("benchmark.")) from None
+        if self.request_rates is not None:
+            if len(set(self.request_rates)) != len(self.request_rates) or not all(r > 0 for r in self.request_rates):
+                raise ValueError("request_rates: must be distinct rates > 0 (requests/s; inf = closed loop)")
+            if self.concurrency_search is not None:
+                raise ValueError("request_rates: a crossover search does not combine with request rates yet")
         if self.concurrency_search is not None and self.sweep is not None:
             raise ValueError("sweep: a crossover search does not combine with bench sweeps yet; sweep server "
                              "dimensions (configurations[].sweep), or sweep on a concurrency grid")
@@ -430,6 +446,8 @@ class Plan(_Strict):
     # which skews what is compared); shared: one per free GPU set at once, stamped on every result
     packing: Literal["exclusive", "shared"] = "exclusive"
     collect: Collect = Field(default_factory=Collect)
+    # figures the report must show (assertions.py); checks, not measurement settings: not in the plan hash
+    assertions: list[Assertion] = Field(default_factory=list, exclude=True)
     _file: Path = PrivateAttr(default=Path("<plan>"))  # where it was read (not part of plan_hash)
     _sweeps: dict[str, dict] = PrivateAttr(default_factory=dict)  # sweep.expand_configurations
 
@@ -465,6 +483,9 @@ class Plan(_Strict):
                 f"equivalence.concurrency: {self.equivalence.concurrency} is not among "
                 f"the concurrencies measured {concs}"
             )
+        for i, a in enumerate(self.assertions):
+            if a.config not in names:
+                raise ValueError(f"assertions.{i}.config: {a.config!r} is not a configuration (have: {', '.join(names)})")
         return self
 
     def config(self, name: str) -> Configuration:
@@ -502,7 +523,10 @@ class Plan(_Strict):
     def canonical_json(self) -> str:
         d = self.model_dump(mode="json")
         del d["collect"]  # how collect fetches, not what is measured
-        for key in ("concurrency_search", "sweep"):  # absent: a plan without a search or sweep keeps its hash
+        if d["benchmark"]["request_rates"] is None:  # closed loop only: the arrival fields mean nothing
+            for key in ("request_rates", "burstiness", "seed"):
+                del d["benchmark"][key]
+        for key in ("concurrency_search", "sweep", "slo"):  # absent: a plan without a search or sweep keeps its hash
             if d["benchmark"][key] is None:
                 del d["benchmark"][key]
         # placement fields left at their defaults are not hashed: a plan written before they existed

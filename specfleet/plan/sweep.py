@@ -55,6 +55,7 @@ class Cell:
     num_prompts: int
     category: str | None = None
     name: str = ""
+    request_rate: float | None = None   # requests/s of an open-loop cell (arrivals.py); None = closed loop
 
     @property
     def prompts_per_concurrency(self) -> float:
@@ -78,7 +79,8 @@ def parse_cell(name: str) -> dict[str, Any] | None:
     if not m:
         return None
     return {"concurrency": int(m["conc"]), "output_len": int(m["out"]) if m["out"] else None,
-            "category": m["cat"], "num_prompts": int(m["n"]) if m["n"] else None}
+            "category": m["cat"], "num_prompts": int(m["n"]) if m["n"] else None,
+            "request_rate": float(m["rate"]) if m["rate"] else None}
 
 
 def parse_result_name(name: str) -> tuple[str, str, int, int | None] | None:

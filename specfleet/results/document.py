@@ -21,6 +21,7 @@ from ..render import TEMPLATES, environment
 from .cells import CellState
 from .gate import GateResult
 from .categories import heatmap_grid
+from .export import MERGED_SCHEMA_VERSION
 from .measures import ACCEPTANCE_FLAGS, cell_order, cell_title, latency_sections
 from .merge import Tables
 from .plots import all_plots, category_plots
@@ -298,6 +299,7 @@ def write_report(out_dir: Path, model: ReportModel, tables: Tables) -> dict[str,
         merged = tables.runs.copy()
         merged.insert(0, "stamp", " | ".join(model.stamps))
         merged.insert(1, "campaign", model.campaign)
+        merged.insert(2, "schema_version", MERGED_SCHEMA_VERSION)  # docs/schemas/merged.schema.json
         merged.to_csv(files.tmp(paths["csv"]), index=False)
         merged.to_json(files.tmp(paths["json"]), orient="records", indent=1, double_precision=15)  # 10 by default
         files.commit()

@@ -28,7 +28,9 @@ def wanted(name: str, done: list[str]) -> bool:
     comes from the worker)."""
     if name in BOOKKEEPING:
         return True
-    return any(name in (layout.done_marker(n), layout.server_log(n)) or fnmatch.fnmatchcase(name, layout.result_glob(n))
+    return any(name in (layout.done_marker(n), layout.server_log(n))
+               or fnmatch.fnmatchcase(name, layout.result_glob(n))
+               or fnmatch.fnmatchcase(name, layout.telemetry_file(layout.result_glob(n)))
                for n in done)
 
 

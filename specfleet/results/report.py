@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..fleet import EXIT_INCOMPLETE, EXIT_NOT_MERGED
+from ..fleet import EXIT_ASSERTION, EXIT_INCOMPLETE, EXIT_NOT_MERGED
 from .campaign import Campaign, Expect, Quarantined, scan_campaign
 from .cells import CellState, Planned, cell_states
 from .conclusions import conclusions
@@ -38,6 +38,8 @@ class ReportOutcome:
     error: str | None = None
     cells: list[CellState] = field(default_factory=list)
     command: str | None = None   # what measures the cells that are not merged again
+    assertions: list = field(default_factory=list)  # the plan's assertions (bench/assertions.py), checked
+    campaign: Campaign | None = None   # what was scanned (the llm-d export reads its runs)
 
     @property
     def ok(self) -> bool:
@@ -81,6 +83,8 @@ class ReportOutcome:
         code = 0 if self.merged else EXIT_NOT_MERGED
         if not self.complete:
             code |= EXIT_INCOMPLETE
+        if any(not a.ok for a in self.assertions):
+            code |= EXIT_ASSERTION
         return code
 
 
@@ -97,7 +101,7 @@ def report_campaign(campaign_dir: Path | str, baseline: str = DEFAULT_BASELINE,
                     gpu_bandwidth_gbps: float | None = None, weights_gib: float | None = None,
                     console=None, quiet: bool = False, planned: Planned | None = None,
                     expect: Expect | None = None, quarantine: bool = True,
-                    notes: list[str] | None = None, vllm_pin: str | None = None) -> ReportOutcome:
+                    notes: list[str] | None = None, vllm_pin: str | None = None, slo=None) -> ReportOutcome:
     """Validate (quarantine bad files), gate on node equivalence, merge, write
     report.md / report.html / merged.csv / merged.json into `campaign_dir`, and
     print the main tables (rich) unless quiet.
@@ -116,6 +120,7 @@ def report_campaign(campaign_dir: Path | str, baseline: str = DEFAULT_BASELINE,
                          simulated=camp.simulated, quarantined=list(camp.quarantined),
                          pending=list(camp.pending), warnings=list(notes or []) + list(camp.warnings))
     out.cells = cell_states(camp, planned) if planned else []
+    out.campaign = camp
     qmsgs = [q.message() for q in camp.quarantined]
     qmsgs += [f"in quarantine: {a.path}: {a.reason}" for a in camp.set_aside]
     # while a runner is still measuring, fab bench is not the advice: the note says to collect later
@@ -136,11 +141,14 @@ def report_campaign(campaign_dir: Path | str, baseline: str = DEFAULT_BASELINE,
     # the baseline's runs on a node's other GPUs (equivalence.every_gpu) went to the gate, not the tables
     tables = build_tables(split_off_gpu_copies(camp, baseline), baseline, gpu_bandwidth_gbps, weights_gib,
                           NoiseBand(rule.tolerance_pct))
+    from .peers import add_peer_columns, add_peer_sections  # goodput under the plan's SLO (docs/slo.md)
+    tables.runs = add_peer_columns(camp, tables.runs, baseline, slo)
     concl = conclusions(tables, baseline)
     forced = force and not gate.passed
     model = build_model(camp.name, tables, gate, concl, baseline=baseline, simulated=camp.simulated,
                         forced=forced, warnings=out.warnings, quarantined=qmsgs, cells=out.cells,
                         command=command)
+    add_peer_sections(model, camp, tables, baseline, slo)
     out.tables, out.model, out.conclusions, out.forced = tables, model, concl, forced
     if not gate.passed and not force:
         _remove_stale(campaign_dir)
@@ -178,7 +186,10 @@ def report_plan(plan, plan_path: str, results_root: Path | str, *, force: bool =
     eq = plan.equivalence
     rule = EquivalenceRule(metric=eq.metric, concurrency=eq.concurrency, tolerance_pct=eq.tolerance_pct)
     expect = Expect.of_plan(plan)
-    return report_campaign(campaign_dir, baseline=plan.baseline, rule=rule, force=force,
-                           gpu_bandwidth_gbps=gpu_bandwidth_gbps, weights_gib=plan.model.weights_gib,
-                           console=console, quiet=quiet, planned=planned, expect=expect,
-                           quarantine=False, notes=notes, vllm_pin=plan.vllm_version)
+    out = report_campaign(campaign_dir, baseline=plan.baseline, rule=rule, force=force,
+                          gpu_bandwidth_gbps=gpu_bandwidth_gbps, weights_gib=plan.model.weights_gib,
+                          console=console, quiet=quiet, planned=planned, expect=expect,
+                          quarantine=False, notes=notes, vllm_pin=plan.vllm_version, slo=plan.benchmark.slo)
+    from .peers import after_report  # fab compare's plan.json, the plan's assertions (docs/compare.md)
+    after_report(out, plan, console, quiet)
+    return out

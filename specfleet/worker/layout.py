@@ -13,6 +13,7 @@ by the same names. tests/unit/test_layout.py keeps every other module from spell
         <config>.server.log                           `vllm serve` output (server_log)
         <config>_conc<N>[_r<K>].json                  one bench result (result_filename)
         <config>_conc<N>[_r<K>].bench.log             `vllm bench serve` output (bench_log)
+        <config>_conc<N>[_r<K>].telemetry.jsonl       GPU and /metrics samples of the run (telemetry_file)
         prompts-fit-<digest>.jsonl                    the prompts that fit (prompts_fit)
         .disk-reserve                                 room to record a full disk (DISK_RESERVE)
     results/<campaign>/<host>/                        the same names, as `fab collect` fetched them
@@ -39,14 +40,15 @@ VENV_MANIFEST = "specfleet-manifest.json"  # what the bastion's venv builder wro
 DONE_SUFFIX = ".done"
 SERVER_LOG_SUFFIX = ".server.log"
 BENCH_LOG_SUFFIX = ".bench.log"
+TELEMETRY_SUFFIX = ".telemetry.jsonl"
 PARTIAL_SUFFIX = ".partial"  # a result being written; renamed to its final name once it counts
 
 # Filled in on the worker by the runner (commands.py writes them into the argv lists):
 MODEL = "@MODEL@"                # the first model candidate that holds a config.json
 VLLM_VERSION = "@VLLM_VERSION@"  # the engine version the runner read in preflight
 
-# <config>_<cell>[_r<K>].json; a bench cell (sweep.py) is conc<N>[-out<L>][-cat_<C>][-n<P>]
-CELL_PART = r"conc(?P<conc>\d+)(?:-out(?P<out>\d+))?(?:-cat_(?P<cat>[A-Za-z][A-Za-z0-9_]*?))?(?:-n(?P<n>\d+))?"
+# <config>_<cell>[_r<K>].json; a bench cell (sweep.py) is conc<N>[-out<L>][-cat_<C>][-n<P>][-rate<R>] (arrivals.py)
+CELL_PART = r"conc(?P<conc>\d+)(?:-out(?P<out>\d+))?(?:-cat_(?P<cat>[A-Za-z][A-Za-z0-9_]*?))?(?:-n(?P<n>\d+))?(?:-rate(?P<rate>\d+(?:\.\d+)?))?"
 RESULT_RE = re.compile(rf"^(?P<config>.+?)_(?P<cell>{CELL_PART})(?:_r(?P<rep>\d+))?\.json\Z")
 
 
@@ -106,6 +108,11 @@ def result_glob(config: str) -> str:
 
 def bench_log(result_file: str) -> str:
     return result_file.removesuffix(".json") + BENCH_LOG_SUFFIX
+
+
+def telemetry_file(result_file: str) -> str:
+    """GPU and /metrics samples of one bench run, beside its result (telemetry.py)."""
+    return result_file.removesuffix(".json") + TELEMETRY_SUFFIX
 
 
 def prompts_fit(digest: str) -> str:

@@ -27,6 +27,7 @@ from .runner_lib import (REBOOT_HINT, Fatal, ItemFailed, Stopped, atomic_write, 
                          failed_requests, gpu_used_mib, live_pids, load_spec, log, make_reserve, no_space, now,
                          parse_env_file, proc_argv0, proc_has_token, tail)
 from .slots import run_slots
+from .telemetry import sampler_for
 
 # specfleet.results.schema.REQUIRED_KEYS (the runner is stdlib only and runs alone on the worker);
 # a truncated file, a non-number or completed 0 is redone; the full judgement is collect's
@@ -519,6 +520,7 @@ class Runner:
         with open(log_path, "w") as lf:
             self.bench = subprocess.Popen(argv, stdout=lf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                           env=self.env, cwd=self.run_dir, start_new_session=True)
+        tel = self.telemetry(b["result_file"]).start()  # never fails the run (telemetry.py)
         deadline = time.monotonic() + self.spec["bench_timeout_s"]
         try:
             while self.bench.poll() is None:
@@ -528,6 +530,7 @@ class Runner:
                     raise ItemFailed(f"bench concurrency {b['concurrency']} exceeded {self.spec['bench_timeout_s']} s")
                 time.sleep(0.2)
         finally:
+            tel.stop()
             if self.bench.poll() is None:
                 try:
                     os.killpg(self.bench.pid, signal.SIGKILL)
@@ -554,6 +557,12 @@ class Runner:
                              f"kept as {partial}, log {log_path}: {why}")
         os.replace(partial, final)
         return final
+
+    def telemetry(self, result_file: str):
+        """The run's GPUs (a lane's set, else the spec's gpu_index, else all) and its server's /metrics."""
+        gpus = [g["index"] for g in getattr(self, "gpus", None) or []] or (
+            None if self.spec.get("gpu_index") is None else [self.spec["gpu_index"]])
+        return sampler_for(self.spec, os.path.join(self.run_dir, layout.telemetry_file(result_file)), self.env, gpus)
 
     def stop_server(self) -> None:
         p, self.server = self.server, None

@@ -99,7 +99,7 @@ def test_bench_cells_product_and_points_have_stable_names():
         f = result_filename("ngram_improved", cells[name], 2, 3)
         assert parse_result_name(f) == ("ngram_improved", name, cells[name].concurrency, 2)
     assert parse_cell("conc16-out1024-cat_math_reasoning-n80") == {
-        "concurrency": 16, "output_len": 1024, "category": "math_reasoning", "num_prompts": 80}
+        "concurrency": 16, "output_len": 1024, "category": "math_reasoning", "num_prompts": 80, "request_rate": None}
     assert parse_result_name("vanilla_conc16.json") == ("vanilla", "conc16", 16, None)
 
 

@@ -19,15 +19,17 @@ def trees():
 
 
 def literal_defaults(tree, arg: str):
-    """Literal default values given to a parameter or a class field named `arg`."""
+    """Literal default values given to a parameter or a class field named `arg` (None is "not given",
+    which then falls back to the one default, so it is no second default)."""
     for n in ast.walk(tree):
         if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
             a = n.args
             pos = a.posonlyargs + a.args
             pairs = list(zip(pos[len(pos) - len(a.defaults):], a.defaults)) + list(zip(a.kwonlyargs, a.kw_defaults))
-            yield from (d.value for p, d in pairs if p.arg == arg and isinstance(d, ast.Constant))
+            yield from (d.value for p, d in pairs if p.arg == arg and isinstance(d, ast.Constant)
+                        and d.value is not None)
         elif isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name) and n.target.id == arg \
-                and isinstance(n.value, ast.Constant):
+                and isinstance(n.value, ast.Constant) and n.value.value is not None:
             yield n.value.value
 
 

@@ -225,6 +225,12 @@ def main(args: argparse.Namespace) -> int:
     rj["burstiness"] = args.burstiness
     rj["max_concurrency"] = args.max_concurrency
     rj = {**rj, **result}
+    if args.goodput:  # vLLM's --goodput: requests meeting every limit (ms) per second of the run
+        try:
+            rj["request_goodput"] = request_goodput(args.goodput, result)
+        except ValueError as e:
+            print(f"ValueError: {e}", file=sys.stderr)
+            return 1
     if not args.save_detailed:
         for f in ("input_lens", "output_lens", "start_times", "ttfts", "itls", "generated_texts", "errors"):
             rj.pop(f, None)
@@ -239,3 +245,24 @@ def main(args: argparse.Namespace) -> int:
                 f.write("\n")
             json.dump(rj, f)
     return 0
+
+
+def request_goodput(specs: list[str], result: dict) -> float:
+    """vLLM 0.32.0's rule (benchmarks/serve.py, parse_goodput / calculate_metrics): `KEY:VALUE` pairs in ms
+    with KEY in ttft, tpot, e2el; a successful request is good when each of its figures is <= the limit
+    (TPOT = (latency - TTFT) / (output tokens - 1), 0 for one token)."""
+    limits = {}
+    for spec in specs:
+        key, _, val = spec.partition(":")
+        if key not in ("ttft", "tpot", "e2el") or not val:
+            raise ValueError(f"Invalid metric name found, {key}: {val}. The service level objective name "
+                             "should be one of ['ttft', 'tpot', 'e2el'].")
+        limits[key] = float(val) / 1000.0
+    good = 0
+    for ttft, lat, n, err in zip(result["ttfts"], result["latencies"], result["output_lens"], result["errors"]):
+        if err or not n:
+            continue
+        got = {"ttft": ttft, "tpot": (lat - ttft) / (n - 1) if n > 1 else 0.0, "e2el": lat}
+        good += all(got[k] <= v for k, v in limits.items())
+    return good / result["duration"]
+

@@ -1,0 +1,48 @@
+"""`benchmark.slo`: the latency a request must meet to count as good (docs/slo.md).
+
+    benchmark:
+      slo: {ttft_ms: 2000, tpot_ms: 50}     # any subset of ttft_ms, tpot_ms, e2el_ms
+      # attainment_pct: 99                  # "meets the SLO" = this share of requests good (default 99)
+
+A request is good when every limit set holds for it (vLLM's `--goodput` rule, benchmarks/serve.py
+`calculate_metrics`: ttft <= ttft_ms, tpot = (latency - ttft) / (output_len - 1) <= tpot_ms (0 for a
+one-token output), latency <= e2el_ms). Goodput = good requests / run duration. The runner passes the
+same limits to `vllm bench serve --goodput`, so the result's `request_goodput` is vLLM's own figure;
+the report computes it again from the per-request arrays and says when the two disagree.
+
+Stdlib and pydantic only (the worker does not import it; commands.py does on the bastion).
+"""
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+LIMITS = ("ttft_ms", "tpot_ms", "e2el_ms")
+
+
+class Slo(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    ttft_ms: float | None = Field(default=None, gt=0)
+    tpot_ms: float | None = Field(default=None, gt=0)
+    e2el_ms: float | None = Field(default=None, gt=0)
+    attainment_pct: float = Field(default=99.0, gt=0, le=100)
+
+    @model_validator(mode="after")
+    def _one(self) -> "Slo":
+        if all(getattr(self, k) is None for k in LIMITS):
+            raise ValueError("needs at least one of ttft_ms, tpot_ms, e2el_ms")
+        return self
+
+    def limits(self) -> dict[str, float]:
+        return {k: getattr(self, k) for k in LIMITS if getattr(self, k) is not None}
+
+    def describe(self) -> str:
+        return ", ".join(f"{k.removesuffix('_ms').upper()} <= {v:g} ms" for k, v in self.limits().items())
+
+
+def goodput_args(slo: Slo | None) -> list[str]:
+    """`--goodput ttft:2000 tpot:50` for vllm bench serve (values in ms, as vLLM reads them)."""
+    if slo is None:
+        return []
+    fmt = lambda x: str(int(x)) if float(x).is_integer() else str(x)  # noqa: E731
+    return ["--goodput", *(f"{k.removesuffix('_ms')}:{fmt(v)}" for k, v in slo.limits().items())]

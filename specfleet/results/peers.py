@@ -1,0 +1,89 @@
+"""What `fab collect` / `fab report` do after the report for the features peer tools have (issue 26):
+the plan snapshot `fab compare` reads, and the plan's assertions. One hook (report.report_plan calls
+`after_report`), so the report's own modules stay as they are."""
+from __future__ import annotations
+
+from ..plan.assertions import NOT_CHECKED, AssertionResult, check
+from .compare import write_snapshot
+from .slo import SLO_HEADERS, add_goodput, slo_lines, slo_rows
+
+
+def add_peer_columns(camp, runs, baseline: str, slo):
+    """The merged rows with the goodput columns when the plan has an SLO (slo.py)."""
+    return add_goodput(camp, runs, baseline, slo)
+
+
+def add_peer_sections(model, camp, tables, baseline: str, slo) -> None:
+    """The report's "Goodput under the SLO" section (after the results) when the plan has an SLO, and
+    "Telemetry per run" when any run has a telemetry file (telemetry.py)."""
+    from .document import Section
+    from .telemetry import TELEMETRY_HEADERS, TIMELINE_IMAGE, telemetry_rows, telemetry_table
+    tel = telemetry_table(camp)
+    if tel is not None:
+        model.sections.append(Section(
+            "Telemetry per run", TELEMETRY_HEADERS, telemetry_rows(tel),
+            "Sampled on the worker during each vllm bench serve run (nvidia-smi --query-gpu for the server's "
+            "GPUs, the server's /metrics; docs/telemetry.md). Mean power = the run's GPUs summed, averaged over "
+            "the samples (warm-ups included); J / output token = mean power x the run's duration / its output "
+            "tokens; throttle = the clock-event reasons seen (SW/HW power cap, thermal, power brake); "
+            "'not recorded' = the worker could not read it (no nvidia-smi, a field its driver lacks)."
+            + (" SIMULATED: the testbed's GPU stand-in models power and clocks." if camp.simulated else ""),
+            anchor="telemetry-per-run", images=[TIMELINE_IMAGE]))
+    if slo is None or "goodput_req_s" not in tables.runs:
+        return
+    lines = slo_lines(tables.runs, baseline, slo)
+    sec = Section("Goodput under the SLO", SLO_HEADERS, slo_rows(tables.runs), " ".join(lines),
+                  anchor="goodput-under-the-slo")
+    at = next((i for i, s in enumerate(model.sections) if not s.title.startswith(("Results", "Latency"))),
+              len(model.sections))
+    model.sections.insert(at, sec)
+    model.conclusions += lines[1:]
+
+
+def after_report(out, plan, console=None, quiet: bool = False) -> None:
+    """Writes plan.json beside the host folders; checks the plan's assertions into out.assertions
+    (a failed or unchecked one adds EXIT_ASSERTION to the exit code) and prints them."""
+    if out.campaign_dir.is_dir():
+        write_snapshot(out.campaign_dir, plan)
+    _telemetry(out, plan, console, quiet)
+    if out.merged and out.tables is not None and out.campaign is not None:  # llm-d Benchmark Report v0.2
+        from .export import export_cells
+        if files := export_cells(out.campaign_dir, out.campaign, out.tables, plan, out.model.gate_verdict,
+                                 out.gate.rule.describe()):
+            out.paths["llm-d"] = files[0].parent
+    else:
+        from .export import remove_stale
+        remove_stale(out.campaign_dir)
+    if not plan.assertions:
+        return
+    if out.merged and out.tables is not None:
+        out.assertions = check(plan.assertions, out.tables.runs.to_dict("records"))
+    else:
+        out.assertions = [AssertionResult(a, NOT_CHECKED, "nothing merged") for a in plan.assertions]
+    if not quiet:
+        from rich.console import Console
+        c = console or Console()
+        for a in out.assertions:
+            c.print(a.line(), style="green" if a.ok else "bold red", markup=False)
+
+
+def _telemetry(out, plan, console, quiet: bool) -> None:
+    """The timeline plot beside a written report; when the gate failed, the nodes' telemetry side by side."""
+    if out.campaign is None:
+        return
+    from .telemetry import TIMELINE_IMAGE, node_differences, telemetry_table, timeline_svg
+    svg_path = out.campaign_dir / TIMELINE_IMAGE
+    if out.merged and (svg := timeline_svg(out.campaign, out.simulated)):
+        svg_path.write_text(svg, encoding="utf-8")
+        out.paths["telemetry"] = svg_path
+    elif svg_path.is_file():
+        svg_path.unlink()
+    if out.gate.passed:
+        return
+    lines = node_differences(telemetry_table(out.campaign), plan.baseline, out.gate.rule.concurrency)
+    out.warnings += lines
+    if not quiet:
+        from rich.console import Console
+        c = console or Console()
+        for ln in lines:
+            c.print(ln, style="yellow", markup=False)

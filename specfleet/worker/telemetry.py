@@ -1,0 +1,203 @@
+"""GPU and server telemetry during a bench run, sampled on the worker (docs/telemetry.md).
+
+Stdlib only: this module is part of the worker program (runner.pyz). The runner starts one Sampler
+per bench run and stops it when the run ends:
+
+    with Sampler(path, gpus=[0], metrics_url="http://127.0.0.1:8000/metrics", period_s=1.0):
+        ... vllm bench serve ...
+
+It writes `<result>.telemetry.jsonl` beside the result (layout.telemetry_file), one JSON object a
+line: first {"kind": "header", ...} (period, GPUs, the query, what cannot be read), then one
+{"kind": "sample", "t": <unix s>, "gpus": [...], "server": {...}} per period, last {"kind": "end"}.
+Per GPU (nvidia-smi --query-gpu, one call for the server's GPUs): power_w, sm_mhz, mem_mhz, temp_c,
+util_pct, and clock_event_reasons (the active clock-event / throttle reasons bit mask, under its
+driver's name: clocks_event_reasons.active, before driver 535 clocks_throttle_reasons.active).
+From vLLM's /metrics (Prometheus text): running, waiting, kv_cache_usage (0..1), preemptions and
+generation_tokens (counters, as read).
+
+Nothing here fails a run: a command that cannot run, a field a driver does not know, a server
+without /metrics is recorded in the header (or as "errors" of a sample) and the value is left out,
+which the report shows as "not recorded".
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import threading
+import time
+import urllib.request
+
+GPU_FIELDS = {"index": "index", "power.draw": "power_w", "clocks.sm": "sm_mhz", "clocks.mem": "mem_mhz",
+              "temperature.gpu": "temp_c", "utilization.gpu": "util_pct"}
+REASON_FIELDS = ("clocks_event_reasons.active", "clocks_throttle_reasons.active")  # newer, older drivers
+SERVER_METRICS = {"vllm:num_requests_running": "running", "vllm:num_requests_waiting": "waiting",
+                  "vllm:kv_cache_usage_perc": "kv_cache_usage", "vllm:gpu_cache_usage_perc": "kv_cache_usage",
+                  "vllm:num_preemptions_total": "preemptions", "vllm:generation_tokens_total": "generation_tokens"}
+DEFAULT_PERIOD_S = 1.0
+SMI_TIMEOUT_S = 5.0
+
+
+def _num(v: str) -> float | int | str | None:
+    v = v.strip()
+    if not v or v.startswith("[") or v.upper() in ("N/A", "[N/A]"):
+        return None
+    if v.lower().startswith("0x"):
+        return v  # a bit mask stays as nvidia-smi prints it
+    try:
+        f = float(v)
+    except ValueError:
+        return None
+    return int(f) if f.is_integer() else f
+
+
+def parse_smi(text: str, names: list[str]) -> list[dict]:
+    """`--format=csv,noheader,nounits` lines into one dict per GPU under the sampler's names."""
+    out = []
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.split(",")]
+        if len(cells) != len(names):
+            continue
+        row = {}
+        for n, c in zip(names, cells):
+            key = GPU_FIELDS.get(n, "clock_event_reasons" if n in REASON_FIELDS else n)
+            if (v := _num(c)) is not None:
+                row[key] = v
+        out.append(row)
+    return out
+
+
+def parse_metrics(text: str) -> dict:
+    """The SERVER_METRICS found in Prometheus text, summed over label sets (data-parallel engines)."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        if name not in SERVER_METRICS:
+            continue
+        try:
+            val = float(line.rsplit(" ", 1)[1])
+        except (IndexError, ValueError):
+            continue
+        key = SERVER_METRICS[name]
+        out[key] = out.get(key, 0.0) + val
+    return out
+
+
+class Sampler:
+    """Samples every `period_s` in a daemon thread into `path` (JSON lines); a context manager."""
+
+    def __init__(self, path: str, gpus: list[int] | None, metrics_url: str | None,
+                 period_s: float = DEFAULT_PERIOD_S, smi: str = "nvidia-smi", env: dict | None = None,
+                 off: bool = False):
+        self.path, self.gpus, self.url, self.period = path, gpus, metrics_url, max(0.1, float(period_s))
+        self.off = off
+        self.smi, self.env = smi, env
+        self.names = list(GPU_FIELDS)
+        self.problems: list[str] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._fh = None
+
+    # ---------------------------------------------------------------- one sample
+    def _smi(self, names: list[str]) -> tuple[list[dict] | None, str | None]:
+        argv = [self.smi, f"--query-gpu={','.join(names)}", "--format=csv,noheader,nounits"]
+        if self.gpus:
+            argv.append(f"--id={','.join(str(g) for g in self.gpus)}")
+        try:
+            p = subprocess.run(argv, capture_output=True, text=True, timeout=SMI_TIMEOUT_S, env=self.env)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            return None, f"{self.smi}: {e}"
+        if p.returncode != 0:
+            return None, f"{self.smi} exit {p.returncode}: {(p.stdout + p.stderr).strip()[:200]}"
+        return parse_smi(p.stdout, names), None
+
+    def _probe(self) -> None:
+        """Which clock-event field this driver knows (the first of REASON_FIELDS that answers)."""
+        rows, err = self._smi(self.names)
+        if rows is None:
+            self.problems.append(f"GPU telemetry not recorded: {err}")
+            self.names = []
+            return
+        for f in REASON_FIELDS:
+            if self._smi(["index", f])[0] is not None:
+                self.names.append(f)
+                return
+        self.problems.append("clock-event reasons not recorded: the driver knows neither "
+                             + " nor ".join(REASON_FIELDS))
+
+    def sample(self) -> dict:
+        s: dict = {"kind": "sample", "t": round(time.time(), 3)}
+        errors = []
+        if self.names:
+            rows, err = self._smi(self.names)
+            if rows is None:
+                errors.append(err)
+            else:
+                s["gpus"] = rows
+        if self.url:
+            try:
+                with urllib.request.urlopen(self.url, timeout=2.0) as r:  # noqa: S310 (the run's own server)
+                    s["server"] = parse_metrics(r.read().decode("utf-8", "replace"))
+            except Exception as e:  # noqa: BLE001 (any failure: not recorded, never a failed run)
+                errors.append(f"{self.url}: {type(e).__name__}: {e}"[:200])
+        if errors:
+            s["errors"] = errors
+        return s
+
+    # ---------------------------------------------------------------- the thread
+    def _write(self, obj: dict) -> None:
+        try:
+            self._fh.write(json.dumps(obj, sort_keys=True) + "\n")
+            self._fh.flush()
+        except (OSError, ValueError):
+            pass
+
+    def _loop(self) -> None:
+        nxt = time.monotonic()
+        while not self._stop.is_set():
+            self._write(self.sample())
+            nxt += self.period
+            self._stop.wait(max(0.0, nxt - time.monotonic()))
+
+    def start(self) -> "Sampler":
+        if self.off:
+            return self
+        try:
+            self._fh = open(self.path, "w", encoding="utf-8")
+        except OSError:
+            return self  # no file, no telemetry: the run goes on
+        self._probe()
+        self._write({"kind": "header", "period_s": self.period, "gpus": self.gpus, "query": self.names,
+                     "metrics_url": self.url, "problems": self.problems, "t": round(time.time(), 3)})
+        self._thread = threading.Thread(target=self._loop, name="telemetry", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=SMI_TIMEOUT_S + 3)
+        if self._fh is not None:
+            self._write({"kind": "end", "t": round(time.time(), 3)})
+            try:
+                self._fh.close()
+            except OSError:
+                pass
+            self._fh = None
+
+    def __enter__(self) -> "Sampler":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def sampler_for(spec: dict, path: str, env: dict | None, gpus: list[int] | None) -> Sampler:
+    """The runner's one call: the sampler of one bench run into `path` (spec keys server_host, port,
+    telemetry_period_s; 0 turns it off: a Sampler that records nothing)."""
+    url = f"http://{spec.get('server_host') or '127.0.0.1'}:{spec.get('port', 8000)}/metrics"
+    period = spec.get("telemetry_period_s", DEFAULT_PERIOD_S)
+    env = {k: v for k, v in (env or os.environ).items() if k != "CUDA_VISIBLE_DEVICES"}  # --id picks them
+    return Sampler(path, gpus, url, float(period or DEFAULT_PERIOD_S), env=env, off=not period)

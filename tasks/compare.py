@@ -1,0 +1,54 @@
+"""`fab compare`: two collected campaigns, a verdict per bench cell (docs/compare.md); touches no host."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from invoke import task
+from invoke.exceptions import Exit
+
+from specfleet.errors import UserError
+from specfleet.fleet import EXIT_ASSERTION, EXIT_REGRESSION
+
+FAIL_ON = ("regression", "never")
+
+
+@task(help={"baseline": "the earlier campaign's results folder (results/<campaign>, as fab collect wrote it)",
+            "candidate": "the campaign to judge against it",
+            "out": "where compare.md/.html/.json/.svg go (default: <candidate's parent>/compare-<b>-vs-<c>)",
+            "metric": "the per-cell metric (default: the candidate plan's equivalence.metric)",
+            "tolerance_pct": "the band a difference must clear (default: the candidate plan's equivalence.tolerance_pct)",
+            "fail_on": f"regression: exit {EXIT_REGRESSION} when a cell or speedup regressed (default never)",
+            "force": "compare campaigns of different models or datasets, or with nodes not equivalent; "
+                     "every output says so"})
+def compare(c, baseline, candidate, out=None, metric=None, tolerance_pct=None, fail_on="never", force=False):
+    """Compare two collected campaigns: per cell ratio with its interval and a verdict; provenance first."""
+    if fail_on not in FAIL_ON:
+        raise UserError(f"--fail-on {fail_on!r}: one of {', '.join(FAIL_ON)}")
+    from rich.console import Console
+
+    from specfleet.results.compare import compare_dirs  # heavy: pandas, matplotlib
+    from specfleet.results.compare_render import stamps, summary, write_outputs
+
+    cmp = compare_dirs(baseline, candidate, metric=metric, force=force,
+                       tolerance_pct=float(tolerance_pct) if tolerance_pct else None)
+    b, k = Path(baseline), Path(candidate)
+    dest = Path(out) if out else k.resolve().parent / f"compare-{b.resolve().name}-vs-{k.resolve().name}"
+    paths = write_outputs(cmp, dest)
+    console = Console(width=200, highlight=False)
+    for s in stamps(cmp):
+        console.print(f"[bold white on red] {s} [/]")
+    for what, a, bb in cmp.provenance:
+        console.print(f"provenance: {what}: {a} -> {bb}", markup=False)
+    for f, a, bb in cmp.plan_compared + cmp.plan_other:
+        console.print(f"plan: {f}: {a} -> {bb}", markup=False)
+    for line in summary(cmp):
+        console.print(line, markup=False, style="bold red" if line.startswith(("REGRESSION", "assertion FAILED",
+                                                                               "assertion NOT")) else None)
+    console.print(f"[bold green]comparison:[/] {paths['html']}")
+    code = 0
+    if fail_on == "regression" and (cmp.regressions or cmp.speedup_regressions):
+        code |= EXIT_REGRESSION
+    if cmp.assertions_failed:
+        code |= EXIT_ASSERTION
+    if code:
+        raise Exit(code=code)

@@ -1,0 +1,110 @@
+"""The worker's telemetry sampler against the testbed's GPU stand-in and a /metrics endpoint, and what a
+worker without nvidia-smi or /metrics records (nothing fails)."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from specfleet.worker.telemetry import Sampler, parse_metrics, parse_smi, sampler_for
+
+REPO = Path(__file__).resolve().parents[2]
+STANDIN = REPO / "testbed" / "host" / "gpu-standin"
+METRICS = """# HELP vllm:num_requests_running Number of requests in model execution batches.
+vllm:num_requests_running{engine="0",model_name="bench"} 7.0
+vllm:num_requests_running{engine="1",model_name="bench"} 1.0
+vllm:num_requests_waiting{engine="0",model_name="bench"} 2.0
+vllm:kv_cache_usage_perc{engine="0",model_name="bench"} 0.25
+vllm:generation_tokens_total{engine="0",model_name="bench"} 1234.0
+vllm:generation_tokens_created{engine="0",model_name="bench"} 1700000000.0
+"""
+
+
+@pytest.fixture
+def gpu2(tmp_path) -> Path:
+    sys.path.insert(0, str(REPO))
+    from testbed.seed import gpu_json
+    d = tmp_path / "gpu"
+    (d / "reservations").mkdir(parents=True)
+    (d / "gpu.json").write_text(json.dumps(gpu_json("w1", 2)))
+    (d / "modules").write_text("nvidia\n")
+    shutil.copyfile(STANDIN, d / "nvidia-smi")
+    (d / "nvidia-smi").chmod(0o755)
+    (d / "reservations" / str(os.getpid())).write_text("1:90000")  # this process "holds" GPU 1
+    return d
+
+
+@pytest.fixture
+def metrics_url():
+    class H(BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = METRICS.encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a):
+            pass
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), H)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{srv.server_address[1]}/metrics"
+    srv.shutdown()
+
+
+def lines(path: Path) -> list[dict]:
+    return [json.loads(x) for x in path.read_text().splitlines()]
+
+
+def test_samples_the_servers_gpus_and_metrics(tmp_path, gpu2, metrics_url):
+    out = tmp_path / "vanilla_conc8.telemetry.jsonl"
+    env = {**os.environ, "SIMVLLM_GPU_DIR": str(gpu2)}
+    with Sampler(str(out), [1], metrics_url, period_s=0.1, smi=str(gpu2 / "nvidia-smi"), env=env):
+        time.sleep(0.45)
+    got = lines(out)
+    head, samples, end = got[0], [g for g in got if g["kind"] == "sample"], got[-1]
+    assert head["kind"] == "header" and head["problems"] == [] and "clocks_event_reasons.active" in head["query"]
+    assert end["kind"] == "end" and len(samples) >= 3
+    s = samples[0]
+    assert s["gpus"] == [{"index": 1, "power_w": 300, "sm_mhz": 1980, "mem_mhz": 2619, "temp_c": 34,
+                          "util_pct": 97, "clock_event_reasons": "0x0000000000000000"}]
+    assert s["server"] == {"running": 8.0, "waiting": 2.0, "kv_cache_usage": 0.25, "generation_tokens": 1234.0}
+    assert [t["t"] for t in samples] == sorted(t["t"] for t in samples)
+
+
+def test_nothing_readable_is_recorded_as_such(tmp_path):
+    out = tmp_path / "t.jsonl"
+    with Sampler(str(out), [0], "http://127.0.0.1:9/metrics", period_s=0.1, smi=str(tmp_path / "no-smi")):
+        time.sleep(0.25)
+    got = lines(out)
+    assert got[0]["problems"][0].startswith("GPU telemetry not recorded:") and got[0]["query"] == []
+    samples = [g for g in got if g["kind"] == "sample"]
+    assert samples and all("gpus" not in s and "server" not in s and s["errors"] for s in samples)
+
+
+def test_older_driver_field_and_period_zero(tmp_path, gpu2):
+    # a driver that knows neither clock-event field: the rest is sampled, the reason is said
+    text = "0, 61.5, 345, 405, 30, 0\n"
+    assert parse_smi(text, ["index", "power.draw", "clocks.sm", "clocks.mem", "temperature.gpu", "utilization.gpu"]) \
+        == [{"index": 0, "power_w": 61.5, "sm_mhz": 345, "mem_mhz": 405, "temp_c": 30, "util_pct": 0}]
+    assert parse_smi("0, [N/A]\n", ["index", "power.draw"]) == [{"index": 0}]
+    assert parse_metrics(METRICS)["running"] == 8.0
+    off = sampler_for({"telemetry_period_s": 0}, str(tmp_path / "off.jsonl"), {}, None).start()
+    off.stop()
+    assert not (tmp_path / "off.jsonl").exists()
+
+
+def test_parses_what_a_real_h200_prints():
+    """The sampler's query as nvidia-smi 580.159.04 on an idle NVIDIA H200 answered it (the lent device)."""
+    names = ["index", "power.draw", "clocks.sm", "clocks.mem", "temperature.gpu", "utilization.gpu",
+             "clocks_event_reasons.active"]
+    assert parse_smi("0, 78.24, 345, 3201, 36, 0, 0x0000000000000001\n", names) == [
+        {"index": 0, "power_w": 78.24, "sm_mhz": 345, "mem_mhz": 3201, "temp_c": 36, "util_pct": 0,
+         "clock_event_reasons": "0x0000000000000001"}]

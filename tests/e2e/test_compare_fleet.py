@@ -1,0 +1,79 @@
+"""`fab compare` end to end: the same short plan (tests/e2e/plans/collect-fast.yml) benchmarked twice
+on the testbed's simulated engine under two campaign names, each collected; the rerun compared with
+the first, then a copy of the rerun whose EAGLE-3 result files are made 15 % slower.
+
+Single runs per cell on a shared machine: the rerun is judged with a 10 % tolerance (the plain
+threshold of single runs), which the 15 % slowdown still clears."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from e2e_helpers import PROJECT, fab, inventory_of
+
+pytestmark = pytest.mark.e2e
+
+SOURCE = PROJECT / "tests" / "e2e" / "plans" / "collect-fast.yml"
+
+
+def plan_file(tmp_path: Path, campaign: str) -> Path:
+    doc = yaml.safe_load(SOURCE.read_text())
+    doc["campaign"] = campaign
+    doc["benchmark"]["dataset_path"] = str(PROJECT / "datasets" / "sample" / "question.jsonl")
+    doc["assertions"] = [{"config": "eagle3", "concurrency": 8, "metric": "speedup", "min": 1.0}]
+    p = tmp_path / f"{campaign}.yml"
+    p.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return p
+
+
+def out(r) -> str:
+    return f"exit {r.returncode}\n--- stdout\n{r.stdout[-6000:]}\n--- stderr\n{r.stderr[-3000:]}"
+
+
+def test_compare_a_rerun_and_a_slower_copy(testbed_factory, tmp_path):
+    tb = testbed_factory(workers=2)
+    inv = inventory_of(tb)
+    r = fab("provision", inventory=inv, runs=tmp_path / "runs")
+    assert r.returncode == 0, out(r)
+    results = tmp_path / "results"
+    for name in ("cmp-a", "cmp-b"):
+        plan = plan_file(tmp_path, name)
+        r = fab("bench", "--hosts", "w1,w2", "--plan", str(plan), inventory=inv, runs=tmp_path / "runs")
+        assert r.returncode == 0, out(r)
+        r = fab("collect", "--plan", str(plan), "--results", str(results), inventory=inv, runs=tmp_path / "runs")
+        assert r.returncode == 0, out(r)
+        assert json.loads((results / name / "plan.json").read_text())["plan"]["campaign"] == name
+
+    a, b = results / "cmp-a", results / "cmp-b"
+    r = fab("compare", "--baseline", str(a), "--candidate", str(b), "--fail-on", "regression",
+            "--tolerance-pct", "10", "--out", str(tmp_path / "rerun"))
+    assert r.returncode == 0, out(r)
+    page = (tmp_path / "rerun" / "compare.html").read_text()
+    assert "SIMULATED ENGINE" in page and "<svg" in page
+    cmp = json.loads((tmp_path / "rerun" / "compare.json").read_text())
+    assert [d["field"] for d in cmp["plan_differences"]] == ["campaign"]
+    assert len(cmp["cells"]) == 6 and all(c["verdict"] != "regression" for c in cmp["cells"])
+
+    slow = results / "cmp-slow"
+    shutil.copytree(b, slow)
+    for f in slow.glob("*/eagle3_conc*.json"):
+        d = json.loads(f.read_text())
+        d["output_throughput"] *= 0.85
+        d["total_token_throughput"] *= 0.85
+        f.write_text(json.dumps(d))
+    r = fab("compare", "--baseline", str(a), "--candidate", str(slow), "--fail-on", "regression",
+            "--tolerance-pct", "10", "--out", str(tmp_path / "slow"))
+    assert r.returncode == 64, out(r)
+    assert "REGRESSION: eagle3 @ conc8" in r.stdout and "REGRESSION: eagle3 @ conc1" in r.stdout, out(r)
+
+    other = results / "cmp-other"
+    shutil.copytree(b, other)
+    snap = json.loads((other / "plan.json").read_text())
+    snap["plan"]["model"]["name"] = "Qwen/Qwen3-8B"
+    (other / "plan.json").write_text(json.dumps(snap))
+    r = fab("compare", "--baseline", str(a), "--candidate", str(other), "--out", str(tmp_path / "other"))
+    assert r.returncode == 1 and "different models" in r.stderr and "--force" in r.stderr, out(r)

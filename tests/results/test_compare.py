@@ -1,0 +1,133 @@
+"""fab compare: two campaigns of real-shaped result files (compare_builder.py); eagle3 15 % slower in one
+candidate, noise only in another."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from invoke.exceptions import Exit
+
+from compare_builder import campaign, plan_raw
+from specfleet.errors import UserError
+from specfleet.fleet import EXIT_ASSERTION, EXIT_REGRESSION
+from specfleet.results.compare import (IMPROVEMENT, NO_DIFF, PLAN_SNAPSHOT, REGRESSION, WITHIN, compare_dirs,
+                                       decide)
+from specfleet.results.compare_render import write_outputs
+from specfleet.results.measures import NoiseBand
+
+
+@pytest.fixture
+def base(tmp_path) -> Path:
+    return campaign(tmp_path / "old", plan_raw(), seed=1)
+
+
+def test_eagle3_fifteen_percent_slower_is_a_regression(tmp_path, base):
+    cand = campaign(tmp_path / "new", plan_raw(vllm_version="0.32.0"), seed=2, scale={"eagle3": 0.85}, vllm="0.32.0")
+    # the plan's gate metric (token-weighted TPOT: lower is better) and output tok/s say the same
+    default = compare_dirs(base, cand)
+    assert {(d.config, d.concurrency) for d in default.regressions} == {("eagle3", 1), ("eagle3", 16)}
+    cmp = compare_dirs(base, cand, metric="output_throughput")
+    reg = {(d.config, d.concurrency) for d in cmp.regressions}
+    assert reg == {("eagle3", 1), ("eagle3", 16)}
+    assert {(s.config, s.concurrency) for s in cmp.speedup_regressions} == {("eagle3", 1), ("eagle3", 16)}
+    e16 = next(d for d in cmp.cells if d.config == "eagle3" and d.concurrency == 16)
+    assert 0.80 < e16.ratio < 0.90 and e16.ci_high < 1 / 1.03 and (e16.n_base, e16.n_cand) == (3, 3)
+    # the unchanged configurations are not called regressions
+    assert all(d.verdict != REGRESSION for d in cmp.cells if d.config != "eagle3")
+    # provenance first: the vLLM version differs; the plan differs only in what is compared
+    assert ("vllm", "0.31.0", "0.32.0") in cmp.provenance
+    assert [k for k, *_ in cmp.plan_compared] == ["vllm_version"] and cmp.plan_other == []
+    # the candidate's plan asserts eagle3 >= 1.7x at c=16: 1.83 x 0.85 = 1.56 fails
+    assert [a.state for a in cmp.assertions] == ["FAILED"]
+
+
+def test_noise_only_rerun_has_no_regression(tmp_path, base):
+    cand = campaign(tmp_path / "new", plan_raw(), seed=3)
+    cmp = compare_dirs(base, cand)
+    assert len(cmp.cells) == 8 and cmp.regressions == [] and cmp.speedup_regressions == []
+    assert {d.verdict for d in cmp.cells} <= {NO_DIFF, WITHIN}
+    assert [a.state for a in cmp.assertions] == ["passed"]
+    assert cmp.plan_compared == [] and cmp.plan_other == []
+
+
+def test_other_plan_differences_are_named(tmp_path, base):
+    raw = plan_raw(**{"benchmark.output_len": 256, "server.args": ["--max-model-len", "4096"]})
+    cmp = compare_dirs(base, campaign(tmp_path / "new", raw, seed=4))
+    assert [k for k, *_ in cmp.plan_compared] == ["server.args"]
+    assert [k for k, *_ in cmp.plan_other] == ["benchmark.output_len"]
+
+
+def test_other_model_refused_unless_forced(tmp_path, base):
+    cand = campaign(tmp_path / "new", plan_raw(**{"model.name": "Qwen/Qwen3-8B"}), seed=5)
+    with pytest.raises(UserError, match=r"different models: Qwen/Qwen3-32B \(baseline\) vs Qwen/Qwen3-8B.*--force"):
+        compare_dirs(base, cand)
+    cmp = compare_dirs(base, cand, force=True)
+    assert cmp.forced
+    paths = write_outputs(cmp, tmp_path / "out")
+    assert "FORCED: compared with --force although different models" in paths["md"].read_text()
+
+
+def test_other_dataset_refused(tmp_path, base):
+    cand = campaign(tmp_path / "new", plan_raw(**{"benchmark.dataset_path": "other.jsonl"}), seed=6)
+    with pytest.raises(UserError, match="different datasets"):
+        compare_dirs(base, cand)
+
+
+def test_decide_rules():
+    noise = NoiseBand(3.0)
+    # lower is better for TPOT: 10 % higher TPOT is a regression
+    assert decide("mean_tpot_ms", [10.0, 10.1, 9.9], [11.0, 11.1, 10.9], noise)[4] == REGRESSION
+    assert decide("output_throughput", [10.0, 10.1, 9.9], [11.0, 11.1, 10.9], noise)[4] == IMPROVEMENT
+    # measurably slower (interval excludes 1) but inside the band
+    assert decide("output_throughput", [100.0, 100.1, 99.9], [99.0, 99.1, 98.9], noise)[4] == WITHIN
+    # single runs: the plain threshold on the ratio
+    r = decide("output_throughput", [100.0], [96.0], noise)
+    assert r[4] == REGRESSION and r[1] is None and "single run" in r[3]
+    assert decide("output_throughput", [100.0], [98.0], noise)[4] == NO_DIFF
+
+
+def test_outputs_carry_plot_and_simulated_stamp(tmp_path, base):
+    raw = plan_raw()
+    cand = campaign(tmp_path / "new", raw, seed=7, scale={"eagle3": 0.85})
+    for f in cand.glob("w2/eagle3_*.json"):  # one simulated input stamps the whole comparison
+        d = json.loads(f.read_text())
+        d["simulated"] = True
+        f.write_text(json.dumps(d))
+    paths = write_outputs(compare_dirs(base, cand), tmp_path / "out")
+    assert "SIMULATED ENGINE" in paths["md"].read_text() and "![candidate vs baseline](compare.svg)" in paths["md"].read_text()
+    page = paths["html"].read_text()
+    assert "<svg" in page and "SIMULATED ENGINE: not a measurement" in page and "REGRESSION" in page
+    data = json.loads(paths["json"].read_text())
+    assert data["simulated"] and any(c["verdict"] == REGRESSION for c in data["cells"])
+
+
+def _fab_compare(base: Path, cand: Path, *extra: str) -> int:
+    from specfleet.tasks import ns
+    from invoke import Context
+    body = ns["compare"].body
+    kw = {"baseline": str(base), "candidate": str(cand), "out": str(cand.parent / "cmp"), **dict(extra)}
+    try:
+        body(Context(), **kw)
+    except Exit as e:
+        return e.code
+    return 0
+
+
+def test_fail_on_regression_exit_codes(tmp_path, base):
+    slow = campaign(tmp_path / "slow", plan_raw(), seed=8, scale={"eagle3": 0.85})
+    same = campaign(tmp_path / "same", plan_raw(), seed=9)
+    raw = plan_raw()
+    raw["assertions"] = []
+    quiet = campaign(tmp_path / "quiet", raw, seed=8, scale={"eagle3": 0.85})
+    assert _fab_compare(base, slow, ("fail_on", "regression")) == EXIT_REGRESSION | EXIT_ASSERTION
+    assert _fab_compare(base, quiet, ("fail_on", "regression")) == EXIT_REGRESSION
+    assert _fab_compare(base, quiet) == 0            # without --fail-on a regression is reported, not an exit code
+    assert _fab_compare(base, same, ("fail_on", "regression")) == 0
+
+
+def test_no_snapshot_is_said(tmp_path, base):
+    cand = campaign(tmp_path / "new", plan_raw(), seed=10)
+    (cand / PLAN_SNAPSHOT).unlink()
+    cmp = compare_dirs(base, cand)
+    assert any("no plan.json" in n and "not checked" in n for n in cmp.notes)

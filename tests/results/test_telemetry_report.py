@@ -1,0 +1,66 @@
+"""Telemetry in the report: per run mean power, J/token, throttle flags, the timeline plot; a run
+without a file is left out, one with no GPU samples is 'not recorded'; a failed gate shows the nodes'
+telemetry side by side."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from campaign_builder import REPORT, write_campaign
+from specfleet.results.report import report_plan
+from specfleet.results.telemetry import TIMELINE_IMAGE, telemetry_table
+
+from compare_builder import campaign, plan_raw
+from specfleet.plan import parse_plan
+
+
+def tel_file(path, powers, mask="0x0000000000000000", t0=1000.0, problems=()):
+    rows = [{"kind": "header", "problems": list(problems), "period_s": 1.0}]
+    for i, p in enumerate(powers):
+        rows.append({"kind": "sample", "t": t0 + i, "gpus": [{"index": 0, "power_w": p, "sm_mhz": 1980, "temp_c": 50 + i,
+                                                               "clock_event_reasons": mask}] if p is not None else [],
+                     "server": {"running": 4, "waiting": 0, "generation_tokens": 100.0 * i, "preemptions": i}})
+    rows.append({"kind": "end"})
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+
+
+def test_per_run_power_energy_and_throttle(tmp_path):
+    camp = write_campaign(tmp_path / "c")
+    tel_file(camp / "w1" / "vanilla_conc16.telemetry.jsonl", [300, 310, 320])
+    tel_file(camp / "w2" / "eagle3_conc16.telemetry.jsonl", [400, 400], mask="0x0000000000000004")
+    tel_file(camp / "w2" / "vanilla_conc16.telemetry.jsonl", [None, None], problems=["GPU telemetry not recorded: x"])
+    from specfleet.results.campaign import scan_campaign
+    df = telemetry_table(scan_campaign(camp, quarantine=False)).set_index(["config", "node", "concurrency"])
+    v = df.loc[("vanilla", "w1", 16)]
+    out, dur = REPORT[("w1", "vanilla", 16)][0], REPORT[("w1", "vanilla", 16)][5]
+    assert v.power_w == pytest.approx(310) and v.throttle == "" and v.temp_max_c == 52
+    assert v.j_per_token == pytest.approx(310 * dur / round(out * dur)) and v.preemptions == 2
+    assert df.loc[("eagle3", "w2", 16)].throttle == "SW power cap"
+    nr = df.loc[("vanilla", "w2", 16)]
+    assert nr.throttle == "not recorded" and "GPU telemetry not recorded" in nr.note
+    assert ("ngram", "w1", 1) not in df.index  # no telemetry file: no row
+
+
+def test_report_section_plot_and_gate_differences(tmp_path):
+    raw = plan_raw()
+    d = campaign(tmp_path / "results", raw, seed=1)
+    for f in d.glob("w*/*_conc16_r*.json"):
+        tel_file(f.with_name(f.name.removesuffix(".json") + ".telemetry.jsonl"), [300, 300])
+    plan = parse_plan(raw, "plans/demo.yml")
+    out = report_plan(plan, "plans/demo.yml", tmp_path / "results", quiet=True)
+    md = (d / "report.md").read_text()
+    assert "## Telemetry per run" in md and TIMELINE_IMAGE in md and (d / TIMELINE_IMAGE).is_file()
+    assert "<svg" in (d / TIMELINE_IMAGE).read_text()
+    # w2's baseline 20 % faster and throttled: the gate fails and the telemetry differences are named
+    for f in d.glob("w2/vanilla_conc16_r*.json"):
+        r = json.loads(f.read_text())
+        r["output_throughput"] *= 1.2
+        r["mean_tpot_ms"] /= 1.2  # the gate's metric (token-weighted TPOT, vLLM's mean without arrays)
+        f.write_text(json.dumps(r))
+        tel_file(f.with_name(f.name.removesuffix(".json") + ".telemetry.jsonl"), [450, 450], mask="0x80")
+    out = report_plan(plan, "plans/demo.yml", tmp_path / "results", quiet=True)
+    assert not out.merged and not (d / TIMELINE_IMAGE).exists()
+    lines = [w for w in out.warnings if w.startswith("telemetry")]
+    assert any("telemetry w1 (vanilla, conc 16): mean power 300.0 W" in w and "throttle: none" in w for w in lines)
+    assert any("telemetry w2" in w and "450.0 W" in w and "HW thermal" in w for w in lines)
