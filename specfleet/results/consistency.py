@@ -18,8 +18,11 @@ from .provenance import read_provenance, simulated_signals
 if TYPE_CHECKING:
     from .campaign import Campaign, Run
 
-FIELDS = {"gpu": "GPU model", "driver": "driver", "cuda": "CUDA", "torch": "torch", "vllm": "vLLM version",
-          "decoding": "decoding"}
+# "cuda" is torch's CUDA build (the runner's cuda_version), "driver_cuda" the highest CUDA the driver
+# supports (nvidia-smi, provenance.json): they differ legitimately (a cu128 torch on a 13.0 driver),
+# so each is compared only with itself
+FIELDS = {"gpu": "GPU model", "driver": "driver", "cuda": "CUDA (torch build)", "driver_cuda": "CUDA (driver)",
+          "torch": "torch", "vllm": "vLLM version", "decoding": "decoding"}
 
 
 def decoding_of(extra: dict) -> str | None:
@@ -63,7 +66,7 @@ def run_facts(camp: "Campaign", run: "Run", prov: dict | None = None, log_versio
     add("driver", ex.get("driver") or ex.get("driver_version"), "result metadata")
     add("driver", prov.get("driver"), "provenance.json")
     add("cuda", ex.get("cuda_version"), "result metadata")
-    add("cuda", prov.get("cuda"), "provenance.json")
+    add("driver_cuda", prov.get("cuda"), "provenance.json")
     add("torch", ex.get("torch_version"), "result metadata")
     add("torch", dists.get("torch"), "provenance.json")
     add("vllm", ex.get("vllm_version"), "result metadata")
