@@ -19,7 +19,7 @@ import math
 import pandas as pd
 
 from .crossover import crossover_lines
-from .measures import DEGENERATE, SINGLE_RUN, NoiseBand, cell_order
+from .measures import DEGENERATE, NoiseBand, cell_order, evidence, missing
 from .merge import Tables
 
 RARE_DRAFTS_PER_STEP = 0.10
@@ -30,31 +30,18 @@ def _f(v: float, nd: int = 2) -> str:
     return "n/a" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:,.{nd}f}"
 
 
-def _nan(v) -> bool:
-    return v is None or (isinstance(v, float) and math.isnan(v))
-
-
-def evidence(r: pd.Series, noise: NoiseBand) -> str:
-    """'1.830x, interval [1.790x, 1.870x] (method)' or '1.025x; single run: plain threshold, ...'."""
-    if _nan(r.get("speedup_ci_low")):
-        lo, hi = noise.band
-        return f"{r.speedup:.3f}x; {SINGLE_RUN}: ±{noise.tolerance_pct:g} % band [{lo:.3f}x, {hi:.3f}x]"
-    return (f"{r.speedup:.3f}x, interval [{r.speedup_ci_low:.3f}x, {r.speedup_ci_high:.3f}x] "
-            f"({r.speedup_method})")
-
-
 def slow_reason(row: pd.Series) -> str:
     if not row.get("has_spec_keys", False):
         return ("the result has no spec_decode_* keys: no draft was made in the measured window "
                 "(speculation never fired, or the server ran without a speculative config)")
     dps, alen, rate = row["drafts_per_step"], row["acceptance_length"], row["acceptance_rate_pct"]
-    if not _nan(dps) and dps < RARE_DRAFTS_PER_STEP:
+    if not missing(dps) and dps < RARE_DRAFTS_PER_STEP:
         return (f"speculation rarely fires: {_f(row['drafts'], 0)} drafts in "
                 f"{_f(row['output_tokens'] - row['accepted_tokens'], 0)} decode steps "
                 f"({_f(100 * dps, 1)} % of steps; output tokens - accepted tokens = steps); when it "
                 f"fires the acceptance length is {_f(alen, 3)}, so the per-step overhead is paid on the "
                 "other steps for nothing")
-    if not _nan(alen) and alen < LOW_ACCEPT_LEN:
+    if not missing(alen) and alen < LOW_ACCEPT_LEN:
         return (f"low acceptance: acceptance length {_f(alen, 3)} (rate {_f(rate, 1)} %), most drafted "
                 "tokens are rejected and verification costs more than it saves")
     return (f"drafting and verification overhead exceeds the gain (acceptance length {_f(alen, 3)}, "
@@ -92,7 +79,7 @@ def tail_dominated(r: pd.Series, b: pd.Series, tol_pct: float = TAIL_TOLERANCE_P
 def flagged_line(r: pd.Series, noise: NoiseBand) -> str:
     """What a flagged configuration is instead of faster or slower (the rule: measures.py)."""
     k = r.draft_tokens / r.drafts
-    speed = ("" if _nan(r.get("speedup")) else
+    speed = ("" if missing(r.get("speedup")) else
              f"; its {r.speedup:.2f}x the baseline ({evidence(r, noise)}) measures that, not speculative decoding")
     if r.acceptance_flag == DEGENERATE and not _nan(r.get("loop_share_pct")):
         what = (f"{_f(r.loop_share_pct, 0)} % of its requests loop (the tail of the generated text repeats one "

@@ -29,14 +29,14 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from ..bench.plan import Equivalence
+from ..plan import Equivalence
 from .campaign import Campaign
 from .gpu_gate import gpu_checks, packing_of
 from .consistency import mismatches
 from .gate_policy import (ALPHA, ALPHA_PER_LOOK, FAILED, INCONCLUSIVE, MERGES, METHOD as POLICY, PASSED,
                           UNVERIFIED, Decision, decide_state, metric_value)
 from .provenance import plan_hashes
-from .stats import ratio_interval, tost_p
+from ..worker.stats import ratio_interval, tost_p
 
 GATE_METRICS = {
     "tpot_weighted_ms": "token-weighted TPOT ms",

@@ -30,9 +30,8 @@ import pandas as pd
 from .campaign import Campaign
 from .diagnosis import LOOP_SHARE_DEGENERATE
 from .gate import EquivalenceRule
-from .stats import ratio_interval
+from ..worker.stats import SPEEDUP_CONFIDENCE, ratio_interval
 
-SPEEDUP_CONFIDENCE = 0.95
 SINGLE_RUN = "single run: plain threshold, no interval"
 INTERVAL_METHOD = "95 % CI, Welch's t on log values"
 PCT_KEY = re.compile(r"^p(\d+(?:\.\d+)?)_(ttft|tpot|itl|e2el)_ms$")
@@ -75,6 +74,20 @@ class NoiseBand:
                 f"{self.confidence:.0%} interval of the speedup (Welch's t on log output tok/s, repeats of the "
                 f"configuration and of the same node's baseline) excludes 1.00x ({SINGLE_RUN} otherwise); "
                 "else: no measurable difference")
+
+
+def missing(v) -> bool:
+    """None or NaN: a value the table does not have."""
+    return v is None or (isinstance(v, float) and math.isnan(v))
+
+
+def evidence(r: pd.Series, noise: NoiseBand) -> str:
+    """'1.830x, interval [1.790x, 1.870x] (method)' or '1.025x; single run: plain threshold, ...'."""
+    if missing(r.get("speedup_ci_low")):
+        lo, hi = noise.band
+        return f"{r.speedup:.3f}x; {SINGLE_RUN}: ±{noise.tolerance_pct:g} % band [{lo:.3f}x, {hi:.3f}x]"
+    return (f"{r.speedup:.3f}x, interval [{r.speedup_ci_low:.3f}x, {r.speedup_ci_high:.3f}x] "
+            f"({r.speedup_method})")
 
 
 def _samples(camp: Campaign) -> dict[tuple[str, str, str], list[float]]:

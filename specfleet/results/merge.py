@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from ..bench.sweep import parse_cell
+from ..plan.sweep import parse_cell
 from .campaign import Campaign, Run
 from .categories import cells_by_category
 from .crossover import search_status

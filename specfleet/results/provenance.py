@@ -20,13 +20,13 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from ..bench import layout
+from ..worker import layout
 from .gpu_gate import where
+from ..shell import read_sections, sections_script
 
 if TYPE_CHECKING:
     from .campaign import Campaign
 
-SEP = "@@specfleet@@"
 WEIGHT_INDEX = "model.safetensors.index.json"
 NOT_RECORDED = "not recorded"
 # dist names whose versions provenance.json records (the simulator is a dist of its own)
@@ -62,7 +62,7 @@ def probe_script(venv: str, run_dir: str, model: str | None, dataset: str | None
          if files else "true"),
         (f"cat {q(model + '/config.json')} 2>/dev/null | head -c 200000" if model else "true"),
     ]
-    return f"; echo {SEP}; ".join(parts)
+    return sections_script(parts)
 
 
 def _json(text: str) -> Any:
@@ -73,7 +73,7 @@ def _json(text: str) -> Any:
 
 
 def parse_probe(stdout: str, model: str | None, dataset: str | None) -> dict:
-    parts = (stdout.split(SEP + "\n") + [""] * 6)[:6]
+    parts = read_sections(stdout, 6)
     gpus = [ln.strip() for ln in parts[0].splitlines() if ln.strip()]
     first = [x.strip() for x in gpus[0].split(",")] if gpus else []
     manifest = _json(parts[2]) or {}

@@ -5,9 +5,9 @@ import textwrap
 import pytest
 import yaml
 
-from specfleet.bench.commands import Paths, commands_for, item_argv
-from specfleet.bench.plan import PlanError, load_plan, parse_plan
-from specfleet.bench.spec import build_run_spec
+from specfleet.campaign.commands import Paths, commands_for, item_argv
+from specfleet.plan import PlanError, load_plan, parse_plan
+from specfleet.campaign.spec import build_run_spec
 
 MINI = textwrap.dedent("""\
     campaign: t

@@ -7,7 +7,7 @@ import pytest
 from specfleet.results import report_campaign
 from specfleet.results.campaign import scan_campaign
 from specfleet.results.gate import EquivalenceRule, check_equivalence
-from specfleet.results.stats import ratio_interval, t_quantile, tost_p
+from specfleet.worker.stats import ratio_interval, t_quantile, tost_p
 
 from campaign_builder import REPORT, result_json, write_campaign
 

@@ -72,7 +72,7 @@ def cells(camp: Path) -> dict[tuple[str, int, str], tuple[str, str]]:
 
 def planned_json(camp: Path, queues: dict, notes: dict | None = None) -> None:
     """What `fab collect` records beside the host folders (specfleet.results.cells.Planned.to_json)."""
-    from specfleet.bench.plan import parse_plan
+    from specfleet.plan import parse_plan
     (camp / "planned.json").write_text(json.dumps({
         "plan_hash": parse_plan(PLAN).plan_hash(), "queues": queues,
         "sources": {h: "the split over the hosts collected" for h in queues}, "host_notes": notes or {}}))
