@@ -279,16 +279,18 @@ def _prompts(runs) -> str:
     return out
 
 
-def result_table(camp: "Campaign") -> pd.DataFrame:
-    """One row per (node, config): what produced those result files."""
+def result_table(camp: "Campaign", versions=None) -> pd.DataFrame:
+    """One row per (node, config): what produced those result files. `versions(camp, runs)` (the
+    caller passes consistency.column_values) gives the GPU / driver / CUDA / torch / vLLM / decoding
+    columns; without it they read "not recorded"."""
     groups: dict[tuple[str, str], list] = {}
     for r in camp.runs:
         groups.setdefault((r.host, r.config), []).append(r)
-    from .consistency import column_values
     rows = []
     for (host, cfg), runs in sorted(groups.items()):
         p = read_provenance(camp.root / host)
-        cv = column_values(camp, runs)
+        cv = versions(camp, runs) if versions else {}
+        cv = {f: cv.get(f, NOT_RECORDED) for f in ("gpu", "driver", "cuda", "driver_cuda", "torch", "vllm", "decoding")}
         item = (p.get("items_facts") or {}).get(cfg, {})
         srv = server_facts(camp.root / host / layout.server_log(cfg))
         hashes = sorted({str(r.result.extra["plan_hash"]) for r in runs if r.result.extra.get("plan_hash")})
