@@ -16,12 +16,12 @@ import pandas as pd
 from ..plan.sweep import parse_cell
 from .campaign import Campaign, Run
 from .categories import cells_by_category
-from .consistency import column_values
 from .crossover import search_status
 from .diagnosis import MIN_WAVES, OVERHEAD_BOUND_FRACTION, bandwidth_of, greedy_divergence, loop_share, waves
 from .gate_policy import metric_value
 from .measures import NoiseBand, add_measures, latency_table, outlier_notes
-from .provenance import node_table, result_table
+from .consistency import result_table
+from .provenance import node_table
 
 RUN_METRICS = {
     "output_throughput": "output_tok_s",
@@ -229,7 +229,7 @@ def build_tables(camp: Campaign, baseline: str, gpu_bandwidth_gbps: float | None
     runs = add_measures(camp, runs_table(camp, baseline), baseline, noise)
     t = Tables(runs=runs, spec=spec_table(runs, baseline), kv=kv_table(camp),
                provenance=node_table(camp), latency=latency_table(camp, runs), noise=noise,
-               provenance_results=result_table(camp, column_values), search=search_status(camp.nodes),
+               provenance_results=result_table(camp), search=search_status(camp.nodes),
                outliers=outlier_notes(camp))
     missing = sorted({f"{n}@{c}" for n, c in zip(runs.node, runs.cell)} -
                      {f"{n}@{c}" for n, c in zip(runs[runs.config == baseline].node,

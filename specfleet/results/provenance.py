@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from ..worker import layout
-from .gpu_gate import where
 from ..shell import read_sections, sections_script
 
 if TYPE_CHECKING:
@@ -277,50 +276,6 @@ def _prompts(runs) -> str:
     if x.extra.get("steady_state") == "report-setup":
         out += "; one wave by the plan's choice (steady_state: report-setup)"
     return out
-
-
-def result_table(camp: "Campaign", versions=None) -> pd.DataFrame:
-    """One row per (node, config): what produced those result files. `versions(camp, runs)` (the
-    caller passes consistency.column_values) gives the GPU / driver / CUDA / torch / vLLM / decoding
-    columns; without it they read "not recorded"."""
-    groups: dict[tuple[str, str], list] = {}
-    for r in camp.runs:
-        groups.setdefault((r.host, r.config), []).append(r)
-    rows = []
-    for (host, cfg), runs in sorted(groups.items()):
-        p = read_provenance(camp.root / host)
-        cv = versions(camp, runs) if versions else {}
-        cv = {f: cv.get(f, NOT_RECORDED) for f in ("gpu", "driver", "cuda", "driver_cuda", "torch", "vllm", "decoding")}
-        item = (p.get("items_facts") or {}).get(cfg, {})
-        srv = server_facts(camp.root / host / layout.server_log(cfg))
-        hashes = sorted({str(r.result.extra["plan_hash"]) for r in runs if r.result.extra.get("plan_hash")})
-        spec_cmd = srv.get("speculative_config")
-        if spec_cmd is None and srv.get("server_argv"):
-            spec_cmd = "none"
-        rows.append({
-            "node": host, "config": cfg, "plan_hash": ", ".join(hashes) or NOT_RECORDED,
-            "model": p.get("model_path") or next((r.result.tokenizer_id for r in runs if r.result.tokenizer_id),
-                                                 None) or NOT_RECORDED,
-            "model_config_sha256": _short(p.get("model_config_sha256")),
-            "weight_index_sha256": _short(p.get("model_index_sha256")) if p.get("model_path") else NOT_RECORDED,
-            "dataset_sha256": _short(p.get("dataset_sha256")),
-            "prompts": _prompts(runs),
-            "gpus": "; ".join(sorted({where(r) for r in runs})),
-            "gpu_model": cv["gpu"], "driver": cv["driver"],
-            "cuda": cv["cuda"] if cv["driver_cuda"] == NOT_RECORDED else f"{cv['cuda']} (driver {cv['driver_cuda']})",
-            "torch": cv["torch"],
-            "vllm": cv["vllm"], "decoding": cv["decoding"],
-            "sampling": _sampling(runs, item),
-            "server_sampling_defaults": srv.get("server_sampling_defaults", NOT_RECORDED),
-            "speculative_config": spec_cmd or NOT_RECORDED,
-            "engine_speculative_config": srv.get("engine_speculative_config", NOT_RECORDED),
-            "server_argv": srv.get("server_argv") or " ".join(map(str, item.get("serve_argv", []))) or NOT_RECORDED,
-        })
-    return pd.DataFrame(rows, columns=["node", "config", "plan_hash", "model", "model_config_sha256",
-                                       "weight_index_sha256", "dataset_sha256", "prompts", "gpus", "gpu_model",
-                                       "driver", "cuda", "torch", "vllm", "decoding", "sampling",
-                                       "server_sampling_defaults", "speculative_config",
-                                       "engine_speculative_config", "server_argv"])
 
 
 def plan_hashes(camp: "Campaign") -> dict[str, list[str]]:

@@ -3,7 +3,7 @@ import json
 
 from specfleet.results.campaign import scan_campaign
 from specfleet.results.gate import EquivalenceRule, check_equivalence
-from specfleet.results.provenance import result_table
+from specfleet.results.consistency import result_table
 
 from campaign_builder import REPORT, result_json, write_campaign
 
