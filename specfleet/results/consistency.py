@@ -23,8 +23,11 @@ from .provenance import (NOT_RECORDED, _prompts, _sampling, _short, read_provena
 if TYPE_CHECKING:
     from .campaign import Campaign, Run
 
-FIELDS = {"gpu": "GPU model", "driver": "driver", "cuda": "CUDA", "torch": "torch", "vllm": "vLLM version",
-          "decoding": "decoding"}
+# "cuda" is torch's CUDA build (the runner's cuda_version), "driver_cuda" the highest CUDA the driver
+# supports (nvidia-smi, provenance.json): they differ legitimately (a cu128 torch on a 13.0 driver),
+# so each is compared only with itself
+FIELDS = {"gpu": "GPU model", "driver": "driver", "cuda": "CUDA (torch build)", "driver_cuda": "CUDA (driver)",
+          "torch": "torch", "vllm": "vLLM version", "decoding": "decoding"}
 
 
 def decoding_of(extra: dict) -> str | None:
@@ -68,7 +71,7 @@ def run_facts(camp: "Campaign", run: "Run", prov: dict | None = None, log_versio
     add("driver", ex.get("driver") or ex.get("driver_version"), "result metadata")
     add("driver", prov.get("driver"), layout.PROVENANCE)
     add("cuda", ex.get("cuda_version"), "result metadata")
-    add("cuda", prov.get("cuda"), layout.PROVENANCE)
+    add("driver_cuda", prov.get("cuda"), layout.PROVENANCE)
     add("torch", ex.get("torch_version"), "result metadata")
     add("torch", dists.get("torch"), layout.PROVENANCE)
     add("vllm", ex.get("vllm_version"), "result metadata")
@@ -153,7 +156,9 @@ def result_table(camp: "Campaign") -> pd.DataFrame:
             "dataset_sha256": _short(p.get("dataset_sha256")),
             "prompts": _prompts(runs),
             "gpus": "; ".join(sorted({where(r) for r in runs})),
-            "gpu_model": cv["gpu"], "driver": cv["driver"], "cuda": cv["cuda"], "torch": cv["torch"],
+            "gpu_model": cv["gpu"], "driver": cv["driver"],
+            "cuda": cv["cuda"] if cv["driver_cuda"] == NOT_RECORDED else f"{cv['cuda']} (driver {cv['driver_cuda']})",
+            "torch": cv["torch"],
             "vllm": cv["vllm"], "decoding": cv["decoding"],
             "sampling": _sampling(runs, item),
             "server_sampling_defaults": srv.get("server_sampling_defaults", NOT_RECORDED),

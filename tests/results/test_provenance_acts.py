@@ -69,3 +69,12 @@ def test_sampling_is_read_from_what_the_runner_writes_and_the_table_has_version_
     assert set(t.gpu_model) == {"NVIDIA H200"} and set(t.vllm) == {"0.28.0"} and set(t.torch) == {"2.9.0"}
     md = (root / "report.md").read_text()
     assert "sampling: not recorded" not in md and "| gpu model | driver | cuda | torch | vllm | decoding |" in md
+
+
+def test_torchs_cuda_build_is_not_compared_with_the_drivers_cuda(tmp_path):
+    root = _camp(tmp_path, {"w1": {"cuda_version": "12.8"}, "w2": {"cuda_version": "12.8"}})
+    for h in ("w1", "w2"):
+        (root / h / "provenance.json").write_text(json.dumps({"cuda": "13.0", "gpu_name": "", "dists": {}}))
+    o = report_campaign(root, quiet=True)
+    assert o.merged, o.gate.problems
+    assert set(o.tables.provenance_results.cuda) == {"12.8 (driver 13.0)"}
