@@ -22,7 +22,12 @@ def collect(c, plan=None, inventory=None, hosts=None, results="results", force=F
                    accept_new_host_keys=accept_new_host_keys, verbose=True,
                    default_hosts="workers") as (fleet, inv, rep):
         refused: dict[str, list[str]] = {}
-        fleet.each("fetch results", lambda hc: fetch(hc, p, work_dir(hc.host), dest, refused))
+        slurm_notes = []
+        if inv.slurm:  # results on the shared path, no SSH (specfleet/slurm/)
+            from specfleet.slurm.dispatch import collect as slurm_collect
+            slurm_notes = slurm_collect(fleet, inv, p, dest, refused)
+        else:
+            fleet.each("fetch results", lambda hc: fetch(hc, p, work_dir(hc.host), dest, refused))
         try:
             queues = split(p, [NodeInfo.from_vars(h.name, h.vars) for h in fleet.hosts]).queues
         except PlanError as e:
@@ -31,13 +36,15 @@ def collect(c, plan=None, inventory=None, hosts=None, results="results", force=F
         bandwidth = next((h.var("gpu_memory_bandwidth_gbps") for h in fleet.hosts
                           if h.var("gpu_memory_bandwidth_gbps")), None)
         from specfleet.results.report import report_plan  # heavy: pandas, matplotlib
-        msgs = [m for h in sorted(refused) for m in refused[h]]
+        msgs = slurm_notes + [m for h in sorted(refused) for m in refused[h]]
         outcome = report_plan(p, plan or DEFAULT_PLAN, results, force=force,
                               gpu_bandwidth_gbps=float(bandwidth) if bandwidth else None,
                               split_queues=queues, host_notes=host_notes(fleet.results), notes=msgs,
                               console=rep.console)
-        for m in msgs:
+        for m in msgs[len(slurm_notes):]:
             fleet.warn(m)
+        for m in slurm_notes:
+            rep.console.print(m, markup=False)
         say(fleet, rep, outcome)
 
 
