@@ -387,7 +387,16 @@ class Testbed:
             }
         return {"up": True, "workers": len(hosts), "bastion": net.BASTION_IP, "nfs_server": NFS_IP,
                 "nfs_alive": net.alive(st["pids"].get("nfs", 0)), "inventory": st.get("inventory"),
-                "up_seconds": st.get("up_seconds"), "hosts": hosts}
+                "up_seconds": st.get("up_seconds"), "hosts": hosts,
+                "slurm": self._slurm_status(st) if st.get("scheduler") == "slurm" else None}
+
+    def _slurm_status(self, st: dict) -> dict:
+        """`sinfo -N` as the cluster reports it (text for the person) and the daemons' PIDs alive."""
+        p = subprocess.run(["sinfo", "-N", "-o", "%N %P %T %G"], capture_output=True, text=True, timeout=20,
+                           env=slurm.client_env(self.run_dir))
+        return {"sinfo": p.stdout.rstrip() if p.returncode == 0 else "",
+                "daemons": {k: net.alive(v) for k, v in st.get("slurm_pids", {}).items()},
+                "slurm_conf": str(slurm.conf_path(self.run_dir))}
 
     def ssh(self, host: str, timeout: float = 10):
         """A connected paramiko SSHClient (strict known_hosts, TCP_NODELAY) for tests."""

@@ -98,6 +98,7 @@ AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/filetxt
 JobCompLoc={d}/log/jobcomp.txt
 MpiDefault=none
+MailProg=/bin/true
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 GresTypes=gpu
@@ -160,7 +161,9 @@ class SlurmCluster:
              f"--pid-file={d}/munge/munged.pid", f"--seed-file={d}/munge/munged.seed"], "munged")
         self._wait(lambda: (d / "munge" / "munge.socket").exists(), 10, "munged", pids["munged"])
         pids["slurmctld"] = self._start(
-            ["nsenter", f"--net=/run/netns/{CTL_NS}", "--", BINARIES["slurmctld"], "-D", "-i",
+            # its own UTS namespace named sf-ctl: slurmctld runs only on a host of SlurmctldHost's name
+            ["nsenter", f"--net=/run/netns/{CTL_NS}", "--", "unshare", "--uts", "--", "/bin/sh", "-c",
+             f'hostname {CTL_NAME} && exec "$0" "$@"', BINARIES["slurmctld"], "-D", "-i",
              "-f", str(d / "slurm.conf")], "slurmctld")
         save(st)
         self._wait(lambda: net.listening(pids["slurmctld"], CTLD_PORT), 20, "slurmctld", pids["slurmctld"])

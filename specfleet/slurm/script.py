@@ -82,7 +82,7 @@ def render_script(cfg: SlurmScheduler, job: Job) -> str:
         "# the results. Submitted with:",
         "#   " + join(sbatch_argv(cfg, job)),
         "set -u",
-        'echo "specfleet: job ${SLURM_JOB_ID} on ${SLURM_JOB_NODELIST}, restart ${SLURM_RESTART_COUNT:-0}"',
+        'echo "specfleet: job ${SLURM_JOB_ID:-?} on ${SLURM_JOB_NODELIST:-?}, restart ${SLURM_RESTART_COUNT:-0}"',
         "# step 1, every node: the shared path is shared; record the allocation (nodes/<node>.json)",
         f"srun --ntasks-per-node=1 --kill-on-bad-exit=1 -- {check} || exit 3",
         "# step 2, every node: its queue (baseline first) under the runner; resumes finished cells",

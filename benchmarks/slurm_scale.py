@@ -1,0 +1,80 @@
+#!/usr/bin/env python3
+"""Scale on paper: a campaign split over 256 Slurm nodes x 8 GPUs and its submission rendered, no cluster.
+
+What runs is what `fab bench` runs under `scheduler: {kind: slurm}` once Slurm has answered (sinfo):
+the split over 256 nodes of 8 GPU slots each (specfleet.bench.split), then `place` (specfleet.slurm.dispatch):
+one run spec per node written on the (here: temporary) shared path, the runner files, the dataset, the
+provenance probes, the sbatch script and its argv (sbatch_argv, --test-only and the real one). The plan
+is the field report's (plans/qwen3-32b.yml) with 2 x 256 extra configurations drawn around its four
+(as benchmarks/campaign_makespan.py does), so every node gets a queue. Target: < 2 s wall for all of it.
+
+    .venv/bin/python benchmarks/slurm_scale.py [--nodes 256] [--gpus 8] [--runs 3]
+"""
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from specfleet.bench.plan import parse_plan  # noqa: E402
+from specfleet.bench.split import NodeInfo, split  # noqa: E402
+from specfleet.inventory import Host  # noqa: E402
+from specfleet.slurm.config import SlurmScheduler  # noqa: E402
+from specfleet.slurm.dispatch import place  # noqa: E402
+from specfleet.slurm.script import sbatch_argv  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from campaign_makespan import campaign  # noqa: E402
+
+
+def one(n_nodes: int, gpus: int, seed: int) -> dict:
+    rng = random.Random(seed)
+    drawn, _nodes, _durations = campaign(rng, n_nodes, ["nfs"])
+    doc = drawn.model_dump(mode="json")
+    doc["configurations"] = doc["configurations"][:4 + 2 * n_nodes]
+    doc["benchmark"]["dataset_path"] = str(REPO / "datasets" / "sample" / "question.jsonl")
+    plan = parse_plan(doc, REPO / "plans" / "qwen3-32b.yml")
+    nodes = [NodeInfo(f"n{i:03d}", gpus=tuple({"index": g} for g in range(gpus)), gpus_source="slurm")
+             for i in range(n_nodes)]
+    hosts = [Host(n.name, n.name, "root", 22, None, "/dev/null", False, 5, 600, ("workers",),
+                  {"venv_path": "/shared/venv"}) for n in nodes]
+    with tempfile.TemporaryDirectory() as shared:
+        cfg = SlurmScheduler(kind="slurm", partition="gpu", time_limit="04:00:00", shared_dir=shared)
+        t0 = time.perf_counter()
+        queues = split(plan, nodes)
+        t1 = time.perf_counter()
+        job, specs = place(cfg, plan, hosts, queues, nodes)
+        argv = [sbatch_argv(cfg, job, test_only=True), sbatch_argv(cfg, job)]
+        t2 = time.perf_counter()
+        written = sum(1 for _ in Path(shared).rglob("*") if _.is_file())
+    return {"split_s": t1 - t0, "render_s": t2 - t1, "total_s": t2 - t0, "items": len(plan.configurations),
+            "specs": len(specs), "files": written, "argv_words": len(argv[1]), "ratio": queues.ratio}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--nodes", type=int, default=256)
+    ap.add_argument("--gpus", type=int, default=8)
+    ap.add_argument("--runs", type=int, default=3)
+    a = ap.parse_args()
+    runs = [one(a.nodes, a.gpus, seed) for seed in range(1, a.runs + 1)]
+    tot = [r["total_s"] for r in runs]
+    r0 = runs[0]
+    print(f"{a.nodes} nodes x {a.gpus} GPUs, {r0['items']} configurations, {r0['specs']} run specs, "
+          f"{r0['files']} files written, {a.runs} runs (seeds 1..{a.runs})")
+    print(f"split   median {statistics.median(r['split_s'] for r in runs):.3f} s")
+    print(f"render  median {statistics.median(r['render_s'] for r in runs):.3f} s (specs, script, argv)")
+    print(f"total   median {statistics.median(tot):.3f} s [{min(tot):.3f}-{max(tot):.3f}]  target < 2 s: "
+          f"{'met' if max(tot) < 2 else 'NOT met'}; makespan / bound x{max(r['ratio'] for r in runs):.3f}")
+    return 0 if max(tot) < 2 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
