@@ -136,7 +136,7 @@ class SlurmCluster:
         if missing:
             raise TestbedError(f"--scheduler slurm needs {', '.join(missing)}: install {PACKAGES}")
         d = self.d
-        for sub in ("munge", "ctld-state", "log", "dev", "spool"):
+        for sub in ("munge", "ctld-state", "log", "dev", *(f"spool/{w}" for w in workers)):
             (d / sub).mkdir(parents=True, exist_ok=True)
         os.chmod(d / "munge", 0o700)
         key = d / "munge" / "munge.key"
@@ -171,11 +171,13 @@ class SlurmCluster:
             pids[f"slurmd-{w}"] = self._start(
                 ["nsenter", "-t", str(worker_pids[w]), "-n", "-m", "-u", "--", "/bin/sh", "-c",
                  # the worker's mount namespace has a fresh /sys (ip netns exec): give it the cgroup tree
-                 'mountpoint -q /sys/fs/cgroup || mount -n --rbind /proc/1/root/sys/fs/cgroup /sys/fs/cgroup '
-                 '2>/dev/null || mount -n -t tmpfs sf-cgroup /sys/fs/cgroup; exec "$0" "$@"',
+                 # (slurmd's cgroup/v1 plugin only looks for /sys/fs/cgroup/systemd: an empty tmpfs with that
+                 # directory, private to this mount namespace; proctrack/pgid and task/none write nothing there)
+                 'mountpoint -q /sys/fs/cgroup || { mount -n -t tmpfs -o mode=755 sf-cgroup /sys/fs/cgroup && '
+                 'mkdir -p /sys/fs/cgroup/systemd; }; exec "$0" "$@"',
                  BINARIES["slurmd"], "-D", "-N", w, "-f", str(d / "slurm.conf")], f"slurmd-{w}")
         save(st)
-        self.wait_idle(workers, gpus, timeout)
+        self.wait_idle(workers, gpus, timeout, pids)
         return pids
 
     def _ctl_ns(self) -> None:
@@ -212,10 +214,13 @@ class SlurmCluster:
         except ValueError:
             return []
 
-    def wait_idle(self, workers: list[str], gpus: int, timeout: float) -> None:
+    def wait_idle(self, workers: list[str], gpus: int, timeout: float, pids: dict | None = None) -> None:
         deadline = time.monotonic() + timeout
         seen: dict = {}
         while True:
+            dead = [k for k, pid in (pids or {}).items() if not net.alive(pid)]
+            if dead:
+                raise TestbedError(f"{dead[0]} exited: {net.tail(self.d / 'log' / f'{dead[0]}.out')}")
             nodes = {n.get("name"): n for n in self.sinfo()}
             seen = {w: (nodes.get(w, {}).get("state"), nodes.get(w, {}).get("gres")) for w in workers}
             if all(str(s).lower() == "idle" and g == f"gpu:{gpus}" for s, g in seen.values()):

@@ -1,0 +1,97 @@
+"""Campaigns on the testbed's real Slurm cluster (munged, slurmctld, one slurmd per worker; testbed/slurm.py).
+
+`fab bench` submits the campaign as one Slurm job (no SSH to the workers); `fab collect` reads the
+results on the shared path. What a node ran is read from the files the job wrote (the effective run
+spec carries the job id and the allocation) and from Slurm itself (squeue/scontrol --json), never from
+fab's output alone.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from e2e_helpers import derived_inventory, fab, inventory_of
+
+pytestmark = pytest.mark.e2e
+
+PLAN = "tests/e2e/plans/collect-fast.yml"  # plans/demo.yml made short
+CAMPAIGN = "collect-fast"
+HOSTS = ("w1", "w2")
+
+
+def out(r) -> str:
+    return f"exit {r.returncode}\n--- stdout\n{r.stdout[-6000:]}\n--- stderr\n{r.stderr[-3000:]}"
+
+
+@pytest.fixture
+def slurm_bed(testbed_factory, tmp_path):
+    if subprocess.run(["which", "slurmctld", "sbatch"], capture_output=True).returncode != 0:
+        pytest.skip("Slurm is not installed (scripts/setup.sh installs slurmctld slurmd slurm-client munge)")
+    tb = testbed_factory(workers=2, scheduler="slurm")
+    inv = inventory_of(tb)
+    r = fab("provision", inventory=inv, runs=tmp_path / "runs-provision")  # venv, mounts: over SSH, as a site's image
+    assert r.returncode == 0, out(r)
+    return tb, inv, yaml.safe_load(inv.read_text())["scheduler"]
+
+
+def slurm_json(sched: dict, *argv: str) -> dict:
+    p = subprocess.run(list(argv), capture_output=True, text=True, timeout=30,
+                       env={"PATH": "/usr/bin:/bin", "SLURM_CONF": sched["slurm_conf"]})
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout)
+
+
+def test_demo_plan_runs_as_a_slurm_job_and_collect_merges_every_cell(slurm_bed, tmp_path):
+    tb, inv, sched = slurm_bed
+    shared = Path(sched["shared_dir"]) / CAMPAIGN
+    r = fab("bench", "--plan", PLAN, inventory=inv, runs=tmp_path / "runs-bench")
+    assert r.returncode == 0, out(r)
+    jobs = json.loads((shared / "slurm" / "jobs.json").read_text())
+    job_id = jobs[-1]["job_id"]
+    job = slurm_json(sched, "scontrol", "show", "job", job_id, "--json")["jobs"][0]
+    assert "COMPLETED" in str(job["job_state"]), job["job_state"]
+    queues = {}
+    for h in HOSTS:  # each node ran its queue in the job, on the GPU Slurm gave it, baseline first
+        rdir = shared / h / CAMPAIGN / h
+        eff = json.loads((rdir / "run.slurm.json").read_text())
+        assert eff["slurm"]["job_id"] == job_id and eff["slurm"]["node"] == h
+        assert eff["slurm"]["cuda_visible_devices"] == "0"
+        state = json.loads((rdir / "state.json").read_text())
+        assert state["status"] == "done" and all(i["status"] == "done" for i in state["items"])
+        queues[h] = [i["name"] for i in state["items"]]
+        assert queues[h][0] == "vanilla"
+    assert sorted(n for q in queues.values() for n in q[1:]) == ["eagle3", "ngram"]
+    assert (shared / "slurm" / "job.sbatch").is_file()  # the script, kept beside the results
+
+    results = tmp_path / "results"
+    r = fab("collect", "--plan", PLAN, "--results", str(results), inventory=inv, runs=tmp_path / "runs-collect")
+    assert r.returncode == 0, out(r)
+    camp = results / CAMPAIGN
+    rows = json.loads((camp / "merged.json").read_text())
+    planned = {(h, c, conc) for h, q in queues.items() for c in q for conc in (8, 1)}
+    assert {(x["node"], x["config"], x["concurrency"]) for x in rows} == planned
+    assert f"Slurm job(s) of this campaign: {job_id}" in (camp / "report.md").read_text()
+    for h in HOSTS:
+        prov = json.loads((camp / h / "provenance.json").read_text())
+        assert prov["slurm"]["job_id"] == job_id and job_id in prov["slurm"]["jobs"]
+
+
+def test_bad_partition_node_and_unshared_path_are_one_line_each(slurm_bed, tmp_path):
+    tb, inv, sched = slurm_bed
+    cases = [
+        (lambda d: d["scheduler"].update(partition="nosuch"), "field 'scheduler.partition': Slurm has no partition"),
+        (lambda d: d["hosts"].update(w9={"address": "10.10.30.99"}) or d["groups"]["workers"]["hosts"].append("w9"),
+         "host 'w9': no Slurm node of that name"),
+        # each worker's /tmp is its own tmpfs: the bastion's tmp_path is not what the nodes see
+        (lambda d: d["scheduler"].update(shared_dir=str(tmp_path / "not-shared")), "is not shared: node(s) w1, w2"),
+    ]
+    for i, (edit, says) in enumerate(cases):
+        (tmp_path / f"c{i}").mkdir()
+        bad = derived_inventory(tb, tmp_path / f"c{i}", edit)
+        r = fab("bench", "--plan", PLAN, "--no-wait", inventory=bad, runs=tmp_path / f"runs-{i}")
+        lines = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
+        assert r.returncode == 1 and len(lines) == 1 and says in lines[0], out(r)
