@@ -90,7 +90,7 @@ def submit(cfg: SlurmScheduler, argv: list[str]) -> str:
 
 def job(cfg: SlurmScheduler, job_id: str) -> dict | None:
     """The job as `squeue --json` shows it, else `scontrol show job --json` (finished, kept MinJobAge)."""
-    for argv in (["squeue", "--json", "--jobs", job_id], ["scontrol", "show", "job", job_id, "--json"]):
+    for argv in (["squeue", "--json", "--jobs", job_id], ["scontrol", "--json", "show", "job", job_id]):
         p = run(cfg, argv)
         if p.returncode != 0:
             continue

@@ -52,7 +52,7 @@ def test_demo_plan_runs_as_a_slurm_job_and_collect_merges_every_cell(slurm_bed, 
     assert r.returncode == 0, out(r)
     jobs = json.loads((shared / "slurm" / "jobs.json").read_text())
     job_id = jobs[-1]["job_id"]
-    job = slurm_json(sched, "scontrol", "show", "job", job_id, "--json")["jobs"][0]
+    job = slurm_json(sched, "scontrol", "--json", "show", "job", job_id)["jobs"][0]
     assert "COMPLETED" in str(job["job_state"]), job["job_state"]
     queues = {}
     for h in HOSTS:  # each node ran its queue in the job, on the GPU Slurm gave it, baseline first
