@@ -171,10 +171,12 @@ class SlurmCluster:
             pids[f"slurmd-{w}"] = self._start(
                 ["nsenter", "-t", str(worker_pids[w]), "-n", "-m", "-u", "--", "/bin/sh", "-c",
                  # the worker's mount namespace has a fresh /sys (ip netns exec): give it the cgroup tree
-                 # (slurmd's cgroup/v1 plugin only looks for /sys/fs/cgroup/systemd: an empty tmpfs with that
-                 # directory, private to this mount namespace; proctrack/pgid and task/none write nothing there)
+                 # (slurmd's cgroup/v1 plugin only checks that /sys/fs/cgroup/systemd is a cgroup fs: a tmpfs
+                 # with the named hierarchy, private to this mount namespace; proctrack/pgid and task/none
+                 # create nothing there)
                  'mountpoint -q /sys/fs/cgroup || { mount -n -t tmpfs -o mode=755 sf-cgroup /sys/fs/cgroup && '
-                 'mkdir -p /sys/fs/cgroup/systemd; }; exec "$0" "$@"',
+                 'mkdir -p /sys/fs/cgroup/systemd && '
+                 'mount -n -t cgroup -o none,name=systemd sf-cgroup /sys/fs/cgroup/systemd; }; exec "$0" "$@"',
                  BINARIES["slurmd"], "-D", "-N", w, "-f", str(d / "slurm.conf")], f"slurmd-{w}")
         save(st)
         self.wait_idle(workers, gpus, timeout, pids)
