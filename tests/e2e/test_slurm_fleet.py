@@ -28,14 +28,18 @@ def out(r) -> str:
 
 
 @pytest.fixture
-def slurm_bed(testbed_factory, tmp_path):
+def slurm_bed(testbed_factory):
     if subprocess.run(["which", "slurmctld", "sbatch"], capture_output=True).returncode != 0:
         pytest.skip("Slurm is not installed (scripts/setup.sh installs slurmctld slurmd slurm-client munge)")
     tb = testbed_factory(workers=2, scheduler="slurm")
     inv = inventory_of(tb)
-    r = fab("provision", inventory=inv, runs=tmp_path / "runs-provision")  # venv, mounts: over SSH, as a site's image
-    assert r.returncode == 0, out(r)
     return tb, inv, yaml.safe_load(inv.read_text())["scheduler"]
+
+
+def provision(inv, tmp_path) -> None:
+    """The venv, mounts and env file on the nodes, over SSH: what a site's image holds already."""
+    r = fab("provision", inventory=inv, runs=tmp_path / "runs-provision")
+    assert r.returncode == 0, out(r)
 
 
 def slurm_json(sched: dict, *argv: str) -> dict:
@@ -47,6 +51,7 @@ def slurm_json(sched: dict, *argv: str) -> dict:
 
 def test_demo_plan_runs_as_a_slurm_job_and_collect_merges_every_cell(slurm_bed, tmp_path):
     tb, inv, sched = slurm_bed
+    provision(inv, tmp_path)
     shared = Path(sched["shared_dir"]) / CAMPAIGN
     r = fab("bench", "--plan", PLAN, inventory=inv, runs=tmp_path / "runs-bench")
     assert r.returncode == 0, out(r)
@@ -78,6 +83,8 @@ def test_demo_plan_runs_as_a_slurm_job_and_collect_merges_every_cell(slurm_bed, 
     for h in HOSTS:
         prov = json.loads((camp / h / "provenance.json").read_text())
         assert prov["slurm"]["job_id"] == job_id and job_id in prov["slurm"]["jobs"]
+    r = fab("status", "--plan", PLAN, inventory=inv, runs=tmp_path / "runs-status")
+    assert r.returncode == 0 and f"Slurm job {job_id}: COMPLETED" in r.stdout, out(r)
 
 
 def test_bad_partition_node_and_unshared_path_are_one_line_each(slurm_bed, tmp_path):
