@@ -89,8 +89,9 @@ def submit(cfg: SlurmScheduler, argv: list[str]) -> str:
 
 
 def job(cfg: SlurmScheduler, job_id: str) -> dict | None:
-    """The job as `squeue --json` shows it, else `scontrol show job --json` (finished, kept MinJobAge)."""
-    for argv in (["squeue", "--json", "--jobs", job_id], ["scontrol", "--json", "show", "job", job_id]):
+    """The job as `squeue --json` shows it, in any state (a finished job while slurmctld keeps it: MinJobAge).
+    (`scontrol --json` exists only from Slurm 23.02; Debian 12 has 22.05.)"""
+    for argv in (["squeue", "--json", "--states=all", "--jobs", job_id],):
         p = run(cfg, argv)
         if p.returncode != 0:
             continue

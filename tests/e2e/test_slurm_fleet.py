@@ -57,7 +57,7 @@ def test_demo_plan_runs_as_a_slurm_job_and_collect_merges_every_cell(slurm_bed, 
     assert r.returncode == 0, out(r)
     jobs = json.loads((shared / "slurm" / "jobs.json").read_text())
     job_id = jobs[-1]["job_id"]
-    job = slurm_json(sched, "scontrol", "--json", "show", "job", job_id)["jobs"][0]
+    job = slurm_json(sched, "squeue", "--json", "--states=all", "--jobs", job_id)["jobs"][0]
     assert "COMPLETED" in str(job["job_state"]), job["job_state"]
     queues = {}
     for h in HOSTS:  # each node ran its queue in the job, on the GPU Slurm gave it, baseline first
@@ -102,3 +102,22 @@ def test_bad_partition_node_and_unshared_path_are_one_line_each(slurm_bed, tmp_p
         r = fab("bench", "--plan", PLAN, "--no-wait", inventory=bad, runs=tmp_path / f"runs-{i}")
         lines = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
         assert r.returncode == 1 and len(lines) == 1 and says in lines[0], out(r)
+
+
+def test_a_job_pending_past_the_deadline_is_cancelled_with_one_line(slurm_bed, tmp_path):
+    tb, inv, sched = slurm_bed
+    env = {"PATH": "/usr/bin:/bin", "SLURM_CONF": sched["slurm_conf"]}
+    hold = subprocess.run(["sbatch", "--parsable", "-N2", "--gpus-per-node=1", "-o", "/dev/null", "--wrap",
+                           "sleep 120"], capture_output=True, text=True, env=env)
+    assert hold.returncode == 0, hold.stderr
+    try:
+        fast = derived_inventory(tb, tmp_path, lambda d: d["scheduler"].update(pending_timeout_s=3))
+        r = fab("bench", "--plan", PLAN, inventory=fast, runs=tmp_path / "runs")
+        lines = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
+        assert r.returncode == 1 and len(lines) == 1, out(r)
+        assert "still PENDING after 3 s" in lines[0] and "cancelled, nothing ran" in lines[0], out(r)
+        job_id = json.loads((Path(sched["shared_dir"]) / CAMPAIGN / "slurm" / "jobs.json").read_text())[-1]["job_id"]
+        job = slurm_json(sched, "squeue", "--json", "--states=all", "--jobs", job_id)["jobs"][0]
+        assert "CANCELLED" in str(job["job_state"])  # Slurm itself says so
+    finally:
+        subprocess.run(["scancel", hold.stdout.strip()], env=env)
