@@ -2,7 +2,7 @@
 
 `fab bench` submits the campaign as one Slurm job (no SSH to the workers); `fab collect` reads the
 results on the shared path. What a node ran is read from the files the job wrote (the effective run
-spec carries the job id and the allocation) and from Slurm itself (squeue/scontrol --json), never from
+spec carries the job id and the allocation) and from Slurm itself (squeue --json), never from
 fab's output alone.
 """
 from __future__ import annotations
