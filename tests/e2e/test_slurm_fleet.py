@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -121,3 +122,45 @@ def test_a_job_pending_past_the_deadline_is_cancelled_with_one_line(slurm_bed, t
         assert "CANCELLED" in str(job["job_state"])  # Slurm itself says so
     finally:
         subprocess.run(["scancel", hold.stdout.strip()], env=env)
+
+
+def stop_plan(tmp_path: Path) -> Path:
+    """collect-fast under another campaign name, long enough to be stopped while it runs."""
+    src = Path(__file__).resolve().parents[2] / PLAN
+    doc = yaml.safe_load(src.read_text())
+    doc["campaign"] = "slurm-stop"
+    doc["benchmark"]["dataset_path"] = str((src.parent / doc["benchmark"]["dataset_path"]).resolve())
+    doc["benchmark"]["output_len"] = 1024
+    out_ = tmp_path / "stop.yml"
+    out_.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return out_
+
+
+def test_fab_stop_cancels_the_job_and_every_runner_stops_its_server(slurm_bed, tmp_path):
+    tb, inv, sched = slurm_bed
+    provision(inv, tmp_path)
+    plan = stop_plan(tmp_path)
+    r = fab("bench", "--plan", str(plan), "--no-wait", inventory=inv, runs=tmp_path / "runs-bench")
+    assert r.returncode == 0, out(r)
+    shared = Path(sched["shared_dir"]) / "slurm-stop"
+    job_id = json.loads((shared / "slurm" / "jobs.json").read_text())[-1]["job_id"]
+
+    def phases():
+        out_ = []
+        for h in HOSTS:
+            try:
+                st = json.loads((shared / h / "slurm-stop" / h / "state.json").read_text())
+            except (OSError, ValueError):
+                return []
+            out_.append(next((i["status"] for i in st["items"] if i["status"] not in ("pending", "done")), None))
+        return out_
+    deadline = time.monotonic() + 60
+    while not all(p in ("loading", "benchmarking") for p in phases()):
+        assert time.monotonic() < deadline, phases()
+        time.sleep(0.3)
+    r = fab("stop", "--plan", str(plan), inventory=inv, runs=tmp_path / "runs-stop")
+    assert r.returncode == 0 and f"Slurm job {job_id}: CANCELLED" in r.stdout, out(r)
+    for h in HOSTS:  # the runner's clean stop: state says so, the server is gone, its GPU memory freed
+        st = json.loads((shared / h / "slurm-stop" / h / "state.json").read_text())
+        assert st["status"] == "stopped", st
+    assert all(v["gpu_memory_used_mib"] == 0 for v in tb.status()["hosts"].values())
