@@ -232,10 +232,6 @@ class SlurmCluster:
                                    f"(logs in {self.d / 'log'})")
             time.sleep(0.5)
 
-    @staticmethod
-    def teardown_ns() -> None:
-        """The sf-ctl namespace goes with the testbed's others (Testbed.down ends its PIDs first)."""
-
 
 def shared_dir(disk_dir: Path) -> Path:
     """A path every worker and the bastion see as one directory (the testbed's /var/tmp is shared)."""
