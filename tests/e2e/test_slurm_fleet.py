@@ -43,6 +43,12 @@ def provision(inv, tmp_path) -> None:
     assert r.returncode == 0, out(r)
 
 
+def slurm_job(sched: dict, job_id: str) -> dict:
+    """The job as Slurm reports it (22.05's squeue --json lists every job: pick ours)."""
+    jobs = slurm_json(sched, "squeue", "--json", "--states=all", "--jobs", job_id)["jobs"]
+    return next(j for j in jobs if str(j["job_id"]) == str(job_id))
+
+
 def slurm_json(sched: dict, *argv: str) -> dict:
     p = subprocess.run(list(argv), capture_output=True, text=True, timeout=30,
                        env={"PATH": "/usr/bin:/bin", "SLURM_CONF": sched["slurm_conf"]})
@@ -58,7 +64,7 @@ def test_demo_plan_runs_as_a_slurm_job_and_collect_merges_every_cell(slurm_bed, 
     assert r.returncode == 0, out(r)
     jobs = json.loads((shared / "slurm" / "jobs.json").read_text())
     job_id = jobs[-1]["job_id"]
-    job = slurm_json(sched, "squeue", "--json", "--states=all", "--jobs", job_id)["jobs"][0]
+    job = slurm_job(sched, job_id)
     assert "COMPLETED" in str(job["job_state"]), job["job_state"]
     queues = {}
     for h in HOSTS:  # each node ran its queue in the job, on the GPU Slurm gave it, baseline first
@@ -118,7 +124,7 @@ def test_a_job_pending_past_the_deadline_is_cancelled_with_one_line(slurm_bed, t
         assert r.returncode == 1 and len(lines) == 1, out(r)
         assert "still PENDING after 3 s" in lines[0] and "cancelled, nothing ran" in lines[0], out(r)
         job_id = json.loads((Path(sched["shared_dir"]) / CAMPAIGN / "slurm" / "jobs.json").read_text())[-1]["job_id"]
-        job = slurm_json(sched, "squeue", "--json", "--states=all", "--jobs", job_id)["jobs"][0]
+        job = slurm_job(sched, job_id)
         assert "CANCELLED" in str(job["job_state"])  # Slurm itself says so
     finally:
         subprocess.run(["scancel", hold.stdout.strip()], env=env)
