@@ -28,7 +28,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from .errors import UserError
-from .slurm.config import Scheduler
+from .scheduler import Scheduler
 from .yamlfile import YamlFileError, first_error, load_yaml
 
 DEFAULT_INVENTORY = "inventory/hosts.yml"
@@ -253,7 +253,7 @@ class BastionEntry(BaseModel):
 
 class InventoryFile(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    scheduler: Scheduler | None = None  # specfleet.slurm.config: ssh (default) or slurm
+    scheduler: Scheduler | None = None  # specfleet.scheduler: ssh (default) or slurm
     all: Connectable = Field(default_factory=Connectable)
     bastion: BastionEntry = Field(default_factory=BastionEntry)
     hosts: dict[str, HostEntry]
@@ -298,7 +298,7 @@ class Inventory:
     groups: dict[str, list[str]]
     bastion_vars: dict[str, Any]
     all_vars: dict[str, Any]
-    scheduler: Any = None  # specfleet.slurm.config.SlurmScheduler, or None: ssh fan-out
+    scheduler: Any = None  # specfleet.scheduler.SlurmScheduler, or None: ssh fan-out
 
     @property
     def slurm(self):

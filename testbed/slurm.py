@@ -239,7 +239,7 @@ def shared_dir(disk_dir: Path) -> Path:
 
 
 def inventory_block(run_dir: Path, disk_dir: Path) -> dict:
-    """The inventory's `scheduler:` for this cluster (specfleet/slurm/config.py validates it)."""
+    """The inventory's `scheduler:` for this cluster (specfleet/scheduler.py validates it)."""
     shared = shared_dir(disk_dir)
     shared.mkdir(parents=True, exist_ok=True)
     return {"kind": "slurm", "partition": PARTITION, "time_limit": "00:30:00",

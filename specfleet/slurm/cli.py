@@ -9,7 +9,7 @@ import subprocess
 from dataclasses import dataclass
 
 from ..errors import UserError
-from .config import SlurmScheduler
+from ..scheduler import SlurmScheduler
 
 ACTIVE = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "REQUEUE_HOLD",
           "REQUEUE_FED", "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED")

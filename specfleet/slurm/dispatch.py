@@ -17,14 +17,15 @@ import subprocess
 import time
 from pathlib import Path
 
-from ..bench import Paths, build_run_spec, dump_run_spec, format_split, layout, parse_pins, split
-from ..bench.remote import RunnerView, parse_view, view_script
-from ..bench.spec import RUNNER_FILES, resumed
-from ..bench.split import NodeInfo
+from ..campaign import Paths, build_run_spec, dump_run_spec, format_split, parse_pins, split
+from ..campaign.remote import RunnerView, parse_view, view_script
+from ..campaign.spec import resumed, worker_zipapp
+from ..campaign.split import NodeInfo
+from ..worker import layout
 from ..errors import UserError
 from ..step import Status
 from . import cli
-from .config import SlurmScheduler
+from ..scheduler import SlurmScheduler
 from .script import (JOBS, NODE_STEP, SCRIPT, TOKEN, Job, campaign_dir, node_work_dir, render_script,
                      sbatch_argv, slurm_dir)
 
@@ -93,8 +94,10 @@ def place(cfg: SlurmScheduler, plan, hosts, queues, nodes: list[NodeInfo]) -> tu
     plan = _HashedOnce(plan)
     d = slurm_dir(cfg, plan.campaign)
     os.makedirs(os.path.join(d, "bin"), exist_ok=True)
-    for f in (*RUNNER_FILES, Path(__file__).with_name(NODE_STEP)):
-        shutil.copyfile(f, os.path.join(d, "bin", Path(f).name))
+    with open(os.path.join(d, "bin", "runner.pyz.tmp"), "wb") as f:  # the worker program, as over SSH
+        f.write(worker_zipapp())
+    os.replace(os.path.join(d, "bin", "runner.pyz.tmp"), os.path.join(d, "bin", "runner.pyz"))
+    shutil.copyfile(Path(__file__).with_name(NODE_STEP), os.path.join(d, "bin", NODE_STEP))
     dataset = plan.benchmark.on_worker
     if not dataset:
         src = plan.dataset_file()
@@ -212,7 +215,7 @@ def view(cfg: SlurmScheduler, plan, host: str, alive: bool) -> RunnerView:
 
 
 def follow(cfg, plan, inv, hosts, job_id: str, poll: float, console) -> int:
-    from ..bench.follow import progress_line
+    from ..campaign.follow import progress_line
     last = {}
     while True:
         j = cli.job(cfg, job_id)
@@ -236,7 +239,7 @@ def status(plan, inv, hosts, console) -> int:
         console.print(f"campaign {plan.campaign}: no Slurm job submitted yet", markup=False)
         return 0
     j = cli.job(cfg, rec["job_id"])
-    from ..bench.follow import progress_line
+    from ..campaign.follow import progress_line
     console.print(f"Slurm job {rec['job_id']}: {cli.job_state(j)}"
                   + (f" ({j.get('state_reason')})" if j and j.get("state_reason") not in (None, "None") else "")
                   + (f", restarts {j.get('restart_cnt')}" if j and j.get("restart_cnt") else ""), markup=False)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""What one Slurm job step runs on one node (stdlib only; copied beside runner.py on the shared path).
+"""What one Slurm job step runs on one node (stdlib only; copied beside runner.pyz on the shared path).
 
     node_step.py check --dir D --token T     every node: the shared path is shared (D/token holds T),
                                              then D/nodes/<node>.json records what Slurm allocated
@@ -27,9 +27,14 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-import layout  # noqa: E402  (copied beside this file)
-from slots import retarget  # noqa: E402
+RUNNER = os.path.join(HERE, "runner.pyz")  # the worker program (specfleet.worker as a zipapp), beside this file
+sys.path.insert(0, RUNNER)
+try:
+    from specfleet_worker import layout  # noqa: E402
+    from specfleet_worker.slots import retarget  # noqa: E402
+except ImportError:  # in a checkout (unit tests)
+    from specfleet.worker import layout  # noqa: E402
+    from specfleet.worker.slots import retarget  # noqa: E402
 
 EXIT_NO_SPEC, EXIT_NOT_SHARED = 2, 3
 PORT_RANGE = (20000, 60000)
@@ -153,7 +158,7 @@ def run(d: str, campaign: str, python: str) -> int:
     with open(os.path.join(rdir, layout.RUNNER_LOG), "ab") as log:
         log.write(f"==== slurm job {job} step on {node}: GPUs {gpus or 'none'}, port {port}\n".encode())
         log.flush()
-        rc = subprocess.call([python, "-S", os.path.join(HERE, "runner.py"), "--spec", path],
+        rc = subprocess.call([python, "-S", RUNNER, "--spec", path],
                              stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd="/")
     probe = os.path.join(d, "slurm", "probe", f"{node}.sh")
     if os.path.isfile(probe):  # provenance, read on the node (collect has no SSH under Slurm)

@@ -18,7 +18,7 @@ import posixpath
 from dataclasses import dataclass
 
 from ..quoting import join, q
-from .config import SlurmScheduler
+from ..scheduler import SlurmScheduler
 
 SCRIPT = "job.sbatch"
 JOBS = "jobs.json"

@@ -10,10 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from specfleet.slurm.config import SlurmScheduler
+from specfleet.scheduler import SlurmScheduler
 from specfleet.slurm.script import Job, campaign_dir, render_script, sbatch_argv, slurm_dir
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "specfleet" / "bench"))  # as on the node
 from specfleet.slurm.node_step import allocated_gpus, effective_spec  # noqa: E402
 
 HOSTILE = "/sh ared/$(touch pwned)/`id`/'q'\"; rm -rf ~ #"
