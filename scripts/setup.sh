@@ -8,7 +8,7 @@ if [ "$(id -u)" != 0 ]; then
   echo "scripts/setup.sh: run as root (the testbed makes network namespaces)" >&2; exit 1
 fi
 
-PACKAGES="openssh-server openssh-client rsync iproute2 iputils-arping socat procps psmisc python3-venv python3-yaml util-linux sudo chromium ${SPECFLEET_EXTRA_PACKAGES:-}"
+PACKAGES="openssh-server openssh-client rsync iproute2 iputils-arping socat procps psmisc python3-venv python3-yaml util-linux sudo chromium slurmctld slurmd slurm-client munge ${SPECFLEET_EXTRA_PACKAGES:-}"
 missing=""
 for p in $PACKAGES; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
@@ -16,7 +16,14 @@ done
 if [ -n "$missing" ]; then
   echo "setup: installing Debian packages:$missing"
   apt-get update -qq
+  # Packages with daemons (munge, slurmctld, slurmd) must not start system services: the testbed
+  # starts its own by PID, with its own config. policy-rc.d 101 = "do not start" (invoke-rc.d).
+  made_policy=""
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod 755 /usr/sbin/policy-rc.d && made_policy=1
+  fi
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >/dev/null
+  [ -z "$made_policy" ] || rm -f /usr/sbin/policy-rc.d
 fi
 
 # The control venv uses Debian's python: the workers' venv must be built from an

@@ -28,6 +28,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from .errors import UserError
+from .scheduler import Scheduler
 from .yamlfile import YamlFileError, first_error, load_yaml
 
 DEFAULT_INVENTORY = "inventory/hosts.yml"
@@ -252,6 +253,7 @@ class BastionEntry(BaseModel):
 
 class InventoryFile(BaseModel):
     model_config = ConfigDict(extra="forbid")
+    scheduler: Scheduler | None = None  # specfleet.scheduler: ssh (default) or slurm
     all: Connectable = Field(default_factory=Connectable)
     bastion: BastionEntry = Field(default_factory=BastionEntry)
     hosts: dict[str, HostEntry]
@@ -296,6 +298,12 @@ class Inventory:
     groups: dict[str, list[str]]
     bastion_vars: dict[str, Any]
     all_vars: dict[str, Any]
+    scheduler: Any = None  # specfleet.scheduler.SlurmScheduler, or None: ssh fan-out
+
+    @property
+    def slurm(self):
+        """The Slurm scheduler settings, or None when `fab bench` fans out over SSH."""
+        return self.scheduler if getattr(self.scheduler, "kind", None) == "slurm" else None
 
     def select(self, spec: str | None) -> list[Host]:
         """Hosts named by a comma list of host and group names ('all' = every host)."""
@@ -346,6 +354,8 @@ def resolve_path(path: str | os.PathLike | None) -> Path:
 def _where(loc: tuple, file: Path) -> str:
     """Turn a pydantic error location into 'host 'w1', field 'address''."""
     parts = list(loc)
+    if len(parts) >= 2 and parts[0] == "scheduler" and parts[1] in ("ssh", "slurm"):
+        parts.pop(1)  # the union's tag (kind), not a field the file has
     if len(parts) >= 2 and parts[0] in ("hosts", "groups"):
         kind = "host" if parts[0] == "hosts" else "group"
         field_ = ".".join(str(p) for p in parts[2:]) or "(entry)"
@@ -448,6 +458,7 @@ def _resolve(file: Path, doc: InventoryFile) -> Inventory:
         groups={g: list(ge.hosts) for g, ge in doc.groups.items()},
         bastion_vars={**doc.all.vars, **doc.bastion.vars},
         all_vars=dict(doc.all.vars),
+        scheduler=doc.scheduler,
     )
 
 

@@ -17,6 +17,7 @@ from specfleet.campaign.spec import RunnerBusy, resumed
 from specfleet.errors import UserError
 from specfleet.fleet import EXIT_BAD_INPUT
 from specfleet.shell import q
+from specfleet.slurm.hooks import on_slurm
 from specfleet.step import Status
 from specfleet.steps.command import Assert
 from specfleet.steps.files import Directory, FileContent
@@ -64,6 +65,8 @@ def bench(c, plan=None, inventory=None, hosts=None, check=False, diff=False, ass
         promptcount.check(p)
     except PlanError as e:
         raise Exit(f"error: {e}", code=EXIT_BAD_INPUT) from None
+    if on_slurm("bench", inventory, hosts, p, assign=assign, wait=wait, poll=poll, check=check) is not None:
+        return  # the inventory's scheduler is Slurm: submitted as a job (specfleet/slurm/)
     with fleet_run("bench", inventory=inventory, hosts=hosts, check=check, diff=diff, forks=forks, serial=serial,
                    accept_new_host_keys=accept_new_host_keys, verbose=verbose,
                    default_hosts="workers") as (fleet, inv, rep):
@@ -162,6 +165,8 @@ def status(c, plan=None, inventory=None, hosts=None, forks=32, serial=False, acc
            verbose=False):
     """Show the progress of a running or finished campaign on every worker."""
     p = plan_of(plan)
+    if on_slurm("status", inventory, hosts, p) is not None:
+        return
     with fleet_run("status", inventory=inventory, hosts=hosts, forks=forks, serial=serial,
                    accept_new_host_keys=accept_new_host_keys, verbose=verbose, default_hosts="workers",
                    recap=False) as (fleet, inv, rep):
@@ -176,6 +181,8 @@ def stop(c, plan=None, inventory=None, hosts=None, forks=32, serial=False, accep
          verbose=False):
     """Stop the runners cleanly: each stops its vLLM server, frees the GPU and exits (resumable later)."""
     p = plan_of(plan)
+    if on_slurm("stop", inventory, hosts, p) is not None:
+        return
     with fleet_run("stop", inventory=inventory, hosts=hosts, forks=forks, serial=serial,
                    accept_new_host_keys=accept_new_host_keys, verbose=verbose,
                    default_hosts="workers") as (fleet, inv, rep):

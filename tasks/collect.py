@@ -36,7 +36,15 @@ def collect(c, plan=None, inventory=None, hosts=None, results="results", force=F
             except BastionStorageError as e:
                 faults.append(e)
                 raise
-        fleet.each("fetch results", fetch_one)
+        slurm_notes = []
+        if inv.slurm:  # results on the shared path, no SSH (specfleet/slurm/)
+            from specfleet.slurm.dispatch import collect as slurm_collect
+            try:
+                slurm_notes = slurm_collect(fleet, inv, p, dest, refused)
+            except BastionStorageError as e:
+                faults.append(e)
+        else:
+            fleet.each("fetch results", fetch_one)
         if faults:  # the bastion's disk, not a host: one line, its own exit code, no report attempted
             raise Exit(f"error: {faults[0]}", code=faults[0].code)
         try:
@@ -47,14 +55,16 @@ def collect(c, plan=None, inventory=None, hosts=None, results="results", force=F
         bandwidth = next((h.var("gpu_memory_bandwidth_gbps") for h in fleet.hosts
                           if h.var("gpu_memory_bandwidth_gbps")), None)
         from specfleet.results.report import report_plan  # heavy: pandas, matplotlib
-        msgs = [m for h in sorted(refused) for m in refused[h]]
+        msgs = slurm_notes + [m for h in sorted(refused) for m in refused[h]]
         outcome = storage_checked(lambda: report_plan(
             p, plan or DEFAULT_PLAN, results, force=force, gpu_bandwidth_gbps=float(bandwidth) if bandwidth else None,
             split_queues=queues, host_notes=host_notes(fleet.results), notes=msgs, console=rep.console,
             running=running), dest)
         from specfleet.results.cells import running_note
-        for m in msgs + ([running_note(running, plan or DEFAULT_PLAN)] if running else []):
+        for m in msgs[len(slurm_notes):] + ([running_note(running, plan or DEFAULT_PLAN)] if running else []):
             fleet.warn(m)
+        for m in slurm_notes:
+            rep.console.print(m, markup=False)
         say(fleet, rep, outcome)
 
 

@@ -16,7 +16,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from . import net, seed
+from . import net, seed, slurm
 from .net import BR_MGMT, BR_STOR, NFS_IP, NFS_NS, TestbedError, mgmt_ip, stor_ip
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
@@ -27,6 +27,7 @@ ENGINE_FAULTS = FAULTS[3:7]
 SIM = "/var/lib/specfleet-testbed/sim.json"
 GPU_DIR = "/var/lib/specfleet-testbed/gpu"
 MAX_GPUS = 8  # per worker, as on an HGX node
+SCHEDULERS = ("ssh", "slurm")  # ssh: specfleet starts the runners; slurm: also a real Slurm cluster
 
 
 class Testbed:
@@ -98,12 +99,14 @@ class Testbed:
 
     # ---- up ------------------------------------------------------------------
     def up(self, workers: int, speed: dict[str, float] | None = None,
-           inventory_path: str | os.PathLike | None = None, kmod: bool = True, gpus: int = 1) -> Path:
+           inventory_path: str | os.PathLike | None = None, kmod: bool = True, gpus: int = 1,
+           scheduler: str = "ssh") -> Path:
         """Build `workers` hosts, wait until every sshd accepts TCP, write the inventory.
 
         `kmod=False` seeds workers like a stock image without kmod (no
         /etc/modules, so modules-load.d/modules.conf dangles). `gpus`: simulated
-        GPUs per worker (1..MAX_GPUS), each with its own memory.
+        GPUs per worker (1..MAX_GPUS), each with its own memory. `scheduler="slurm"`: also a real
+        Slurm cluster (testbed/slurm.py: munged, slurmctld, one slurmd per worker, `gpu` GRES).
         """
         t0 = time.monotonic()
         if os.geteuid() != 0:
@@ -112,6 +115,11 @@ class Testbed:
             raise TestbedError(f"workers must be 1..{net.MAX_WORKERS}, not {workers}")
         if not 1 <= int(gpus) <= MAX_GPUS:
             raise TestbedError(f"gpus must be 1..{MAX_GPUS}, not {gpus}")
+        if scheduler not in SCHEDULERS:
+            raise TestbedError(f"scheduler must be one of {', '.join(SCHEDULERS)}, not {scheduler!r}")
+        if scheduler == "slurm" and slurm.missing_binaries():
+            raise TestbedError(f"--scheduler slurm needs {', '.join(slurm.missing_binaries())}: "
+                               f"install {slurm.PACKAGES}")
         names = [f"w{i}" for i in range(1, workers + 1)]
         speed = dict(speed or {})
         unknown = sorted(set(speed) - set(names))
@@ -119,6 +127,7 @@ class Testbed:
             raise TestbedError(f"--speed names unknown workers: {', '.join(unknown)}")
         self._refuse_if_busy()
         st = {"workers": names, "speed": speed, "kmod": kmod, "gpus": int(gpus), "pids": {}, "t_up": time.time(),
+              "scheduler": scheduler,
               "added_unreachable": False, "created_run_sshd": False}
         try:
             self._prepare_dirs(st)
@@ -129,8 +138,13 @@ class Testbed:
                 st["pids"][n] = self._boot(n, first=True)
             self._save(st)
             self._wait_ready(names)
+            sched = None
+            if scheduler == "slurm":
+                slurm.SlurmCluster(self.run_dir).up(names, int(gpus), st["pids"],
+                                                    {n: self.address(n) for n in names}, st, self._save)
+                sched = slurm.inventory_block(self.run_dir, self.disk_dir)
             inv = Path(inventory_path) if inventory_path else self.project_root / "inventory" / "testbed.yml"
-            st["inventory"] = str(seed.inventory(inv, self.run_dir, names))
+            st["inventory"] = str(seed.inventory(inv, self.run_dir, names, scheduler=sched))
             st["up_seconds"] = round(time.monotonic() - t0, 3)
             self._save(st)
             return inv
@@ -373,7 +387,16 @@ class Testbed:
             }
         return {"up": True, "workers": len(hosts), "bastion": net.BASTION_IP, "nfs_server": NFS_IP,
                 "nfs_alive": net.alive(st["pids"].get("nfs", 0)), "inventory": st.get("inventory"),
-                "up_seconds": st.get("up_seconds"), "hosts": hosts}
+                "up_seconds": st.get("up_seconds"), "hosts": hosts,
+                "slurm": self._slurm_status(st) if st.get("scheduler") == "slurm" else None}
+
+    def _slurm_status(self, st: dict) -> dict:
+        """`sinfo -N` as the cluster reports it (text for the person) and the daemons' PIDs alive."""
+        p = subprocess.run(["sinfo", "-N", "-o", "%N %P %T %G"], capture_output=True, text=True, timeout=20,
+                           env=slurm.client_env(self.run_dir))
+        return {"sinfo": p.stdout.rstrip() if p.returncode == 0 else "",
+                "daemons": {k: net.alive(v) for k, v in st.get("slurm_pids", {}).items()},
+                "slurm_conf": str(slurm.conf_path(self.run_dir))}
 
     def ssh(self, host: str, timeout: float = 10):
         """A connected paramiko SSHClient (strict known_hosts, TCP_NODELAY) for tests."""

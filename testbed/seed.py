@@ -232,7 +232,7 @@ def export_tree(disk: Path) -> Path:
     return root
 
 
-def inventory(path: Path, run_dir: Path, workers: list[str]) -> Path:
+def inventory(path: Path, run_dir: Path, workers: list[str], scheduler: dict | None = None) -> Path:
     client = run_dir / "client"
     doc = {
         "all": {
@@ -259,6 +259,8 @@ def inventory(path: Path, run_dir: Path, workers: list[str]) -> Path:
                   for n in workers},
         "groups": {"workers": {"hosts": list(workers)}},
     }
+    if scheduler:  # `--scheduler slurm`: fab bench submits Slurm jobs (docs/slurm.md)
+        doc["scheduler"] = scheduler
     head = (f"# Written by `fab testbed.up` ({len(workers)} namespace workers); "
             f"`fab testbed.down` makes it stale.\n")
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -58,9 +58,11 @@ def _parse_speed(values) -> dict[str, float]:
         "inventory": "where to write the inventory (default: inventory/testbed.yml)",
         "gpus": "simulated GPUs per worker (1-8; default 1), each with its own index, UUID and memory; "
                 "NVLink between all pairs (nvidia-smi topo -m)",
+        "scheduler": "ssh (default) or slurm: also a real Slurm cluster (munged, slurmctld, one slurmd per "
+                     "worker, `gpu` GRES = the worker's GPUs); the inventory then says scheduler: slurm",
     },
 )
-def up(c, workers=8, speed=None, inventory=None, gpus=1):
+def up(c, workers=8, speed=None, inventory=None, gpus=1, scheduler="ssh"):
     """Build the testbed: N worker hosts (netns + real sshd) and the NFS server, then write the inventory.
 
     Each worker wI is namespace sf-wI: ens33 = 10.10.30.(13+I) (ssh), ens35 =
@@ -71,12 +73,14 @@ def up(c, workers=8, speed=None, inventory=None, gpus=1):
     factors = _parse_speed(speed)
     try:
         with _lock():
-            path = _bed().up(int(workers), speed=factors, inventory_path=inventory, gpus=int(gpus))
+            path = _bed().up(int(workers), speed=factors, inventory_path=inventory, gpus=int(gpus),
+                             scheduler=scheduler)
     except TestbedError as e:
         raise Exit(f"error: {e}", code=1) from None
     st = _bed().state()
     per = f", {gpus} GPUs each" if int(gpus) > 1 else ""
-    print(f"testbed up: {workers} workers{per} in {st.get('up_seconds', 0):.2f} s")
+    print(f"testbed up: {workers} workers{per} in {st.get('up_seconds', 0):.2f} s"
+          + (", Slurm cluster up (sinfo: fab testbed.status)" if scheduler == "slurm" else ""))
     print(f"inventory: {path}")
     print(f"ssh:       ssh -F {_bed().ssh_config} 10.10.30.14")
     print("tear down: fab testbed.down")
@@ -120,6 +124,9 @@ def status(c, json_=False):
         stor = " ".join(h["addresses"].get("ens35", []))
         print(f"{name:<5} {h['address']:<13} {stor:<36} {'up' if h['sshd_alive'] else 'DOWN':<5} "
               f"{h['gpu_memory_used_mib']:>7}  {'; '.join([mods, *notes])}")
+    if st.get("slurm") is not None:
+        print("slurm (sinfo):")
+        print(st["slurm"]["sinfo"] or "  slurmctld does not answer")
 
 
 @task(help={"host": "worker to power-cycle, e.g. w1"})

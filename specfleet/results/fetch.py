@@ -95,27 +95,32 @@ def fetch(hc, plan, work_dir: str, dest: Path, refused: dict[str, list[str]], ru
 
 
 def _take(hc, plan, dest: Path, src: str, take: list[str], limits):
-    """rsync `take` into the host's staging folder and let staging.accept place what is valid; the
-    staging folder is gone afterwards, whatever happened."""
+    return take_files(hc.host.name, plan, dest, f"{hc.host.address}:{src}/", shlex.join(ssh_argv(hc.host)),
+                      take, limits)
+
+
+def take_files(host: str, plan, dest: Path, source: str, ssh: str | None, take: list[str], limits):
+    """rsync `take` from `source` (a worker over `ssh`, or a local folder: Slurm's shared path) into
+    the host's staging folder and let staging.accept place what is valid; the staging folder is gone
+    afterwards, whatever happened."""
     from .campaign import Expect
     from .staging import accept, fresh_staging, quarantine_dir
-    out = dest / hc.host.name
+    out = dest / host
     out.mkdir(parents=True, exist_ok=True)
-    stage = fresh_staging(dest, hc.host.name)
+    stage = fresh_staging(dest, host)
     # Unchanged files are not fetched again: a file equal (size and mtime) to the local copy, or to
     # one an earlier collect quarantined (it would only be refused again). A re-run's new file differs.
-    qdir = quarantine_dir(dest, hc.host.name).resolve()
+    qdir = quarantine_dir(dest, host).resolve()
     compare = [f"--compare-dest={out.resolve()}"] + ([f"--compare-dest={qdir}"] if qdir.is_dir() else [])
-    argv = rsync_argv(f"{hc.host.address}:{src}/", stage, shlex.join(ssh_argv(hc.host)), compare, limits)
+    argv = rsync_argv(source, stage, ssh, compare, limits)
     try:
         if take:
             p = subprocess.run(argv, input="".join(n + "\0" for n in take), capture_output=True, text=True)
             if p.returncode not in (0, 24):  # 24: a file vanished after the listing (it is not taken)
-                raise bastion_io.of_rsync(p.stderr, dest) or StepFailed(rsync_failure(hc.host.name, p.returncode,
-                                                                                      p.stderr))
-        return accept(dest, hc.host.name, Expect.of_plan(plan), limits)
+                raise bastion_io.of_rsync(p.stderr, dest) or StepFailed(rsync_failure(host, p.returncode, p.stderr))
+        return accept(dest, host, Expect.of_plan(plan), limits)
     finally:
-        discard_staging(dest, hc.host.name)
+        discard_staging(dest, host)
 
 
 def rsync_failure(host: str, code: int, stderr: str) -> str:

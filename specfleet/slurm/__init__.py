@@ -1,0 +1,9 @@
+"""Campaigns on Slurm (docs/slurm.md): the inventory's `scheduler: {kind: slurm, ...}` makes `fab bench`
+submit one job whose steps run the same runner on every allocated node, with results on a shared path.
+
+(specfleet/scheduler.py: the inventory's `scheduler:` block, validated; one line naming file and field)
+script.py   the sbatch script, rendered from values through specfleet.quoting (pure)
+node_step.py  what runs on each node (stdlib only; copied beside the runner files)
+cli.py      the Slurm commands specfleet runs on the bastion (sbatch, squeue --json, scontrol, scancel)
+dispatch.py `fab bench` / `fab status` / `fab stop` / `fab collect` under Slurm
+"""

@@ -1,0 +1,122 @@
+"""The Slurm commands specfleet runs on the bastion: argv lists (no shell), JSON parsed, never console text,
+except sbatch's own one-line refusal, which is passed on naming the inventory field it is about."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+from dataclasses import dataclass
+
+from ..errors import UserError
+from ..scheduler import SlurmScheduler
+
+ACTIVE = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "REQUEUE_HOLD",
+          "REQUEUE_FED", "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED")
+GRES_GPU_RE = re.compile(r"(?:^|,)gpu(?::[A-Za-z0-9_.-]+)?:(\d+)")
+
+
+class SlurmError(UserError):
+    """A Slurm command refused or failed: one line saying which and why."""
+
+
+def env(cfg: SlurmScheduler) -> dict:
+    return {**os.environ, **({"SLURM_CONF": cfg.slurm_conf} if cfg.slurm_conf else {})}
+
+
+def run(cfg: SlurmScheduler, argv: list[str], timeout: float = 60) -> subprocess.CompletedProcess:
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env(cfg))
+    except FileNotFoundError:
+        raise SlurmError(f"{argv[0]} is not installed on the bastion (Debian: slurm-client)") from None
+    except subprocess.TimeoutExpired:
+        raise SlurmError(f"{argv[0]} did not answer within {timeout:.0f} s: is slurmctld reachable "
+                         f"(SLURM_CONF={cfg.slurm_conf or 'default'})?") from None
+
+
+def last_line(p: subprocess.CompletedProcess) -> str:
+    lines = [ln.strip() for ln in (p.stderr or p.stdout or "").splitlines() if ln.strip()]
+    return lines[-1] if lines else f"exit {p.returncode}"
+
+
+def _json(cfg: SlurmScheduler, argv: list[str]) -> dict:
+    p = run(cfg, argv)
+    if p.returncode != 0:
+        raise SlurmError(f"{' '.join(argv[:2])} failed: {last_line(p)}")
+    try:
+        return json.loads(p.stdout)
+    except ValueError:
+        raise SlurmError(f"{' '.join(argv[:2])} printed no JSON (Slurm 21.08 or later is needed)") from None
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str
+    state: str
+    gpus: int
+    partitions: tuple[str, ...]
+
+
+def gres_gpus(gres: str) -> int:
+    """'gpu:4', 'gpu:h200:8(S:0-1)', 'gpu:2,nic:1' -> GPU count (0: none)."""
+    return sum(int(m) for m in GRES_GPU_RE.findall(gres or ""))
+
+
+def parse_nodes(doc: dict) -> dict[str, Node]:
+    out = {}
+    for n in doc.get("nodes", []):
+        state = n.get("state")
+        state = "+".join(state) if isinstance(state, list) else str(state or "?")
+        out[n["name"]] = Node(n["name"], state.upper(), gres_gpus(n.get("gres") or ""),
+                              tuple(n.get("partitions") or ()))
+    return out
+
+
+def nodes(cfg: SlurmScheduler) -> dict[str, Node]:
+    return parse_nodes(_json(cfg, ["sinfo", "--json"]))
+
+
+def partition_exists(cfg: SlurmScheduler) -> bool:
+    return run(cfg, ["scontrol", "show", "partition", cfg.partition]).returncode == 0
+
+
+def submit(cfg: SlurmScheduler, argv: list[str]) -> str:
+    """sbatch --parsable ... -> the job id."""
+    p = run(cfg, argv)
+    if p.returncode != 0:
+        raise SlurmError(f"sbatch refused the job: {last_line(p)}")
+    return p.stdout.strip().split(";")[0]
+
+
+def job(cfg: SlurmScheduler, job_id: str) -> dict | None:
+    """The job as `squeue --json` shows it, in any state (a finished job while slurmctld keeps it: MinJobAge).
+    (`scontrol --json` exists only from Slurm 23.02; Debian 12 has 22.05.)"""
+    for argv in (["squeue", "--json", "--states=all", "--jobs", job_id],):
+        p = run(cfg, argv)
+        if p.returncode != 0:
+            continue
+        try:
+            jobs = json.loads(p.stdout).get("jobs", [])
+        except ValueError:
+            continue
+        hit = [j for j in jobs if str(j.get("job_id")) == str(job_id)]
+        if hit:
+            return hit[0]
+    return None
+
+
+def job_state(j: dict | None) -> str:
+    if not j:
+        return "UNKNOWN"
+    s = j.get("job_state")
+    return ("+".join(s) if isinstance(s, list) else str(s or "UNKNOWN")).upper()
+
+
+def is_active(j: dict | None) -> bool:
+    return any(s in ACTIVE for s in job_state(j).split("+"))
+
+
+def cancel(cfg: SlurmScheduler, job_id: str, signal: str | None = None) -> None:
+    p = run(cfg, ["scancel", *([f"--signal={signal}", "--full"] if signal else []), job_id])
+    if p.returncode != 0:
+        raise SlurmError(f"scancel {job_id} failed: {last_line(p)}")

@@ -1,0 +1,323 @@
+"""`fab bench` / `status` / `stop` / `collect` when the inventory says `scheduler: {kind: slurm}` (docs/slurm.md).
+
+The bastion never opens SSH: it asks Slurm which nodes and GPUs there are (sinfo --json), splits the
+plan over them (the same split as over SSH; the GPU count is the GRES Slurm allocates per node, not
+nvidia-smi's list), writes the run specs, the runner files and the sbatch script on the shared path,
+checks the job with `sbatch --test-only`, submits it and waits for it to start (pending deadline).
+Results stay on the shared path, where `fab collect` reads them.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import secrets
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+from ..campaign import Paths, build_run_spec, dump_run_spec, format_split, parse_pins, split
+from ..campaign.remote import RunnerView, parse_view, view_script
+from ..campaign.spec import resumed, worker_zipapp
+from ..campaign.split import NodeInfo
+from ..worker import layout
+from ..errors import UserError
+from ..quoting import q
+from ..results.bastion_io import BastionStorageError
+from ..step import Status, StepFailed
+from . import cli
+from ..scheduler import SlurmScheduler
+from .script import (JOBS, NODE_STEP, SCRIPT, TOKEN, Job, campaign_dir, node_work_dir, render_script,
+                     sbatch_argv, slurm_dir)
+
+
+def _write(path: str, text: str, mode: int = 0o644) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.chmod(tmp, mode)
+    os.replace(tmp, path)
+
+
+def jobs(cfg: SlurmScheduler, campaign: str) -> list[dict]:
+    try:
+        with open(os.path.join(slurm_dir(cfg, campaign), JOBS)) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return []
+
+
+def last_job(cfg: SlurmScheduler, campaign: str) -> dict | None:
+    js = jobs(cfg, campaign)
+    return js[-1] if js else None
+
+
+def slurm_nodes(cfg: SlurmScheduler, inv, hosts) -> list[NodeInfo]:
+    """NodeInfo per host from Slurm: the node must exist in the partition; its GPUs are its `gpu` GRES."""
+    known = cli.nodes(cfg)
+    if not cli.partition_exists(cfg):
+        parts = sorted({p for n in known.values() for p in n.partitions})
+        raise UserError(f"{inv.path}: field 'scheduler.partition': Slurm has no partition {cfg.partition!r} "
+                        f"(partitions: {', '.join(parts) or 'none'})")
+    out = []
+    for h in hosts:
+        n = known.get(h.name)
+        if n is None:
+            raise UserError(f"{inv.path}: host {h.name!r}: no Slurm node of that name (sinfo lists "
+                            f"{', '.join(sorted(known)) or 'none'}); the host name is the Slurm node name")
+        if cfg.partition not in n.partitions:
+            raise UserError(f"{inv.path}: host {h.name!r}: Slurm node {h.name} is not in partition "
+                            f"{cfg.partition!r} (it is in {', '.join(n.partitions) or 'none'})")
+        base = NodeInfo.from_vars(h.name, {k: v for k, v in h.vars.items() if k not in ("gpus", "gpu_groups")})
+        gpus = tuple({"index": i, "name": "slurm gres gpu"} for i in range(n.gpus)) if n.gpus > 1 else ()
+        out.append(dataclasses.replace(base, gpus=gpus, gpus_source=f"slurm (gres gpu:{n.gpus})",
+                                       groups_source="none: Slurm allocates the GPUs"))
+    return out
+
+
+class _HashedOnce:
+    """The plan with its hash computed once: every bench argv carries plan_hash, and hashing a plan of
+    hundreds of configurations per argv made placing 256 nodes take 20 s. The plan does not change here."""
+
+    def __init__(self, plan):
+        self._plan, self._hash = plan, plan.plan_hash()
+
+    def plan_hash(self) -> str:
+        return self._hash
+
+    def __getattr__(self, name):
+        return getattr(self._plan, name)
+
+
+def place(cfg: SlurmScheduler, plan, hosts, queues, nodes: list[NodeInfo]) -> tuple[Job, dict[str, dict]]:
+    """Write everything the job needs on the shared path; returns the job and each node's run spec."""
+    plan = _HashedOnce(plan)
+    d = slurm_dir(cfg, plan.campaign)
+    os.makedirs(os.path.join(d, "bin"), exist_ok=True)
+    with open(os.path.join(d, "bin", "runner.pyz.tmp"), "wb") as f:  # the worker program, as over SSH
+        f.write(worker_zipapp())
+    os.replace(os.path.join(d, "bin", "runner.pyz.tmp"), os.path.join(d, "bin", "runner.pyz"))
+    shutil.copyfile(Path(__file__).with_name(NODE_STEP), os.path.join(d, "bin", NODE_STEP))
+    dataset = plan.benchmark.on_worker
+    if not dataset:
+        src = plan.dataset_file()
+        dataset = os.path.join(d, "datasets", Path(src).name)
+        os.makedirs(os.path.dirname(dataset), exist_ok=True)
+        shutil.copyfile(src, dataset)
+    specs = {}
+    from ..results.provenance import probe_script
+    for h in hosts:
+        node = next(n for n in nodes if n.name == h.name)
+        wd = node_work_dir(cfg, plan.campaign, h.name)
+        paths = Paths(venv=h.require("venv_path"), work_dir=wd, dataset=dataset)
+        spec = build_run_spec(plan, h.name, queues.queues[h.name], paths, env_file=h.var("env_file"),
+                              gpus=list(node.gpus), gpu_groups=node.gpu_groups)
+        rdir = layout.run_dir(wd, plan.campaign, h.name)
+        specs[h.name] = resumed(spec, _read_json(os.path.join(rdir, layout.RUN_SPEC)), None)
+        _write(os.path.join(rdir, layout.RUN_SPEC), dump_run_spec(specs[h.name]))
+        _write(os.path.join(d, "probe", f"{h.name}.sh"), probe_script(paths.venv, rdir, None, dataset) + "\n")
+    gpn = min((len(n.gpus) or 1) for n in nodes) if any(n.gpus for n in nodes) else _gpus_of(cfg, nodes)
+    job = Job(plan.campaign, tuple(h.name for h in hosts), gpn, secrets.token_hex(16))
+    _write(os.path.join(d, TOKEN), job.token + "\n")
+    _write(os.path.join(d, SCRIPT), render_script(cfg, job), 0o755)
+    return job, specs
+
+
+def _gpus_of(cfg, nodes) -> int:
+    known = cli.nodes(cfg)
+    return min(known[n.name].gpus for n in nodes)
+
+
+def _read_json(path: str):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def _explain_refusal(inv, cfg: SlurmScheduler, e: cli.SlurmError) -> UserError:
+    msg = str(e)
+    low = msg.lower()
+    field = ("scheduler.account" if "account" in low else "scheduler.partition" if "partition" in low else
+             "hosts (the node list)" if "node" in low else "scheduler.extra_args" if "option" in low else None)
+    return UserError(f"{inv.path}: field {field!r}: {msg}" if field else f"{inv.path}: {msg}")
+
+
+def bench(plan, inv, hosts, *, assign=None, wait=True, poll=2.0, check=False, console) -> int:
+    cfg: SlurmScheduler = inv.slurm
+    prev = last_job(cfg, plan.campaign)
+    if prev and cli.is_active(j := cli.job(cfg, prev["job_id"])):
+        console.print(f"job {prev['job_id']} of campaign {plan.campaign} is {cli.job_state(j)}: following it "
+                      f"(`fab stop --plan ...` cancels it)", markup=False)
+        return follow(cfg, plan, inv, hosts, prev["job_id"], poll, console) if wait else 0
+    nodes = slurm_nodes(cfg, inv, hosts)
+    queues = split(plan, nodes, pins=parse_pins(assign or []))
+    console.print(format_split(queues, nodes), markup=False)
+    job, _ = place(cfg, plan, hosts, queues, nodes)
+    console.print(f"sbatch script: {os.path.join(slurm_dir(cfg, plan.campaign), SCRIPT)}", markup=False)
+    try:
+        cli.submit(cfg, sbatch_argv(cfg, job, test_only=True))
+    except cli.SlurmError as e:
+        raise _explain_refusal(inv, cfg, e) from None
+    if check:
+        console.print("check mode: sbatch --test-only accepted the job; nothing submitted", markup=False)
+        return 0
+    job_id = cli.submit(cfg, sbatch_argv(cfg, job))
+    records = jobs(cfg, plan.campaign) + [{"job_id": job_id, "nodes": list(job.nodes),
+                                           "gpus_per_node": job.gpus_per_node, "token": job.token,
+                                           "submitted_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}]
+    _write(os.path.join(slurm_dir(cfg, plan.campaign), JOBS), json.dumps(records, indent=1) + "\n")
+    console.print(f"submitted Slurm job {job_id} on {','.join(job.nodes)} ({job.gpus_per_node} GPU(s) per node)",
+                  markup=False)
+    wait_started(cfg, inv, plan, job_id, job, console)
+    return follow(cfg, plan, inv, hosts, job_id, poll, console) if wait else 0
+
+
+def wait_started(cfg: SlurmScheduler, inv, plan, job_id: str, job: Job, console) -> None:
+    """Until every node has passed the check step (or the job ended, or the pending deadline passed)."""
+    d = slurm_dir(cfg, plan.campaign)
+    deadline = time.monotonic() + cfg.pending_timeout_s
+    while True:
+        j = cli.job(cfg, job_id)
+        seen = {n: _read_json(os.path.join(d, "nodes", f"{n}.json")) for n in job.nodes}
+        ok = [n for n, r in seen.items() if r and str(r.get("job_id")) == str(job_id)]
+        if len(ok) == len(job.nodes):
+            console.print(f"job {job_id} running on {','.join(ok)}: GPUs " + "; ".join(
+                f"{n} {','.join(map(str, seen[n].get('gpus') or [])) or 'none'}" for n in ok), markup=False)
+            return
+        state = cli.job_state(j)
+        if not cli.is_active(j):
+            missing = [n for n in job.nodes if n not in ok]
+            raise UserError(f"{inv.path}: field 'scheduler.shared_dir': {cfg.shared_dir} is not shared: node(s) "
+                            f"{', '.join(missing)} did not see the token the bastion wrote there (job {job_id} "
+                            f"{state}; its output: {d}/slurm-{job_id}.out on the batch node)"
+                            if state in ("FAILED", "COMPLETED") and "PENDING" not in state else
+                            f"Slurm job {job_id} ended {state} before it started its steps "
+                            f"({(j or {}).get('state_reason') or 'no reason given'})")
+        if "PENDING" in state and time.monotonic() > deadline:
+            cli.cancel(cfg, job_id)
+            raise UserError(f"{inv.path}: field 'scheduler.pending_timeout_s': Slurm job {job_id} still PENDING "
+                            f"after {cfg.pending_timeout_s:g} s (reason: {(j or {}).get('state_reason') or '?'}); "
+                            "cancelled, nothing ran; free the nodes or raise the deadline")
+        time.sleep(0.5)
+
+
+def view(cfg: SlurmScheduler, plan, host: str, alive: bool) -> RunnerView:
+    """A node's campaign read on the shared path (the same script as over SSH, run on the bastion)."""
+    wd = node_work_dir(cfg, plan.campaign, host)
+    p = subprocess.run(["/bin/sh", "-c", view_script(wd, plan.campaign, host)], capture_output=True, text=True,
+                       timeout=30)
+    v = parse_view(p.stdout)
+    v.alive = alive
+    v.runner_pid = v.runner_pid if alive else None
+    return v
+
+
+def follow(cfg, plan, inv, hosts, job_id: str, poll: float, console) -> int:
+    from ..campaign.follow import progress_line
+    last = {}
+    while True:
+        j = cli.job(cfg, job_id)
+        active = cli.is_active(j)
+        for h in hosts:
+            line = progress_line(h.name, view(cfg, plan, h.name, active))
+            if last.get(h.name) != line:
+                console.print(line, markup=False)
+                last[h.name] = line
+        if not active:
+            state = cli.job_state(j)
+            console.print(f"Slurm job {job_id}: {state}", markup=False)
+            return 0 if state == "COMPLETED" else 1
+        time.sleep(poll)
+
+
+def status(plan, inv, hosts, console) -> int:
+    cfg = inv.slurm
+    rec = last_job(cfg, plan.campaign)
+    if not rec:
+        console.print(f"campaign {plan.campaign}: no Slurm job submitted yet", markup=False)
+        return 0
+    j = cli.job(cfg, rec["job_id"])
+    from ..campaign.follow import progress_line
+    console.print(f"Slurm job {rec['job_id']}: {cli.job_state(j)}"
+                  + (f" ({j.get('state_reason')})" if j and j.get("state_reason") not in (None, "None") else "")
+                  + (f", restarts {j.get('restart_cnt')}" if j and j.get("restart_cnt") else ""), markup=False)
+    for h in hosts:
+        console.print(progress_line(h.name, view(cfg, plan, h.name, cli.is_active(j))), markup=False)
+    return 0
+
+
+def stop(plan, inv, console, wait_s: float = 180) -> int:
+    """scancel: Slurm sends SIGTERM to every step (the runners stop their servers cleanly), SIGKILL
+    after KillWait; waits for the job to end."""
+    cfg = inv.slurm
+    rec = last_job(cfg, plan.campaign)
+    if not rec or not cli.is_active(cli.job(cfg, rec["job_id"])):
+        console.print("no Slurm job of this campaign is active", markup=False)
+        return 0
+    cli.cancel(cfg, rec["job_id"])
+    deadline = time.monotonic() + wait_s
+    while cli.is_active(j := cli.job(cfg, rec["job_id"])) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    console.print(f"Slurm job {rec['job_id']}: {cli.job_state(j)}", markup=False)
+    return 0 if not cli.is_active(j) else 1
+
+
+def collect(fleet, inv, plan, dest: Path, refused: dict[str, list[str]]) -> list[str]:
+    """Each host's finished items from the shared path (no SSH), then provenance with the job ids.
+    Returns notes for the report (the Slurm job(s) of the campaign)."""
+    from ..results.fetch import BOOKKEEPING, finished_items, select, take_files
+    from ..results.staging import refuse_unfetched
+    from ..results.untrusted import Limits, listing_script, parse_listing
+    cfg = inv.slurm
+    limits = Limits.of_plan(plan)
+    recs = jobs(cfg, plan.campaign)
+    for h in fleet.hosts:
+        try:
+            v = view(cfg, plan, h.name, False)
+            if not v.state and not v.done_markers:
+                fleet.record_local_for(h.name, "fetch results", Status.OK, "no campaign results on this node yet")
+                continue
+            src = layout.run_dir(node_work_dir(cfg, plan.campaign, h.name), plan.campaign, h.name)
+            out = dest / h.name
+            done = finished_items(v)
+            # the shared path is written by the nodes: untrusted as a worker is (results/untrusted.py)
+            listed = subprocess.run(["sh", "-c", listing_script(q(src))], capture_output=True, text=True).stdout
+            take, bad = select(parse_listing(listed), done, limits)
+            got = take_files(h.name, plan, dest, f"{src}/", None, take, limits)
+            got.refused += refuse_unfetched(dest, h.name, bad)
+            refused[h.name] = got.refused
+            _provenance(h, v, src, done, out / layout.PROVENANCE, recs)
+            changed = [f for f in got.replaced if f not in BOOKKEEPING] or got.refused
+            fleet.record_local_for(h.name, "fetch results", Status.CHANGED if changed else Status.OK,
+                                   got.summary() if changed else f"nothing new ({len(done)} finished item(s))")
+        except BastionStorageError:
+            raise  # the bastion's own disk, not this node: the task's one line and exit code
+        except (UserError, OSError, StepFailed) as e:
+            fleet.record_local_for(h.name, "fetch results", Status.FAILED, str(e))
+    if not recs:
+        return []
+    states = {r["job_id"]: cli.job_state(cli.job(cfg, r["job_id"])) for r in recs[-3:]}
+    return ["Slurm job(s) of this campaign: " + "; ".join(
+        f"{r['job_id']} on {','.join(r['nodes'])} ({states.get(r['job_id'], 'earlier')})" for r in recs)]
+
+
+def _provenance(h, v: RunnerView, src: str, done: list[str], pf: Path, recs: list[dict]) -> None:
+    from ..results.provenance import parse_probe, spec_facts
+    model, (dataset, items) = (v.state or {}).get("model_path"), spec_facts(v.spec)
+    try:
+        probe = Path(src, "provenance.probe").read_text()
+    except OSError:
+        probe = ""
+    eff = _read_json(os.path.join(src, "run.slurm.json")) or {}
+    prov = json.dumps({"host": h.name, **parse_probe(probe, model, dataset), "items_facts": items,
+                       "plan_hash": (v.state or {}).get("plan_hash"), "items_done": done,
+                       "runner_status": (v.state or {}).get("status"),
+                       "slurm": {**(eff.get("slurm") or {}), "jobs": [r["job_id"] for r in recs
+                                                                      if h.name in r.get("nodes", [])]}},
+                      indent=2) + "\n"
+    if not pf.is_file() or pf.read_text() != prov:
+        pf.write_text(prov)

@@ -1,0 +1,32 @@
+"""The small hooks the fleet tasks call: under `scheduler: {kind: slurm}` a task runs here instead of
+fanning out over SSH (tasks/bench.py, tasks/collect.py). None = not a Slurm inventory: the SSH path."""
+from __future__ import annotations
+
+from invoke.exceptions import Exit
+
+from ..console import Reporter
+from ..inventory import load_inventory
+
+
+def slurm_inventory(inventory):
+    inv = load_inventory(inventory)
+    return inv if inv.slurm else None
+
+
+def on_slurm(task: str, inventory, hosts, plan, **kw):
+    """Run `task` (bench, status, stop) under Slurm if the inventory says so; None otherwise."""
+    inv = slurm_inventory(inventory)
+    if inv is None:
+        return None
+    from . import dispatch
+    chosen = inv.select(hosts or ("workers" if "workers" in inv.groups else None))
+    console = Reporter(verbose=False).console
+    if task == "bench":
+        code = dispatch.bench(plan, inv, chosen, console=console, **kw)
+    elif task == "status":
+        code = dispatch.status(plan, inv, chosen, console)
+    else:
+        code = dispatch.stop(plan, inv, console)
+    if code:
+        raise Exit(code=code)
+    return code

@@ -1,0 +1,182 @@
+#!/usr/bin/env python3
+"""What one Slurm job step runs on one node (stdlib only; copied beside runner.pyz on the shared path).
+
+    node_step.py check --dir D --token T     every node: the shared path is shared (D/token holds T),
+                                             then D/nodes/<node>.json records what Slurm allocated
+    node_step.py run --dir D --campaign C    every node: the runner on this node's run spec, with
+                                             the allocation's GPUs and a free port, then the probe
+
+The bastion placed one run spec per node (D/<node>/<campaign>/<node>/run.json, the split's queue).
+`run` writes run.slurm.json beside it: the same spec with
+- the GPUs Slurm allocated (the step's CUDA_VISIBLE_DEVICES; the allocation wins over nvidia-smi,
+  which lists every GPU of the node): spec GPU k becomes allocated GPU k, groups and pins follow;
+- a server port no other job on the node uses (two jobs sharing a node never collide): the first
+  base port from a job-id-derived start whose ports (one per GPU) are all free.
+Item hashes stay the bastion's, so a requeued job's runner skips every cell already done.
+Exit codes: the runner's; 2 = no run spec for this node, 3 = the shared path is not shared.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+RUNNER = os.path.join(HERE, "runner.pyz")  # the worker program (specfleet.worker as a zipapp), beside this file
+sys.path.insert(0, RUNNER)
+try:
+    from specfleet_worker import layout  # noqa: E402
+    from specfleet_worker.slots import retarget  # noqa: E402
+except ImportError:  # in a checkout (unit tests)
+    from specfleet.worker import layout  # noqa: E402
+    from specfleet.worker.slots import retarget  # noqa: E402
+
+EXIT_NO_SPEC, EXIT_NOT_SHARED = 2, 3
+PORT_RANGE = (20000, 60000)
+
+
+def node_name() -> str:
+    return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+
+
+def allocated_gpus(env: dict) -> list[int]:
+    """GPU indices of this step's allocation: CUDA_VISIBLE_DEVICES as slurmd sets it, else SLURM_STEP_GPUS /
+    SLURM_JOB_GPUS; [] when the job has no GPU GRES."""
+    for key in ("CUDA_VISIBLE_DEVICES", "SLURM_STEP_GPUS", "SLURM_JOB_GPUS"):
+        words = [w for w in env.get(key, "").split(",") if w.strip()]
+        if words and all(w.strip().isdigit() for w in words):
+            return [int(w) for w in words]
+    return []
+
+
+def free_ports(host: str, count: int, start: int) -> int:
+    """The first base port >= start (wrapping in PORT_RANGE) with `count` free consecutive ports."""
+    lo, hi = PORT_RANGE
+    span = hi - lo - count
+    for k in range(0, span, count):
+        base = lo + (start - lo + k) % span
+        socks = []
+        try:
+            for p in range(base, base + count):
+                s = socket.socket()
+                socks.append(s)
+                s.bind((host, p))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise RuntimeError(f"no {count} free consecutive ports on {host}")
+
+
+def effective_spec(spec: dict, gpus: list[int], port: int) -> dict:
+    """The bastion's spec on this allocation: pure (spec, allocated GPU indices, base port) -> spec."""
+    out = json.loads(json.dumps(spec))
+    old_port = int(spec["port"])
+    out["port"] = port
+    if out.get("gpus"):
+        if len(gpus) < len(out["gpus"]):
+            raise ValueError(f"the split planned {len(out['gpus'])} GPUs on this node, Slurm allocated "
+                             f"{len(gpus)} ({','.join(map(str, gpus)) or 'none'})")
+        remap = {g["index"]: gpus[k] for k, g in enumerate(out["gpus"])}
+        out["gpus"] = [{"index": remap[g["index"]], **({"name": g["name"]} if g.get("name") else {})}
+                       for g in out["gpus"]]  # the UUID comes from nvidia-smi for the new index
+        if out.get("gpu_groups"):
+            out["gpu_groups"] = [[remap[i] for i in grp] for grp in out["gpu_groups"]]
+        for it in out["items"]:
+            if "gpu_pin" in it:
+                it["gpu_pin"] = remap[it["gpu_pin"]]
+    elif gpus:
+        out["gpu_index"] = gpus[0]
+    for it in out["items"]:
+        it["serve_argv"] = retarget(it["serve_argv"], port, old_port)
+        for b in it["bench"]:
+            b["argv"] = retarget(b["argv"], port, old_port)
+    for tpl in ((out.get("crossover") or {}).get("templates") or {}).values():
+        for t in tpl:
+            t["argv"] = retarget(t["argv"], port, old_port)
+    out["slurm"] = {k: os.environ.get(v) for k, v in (
+        ("job_id", "SLURM_JOB_ID"), ("step_id", "SLURM_STEP_ID"), ("node", "SLURMD_NODENAME"),
+        ("restart_count", "SLURM_RESTART_COUNT"), ("cuda_visible_devices", "CUDA_VISIBLE_DEVICES"))}
+    return out
+
+
+def check(d: str, token: str) -> int:
+    node = node_name()
+    try:
+        with open(os.path.join(d, "token")) as f:
+            seen = f.read().strip()
+    except OSError:
+        seen = None
+    if seen != token:
+        print(f"specfleet: shared_dir {d} is not shared: node {node} does not see the token the bastion wrote "
+              f"there ({'absent' if seen is None else 'another token'})", file=sys.stderr, flush=True)
+        return EXIT_NOT_SHARED
+    rec = {"node": node, "hostname": socket.gethostname(), "job_id": os.environ.get("SLURM_JOB_ID"),
+           "restart_count": int(os.environ.get("SLURM_RESTART_COUNT") or 0),
+           "gpus": allocated_gpus(dict(os.environ)), "at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    os.makedirs(os.path.join(d, "nodes"), exist_ok=True)
+    tmp = os.path.join(d, "nodes", f".{node}.json.tmp")
+    with open(tmp, "w") as f:
+        json.dump(rec, f)
+    os.replace(tmp, os.path.join(d, "nodes", f"{node}.json"))
+    return 0
+
+
+def run(d: str, campaign: str, python: str) -> int:
+    node = node_name()
+    rdir = layout.run_dir(os.path.join(d, node), campaign, node)
+    try:
+        with open(os.path.join(rdir, layout.RUN_SPEC)) as f:
+            spec = json.load(f)
+    except (OSError, ValueError) as e:
+        print(f"specfleet: node {node} has no run spec in {rdir} ({e}): the job runs on nodes the split did "
+              "not plan (run `fab bench` again)", file=sys.stderr, flush=True)
+        return EXIT_NO_SPEC
+    gpus = allocated_gpus(dict(os.environ))
+    job = int(os.environ.get("SLURM_JOB_ID") or 0)
+    count = max(1, len(spec.get("gpus") or []))
+    port = free_ports(spec.get("server_host") or "127.0.0.1", count, PORT_RANGE[0] + (job * 16) % 30000)
+    try:
+        eff = effective_spec(spec, gpus, port)
+    except ValueError as e:
+        print(f"specfleet: node {node}: {e}", file=sys.stderr, flush=True)
+        return EXIT_NO_SPEC
+    path = os.path.join(rdir, "run.slurm.json")
+    with open(path + ".tmp", "w") as f:
+        json.dump(eff, f, indent=2, sort_keys=True)
+    os.replace(path + ".tmp", path)
+    # Slurm signals the step's process group (time limit: --signal=TERM@s; scancel; requeue): the runner,
+    # in this group, gets it and stops its server cleanly; this process waits for it to finish
+    signal.signal(signal.SIGTERM, lambda *_: None)
+    with open(os.path.join(rdir, layout.RUNNER_LOG), "ab") as log:
+        log.write(f"==== slurm job {job} step on {node}: GPUs {gpus or 'none'}, port {port}\n".encode())
+        log.flush()
+        rc = subprocess.call([python, "-S", RUNNER, "--spec", path],
+                             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd="/")
+    probe = os.path.join(d, "slurm", "probe", f"{node}.sh")
+    if os.path.isfile(probe):  # provenance, read on the node (collect has no SSH under Slurm)
+        with open(os.path.join(rdir, "provenance.probe"), "w") as out:
+            subprocess.call(["/bin/sh", probe], stdout=out, stderr=subprocess.DEVNULL, cwd="/")
+    return rc
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("what", choices=("check", "run"))
+    ap.add_argument("--dir", required=True)
+    ap.add_argument("--token", default="")
+    ap.add_argument("--campaign", default="")
+    ap.add_argument("--python", default=sys.executable)
+    a = ap.parse_args(argv)
+    return check(a.dir, a.token) if a.what == "check" else run(a.dir, a.campaign, a.python)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
