@@ -34,7 +34,9 @@ CONTROLLER_WHEELS = (
     "fabric==3.2.3", "invoke==2.2.1", "paramiko==5.1.0", "bcrypt==5.0.0", "cryptography==50.0.2",
     "pynacl==1.6.2", "cffi==2.1.1", "pycparser==3.12", "decorator==5.3.1", "deprecated==1.3.1",
     "tenacity==9.2.1", "pydantic==2.14.4", "pydantic-core==2.50.5", "annotated-types==0.8.0",
-    "typing-inspection==0.4.5", "typing-extensions==4.15.0",
+    "typing-inspection==0.4.5", "typing-extensions==4.16.0",
+    # the versions specfleet's tests run with, over the image's own (whose versions are not checked)
+    "pandas==3.1.1", "tzdata==2026.6", "rich==15.0.0", "markdown-it-py==4.3.0", "mdurl==0.1.2", "pygments==2.21.0",
 )
 #: sshd, ssh, ssh-keygen and rsync from Debian 12, with every library they link that a bare image may
 #: lack (the wrappers put only these binaries on LD_LIBRARY_PATH).
