@@ -45,7 +45,7 @@ DEBS = (
     "libacl1", "libgssapi-krb5-2", "libkrb5-3", "libk5crypto3", "libkrb5support0", "libkeyutils1", "libcom-err2",
     "libfido2-1", "libcbor0.8", "libedit2", "libbsd0", "libmd0", "libaudit1", "libcap-ng0", "libselinux1",
     "libpcre2-8-0", "libcrypt1", "libsystemd0", "libssl3", "zlib1g", "libtinfo6", "libudev1", "libpam0g",
-    "libgcrypt20", "libgpg-error0", "liblzma5", "libcap2",
+    "libgcrypt20", "libgpg-error0", "liblzma5", "libcap2", "libnsl2", "libtirpc3", "libtirpc-common",
 )
 SNAPSHOT_PATHS = ("specfleet", "testbed", "plans", "datasets/sample", "fabfile.py", "pyproject.toml")
 
