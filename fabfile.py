@@ -1,6 +1,6 @@
 """specfleet's command line: `fab --list` shows every task.
 
-The tasks themselves live in specfleet/tasks/; this file only hands Fabric the collection. In a
+The tasks themselves live in tasks/; this file only hands Fabric the collection. In a
 checkout of the repository it adds the namespace testbed's tasks (testbed/tasks.py): the testbed
 is a development tool, not part of the installed package, so a bastion's bundle has none.
 """

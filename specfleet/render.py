@@ -1,5 +1,5 @@
-"""Rendering templates: the files specfleet places on hosts (specfleet/templates/) and the report's
-pages (specfleet/templates/report/, specfleet.results.document) come from Jinja environments made here only."""
+"""Rendering templates: the files specfleet places on hosts (templates/provision/) and the report's
+pages (templates/report/, specfleet.results.document) come from Jinja environments made here only."""
 from __future__ import annotations
 
 import shlex
@@ -7,7 +7,9 @@ from pathlib import Path
 
 import jinja2
 
-TEMPLATES = Path(__file__).resolve().parent / "templates"
+from . import templates
+
+TEMPLATES = Path(templates.__file__).resolve().parent
 
 
 def environment(folder: Path = TEMPLATES, *, autoescape=False, keep_trailing_newline: bool = True) -> jinja2.Environment:

@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 FAB = str(Path(sys.executable).parent / "fab")
 DEV = ROOT / "docs" / "dev"
 # a fenced block whose first line names the file it is: `# path` (Python) or `{# path #}` (Jinja)
-BLOCK = re.compile(r"^```(?:python|jinja)\n(?:# |\{# )(?P<path>specfleet/\S+?)(?: #\})?\n(?P<body>.*?)^```$",
+BLOCK = re.compile(r"^```(?:python|jinja)\n(?:# |\{# )(?P<path>(?:specfleet|roles|tasks|templates)/\S+?)(?: #\})?\n(?P<body>.*?)^```$",
                    re.S | re.M)
 
 
@@ -40,7 +40,8 @@ def page_files(page: str) -> dict[str, str]:
 
 def project_copy(tmp: Path, files: dict[str, str]) -> Path:
     dst = tmp / "project"
-    shutil.copytree(ROOT / "specfleet", dst / "specfleet", ignore=shutil.ignore_patterns("__pycache__"))
+    for part in ("specfleet", "roles", "tasks", "templates"):  # the package and its top-level parts
+        shutil.copytree(ROOT / part, dst / part, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy2(ROOT / "fabfile.py", dst / "fabfile.py")
     for rel, body in files.items():
         (dst / rel).write_text(body)
@@ -55,7 +56,7 @@ def run(argv, cwd: Path, **kw) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def with_sysctl(tmp_path_factory) -> Path:
     files = page_files("add-a-role.md")
-    assert set(files) == {"specfleet/roles/sysctl.py", "specfleet/templates/provision/sysctl.conf.j2"}, files
+    assert set(files) == {"roles/sysctl.py", "templates/provision/sysctl.conf.j2"}, files
     return project_copy(tmp_path_factory.mktemp("add-a-role"), files)
 
 

@@ -207,7 +207,7 @@ def _message_nodes(fn: ast.AST) -> set[int]:
 
 def test_no_shell_text_formats_an_unquoted_value():
     bad = []
-    files = sorted((PROJECT / "specfleet" / "roles").glob("*.py")) + sorted((PROJECT / "specfleet" / "steps").glob("*.py")) \
+    files = sorted((PROJECT / "roles").glob("*.py")) + sorted((PROJECT / "specfleet" / "steps").glob("*.py")) \
         + sorted((PROJECT / "specfleet" / "facts").glob("*.py"))
     for f in files:
         tree = ast.parse(f.read_text())

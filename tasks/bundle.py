@@ -19,7 +19,9 @@ from pathlib import Path
 from invoke import task
 from invoke.exceptions import Exit
 
-ROOT = Path(__file__).resolve().parents[2]
+import specfleet
+
+ROOT = Path(specfleet.__file__).resolve().parents[1]  # the checkout: specfleet/ beside pyproject.toml
 # what a bastion runs fab with, besides the installed package (paths relative to the repository)
 SHIPPED = ["fabfile.py", "plans", "datasets/sample", "inventory/example.yml", "docs/requirements.txt"]
 
@@ -66,7 +68,7 @@ def _platform_tags() -> list[str]:
 
 # what `pip wheel` needs to build specfleet: built from a copy holding only these, so a checkout's
 # stale build/lib (setuptools packs whatever is there) or other trees never reach the wheel
-WHEEL_SOURCES = ["pyproject.toml", "README.md", "specfleet"]
+WHEEL_SOURCES = ["pyproject.toml", "README.md", "specfleet", "roles", "tasks", "templates"]
 
 
 def build_wheel(dest: Path) -> Path:
