@@ -47,7 +47,8 @@ DEBS = (
     "libpcre2-8-0", "libcrypt1", "libsystemd0", "libssl3", "zlib1g", "libtinfo6", "libudev1", "libpam0g",
     "libgcrypt20", "libgpg-error0", "liblzma5", "libcap2", "libnsl2", "libtirpc3", "libtirpc-common",
 )
-SNAPSHOT_PATHS = ("specfleet", "testbed", "plans", "datasets/sample", "fabfile.py", "pyproject.toml")
+SNAPSHOT_PATHS = ("specfleet", "roles", "tasks", "templates", "testbed", "plans", "datasets/sample", "fabfile.py",
+                  "pyproject.toml")
 
 
 def log(msg: str) -> None:
