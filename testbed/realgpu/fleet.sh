@@ -42,7 +42,8 @@ verify() {
 SSHD=$S/root/usr/sbin/sshd
 tools() {  # the Debian packages, unpacked into a folder; wrappers give only these binaries their libraries
   if ! compgen -G "$F/debs/*.deb" >/dev/null; then   # a rehearsal without debs/: this machine's own tools
-    for t in ssh ssh-keygen rsync; do printf '#!/bin/sh\nexec %s "$@"\n' "$(command -v $t)" > "$S/bin/$t"; done
+    local sys_path=${PATH//$S\/bin:/}   # never our own wrapper (it would exec itself)
+    for t in ssh ssh-keygen rsync; do printf '#!/bin/sh\nexec %s "$@"\n' "$(PATH=$sys_path command -v $t)" > "$S/bin/$t"; done
     SSHD=/usr/sbin/sshd LIBS=
   else
     if [[ ! -x $SSHD ]]; then
