@@ -27,8 +27,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from specfleet.bench.plan import load_plan, parse_plan  # noqa: E402
-from specfleet.bench.split import REPORT_DURATIONS, NodeInfo, split  # noqa: E402
+from specfleet.plan import load_plan, parse_plan  # noqa: E402
+from specfleet.campaign.split import REPORT_DURATIONS, NodeInfo, split  # noqa: E402
 
 REPORT_PLAN = Path(__file__).resolve().parents[1] / "plans" / "qwen3-32b.yml"
 

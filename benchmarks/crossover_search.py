@@ -8,7 +8,7 @@ stands in: speedup = s1 x (1 + c / c0)^-0.6, crossing 1.0 at c0 (s1^(1/0.6) - 1)
 
 Measurement model: every run's output tok/s = truth x exp(N(0, sigma)), sigma = 2 % per run
 (the field report §5.1 saw 1.8 % between two nodes' baselines at c=16), `--reps` runs per cell of
-the configuration and of the baseline. The search (specfleet/bench/crossover.py, the runner's
+the configuration and of the baseline. The search (specfleet/worker/crossover.py, the runner's
 code) runs on concurrencies 1-256: coarse grid x4 (1 4 16 64 256), fine grid 4 points per
 doubling, budget = half the full fine grid. Per case over `--seeds` seeds it prints: cells used
 (max, mean), how often the estimate's one crossing lies between two neighbouring fine-grid points,
@@ -31,8 +31,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from specfleet.bench.crossover import coarse_grid, crossings, fine_grid, search  # noqa: E402
-from specfleet.bench.plan import Equivalence  # noqa: E402
+from specfleet.worker.crossover import coarse_grid, crossings, fine_grid, search  # noqa: E402
+from specfleet.plan import Equivalence  # noqa: E402
 from specfleet.results.measures import SPEEDUP_CONFIDENCE  # noqa: E402
 
 SIM_MODEL = ROOT / "testbed" / "simvllm" / "vllm" / "model.py"
@@ -62,10 +62,16 @@ def cases(model):
                      ("eagle3 k=5", dict(method_name="eagle3", k=5)),
                      ("ngram k=4 2-128", dict(method_name="ngram", k=4)),
                      ("ngram k=4 summarization", dict(method_name="ngram", k=4, category="summarization")),
-                     ("eagle3 k=3 out 2048", dict(method_name="eagle3", k=3, output_len=2048))):
+                     ("eagle3 k=3 out 2048", dict(method_name="eagle3", k=3, output_len=2048)),
+                     # the field report's flat n-gram curve (1.07x at c=1, 0.95x at 16): reported, not
+                     # in the target (a flat curve crosses 1.0 where the noise decides)
+                     (FLAT, dict(method_name="ngram", k=6, prompt_lookup_min=4, prompt_lookup_max=6))):
         f = lambda c, kw=kw: model.speedup(concurrency=c, **kw)  # noqa: E731
         out.append((name, f, model.crossover(lo=LO, hi=HI, **kw)))
     return out
+
+
+FLAT = "ngram k=6 4-6 (report, flat)"
 
 
 def run_case(truth, cross, seeds: int, reps: int, sigma: float, budget: int) -> dict:
@@ -105,6 +111,7 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--sigma", type=float, default=0.02)
     ap.add_argument("--model-file", type=Path, default=SIM_MODEL, help="the simulated engine's model.py")
+    ap.add_argument("--only", default="", help="run only the cases whose name contains this")
     a = ap.parse_args()
     model = sim_model(a.model_file)
     grid = fine_grid(LO, HI, PER_DOUBLING)
@@ -122,6 +129,8 @@ def main() -> int:
     print("-" * len(head))
     ok = True
     for name, truth, cross in cases(model):
+        if a.only and a.only not in name:
+            continue
         r = run_case(truth, cross, a.seeds, a.reps, a.sigma, budget)
         ok &= r["cells_max"] <= budget
         if cross is None:
@@ -131,11 +140,12 @@ def main() -> int:
         pct = lambda n: f"{100 * n / a.seeds:.1f} %"  # noqa: E731
         print(f"{name:26} {cross:>14.1f} {r['cells_max']:>9} {r['cells_mean']:>5.1f} {pct(r['located']):>9} "
               f"{pct(r['inside']):>7} {pct(r['near']):>9} {r['worst_steps']:>5}")
-        ok &= r["near"] >= 0.95 * a.seeds
+        ok &= r["near"] >= 0.95 * a.seeds or name == FLAT
     print("\none step: the estimate's crossing found between two neighbouring fine-grid points; inside: the "
           "true crossover\nlies in that step; <=1 step: in it or in a neighbouring step; worst: the largest "
           "distance in steps.")
-    print(f"\ntarget: the crossover within one grid step (<=1 step) in >= 95 % of the seeds of every case, "
+    print(f"\ntarget: the crossover within one grid step (<=1 step) in >= 95 % of the seeds of every case but "
+          f"the report's flat n-gram curve (reported only), "
           f"with at most {budget} of the {len(grid)} cells (half the full grid): {'met' if ok else 'NOT MET'}")
     return 0 if ok else 1
 

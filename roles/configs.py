@@ -1,6 +1,7 @@
 """configs: the files the bench runner needs on each worker.
 
-The runner script (stdlib only, so it runs with any python3 on the worker) and
+The worker program (specfleet.worker as one zipapp, runner.pyz: stdlib only, so it runs with any
+python3 on the worker) and
 the datasets the plan reads are placed under the worker's specfleet directory;
 `fab bench` writes each campaign's run spec next to them. A dataset (a bastion
 file) is placed by its content: `<home>/datasets/<sha256[:16]>/<basename>`, so two
@@ -16,7 +17,9 @@ from specfleet.step import Payload, Step
 from specfleet.steps.files import Directory, FileContent
 from specfleet.roles import Role
 
-from specfleet.bench.spec import RUNNER_FILES
+from specfleet.campaign.spec import worker_zipapp
+from specfleet.worker.layout import RUNNER_ARTEFACT
+
 DEFAULT_HOME = "/var/lib/specfleet"
 
 
@@ -25,7 +28,7 @@ def home(host: Host) -> str:
 
 
 def runner_path(host: Host) -> str:
-    return f"{home(host)}/runner.py"
+    return f"{home(host)}/{RUNNER_ARTEFACT}"
 
 
 def dataset_path(host: Host, local: str | Path) -> str:
@@ -39,9 +42,9 @@ def dataset_step(host: Host, local: str | Path) -> Step:
 
 def steps(host: Host, datasets: list[str], revert: bool = False) -> list[Step]:
     if revert:
-        return [FileContent(f"{home(host)}/{f.name}", present=False) for f in RUNNER_FILES]
+        return [FileContent(runner_path(host), present=False)]
     out: list[Step] = [Directory(home(host)), Directory(f"{home(host)}/datasets")]
-    out += [FileContent(f"{home(host)}/{f.name}", f.read_bytes(), mode="0755") for f in RUNNER_FILES]
+    out += [FileContent(runner_path(host), worker_zipapp(), mode="0755")]
     out += [dataset_step(host, ds) for ds in datasets]
     return out
 

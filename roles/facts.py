@@ -36,18 +36,3 @@ class HostFacts(Step):
             **gpu_report(facts["gpus"], facts["topology"], self.gpus_override),
         }
 
-
-class HostGpus(Step):
-    """Changes nothing; reports the host's GPUs (the inventory's `gpus` where set) and their
-    topology as `gpu_report` data; `specfleet.facts.gpus.read_gpu_report` reads it back."""
-
-    name = "gpus"
-
-    def __init__(self, host: Any):
-        self.override = host.var("gpus")
-
-    def facts(self) -> dict:
-        return {"gpus": Gpus(), "topology": GpuTopology()}
-
-    def report(self, facts: Values) -> dict:
-        return gpu_report(facts["gpus"], facts["topology"], self.override)

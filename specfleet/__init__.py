@@ -1,9 +1,8 @@
 """specfleet: a fleet runner for GPU inference benchmark campaigns.
 
-In a checkout the design card's top level holds three of the package's parts: roles/, tasks/ and
-templates/ beside specfleet/ (pyproject.toml maps them to specfleet.roles, .tasks, .templates, so
-the wheel has them inside the package). The finder below resolves those three names to the folders
-beside this package, so a checkout (or a copy of one) on PYTHONPATH imports its own parts.
+A checkout keeps three parts of the package at the top level (roles/, tasks/, templates/ beside
+specfleet/); pyproject.toml maps them into the wheel as specfleet.roles, .tasks, .templates, and in a
+checkout (or a copy of one on PYTHONPATH) the finder below imports them from beside this package.
 """
 from __future__ import annotations
 
@@ -11,20 +10,15 @@ import sys
 from importlib.machinery import PathFinder
 from pathlib import Path
 
-_PARTS = ("roles", "tasks", "templates")
-_ROOT = Path(__file__).resolve().parent.parent
+_PARTS, _HERE = ("roles", "tasks", "templates"), Path(__file__).resolve().parent
 
 
 class _TopLevelParts:
-    """Meta path finder for specfleet.roles/.tasks/.templates in a checkout (a no-op in a wheel)."""
-
     @staticmethod
     def find_spec(name, path=None, target=None):
         head, _, part = name.partition(".")
-        if head != __name__ or part not in _PARTS or (Path(__path__[0]) / part).is_dir():
-            return None
-        return PathFinder.find_spec(name, [str(_ROOT)])
+        return PathFinder.find_spec(name, [str(_HERE.parent)]) if head == __name__ and part in _PARTS else None
 
 
-if not (Path(__file__).parent / "roles").is_dir():  # a checkout, not an installed wheel
+if not (_HERE / "roles").is_dir():  # a checkout, not an installed wheel
     sys.meta_path.insert(0, _TopLevelParts)

@@ -96,10 +96,6 @@ class RunResult:
     exited: int
     duration: float
 
-    @property
-    def ok(self) -> bool:
-        return self.exited == 0
-
 
 class HostConnection:
     """A host and its one open SSH connection."""

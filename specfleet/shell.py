@@ -6,6 +6,8 @@ of data.
 """
 from __future__ import annotations
 
+import base64
+import binascii
 import secrets
 from dataclasses import dataclass
 
@@ -47,6 +49,24 @@ def receive_file_script(path: str, mode: str, size: int, sha256: str) -> str:
 def _dirname(path: str) -> str:
     head = path.rsplit("/", 1)[0]
     return head or "/"
+
+
+def sections_script(commands: list[str]) -> str:
+    """One probe of several sections: each command's stdout (stderr dropped) as one base64 line,
+    so no file content can ever look like the framing (read back with `read_sections`)."""
+    return "\n".join(f"{{ {c}\n}} 2>/dev/null | base64 -w0; echo" for c in commands)
+
+
+def read_sections(stdout: str, n: int) -> list[str]:
+    """The `n` sections of a `sections_script`'s output; "" for one missing or not base64."""
+    lines = stdout.split("\n")
+    out = []
+    for i in range(n):
+        try:
+            out.append(base64.b64decode(lines[i].strip(), validate=True).decode(errors="replace"))
+        except (IndexError, binascii.Error):
+            out.append("")
+    return out
 
 
 DIFF_VAR = "SPECFLEET_DIFF"  # set to 1 in a probe batch run under --diff

@@ -25,7 +25,7 @@ from typing import Callable
 
 from tenacity import RetryError, Retrying, stop_after_attempt, wait_exponential
 
-from specfleet.bench.layout import VENV_MANIFEST
+from specfleet.worker.layout import VENV_MANIFEST
 from specfleet.facts.system import PYTHON_VERSION_CODE, PythonVersion
 
 # what building a local requirement leaves in its directory: not part of its content

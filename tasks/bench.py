@@ -7,11 +7,12 @@ from rich.table import Table
 
 from specfleet import roles
 from specfleet.roles import configs
-from specfleet.bench import Paths, PlanError, build_run_spec, commands_for, dump_run_spec, load_plan
-from specfleet.bench import format_split, parse_pins, split
-from specfleet.bench import layout, remote
-from specfleet.bench.follow import follow, progress_line
-from specfleet.bench.spec import RunnerBusy, resumed
+from specfleet.campaign import Paths, PlanError, build_run_spec, commands_for, dump_run_spec, load_plan
+from specfleet.campaign import format_split, parse_pins, split
+from specfleet.campaign import remote
+from specfleet.worker import layout
+from specfleet.campaign.follow import follow, progress_line
+from specfleet.campaign.spec import RunnerBusy, resumed
 from specfleet.errors import UserError
 from specfleet.fleet import EXIT_BAD_INPUT
 from specfleet.shell import q
@@ -134,7 +135,7 @@ def _placement(host, plan, spec):
 
 
 def _follow(fleet, plan, rep, poll, runners: dict[str, int] | None = None):
-    """Follow every runner until all are finished (specfleet.bench.follow), then the campaign table."""
+    """Follow every runner until all are finished (specfleet.campaign.follow), then the campaign table."""
     follow(fleet, lambda hc: remote.view(hc, work_dir(hc.host), plan.campaign),
            lambda host: layout.run_dir(work_dir(host), plan.campaign, host.name), rep.console, poll,
            runners, on_end=lambda views: _campaign_table(rep, views))

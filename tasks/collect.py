@@ -5,7 +5,8 @@ from pathlib import Path
 
 from invoke import task
 
-from specfleet.bench import NodeInfo, PlanError, layout, split
+from specfleet.campaign import NodeInfo, PlanError, split
+from specfleet.worker import layout
 from specfleet.results.fetch import fetch, host_notes
 from specfleet.tasks.bench import DEFAULT_PLAN, PLAN_HELP, plan_of, work_dir
 from specfleet.tasks.common import fleet_help, fleet_run

@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..bench import layout
-from ..bench.layout import RESULT_RE
-from ..bench.sweep import parse_result_name
+from ..worker import layout
+from ..worker.layout import RESULT_RE
+from ..plan.sweep import parse_result_name
 from .provenance import simulated_signals
 from .schema import PROVENANCE_KEYS, Result, ResultError, incomplete, load_result
 
@@ -57,7 +57,7 @@ class Expect:
 
     @classmethod
     def of_plan(cls, plan) -> "Expect":
-        """What a specfleet.bench Plan asks of its runs, per bench cell."""
+        """What a specfleet.campaign Plan asks of its runs, per bench cell."""
         b = plan.benchmark
         return cls(b.num_prompts, b.max_failed_requests,
                    {c.name: c.num_prompts for c in b.cells if c.num_prompts != b.num_prompts} or None)
@@ -139,7 +139,7 @@ class KVFacts:
 @dataclass
 class NodeRecord:
     """What the results folder holds about one node: its runner state, done items, provenance
-    (not specfleet.bench.split.NodeInfo, what the split knows of a node before the run)."""
+    (not specfleet.campaign.split.NodeInfo, what the split knows of a node before the run)."""
 
     host: str
     provenance: dict[str, str] = field(default_factory=dict)

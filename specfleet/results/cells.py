@@ -19,8 +19,8 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..bench.layout import RUN_SPEC, cell_result_filename
-from ..bench.sweep import Cell
+from ..worker.layout import RUN_SPEC, cell_result_filename
+from ..plan.sweep import Cell
 from .campaign import Campaign, parse_name
 
 PLANNED_FILE = "planned.json"
@@ -53,10 +53,6 @@ class Planned:
     def nodes(self) -> list[str]:
         return sorted(self.queues)
 
-    def unassigned(self) -> list[str]:
-        held = {c for q in self.queues.values() for c in q}
-        return [c for c in self.configs if c not in held]
-
     def command(self) -> str:
         """What re-measures every cell that is not merged: the runner redoes only items whose
         result is missing or invalid (same hosts, so the same split)."""
@@ -71,7 +67,7 @@ class Planned:
 
 def planned_from(plan, plan_path: str, campaign_dir: Path, split_queues: dict[str, list[str]] | None = None,
                  host_notes: dict[str, str] | None = None) -> Planned:
-    """The planned cells of `plan` (a specfleet.bench.Plan) for the results in `campaign_dir`.
+    """The planned cells of `plan` (a specfleet.campaign.Plan) for the results in `campaign_dir`.
 
     `split_queues` (collect: the split over the hosts it was asked for) fills in hosts without a
     run.json; `host_notes` (collect: host -> why nothing came from it) are kept.

@@ -19,7 +19,7 @@ import math
 import pandas as pd
 
 from .crossover import crossover_lines
-from .measures import DEGENERATE, SINGLE_RUN, NoiseBand, cell_order
+from .measures import DEGENERATE, NoiseBand, cell_order, evidence, missing
 from .merge import Tables
 
 RARE_DRAFTS_PER_STEP = 0.10
@@ -30,31 +30,18 @@ def _f(v: float, nd: int = 2) -> str:
     return "n/a" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:,.{nd}f}"
 
 
-def _nan(v) -> bool:
-    return v is None or (isinstance(v, float) and math.isnan(v))
-
-
-def evidence(r: pd.Series, noise: NoiseBand) -> str:
-    """'1.830x, interval [1.790x, 1.870x] (method)' or '1.025x; single run: plain threshold, ...'."""
-    if _nan(r.get("speedup_ci_low")):
-        lo, hi = noise.band
-        return f"{r.speedup:.3f}x; {SINGLE_RUN}: ±{noise.tolerance_pct:g} % band [{lo:.3f}x, {hi:.3f}x]"
-    return (f"{r.speedup:.3f}x, interval [{r.speedup_ci_low:.3f}x, {r.speedup_ci_high:.3f}x] "
-            f"({r.speedup_method})")
-
-
 def slow_reason(row: pd.Series) -> str:
     if not row.get("has_spec_keys", False):
         return ("the result has no spec_decode_* keys: no draft was made in the measured window "
                 "(speculation never fired, or the server ran without a speculative config)")
     dps, alen, rate = row["drafts_per_step"], row["acceptance_length"], row["acceptance_rate_pct"]
-    if not _nan(dps) and dps < RARE_DRAFTS_PER_STEP:
+    if not missing(dps) and dps < RARE_DRAFTS_PER_STEP:
         return (f"speculation rarely fires: {_f(row['drafts'], 0)} drafts in "
                 f"{_f(row['output_tokens'] - row['accepted_tokens'], 0)} decode steps "
                 f"({_f(100 * dps, 1)} % of steps; output tokens - accepted tokens = steps); when it "
                 f"fires the acceptance length is {_f(alen, 3)}, so the per-step overhead is paid on the "
                 "other steps for nothing")
-    if not _nan(alen) and alen < LOW_ACCEPT_LEN:
+    if not missing(alen) and alen < LOW_ACCEPT_LEN:
         return (f"low acceptance: acceptance length {_f(alen, 3)} (rate {_f(rate, 1)} %), most drafted "
                 "tokens are rejected and verification costs more than it saves")
     return (f"drafting and verification overhead exceeds the gain (acceptance length {_f(alen, 3)}, "
@@ -64,18 +51,27 @@ def slow_reason(row: pd.Series) -> str:
 TAIL_TOLERANCE_PCT = 3.0  # the report's noise level (§5.1)
 
 
+def _wtpot(r: pd.Series) -> float:
+    """Token-weighted TPOT (gate_policy.token_weighted_tpot; vLLM's mean TPOT without per-request arrays)."""
+    v = r.get("tpot_weighted_ms")
+    return float(v) if not _nan(v) else float(r.tpot_ms)
+
+
 def tail_dominated(r: pd.Series, b: pd.Series, tol_pct: float = TAIL_TOLERANCE_PCT) -> str | None:
     """Throughput and TPOT speedups that disagree: the run's throughput is set by its tail.
 
     With few prompts per concurrency (one wave that drains) the output throughput follows the
     last request, not the per-token speed; TPOT (time per output token, per request) does not.
     """
+    if int(r.concurrency) <= 1:  # one request at a time: no wave, nothing drains
+        return None
     thr = r.output_tok_s / b.output_tok_s if b.output_tok_s else float("nan")
-    tpot = b.tpot_ms / r.tpot_ms if r.tpot_ms else float("nan")
+    rt, bt = _wtpot(r), _wtpot(b)
+    tpot = bt / rt if rt else float("nan")
     if math.isnan(thr) or math.isnan(tpot) or abs(thr / tpot - 1) * 100 <= tol_pct:
         return None
     return (f"**{r.config}** on {r.node} is tail-dominated: {thr:.3f}x on output throughput but "
-            f"{tpot:.3f}x on TPOT (beyond {tol_pct:g} %); the throughput is set by the last requests of a "
+            f"{tpot:.3f}x on token-weighted TPOT (beyond {tol_pct:g} %); the throughput is set by the last requests of a "
             "wave that drains, not by the per-token speed: judge by TPOT, or measure a steady state "
             "(more prompts per concurrency)")
 
@@ -83,9 +79,13 @@ def tail_dominated(r: pd.Series, b: pd.Series, tol_pct: float = TAIL_TOLERANCE_P
 def flagged_line(r: pd.Series, noise: NoiseBand) -> str:
     """What a flagged configuration is instead of faster or slower (the rule: measures.py)."""
     k = r.draft_tokens / r.drafts
-    speed = ("" if _nan(r.get("speedup")) else
+    speed = ("" if missing(r.get("speedup")) else
              f"; its {r.speedup:.2f}x the baseline ({evidence(r, noise)}) measures that, not speculative decoding")
-    if r.acceptance_flag == DEGENERATE:
+    if r.acceptance_flag == DEGENERATE and not _nan(r.get("loop_share_pct")):
+        what = (f"{_f(r.loop_share_pct, 0)} % of its requests loop (the tail of the generated text repeats one "
+                f"phrase; {_f(r.acceptance_rate_pct, 1)} % of drafted tokens accepted): n-gram drafting copies "
+                "the loop, so the figure measures the loop")
+    elif r.acceptance_flag == DEGENERATE:
         what = (f"{_f(r.acceptance_rate_pct, 1)} % of drafted tokens accepted, acceptance length "
                 f"{_f(r.acceptance_length)} = 1 + the {k:.2f} tokens proposed per draft: every draft is kept "
                 "whole, typical of a model that loops under greedy decoding (random weights)")
@@ -153,7 +153,7 @@ def conclusions(t: Tables, baseline: str) -> list[str]:
                        f"baseline ({evidence(r, noise)}).")
         for _, r in cand[cand.speedup_verdict == "slower"].iterrows():
             b = _base_row(runs, baseline, r.node, cell)
-            tpot = b.tpot_ms / r.tpot_ms if r.tpot_ms else float("nan")
+            tpot = _wtpot(b) / _wtpot(r) if _wtpot(r) else float("nan")
             if (tail_dominated(r, b, noise.tolerance_pct) and not math.isnan(tpot)
                     and abs(tpot - 1) * 100 <= noise.tolerance_pct):
                 # a draining wave: throughput follows the last request; TPOT contradicts a per-step cost
@@ -161,7 +161,8 @@ def conclusions(t: Tables, baseline: str) -> list[str]:
                        "difference, so the slowdown is the tail of a wave that drains, not a per-step "
                        "overhead (measure a steady state to tell)")
             else:
-                why = slow_reason(r)
+                why = slow_reason(r) if not t.overhead_bound.get(r.node) else (
+                    f"{t.overhead_bound[r.node]}; {slow_reason(r)}")
             out.append(f"Concurrency {conc}: **{r.config}** on {r.node} is SLOWER than the baseline "
                        f"({evidence(r, noise)}): {why}.")
         for _, r in cand.iterrows():
@@ -183,8 +184,28 @@ def conclusions(t: Tables, baseline: str) -> list[str]:
         cfg = cfgs.pop()
         trend = ", ".join(f"{s:.2f}x at conc {c[1]}" for c, (_, s) in sorted(best_by_conc.items()))
         out.append(f"{cfg} is best at every concurrency measured ({trend}).")
+    out += t.outliers
+    out += [f"{why[0].upper()}{why[1:]}." for why in t.overhead_bound.values()]
+    out += diagnosis_lines(runs, baseline)
     out += crossover_lines(runs[runs.acceptance_flag == ""], baseline, noise, t.search)  # where each configuration stops paying (crossover.py)
     versions = {v for v in t.provenance.vllm if v}
     if len(versions) > 1:
         out.append(f"WARNING: nodes ran different vLLM versions ({', '.join(sorted(versions))}).")
+    return out
+
+
+def diagnosis_lines(runs: pd.DataFrame, baseline: str) -> list[str]:
+    """Caveats read from the files (diagnosis.py): loops in the outputs, greedy outputs that differ."""
+    out = []
+    for _, r in runs.iterrows():
+        if not _nan(r.get("loop_share_pct")) and r.loop_share_pct > 0 and r.config != baseline \
+                and not r.get("acceptance_flag"):  # a flagged row's own line says it
+            out.append(f"Concurrency {r.concurrency}: {_f(r.loop_share_pct, 0)} % of {r.config}'s requests on {r.node} "
+                       "loop (the tail of the generated text repeats one phrase); n-gram drafts copy a loop, so "
+                       "part of its acceptance measures the loop")
+        if not _nan(r.get("greedy_differs_pct")) and r.greedy_differs_pct > 0:
+            out.append(f"Concurrency {r.concurrency}: greedy decoding on both sides, yet {_f(r.greedy_differs_pct, 0)} % "
+                       f"of {r.config}'s outputs on {r.node} differ from '{baseline}''s for the same prompt "
+                       "(speculative decoding is lossless under greedy decoding: batch-dependent numerics, or a loop "
+                       "entered at another token)")
     return out

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from .measures import NoiseBand
+from .measures import NoiseBand, evidence
 
 CURVE_MIN_POINTS = 3
 FASTER, SLOWER, NO_DIFF = "faster", "slower", "no measurable difference"
@@ -29,7 +29,6 @@ def curves(runs: pd.DataFrame, baseline: str) -> list[tuple[str, str, pd.DataFra
 
 
 def _ev(r: pd.Series, noise: NoiseBand) -> str:
-    from .conclusions import evidence
     return f"c={int(r.concurrency)}: {evidence(r, noise)}"
 
 

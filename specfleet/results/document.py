@@ -29,10 +29,14 @@ from .provenance import provenance_sections
 TEMPLATE_DIR = TEMPLATES / "report"
 SIMULATED_STAMP = ("SIMULATED ENGINE: inputs come from the simulated vLLM (specfleet-simvllm), "
                    "not a real GPU run. These numbers are not performance measurements.")
-NOT_EQUIVALENT_STAMP = "NODES NOT EQUIVALENT: merged with --force although the node-equivalence gate failed."
+NOT_EQUIVALENT_STAMP = ("NODES NOT EQUIVALENT: merged with --force although the node-equivalence gate did not pass "
+                        "(FAILED, or INCONCLUSIVE: the data could not show the nodes equivalent).")
+MIXED_PROVENANCE_STAMP = ("MIXED PROVENANCE: merged with --force although the runs differ in GPU model, driver, "
+                          "CUDA, torch, vLLM version or decoding (see 'Gate decision').")
 MIXED_PLANS_STAMP = "MIXED PLANS: merged with --force although the results carry different plan hashes."
 CATEGORY_IMAGE = "category-heatmap"  # <name>-<k>.svg beside report.md, one per (concurrency, output_len)
 INCOMPLETE_STAMP = "INCOMPLETE: {n} of {total} planned cells are not merged (see 'Planned cells')."
+
 
 
 @dataclass
@@ -59,6 +63,7 @@ class ReportModel:
     quarantined: list[str] = field(default_factory=list)
     gate_verdict: str = ""       # PASSED | FAILED | NOT CHECKED, with why when not all was checked
     complete: bool = True
+    summary: Section | None = None  # configuration x concurrency: speedup, interval, verdict (top of the report)
 
 
 def gate_verdict(gate: GateResult, cells: list[CellState] | None = None) -> str:
@@ -66,7 +71,8 @@ def gate_verdict(gate: GateResult, cells: list[CellState] | None = None) -> str:
     pass needs a comparison); planned nodes whose baseline cell at the rule's point is not merged
     are named with the cell's why."""
     if not gate.passed:
-        return "FAILED"
+        return gate.verdict
+    head = gate.verdict  # PASSED, or PASSED (UNVERIFIED: ...)
     conc = gate.rule.concurrency
     lacking = {}
     for c in cells or []:
@@ -78,9 +84,9 @@ def gate_verdict(gate: GateResult, cells: list[CellState] | None = None) -> str:
         return f"NOT CHECKED ({'; '.join(why + list(lacking.values()))})"
     if lacking:
         compared = sorted({n for c in gate.checks for n in (c.node_a, c.node_b)})
-        return (f"PASSED for {', '.join(compared)}; NOT CHECKED for {', '.join(sorted(lacking))} "
+        return (f"{head} for {', '.join(compared)}; NOT CHECKED for {', '.join(sorted(lacking))} "
                 f"({'; '.join(lacking.values())})")
-    return "PASSED"
+    return head
 
 
 def fmt(v: Any, nd: int = 2, suffix: str = "") -> str:
@@ -151,6 +157,37 @@ def _flag_verdicts(rows: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def _verdict_cell(r: pd.Series) -> str:
+    if r.get("acceptance_flag") in ACCEPTANCE_FLAGS:
+        return f"{fmt(r.speedup, 2, 'x')} {r.acceptance_flag}: not a speedup"
+    if r.speedup != r.speedup:
+        return "no same-node baseline"
+    lo, hi = r.get("speedup_ci_low"), r.get("speedup_ci_high")
+    ci = f" [{lo:.2f}-{hi:.2f}]" if lo == lo and lo is not None and hi == hi else f" ({fmt(r.repeats, 0)} run)"
+    return f"{r.speedup:.2f}x{ci} {r.speedup_verdict}"
+
+
+def summary_section(runs: pd.DataFrame, baseline: str) -> Section | None:
+    """One row per configuration, one column per bench cell: speedup, interval (or 1 run), verdict."""
+    others = runs[runs.config != baseline]
+    if others.empty:
+        return None
+    cells = cell_order(runs)
+    heads = [cell_title(runs[runs.cell == c]).removeprefix("at ") for c in cells]
+    multi = others.groupby("config").node.nunique().max() > 1
+    rows = []
+    for cfg in dict.fromkeys(others.config):
+        row = [cfg]
+        for c in cells:
+            at = others[(others.config == cfg) & (others.cell == c)]
+            row.append("; ".join((f"{r.node}: " if multi else "") + _verdict_cell(r) for _, r in at.iterrows()) or "–")
+        rows.append(row)
+    return Section("Summary", ["configuration", *heads], rows,
+                   f"Speedup over the same node's '{baseline}' (output tok/s), its 95 % interval with repeats "
+                   "(or the run count), and the verdict by the noise band (see the Results tables); "
+                   "the bullets below are details and caveats.", anchor="summary")
+
+
 def cells_section(cells: list[CellState], command: str | None) -> Section:
     bad = [c for c in cells if not c.merged]
     note = (f"Complete: all {len(cells)} planned (configuration, concurrency, node) cells are merged."
@@ -171,9 +208,12 @@ def build_model(campaign: str, tables: Tables, gate: GateResult, conclusions: li
                 quarantined: list[str] | None = None, cells: list[CellState] | None = None,
                 command: str | None = None) -> ReportModel:
     bad = [c for c in cells or [] if not c.merged]
+    unverified = gate.passed and "UNVERIFIED" in gate.verdict
     stamps = ([SIMULATED_STAMP] if simulated else []) + \
-        ([NOT_EQUIVALENT_STAMP] if forced and not gate.nodes_equivalent else []) \
+        ([NOT_EQUIVALENT_STAMP] if forced and not gate.nodes_equivalent
+         else []) \
         + ([MIXED_PLANS_STAMP] if forced and gate.mixed_plans else []) \
+        + ([MIXED_PROVENANCE_STAMP] if forced and gate.mixed_provenance else []) \
         + ([INCOMPLETE_STAMP.format(n=len(bad), total=len(cells))] if bad else [])
     secs = []
     for cell in cell_order(tables.runs):
@@ -223,11 +263,14 @@ def build_model(campaign: str, tables: Tables, gate: GateResult, conclusions: li
     secs += [_section(title, df, cols, note) for title, df, cols, note in
              provenance_sections(tables.provenance, tables.provenance_results)]
     tags = (["SIMULATED"] if simulated else []) + (["NODES NOT EQUIVALENT"] if forced and not gate.nodes_equivalent else []) \
-        + (["MIXED PLANS"] if forced and gate.mixed_plans else []) + (["INCOMPLETE"] if bad else [])
+        + (["UNVERIFIED"] if unverified else []) \
+        + (["MIXED PLANS"] if forced and gate.mixed_plans else []) \
+        + (["MIXED PROVENANCE"] if forced and gate.mixed_provenance else []) + (["INCOMPLETE"] if bad else [])
     return ReportModel(campaign=campaign, baseline=baseline, stamps=stamps, tags=tags, gate=gate,
                        conclusions=conclusions, sections=secs, notes=list(tables.notes),
                        warnings=list(warnings or []), quarantined=list(quarantined or []),
-                       gate_verdict=gate_verdict(gate, cells), complete=not bad)
+                       gate_verdict=gate_verdict(gate, cells), complete=not bad,
+                       summary=summary_section(_flag_verdicts(tables.runs), baseline) if not tables.runs.empty else None)
 
 
 def _env() -> jinja2.Environment:
@@ -282,7 +325,7 @@ def print_report(model: ReportModel, console=None, gate_only: bool = False) -> N
             style = "bold red" if "FAIL" in row else None
             t.add_row(*row, style=style)
         console.print(t)
-    style = "green" if model.gate_verdict == "PASSED" else "bold red" if not model.gate.passed else "bold yellow"
+    style = "green" if model.gate_verdict == "PASSED" else "yellow" if model.gate.passed else "bold red" if not model.gate.passed else "bold yellow"
     console.print(f"Node equivalence [{style}]{model.gate_verdict}[/]: {model.gate.rule.describe()}",
                   markup=True, highlight=False)
     for c in model.gate.checks:

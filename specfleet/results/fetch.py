@@ -11,7 +11,8 @@ import shlex
 import subprocess
 from pathlib import Path
 
-from ..bench import layout, remote
+from ..campaign import remote
+from ..worker import layout
 from ..connection import ssh_argv
 from ..step import Status, StepFailed
 

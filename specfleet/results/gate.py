@@ -8,12 +8,15 @@ B/A inside the band [1/(1 + tol), 1 + tol] (symmetric: swapping the nodes
 inverts ratio and band, so the decision does not depend on node names).
 
 - Repeats on both nodes (>= 2 runs each): an equivalence test, TOST with two
-  one-sided Welch t-tests on log values at level alpha, i.e. the (1 - 2 alpha)
-  confidence interval of the ratio must lie inside the band. An interval that
-  reaches outside is "not shown equivalent" and fails: more noise never passes
-  a bigger difference.
+  one-sided Welch t-tests on log values, as a group-sequential design with its
+  error spending stated (gate_policy.py): PASSED when the interval lies inside the
+  band, FAILED when it lies entirely outside, else INCONCLUSIVE with how far the
+  data can show equivalence and how many more runs the next look needs. More noise
+  never passes a bigger difference.
 - A single run on either node: the plain threshold on the ratio (no spread, no
-  interval), and the reason says so.
+  interval): inside, PASSED but stamped UNVERIFIED; outside, INCONCLUSIVE.
+- Every other concurrency both nodes measured is decided the same way; a gap there
+  is a named warning (gate.notes), the rule's point alone decides the merge.
 
 See docs/report.md, "The equivalence gate".
 """
@@ -26,13 +29,17 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from ..bench.plan import Equivalence
+from ..plan import Equivalence
 from .campaign import Campaign
 from .gpu_gate import gpu_checks, packing_of
+from .consistency import mismatches
+from .gate_policy import (ALPHA, ALPHA_PER_LOOK, FAILED, INCONCLUSIVE, MERGES, METHOD as POLICY, PASSED,
+                          UNVERIFIED, Decision, decide_state, metric_value)
 from .provenance import plan_hashes
-from .stats import ratio_interval, tost_p
+from ..worker.stats import ratio_interval, tost_p
 
 GATE_METRICS = {
+    "tpot_weighted_ms": "token-weighted TPOT ms",
     "output_throughput": "output tok/s",
     "total_token_throughput": "total tok/s",
     "mean_tpot_ms": "TPOT ms",
@@ -40,7 +47,7 @@ GATE_METRICS = {
     "mean_ttft_ms": "TTFT ms",
 }
 METHOD = "TOST: two one-sided Welch t-tests on log values"
-SINGLE_RUN = "single run: plain threshold, no interval"
+SINGLE_RUN = "single run: plain threshold, no interval: UNVERIFIED"
 # The rule's defaults are the plan's (a plan without `equivalence:`): one source for both.
 PLAN_DEFAULTS = Equivalence()
 # The baseline of a campaign folder reported without its plan (a plan names its own).
@@ -52,7 +59,7 @@ class EquivalenceRule:
     metric: str = PLAN_DEFAULTS.metric
     concurrency: int | None = PLAN_DEFAULTS.concurrency  # None: every concurrency both nodes measured
     tolerance_pct: float = PLAN_DEFAULTS.tolerance_pct
-    alpha: float = 0.05
+    alpha: float = ALPHA   # overall; each look tests at alpha / len(LOOKS) (gate_policy.py)
 
     def __post_init__(self) -> None:
         if self.metric not in GATE_METRICS:
@@ -69,16 +76,20 @@ class EquivalenceRule:
         return 1.0 / hi, hi
 
     @property
+    def alpha_per_look(self) -> float:
+        return self.alpha * ALPHA_PER_LOOK / ALPHA
+
+    @property
     def confidence(self) -> float:
-        return 1.0 - 2.0 * self.alpha
+        return 1.0 - 2.0 * self.alpha_per_look
 
     def describe(self) -> str:
         where = f"at concurrency {self.concurrency}" if self.concurrency is not None else "at every concurrency"
         lo, hi = self.band
         return (f"rule: baseline {GATE_METRICS[self.metric]} must be shown equivalent within "
                 f"±{self.tolerance_pct:g} % {where} (ratio between nodes inside [{lo:.4f}, {hi:.4f}]); "
-                f"with repeats: {METHOD}, alpha {self.alpha:g}, i.e. the {self.confidence:.0%} "
-                f"interval of the ratio inside that band; {SINGLE_RUN}")
+                f"with repeats: {POLICY}, i.e. the {self.confidence:.1%} interval of the ratio inside "
+                f"that band (entirely outside: FAILED; else INCONCLUSIVE); {SINGLE_RUN}")
 
 
 @dataclass
@@ -99,6 +110,9 @@ class PairCheck:
     passed: bool
     reason: str
     cell: str = ""           # the bench cell compared (conc<N> for a plain plan)
+    state: str = FAILED      # gate_policy: PASSED | UNVERIFIED | INCONCLUSIVE | FAILED
+    more_runs: int | None = None
+    within_pct: float | None = None
 
     @property
     def where(self) -> str:
@@ -116,15 +130,38 @@ class GateResult:
     notes: list[str] = field(default_factory=list)
     table: pd.DataFrame = field(default_factory=pd.DataFrame)
     mixed_plans: dict[str, list[str]] = field(default_factory=dict)  # plan hash -> node/config items
+    mixed_provenance: list[str] = field(default_factory=list)  # consistency.mismatches: GPU, versions, decoding
     packing: str = ""   # how servers shared the nodes (gpu_gate.packing_of): the report states it
 
     @property
     def nodes_equivalent(self) -> bool:
         """The node checks alone (a mixed-plan refusal is the one problem that is not about nodes)."""
-        return all(c.passed for c in self.checks) and len(self.problems) == (1 if self.mixed_plans else 0)
+        return all(c.passed for c in self.checks) and \
+            len(self.problems) == (1 if self.mixed_plans else 0) + len(self.mixed_provenance)
+
+    @property
+    def verdict(self) -> str:
+        """FAILED (a problem, or a pair shown different) > INCONCLUSIVE > PASSED (UNVERIFIED) > PASSED."""
+        states = {c.state for c in self.checks}
+        if self.problems or FAILED in states:
+            return FAILED
+        if INCONCLUSIVE in states:
+            within = max((c.within_pct for c in self.checks if c.within_pct is not None), default=None)
+            more = [c.more_runs for c in self.checks if c.state == INCONCLUSIVE]
+            how = (f"the data can show equivalence only within ±{within:.1f} %" if within is not None else
+                   "the data cannot show equivalence")
+            nxt = max((min(c.n_a, c.n_b) + c.more_runs for c in self.checks if c.state == INCONCLUSIVE and c.more_runs), default=0)
+            add = (f"; {max(m for m in more if m is not None)} more run(s) of the baseline per node for the "
+                   f"next look (benchmark.repeat: {nxt}; docs/report.md, \"Adding repeats\")"
+                   if any(m for m in more if m is not None) else
+                   "; the run budget is spent" if more and all(m is None for m in more) else "")
+            return f"{INCONCLUSIVE}: {how} (margin ±{self.rule.tolerance_pct:g} %){add}"
+        if UNVERIFIED in states:
+            return f"{PASSED} ({UNVERIFIED}: a single run on a node shows no spread, nothing is verified)"
+        return PASSED
 
     def summary(self) -> str:
-        head = "PASSED" if self.passed else "FAILED"
+        head = self.verdict
         lines = [f"node equivalence {head}: {self.rule.describe()}"]
         lines += [f"  {c.node_a} vs {c.node_b} {c.where}: {c.reason}" for c in self.checks]
         lines += [f"  problem: {p}" for p in self.problems]
@@ -141,7 +178,7 @@ def baseline_samples(camp: Campaign, baseline: str) -> dict[tuple[str, str], dic
             continue
         d = out.setdefault((r.host, r.cell), {m: [] for m in GATE_METRICS})
         for m in GATE_METRICS:
-            d[m].append(float(getattr(r.result, m)))
+            d[m].append(metric_value(r.result, m))
     return out
 
 
@@ -150,7 +187,7 @@ def _samples_by_conc(runs) -> dict[int, dict[str, list[float]]]:
     for r in runs:
         d = out.setdefault(r.conc, {m: [] for m in GATE_METRICS})
         for m in GATE_METRICS:
-            d[m].append(float(getattr(r.result, m)))
+            d[m].append(metric_value(r.result, m))
     return out
 
 
@@ -173,27 +210,37 @@ def decide(rule: EquivalenceRule, a: list[float], b: list[float]) -> PairCheck:
     if min(a + b) <= 0:
         chk.reason = "a baseline value is <= 0, cannot compare"
         return chk
+    n = min(len(a), len(b))
     ri = ratio_interval(a, b, rule.confidence)
+    d = decide_state(n, ri.low if ri else None, ri.high if ri else None, rule.band, mb / ma)
+    chk.state, chk.passed, chk.more_runs, chk.within_pct = d.state, d.merges, d.more_runs, d.within_pct
     if ri is None:
-        ratio = mb / ma
-        chk.passed = lo <= ratio <= hi
-        chk.reason = (f"{diff:+.2f} % {'within' if chk.passed else 'outside'} the {band} "
-                      f"({SINGLE_RUN}; n={len(a)}/{len(b)})")
+        chk.reason = (f"{diff:+.2f} % {'within' if d.merges else 'outside'} the {band} "
+                      f"({SINGLE_RUN}; n={len(a)}/{len(b)}): {_words(d, rule)}")
         return chk
     chk.ci_low, chk.ci_high, chk.method = ri.low, ri.high, METHOD
     chk.tost_p = tost_p(a, b, lo, hi)
-    chk.passed = lo <= ri.low and ri.high <= hi
-    ci = (f"{ri.confidence:.0%} CI of the ratio {_pcts(ri.low, ri.high)} "
+    ci = (f"{ri.confidence:.1%} CI of the ratio {_pcts(ri.low, ri.high)} "
           f"({METHOD}, df {ri.df:.1f}, n={len(a)}/{len(b)}, TOST p={chk.tost_p:.3g})")
-    chk.reason = (f"{diff:+.2f} %, {ci}: " +
-                  (f"shown equivalent (interval inside the {band})" if chk.passed else
-                   f"not shown equivalent (interval reaches outside the {band}); "
-                   "fails: more repeats narrow the interval"))
+    chk.reason = f"{diff:+.2f} %, {ci}: {_words(d, rule)}"
     return chk
 
 
+def _words(d: Decision, rule: EquivalenceRule) -> str:
+    if d.state == PASSED:
+        return "PASSED: shown equivalent (interval inside the band)"
+    if d.state == UNVERIFIED:
+        return f"{UNVERIFIED} pass: one run shows no spread; repeats ({rule.tolerance_pct:g} % margin) verify it"
+    if d.state == FAILED:
+        return f"FAILED: shown to differ by more than ±{rule.tolerance_pct:g} % (interval outside the band)"
+    more = (f"add {d.more_runs} run(s) of the baseline per node for the next look" if d.more_runs else
+            "the run budget is spent")
+    return (f"{INCONCLUSIVE}: the data can show equivalence only within ±{d.within_pct:.1f} %; {more} "
+            "(docs/report.md, \"Adding repeats\")")
+
+
 def check_equivalence(camp: Campaign, rule: EquivalenceRule | None = None,
-                      baseline: str = DEFAULT_BASELINE) -> GateResult:
+                      baseline: str = DEFAULT_BASELINE, vllm_pin: str | None = None) -> GateResult:
     rule = rule or EquivalenceRule()
     samples = baseline_samples(camp, baseline)
     conc_of = {r.cell: r.conc for r in camp.runs}
@@ -242,7 +289,8 @@ def check_equivalence(camp: Campaign, rule: EquivalenceRule | None = None,
                         and row["metric"] == GATE_METRICS[rule.metric]:
                     row["rule"] = (f"±{rule.tolerance_pct:g} %, " +
                                    ("plain threshold" if chk.ci_low is None else f"{rule.confidence:.0%} CI"))
-                    row["verdict"] = "pass" if chk.passed else "FAIL"
+                    row["verdict"] = {PASSED: "pass", UNVERIFIED: "pass (UNVERIFIED)"}.get(chk.state, chk.state)
+    gate.notes += other_concurrencies(camp, rule, samples, conc_of, rule_cells)
     gchecks, gnotes = gpu_checks(camp, rule, baseline, decide, _samples_by_conc)  # across one node's GPUs
     gate.checks += gchecks
     gate.notes += gnotes
@@ -253,8 +301,27 @@ def check_equivalence(camp: Campaign, rule: EquivalenceRule | None = None,
         gate.problems.append("the results come from different plans (plan hash " + "; ".join(
             f"{h} on {', '.join(items)}" for h, items in sorted(hashes.items())) + "): not merged; "
             "re-run with one plan, or --force merges and stamps every output")
-    gate.passed = not gate.problems and all(c.passed for c in gate.checks)
+    gate.mixed_provenance = mismatches(camp, vllm_pin)
+    gate.problems += [f"{m}: not merged (one campaign is one GPU model, driver, CUDA, torch, vLLM and decoding; "
+                      "--force merges and stamps every output MIXED PROVENANCE)" for m in gate.mixed_provenance]
+    gate.passed = not gate.problems and all(c.state in MERGES for c in gate.checks)
     cols = ["concurrency", "cell", "metric", "node_a", "node_b", "value_a", "value_b", "diff_pct",
             "n_a", "n_b", "ci_low_pct", "ci_high_pct", "rule", "verdict"]
     gate.table = pd.DataFrame(rows, columns=cols)
     return gate
+
+
+def other_concurrencies(camp: Campaign, rule: EquivalenceRule, samples, conc_of, rule_cells) -> list[str]:
+    """The rule's test at every other cell both nodes measured: a gap there is a named warning."""
+    out = []
+    for a, b in itertools.combinations(camp.hosts, 2):
+        for cell in sorted({c for (h, c) in samples if h == a} & {c for (h, c) in samples if h == b},
+                           key=lambda c: (conc_of[c], c)):
+            if cell in rule_cells:
+                continue
+            chk = decide(rule, samples[(a, cell)][rule.metric], samples[(b, cell)][rule.metric])
+            if chk.state in (FAILED, INCONCLUSIVE) or abs(chk.diff_pct) > rule.tolerance_pct:
+                where = f"concurrency {conc_of[cell]}" + ("" if cell == f"conc{conc_of[cell]}" else f" (cell {cell})")
+                out.append(f"WARNING: {a} vs {b} at {where} (not the rule's point): baseline "
+                           f"{GATE_METRICS[rule.metric]} {chk.reason}")
+    return out

@@ -13,7 +13,7 @@ import dataclasses
 import itertools
 from typing import TYPE_CHECKING
 
-from ..bench.layout import copy_of
+from ..worker.layout import copy_of
 
 if TYPE_CHECKING:
     from .campaign import Campaign

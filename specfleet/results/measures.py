@@ -28,10 +28,10 @@ from dataclasses import dataclass
 import pandas as pd
 
 from .campaign import Campaign
+from .diagnosis import LOOP_SHARE_DEGENERATE
 from .gate import EquivalenceRule
-from .stats import ratio_interval
+from ..worker.stats import SPEEDUP_CONFIDENCE, ratio_interval
 
-SPEEDUP_CONFIDENCE = 0.95
 SINGLE_RUN = "single run: plain threshold, no interval"
 INTERVAL_METHOD = "95 % CI, Welch's t on log values"
 PCT_KEY = re.compile(r"^p(\d+(?:\.\d+)?)_(ttft|tpot|itl|e2el)_ms$")
@@ -69,11 +69,25 @@ class NoiseBand:
 
     def describe(self) -> str:
         lo, hi = self.band
-        return (f"faster/slower only when the {self.confidence:.0%} interval of the speedup "
-                f"(Welch's t on log output tok/s, repeats of the configuration and of the same node's "
-                f"baseline) excludes 1.00x; with a single run on either side: only outside the "
-                f"±{self.tolerance_pct:g} % band [{lo:.3f}x, {hi:.3f}x] ({SINGLE_RUN}); "
-                "otherwise: no measurable difference")
+        return (f"faster/slower only outside the ±{self.tolerance_pct:g} % band [{lo:.3f}x, {hi:.3f}x] (the "
+                f"minimum effect of interest, with 1 run or 10) and, with repeats, only when the "
+                f"{self.confidence:.0%} interval of the speedup (Welch's t on log output tok/s, repeats of the "
+                f"configuration and of the same node's baseline) excludes 1.00x ({SINGLE_RUN} otherwise); "
+                "else: no measurable difference")
+
+
+def missing(v) -> bool:
+    """None or NaN: a value the table does not have."""
+    return v is None or (isinstance(v, float) and math.isnan(v))
+
+
+def evidence(r: pd.Series, noise: NoiseBand) -> str:
+    """'1.830x, interval [1.790x, 1.870x] (method)' or '1.025x; single run: plain threshold, ...'."""
+    if missing(r.get("speedup_ci_low")):
+        lo, hi = noise.band
+        return f"{r.speedup:.3f}x; {SINGLE_RUN}: ±{noise.tolerance_pct:g} % band [{lo:.3f}x, {hi:.3f}x]"
+    return (f"{r.speedup:.3f}x, interval [{r.speedup_ci_low:.3f}x, {r.speedup_ci_high:.3f}x] "
+            f"({r.speedup_method})")
 
 
 def _samples(camp: Campaign) -> dict[tuple[str, str, str], list[float]]:
@@ -95,14 +109,16 @@ def speedup_noise(camp: Campaign, runs: pd.DataFrame, baseline: str, noise: Nois
             lows.append(math.nan), highs.append(math.nan), methods.append(""), verdicts.append("")
             continue
         ri = ratio_interval(base, cfg, noise.confidence)
+        # the minimum effect of interest (the band) applies with or without repeats: faster/slower
+        # mean the same with 1 run or 10; repeats must also show it (the interval excludes 1.00x)
+        excl_lo, excl_hi = r.speedup > hi_band, r.speedup < lo_band
         if ri is None:
             lo = hi = math.nan
             method = SINGLE_RUN
-            excl_lo, excl_hi = r.speedup > hi_band, r.speedup < lo_band
         else:
             lo, hi = ri.low, ri.high
             method = f"{INTERVAL_METHOD}, n={len(cfg)}/{len(base)}"
-            excl_lo, excl_hi = lo > 1.0, hi < 1.0
+            excl_lo, excl_hi = excl_lo and lo > 1.0, excl_hi and hi < 1.0
         lows.append(lo), highs.append(hi), methods.append(method)
         verdicts.append("faster" if excl_lo else "slower" if excl_hi else "no measurable difference")
     out = runs.copy()
@@ -123,15 +139,17 @@ def acceptance_flag(r: pd.Series | dict) -> str:
     def num(k):
         v = r.get(k)
         return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v == v else math.nan
-    drafts, dtok, rate, alen = (num(k) for k in ("drafts", "draft_tokens", "acceptance_rate_pct",
-                                                   "acceptance_length"))
+    drafts, dtok, rate, alen, loops = (num(k) for k in ("drafts", "draft_tokens", "acceptance_rate_pct",
+                                                          "acceptance_length", "loop_share_pct"))
     if not drafts > 0 or math.isnan(rate):
         return ""
+    if rate < NEAR_ZERO_RATE_PCT:
+        return NEAR_ZERO
+    if not math.isnan(loops):  # the outputs are there: a loop is read from them, not guessed from the rate
+        return DEGENERATE if loops >= 100 * LOOP_SHARE_DEGENERATE else ""
     k = dtok / drafts
     if rate >= DEGENERATE_RATE_PCT and alen >= (k + 1) * (1 - DEGENERATE_LENGTH_SLACK):
         return DEGENERATE
-    if rate < NEAR_ZERO_RATE_PCT:
-        return NEAR_ZERO
     return ""
 
 
@@ -206,3 +224,35 @@ def cell_title(rows: pd.DataFrame) -> str:
     """'at concurrency 16' for a plain cell, 'at concurrency 16, cell conc16-out1024' for a swept one."""
     conc, cell = int(rows.concurrency.iloc[0]), str(rows.cell.iloc[0])
     return f"at concurrency {conc}" + ("" if cell == f"conc{conc}" else f", cell {cell}")
+
+
+OUTLIER_PCT = 10.0   # a repeat this far from the median of the others ...
+OUTLIER_SPREAD = 3.0  # ... and this many times farther than the others stand from that median
+
+
+def outlier_notes(camp: Campaign) -> list[str]:
+    """One note per repeat that stands far from the others of its (cell, config, node): >= 3 runs, its
+    output tok/s more than OUTLIER_PCT % from the median of the others, and more than OUTLIER_SPREAD
+    times the others' own largest distance from that median. It stays in the means and intervals
+    (nothing is dropped); the note says which file to look at."""
+    groups: dict[tuple[str, str, str], list] = {}
+    for r in camp.runs:
+        groups.setdefault((r.cell, r.config, r.host), []).append(r)
+    out = []
+    for (cell, cfg, host), runs in sorted(groups.items()):
+        if len(runs) < 3:
+            continue
+        for r in runs:
+            others = sorted(float(x.result.output_throughput) for x in runs if x is not r)
+            mid = len(others) // 2
+            med = others[mid] if len(others) % 2 else (others[mid - 1] + others[mid]) / 2
+            if med <= 0:
+                continue
+            dev = abs(float(r.result.output_throughput) / med - 1) * 100
+            spread = max(abs(o / med - 1) * 100 for o in others)
+            if dev > OUTLIER_PCT and dev > OUTLIER_SPREAD * spread:
+                out.append(f"outlier: {r.path.name} on {host} ({cfg}, {cell}) has {r.result.output_throughput:,.2f} "
+                           f"output tok/s, {dev:.0f} % from the median {med:,.2f} of its other {len(others)} "
+                           f"repeats (they lie within {spread:.1f} % of it); it is kept in the mean and the "
+                           "interval, which it widens: look at that run (a neighbour, a thermal limit, a restart)")
+    return out

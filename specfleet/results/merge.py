@@ -13,12 +13,15 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from ..bench.sweep import parse_cell
+from ..plan.sweep import parse_cell
 from .campaign import Campaign, Run
 from .categories import cells_by_category
 from .crossover import search_status
-from .measures import NoiseBand, add_measures, latency_table
-from .provenance import node_table, result_table
+from .diagnosis import MIN_WAVES, OVERHEAD_BOUND_FRACTION, bandwidth_of, greedy_divergence, loop_share, waves
+from .gate_policy import metric_value
+from .measures import NoiseBand, add_measures, latency_table, outlier_notes
+from .consistency import result_table
+from .provenance import node_table
 
 RUN_METRICS = {
     "output_throughput": "output_tok_s",
@@ -56,6 +59,9 @@ class Tables:
     min_tpot_ms: float | None = None
     notes: list[str] = field(default_factory=list)
     search: dict[tuple[str, str], str] = field(default_factory=dict)  # crossover.search_status
+    outliers: list[str] = field(default_factory=list)  # measures.outlier_notes
+    overhead_bound: dict[str, str] = field(default_factory=dict)  # node -> why decode is launch/overhead-bound
+    waves_note: str | None = None
 
 
 def _mean(vals: list) -> float:
@@ -104,20 +110,28 @@ def runs_table(camp: Campaign, baseline: str) -> pd.DataFrame:
     """The §4.1 table for all concurrencies: one row per (conc, config, node)."""
     order = {c: i for i, c in enumerate(config_order(camp, baseline))}
     rows = []
-    for (cell, cfg, host), runs in _groups(camp).items():
+    groups = _groups(camp)
+    for (cell, cfg, host), runs in groups.items():
         dims = parse_cell(cell) or {}
         row = {"concurrency": runs[0].conc, "cell": cell, "output_len": dims.get("output_len"),
                "category": dims.get("category"), "config": cfg, "node": host, "repeats": len(runs)}
         for key, col in RUN_METRICS.items():
             row[col] = _mean([getattr(r.result, key) for r in runs])
         row["output_tok_s_std"] = _std([r.result.output_throughput for r in runs])
+        row["tpot_weighted_ms"] = _mean([metric_value(r.result, "tpot_weighted_ms") for r in runs])
+        row["waves"] = _mean([waves(r.result) for r in runs])
+        share = loop_share(runs)
+        row["loop_share_pct"] = math.nan if share is None else 100.0 * share
+        div = greedy_divergence(runs, groups.get((cell, baseline, host), [])) if cfg != baseline else None
+        row["greedy_differs_pct"] = math.nan if div is None else 100.0 * div[0]
         row.update(_spec_means(runs))
         row["has_spec_keys"] = any(r.result.has_spec for r in runs)
         row["simulated"] = any(r.result.simulated for r in runs)
         row["_order"] = order[cfg]
         rows.append(row)
     cols = ["concurrency", "config", "node", "repeats", *RUN_METRICS.values(), "output_tok_s_std",
-            *SPEC_METRICS.values(), "has_spec_keys", "simulated", "cell", "output_len", "category"]
+            *SPEC_METRICS.values(), "has_spec_keys", "simulated", "cell", "output_len", "category",
+            "tpot_weighted_ms", "waves", "loop_share_pct", "greedy_differs_pct"]
     if not rows:
         return pd.DataFrame(columns=["speedup", *cols])
     df = pd.DataFrame(rows).sort_values(["concurrency", "cell", "_order", "node"]).drop(columns="_order")
@@ -217,7 +231,8 @@ def build_tables(camp: Campaign, baseline: str, gpu_bandwidth_gbps: float | None
     runs = add_measures(camp, runs_table(camp, baseline), baseline, noise)
     t = Tables(runs=runs, spec=spec_table(runs, baseline), kv=kv_table(camp),
                provenance=node_table(camp), latency=latency_table(camp, runs), noise=noise,
-               provenance_results=result_table(camp), search=search_status(camp.nodes))
+               provenance_results=result_table(camp), search=search_status(camp.nodes),
+               outliers=outlier_notes(camp))
     missing = sorted({f"{n}@{c}" for n, c in zip(runs.node, runs.cell)} -
                      {f"{n}@{c}" for n, c in zip(runs[runs.config == baseline].node,
                                                    runs[runs.config == baseline].cell)})
@@ -228,11 +243,35 @@ def build_tables(camp: Campaign, baseline: str, gpu_bandwidth_gbps: float | None
         if logged:
             weights_gib = max(logged)
             t.notes.append(f"weights size {weights_gib:g} GiB taken from the '{baseline}' server log")
+    if not gpu_bandwidth_gbps:
+        gpus = sorted({g for g in t.provenance.gpu if g and g != "not recorded"})
+        found = {bandwidth_of(g) for g in gpus}
+        if len(found) == 1 and None not in found:
+            gpu_bandwidth_gbps, src = found.pop()
+            t.notes.append(f"GPU memory bandwidth {gpu_bandwidth_gbps:g} GB/s looked up for {', '.join(gpus)} "
+                           f"({src}); --gpu-bandwidth-gbps overrides")
     if gpu_bandwidth_gbps and weights_gib:
         t.bandwidth, t.min_tpot_ms = bandwidth_table(runs, gpu_bandwidth_gbps, weights_gib)
+        base = t.bandwidth[t.bandwidth.config == baseline]
+        for node, rows in base.groupby("node"):
+            worst = rows.loc[rows.fraction_of_bound.idxmax()]
+            if worst.fraction_of_bound < OVERHEAD_BOUND_FRACTION:
+                t.overhead_bound[node] = (
+                    f"decode on {node} runs at {worst.fraction_of_bound:.2f} of the memory-bandwidth bound at best "
+                    f"('{baseline}' TPOT {worst.tpot_ms:.2f} ms vs {t.min_tpot_ms:.3f} ms to read {weights_gib:g} GiB "
+                    f"of weights at {gpu_bandwidth_gbps:g} GB/s): the step is launch/overhead-bound (kernel launches, "
+                    "scheduling, sampling), not bound by weight reads, and speculation saves weight reads, so no "
+                    "speculation can pay there")
     else:
-        t.notes.append("memory-bandwidth bound not computed: give the GPU bandwidth (GB/s) and "
-                       "the weights' size (GiB)")
+        t.notes.append("memory-bandwidth bound not computed: give the GPU bandwidth (GB/s, --gpu-bandwidth-gbps; "
+                       "looked up from the GPU name for common data-centre GPUs) and the weights' size (GiB)")
+    one_wave = [f"{c} ({w:.1f} waves)" for c, w in
+                runs.groupby("cell").waves.min().items() if w == w and w < MIN_WAVES]
+    if one_wave:
+        t.waves_note = (f"few waves: {', '.join(one_wave)} -- completed requests / max concurrency below "
+                        f"{MIN_WAVES:g}: the run is a wave that drains, its output tok/s follows the last requests; "
+                        "judge by token-weighted TPOT, or measure a steady state (more prompts per concurrency)")
+        t.notes.append(t.waves_note)
     t.categories, note = category_table(camp, baseline)
     if t.categories is None:  # per-category bench cells (--spec-bench-category): exact server counters
         t.categories, note = cells_by_category(runs, baseline), note if not runs.category.notna().any() else None

@@ -46,12 +46,22 @@ def _svg(fig, simulated: bool = False) -> str:
     return s
 
 
+TAB10 = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
+         "#17becf")
+
+
+def palette(configs) -> dict[str, str]:
+    """One colour per configuration, the same in every plot of a report (sorted names, tab10)."""
+    return {c: TAB10[i % len(TAB10)] for i, c in enumerate(sorted(set(configs)))}
+
+
 def _labels(df: pd.DataFrame) -> pd.Series:
     multi = df.groupby("config")["node"].nunique()
     return df.apply(lambda r: f"{r.config} ({r.node})" if multi[r.config] > 1 else r.config, axis=1)
 
 
-def _grouped_bars(ax, df: pd.DataFrame, col: str, fmt: str, ci: tuple[str, str] | None = None) -> None:
+def _grouped_bars(ax, df: pd.DataFrame, col: str, fmt: str, ci: tuple[str, str] | None = None,
+                  colours: dict[str, str] | None = None) -> None:
     # one group per bench cell (a plain plan's cells are its concurrencies), by concurrency
     key = "cell" if "cell" in df else "concurrency"
     concs = list(dict.fromkeys(df.sort_values(["concurrency", key])[key]))
@@ -61,7 +71,10 @@ def _grouped_bars(ax, df: pd.DataFrame, col: str, fmt: str, ci: tuple[str, str] 
         sub = df[df.label == lab].set_index(key)[col]
         xs = [k + (i - (len(labels) - 1) / 2) * width for k in range(len(concs))]
         vals = [sub.get(c, float("nan")) for c in concs]
-        bars = ax.bar(xs, vals, width, label=lab)
+        cfg = df[df.label == lab].config.iloc[0]
+        bars = ax.bar(xs, vals, width, label=lab, color=(colours or palette(df.config)).get(cfg),
+                      hatch=("//" if df.groupby("config")["node"].nunique().get(cfg, 1) > 1 and
+                             list(dict.fromkeys(df[df.config == cfg].label)).index(lab) % 2 else None))
         if ci:  # the interval as an error bar where there is one
             rows = df[df.label == lab].set_index(key)
             lo = [rows[ci[0]].get(c, float("nan")) for c in concs]
@@ -78,7 +91,7 @@ def _grouped_bars(ax, df: pd.DataFrame, col: str, fmt: str, ci: tuple[str, str] 
 
 
 def speedup_svg(runs: pd.DataFrame, baseline: str, simulated: bool = False,
-                band: tuple[float, float] | None = None) -> str | None:
+                band: tuple[float, float] | None = None, colours: dict[str, str] | None = None) -> str | None:
     df = runs[(runs.config != baseline) & runs.speedup.notna()].copy()
     if df.empty:
         return None
@@ -86,7 +99,7 @@ def speedup_svg(runs: pd.DataFrame, baseline: str, simulated: bool = False,
     with plt.rc_context(RC):
         fig, ax = plt.subplots(figsize=(7, 3.2))
         ci = ("speedup_ci_low", "speedup_ci_high") if "speedup_ci_low" in df else None
-        _grouped_bars(ax, df, "speedup", "{:.2f}x", ci)
+        _grouped_bars(ax, df, "speedup", "{:.2f}x", ci, colours)
         ax.axhline(1.0, color="black", lw=0.8, ls="--")
         if band:  # single runs inside it are "no measurable difference"
             ax.axhspan(*band, color="grey", alpha=0.25, lw=0)
@@ -97,7 +110,7 @@ def speedup_svg(runs: pd.DataFrame, baseline: str, simulated: bool = False,
 
 
 def crossover_svg(runs: pd.DataFrame, baseline: str, simulated: bool = False,
-                  band: tuple[float, float] | None = None) -> str | None:
+                  band: tuple[float, float] | None = None, colours: dict[str, str] | None = None) -> str | None:
     """Speedup vs concurrency (log x), one line per configuration (and node), the measured points
     with their intervals; only where a curve has >= 3 points (specfleet/results/crossover.py)."""
     from .crossover import curves
@@ -112,7 +125,8 @@ def crossover_svg(runs: pd.DataFrame, baseline: str, simulated: bool = False,
             lo = [v - (lo if lo == lo else v) for v, lo in zip(y, g.speedup_ci_low)]
             hi = [(hi if hi == hi else v) - v for v, hi in zip(y, g.speedup_ci_high)]
             ax.errorbar(x, y, yerr=[lo, hi], marker="o", ms=3.5, lw=1.2, capsize=2, elinewidth=0.8,
-                        label=f"{cfg} ({node})" if cfg in multi else cfg)
+                        label=f"{cfg} ({node})" if cfg in multi else cfg,
+                        color=(colours or palette(runs.config)).get(cfg))
         ax.set_xscale("log", base=2)
         concs = sorted({int(c) for _, _, g in found for c in g.concurrency})
         ax.set_xticks(concs, [str(c) for c in concs], fontsize=7)
@@ -127,31 +141,31 @@ def crossover_svg(runs: pd.DataFrame, baseline: str, simulated: bool = False,
         return _svg(fig, simulated)
 
 
-def tpot_svg(runs: pd.DataFrame, simulated: bool = False) -> str | None:
+def tpot_svg(runs: pd.DataFrame, simulated: bool = False, colours: dict[str, str] | None = None) -> str | None:
     if runs.empty:
         return None
     df = runs.copy()
     df["label"] = _labels(df)
     with plt.rc_context(RC):
         fig, ax = plt.subplots(figsize=(7, 3.2))
-        _grouped_bars(ax, df, "tpot_ms", "{:.1f}")
+        _grouped_bars(ax, df, "tpot_ms", "{:.1f}", colours=colours)
         ax.set_ylabel("mean TPOT (ms), lower is better")
         ax.set_title("Time per output token")
         return _svg(fig, simulated)
 
 
-def acceptance_svg(spec: pd.DataFrame, simulated: bool = False) -> str | None:
+def acceptance_svg(spec: pd.DataFrame, simulated: bool = False, colours: dict[str, str] | None = None) -> str | None:
     df = spec[spec.has_spec_keys].copy()
     if df.empty:
         return None
     df["label"] = _labels(df)
     with plt.rc_context(RC):
         fig, (a1, a2) = plt.subplots(1, 2, figsize=(9, 3.2))
-        _grouped_bars(a1, df, "acceptance_rate_pct", "{:.1f}")
+        _grouped_bars(a1, df, "acceptance_rate_pct", "{:.1f}", colours=colours)
         a1.get_legend().remove()  # same series as a2's legend, which would sit on top of a2
         a1.set_ylabel("acceptance rate (%)")
         a1.set_title("Accepted / drafted tokens")
-        _grouped_bars(a2, df, "acceptance_length", "{:.2f}")
+        _grouped_bars(a2, df, "acceptance_length", "{:.2f}", colours=colours)
         a2.set_ylabel("acceptance length (tokens per draft)")
         a2.set_title("1 + accepted / drafts")
         return _svg(fig, simulated)
@@ -204,9 +218,11 @@ def all_plots(runs: pd.DataFrame, spec: pd.DataFrame, baseline: str,
               simulated: bool = False, band: tuple[float, float] | None = None,
               categories: pd.DataFrame | None = None) -> list[tuple[str, str]]:
     out = []
-    for title, svg in (("Speedup", speedup_svg(runs, baseline, simulated, band)),
-                       ("Crossover", crossover_svg(runs, baseline, simulated, band)), ("TPOT", tpot_svg(runs, simulated)),
-                       ("Acceptance", acceptance_svg(spec, simulated)),
+    col = palette(runs.config)  # one colour per configuration in every plot
+    for title, svg in (("Speedup", speedup_svg(runs, baseline, simulated, band, col)),
+                       ("Crossover", crossover_svg(runs, baseline, simulated, band, col)),
+                       ("TPOT", tpot_svg(runs, simulated, col)),
+                       ("Acceptance", acceptance_svg(spec, simulated, col)),
                        *category_plots(categories, baseline, simulated)):
         if svg:
             out.append((title, namespace_ids(svg, f"sf{len(out)}")))

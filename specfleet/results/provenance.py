@@ -20,13 +20,12 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from ..bench import layout
-from .gpu_gate import where
+from ..worker import layout
+from ..shell import read_sections, sections_script
 
 if TYPE_CHECKING:
     from .campaign import Campaign
 
-SEP = "@@specfleet@@"
 WEIGHT_INDEX = "model.safetensors.index.json"
 NOT_RECORDED = "not recorded"
 # dist names whose versions provenance.json records (the simulator is a dist of its own)
@@ -68,7 +67,7 @@ def probe_script(venv: str, run_dir: str, model: str | None, dataset: str | None
          if files else "true"),
         (f"cat {q(model + '/config.json')} 2>/dev/null | head -c 200000" if model else "true"),
     ]
-    return f"; echo {SEP}; ".join(parts)
+    return sections_script(parts)
 
 
 def _json(text: str) -> Any:
@@ -79,7 +78,7 @@ def _json(text: str) -> Any:
 
 
 def parse_probe(stdout: str, model: str | None, dataset: str | None) -> dict:
-    parts = (stdout.split(SEP + "\n") + [""] * 6)[:6]
+    parts = read_sections(stdout, 6)
     gpus = [ln.strip() for ln in parts[0].splitlines() if ln.strip()]
     first = [x.strip() for x in gpus[0].split(",")] if gpus else []
     manifest = _json(parts[2]) or {}
@@ -238,7 +237,10 @@ def node_table(camp: "Campaign") -> pd.DataFrame:
         dates = sorted(n.run_dates)
         rows.append({
             "node": host, "engine": engine_name(meta, p, host in sim_hosts),
-            "vllm": meta.get("vllm_version") or dists.get("vllm") or (p.get("venv") or {}).get("vllm") or "",
+            "vllm": " | ".join(dict.fromkeys(v for v in [*(str(r.result.extra.get("vllm_version") or "") for r in
+                                                             camp.runs if r.host == host),
+                                                           dists.get("vllm") or (p.get("venv") or {}).get("vllm") or ""]
+                                             if v)) or meta.get("vllm_version") or "",
             "torch": meta.get("torch_version") or dists.get("torch") or NOT_RECORDED,
             "gpu": meta.get("gpu") or p.get("gpu_name") or p.get("gpu") or NOT_RECORDED,
             "gpus": p.get("gpu_count") if p.get("gpus") is not None else NOT_RECORDED,
@@ -255,7 +257,11 @@ def node_table(camp: "Campaign") -> pd.DataFrame:
 
 
 def _sampling(runs, prov_item: dict) -> str:
-    """From the result metadata when recorded there, else from the run spec's bench argv."""
+    """From the result metadata when recorded there (the runner's `sampling_params`, what the client
+    sent, or --metadata sampling keys), else from the run spec's bench argv."""
+    sent = sorted({str(r.result.extra["sampling_params"]) for r in runs if r.result.extra.get("sampling_params")})
+    if sent:
+        return "sent " + " | ".join(s if s != "{}" else "nothing (the server's generation defaults)" for s in sent)
     for r in runs:
         got = {k: str(r.result.extra[k]) for k in SAMPLING_KEYS if r.result.extra.get(k) is not None}
         if got:
@@ -279,41 +285,6 @@ def _prompts(runs) -> str:
     return out
 
 
-def result_table(camp: "Campaign") -> pd.DataFrame:
-    """One row per (node, config): what produced those result files."""
-    groups: dict[tuple[str, str], list] = {}
-    for r in camp.runs:
-        groups.setdefault((r.host, r.config), []).append(r)
-    rows = []
-    for (host, cfg), runs in sorted(groups.items()):
-        p = read_provenance(camp.root / host)
-        item = (p.get("items_facts") or {}).get(cfg, {})
-        srv = server_facts(camp.root / host / layout.server_log(cfg))
-        hashes = sorted({str(r.result.extra["plan_hash"]) for r in runs if r.result.extra.get("plan_hash")})
-        spec_cmd = srv.get("speculative_config")
-        if spec_cmd is None and srv.get("server_argv"):
-            spec_cmd = "none"
-        rows.append({
-            "node": host, "config": cfg, "plan_hash": ", ".join(hashes) or NOT_RECORDED,
-            "model": p.get("model_path") or next((r.result.tokenizer_id for r in runs if r.result.tokenizer_id),
-                                                 None) or NOT_RECORDED,
-            "model_config_sha256": _short(p.get("model_config_sha256")),
-            "weight_index_sha256": _short(p.get("model_index_sha256")) if p.get("model_path") else NOT_RECORDED,
-            "dataset_sha256": _short(p.get("dataset_sha256")),
-            "prompts": _prompts(runs),
-            "gpus": "; ".join(sorted({where(r) for r in runs})),
-            "sampling": _sampling(runs, item),
-            "server_sampling_defaults": srv.get("server_sampling_defaults", NOT_RECORDED),
-            "speculative_config": spec_cmd or NOT_RECORDED,
-            "engine_speculative_config": srv.get("engine_speculative_config", NOT_RECORDED),
-            "server_argv": srv.get("server_argv") or " ".join(map(str, item.get("serve_argv", []))) or NOT_RECORDED,
-        })
-    return pd.DataFrame(rows, columns=["node", "config", "plan_hash", "model", "model_config_sha256",
-                                       "weight_index_sha256", "dataset_sha256", "prompts", "gpus", "sampling",
-                                       "server_sampling_defaults", "speculative_config",
-                                       "engine_speculative_config", "server_argv"])
-
-
 def plan_hashes(camp: "Campaign") -> dict[str, list[str]]:
     """plan hash -> the 'node/config' items that carry it (results without one are left out)."""
     out: dict[str, list[str]] = {}
@@ -331,7 +302,8 @@ NODE_COLS = [(c, c.replace("_", " "), 0 if c == "runs" else -1, "") for c in
               "plan_hash", "first_run", "last_run", "runs")]
 RESULT_COLS = [(c, c.replace("_", " "), -1, "") for c in
                ("node", "config", "plan_hash", "model", "model_config_sha256", "weight_index_sha256",
-                "dataset_sha256", "prompts", "gpus", "sampling", "server_sampling_defaults", "speculative_config",
+                "dataset_sha256", "prompts", "gpus", "gpu_model", "driver", "cuda", "torch", "vllm", "decoding",
+                "sampling", "server_sampling_defaults", "speculative_config",
                 "engine_speculative_config", "server_argv")]
 
 
@@ -344,7 +316,9 @@ def provenance_sections(nodes: pd.DataFrame, results: pd.DataFrame | None) -> li
                     "Per node and configuration: plan hash of the result files, model path with the sha256 "
                     "(first 12 hex digits) of its config.json and weight index, dataset sha256, the prompts "
                     "each run sent (and those dropped as too long for the context), the GPU(s) it ran on "
-                    "(UUID and name, from the result metadata), sampling "
+                    "(UUID and name, from the result metadata), GPU model, driver, CUDA, torch and vLLM as every source "
+                    "recorded them (result metadata, provenance.json, server log; 'a | b (MIXED)' when they differ), "
+                    "decoding (greedy / sampled, the runner's `decoding`), sampling "
                     "parameters (result metadata, else the run spec's bench command), the server's own "
                     "sampling defaults (server log), the speculative config on the command line and as the "
                     "engine logged it, and the exact server command line (server log)."))

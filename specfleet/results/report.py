@@ -57,8 +57,13 @@ class ReportOutcome:
     def not_merged_message(self) -> str | None:
         if self.merged:
             return None
-        return self.error or ("the nodes are not equivalent: nothing merged "
-                              "(see the table above; --force merges and stamps the outputs)")
+        if self.error:
+            return self.error
+        if self.gate.verdict.startswith("INCONCLUSIVE"):
+            return (f"node equivalence {self.gate.verdict}: nothing merged (add repeats of the baseline: "
+                    "docs/report.md, \"Adding repeats\"; --force merges and stamps the outputs)")
+        return ("the nodes are not equivalent: nothing merged "
+                "(see the table above; --force merges and stamps the outputs)")
 
     @property
     def incomplete_message(self) -> str | None:
@@ -92,7 +97,7 @@ def report_campaign(campaign_dir: Path | str, baseline: str = DEFAULT_BASELINE,
                     gpu_bandwidth_gbps: float | None = None, weights_gib: float | None = None,
                     console=None, quiet: bool = False, planned: Planned | None = None,
                     expect: Expect | None = None, quarantine: bool = True,
-                    notes: list[str] | None = None) -> ReportOutcome:
+                    notes: list[str] | None = None, vllm_pin: str | None = None) -> ReportOutcome:
     """Validate (quarantine bad files), gate on node equivalence, merge, write
     report.md / report.html / merged.csv / merged.json into `campaign_dir`, and
     print the main tables (rich) unless quiet.
@@ -106,7 +111,7 @@ def report_campaign(campaign_dir: Path | str, baseline: str = DEFAULT_BASELINE,
     campaign_dir = Path(campaign_dir)
     rule = rule or EquivalenceRule()
     camp: Campaign = scan_campaign(campaign_dir, quarantine=quarantine, expect=expect)
-    gate = check_equivalence(camp, rule, baseline)
+    gate = check_equivalence(camp, rule, baseline, vllm_pin)
     out = ReportOutcome(campaign_dir=campaign_dir, gate=gate, merged=False, forced=False,
                          simulated=camp.simulated, quarantined=list(camp.quarantined),
                          pending=list(camp.pending), warnings=list(notes or []) + list(camp.warnings))
@@ -172,4 +177,4 @@ def report_plan(plan, plan_path: str, results_root: Path | str, *, force: bool =
     return report_campaign(campaign_dir, baseline=plan.baseline, rule=rule, force=force,
                            gpu_bandwidth_gbps=gpu_bandwidth_gbps, weights_gib=plan.model.weights_gib,
                            console=console, quiet=quiet, planned=planned, expect=expect,
-                           quarantine=False, notes=notes)
+                           quarantine=False, notes=notes, vllm_pin=plan.vllm_version)

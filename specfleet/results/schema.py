@@ -182,7 +182,42 @@ def parse_result(data: Any, path: Path | str = "<memory>") -> Result:
         raise ResultError(path, "completed == 0: no request finished, nothing to measure")
     if res.duration <= 0:
         raise ResultError(path, f"duration is {res.duration!r}, expected > 0")
+    if why := contradiction(res):
+        raise ResultError(path, f"fields contradict each other: {why}")
     return res
+
+
+def contradiction(res: Result) -> str | None:
+    """Why a result's fields cannot all be true (issue 23: such a file is quarantined, never merged)."""
+    n = res.num_prompts
+    if n is not None and n > 0 and res.completed + (res.failed or 0) > n:
+        return (f"completed {res.completed} + failed {res.failed or 0} > num_prompts {n}")
+    for key in ("latencies", "ttfts", "start_times"):
+        vals = getattr(res, key) or []
+        bad = [v for v in vals if isinstance(v, (int, float)) and v < 0]
+        if bad:
+            return f"'{key}' holds a negative duration ({bad[0]!r})"
+    if res.itls and any(isinstance(v, (int, float)) and v < 0 for row in res.itls for v in (row or [])):
+        return "'itls' holds a negative duration"
+    if res.latencies and res.ttfts and len(res.latencies) == len(res.ttfts):
+        for i, (la, t) in enumerate(zip(res.latencies, res.ttfts)):
+            if la is not None and t is not None and la > 0 and t > la + 1e-9:
+                return f"request {i}: TTFT {t!r} s > its latency {la!r} s"
+    counters = {k: getattr(res, f"spec_decode_{k}") for k in ("num_drafts", "draft_tokens", "accepted_tokens")}
+    for k, v in counters.items():
+        if v is not None and v < 0:
+            return f"spec_decode_{k} is {v} (a counter differenced over the run went down)"
+    d, dt, acc = counters["num_drafts"], counters["draft_tokens"], counters["accepted_tokens"]
+    if dt is not None and acc is not None and acc > dt:
+        return f"spec_decode_accepted_tokens {acc} > spec_decode_draft_tokens {dt}"
+    if d is not None and dt is not None and d > dt:
+        return f"spec_decode_num_drafts {d} > spec_decode_draft_tokens {dt} (a draft proposes >= 1 token)"
+    pos = res.spec_decode_per_position_acceptance_rates or []
+    for i in range(1, len(pos)):
+        if pos[i] > pos[i - 1] + 1e-9:
+            return (f"spec_decode_per_position_acceptance_rates rises at position {i} ({pos[i - 1]:g} -> {pos[i]:g}): "
+                    "a token is accepted only after every earlier one of its draft")
+    return None
 
 
 def failure_cause(errors: list[str] | None) -> str | None:

@@ -106,7 +106,7 @@ install() {
     echo "$want" > "$D/models/.tok"
   fi
   cp "$K/question.jsonl" "$D/question.jsonl"
-  while read -r f; do cp "$K/$f" "$D/" || die "kit lacks $f (runner-files.txt: specfleet.bench.spec.RUNNER_FILES)"; done <"$K/runner-files.txt"
+  while read -r f; do cp "$K/$f" "$D/" || die "kit lacks $f (runner-files.txt: the worker program, specfleet.campaign.worker_zipapp)"; done <"$K/runner-files.txt"
   mkdir -p "$VENV/bin"
   # The runner wants a venv: <venv>/bin/vllm (server, bench) and <venv>/bin/python (prompt-length
   # check, engine version): the image's python (it holds torch) with the payload on its path.
@@ -138,7 +138,7 @@ NVSHMEM_DISABLE_NVLS=1
 EOF
   # the engine version as the runner reads it (package metadata; `vllm --version` imports vLLM: ~20 s)
   log "site $(du -sh "$SITE" | cut -f1); engine version: $("$VENV/bin/python" -c \
-    "import sys; sys.path.insert(0, sys.argv[1]); from runner_lib import ENGINE_VERSION_PY; exec(ENGINE_VERSION_PY)" "$D" 2>&1 | tail -1)"
+    "import sys; sys.path.insert(0, sys.argv[1]); from specfleet_worker.runner_lib import ENGINE_VERSION_PY; exec(ENGINE_VERSION_PY)" "$D/runner.pyz" 2>&1 | tail -1)"
 }
 
 selftest() {
@@ -202,7 +202,7 @@ run_spec() {  # SPEC_STEM CAMPAIGN NODE [WORK_ROOT]: stamp, then the runner unde
   mkdir -p "$root/$name/$node"
   "$PY" "$K/watch.py" "$root/$name/$node/state.json" "$OUT/phases-$node.json" &
   local watcher=$!
-  timeout -k 25 "$budget" "$PY" "$D/runner.py" --spec "$D/specs/$stem.json" > "$root/$name/$node/runner.log" 2>&1
+  timeout -k 25 "$budget" "$PY" "$D/runner.pyz" --spec "$D/specs/$stem.json" > "$root/$name/$node/runner.log" 2>&1
   log "runner exit $? for $stem"
   sleep 0.5; kill "$watcher" 2>/dev/null; wait "$watcher" 2>/dev/null
   tail -3 "$root/$name/$node/runner.log"
@@ -225,7 +225,7 @@ pair() {  # issue 17: one runner per GPU at once, each server seeing its GPU onl
 
 orphan() {
   log "orphan check: SIGKILL the API server mid-benchmark, see the runner end the EngineCore"
-  timeout -k 10 $(( $(left) - 20 )) "$PY" "$K/orphan.py" "$D/specs/$1.json" "$D/runner.py" "$OUT/orphan.json" \
+  timeout -k 10 $(( $(left) - 20 )) "$PY" "$K/orphan.py" "$D/specs/$1.json" "$D/runner.pyz" "$OUT/orphan.json" \
     || log "orphan check exit $?"
 }
 

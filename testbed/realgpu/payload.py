@@ -14,7 +14,7 @@ Steps (each skipped when its output is already there and current):
 3. the SmolLM2 tokenizer's source: the package GGUF's metadata without its tensors (models.py tokgguf,
    with an interpreter holding the `gguf` package: --tok-python); the device turns it into tokenizer.json;
 4. the carry folder OUT/carry: site.tar.xz, tok.tar.xz, kit/ (device.sh, selftest.py, models.py,
-   specs.py, the runner specs made by specfleet's planner, specfleet's runner.py + runner_lib.py,
+   specs.py, the runner specs made by specfleet's planner, specfleet's worker program (runner.pyz),
    the Spec-Bench questions), MANIFEST.sha256 (checked on the device) and payload.json (versions,
    pins, trims, sizes);
 5. the SmolLM2 GGUF (93.5 MiB, more than a call holds beside the site) split into GGUF_PARTS parts
@@ -256,15 +256,16 @@ def split_gguf(gguf: Path, carry: Path, kit: Path, parts: int = GGUF_PARTS) -> l
 
 def build_kit(kit: Path, dataset: Path) -> list[str]:
     """The device-side files: this tier's scripts, the runner, the specs, the dataset."""
-    from specfleet.bench import RUNNER_FILES
+    from specfleet.campaign import worker_zipapp
+    from specfleet.worker.layout import RUNNER_ARTEFACT
     shutil.rmtree(kit, ignore_errors=True)
     (kit / "specs").mkdir(parents=True)
     for name in KIT_FILES:
         shutil.copy2(HERE / name, kit / name)
-    for f in RUNNER_FILES:
-        shutil.copy2(f, kit / f.name)
-    # device.sh copies exactly these next to the run specs (one list: specfleet's, not a second one here)
-    (kit / "runner-files.txt").write_text("".join(f.name + "\n" for f in RUNNER_FILES))
+    # the worker program as the configs role places it: one zipapp (specfleet.campaign.worker_zipapp);
+    # device.sh copies what runner-files.txt lists next to the run specs
+    (kit / RUNNER_ARTEFACT).write_bytes(worker_zipapp())
+    (kit / "runner-files.txt").write_text(RUNNER_ARTEFACT + "\n")
     if not dataset.is_file():
         raise BuildError(f"{dataset}: the Spec-Bench question file is missing (set SPECFLEET_SPEC_BENCH_JSONL)")
     shutil.copy2(dataset, kit / "question.jsonl")

@@ -7,7 +7,7 @@
 
 `make`: one spec per plans/*.yml, node "h200", queue = baseline first then the plan's order; the
 worker paths are the device layout device.sh builds (DEVICE_PATHS). The runner
-(specfleet/bench/runner.py) executes it there unchanged. A plan named in TWO_GPU (issue 17: the field
+(specfleet/worker/runner.py) executes it there unchanged. A plan named in TWO_GPU (issue 17: the field
 report's design, two GPUs of one host as two workers) gets one spec per GPU instead, named
 CAMPAIGN.NODE.json: specfleet's split assigns the configurations (the baseline on both), and each
 spec is moved onto its GPU (for_gpu: the nvidia-smi gate's index, its own port, an env file whose
@@ -78,7 +78,7 @@ def env_for_gpu(base_env: str, index: int) -> str:
 
 
 def make(plans: Path, out: Path) -> list[Path]:
-    from specfleet.bench import Paths, build_run_spec, dump_run_spec, load_plan
+    from specfleet.campaign import Paths, build_run_spec, dump_run_spec, load_plan
     paths = Paths(venv=VENV, work_dir=WORK_DIR, dataset=DATASET)
     out.mkdir(parents=True, exist_ok=True)
     written = []
@@ -98,10 +98,10 @@ def make(plans: Path, out: Path) -> list[Path]:
 
 def make_two_gpu(plan, paths, out: Path) -> list[Path]:
     """CAMPAIGN.NODE.json for each of GPU_NODES: specfleet's split (baseline on both), for_gpu."""
-    from specfleet.bench import dump_run_spec
-    from specfleet.bench.spec import build_run_spec
-    from specfleet.bench.split import NodeInfo, split
-    from specfleet.bench import Paths
+    from specfleet.campaign import dump_run_spec
+    from specfleet.campaign.spec import build_run_spec
+    from specfleet.campaign.split import NodeInfo, split
+    from specfleet.campaign import Paths
     queues = split(plan, [NodeInfo(n, "local") for n in GPU_NODES]).queues
     written = []
     for i, node in enumerate(GPU_NODES):

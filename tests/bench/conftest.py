@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from specfleet.bench.commands import Paths
-from specfleet.bench.plan import parse_plan
-from specfleet.bench.spec import RUNNER_FILES, build_run_spec
+from specfleet.campaign.commands import Paths
+from specfleet.plan import parse_plan
+from specfleet.campaign.spec import build_run_spec, worker_zipapp
 
 FAKES = Path(__file__).parent / "fakes"
 SIMVLLM = Path(__file__).resolve().parents[2] / "testbed" / "simvllm"
@@ -58,11 +58,10 @@ class Bed:
         self.work = tmp / "work"
         self.port = free_port()
         self.procs: list[subprocess.Popen] = []
-        # as on a worker: the two files alone in a directory, no site-packages (stdlib only)
-        self.runner = tmp / "runner" / "runner.py"
+        # as on a worker: the worker program alone (one zipapp), no site-packages (stdlib only)
+        self.runner = tmp / "runner" / "runner.pyz"
         self.runner.parent.mkdir()
-        for f in RUNNER_FILES:
-            shutil.copy(f, self.runner.parent / f.name)
+        self.runner.write_bytes(worker_zipapp())
 
     def plan(self, faults: dict[str, str] | None = None, stop_timeout_s: float = 10, benchmark=None, **server):
         benchmark = benchmark or {}

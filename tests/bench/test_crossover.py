@@ -1,4 +1,4 @@
-"""The crossover search (specfleet/bench/crossover.py): the algorithm on synthetic curves, the plan's
+"""The crossover search (specfleet/worker/crossover.py): the algorithm on synthetic curves, the plan's
 syntax, and the runner's refinement rounds against the fake vllm (resume measures nothing new)."""
 import copy
 import json
@@ -7,11 +7,11 @@ import random
 
 import pytest
 
-from specfleet.bench import crossover
-from specfleet.bench.crossover import (FASTER, NO_DIFF, SLOWER, coarse_grid, crossings, fine_grid, judge,
+from specfleet.worker import crossover
+from specfleet.worker.crossover import (FASTER, NO_DIFF, SLOWER, coarse_grid, crossings, fine_grid, judge,
                                        next_points, prompts_at)
-from specfleet.bench.plan import Equivalence, PlanError, parse_plan
-from specfleet.bench.runner import EXIT_OK
+from specfleet.plan import Equivalence, PlanError, parse_plan
+from specfleet.worker.runner import EXIT_OK
 from specfleet.results.measures import SPEEDUP_CONFIDENCE
 
 TOL = Equivalence().tolerance_pct  # the plan's default, as the runner gets it
@@ -223,7 +223,7 @@ def test_runner_refines_where_the_speedup_crosses_and_resume_measures_nothing_ne
 
 def test_a_plan_without_a_search_keeps_its_hash():
     """The field is new: plans without it hash as before (results and done markers stay valid)."""
-    from specfleet.bench.plan import load_plan
+    from specfleet.plan import load_plan
     from pathlib import Path
     root = Path(__file__).resolve().parents[2]
     import re

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from specfleet.roles import configs
-from specfleet.bench.plan import PlanError, load_plan
+from specfleet.plan import PlanError, load_plan
 from specfleet.inventory import Host
 
 from specfleet.tasks.bench import paths_for, worker_dataset

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from specfleet.bench.runner import EXIT_FAILED, EXIT_OK
-from specfleet.bench.runner_lib import ItemFailed, engine_version
+from specfleet.worker.runner import EXIT_FAILED, EXIT_OK
+from specfleet.worker.runner_lib import ItemFailed, engine_version
 
 SIMVLLM = Path(__file__).resolve().parents[2] / "testbed" / "simvllm" / "vllm"
 SIM_VERSION = "simvllm 1.0 (simulated vLLM)"

@@ -9,7 +9,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 REAL = Path("/work/shared/datasets/spec_bench/question.jsonl")
-FITCHECK = REPO / "specfleet" / "bench" / "fitcheck.py"
+FITCHECK = REPO / "specfleet" / "worker" / "fitcheck.py"
 
 
 def fitcheck(tmp_path, *args):

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from specfleet.bench import NodeInfo, format_split, split
-from specfleet.bench.plan import PlanError
+from specfleet.campaign import NodeInfo, format_split, split
+from specfleet.plan import PlanError
 from specfleet.facts.gpus import Gpu, GpuLink, GpuList, GpuTopology, Gpus, Topology
 
 FACTS = Path(__file__).resolve().parents[1] / "facts"
@@ -91,7 +91,7 @@ def test_a_failed_nvidia_smi_is_one_line_naming_the_host(found):
 
 
 def test_the_split_schedules_over_the_discovered_slots_and_prints_the_source():
-    from specfleet.bench import load_plan
+    from specfleet.campaign import load_plan
     plan = load_plan(Path(__file__).resolve().parents[2] / "plans" / "qwen3-32b.yml")
     four = [NodeInfo.from_facts(n, {}, h200s(4), topo(4, lambda a, b: "NV18")) for n in ("w1", "w2")]
     one = [NodeInfo.from_vars(n, {}) for n in ("w1", "w2")]

@@ -5,9 +5,9 @@ import textwrap
 import pytest
 import yaml
 
-from specfleet.bench.commands import Paths, commands_for, item_argv
-from specfleet.bench.plan import PlanError, load_plan, parse_plan
-from specfleet.bench.spec import build_run_spec
+from specfleet.campaign.commands import Paths, commands_for, item_argv
+from specfleet.plan import PlanError, load_plan, parse_plan
+from specfleet.campaign.spec import build_run_spec
 
 MINI = textwrap.dedent("""\
     campaign: t
@@ -129,7 +129,7 @@ def test_commands_for_report_plan():
     p = load_plan("plans/qwen3-32b.yml")
     paths = Paths(venv="/vllm-venv", work_dir="/var/tmp/sf")
     lines = commands_for(p, "w2", "eagle3", paths)
-    assert len(lines) == 1 + 2 * 3  # one server, 3 repeats (the default) of concurrency 1 and 16
+    assert len(lines) == 1 + 2 * 1  # one server, one run (repeat: 1, as the report) of concurrency 1 and 16
     serve = shlex.split(lines[0])
     assert serve[:3] == ["/vllm-venv/bin/vllm", "serve", "@MODEL@"]
     sc = serve[serve.index("--speculative-config") + 1]
@@ -140,7 +140,7 @@ def test_commands_for_report_plan():
     bench = shlex.split(lines[2])
     assert bench[bench.index("--tokenizer") + 1] == "@MODEL@"
     assert bench[bench.index("--max-concurrency") + 1] == "16"
-    assert bench[bench.index("--result-filename") + 1] == "eagle3_conc16_r1.json"
+    assert bench[bench.index("--result-filename") + 1] == "eagle3_conc16.json"
     assert bench[bench.index("--result-dir") + 1] == "/var/tmp/sf/qwen3-32b-specdec/w2"
     assert "--no-oversample" in bench and "--save-result" in bench and "--save-detailed" in bench
     md = bench[bench.index("--metadata") + 1:]

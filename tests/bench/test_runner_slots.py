@@ -8,9 +8,9 @@ from datetime import datetime
 
 import pytest
 
-from specfleet.bench.commands import Paths
-from specfleet.bench.plan import parse_plan
-from specfleet.bench.spec import build_run_spec
+from specfleet.campaign.commands import Paths
+from specfleet.plan import parse_plan
+from specfleet.campaign.spec import build_run_spec
 
 GPUS = [{"uuid": f"GPU-0000000{i}-fake", "name": "Fake H200"} for i in range(4)]
 
@@ -182,7 +182,7 @@ def test_a_server_stop_never_ends_a_neighbour_runners_engine_of_the_same_name(be
     import subprocess
     import sys
 
-    from specfleet.bench.slots import server_tag
+    from specfleet.worker.slots import server_tag
     other = str(bed.tmp / "other-work" / "t" / "w2")
     decoys = [subprocess.Popen(["VLLM::EngineCore", "-c", "import time; time.sleep(300)"], executable=sys.executable,
                                env={"PATH": os.environ["PATH"], "SPECFLEET_RUN_DIR": other, "SPECFLEET_SERVER": tag},

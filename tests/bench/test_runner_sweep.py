@@ -2,7 +2,7 @@
 cell (a category cell selects that category's prompts first), resume by done marker."""
 import json
 
-from specfleet.bench.runner import EXIT_FAILED, EXIT_OK
+from specfleet.worker.runner import EXIT_FAILED, EXIT_OK
 
 
 def dataset(bed):

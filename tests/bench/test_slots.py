@@ -1,12 +1,12 @@
 """GPU slots, pure parts: what a configuration needs, which GPUs it gets, the split over slots."""
 import pytest
 
-from specfleet.bench.commands import Paths
-from specfleet.bench.plan import PlanError, load_plan, parse_plan
-from specfleet.bench.slotsplit import polish
-from specfleet.bench.slots import check_gpus, needed, parse_gpus, parse_groups, pick, retarget, simulate
-from specfleet.bench.spec import build_run_spec
-from specfleet.bench.split import NodeInfo, split
+from specfleet.campaign.commands import Paths
+from specfleet.plan import PlanError, load_plan, parse_plan
+from specfleet.campaign.slotsplit import polish
+from specfleet.worker.slots import check_gpus, needed, parse_gpus, parse_groups, pick, retarget, simulate
+from specfleet.campaign.spec import build_run_spec
+from specfleet.campaign.split import NodeInfo, split
 
 REPORT = "plans/qwen3-32b.yml"
 
@@ -168,7 +168,7 @@ def test_polish_finds_the_order_the_size_orders_miss():
 
 
 def test_slot_split_is_deterministic_and_its_simulations_are_bounded(monkeypatch):
-    import specfleet.bench.slotsplit as slotsplit
+    import specfleet.campaign.slotsplit as slotsplit
     many = [ngram(f"x{i}", k=2 + i % 6) for i in range(30)] + \
         [{"name": f"tp{i}", "speculative_config": None, "extra_args": ["--tensor-parallel-size", "2"]}
          for i in range(6)]

@@ -3,8 +3,8 @@ import random
 
 import pytest
 
-from specfleet.bench.plan import PlanError, load_plan, parse_plan
-from specfleet.bench.split import REPORT_DURATIONS, NodeInfo, parse_pins, split
+from specfleet.plan import PlanError, load_plan, parse_plan
+from specfleet.campaign.split import REPORT_DURATIONS, NodeInfo, parse_pins, split
 
 REPORT = load_plan("plans/qwen3-32b.yml")
 

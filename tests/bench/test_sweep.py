@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from specfleet.bench.commands import Paths, commands_for, item_argv
-from specfleet.bench.layout import cell_result_filename as result_filename
-from specfleet.bench.fitcheck import select
-from specfleet.bench.plan import PlanError, load_plan, parse_plan
-from specfleet.bench.split import NodeInfo, item_s, split
-from specfleet.bench.sweep import parse_cell, parse_result_name
+from specfleet.campaign.commands import Paths, commands_for, item_argv
+from specfleet.worker.layout import cell_result_filename as result_filename
+from specfleet.worker.fitcheck import select
+from specfleet.plan import PlanError, load_plan, parse_plan
+from specfleet.campaign.split import NodeInfo, item_s, split
+from specfleet.plan.sweep import parse_cell, parse_result_name
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "plans/demo.yml"

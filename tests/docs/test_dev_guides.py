@@ -220,8 +220,8 @@ def test_the_bench_flag_reaches_the_workers_command(tmp_path):
     script = textwrap.dedent(f"""\
         import shlex, yaml
         from pathlib import Path
-        from specfleet.bench.commands import Paths, commands_for
-        from specfleet.bench.plan import PlanError, load_plan
+        from specfleet.campaign.commands import Paths, commands_for
+        from specfleet.plan import PlanError, load_plan
         src = yaml.safe_load(Path({str(ROOT / 'plans/qwen3-32b.yml')!r}).read_text())
         src["benchmark"]["dataset_path"] = {str(ROOT / 'datasets/sample/question.jsonl')!r}
         out = []

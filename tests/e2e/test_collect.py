@@ -231,7 +231,7 @@ def test_collect_while_running_then_merge_quarantine_and_nothing_new(testbed_fac
     assert (camp / "report.md").read_text().startswith(f"> **⚠ {SIM}"), s["md"]
     assert SIM in s["html_banner"] and "[SIMULATED]" in s["html_title"] and SIM in s["csv"] and SIM in s["json"], s
     assert NOT_EQ not in json.dumps(s), s
-    assert "Node equivalence: **PASSED**" in (camp / "report.md").read_text()
+    assert "Node equivalence: **PASSED" in (camp / "report.md").read_text()
     md = (camp / "report.md").read_text()
     assert "simvllm 1.0 (simulated vLLM)" in md and "vLLM 0.32.0" not in md
     assert "## Provenance per result" in md and "--speculative-config" in md
@@ -260,7 +260,8 @@ def test_slower_node_is_refused_and_force_merges_stamped(testbed_factory, tmp_pa
     refused = collect(inv, results, tmp_path / "runs-refused")
     assert refused.returncode == 8, out(refused)
     assert not [n for n in MERGED if (camp / n).exists()]
-    assert "Node equivalence (baseline on every node)" in refused.stdout and "FAIL" in refused.stdout, out(refused)
+    assert "Node equivalence (baseline on every node)" in refused.stdout and "INCONCLUSIVE" in refused.stdout, \
+        out(refused)  # a single run per node (collect-fast): outside the band is INCONCLUSIVE, not shown
     assert re.search(r"w1 vs w2 @ conc 8: -\d+\.\d+ % outside the ±3 % band", flat(refused.stdout)), out(refused)
     # the printed diff is the files' own: w2's baseline output tok/s at concurrency 8 vs w1's
     files = result_files(camp)
@@ -276,7 +277,8 @@ def test_slower_node_is_refused_and_force_merges_stamped(testbed_factory, tmp_pa
     for where, text in s.items():
         assert NOT_EQ in text and SIM in text, (where, text)
     assert "> **⚠ NODES NOT EQUIVALENT" in s["md"]
-    assert "Node equivalence: **FAILED**" in (camp / "report.md").read_text()
+    assert "Node equivalence: **INCONCLUSIVE: the data can show equivalence only within" in \
+        (camp / "report.md").read_text()
     check_merged_matches_files(camp)
 
     # a refused collect afterwards removes the forced report, so it cannot pass for current

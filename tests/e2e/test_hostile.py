@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from e2e_helpers import PROJECT, fab, host_sh, inventory_of
-from specfleet.bench.plan import PlanError, parse_plan
+from specfleet.plan import PlanError, parse_plan
 from specfleet.inventory import InventoryError, load_inventory
 
 pytestmark = pytest.mark.e2e

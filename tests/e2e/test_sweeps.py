@@ -42,7 +42,7 @@ def shrunk(name: str, tmp_path: Path) -> tuple[Path, dict]:
 
 
 def planned(plan: Path):
-    from specfleet.bench.plan import load_plan
+    from specfleet.plan import load_plan
     p = load_plan(plan)
     return p, [c.name for c in p.configurations], [c.name for c in p.benchmark.cells]
 

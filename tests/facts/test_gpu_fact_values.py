@@ -88,13 +88,12 @@ def test_fab_facts_says_why_no_gpu_is_visible_and_marks_an_override():
 
 
 def test_the_gpu_report_reads_back_as_typed_values(tmp_path):
-    from specfleet.roles.facts import HostGpus
-    from specfleet.facts.gpus import read_gpu_report
+    from specfleet.facts.gpus import gpu_report, read_gpu_report
     inv = inventory(tmp_path, "[{name: NVIDIA H200, memory_mib: 143771}]")
     values = {"gpus": fixture_value(Gpus(), "hgx-8x-h200"), "topology": fixture_value(GpuTopology(), "hgx-8x-h100")}
-    gpus, topo = read_gpu_report(json.loads(json.dumps(HostGpus(inv.hosts["w2"]).report(values))))
+    gpus, topo = read_gpu_report(json.loads(json.dumps(gpu_report(values["gpus"], values["topology"], inv.hosts["w2"].var("gpus")))))
     assert gpus == values["gpus"].gpus and topo == values["topology"]
-    gpus, topo = read_gpu_report(HostGpus(inv.hosts["w1"]).report(values))
+    gpus, topo = read_gpu_report(gpu_report(values["gpus"], values["topology"], inv.hosts["w1"].var("gpus")))
     assert [g.name for g in gpus] == ["NVIDIA H200"] and gpus[0].uuid is None and topo.nvlinked(0, 1)
     no_topo = {"gpus": values["gpus"], "topology": None}
-    assert read_gpu_report(HostGpus(inv.hosts["w2"]).report(no_topo))[1] is None
+    assert read_gpu_report(gpu_report(values["gpus"], None, inv.hosts["w2"].var("gpus")))[1] is None

@@ -107,7 +107,7 @@ def test_rehearsal_runs_the_campaign_and_packs_at_most_8_files(carry, tmp_path):
     state = json.loads((run / "state.json").read_text())
     assert state["status"] == "done" and [i["status"] for i in state["items"]] == ["done", "done"], state
     assert state["vllm_version"] == "simvllm 1.0 (simulated vLLM)"
-    # the prompt-length check ran with <venv>/bin/python (device.sh's wrapper) and fitcheck.py beside runner.py
+    # the prompt-length check ran with <venv>/bin/python (device.sh's wrapper) and the fit check from runner.pyz
     assert all(i["prompt_fit"]["kept"] == 4 and not i["prompt_fit"]["too_long"] for i in state["items"])
     r = json.loads((run / "vanilla_conc1.json").read_text())
     assert r["gpu"] == "REHEARSAL GPU" and r["driver"] == "0.0" and r["torch_version"] == "0.0+rehearsal"
@@ -177,7 +177,7 @@ def test_a_later_call_on_a_fresh_machine_stops_for_want_of_the_site(carry, tmp_p
 def test_pair_runs_one_runner_per_gpu_at_once_with_multicast_off(carry, tmp_path):
     """Issue 17's device mode, rehearsed: the two-GPU plan split by specfleet's split (vanilla on
     both), each runner on its own GPU index, port and env file (CUDA_VISIBLE_DEVICES, multicast off)."""
-    from specfleet.bench import Paths, load_plan
+    from specfleet.campaign import Paths, load_plan
     plan = yaml.safe_load((REPO / "testbed/realgpu/plans/h200x2-dummy8b.yml").read_text())
     plan.update(campaign="rehearsal-x2", vllm_version="simvllm 1.0 (simulated vLLM)")
     plan["benchmark"].update(num_prompts=4, output_len=16, repeat=1, steady_state="report-setup")

@@ -45,7 +45,7 @@ def test_fast_path_counts_what_transformers_counts_on_spec_bench(tmp_path):
     (tmp_path / "m").mkdir()
     for f in TOK.iterdir():
         (tmp_path / "m" / f.name).write_bytes(f.read_bytes())
-    p = subprocess.run([PY, "-c", COMPARE, str(REPO / "specfleet" / "bench"), str(tmp_path / "m"), str(SPEC_BENCH)],
+    p = subprocess.run([PY, "-c", COMPARE, str(REPO / "specfleet" / "worker"), str(tmp_path / "m"), str(SPEC_BENCH)],
                        capture_output=True, text=True, timeout=880)
     assert p.returncode == 0, p.stderr[-2000:]
     r = json.loads(p.stdout.strip().splitlines()[-1])

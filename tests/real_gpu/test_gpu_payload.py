@@ -101,7 +101,7 @@ def test_build_kit_holds_the_device_side(tmp_path):
         pytest.skip(f"{SAMPLE} missing")
     specs = payload.build_kit(tmp_path / "kit", SAMPLE)
     kit = tmp_path / "kit"
-    for name in payload.KIT_FILES + ("runner.py", "runner_lib.py", "layout.py", "question.jsonl"):
+    for name in payload.KIT_FILES + ("runner.pyz", "question.jsonl"):
         assert (kit / name).is_file(), name
     assert "h200-dummy8b.json" in specs
     spec = json.loads((kit / "specs" / "h200-dummy8b.json").read_text())
@@ -139,23 +139,22 @@ def test_gguf_split_reassembles_and_each_call_fits(tmp_path):
 
 
 def test_device_copies_every_runner_file_and_the_copy_imports(tmp_path):
-    """device.sh copies the kit's runner-files.txt (written from specfleet's RUNNER_FILES), so a
-    module added to the runner travels without a second list to update; the copy runs alone."""
+    """device.sh copies the kit's runner-files.txt (the worker program, one zipapp built from
+    specfleet.worker), so a module added to the worker travels without a list to update; the copy runs alone."""
     import subprocess
     import sys
-    from specfleet.bench import RUNNER_FILES
+    from specfleet.worker import layout
     if not SAMPLE.is_file():
         pytest.skip(f"{SAMPLE} missing")
     kit = tmp_path / "kit"
     payload.build_kit(kit, SAMPLE)
     listed = (kit / "runner-files.txt").read_text().split()
-    assert listed == [f.name for f in RUNNER_FILES]
+    assert listed == [layout.RUNNER_ARTEFACT]
     assert 'done <"$K/runner-files.txt"' in (payload.HERE / "device.sh").read_text()
     d = tmp_path / "d"
     d.mkdir()
     for name in listed:
         (d / name).write_bytes((kit / name).read_bytes())
-    mods = [n[:-3] for n in listed]
-    code = f"import sys; sys.path.insert(0, {str(d)!r}); " + "; ".join(f"import {m}" for m in mods)
-    p = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, cwd=d)
-    assert p.returncode == 0, p.stderr
+    p = subprocess.run([sys.executable, "-S", "-I", str(d / layout.RUNNER_ARTEFACT), "--help"],
+                       capture_output=True, text=True, cwd=d)
+    assert p.returncode == 0 and "--spec" in p.stdout, p.stderr

@@ -42,7 +42,7 @@ from pathlib import Path
 import pytest
 
 from specfleet import venv_build as venv_role
-from specfleet.bench import load_plan
+from specfleet.campaign import load_plan
 from specfleet.results.schema import SPEC_KEYS, Result
 from testbed.realvllm import build_venv as bv
 from testbed.seed import NFS_EXPORT, NFS_MOUNT

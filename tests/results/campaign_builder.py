@@ -65,7 +65,7 @@ def write_campaign(root: Path, data=None, scale=None, done=True, logs=True, extr
         hdir = root / host
         hdir.mkdir(parents=True, exist_ok=True)
         f = (scale or {}).get(host, 1.0)
-        vals = (vals[0] * f, vals[1] * f, *vals[2:])
+        vals = (vals[0] * f, vals[1] * f, vals[2] / f, vals[3], vals[4] / f, vals[5] / f)  # a slower node: every time
         meta = {"node": host, "config": cfg, "vllm_version": "0.28.0", "plan_hash": "abc123"}
         meta.update(extra or {})
         d = result_json(vals, SPEC.get((cfg, conc)), conc, meta)

@@ -72,7 +72,7 @@ def cells(camp: Path) -> dict[tuple[str, int, str], tuple[str, str]]:
 
 def planned_json(camp: Path, queues: dict, notes: dict | None = None) -> None:
     """What `fab collect` records beside the host folders (specfleet.results.cells.Planned.to_json)."""
-    from specfleet.bench.plan import parse_plan
+    from specfleet.plan import parse_plan
     (camp / "planned.json").write_text(json.dumps({
         "plan_hash": parse_plan(PLAN).plan_hash(), "queues": queues,
         "sources": {h: "the split over the hosts collected" for h in queues}, "host_notes": notes or {}}))
@@ -90,7 +90,7 @@ def test_a_folder_of_plain_vllm_result_files_is_enough(tmp_path):
     rows = json.loads((camp / "merged.json").read_text())
     w2 = {(x["config"], x["concurrency"]): x for x in rows if x["node"] == "w2"}
     assert w2[("eagle3", 16)]["speedup"] == pytest.approx(562.60 / 306.70)  # the report's 1.83x
-    assert "Node equivalence: **PASSED**" in (camp / "report.md").read_text()
+    assert "Node equivalence: **PASSED" in (camp / "report.md").read_text()
     # nothing of the input was moved or changed; a second run writes the same report
     assert {p: p.read_bytes() for p in before} == before
     first = (camp / "report.md").read_text()

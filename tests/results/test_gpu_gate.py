@@ -3,11 +3,11 @@ import json
 
 from specfleet.results.campaign import scan_campaign
 from specfleet.results.gate import EquivalenceRule, check_equivalence
-from specfleet.results.provenance import result_table
+from specfleet.results.consistency import result_table
 
 from campaign_builder import REPORT, result_json, write_campaign
 
-RULE = EquivalenceRule(tolerance_pct=3.0, concurrency=16)
+RULE = EquivalenceRule(metric="output_throughput", tolerance_pct=3.0, concurrency=16)
 
 
 def stamp(path, **meta):

@@ -1,5 +1,6 @@
 """Issue 12.4 (provenance in the report) and 12.7 (the SIMULATED stamp on every plot, detected from
 several signals). The worker probe runs for real here (bash, sha256sum, the project's python)."""
+import base64
 import hashlib
 import importlib.metadata
 import json
@@ -60,10 +61,9 @@ def test_probe_runs_and_hashes_model_and_dataset_with_hostile_paths(tmp_path):
 
 
 def test_parse_probe_reads_gpus_driver_cuda():
-    out = ("NVIDIA H200, 580.159.04, 143771 MiB\nNVIDIA H200, 580.159.04, 143771 MiB\n@@specfleet@@\n"
-           "13.0\n@@specfleet@@\n{}\n@@specfleet@@\n"
-           '{"vllm": "0.26.0", "torch": "2.11.0+cu130"}\n@@specfleet@@\n\n@@specfleet@@\n'
-           '{"simvllm": {"simulated": true}}\n')
+    sections = ["NVIDIA H200, 580.159.04, 143771 MiB\nNVIDIA H200, 580.159.04, 143771 MiB\n", "13.0\n", "{}\n",
+                '{"vllm": "0.26.0", "torch": "2.11.0+cu130"}\n', "", '{"simvllm": {"simulated": true}}\n']
+    out = "".join(base64.b64encode(x.encode()).decode() + "\n" for x in sections)  # as sections_script frames them
     f = parse_probe(out, "/m", None)
     assert (f["gpu_name"], f["gpu_count"], f["driver"], f["cuda"]) == ("NVIDIA H200", 2, "580.159.04", "13.0")
     assert f["dists"]["torch"] == "2.11.0+cu130" and f["model_simulated"] is True

@@ -115,7 +115,7 @@ def test_refusal_removes_stale_report(campaign):
     d = json.loads(p.read_text())
     d["output_throughput"] *= 0.9
     p.write_text(json.dumps(d))
-    o = run(campaign)
+    o = run(campaign, rule=EquivalenceRule(metric="output_throughput"))
     assert not o.merged and not any((campaign / f).exists() for f in OUTPUTS)
 
 

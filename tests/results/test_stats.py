@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from specfleet.results.stats import t_two_sided_p, welch
+from specfleet.worker.stats import t_two_sided_p, welch
 
 
 @pytest.mark.parametrize("t,df", [(12.7062047, 1), (4.30265273, 2), (2.22813885, 10),

@@ -68,7 +68,8 @@ def test_heatmap_is_configuration_by_category_and_stamped_when_simulated(tmp_pat
 
 def test_gate_compares_the_baseline_cell_by_cell(tmp_path):
     camp = scan_campaign(write(tmp_path / "c"))
-    gate = check_equivalence(camp, EquivalenceRule(concurrency=1, tolerance_pct=3.0), "vanilla")
+    gate = check_equivalence(camp, EquivalenceRule(metric="output_throughput", concurrency=1, tolerance_pct=3.0),
+                              "vanilla")
     # summarization differs by 5 %, rag by 10 %: each cell is its own check, none pooled
     assert sorted(c.cell for c in gate.checks) == ["conc1-cat_rag", "conc1-cat_summarization"]
     assert not gate.passed and all(not c.passed for c in gate.checks)

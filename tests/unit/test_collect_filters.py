@@ -4,7 +4,7 @@ checked with the local rsync on a folder laid out as the bench runner leaves it.
 import json
 import subprocess
 
-from specfleet.bench.remote import RunnerView
+from specfleet.campaign.remote import RunnerView
 from specfleet.results.fetch import finished_items, includes_for
 
 RUN_FOLDER = {

@@ -1,4 +1,4 @@
-"""The campaign layout is named once (specfleet/bench/layout.py): the runner on the worker and the
+"""The campaign layout is named once (specfleet/worker/layout.py): the runner on the worker and the
 bastion that reads and fetches its files use the same names, and no other module spells them."""
 import ast
 import importlib.util
@@ -7,8 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from specfleet.bench import layout
-from specfleet.bench.spec import RUNNER_FILES
+from specfleet.worker import layout
+from specfleet.campaign.spec import WORKER, worker_zipapp
 
 REPO = Path(__file__).resolve().parents[2]
 # where the package's code lives (before and after tasks/ and roles/ moved into specfleet/)
@@ -46,7 +46,7 @@ def test_no_other_module_spells_the_layout():
     files = [p for d in CODE_DIRS for p in sorted(d.rglob("*.py")) if p.resolve() != Path(layout.__file__).resolve()]
     assert len(files) > 20
     found = [s for p in files for s in spellings(p)]
-    assert not found, "spell these through specfleet.bench.layout:\n" + "\n".join(found)
+    assert not found, "spell these through specfleet.worker.layout:\n" + "\n".join(found)
 
 
 def test_the_lint_finds_a_spelling(tmp_path):
@@ -59,18 +59,18 @@ def test_the_lint_finds_a_spelling(tmp_path):
 
 
 def test_layout_is_stdlib_only_and_travels_with_the_runner(tmp_path):
-    """layout.py is one of RUNNER_FILES, imports nothing outside the standard library, and the runner
-    copied alone with its files (no site-packages, no specfleet) imports it."""
-    assert Path(layout.__file__).resolve() in {f.resolve() for f in RUNNER_FILES}
+    """layout.py is part of the worker program, imports nothing outside the standard library, and the
+    worker's zipapp alone (no site-packages, no specfleet) imports it as the runner does."""
+    assert Path(layout.__file__).resolve().parent == WORKER
     tree = ast.parse(Path(layout.__file__).read_text())
     mods = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     mods |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
     assert mods <= set(sys.stdlib_module_names) | {"__future__"}, mods
-    for f in RUNNER_FILES:
-        (tmp_path / f.name).write_bytes(f.read_bytes())
-    probe = ("import runner, runner_lib, layout; "
+    (tmp_path / "runner.pyz").write_bytes(worker_zipapp())
+    probe = ("from specfleet_worker import runner, runner_lib, layout; "
              "print(runner.layout is layout is runner_lib.layout, layout.run_dir('/w', 'c', 'h'))")
-    p = subprocess.run([sys.executable, "-S", "-I", "-c", f"import sys; sys.path.insert(0, {str(tmp_path)!r}); {probe}"],
+    p = subprocess.run([sys.executable, "-S", "-I", "-c",
+                        f"import sys; sys.path.insert(0, {str(tmp_path / 'runner.pyz')!r}); {probe}"],
                        capture_output=True, text=True, cwd=tmp_path)
     assert p.returncode == 0, p.stderr
     assert p.stdout.split() == ["True", "/w/c/h"]
@@ -85,4 +85,4 @@ def test_names_of_one_item():
     assert layout.fill(f"--tokenizer={layout.MODEL}", "/m", None) == "--tokenizer=/m"
     assert layout.fill(f"vllm_version={layout.VLLM_VERSION}", "/m", None) == "vllm_version=unknown"
     assert json.loads(json.dumps(layout.lock_path("/w"))) == "/w/.specfleet-runner.lock"
-    assert importlib.util.find_spec("specfleet.bench.layout") is not None
+    assert importlib.util.find_spec("specfleet.worker.layout") is not None

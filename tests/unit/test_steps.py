@@ -11,7 +11,7 @@ from specfleet.facts.files import HostFile
 from specfleet.facts.gather import gather_here
 from specfleet.facts.net import Address, RouteEntry
 from specfleet.facts.system import CheckResult
-from specfleet.shell import ProbeBatch, as_root, receive_file_script
+from specfleet.shell import ProbeBatch, as_root, q, read_sections, receive_file_script, sections_script
 from specfleet.step import StepFailed
 from specfleet.steps.command import Assert, Command
 from specfleet.steps.files import Directory, FileContent, LineInFile
@@ -174,3 +174,14 @@ def test_as_root_quotes_the_whole_script(tmp_path):
     wrapped = as_root(script, sudo=True)
     assert wrapped.startswith("sudo -n -- sh -c '")
     assert as_root(script, sudo=False) == script
+
+
+def test_sections_frame_any_content_without_a_separator(tmp_path):
+    """A section's bytes (a file holding the old separators, blank lines, no final newline) come back
+    as they are; a missing file is an empty section, and the others keep their places."""
+    odd = "@@specfleet@@\n\n@@specfleet-sep@@\nlast line, no newline"
+    (tmp_path / "odd").write_text(odd)
+    script = sections_script([f"cat {q(str(tmp_path / 'odd'))}", f"cat {q(str(tmp_path / 'missing'))}",
+                              "echo two; echo lines", "true"])
+    out = subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=True).stdout
+    assert read_sections(out, 5) == [odd, "", "two\nlines\n", "", ""]

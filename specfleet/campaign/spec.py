@@ -1,23 +1,34 @@
-"""Build the JSON run spec that runner.py executes on one worker (schema: docs/campaign.md)."""
+"""Build the JSON run spec that the worker program executes on one worker (schema: docs/campaign.md),
+and the worker program itself as the one file the configs role places (worker_zipapp)."""
 from __future__ import annotations
 
+import io
 import json
 import time
+import zipfile
 from pathlib import Path
 
 from .commands import Paths, bench_templates, item_argv
-from .plan import Plan
+from ..plan import Plan
 from .slotsplit import pins_of
+from ..worker.stats import SPEEDUP_CONFIDENCE  # the report's interval, the one default
 
 SPEC_SCHEMA = 1
-# Copy all of them to one directory on the worker, then:
-#   setsid nohup python3 <dir>/runner.py --spec <run.json> >runner.log 2>&1 </dev/null &
-# fitcheck.py runs with the venv's python (the model's tokenizer), the others with any python3.
-# crossover.py (the search) imports stats.py (the report's intervals), both stdlib only; slots.py is
-# the pool of a node with several GPUs.
-RUNNER_FILES = (*(Path(__file__).with_name(f) for f in ("runner.py", "runner_lib.py", "layout.py", "fitcheck.py",
-                                                        "crossover.py", "slots.py")),
-                Path(__file__).parent.parent / "results" / "stats.py")
+WORKER = Path(__file__).resolve().parent.parent / "worker"  # the package specfleet.worker
+# inside the zipapp the package has a name of its own: it imports itself relatively, never specfleet
+ZIPAPP_PACKAGE = "specfleet_worker"
+_ZIPAPP_MAIN = f"import sys\nfrom {ZIPAPP_PACKAGE}.__main__ import main\nsys.exit(main())\n"
+
+
+def worker_zipapp() -> bytes:
+    """specfleet.worker as one zipapp (runner.pyz; `python3 -S runner.pyz --spec run.json`, on one
+    GPU or eight): the same bytes for the same sources (sorted names, fixed times)."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        for name, data in [("__main__.py", _ZIPAPP_MAIN.encode()),
+                           *((f"{ZIPAPP_PACKAGE}/{f.name}", f.read_bytes()) for f in sorted(WORKER.glob("*.py")))]:
+            z.writestr(zipfile.ZipInfo(name, (1980, 1, 1, 0, 0, 0)), data, compress_type=zipfile.ZIP_DEFLATED)
+    return buf.getvalue()
 
 
 def build_run_spec(plan: Plan, node: str, queue: list[str], paths: Paths, *,
@@ -66,11 +77,10 @@ def build_run_spec(plan: Plan, node: str, queue: list[str], paths: Paths, *,
 
 
 def crossover_spec(plan: Plan, node: str, queue: list[str], paths: Paths) -> dict | None:
-    """What the runner's crossover rounds need (specfleet/bench/crossover.py), or None."""
+    """What the runner's crossover rounds need (specfleet/worker/crossover.py), or None."""
     b, x = plan.benchmark, plan.benchmark.concurrency_search
     if x is None:
         return None
-    from ..results.measures import SPEEDUP_CONFIDENCE  # the report's interval, the one default
     return {"min": x.min, "max": x.max, "coarse_factor": x.coarse_factor, "per_doubling": x.per_doubling,
             "budget": x.budget, "metric": x.metric, "confidence": SPEEDUP_CONFIDENCE,
             "tolerance_pct": plan.equivalence.tolerance_pct, "baseline": plan.baseline,

@@ -18,13 +18,13 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ..facts.gpus import GpuList, Topology, nvlink_groups
 from .bounds import pigeonhole_bound, two_class_bound
-from .plan import NGRAM_METHODS, Plan, PlanError, gpus_needed
-from .slots import parse_gpus, parse_groups
-from .slotsplit import needs_slots, slot_split
+from ..plan import NGRAM_METHODS, Plan, PlanError, gpus_needed
+from ..worker.slots import parse_gpus, parse_groups
+from .slotsplit import Split, needs_slots, slot_split
 
 READ_MB_S = {"local": 2000.0, "nfs": 105.0}
 STARTUP_S = 60.0          # torch.compile, CUDA graphs, warm-up after the weights are read
@@ -116,20 +116,6 @@ class NodeInfo:
         if self.model_source not in READ_MB_S:
             raise PlanError(f"node {self.name!r}: model_source must be one of {sorted(READ_MB_S)}")
         return READ_MB_S[self.model_source]
-
-
-@dataclass
-class Split:
-    queues: dict[str, list[str]]           # node -> ordered config names, baseline first
-    node_s: dict[str, float]               # node -> estimated busy time
-    makespan_s: float
-    lower_bound_s: float
-    method: str                            # 'exact' or 'heuristic'
-    durations: dict[str, dict[str, float]] = field(default_factory=dict)  # config -> node -> s
-
-    @property
-    def ratio(self) -> float:
-        return self.makespan_s / self.lower_bound_s if self.lower_bound_s else 1.0
 
 
 def load_s(plan: Plan, config: str, node: NodeInfo) -> float:

@@ -29,7 +29,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from .layout import CELL_PART, RESULT_RE
+from ..worker.layout import CELL_PART, RESULT_RE
 
 BENCH_DIMS = ("concurrency", "output_len", "category", "num_prompts")
 SWEPT_BENCH_DIMS = BENCH_DIMS[1:]  # concurrency is always named

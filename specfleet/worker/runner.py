@@ -1,7 +1,6 @@
-#!/usr/bin/env python3
 """specfleet worker-side runner: one node's benchmark queue, detached from SSH. Stdlib only.
 
-    setsid nohup python3 runner.py --spec /path/run.json >runner.log 2>&1 </dev/null &
+    setsid nohup python3 runner.pyz --spec /path/run.json >runner.log 2>&1 </dev/null &
 
 Per item (skipped when `<config>.done` matches): preflight -> `vllm serve` in its own session
 -> /health wait (server liveness checked every poll) -> `vllm bench serve` per concurrency ->
@@ -23,33 +22,29 @@ import time
 import urllib.error
 import urllib.request
 
-try:
-    from . import layout
-    from .runner_lib import (Fatal, ItemFailed, Stopped, atomic_write, boot_identity, end_pids, engine_version,
-                             failed_requests, gpu_used_mib, live_pids, load_spec, log, make_reserve, no_space, now, parse_env_file,
-                             proc_argv0, proc_has_token, tail)
-except ImportError:  # run as a script on the worker, runner_lib.py and layout.py copied beside it
-    import layout  # type: ignore
-    from runner_lib import (Fatal, ItemFailed, Stopped, atomic_write, boot_identity, end_pids,  # type: ignore
-                            engine_version, failed_requests, gpu_used_mib, live_pids, load_spec, log, make_reserve, no_space, now,
-                            parse_env_file, proc_argv0, proc_has_token, tail)
-try:
-    from .runner_lib import gpu_table
-    from .slots import run_slots
-except ImportError:  # slots.py is copied beside it too
-    from runner_lib import gpu_table  # type: ignore
-    from slots import run_slots  # type: ignore
+from . import layout
+from .runner_lib import (REBOOT_HINT, Fatal, ItemFailed, Stopped, atomic_write, boot_identity, end_pids, engine_version,
+                         failed_requests, gpu_used_mib, live_pids, load_spec, log, make_reserve, no_space, now,
+                         parse_env_file, proc_argv0, proc_has_token, tail)
+from .slots import run_slots
 
 # specfleet.results.schema.REQUIRED_KEYS (the runner is stdlib only and runs alone on the worker);
 # a truncated file, a non-number or completed 0 is redone; the full judgement is collect's
 RESULT_KEYS = ("duration", "completed", "output_throughput", "total_token_throughput", "mean_tpot_ms",
                "mean_ttft_ms", "mean_itl_ms")
 EXIT_OK, EXIT_FAILED, EXIT_SPEC, EXIT_LOCKED, EXIT_FATAL, EXIT_STOPPED = 0, 1, 2, 3, 4, 143
-HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def fitcheck_command(python: str) -> list[str]:
+    """The prompt-fit check, run with the venv's python (the model's tokenizer): from the worker's
+    artefact (`runner.pyz fitcheck`), or, run from a checkout, fitcheck.py beside this file."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    artefact = os.path.dirname(here)  # <home>/runner.pyz/specfleet_worker/runner.py
+    return [python, artefact, "fitcheck"] if os.path.isfile(artefact) else [python, os.path.join(here, "fitcheck.py")]
+
+
 # vLLM's sampling parameters that generation_config.json can set (get_diff_sampling_param)
 SAMPLING_KEYS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")
-REBOOT_HINT = ("the host rebooted since this campaign's last runner (boot id changed): run `fab provision` "
-               "(mounts, GPU modules), then `fab bench` to resume")
 DEFAULTS = {"schema": 1, "plan_hash": "", "env_file": None, "expected_vllm_version": None,
             "server_host": "127.0.0.1", "health_timeout_s": 2400, "health_poll_s": 5,
             "prefix_cache": "reset", "bench_timeout_s": 7200, "gpu_memory_free_mib": 5000,
@@ -170,7 +165,7 @@ class Runner:
         log(f"runner pid {os.getpid()} run {s['run_id']}: {len(s['items'])} items in {self.run_dir}")
         self.end_previous_leftovers()
         if s.get("gpus"):  # a node with several GPUs: servers on disjoint GPU sets (slots.py)
-            return run_slots(self, (ItemFailed, Stopped, Fatal, REBOOT_HINT, gpu_table))
+            return run_slots(self)
         rc = EXIT_OK
         for item, rec in self.queue():
             if rec["status"] == "done":
@@ -208,10 +203,7 @@ class Runner:
             if not self.spec.get("crossover") or self.stopping:
                 return
             rounds += 1
-            try:
-                from .crossover import crossover_round
-            except ImportError:  # as a script on the worker: crossover.py and stats.py copied beside it
-                from crossover import crossover_round  # type: ignore
+            from .crossover import crossover_round
             more, decision = crossover_round(self.spec, self.run_dir, tried, rounds)
             self.state["crossover"] = {"round": rounds, "configs": decision}
             for cfg, d in decision.items():
@@ -392,7 +384,7 @@ class Runner:
         key = json.dumps([self.model, fit], sort_keys=True)
         if key not in self.fits:
             kept = os.path.join(self.run_dir, layout.prompts_fit(hashlib.sha256(key.encode()).hexdigest()[:12]))
-            argv = [os.path.join(self.spec["venv"], "bin", "python"), os.path.join(HERE, "fitcheck.py"),
+            argv = [*fitcheck_command(os.path.join(self.spec["venv"], "bin", "python")),
                     "--model", self.model, "--dataset", fit["dataset"], "--num-prompts", str(fit["num_prompts"]),
                     "--output-len", str(fit["output_len"]), "--chat-template", fit["chat_template"],
                     "--write-kept", kept]
@@ -634,7 +626,3 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:  # noqa: BLE001 - a full disk, a bug: never leave a server holding the GPU
         runner.abort(e)
         return EXIT_FATAL
-
-
-if __name__ == "__main__":
-    sys.exit(main())

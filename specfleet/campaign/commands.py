@@ -14,10 +14,10 @@ import posixpath
 import shlex
 from dataclasses import dataclass
 
-from .crossover import CONC, PER_CONC, PROMPTS, REP, prompts_at
-from .layout import MODEL, VLLM_VERSION, cell_result_filename, result_filename, run_dir
-from .plan import Plan
-from .sweep import Cell
+from ..worker.crossover import CONC, PER_CONC, PROMPTS, REP, prompts_at
+from ..worker.layout import MODEL, VLLM_VERSION, cell_result_filename, result_filename, run_dir
+from ..plan import Plan
+from ..plan.sweep import Cell
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,8 @@ import math
 import statistics
 from dataclasses import dataclass
 
+SPEEDUP_CONFIDENCE = 0.95  # the report's interval and the crossover search's (the one default)
+
 
 def _betacf(a: float, b: float, x: float) -> float:
     tiny, eps = 1e-300, 3e-16

@@ -1,15 +1,15 @@
 #!/usr/bin/env python3
-"""Does every selected prompt fit the server's context? Run by runner.py with the venv's python.
+"""Does every selected prompt fit the server's context? Run by the runner with the venv's python.
 
-    <venv>/bin/python fitcheck.py --model DIR --dataset question.jsonl --num-prompts N
+    <venv>/bin/python runner.pyz fitcheck --model DIR --dataset question.jsonl --num-prompts N
         --output-len L --chat-template double|single [--max-model-len 2048] [--write-kept FILE]
 
 Selects the prompts as vLLM's spec_bench loader does (JSON Lines, `turns[0]`, shuffled with
 random.seed(0), first N; docs: /work/shared/notes/vllm.md A2), templates them as the server will
 see them (client-side chat template; `double`: the chat endpoint templates that string again),
 counts tokens with the model's tokenizer (transformers AutoTokenizer from the model directory,
-its chat template) or, when the venv's vllm is the simulated engine, with the tokenizer its server
-counts with (vllm.textsim), and compares prompt tokens + output_len with --max-model-len (vLLM's
+its chat template) or, when the engine's identity file names its own counter (prompt_tokens), with
+that, and compares prompt tokens + output_len with --max-model-len (vLLM's
 "maximum context length" check). Prints one JSON object. --write-kept writes the selected prompts
 that fit, in selection order, for a run with --disable-shuffle (the plan's `drop`).
 """
@@ -49,16 +49,17 @@ def select(path: str, num_prompts: int, category: str | None = None) -> list[tup
     return rows if num_prompts <= 0 else rows[:num_prompts]
 
 
-def simulated() -> bool:
-    """The venv's vllm is specfleet-simvllm (read, not imported: the real one imports torch)."""
+def engine_identity() -> dict:
+    """The venv's engine's own identity file (specfleet-engine.json beside its __init__.py), {} when it has none; read,
+    not imported: the real vLLM imports torch."""
     spec = importlib.util.find_spec("vllm")
     if spec is None or not spec.origin:
-        return False
+        return {}
     try:
-        with open(spec.origin, encoding="utf-8") as f:
-            return "\nSIMULATED = True" in f.read()
-    except OSError:
-        return False
+        with open(os.path.join(os.path.dirname(spec.origin), "specfleet-engine.json"), encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {}
 
 
 def fast_tokenizer(model: str):
@@ -105,9 +106,12 @@ def fast_tokenizer(model: str):
 
 def tokenizer(model: str):
     """(name, template(text) -> str, count(text, special_tokens) -> int)."""
-    if simulated():  # its server counts with its own tokenizer, whatever the model dir holds
-        from vllm.textsim import chat_template, count_tokens
-        return "specfleet-simvllm textsim (simulated engine)", chat_template, lambda t, special: count_tokens(t)
+    ident = engine_identity()
+    if ident.get("prompt_tokens"):  # an engine that counts with its own tokenizer, whatever the model dir holds
+        mod = importlib.import_module(ident["prompt_tokens"])
+        kind = " (simulated engine)" if ident.get("simulated") else ""
+        return (f"{ident.get('name', 'engine')} {ident['prompt_tokens']}{kind}", mod.chat_template,
+                lambda t, special: mod.count_tokens(t))
     if os.environ.get("SPECFLEET_FITCHECK_TRANSFORMERS") != "1" and (fast := fast_tokenizer(model)):
         return fast
     try:

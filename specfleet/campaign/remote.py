@@ -12,11 +12,10 @@ from dataclasses import dataclass, field
 from ..connection import HostConnection
 from ..facts.base import Fact
 from ..facts.gpus import GpuTopology, Gpus
-from ..shell import q
+from ..shell import q, read_sections, sections_script
 from ..step import Status, Step, StepFailed
-from . import layout
+from ..worker import layout
 
-SEP = "@@specfleet-sep@@"
 
 
 @dataclass
@@ -51,19 +50,19 @@ def view_script(work_dir: str, campaign: str, host: str) -> str:
     """The one script that reads a worker's campaign (`view` runs it; `CampaignView` batches it)."""
     d = q(layout.run_dir(work_dir, campaign, host))
     lock = q(layout.lock_path(work_dir))
-    return (
-        f"cat {d}/{layout.RUN_SPEC} 2>/dev/null; echo {SEP}; cat {d}/{layout.STATE} 2>/dev/null; echo {SEP}; "
+    return sections_script([
+        f"cat {d}/{layout.RUN_SPEC}", f"cat {d}/{layout.STATE}",
         f"pid=$(sed -n 's/^pid=\\([0-9]*\\).*/\\1/p' {lock} 2>/dev/null); echo \"$pid\"; "
         # alive = that PID exists and is a runner (PIDs are reused after a reboot)
-        f"[ -n \"$pid\" ] && tr '\\0' ' ' < /proc/$pid/cmdline 2>/dev/null | grep -q runner.py && echo ALIVE; "
-        f"echo {SEP}; ls {d} 2>/dev/null | sed -n 's/\\{layout.DONE_SUFFIX}$//p'; echo {SEP}; "
+        f"[ -n \"$pid\" ] && tr '\\0' ' ' < /proc/$pid/cmdline 2>/dev/null | grep -q runner.pyz && echo ALIVE",
+        f"ls {d} 2>/dev/null | sed -n 's/\\{layout.DONE_SUFFIX}$//p'",
         # read, never create, the boot marker (the runner creates it)
         "b=$(cat /proc/sys/kernel/random/boot_id 2>/dev/null || echo '?'); "
-        f"t=$(cat {layout.boot_marker('$(id -u)')} 2>/dev/null); echo \"$b${{t:+/$t}}\"")
+        f"t=$(cat {layout.boot_marker('$(id -u)')} 2>/dev/null); echo \"$b${{t:+/$t}}\""])
 
 
 def parse_view(stdout: str) -> RunnerView:
-    parts = (stdout.split(SEP + "\n") + ["", "", "", "", ""])[:5]
+    parts = read_sections(stdout, 5)
     pid_lines = parts[2].split()
     return RunnerView(spec=_json(parts[0]), state=_json(parts[1]),
                       runner_pid=int(pid_lines[0]) if pid_lines and pid_lines[0].isdigit() else None,
@@ -133,7 +132,7 @@ def settle(hc: HostConnection, pid: int, work_dir: str, wait_s: float = 10) -> i
     (code 3). Both fab runs then follow the winner. None: `pid` died and no runner holds the lock.
     """
     lock = q(layout.lock_path(work_dir))
-    is_runner = "tr '\\0' ' ' < /proc/$1/cmdline 2>/dev/null | grep -q runner.py"
+    is_runner = "tr '\\0' ' ' < /proc/$1/cmdline 2>/dev/null | grep -q runner.pyz"
     script = (
         f"runner() {{ {is_runner}; }}; "
         f"for i in $(seq {int(wait_s * 5)}); do "
@@ -183,7 +182,7 @@ class ReadWorker(Step):
         return {"gpus": Gpus(), "topology": GpuTopology(), "view": self.campaign_view}
 
     def decide(self, facts) -> list:
-        from .plan import PlanError
+        from ..plan import PlanError
         from .split import NodeInfo
         try:
             self.node = NodeInfo.from_facts(self.host.name, self.host.vars, facts["gpus"], facts["topology"])

@@ -1,7 +1,4 @@
-"""Stdlib helpers of the worker-side runner (runner.py): files, env files, /proc.
-
-Copied to the worker next to runner.py and layout.py (specfleet.bench.spec.RUNNER_FILES).
-"""
+"""Stdlib helpers of the worker-side runner (runner.py): files, env files, /proc, nvidia-smi."""
 from __future__ import annotations
 
 import errno
@@ -13,11 +10,10 @@ import subprocess
 import time
 from collections import Counter
 
-try:
-    from . import layout
-except ImportError:  # on the worker, layout.py copied beside it
-    import layout  # type: ignore
+from . import layout
 
+REBOOT_HINT = ("the host rebooted since this campaign's last runner (boot id changed): run `fab provision` "
+               "(mounts, GPU modules), then `fab bench` to resume")
 REQUIRED = ("run_id", "campaign", "host", "work_dir", "venv", "model_candidates", "port", "items")
 
 
@@ -323,19 +319,19 @@ def gpu_used_mib(gpu_index, env) -> int:
 #: Run by <venv>/bin/python: the version of the `vllm` that python would import, WITHOUT importing it
 #: (the real vLLM imports torch and its kernels: `vllm --version` took 21 s on an H200). `vllm
 #: --version` prints the distribution's metadata (importlib.metadata.version("vllm")), read here from
-#: the dist-info beside the package. The simulated engine (testbed/simvllm, `SIMULATED = True` in its
-#: __init__, read as text) wins over any metadata: it is imported (stdlib only, instant) and names
-#: itself (VERSION_STRING), so a simulation is never recorded as a vLLM release.
+#: the dist-info beside the package. An engine that describes itself (specfleet-engine.json beside its
+#: __init__.py: name, version, simulated, prompt_tokens; docs/engines-gpu.md) wins over any metadata:
+#: its `version` is what it prints, so a simulation is never recorded as a vLLM release.
 ENGINE_VERSION_PY = r'''
-import importlib.metadata as md, importlib.util, os, sys
+import importlib.metadata as md, importlib.util, json, os, sys
 spec = importlib.util.find_spec("vllm")
 if spec is None or not spec.origin:
     sys.exit("no `vllm` package on this python's path")
-with open(spec.origin, encoding="utf-8") as f:
-    if "\nSIMULATED = True" in f.read():
-        import vllm
-        print(vllm.VERSION_STRING)
-        sys.exit(0)
+ident = os.path.join(os.path.dirname(spec.origin), "specfleet-engine.json")
+if os.path.isfile(ident):
+    with open(ident, encoding="utf-8") as f:
+        print(json.load(f)["version"])
+    sys.exit(0)
 here = os.path.dirname(os.path.dirname(spec.origin))
 dist = next((d for d in md.distributions(path=[here]) if (d.metadata["Name"] or "").lower() == "vllm"), None)
 try:

@@ -1,4 +1,4 @@
-"""The crossover search: where does a configuration stop paying? Stdlib only; travels with runner.py.
+"""The crossover search: where does a configuration stop paying? Stdlib only; part of the worker program.
 
 A plan says `concurrencies: {search: crossover, min: 1, max: 256, budget: 12}`. The concurrencies
 lie on a geometric grid: the fine grid has `per_doubling` points per doubling (rounded to integers,
@@ -18,8 +18,8 @@ It stops when every verdict change lies between neighbouring fine-grid points ("
 grid step") or when `budget` concurrencies of that configuration are measured.
 
 The speedup at a concurrency is the configuration's metric over the SAME NODE's baseline, with the
-interval of the report (specfleet/results/stats.py `ratio_interval`: Welch's t on log values of the
-repeats; that file is copied beside this one on the worker). With a single run on either side:
+interval of the report (specfleet/worker/stats.py `ratio_interval`: Welch's t on log values of the
+repeats; part of the worker program too). With a single run on either side:
 the plain tolerance band, as the report's noise band does (measures.NoiseBand).
 
 `crossover_round` is the runner's hook: where the queue runs dry it reads the node's result files
@@ -72,10 +72,7 @@ def judge(cfg: list[float], base: list[float], confidence: float, tolerance_pct:
     """The speedup mean(cfg)/mean(base) with its interval and verdict; None without data."""
     if not cfg or not base or min(cfg + base) <= 0:
         return None
-    if __package__:  # imported when needed: the plan reads the grids without the results package
-        from ..results.stats import ratio_interval
-    else:  # on the worker: stats.py copied beside this file (specfleet.bench.spec.RUNNER_FILES)
-        from stats import ratio_interval  # type: ignore
+    from .stats import ratio_interval
     ri = ratio_interval(base, cfg, confidence)
     hi_band = 1.0 + tolerance_pct / 100.0
     if ri is None:  # a single run on a side: the plain tolerance band, no interval
@@ -131,7 +128,7 @@ def search(measure, lo: int, hi: int, budget: int, coarse_factor: int, per_doubl
            confidence: float, tolerance_pct: float) -> tuple[dict[int, dict], list[list[int]], str]:
     """The search without a runner: `measure(conc)` -> (configuration values, baseline values).
     Returns (judged points, the concurrencies of each round, why it stopped). The plan's defaults:
-    `ConcurrencySearch`, `Equivalence.tolerance_pct`; the report's confidence: measures.SPEEDUP_CONFIDENCE."""
+    `ConcurrencySearch`, `Equivalence.tolerance_pct`; the report's confidence: stats.SPEEDUP_CONFIDENCE."""
     grid, coarse = fine_grid(lo, hi, per_doubling), coarse_grid(lo, hi, coarse_factor)
     points: dict[int, dict] = {}
     rounds: list[list[int]] = []

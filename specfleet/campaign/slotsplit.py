@@ -15,10 +15,11 @@ seconds / nodes), and the pigeonhole bound over GPUs).
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass, field
 
-from .plan import Plan, PlanError, gpus_needed
-from .layout import copy_of, gpu_copy
-from .slots import fits_ever, simulate
+from ..plan import Plan, PlanError, gpus_needed
+from ..worker.layout import copy_of, gpu_copy
+from ..worker.slots import fits_ever, simulate
 
 MAX_ROUNDS = 500     # improving steps of one local search (each lowers the makespan or the spread)
 # node ends simulated per split, at most: fab bench waits on the split (~0.1-0.5 ms each on one core,
@@ -80,8 +81,21 @@ def why_not(plan: Plan, config: str, node) -> str | None:
     return None
 
 
+@dataclass
+class Split:
+    queues: dict[str, list[str]]           # node -> ordered config names, baseline first
+    node_s: dict[str, float]               # node -> estimated busy time
+    makespan_s: float
+    lower_bound_s: float
+    method: str                            # 'exact' or 'heuristic'
+    durations: dict[str, dict[str, float]] = field(default_factory=dict)  # config -> node -> s
+
+    @property
+    def ratio(self) -> float:
+        return self.makespan_s / self.lower_bound_s if self.lower_bound_s else 1.0
+
+
 def slot_split(plan: Plan, nodes, pins: dict[str, str], item_s, durations=None):
-    from .split import Split
     names = [n.name for n in nodes]
     by = {n.name: n for n in nodes}
     base = plan.baseline

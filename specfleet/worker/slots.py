@@ -1,6 +1,6 @@
 """GPU slots: what a configuration needs, which GPUs of a node it gets, several servers at once.
 
-Stdlib only: copied to the worker next to runner.py (spec.RUNNER_FILES); the bastion's split and plan
+Stdlib only: part of the worker program (runner.pyz); the bastion's split and plan
 checks import the same functions, so the GPU count a configuration needs has one definition.
 
     needed(argv)               GPUs one `vllm serve` argv uses: tensor x pipeline x data parallel size
@@ -19,6 +19,8 @@ import itertools
 import os
 import threading
 import time
+
+from .runner_lib import REBOOT_HINT, Fatal, ItemFailed, Stopped, gpu_table
 
 # flag -> (short form) the parallel sizes whose product is the number of GPUs one server uses
 PARALLEL_FLAGS = {"--tensor-parallel-size": "-tp", "--pipeline-parallel-size": "-pp",
@@ -252,7 +254,7 @@ def lane_class(base):
             if used >= self.spec["gpu_memory_free_mib"]:  # a foreign holder: keep this set out, not item by item
                 self.held_why = (f"memory used {used} MiB >= {self.spec['gpu_memory_free_mib']} MiB before start "
                                  "(another process holds it)")
-                raise self.parent.ItemFailed(f"GPU memory used {used} MiB on {self.where()} before start: "
+                raise ItemFailed(f"GPU memory used {used} MiB on {self.where()} before start: "
                                              "another process holds it; these GPUs are kept out of this run")
             self.vllm_version = self.vllm_version or self.parent.vllm_version
             base.preflight(self, item)
@@ -275,9 +277,8 @@ class Pool:
     (a Lane: the runner's item lifecycle with its own server, port, CUDA_VISIBLE_DEVICES and memory
     gate); a failure ends that item alone; a GPU set whose memory stays held is kept out."""
 
-    def __init__(self, runner, gpus: list[dict], groups, packing: str, lib):
+    def __init__(self, runner, gpus: list[dict], groups, packing: str):
         self.r, self.gpus, self.groups, self.packing = runner, gpus, groups, packing
-        self.ItemFailed, self.Stopped, self.Fatal, self.hint, self.gpu_table = lib
         self.by_index = {g["index"]: g for g in gpus}
         self.lock, self.fit_lock = threading.RLock(), threading.Lock()
         self.held: dict[int, str] = {}  # GPU index -> why it is kept out
@@ -302,16 +303,16 @@ class Pool:
     def set_used_mib(self, gpus: list[dict]) -> int:
         for attempt in range(3):  # one nvidia-smi for the whole node, asked by every server's gate
             try:
-                table = self.gpu_table(env_without_devices(self.r.env))
+                table = gpu_table(env_without_devices(self.r.env))
                 break
-            except self.ItemFailed:
+            except ItemFailed:
                 if attempt == 2:
                     raise
                 time.sleep(1.0)
         uuids = {g["uuid"] for g in gpus}
         got = [t["used"] for t in table if t["uuid"] in uuids]
         if len(got) != len(uuids):
-            raise self.ItemFailed(f"GPU(s) {', '.join(sorted(uuids - {t['uuid'] for t in table}))} not listed "
+            raise ItemFailed(f"GPU(s) {', '.join(sorted(uuids - {t['uuid'] for t in table}))} not listed "
                                   "by nvidia-smi")
         return max(got)
 
@@ -329,12 +330,12 @@ class Pool:
         why = None
         try:
             lane.run_item(item, rec)
-        except self.ItemFailed as e:
-            msg = f"{e}; {self.hint}" if self.r.rebooted and rec["status"] == "preflight" else str(e)
+        except ItemFailed as e:
+            msg = f"{e}; {REBOOT_HINT}" if self.r.rebooted and rec["status"] == "preflight" else str(e)
             lane.set(rec, "failed", f"failed during {rec['status']}", error=msg, finished_at=now())
-        except self.Stopped as e:
+        except Stopped as e:
             lane.set(rec, "pending", "interrupted by SIGTERM; redone on resume", error=str(e))
-        except self.Fatal as e:  # this set's memory stayed held: these GPUs are out, the others go on
+        except Fatal as e:  # this set's memory stayed held: these GPUs are out, the others go on
             why = str(e)
             lane.set(rec, "failed", "GPU memory not released", error=why, finished_at=now())
         except BaseException as e:  # noqa: BLE001 - a runner bug in one lane ends that item, not the node
@@ -442,13 +443,12 @@ def now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
-def run_slots(runner, lib) -> int:
-    """The runner's queue over the spec's GPUs (runner.run calls this when the spec lists `gpus`);
-    lib = (ItemFailed, Stopped, Fatal, the reboot hint, runner_lib.gpu_table)."""
+def run_slots(runner) -> int:
+    """The runner's queue over the spec's GPUs (runner.run calls this when the spec lists `gpus`)."""
     s = runner.spec
     try:
-        gpus = check_gpus(s["gpus"], lib[4](env_without_devices(runner.env)))
-    except (ValueError, lib[0]) as e:
+        gpus = check_gpus(s["gpus"], gpu_table(env_without_devices(runner.env)))
+    except (ValueError, ItemFailed) as e:
         runner.finish("failed", f"the node's GPUs: {e}")
         return 2
     runner.state["gpus"] = gpus
@@ -457,7 +457,7 @@ def run_slots(runner, lib) -> int:
     # round's, appended to the spec; asked past the items only once every slot is idle
     queue, taken = runner.queue(), len(s["items"])
     todo = [(it, rec) for it, rec in itertools.islice(queue, taken) if rec["status"] != "done"]
-    pool = Pool(runner, gpus, s.get("gpu_groups"), s.get("packing", "exclusive"), lib)
+    pool = Pool(runner, gpus, s.get("gpu_groups"), s.get("packing", "exclusive"))
 
     def next_round() -> list[tuple[dict, dict]]:
         nonlocal taken

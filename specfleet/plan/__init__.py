@@ -26,8 +26,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, ValidationInfo, field_validator, model_validator
 
 from ..errors import UserError
-from .layout import GPU_COPY, copy_of
-from .slots import needed, parallel_sizes
+from ..worker.layout import GPU_COPY, copy_of
+from ..worker.slots import needed, parallel_sizes
 from ..yamlfile import YamlFileError, first_error, load_yaml
 from .sweep import Cell, SweepError, bench_cells, expand_configurations
 
@@ -219,7 +219,7 @@ DATASET_RULE = ("a file on the bastion (a relative path is relative to the plan 
 
 
 class ConcurrencySearch(_Strict):
-    """`concurrencies: {search: crossover, min: 1, max: 256, budget: 12}`: see specfleet/bench/crossover.py."""
+    """`concurrencies: {search: crossover, min: 1, max: 256, budget: 12}`: see specfleet/worker/crossover.py."""
 
     search: Literal["crossover"]
     min: int = Field(default=1, ge=1)
@@ -247,11 +247,11 @@ class ConcurrencySearch(_Strict):
         return self
 
     def coarse(self) -> list[int]:
-        from .crossover import coarse_grid
+        from ..worker.crossover import coarse_grid
         return coarse_grid(self.min, self.max, self.coarse_factor)
 
     def fine(self) -> list[int]:
-        from .crossover import fine_grid
+        from ..worker.crossover import fine_grid
         return fine_grid(self.min, self.max, self.per_doubling)
 
 
@@ -400,7 +400,7 @@ class Benchmark(_Strict):
 
 
 class Equivalence(_Strict):
-    metric: str = "output_throughput"
+    metric: str = "tpot_weighted_ms"   # the gate policy's metric (results/gate_policy.py)
     concurrency: int = Field(default=16, ge=1)
     tolerance_pct: float = Field(default=3.0, gt=0)
     # packing shared on nodes with several GPUs: the baseline runs once on every GPU (layout.gpu_copy),
@@ -523,10 +523,6 @@ CONFIG_HASH_IF_SET = {k: Configuration.model_fields[k].default for k in ("gpu_mo
 def gpus_needed(plan: Plan, config: str) -> int:
     """GPUs one server of `config` uses: its tensor x pipeline x data parallel size (slots.needed)."""
     return needed([*plan.server.args, *plan.config(config).extra_args])
-
-
-def plan_hash(plan: Plan) -> str:
-    return plan.plan_hash()
 
 
 def _where(loc: tuple, file: Path, raw: Any) -> str:

@@ -14,7 +14,7 @@ from typing import Callable
 
 from ..connection import CommandTimeout, Unreachable
 from ..step import Status
-from . import layout
+from ..worker import layout
 from .remote import RunnerView
 
 REBOOTED = ("host rebooted (its runner and server are gone): run `fab provision` (mounts, GPU modules), "

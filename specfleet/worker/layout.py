@@ -1,7 +1,7 @@
 """A campaign's files: where each lives and what it is called, on the worker and in results/.
 
-Stdlib only: this module travels to the workers with runner.py and runner_lib.py
-(spec.RUNNER_FILES) and is imported by both sides, so the bastion reads what the runner writes
+Stdlib only: this module travels to the workers in the worker program (runner.pyz) and is
+imported by both sides, so the bastion reads what the runner writes
 by the same names. tests/unit/test_layout.py keeps every other module from spelling them.
 
     <work_dir>/.specfleet-runner.lock                 one runner per host (flock; "pid=N run_id=R")
@@ -25,6 +25,7 @@ from __future__ import annotations
 import posixpath
 import re
 
+RUNNER_ARTEFACT = "runner.pyz"  # the worker program, one zipapp under the specfleet home (configs role)
 RUN_SPEC = "run.json"
 STATE = "state.json"
 RUNNER_LOG = "runner.log"

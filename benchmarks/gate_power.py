@@ -1,0 +1,78 @@
+#!/usr/bin/env python3
+"""The error rates of the shipped gate policy (specfleet/results/gate_policy.py), by simulation.
+
+Measurement model: the baseline's gate metric on node A is exp(N(0, sigma)) per run, on node B
+(1 + diff) x exp(N(0, sigma)) (lognormal run-to-run noise, independent runs). The policy as it ships:
+the plan's default repeats (3 runs per node) first; while the gate says INCONCLUSIVE with runs left
+in the budget, runs are added per node up to the next look (gate_policy.LOOKS) and the gate is asked
+again. Every decision is `specfleet.results.gate.decide` with the plan's default rule, the function
+`check_equivalence` (the report's gate) calls for every node pair; tests/results/test_gate_power.py
+checks that a written campaign gives the same decision through the report.
+
+Per (sigma, diff) it prints `gate-power sigma=<s>% diff=<d>% pass=<rate> mean_runs=<n>`: the share of
+trials that end PASSED, and the mean runs per node at the end. Targets (issue 23): at sigma 1 % and
+2 %, diff 0 passes >= 0.95 and diff 4 % passes <= 0.05; exit 1 when not met.
+
+    .venv/bin/python benchmarks/gate_power.py [--trials 400] [--seed 20261201]    # ~15 s on 2 cores
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import random
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from specfleet.bench.plan import Benchmark  # noqa: E402
+from specfleet.results.gate import EquivalenceRule, decide  # noqa: E402
+from specfleet.results.gate_policy import INCONCLUSIVE, PASSED, next_look  # noqa: E402
+
+SIGMAS = (0.5, 1.0, 2.0, 4.0)
+DIFFS = (0, 1, 2, 3, 4, 5)
+START_RUNS = Benchmark.model_fields["repeat"].default   # the plan's default repeats
+
+
+def one_trial(rule: EquivalenceRule, sigma: float, diff: float, rng: random.Random) -> tuple[bool, int]:
+    a: list[float] = []
+    b: list[float] = []
+    n = START_RUNS
+    while True:
+        while len(a) < n:
+            a.append(100.0 * math.exp(rng.gauss(0.0, sigma)))
+            b.append(100.0 * (1.0 + diff) * math.exp(rng.gauss(0.0, sigma)))
+        chk = decide(rule, a, b)
+        nxt = next_look(n)
+        if chk.state != INCONCLUSIVE or nxt is None:
+            return chk.state == PASSED, n
+        n = nxt
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--trials", type=int, default=400)
+    ap.add_argument("--seed", type=int, default=20261201)
+    args = ap.parse_args(argv)
+    rule = EquivalenceRule()
+    t0 = time.monotonic()
+    print(f"# policy: {rule.describe()}")
+    print(f"# trials {args.trials} per line, seed {args.seed}, start {START_RUNS} runs per node")
+    ok = True
+    for s in SIGMAS:
+        for d in DIFFS:
+            rng = random.Random(f"{args.seed}-{s}-{d}")
+            res = [one_trial(rule, s / 100, d / 100, rng) for _ in range(args.trials)]
+            rate = sum(p for p, _ in res) / len(res)
+            runs = sum(n for _, n in res) / len(res)
+            print(f"gate-power sigma={s:g}% diff={d:g}% pass={rate:.3f} mean_runs={runs:.1f}", flush=True)
+            if s in (1.0, 2.0) and ((d == 0 and rate < 0.95) or (d == 4 and rate > 0.05)):
+                ok = False
+    print(f"# {time.monotonic() - t0:.1f} s; targets (sigma 1-2 %: diff 0 >= 0.95, diff 4 % <= 0.05) "
+          f"{'met' if ok else 'NOT met'}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,168 @@
+"""Provenance that acts (issue 23): what produced each run, compared across nodes and within a node.
+
+Per run, from the result's metadata (the runner's `--metadata`: vllm_version, torch_version, gpu or
+gpu_names, driver, cuda_version, decoding / sampling_params), the node's provenance.json (fab collect's
+probe: gpu_name, driver, cuda, the venv's dists) and the server log's version line. Two runs that
+differ in GPU model, driver, CUDA, torch, vLLM version or decoding (greedy / sampled) are not one
+campaign: the gate refuses the merge as for mixed plans (exit 8; --force merges and stamps every
+output MIXED PROVENANCE). The plan's `vllm_version` pin is compared with every version a real node
+recorded (the simulated engine has no vLLM version: not checked there, said so).
+"""
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+import pandas as pd
+
+from ..worker import layout
+from .gpu_gate import where
+from .provenance import (NOT_RECORDED, _prompts, _sampling, _short, read_provenance, server_facts,
+                         simulated_signals)
+
+if TYPE_CHECKING:
+    from .campaign import Campaign, Run
+
+FIELDS = {"gpu": "GPU model", "driver": "driver", "cuda": "CUDA", "torch": "torch", "vllm": "vLLM version",
+          "decoding": "decoding"}
+
+
+def decoding_of(extra: dict) -> str | None:
+    """greedy / sampled (...) from what the runner writes: `decoding`, else `sampling_params`,
+    else a `temperature` metadata key; None when none is there."""
+    if extra.get("decoding"):
+        return str(extra["decoding"])
+    sp = extra.get("sampling_params")
+    if isinstance(sp, str):
+        try:
+            sp = json.loads(sp)
+        except ValueError:
+            sp = None
+    temp = sp.get("temperature") if isinstance(sp, dict) else extra.get("temperature")
+    if isinstance(sp, dict) and temp is None:
+        return "sampled (the server's generation defaults: no temperature sent)"
+    if temp is None:
+        return None
+    try:
+        return "greedy" if float(temp) == 0.0 else f"sampled (temperature {float(temp):g})"
+    except (TypeError, ValueError):
+        return None
+
+
+def run_facts(camp: "Campaign", run: "Run", prov: dict | None = None, log_version: str | None = None
+              ) -> dict[str, list[tuple[str, str]]]:
+    """field -> [(value, source)] for one run (several sources may disagree: all are kept)."""
+    ex = run.result.extra
+    prov = read_provenance(camp.root / run.host) if prov is None else prov
+    dists = prov.get("dists") or {}
+    out: dict[str, list[tuple[str, str]]] = {f: [] for f in FIELDS}
+
+    def add(field: str, value, source: str) -> None:
+        if value not in (None, ""):
+            out[field].append((str(value).strip(), source))
+
+    names = ex.get("gpu_names") or ex.get("gpu")
+    add("gpu", ",".join(sorted({n.strip() for n in str(names).split(",") if n.strip()})) if names else None,
+        "result metadata")
+    add("gpu", prov.get("gpu_name"), "provenance.json")
+    add("driver", ex.get("driver") or ex.get("driver_version"), "result metadata")
+    add("driver", prov.get("driver"), "provenance.json")
+    add("cuda", ex.get("cuda_version"), "result metadata")
+    add("cuda", prov.get("cuda"), "provenance.json")
+    add("torch", ex.get("torch_version"), "result metadata")
+    add("torch", dists.get("torch"), "provenance.json")
+    add("vllm", ex.get("vllm_version"), "result metadata")
+    add("vllm", dists.get("vllm") or (prov.get("venv") or {}).get("vllm"), "provenance.json")
+    add("vllm", log_version, "server log")
+    add("decoding", decoding_of(ex), "result metadata")
+    return out
+
+
+def facts_by_run(camp: "Campaign") -> list[tuple["Run", dict[str, list[tuple[str, str]]]]]:
+    provs = {h: read_provenance(camp.root / h) for h in camp.hosts}
+    logv = {(k.host, k.config): k.vllm_version for k in camp.kv}
+    return [(r, run_facts(camp, r, provs[r.host], logv.get((r.host, r.config)))) for r in camp.runs]
+
+
+def _first(vals: list[tuple[str, str]]) -> str:
+    return vals[0][0] if vals else ""
+
+
+def mismatches(camp: "Campaign", vllm_pin: str | None = None) -> list[str]:
+    """One line per field whose runs disagree (across nodes or within one), and per pin broken."""
+    sim_hosts = {s.split(":", 1)[0] for s in simulated_signals(camp)}
+    facts = facts_by_run(camp)
+    out: list[str] = []
+    for field, label in FIELDS.items():
+        where: dict[str, dict[str, set[str]]] = {}   # value -> host -> "config (source)"
+        for run, f in facts:
+            if field == "vllm" and run.host in sim_hosts:
+                continue  # the simulator's versions name the simulator, not a vLLM
+            for value, source in f[field]:
+                where.setdefault(value, {}).setdefault(run.host, set()).add(f"{run.config}, {source}")
+        if len(where) > 1:
+            hosts_per_value = {v: set(h) for v, h in where.items()}
+            within = sorted({h for v in where for h in where[v]
+                             if sum(h in hs for hs in hosts_per_value.values()) > 1})
+            say = "; ".join(f"{v} on " + ", ".join(f"{h} ({'; '.join(sorted(srcs))})" for h, srcs in sorted(hs.items()))
+                            for v, hs in sorted(where.items()))
+            scope = f"within {', '.join(within)}" if within else "across nodes"
+            out.append(f"{label} differs {scope}: {say}")
+    if vllm_pin:
+        real = [(r, f) for r, f in facts if r.host not in sim_hosts]
+        off = sorted({f"{r.host} ran {v} ({src})" for r, f in real for v, src in f["vllm"] if v != vllm_pin})
+        if off:
+            out.append(f"the plan pins vllm_version {vllm_pin}, but {'; '.join(off)}")
+    return out
+
+
+def column_values(camp: "Campaign", runs: list["Run"]) -> dict[str, str]:
+    """Per field, the values of a group of runs for the per-result table ('a | b' when they differ)."""
+    logv = {(k.host, k.config): k.vllm_version for k in camp.kv}
+    vals: dict[str, list[str]] = {f: [] for f in FIELDS}
+    for r in runs:
+        for field, got in run_facts(camp, r, None, logv.get((r.host, r.config))).items():
+            for v, _ in got:
+                if v not in vals[field]:
+                    vals[field].append(v)
+    return {f: " | ".join(v) + (" (MIXED)" if len(v) > 1 else "") if v else "not recorded"
+            for f, v in vals.items()}
+
+
+def result_table(camp: "Campaign") -> pd.DataFrame:
+    """One row per (node, config): what produced those result files."""
+    groups: dict[tuple[str, str], list] = {}
+    for r in camp.runs:
+        groups.setdefault((r.host, r.config), []).append(r)
+    rows = []
+    for (host, cfg), runs in sorted(groups.items()):
+        p = read_provenance(camp.root / host)
+        cv = column_values(camp, runs)
+        item = (p.get("items_facts") or {}).get(cfg, {})
+        srv = server_facts(camp.root / host / layout.server_log(cfg))
+        hashes = sorted({str(r.result.extra["plan_hash"]) for r in runs if r.result.extra.get("plan_hash")})
+        spec_cmd = srv.get("speculative_config")
+        if spec_cmd is None and srv.get("server_argv"):
+            spec_cmd = "none"
+        rows.append({
+            "node": host, "config": cfg, "plan_hash": ", ".join(hashes) or NOT_RECORDED,
+            "model": p.get("model_path") or next((r.result.tokenizer_id for r in runs if r.result.tokenizer_id),
+                                                 None) or NOT_RECORDED,
+            "model_config_sha256": _short(p.get("model_config_sha256")),
+            "weight_index_sha256": _short(p.get("model_index_sha256")) if p.get("model_path") else NOT_RECORDED,
+            "dataset_sha256": _short(p.get("dataset_sha256")),
+            "prompts": _prompts(runs),
+            "gpus": "; ".join(sorted({where(r) for r in runs})),
+            "gpu_model": cv["gpu"], "driver": cv["driver"], "cuda": cv["cuda"], "torch": cv["torch"],
+            "vllm": cv["vllm"], "decoding": cv["decoding"],
+            "sampling": _sampling(runs, item),
+            "server_sampling_defaults": srv.get("server_sampling_defaults", NOT_RECORDED),
+            "speculative_config": spec_cmd or NOT_RECORDED,
+            "engine_speculative_config": srv.get("engine_speculative_config", NOT_RECORDED),
+            "server_argv": srv.get("server_argv") or " ".join(map(str, item.get("serve_argv", []))) or NOT_RECORDED,
+        })
+    return pd.DataFrame(rows, columns=["node", "config", "plan_hash", "model", "model_config_sha256",
+                                       "weight_index_sha256", "dataset_sha256", "prompts", "gpus", "gpu_model",
+                                       "driver", "cuda", "torch", "vllm", "decoding", "sampling",
+                                       "server_sampling_defaults", "speculative_config",
+                                       "engine_speculative_config", "server_argv"])

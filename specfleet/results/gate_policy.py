@@ -1,0 +1,99 @@
+"""The gate's policy: a group-sequential equivalence test with stated error rates (issue 23).
+
+Metric: the baseline's token-weighted TPOT (`tpot_weighted_ms`, `token_weighted_tpot`): the decode
+time of all requests over all their decode tokens, sum(latency - TTFT) / sum(output_len - 1), from
+the per-request arrays (`--save-detailed`); vLLM's mean_tpot_ms (the unweighted mean over requests)
+when a file has no arrays. It is the gate's default because it does not follow the tail of a wave
+that drains (output tok/s does: one late request moves it).
+
+Rule: TOST on log values (gate.decide -> stats.ratio_interval) with margin +-tolerance_pct (3 %):
+pass when the interval of the ratio B/A lies inside [1/(1+tol), 1+tol]. Repeats are looked at after
+LOOKS runs per node (3, 5, 8, 12, 16, 20: the runner adds runs of the baseline's gate cell until a
+look decides or BUDGET_RUNS is spent). Error spending: Bonferroni over the K = len(LOOKS) looks, each
+one-sided test at ALPHA / K, so the interval at every look is the (1 - 2 ALPHA / K) one (98.3 %) and
+the chance to pass nodes whose true difference is beyond the margin is <= ALPHA (5 %) at any noise,
+whatever look the data stop at (the union bound needs no independence). States:
+
+- PASSED: the interval inside the band (n >= 2 on both nodes).
+- FAILED: the interval entirely outside the band: shown to differ by more than the margin.
+- INCONCLUSIVE: neither; the report says within what the data show equivalence (+-X %: the
+  interval's farther end) and how many runs per node the next look needs, or that the budget is spent.
+- UNVERIFIED: a single run on a node, point ratio inside the band: merged, stamped UNVERIFIED
+  (no spread, no interval: nothing is shown). A single run outside the band is INCONCLUSIVE.
+
+benchmarks/gate_power.py simulates this policy through gate.decide and prints its pass rates;
+docs/report.md, "The equivalence gate", lists them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+LOOKS = (3, 5, 8, 12, 16, 20)       # runs per node at which the sequential test looks
+BUDGET_RUNS = LOOKS[-1]
+ALPHA = 0.05                          # overall chance to pass nodes beyond the margin (one-sided, per side)
+ALPHA_PER_LOOK = ALPHA / len(LOOKS)   # Bonferroni spending
+PASSED, FAILED, INCONCLUSIVE, UNVERIFIED = "PASSED", "FAILED", "INCONCLUSIVE", "UNVERIFIED"
+MERGES = (PASSED, UNVERIFIED)         # states that let the merge go on
+METHOD = (f"group-sequential TOST on log values, looks at {', '.join(map(str, LOOKS))} runs per node, "
+          f"alpha {ALPHA:g} spent Bonferroni over {len(LOOKS)} looks ({ALPHA_PER_LOOK:.4f} per look)")
+
+
+def next_look(n: int) -> int | None:
+    """The runs per node the next look needs (None: the budget is spent)."""
+    return next((k for k in LOOKS if k > n), None)
+
+
+@dataclass(frozen=True)
+class Decision:
+    state: str
+    more_runs: int | None = None   # runs to add per node for the next look (INCONCLUSIVE, budget left)
+    within_pct: float | None = None  # the data show equivalence only within +-this (INCONCLUSIVE)
+
+    @property
+    def merges(self) -> bool:
+        return self.state in MERGES
+
+
+def decide_state(n: int, low: float | None, high: float | None, band: tuple[float, float],
+                 point: float) -> Decision:
+    """The state from the interval [low, high] of the ratio (None: single run, `point` alone)."""
+    lo, hi = band
+    if low is None or high is None:
+        return Decision(UNVERIFIED) if lo <= point <= hi else \
+            Decision(INCONCLUSIVE, (next_look(n) or n) - n, abs(point - 1) * 100)
+    if lo <= low and high <= hi:
+        return Decision(PASSED)
+    if low > hi or high < lo:
+        return Decision(FAILED)
+    within = max(abs(low - 1), abs(high - 1), abs(1 / low - 1), abs(1 / high - 1)) * 100
+    nxt = next_look(n)
+    return Decision(INCONCLUSIVE, None if nxt is None else nxt - n, within)
+
+
+def token_weighted_tpot(res) -> float | None:
+    """sum(decode time) / sum(output_len - 1) in ms over requests with > 1 output token; a request's
+    decode time is latency - TTFT, or the sum of its ITLs where the file has no `latencies` (vLLM
+    0.26). None without per-request arrays (or with arrays of different lengths)."""
+    ol, ttft = res.output_lens, res.ttfts
+    if not ol:
+        return None
+    if res.latencies and ttft and len(res.latencies) == len(ttft) == len(ol):
+        decode = [la - t if la is not None and t is not None else None for la, t in zip(res.latencies, ttft)]
+    elif res.itls and len(res.itls) == len(ol):
+        decode = [sum(x) if x else None for x in res.itls]
+    else:
+        return None
+    num = den = 0.0
+    for dt, o in zip(decode, ol):
+        if o and o > 1 and dt is not None:
+            num += dt
+            den += o - 1
+    return num / den * 1000.0 if den > 0 and num > 0 else None
+
+
+def metric_value(res, metric: str) -> float:
+    """The gate metric of one result (token-weighted TPOT falls back to vLLM's mean TPOT)."""
+    if metric == "tpot_weighted_ms":
+        v = token_weighted_tpot(res)
+        return float(v if v is not None else res.mean_tpot_ms)
+    return float(getattr(res, metric))

@@ -1,0 +1,1 @@
+"""Steps: pure functions from facts to changes (files, mounts, routes, sync, commands, guards)."""

@@ -1,0 +1,17 @@
+"""`python3 runner.pyz --spec run.json` runs the runner; `python runner.pyz fitcheck ...` the fit check."""
+from __future__ import annotations
+
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["fitcheck"]:
+        from .fitcheck import main as fitcheck
+        return fitcheck(argv[1:])
+    from .runner import main as runner
+    return runner(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
