@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from specfleet.bench.plan import Benchmark  # noqa: E402
+from specfleet.plan import Benchmark  # noqa: E402
 from specfleet.results.gate import EquivalenceRule, decide  # noqa: E402
 from specfleet.results.gate_policy import INCONCLUSIVE, PASSED, next_look  # noqa: E402
 

@@ -18,6 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
+import base64
+import hashlib
+import logging
+
 import paramiko
 from fabric import Config, Connection
 
@@ -97,6 +101,16 @@ class RunResult:
     duration: float
 
 
+# paramiko's transport thread logs what it then raises (or what a closed connection makes it
+# say); specfleet reports connection failures itself, one line per host
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
+
+
+def fingerprint(key: paramiko.PKey) -> str:
+    """`SHA256:...` as ssh-keygen -l and OpenSSH's own messages print it (not paramiko's MD5 hex)."""
+    return "SHA256:" + base64.b64encode(hashlib.sha256(key.asbytes()).digest()).decode().rstrip("=")
+
+
 class HostConnection:
     """A host and its one open SSH connection."""
 
@@ -138,6 +152,9 @@ class HostConnection:
             try:
                 self.conn.open()
             except BaseException:
+                # the transport's thread first, then its socket: the other way round the thread reads
+                # a closed socket and paramiko prints "Socket exception: Bad file descriptor (9)"
+                self.close()
                 sock.close()
                 raise
             finally:
@@ -146,9 +163,10 @@ class HostConnection:
             raise
         except paramiko.BadHostKeyException as e:
             raise Unreachable(
-                f"host key for {self.host.address} CHANGED (got {e.key.get_name()} "
-                f"{e.key.get_fingerprint().hex()}); refusing to connect. If the host was "
-                f"reinstalled, remove its old line from {self.host.known_hosts} after checking"
+                f"host key for {self.host.address} CHANGED (got {e.key.get_name()} {fingerprint(e.key)}, "
+                f"known_hosts has {e.expected_key.get_name()} {fingerprint(e.expected_key)}); refusing to "
+                f"connect. If the host was reinstalled, remove its old line from {self.host.known_hosts} "
+                "after checking"
             ) from None
         except paramiko.AuthenticationException as e:
             raise Unreachable(f"authentication failed for {self.host.user}@{self.host.address}: {e}") from None

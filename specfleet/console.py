@@ -50,6 +50,7 @@ class Reporter:
     def __init__(self, console: Console | None = None, *, verbose: bool = False, diff: bool = False,
                  check: bool = False, redact: Redactor | None = None):
         self.console = console or MaskedConsole(highlight=False, redact=redact)
+        self.redact = getattr(self.console, "redact", None) or redact or Redactor()
         self.verbose, self.diff, self.check = verbose, diff, check
         self._lock = threading.Lock()
 
@@ -66,7 +67,8 @@ class Reporter:
             for c in r.changes:
                 self.console.print(f"{'':>14}- {c.summary}", markup=False)
                 if self.diff and c.diff:
-                    for line in c.diff.splitlines():
+                    # masked whole before it is split: a secret may hold a newline
+                    for line in self.redact(c.diff).splitlines():
                         style = "green" if line.startswith("+") else "red" if line.startswith("-") else "dim"
                         self.console.print(f"{'':>16}{line}", style=style, markup=False)
             if r.message and r.status in (Status.FAILED, Status.UNREACHABLE):

@@ -11,3 +11,9 @@ from __future__ import annotations
 
 class UserError(Exception):
     """Bad input: the message names the file (and host or field) and what to do about it."""
+
+
+def one_line(text: str) -> str:
+    """`text` as one line: a newline or other control character in a value it quotes (a path with a
+    newline) is shown as its escape (\\n), so the message stays the one line it is meant to be."""
+    return "".join(c if c.isprintable() or c == " " else c.encode("unicode_escape").decode() for c in str(text))

@@ -26,18 +26,22 @@ class Redactor:
     """Replaces every secret value by MASK, in text and in structured data.
 
     Masking runs on the values themselves, before anything renders or encodes
-    them: a secret holding `"`, `\\` or non-ASCII would no longer match once
-    JSON-escaped, so masking encoded text lets it through.
+    them (a secret holding `"`, `\\` or non-ASCII would no longer match once
+    JSON-escaped), and on every form the quoting layer writes a value in
+    (quoting.mask_forms: shell-quoted, fstab's octal escapes, JSON, YAML, URL,
+    repr), for text that already holds an encoded secret (an fstab line, a diff).
     """
 
     def __init__(self, secrets: list[str] | None = None):
-        # longest first, so a secret containing another is masked whole
+        from .quoting import mask_forms
         self.secrets = sorted({s for s in (secrets or []) if len(s) >= 4}, key=len, reverse=True)
+        # longest first, so a secret (or form) containing another is masked whole
+        self.forms = sorted({f for s in self.secrets for f in mask_forms(s)}, key=len, reverse=True)
 
     def __call__(self, text: str) -> str:
         if not isinstance(text, str):
             return text
-        for s in self.secrets:
+        for s in self.forms:
             text = text.replace(s, MASK)
         return text
 

@@ -11,6 +11,7 @@ run costs one round trip per host and play.
 from __future__ import annotations
 
 import queue
+import signal
 import subprocess
 import threading
 import time
@@ -32,6 +33,8 @@ EXIT_UNREACHABLE = 4  # bit flags: 6 = some failed and some unreachable
 EXIT_NOT_MERGED = 8   # collect: the nodes were not equivalent (or nothing valid), nothing merged
 EXIT_INCOMPLETE = 16  # collect/report: some planned (configuration, concurrency, node) cell is not merged
 EXIT_CRASHED = 70     # specfleet itself failed (a bug): sysexits' EX_SOFTWARE; the traceback is in the log
+EXIT_NOT_WRITABLE = 73  # collect/report: the results folder is read-only or not writable (EX_CANTCREAT)
+EXIT_DISK_FULL = 74     # collect/report: the bastion's disk is full (ENOSPC/EDQUOT; sysexits' EX_IOERR)
 EXIT_INTERRUPTED = 130  # Ctrl-C: 128 + SIGINT, what shells report for a process a SIGINT ended
 
 StepsFor = Callable[[Host], Iterable[Step]]
@@ -274,7 +277,8 @@ class Fleet:
                     p = subprocess.run(c.local_argv, capture_output=True, text=True)
                     if p.returncode != 0:
                         return StepResult(host.name, name, Status.FAILED, changes,
-                                          message=f"{c.local_argv[0]} exit {p.returncode}: {_last_line(p.stderr)}",
+                                          message=exit_status(c.local_argv[0], p.returncode)
+                                          + (f": {_last_line(p.stderr)}" if p.stderr.strip() else ""),
                                           stderr_tail=p.stderr[-2000:], duration=time.monotonic() - t0)
         except Unreachable as e:
             return StepResult(host.name, name, Status.UNREACHABLE, changes, message=str(e),
@@ -412,6 +416,18 @@ def _commands(changes: list[Change]) -> list[tuple[list[str], Payload | None]]:
         else:
             out.append(([c.script], c.payload))
     return out
+
+
+def exit_status(program: str, rc: int) -> str:
+    """`rsync exit 23`, or for a process a signal ended (subprocess's negative code) `rsync was killed
+    by SIGKILL (signal 9)`: never `exit -9`."""
+    if rc < 0:
+        try:
+            name = signal.Signals(-rc).name
+        except ValueError:
+            name = "a signal"
+        return f"{program} was killed by {name} (signal {-rc}) before it finished"
+    return f"{program} exit {rc}"
 
 
 def _last_line(text: str) -> str:

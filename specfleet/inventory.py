@@ -33,18 +33,18 @@ from .yamlfile import YamlFileError, first_error, load_yaml
 DEFAULT_INVENTORY = "inventory/hosts.yml"
 INVENTORY_ENV = "SPECFLEET_INVENTORY"
 
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}\Z")
 HOSTNAME_RE = re.compile(
-    r"^(?=.{1,253}$)([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$"
+    r"^(?=.{1,253}\Z)([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\Z"
 )
 # Variable names that hold secrets: their values are masked in every output (docs/security.md).
 SECRET_VAR_RE = re.compile(r"(password|passwd|passphrase|token|secret)", re.IGNORECASE)
-USER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}$")
-IFACE_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,14}$")  # Linux IFNAMSIZ: 15 characters
-WORD_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*$")
-PY_MINOR_RE = re.compile(r"^3\.[0-9]+$")
-MOUNT_OPTIONS_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_=.,:/+-]*$")
-PY_MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+USER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}\Z")
+IFACE_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,14}\Z")  # Linux IFNAMSIZ: 15 characters
+WORD_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*\Z")
+PY_MINOR_RE = re.compile(r"^3\.[0-9]+\Z")
+MOUNT_OPTIONS_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_=.,:/+-]*\Z")
+PY_MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\Z")
 
 
 class InventoryError(UserError):
@@ -144,7 +144,7 @@ ExecPath = Annotated[str, AfterValidator(_exec_path)]
 RelPath = Annotated[str, AfterValidator(_rel_path)]
 Iface = Annotated[str, AfterValidator(_regex(IFACE_RE, "a network interface name (up to 15 letters, digits, '_', '.', '-')"))]
 Word = Annotated[str, AfterValidator(_regex(WORD_RE, "one word (letters, digits, '_', '.', '+', '-')"))]
-ModuleName = Annotated[str, AfterValidator(_regex(re.compile(r"^[A-Za-z0-9_-]+$"), "a kernel module name"))]
+ModuleName = Annotated[str, AfterValidator(_regex(re.compile(r"^[A-Za-z0-9_-]+\Z"), "a kernel module name"))]
 PyModule = Annotated[str, AfterValidator(_regex(PY_MODULE_RE, "a Python module name"))]
 EnvKey = Annotated[str, AfterValidator(_env_key)]
 Requirement = Annotated[str, AfterValidator(_not_option)]
@@ -387,7 +387,8 @@ def load_inventory(path: str | os.PathLike | None = None) -> Inventory:
 def _resolve(file: Path, doc: InventoryFile) -> Inventory:
     for gname, group in doc.groups.items():
         if not NAME_RE.match(gname):
-            raise InventoryError(f"{file}: group {gname!r}: names may use letters, digits, '-', '_', '.'")
+            raise InventoryError(f"{file}: group {gname!r}, field 'groups' (the group's name): names may use "
+                                 "letters, digits, '-', '_', '.' (no whitespace or control characters)")
         if gname in doc.hosts:
             raise InventoryError(f"{file}: group {gname!r}: a host has the same name")
         for member in group.hosts:
@@ -402,7 +403,8 @@ def _resolve(file: Path, doc: InventoryFile) -> Inventory:
     for name, entry in doc.hosts.items():
         if not NAME_RE.match(name):
             raise InventoryError(
-                f"{file}: host {name!r}: a host name may use only letters, digits, '-', '_' and '.'"
+                f"{file}: host {name!r}, field 'hosts' (the host's name): a host name may use only letters, "
+                "digits, '-', '_' and '.' (no whitespace or control characters; at most 63)"
             )
         groups = [g for g, ge in doc.groups.items() if name in ge.hosts]
         layers: list[Connectable] = [doc.all, *(doc.groups[g] for g in groups), entry]

@@ -16,15 +16,65 @@ a value into text another program parses goes through one function here:
 Each raises ValueError for what the target syntax cannot hold (a NUL byte
 anywhere, a newline in a line-based file); callers turn that into a message
 naming the field.
+
+Every encoding registers how a value looks inside text it wrote (`ENCODINGS`,
+filled by the `@encoding` decorator on each function here, plus the encodings
+other layers write: JSON, URLs, Python's repr in error messages). `mask_forms`
+gives all of them for one secret, and events.Redactor masks each: a new
+encoding cannot be added here without its mask (tests/unit/test_quoting_masks.py
+checks that every public function is registered or composed of ones that are).
 """
 from __future__ import annotations
 
+import json
 import re
 import shlex
+import urllib.parse
+from typing import Callable
 
-ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# name -> how a value appears *inside* text of that encoding (without the wrapper quotes, so that a
+# secret embedded in a larger value, /media/<secret>/x, is found too)
+ENCODINGS: dict[str, Callable[[str], str]] = {
+    "raw": lambda s: s,
+    "json": lambda s: json.dumps(s, ensure_ascii=False)[1:-1],
+    "json-ascii": lambda s: json.dumps(s)[1:-1],          # json.dumps' default (the event log's lines)
+    "url": lambda s: urllib.parse.quote(s, safe=""),
+    "url-path": lambda s: urllib.parse.quote(s),          # '/' kept
+    "url-plus": lambda s: urllib.parse.quote_plus(s),     # form encoding: ' ' as '+'
+    # error messages name values with {v!r}: inside '...' (\\' escaped) or, in a text holding a ' and
+    # no ", inside "..." (' as it is)
+    "repr": lambda s: repr(s + "'\"")[1:-4],
+    "repr-dq": lambda s: repr(s + "'")[1:-2] if '"' not in s else repr(s + "'\"")[1:-4],
+}
 
 
+def encoding(name: str, inner: Callable[[str], str]):
+    """Register `inner` (a value as it appears inside the function's output) under `name`."""
+    def register(fn):
+        ENCODINGS[name] = inner
+        fn.encoding = name
+        return fn
+    return register
+
+
+def mask_forms(secret: str) -> set[str]:
+    """Every form `secret` takes in any text specfleet writes (for masking)."""
+    out = set()
+    for inner in ENCODINGS.values():
+        try:
+            out.add(inner(secret))
+        except ValueError:
+            continue  # an encoding that cannot hold it never writes it
+    return {f for f in out if f}
+
+ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+def _sh_inner(text: str) -> str:
+    return text.replace("'", "'\"'\"'")  # shlex.quote's way to close, quote and reopen
+
+
+@encoding("shell", _sh_inner)
 def q(value: object) -> str:
     """One shell word holding exactly `value` (POSIX sh single quotes)."""
     text = str(value)
@@ -71,18 +121,24 @@ def env_words(*parts: tuple[str, object]) -> str:
 _FSTAB_ESCAPES = {" ": "\\040", "\t": "\\011", "\n": "\\012", "\\": "\\134"}
 
 
+def _fstab_inner(text: str) -> str:
+    return "".join(_FSTAB_ESCAPES.get(c, c) for c in text)
+
+
+@encoding("fstab", _fstab_inner)
 def fstab_field(value: object) -> str:
     """One /etc/fstab field: space, tab, newline and backslash as getmntent's octal escapes."""
     text = str(value)
     if not text or "\0" in text:
         raise ValueError(f"{text!r} cannot be an fstab field (empty or holds a NUL byte)")
-    return "".join(_FSTAB_ESCAPES.get(c, c) for c in text)
+    return _fstab_inner(text)
 
 
 def fstab_line(*fields: object) -> str:
     return " ".join(fstab_field(f) for f in fields)
 
 
+@encoding("yaml", lambda s: yaml_str(s)[1:-1])
 def yaml_str(value: object) -> str:
     """A double-quoted YAML scalar that reads back as the string `value`.
 
@@ -103,6 +159,11 @@ def yaml_str(value: object) -> str:
     return '"' + "".join(out) + '"'
 
 
+def _ssh_inner(text: str) -> str:
+    return text.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%")
+
+
+@encoding("ssh-option", _ssh_inner)
 def ssh_option(name: str, value: object, tokens: str = "") -> str:
     """`Name="value"` for `ssh -o`, quoted for OpenSSH's config-line parser.
 
@@ -113,5 +174,4 @@ def ssh_option(name: str, value: object, tokens: str = "") -> str:
     text = str(value)
     if any(c in text for c in "\0\n\r"):
         raise ValueError(f"{text!r} cannot be an ssh option value (newline or NUL byte)")
-    escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%")
-    return f'{name}="{escaped}{tokens}"'
+    return f'{name}="{_ssh_inner(text)}{tokens}"'

@@ -18,6 +18,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -168,11 +169,7 @@ def build(spec: VenvSpec, *, check: bool = False, log: Callable[[str], None] = p
     t0 = time.monotonic()
     log(f"building venv {spec.path} from {spec.base_python} ({reason})")
     subprocess.run([spec.base_python, "-m", "venv", "--clear", spec.path], check=True)
-    pip = [f"{spec.path}/bin/pip", "install", "--disable-pip-version-check",
-           "--timeout", str(spec.pip_timeout), "--retries", str(spec.pip_retries)]
-    if spec.wheelhouse:
-        pip += ["--no-index", "--find-links", spec.wheelhouse]
-    _pip_with_retries(pip + spec.requirements, spec.attempts, log)
+    _pip_with_retries(install_argv(spec), spec.attempts, log)
     if spec.fixups:
         fixup_module(spec.fixups).post_install_fixups(spec.path)
     verified = verify(spec)
@@ -181,6 +178,28 @@ def build(spec: VenvSpec, *, check: bool = False, log: Callable[[str], None] = p
                 "build_seconds": round(time.monotonic() - t0, 1), **verified}
     (Path(spec.path) / VENV_MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
     return BuildOutcome(True, f"built venv {spec.path} ({digest}) in {manifest['build_seconds']} s", manifest)
+
+
+def uv_binary() -> str | None:
+    """uv next to the running interpreter (installed into fab's venv) or on PATH; None without it."""
+    here = Path(sys.executable).parent / "uv"
+    return str(here) if here.is_file() and os.access(here, os.X_OK) else shutil.which("uv")
+
+
+def install_argv(spec: VenvSpec) -> list[str]:
+    """The install command. From a wheelhouse (--no-index: every wheel is already local, nothing is
+    resolved against an index or pip's configuration) uv installs the same files faster than pip
+    (the CPU vLLM venv, 3.5 GB, on 2 shared cores: 31-112 s by the load vs 157 s), so it is used
+    when it is there; otherwise pip."""
+    uv = uv_binary() if spec.wheelhouse else None
+    if uv:
+        return [uv, "pip", "install", "--python", f"{spec.path}/bin/python", "--no-cache", "--link-mode", "copy",
+                "--no-index", "--find-links", spec.wheelhouse, *spec.requirements]
+    pip = [f"{spec.path}/bin/pip", "install", "--disable-pip-version-check",
+           "--timeout", str(spec.pip_timeout), "--retries", str(spec.pip_retries)]
+    if spec.wheelhouse:
+        pip += ["--no-index", "--find-links", spec.wheelhouse]
+    return pip + spec.requirements
 
 
 def _pip_with_retries(argv: list[str], attempts: int, log: Callable[[str], None]) -> None:

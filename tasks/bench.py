@@ -8,6 +8,7 @@ from rich.table import Table
 from specfleet import roles
 from specfleet.roles import configs
 from specfleet.campaign import Paths, PlanError, build_run_spec, commands_for, dump_run_spec, load_plan
+from specfleet.campaign import promptcount
 from specfleet.campaign import format_split, parse_pins, split
 from specfleet.campaign import remote
 from specfleet.worker import layout
@@ -48,7 +49,8 @@ def worker_dataset(host, plan) -> str:
 def _dataset_on_worker(host, plan) -> Assert:
     path = plan.benchmark.on_worker
     return Assert("dataset on the worker", f"test -f {q(path)} && test -r {q(path)}",
-                  f"{plan.file}: field 'benchmark.dataset_path': {path} is not a readable file on {host.name}")
+                  f"{plan.file}: field 'benchmark.dataset_path': {path} is not a readable file on {host.name} "
+                  "(put it there, or name a bastion file, which fab bench places on every worker)")
 
 
 @task(help=fleet_help(plan=PLAN_HELP, assign="pin configurations to nodes, e.g. eagle3=w2 (repeatable)",
@@ -58,7 +60,10 @@ def bench(c, plan=None, inventory=None, hosts=None, check=False, diff=False, ass
           forks=32, serial=False, accept_new_host_keys=False, verbose=False):
     """Split the plan's configurations across the nodes and run each node's queue (resumable, reattaches)."""
     p = plan_of(plan)
-    p.dataset_file()  # a missing bastion file (PlanError, a UserError) stops here, before any host is touched
+    try:  # a missing bastion file, or one with too few prompts, stops here, before any host is touched
+        promptcount.check(p)
+    except PlanError as e:
+        raise Exit(f"error: {e}", code=EXIT_BAD_INPUT) from None
     with fleet_run("bench", inventory=inventory, hosts=hosts, check=check, diff=diff, forks=forks, serial=serial,
                    accept_new_host_keys=accept_new_host_keys, verbose=verbose,
                    default_hosts="workers") as (fleet, inv, rep):

@@ -4,9 +4,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from invoke import task
+from invoke.exceptions import Exit
 
 from specfleet.campaign import NodeInfo, PlanError, split
 from specfleet.worker import layout
+from specfleet.results.bastion_io import BastionStorageError, check_writable, storage_checked
 from specfleet.results.fetch import fetch, host_notes
 from specfleet.tasks.bench import DEFAULT_PLAN, PLAN_HELP, plan_of, work_dir
 from specfleet.tasks.common import fleet_help, fleet_run
@@ -19,11 +21,23 @@ def collect(c, plan=None, inventory=None, hosts=None, results="results", force=F
     """Fetch finished results, check the nodes agree on the baseline, merge and write the report."""
     p = plan_of(plan)
     dest = Path(results) / p.campaign
+    storage_checked(lambda: check_writable(dest))  # a read-only or full results folder: before any host
     with fleet_run("collect", inventory=inventory, hosts=hosts, forks=forks, serial=serial,
                    accept_new_host_keys=accept_new_host_keys, verbose=True,
                    default_hosts="workers") as (fleet, inv, rep):
         refused: dict[str, list[str]] = {}
-        fleet.each("fetch results", lambda hc: fetch(hc, p, work_dir(hc.host), dest, refused))
+        faults: list[BastionStorageError] = []
+        running: dict[str, str] = {}
+
+        def fetch_one(hc):
+            try:
+                return fetch(hc, p, work_dir(hc.host), dest, refused, running)
+            except BastionStorageError as e:
+                faults.append(e)
+                raise
+        fleet.each("fetch results", fetch_one)
+        if faults:  # the bastion's disk, not a host: one line, its own exit code, no report attempted
+            raise Exit(f"error: {faults[0]}", code=faults[0].code)
         try:
             queues = split(p, [NodeInfo.from_vars(h.name, h.vars) for h in fleet.hosts]).queues
         except PlanError as e:
@@ -33,11 +47,12 @@ def collect(c, plan=None, inventory=None, hosts=None, results="results", force=F
                           if h.var("gpu_memory_bandwidth_gbps")), None)
         from specfleet.results.report import report_plan  # heavy: pandas, matplotlib
         msgs = [m for h in sorted(refused) for m in refused[h]]
-        outcome = report_plan(p, plan or DEFAULT_PLAN, results, force=force,
-                              gpu_bandwidth_gbps=float(bandwidth) if bandwidth else None,
-                              split_queues=queues, host_notes=host_notes(fleet.results), notes=msgs,
-                              console=rep.console)
-        for m in msgs:
+        outcome = storage_checked(lambda: report_plan(
+            p, plan or DEFAULT_PLAN, results, force=force, gpu_bandwidth_gbps=float(bandwidth) if bandwidth else None,
+            split_queues=queues, host_notes=host_notes(fleet.results), notes=msgs, console=rep.console,
+            running=running), dest)
+        from specfleet.results.cells import running_note
+        for m in msgs + ([running_note(running, plan or DEFAULT_PLAN)] if running else []):
             fleet.warn(m)
         say(fleet, rep, outcome)
 

@@ -18,7 +18,7 @@ from typing import Iterator
 from invoke.exceptions import Exit, UnexpectedExit
 
 from specfleet.console import Reporter
-from specfleet.errors import UserError
+from specfleet.errors import UserError, one_line
 from specfleet.events import EventLog, Redactor
 from specfleet.fleet import EXIT_BAD_INPUT, EXIT_CRASHED, EXIT_INTERRUPTED, Fleet
 from specfleet.inventory import DEFAULT_INVENTORY, INVENTORY_ENV, Inventory, load_inventory
@@ -63,7 +63,7 @@ def guarded(task):
         try:
             return body(*args, **kwargs)
         except UserError as e:
-            raise Exit(f"error: {e}", code=EXIT_BAD_INPUT) from None
+            raise Exit(f"error: {one_line(e)}", code=EXIT_BAD_INPUT) from None
         except KeyboardInterrupt:  # outside a fleet run (which says more): nothing ran on a host yet
             raise Exit("interrupted", code=EXIT_INTERRUPTED) from None
         except (Exit, UnexpectedExit):  # invoke's own verdicts (a fleet run's crash is one already)

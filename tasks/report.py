@@ -26,9 +26,11 @@ def report(c, plan=None, results="results", force=False, gpu_bandwidth_gbps=None
 
     from specfleet.results.report import report_plan  # heavy: pandas, matplotlib
     console = Console(width=200, highlight=False)
-    outcome = report_plan(p, plan or DEFAULT_PLAN, results, force=force,
-                          gpu_bandwidth_gbps=float(gpu_bandwidth_gbps) if gpu_bandwidth_gbps else None,
-                          console=console)
+    from specfleet.results.bastion_io import check_writable, storage_checked
+    storage_checked(lambda: check_writable(camp))
+    outcome = storage_checked(lambda: report_plan(
+        p, plan or DEFAULT_PLAN, results, force=force,
+        gpu_bandwidth_gbps=float(gpu_bandwidth_gbps) if gpu_bandwidth_gbps else None, console=console), camp)
     if outcome.merged:
         console.print(f"[bold green]report:[/] {outcome.paths.get('html')}")
     for msg in filter(None, (outcome.not_merged_message, outcome.incomplete_message)):

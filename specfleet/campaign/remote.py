@@ -91,7 +91,7 @@ class CampaignView(Fact):
 def _json(text: str) -> dict | None:
     try:
         return json.loads(text) if text.strip() else None
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: a hostile 1e6-deep [[[...]]] (issue 28)
         return None  # a half-written file is never trusted (the runner writes atomically anyway)
 
 

@@ -1,10 +1,15 @@
 """Facts about paths on a host: a file's checksum and mode, a line in a file, a directory,
-a symlink, a small text file, the subdirectories of a directory."""
+a symlink, a small text file, the subdirectories of a directory.
+
+Inspection never follows a link: a fact that reads a file (or checks a directory) reports a
+symlink at its path as `link` with its target ("is a symlink to X"), so neither --diff nor a step
+reads through a link planted at a path it manages (a root-only file elsewhere)."""
 from __future__ import annotations
 
 import base64
 import binascii
 from dataclasses import dataclass
+from typing import ClassVar
 
 from ..quoting import q
 from ..shell import DIFF_VAR
@@ -15,11 +20,12 @@ DIFF_MAX_BYTES = 64 * 1024  # --diff fetches a differing file's content only up 
 
 @dataclass(frozen=True)
 class HostFile:
-    state: str                      # "absent", "notfile" or "file"
+    state: str                      # "absent", "notfile", "link" or "file"
     mode: str = ""                  # octal, as stat prints it ("644")
     size: int = 0
     sha256: str = ""
     content: bytes | None = None    # only under --diff, for a small file that differs from the wanted one
+    target: str = ""                # a link's target (state "link"), as readlink prints it
 
 
 @dataclass(frozen=True)
@@ -33,12 +39,15 @@ class FileState(Fact):
 
     def command(self) -> str:
         p = q(self.path)
-        return (f"if [ -f {p} ]; then stat -c '%a %s' -- {p}; sf_h=$(sha256sum < {p} | cut -c1-64); echo \"$sf_h\"; "
+        return (f"if [ -L {p} ]; then echo link; readlink -- {p}; "
+                f"elif [ -f {p} ]; then stat -c '%a %s' -- {p}; sf_h=$(sha256sum < {p} | cut -c1-64); echo \"$sf_h\"; "
                 f"if [ \"${{{DIFF_VAR}:-}}\" = 1 ] && [ \"$sf_h\" != {q(self.want_sha256)} ] && "
                 f"[ \"$(stat -c %s -- {p})\" -le {DIFF_MAX_BYTES} ]; then printf c; base64 -w0 -- {p}; echo; fi; "
                 f"elif [ -e {p} ]; then echo notfile; else echo absent; fi")
 
     def parse(self, stdout: str, rc: int) -> HostFile:
+        if stdout.startswith("link\n"):
+            return HostFile("link", target=_link_target(stdout))
         out = stdout.split("\n")
         head = out[0].split()
         if not head or head[0] in ("absent", "notfile"):
@@ -54,11 +63,18 @@ class FileState(Fact):
         return HostFile("file", head[0], int(head[1]), out[1].strip(), content)
 
 
+def _link_target(stdout: str) -> str:
+    """The target after a "link" line (any bytes but the trailing newline readlink adds)."""
+    rest = stdout.partition("\n")[2]
+    return rest[:-1] if rest.endswith("\n") else rest
+
+
 @dataclass(frozen=True)
 class LineState:
     exists: bool
     present: bool = False
     ends_with_newline: bool = True
+    link: str | None = None  # the path is a symlink to this (never read through)
 
 
 @dataclass(frozen=True)
@@ -71,11 +87,14 @@ class LineInFileState(Fact):
 
     def command(self) -> str:
         p = q(self.path)
-        return (f"if [ ! -e {p} ]; then echo absent; "
+        return (f"if [ -L {p} ]; then echo link; readlink -- {p}; exit 0; fi; "
+                f"if [ ! -e {p} ]; then echo absent; "
                 f"elif grep -qxF -- {q(self.line)} {p}; then echo present; else echo missing; fi; "
                 f"[ -s {p} ] && [ \"$(tail -c1 -- {p} | od -An -tx1 | tr -d ' ')\" != 0a ] && echo noeol; true")
 
     def parse(self, stdout: str, rc: int) -> LineState:
+        if stdout.startswith("link\n"):
+            return LineState(True, link=_link_target(stdout))
         got = lines(stdout)
         state = got[0] if got else "absent"
         return LineState(state != "absent", state == "present", "noeol" not in got)
@@ -83,8 +102,9 @@ class LineInFileState(Fact):
 
 @dataclass(frozen=True)
 class PathMode:
-    kind: str        # "dir", "other" (exists, not a directory) or "absent"
+    kind: str        # "dir", "link", "other" (exists, not a directory) or "absent"
     mode: str = ""   # octal, for a directory
+    target: str = ""  # a link's target
 
 
 @dataclass(frozen=True)
@@ -93,9 +113,12 @@ class DirectoryState(Fact):
 
     def command(self) -> str:
         p = q(self.path)
-        return f"if [ -d {p} ]; then stat -c %a -- {p}; elif [ -e {p} ]; then echo other; else echo absent; fi"
+        return (f"if [ -L {p} ]; then echo link; readlink -- {p}; elif [ -d {p} ]; then stat -c %a -- {p}; "
+                f"elif [ -e {p} ]; then echo other; else echo absent; fi")
 
     def parse(self, stdout: str, rc: int) -> PathMode:
+        if stdout.startswith("link\n"):
+            return PathMode("link", target=_link_target(stdout))
         got = (lines(stdout) or ["absent"])[0]
         return PathMode("dir", got) if got.isdigit() else PathMode(got if got == "other" else "absent")
 
@@ -126,14 +149,20 @@ class Link(Fact):
 
 @dataclass(frozen=True)
 class FileText(Fact):
-    """A small text file's content without its trailing newlines; None when it cannot be read."""
+    """A small text file's content without its trailing newlines; None when it cannot be read.
+    A symlink is not read: FactError "is a symlink to X"."""
 
     path: str
+    LINK_RC: ClassVar[int] = 90
 
     def command(self) -> str:
-        return f"cat -- {q(self.path)}"
+        p = q(self.path)
+        return f"if [ -L {p} ]; then readlink -- {p}; exit {self.LINK_RC}; fi; cat -- {p}"
 
     def parse(self, stdout: str, rc: int) -> str | None:
+        if rc == self.LINK_RC:
+            target = stdout[:-1] if stdout.endswith("\n") else stdout
+            raise FactError(f"{self.path} is a symlink to {target!r}; not read through (replace it by a file)")
         return stdout.rstrip("\n") if rc == 0 else None
 
 

@@ -72,7 +72,9 @@ class NetplanFilesWith(Fact):
     needs_root = True  # netplan files are 0600
 
     def command(self) -> str:
-        return f"grep -lF -- {q(self.text)} /etc/netplan/*.yaml 2>/dev/null; true"
+        # a link is never read through (facts/files.py)
+        return (f"for f in /etc/netplan/*.yaml; do [ -L \"$f\" ] || grep -lF -- {q(self.text)} \"$f\" "
+                "2>/dev/null; done; true")
 
     def parse(self, stdout: str, rc: int) -> list[str]:
         return [ln for ln in stdout.split("\n") if ln]

@@ -31,7 +31,7 @@ from ..worker.slots import needed, parallel_sizes
 from ..yamlfile import YamlFileError, first_error, load_yaml
 from .sweep import Cell, SweepError, bench_cells, expand_configurations
 
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}\Z")
 
 # Flags the plan sets through its own fields; in server.args / extra_args they would conflict.
 OWNED_FLAGS = {
@@ -408,6 +408,13 @@ class Equivalence(_Strict):
     every_gpu: bool = False
 
 
+class Collect(_Strict):
+    """What `fab collect` takes from a worker (specfleet.results.untrusted): each file's size limit.
+    Not part of the plan hash: it changes nothing that is measured."""
+    max_result_mb: float = Field(default=8, gt=0)   # a result, state.json, run.json, a done marker
+    max_log_mb: float = Field(default=64, gt=0)     # a server log (vLLM is verbose at start)
+
+
 class Plan(_Strict):
     campaign: str
     vllm_version: str | None = None
@@ -422,6 +429,7 @@ class Plan(_Strict):
     # exclusive: one server per node at a time (neighbours share host CPU, PCIe and memory bandwidth,
     # which skews what is compared); shared: one per free GPU set at once, stamped on every result
     packing: Literal["exclusive", "shared"] = "exclusive"
+    collect: Collect = Field(default_factory=Collect)
     _file: Path = PrivateAttr(default=Path("<plan>"))  # where it was read (not part of plan_hash)
     _sweeps: dict[str, dict] = PrivateAttr(default_factory=dict)  # sweep.expand_configurations
 
@@ -493,6 +501,7 @@ class Plan(_Strict):
 
     def canonical_json(self) -> str:
         d = self.model_dump(mode="json")
+        del d["collect"]  # how collect fetches, not what is measured
         for key in ("concurrency_search", "sweep"):  # absent: a plan without a search or sweep keeps its hash
             if d["benchmark"][key] is None:
                 del d["benchmark"][key]

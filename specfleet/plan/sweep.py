@@ -34,8 +34,8 @@ from ..worker.layout import CELL_PART, RESULT_RE
 BENCH_DIMS = ("concurrency", "output_len", "category", "num_prompts")
 SWEPT_BENCH_DIMS = BENCH_DIMS[1:]  # concurrency is always named
 # a category goes into file names: no '-' (the separator) and no trailing _r<K> (the repeat suffix)
-CATEGORY_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,40}$")
-CELL_RE = re.compile(rf"^{CELL_PART}$")  # layout.RESULT_RE holds it in result file names
+CATEGORY_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,40}\Z")
+CELL_RE = re.compile(rf"^{CELL_PART}\Z")  # layout.RESULT_RE holds it in result file names
 # short, readable parts of expanded configuration names; other keys appear as themselves
 SERVER_ALIASES = {"num_speculative_tokens": "k", "prompt_lookup_min": "pmin", "prompt_lookup_max": "pmax",
                   "draft_tensor_parallel_size": "dtp"}

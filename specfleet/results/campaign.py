@@ -31,6 +31,8 @@ from ..worker.layout import RESULT_RE
 from ..plan.sweep import parse_result_name
 from .provenance import simulated_signals
 from .schema import PROVENANCE_KEYS, Result, ResultError, incomplete, load_result
+from . import untrusted
+from .bastion_io import atomic_write_text
 
 QUARANTINE_DIR = "quarantine"
 # run.json: the worker's queue as `fab bench` gave it (collect fetches it); provenance.json: read by provenance.py
@@ -267,7 +269,7 @@ def _quarantine(root: Path, host: str, path: Path, reason: str) -> Quarantined:
         dest = qdir / f"{path.name}.{k}"
         k += 1
     shutil.move(str(path), str(dest))
-    dest.with_name(dest.name + ".reason.txt").write_text(reason + "\n", encoding="utf-8")
+    atomic_write_text(dest.with_name(dest.name + REASON_SUFFIX), reason + "\n")
     return Quarantined(host=host, source=path, dest=dest, reason=reason)
 
 
@@ -302,7 +304,7 @@ def scan_campaign(root: Path | str, quarantine: bool = True, expect: Expect | No
         sp = hdir / layout.STATE
         if sp.exists():
             try:
-                state = json.loads(sp.read_text(encoding="utf-8"))
+                state = untrusted.loads(sp.read_text(encoding="utf-8"))
                 node.state = state if isinstance(state, dict) else None
             except (OSError, ValueError) as e:
                 camp.warnings.append(f"{sp}: unreadable state file ignored ({e})")

@@ -22,10 +22,22 @@ from pathlib import Path
 from ..worker.layout import RUN_SPEC, cell_result_filename
 from ..plan.sweep import Cell
 from .campaign import Campaign, parse_name
+from . import untrusted
 
 PLANNED_FILE = "planned.json"
 MERGED, MISSING, QUARANTINED = "merged", "missing", "quarantined"
 NO_NODE = "–"
+
+
+def running_note(running: dict[str, str], plan_path: str) -> str | None:
+    """While a node's runner is still measuring, its missing cells are not to be measured again."""
+    if not running:
+        return None
+    plan = shlex.quote(plan_path)
+    who = ", ".join(f"{h} ({w})" for h, w in sorted(running.items()))
+    return (f"the bench is still running on {who}: its unfinished cells are not missing; "
+            f"`fab collect --plan {plan}` again once it has finished (`fab status --plan {plan}` "
+            "shows where it stands); nothing needs measuring again")
 
 
 @dataclass
@@ -42,6 +54,7 @@ class Planned:
     sources: dict[str, str] = field(default_factory=dict)        # node -> where its queue came from
     host_notes: dict[str, str] = field(default_factory=dict)     # node -> why it gave nothing (collect)
     cells: list[str] = field(default_factory=list)               # bench cell names (sweep.py); [] = conc<N>
+    running: dict[str, str] = field(default_factory=dict)        # node -> its live runner (collect saw it)
 
     def cell_names(self) -> list[tuple[str, int]]:
         """(cell name, its concurrency) in plan order."""
@@ -52,6 +65,9 @@ class Planned:
     @property
     def nodes(self) -> list[str]:
         return sorted(self.queues)
+
+    def running_note(self) -> str | None:
+        return running_note(self.running, self.plan_path)
 
     def command(self) -> str:
         """What re-measures every cell that is not merged: the runner redoes only items whose
@@ -66,7 +82,7 @@ class Planned:
 
 
 def planned_from(plan, plan_path: str, campaign_dir: Path, split_queues: dict[str, list[str]] | None = None,
-                 host_notes: dict[str, str] | None = None) -> Planned:
+                 host_notes: dict[str, str] | None = None, running: dict[str, str] | None = None) -> Planned:
     """The planned cells of `plan` (a specfleet.campaign.Plan) for the results in `campaign_dir`.
 
     `split_queues` (collect: the split over the hosts it was asked for) fills in hosts without a
@@ -85,6 +101,7 @@ def planned_from(plan, plan_path: str, campaign_dir: Path, split_queues: dict[st
     for h, q in (split_queues or {}).items():
         p.queues[h], p.sources[h] = list(q), "the split over the hosts collected"
     p.host_notes.update(host_notes or {})
+    p.running = dict(running or {})
     dirs = sorted(d for d in campaign_dir.iterdir() if d.is_dir() and not d.name.startswith(".")
                   and d.name not in ("quarantine", "plots", "report")) if campaign_dir.is_dir() else []
     for d in dirs:
@@ -107,7 +124,7 @@ def planned_from(plan, plan_path: str, campaign_dir: Path, split_queues: dict[st
 
 def _read_json(path: Path) -> dict | None:
     try:
-        d = json.loads(path.read_text(encoding="utf-8"))
+        d = untrusted.loads(path.read_text(encoding="utf-8"))
         return d if isinstance(d, dict) else None
     except (OSError, ValueError):
         return None

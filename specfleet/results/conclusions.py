@@ -54,7 +54,7 @@ TAIL_TOLERANCE_PCT = 3.0  # the report's noise level (§5.1)
 def _wtpot(r: pd.Series) -> float:
     """Token-weighted TPOT (gate_policy.token_weighted_tpot; vLLM's mean TPOT without per-request arrays)."""
     v = r.get("tpot_weighted_ms")
-    return float(v) if not _nan(v) else float(r.tpot_ms)
+    return float(v) if not missing(v) else float(r.tpot_ms)
 
 
 def tail_dominated(r: pd.Series, b: pd.Series, tol_pct: float = TAIL_TOLERANCE_PCT) -> str | None:
@@ -81,7 +81,7 @@ def flagged_line(r: pd.Series, noise: NoiseBand) -> str:
     k = r.draft_tokens / r.drafts
     speed = ("" if missing(r.get("speedup")) else
              f"; its {r.speedup:.2f}x the baseline ({evidence(r, noise)}) measures that, not speculative decoding")
-    if r.acceptance_flag == DEGENERATE and not _nan(r.get("loop_share_pct")):
+    if r.acceptance_flag == DEGENERATE and not missing(r.get("loop_share_pct")):
         what = (f"{_f(r.loop_share_pct, 0)} % of its requests loop (the tail of the generated text repeats one "
                 f"phrase; {_f(r.acceptance_rate_pct, 1)} % of drafted tokens accepted): n-gram drafting copies "
                 "the loop, so the figure measures the loop")
@@ -198,12 +198,12 @@ def diagnosis_lines(runs: pd.DataFrame, baseline: str) -> list[str]:
     """Caveats read from the files (diagnosis.py): loops in the outputs, greedy outputs that differ."""
     out = []
     for _, r in runs.iterrows():
-        if not _nan(r.get("loop_share_pct")) and r.loop_share_pct > 0 and r.config != baseline \
+        if not missing(r.get("loop_share_pct")) and r.loop_share_pct > 0 and r.config != baseline \
                 and not r.get("acceptance_flag"):  # a flagged row's own line says it
             out.append(f"Concurrency {r.concurrency}: {_f(r.loop_share_pct, 0)} % of {r.config}'s requests on {r.node} "
                        "loop (the tail of the generated text repeats one phrase); n-gram drafts copy a loop, so "
                        "part of its acceptance measures the loop")
-        if not _nan(r.get("greedy_differs_pct")) and r.greedy_differs_pct > 0:
+        if not missing(r.get("greedy_differs_pct")) and r.greedy_differs_pct > 0:
             out.append(f"Concurrency {r.concurrency}: greedy decoding on both sides, yet {_f(r.greedy_differs_pct, 0)} % "
                        f"of {r.config}'s outputs on {r.node} differ from '{baseline}''s for the same prompt "
                        "(speculative decoding is lossless under greedy decoding: batch-dependent numerics, or a loop "

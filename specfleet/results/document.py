@@ -25,6 +25,7 @@ from .measures import ACCEPTANCE_FLAGS, cell_order, cell_title, latency_sections
 from .merge import Tables
 from .plots import all_plots, category_plots
 from .provenance import provenance_sections
+from .bastion_io import AtomicFiles
 
 TEMPLATE_DIR = TEMPLATES / "report"
 SIMULATED_STAMP = ("SIMULATED ENGINE: inputs come from the simulated vLLM (specfleet-simvllm), "
@@ -288,19 +289,23 @@ def write_report(out_dir: Path, model: ReportModel, tables: Tables) -> dict[str,
     env.filters["mdcell"] = _md_cell
     paths = {"md": out_dir / "report.md", "html": out_dir / "report.html",
              "csv": out_dir / "merged.csv", "json": out_dir / "merged.json"}
-    paths["md"].write_text(env.get_template("report.md.j2").render(m=model), encoding="utf-8")
-    simulated = "SIMULATED" in model.tags
-    for i, (_, svg) in enumerate(category_plots(tables.categories, model.baseline, simulated)):
-        paths[f"heatmap{i + 1}"] = out_dir / f"{CATEGORY_IMAGE}-{i + 1}.svg"  # report.md links them
-        paths[f"heatmap{i + 1}"].write_text(svg, encoding="utf-8")
-    plots = all_plots(tables.runs, tables.spec, model.baseline, simulated=simulated,
-                      band=tables.noise.band if tables.noise else None, categories=tables.categories)
-    paths["html"].write_text(env.get_template("report.html.j2").render(m=model, plots=plots), encoding="utf-8")
-    merged = tables.runs.copy()
-    merged.insert(0, "stamp", " | ".join(model.stamps))
-    merged.insert(1, "campaign", model.campaign)
-    merged.to_csv(paths["csv"], index=False)
-    merged.to_json(paths["json"], orient="records", indent=1, double_precision=15)  # default: 10 decimals
+    # written as a set (bastion_io.AtomicFiles): a full disk half-way leaves the earlier report whole
+    with AtomicFiles() as files:
+        files.tmp(paths["md"]).write_text(env.get_template("report.md.j2").render(m=model), encoding="utf-8")
+        simulated = "SIMULATED" in model.tags
+        for i, (_, svg) in enumerate(category_plots(tables.categories, model.baseline, simulated)):
+            paths[f"heatmap{i + 1}"] = out_dir / f"{CATEGORY_IMAGE}-{i + 1}.svg"  # report.md links them
+            files.tmp(paths[f"heatmap{i + 1}"]).write_text(svg, encoding="utf-8")
+        plots = all_plots(tables.runs, tables.spec, model.baseline, simulated=simulated,
+                          band=tables.noise.band if tables.noise else None, categories=tables.categories)
+        files.tmp(paths["html"]).write_text(env.get_template("report.html.j2").render(m=model, plots=plots),
+                                            encoding="utf-8")
+        merged = tables.runs.copy()
+        merged.insert(0, "stamp", " | ".join(model.stamps))
+        merged.insert(1, "campaign", model.campaign)
+        merged.to_csv(files.tmp(paths["csv"]), index=False)
+        merged.to_json(files.tmp(paths["json"]), orient="records", indent=1, double_precision=15)  # 10 by default
+        files.commit()
     return paths
 
 

@@ -6,6 +6,7 @@ Light to import (fab loads it at start): pandas & co load only when a fetch runs
 """
 from __future__ import annotations
 
+import fnmatch
 import json
 import shlex
 import subprocess
@@ -14,56 +15,126 @@ from pathlib import Path
 from ..campaign import remote
 from ..worker import layout
 from ..connection import ssh_argv
+from ..quoting import q
 from ..step import Status, StepFailed
+from . import bastion_io
 
 BOOKKEEPING = (layout.STATE, layout.RUN_SPEC, layout.RUNNER_LOG)
 
 
-def includes_for(done: list[str]) -> list[str]:
-    """rsync filters: the runner's state and queue, and for each finished item its results, log and marker only."""
-    rules = [f"--include={f}" for f in BOOKKEEPING]
-    for name in done:
-        rules += [f"--include={layout.done_marker(name)}", f"--include={layout.result_glob(name)}",
-                  f"--include={layout.server_log(name)}"]
-    return rules + ["--exclude=*"]
+def wanted(name: str, done: list[str]) -> bool:
+    """Whether a run folder entry is one collect takes: the runner's state and queue, and for each
+    finished item its results, log and marker (fnmatch on plain names only: a done marker's name
+    comes from the worker)."""
+    if name in BOOKKEEPING:
+        return True
+    return any(name in (layout.done_marker(n), layout.server_log(n)) or fnmatch.fnmatchcase(name, layout.result_glob(n))
+               for n in done)
+
+
+def select(listed, done: list[str], limits) -> tuple[list[str], list[tuple[str, str]]]:
+    """The entries of a run folder listing (untrusted.parse_listing) to fetch, and those refused
+    with the rule each broke (untrusted.refusal); entries collect does not want are left alone."""
+    from .untrusted import refusal
+    take, bad = [], []
+    for name, kind, nlink, size in listed:
+        if wanted(name, done):
+            why = refusal(name, kind, nlink, size, limits)
+            (bad.append((name, why)) if why else take.append(name))
+    return take, bad
+
+
+def rsync_argv(source: str, stage: Path, ssh: str | None, compare: list[str], limits) -> list[str]:
+    """rsync of the names given on stdin (NUL-separated: any name is a name) from `source` into `stage`.
+    -lt, not -a: links stay links (refused on the bastion by lstat, never followed), no devices or
+    specials, no owners or modes from the worker; no file over the largest limit."""
+    return ["rsync", "-lt", "--protect-args", "--from0", "--files-from=-", f"--max-size={limits.largest}",
+            *(["-e", ssh] if ssh else []), "--out-format=%i %n", *compare, "--", source, f"{stage}/"]
 
 
 def finished_items(v: remote.RunnerView) -> list[str]:
     """Items with a done marker, except those the runner's state shows as not done: a configuration
     that changed is measured again under its old marker, which stays until the new run is done."""
     status = {i.get("name"): i.get("status") for i in (v.state or {}).get("items", []) if isinstance(i, dict)}
-    return [n for n in v.done_markers if status.get(n, "done") == "done"]
+    return [n for n in v.done_markers if status.get(n, "done") == "done" and not set(n) & set("*?[]\\")]
 
 
-def fetch(hc, plan, work_dir: str, dest: Path, refused: dict[str, list[str]]):
+def fetch(hc, plan, work_dir: str, dest: Path, refused: dict[str, list[str]], running: dict[str, str] | None = None):
     """rsync the finished items of `hc`'s run folder under `work_dir` into a staging folder, then let
     only valid result files replace the local copies in `dest`/<host> (specfleet.results.staging);
-    invalid ones are quarantined and listed in `refused`. Writes the host's provenance.json."""
+    invalid ones are quarantined and listed in `refused`. Writes the host's provenance.json.
+    A host whose runner is still alive is named in `running` (the report then does not advise
+    measuring its unfinished cells again)."""
     v = remote.view(hc, work_dir, plan.campaign)
+    if v.alive and running is not None:
+        running[hc.host.name] = f"runner pid {v.runner_pid}"
     if not v.state and not v.done_markers:
         return Status.OK, "no campaign results on this host yet"
+    from .staging import refuse_unfetched
+    from .untrusted import Limits, listing_script, parse_listing
+    limits = Limits.of_plan(plan)
+    src = layout.run_dir(work_dir, plan.campaign, hc.host.name)
+    out = dest / hc.host.name
+    done = finished_items(v)
+    # the worker is untrusted: list first (find never follows a link), fetch only what passes
+    take, bad = select(parse_listing(hc.run(listing_script(q(src)), timeout=60).stdout), done, limits)
+    try:
+        got = _take(hc, plan, dest, src, take, limits)
+        got.refused += refuse_unfetched(dest, hc.host.name, bad)
+        refused[hc.host.name] = got.refused
+        write_provenance(hc, v, src, done, out / layout.PROVENANCE)
+    except OSError as e:  # the bastion's own storage: one line and its exit code (bastion_io), never a crash
+        if (err := bastion_io.of_oserror(e, dest)) is None:
+            raise
+        raise err from None
+    if not [f for f in got.replaced if f not in BOOKKEEPING] and not got.refused:
+        return Status.OK, f"nothing new ({len(done)} finished item(s) already here)"
+    return Status.CHANGED, got.summary()
+
+
+def _take(hc, plan, dest: Path, src: str, take: list[str], limits):
+    """rsync `take` into the host's staging folder and let staging.accept place what is valid; the
+    staging folder is gone afterwards, whatever happened."""
     from .campaign import Expect
     from .staging import accept, fresh_staging, quarantine_dir
-    src = layout.run_dir(work_dir, plan.campaign, hc.host.name)
     out = dest / hc.host.name
     out.mkdir(parents=True, exist_ok=True)
     stage = fresh_staging(dest, hc.host.name)
-    done = finished_items(v)
     # Unchanged files are not fetched again: a file equal (size and mtime) to the local copy, or to
     # one an earlier collect quarantined (it would only be refused again). A re-run's new file differs.
     qdir = quarantine_dir(dest, hc.host.name).resolve()
     compare = [f"--compare-dest={out.resolve()}"] + ([f"--compare-dest={qdir}"] if qdir.is_dir() else [])
-    argv = ["rsync", "-a", "--protect-args", "-e", shlex.join(ssh_argv(hc.host)), "--out-format=%i %n",
-            *compare, *includes_for(done), "--", f"{hc.host.address}:{src}/", f"{stage}/"]
-    p = subprocess.run(argv, capture_output=True, text=True)
-    if p.returncode != 0:
-        raise StepFailed(f"rsync from {hc.host.name} failed (exit {p.returncode}): {p.stderr.strip()[-300:]}")
-    got = accept(dest, hc.host.name, Expect.of_plan(plan))
-    refused[hc.host.name] = got.refused
-    write_provenance(hc, v, src, done, out / layout.PROVENANCE)
-    if not [f for f in got.replaced if f not in BOOKKEEPING] and not got.refused:
-        return Status.OK, f"nothing new ({len(done)} finished item(s) already here)"
-    return Status.CHANGED, got.summary()
+    argv = rsync_argv(f"{hc.host.address}:{src}/", stage, shlex.join(ssh_argv(hc.host)), compare, limits)
+    try:
+        if take:
+            p = subprocess.run(argv, input="".join(n + "\0" for n in take), capture_output=True, text=True)
+            if p.returncode not in (0, 24):  # 24: a file vanished after the listing (it is not taken)
+                raise bastion_io.of_rsync(p.stderr, dest) or StepFailed(rsync_failure(hc.host.name, p.returncode,
+                                                                                      p.stderr))
+        return accept(dest, hc.host.name, Expect.of_plan(plan), limits)
+    finally:
+        discard_staging(dest, hc.host.name)
+
+
+def rsync_failure(host: str, code: int, stderr: str) -> str:
+    """One line for a failed rsync; a signal is named (fleet.exit_status), never `exit -9`."""
+    from ..fleet import exit_status
+    tail = " ".join(stderr.split())[-300:]
+    if code < 0:
+        return (f"{exit_status(f'rsync from {host}', code)} (nothing of it was taken; `fab collect` again "
+                f"fetches it){': ' + tail if tail else ''}")
+    return f"rsync from {host} failed (exit {code}): {tail or '(no error output)'}"
+
+
+def discard_staging(dest: Path, host: str) -> None:
+    """The host's staging folder goes, and `.staging/` itself once no other host uses it."""
+    import shutil
+    from .staging import STAGING_DIR, staging_dir
+    shutil.rmtree(staging_dir(dest, host), ignore_errors=True)
+    try:
+        (Path(dest) / STAGING_DIR).rmdir()
+    except OSError:
+        pass  # another host's staging is in use, or it is gone already
 
 
 def write_provenance(hc, v: remote.RunnerView, src: str, done: list[str], pf: Path) -> None:
@@ -76,7 +147,8 @@ def write_provenance(hc, v: remote.RunnerView, src: str, done: list[str], pf: Pa
                        "plan_hash": (v.state or {}).get("plan_hash"), "items_done": done,
                        "runner_status": (v.state or {}).get("status")}, indent=2) + "\n"
     if not pf.is_file() or pf.read_text() != prov:
-        pf.write_text(prov)
+        from .bastion_io import atomic_write_text
+        atomic_write_text(pf, prov)
 
 
 def host_notes(results) -> dict[str, str]:

@@ -34,7 +34,7 @@ from ..worker.stats import SPEEDUP_CONFIDENCE, ratio_interval
 
 SINGLE_RUN = "single run: plain threshold, no interval"
 INTERVAL_METHOD = "95 % CI, Welch's t on log values"
-PCT_KEY = re.compile(r"^p(\d+(?:\.\d+)?)_(ttft|tpot|itl|e2el)_ms$")
+PCT_KEY = re.compile(r"^p(\d+(?:\.\d+)?)_(ttft|tpot|itl|e2el)_ms\Z")
 LATENCY_METRICS = ("ttft", "tpot", "itl", "e2el")
 
 # The acceptance rule, in one place (docs/report.md, "Degenerate acceptance"). k = the tokens

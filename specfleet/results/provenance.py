@@ -22,6 +22,7 @@ import pandas as pd
 
 from ..worker import layout
 from ..shell import read_sections, sections_script
+from . import untrusted
 
 if TYPE_CHECKING:
     from .campaign import Campaign
@@ -72,7 +73,7 @@ def probe_script(venv: str, run_dir: str, model: str | None, dataset: str | None
 
 def _json(text: str) -> Any:
     try:
-        return json.loads(text) if text.strip() else None
+        return untrusted.loads(text) if text.strip() else None
     except ValueError:
         return None
 
@@ -317,7 +318,7 @@ def provenance_sections(nodes: pd.DataFrame, results: pd.DataFrame | None) -> li
                     "(first 12 hex digits) of its config.json and weight index, dataset sha256, the prompts "
                     "each run sent (and those dropped as too long for the context), the GPU(s) it ran on "
                     "(UUID and name, from the result metadata), GPU model, driver, CUDA, torch and vLLM as every source "
-                    "recorded them (result metadata, provenance.json, server log; 'a | b (MIXED)' when they differ), "
+                    "recorded them (result metadata, {layout.PROVENANCE}, server log; 'a | b (MIXED)' when they differ), "
                     "decoding (greedy / sampled, the runner's `decoding`), sampling "
                     "parameters (result metadata, else the run spec's bench command), the server's own "
                     "sampling defaults (server log), the speculative config on the command line and as the "

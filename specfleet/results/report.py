@@ -118,7 +118,10 @@ def report_campaign(campaign_dir: Path | str, baseline: str = DEFAULT_BASELINE,
     out.cells = cell_states(camp, planned) if planned else []
     qmsgs = [q.message() for q in camp.quarantined]
     qmsgs += [f"in quarantine: {a.path}: {a.reason}" for a in camp.set_aside]
-    command = out.command = planned.command() if planned else None
+    # while a runner is still measuring, fab bench is not the advice: the note says to collect later
+    command = out.command = planned.command() if planned and not planned.running else None
+    if planned and planned.running_note():
+        out.warnings.append(planned.running_note())
     if not camp.runs:
         out.error = f"{campaign_dir}: no valid, done result files to merge"
         _remove_stale(campaign_dir)
@@ -154,7 +157,7 @@ def report_campaign(campaign_dir: Path | str, baseline: str = DEFAULT_BASELINE,
 def report_plan(plan, plan_path: str, results_root: Path | str, *, force: bool = False,
                 gpu_bandwidth_gbps: float | None = None, split_queues: dict[str, list[str]] | None = None,
                 host_notes: dict[str, str] | None = None, notes: list[str] | None = None,
-                console=None, quiet: bool = False) -> ReportOutcome:
+                console=None, quiet: bool = False, running: dict[str, str] | None = None) -> ReportOutcome:
     """`fab report` and the second half of `fab collect`: the report of `plan`'s campaign from the
     files in `<results_root>/<campaign>/`, every planned cell with its state. Moves nothing but
     the report files it writes (collect quarantines while fetching, see staging.py).
@@ -162,15 +165,16 @@ def report_plan(plan, plan_path: str, results_root: Path | str, *, force: bool =
     `split_queues`, `host_notes` (collect only): the queues of the hosts it was asked for and why a
     host gave nothing; they are saved as planned.json so a later `fab report` knows them too.
     """
+    from .bastion_io import atomic_write_text
     from .cells import PLANNED_FILE, planned_from
 
     campaign_dir = Path(results_root) / plan.campaign
-    planned = planned_from(plan, plan_path, campaign_dir, split_queues, host_notes)
+    planned = planned_from(plan, plan_path, campaign_dir, split_queues, host_notes, running)
     if split_queues is not None:
         campaign_dir.mkdir(parents=True, exist_ok=True)
         pf = campaign_dir / PLANNED_FILE
         if not pf.is_file() or pf.read_text(encoding="utf-8") != planned.to_json():
-            pf.write_text(planned.to_json(), encoding="utf-8")
+            atomic_write_text(pf, planned.to_json())
     eq = plan.equivalence
     rule = EquivalenceRule(metric=eq.metric, concurrency=eq.concurrency, tolerance_pct=eq.tolerance_pct)
     expect = Expect.of_plan(plan)

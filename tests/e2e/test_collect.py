@@ -179,6 +179,9 @@ def test_collect_while_running_then_merge_quarantine_and_nothing_new(testbed_fac
     assert next(i for i in st["items"] if i["name"] == running)["status"] != "done", \
         "the item finished during the collect: the plan's runs are too short for this test"
     assert partial.returncode in (16, 24), out(partial)  # the running items' cells are missing
+    # the bench is running: collect says so and does not advise measuring again (issue 28)
+    assert "the bench is still running on" in flat(partial.stdout) and f"{host} (runner pid" in flat(partial.stdout)
+    assert "to measure them again" not in flat(partial.stdout), out(partial)
     got = {f.name for f in (camp / host).iterdir()}
     assert not {f"{running}_conc8.json", f"{running}.done", f"{running}.server.log"} & got, got
     assert {"vanilla_conc8.json", "vanilla_conc1.json", "vanilla.done", "state.json"} <= got, got

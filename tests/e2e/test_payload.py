@@ -158,14 +158,17 @@ def test_two_datasets_called_question_jsonl_never_collide(testbed_factory, tmp_p
 
 def test_on_worker_dataset_is_checked_on_each_worker_in_check_mode(testbed_factory, tmp_path):
     tb = testbed_factory(workers=2)
-    assert host_sh(tb, "w1", f"mkdir -p /opt/data && cp {SAMPLE} /opt/data/q.jsonl").returncode == 0
+    # the content goes over stdin: the worker's /tmp is private, so a checkout under /tmp is not there
+    put = tb.exec("w1", "mkdir -p /opt/data && cat > /opt/data/q.jsonl", input=SAMPLE.read_text())
+    assert put.returncode == 0, put.stderr
     plan = plan_on(tmp_path, {"on_worker": "/opt/data/q.jsonl"})
     out = fab("bench", "--check", "--plan", str(plan), inventory=inventory_of(tb), runs=tmp_path / "r")
     assert out.returncode == EXIT_FAILED, out.stdout[-3000:]
     recs = {(e["host"], e["status"]): e for e in events(tmp_path / "r") if e.get("event") == "step"}
     assert ("w1", "ok") in recs
     assert recs[("w2", "failed")]["message"] == \
-        f"{plan}: field 'benchmark.dataset_path': /opt/data/q.jsonl is not a readable file on w2"
+        f"{plan}: field 'benchmark.dataset_path': /opt/data/q.jsonl is not a readable file on w2 " \
+        "(put it there, or name a bastion file, which fab bench places on every worker)"
     assert host_sh(tb, "w2", f"ls {HOME}/campaigns 2>/dev/null").stdout == ""  # check mode: nothing made
 
 

@@ -4,6 +4,7 @@ Each tests/facts/<module>.<Fact>/<case>.json holds:
   "args"     the fact's arguments (its dataclass fields), default {}
   "output"   what the command printed on the host, "rc" its exit code (default 0)
   "value"    the parsed value, as JSON (dataclasses as objects, None as null)
+  "error"    instead of "value": a substring of the FactError the parser raises
   "command"  optional: the exact shell text the fact runs (hostile arguments come out quoted)
 Adding a case is adding a file. <module> is under specfleet.facts.
 """
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from specfleet.facts.base import Fact, from_json
+from specfleet.facts.base import Fact, FactError, from_json
 
 HERE = Path(__file__).parent
 CASES = sorted(HERE.glob("*/*.json"))
@@ -36,6 +37,11 @@ def test_fact_fixture(path):
         assert fact.command() == case["command"]
     p = subprocess.run(["bash", "-n", "-c", fact.command()], capture_output=True, text=True)
     assert p.returncode == 0, f"the fact's command is not valid shell: {p.stderr}"
+    if "error" in case:
+        with pytest.raises(FactError) as e:
+            fact.parse(case["output"], case.get("rc", 0))
+        assert case["error"] in str(e.value)
+        return
     got = fact.parse(case["output"], case.get("rc", 0))
     assert got == from_json(cls.value_type(), case["value"])
 

@@ -153,7 +153,7 @@ def test_q_refuses_nul_and_quotes_everything_else(tmp_path):
 SHELL_FUNCS = {"probe", "decide", "_argv", "script", "command", "_listing_command"}
 QUOTERS = {"q", "join", "quote", "shlex.quote", "shlex.join"}
 # expressions that are never values from an inventory or plan: the step's own constants and counters
-SAFE = {"i", "SECTION", "YES", "NO", "self.token", "LISTING", "sep", "create", "pre", "flip", "verify",
+SAFE = {"i", "self.LINK_RC", "SECTION", "YES", "NO", "self.token", "LISTING", "sep", "create", "pre", "flip", "verify",
         "probe", "int(wait_s * 5)", "pid", "self.step.probe() or 'true'", "' && '.join(checks)",
         "self.test", "self.unless", "self._argv(True)", "CODE_LISTING",
         "DIFF_VAR", "DIFF_MAX_BYTES", "exact", "CODE_LISTING if code_only else LISTING",

@@ -1,0 +1,61 @@
+"""Plan time: does the plan's bastion dataset hold the prompts its runs ask for?
+
+The runner checks the same on the worker before a model loads (worker runner fit_bench, worker fitcheck.select);
+this check reads the bastion file once, before any host is touched, so a plan that cannot run fails
+in one line instead of failing every item on every worker. A dataset already on the workers
+({on_worker: ...}) is not on the bastion: its count is the runner's check alone.
+"""
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+from .commands import num_prompts
+from ..plan import Plan, PlanError
+
+SPEC_BENCH_FULL = "the full Spec-Bench question.jsonl (480 prompts; hemingkx/Spec-Bench data/spec_bench/question.jsonl)"
+
+
+def needs(plan: Plan) -> list[tuple[int, str | None, str]]:
+    """(prompts, category, where) of every run shape: the item's (its largest concurrency's; a crossover
+    search also its max) and every cell that names its own num_prompts or category."""
+    b = plan.benchmark
+    concs = list(b.concurrencies) + ([b.concurrency_search.max] if b.concurrency_search else [])
+    out = [(max(num_prompts(plan, c) for c in concs), None, "benchmark.num_prompts")]
+    for cell in b.cells:
+        n = cell.num_prompts if cell.num_prompts != b.num_prompts else out[0][0]
+        if cell.category or cell.num_prompts != b.num_prompts:
+            out.append((n, cell.category, f"bench cell {cell.name}"))
+    return out
+
+
+def count(path) -> tuple[int, Counter]:
+    """Prompts in a Spec-Bench JSON Lines file, in all and per category (as fitcheck.select reads it)."""
+    total, per = 0, Counter()
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except ValueError:
+                raise PlanError(f"{path}: line {n} is not JSON (a Spec-Bench question.jsonl has one object a line)") \
+                    from None
+            total += 1
+            per[row.get("category") if isinstance(row, dict) else None] += 1
+    return total, per
+
+
+def check(plan: Plan) -> None:
+    """PlanError (one line: plan file, field, what the dataset holds, the fix) when a run asks for more
+    prompts than the bastion dataset holds. Nothing to check for a dataset already on the workers."""
+    path = plan.dataset_file()
+    if path is None:
+        return
+    total, per = count(path)
+    for n, category, where in needs(plan):
+        have = per.get(category, 0) if category else total
+        if have < n:
+            of = f" of category {category}" if category else ""
+            raise PlanError(f"{plan.file}: field '{where}': a run asks for {n} prompts{of}, {path} holds {have}: "
+                            f"point benchmark.dataset_path at {SPEC_BENCH_FULL}, or lower num_prompts")
