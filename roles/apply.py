@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 
 from specfleet.errors import UserError
-from specfleet.step import StepFailed
+from specfleet.step import Status, StepFailed
 from specfleet.steps.command import Assert
 
 from . import Context, Role, registry, revertible
@@ -48,6 +48,16 @@ def datasets(inv) -> list[Path]:
     return out
 
 
+def skipped(host, ctx: Context, roles: list[Role]) -> list[str]:
+    """The chosen roles this host's `skip_roles` names; an unknown name is bad input (file, host, field)."""
+    names = list(host.var("skip_roles") or ())
+    bad = [n for n in names if n not in registry()]
+    if bad:
+        raise UserError(f"{ctx.inventory.path}: host {host.name!r}, field 'skip_roles': unknown role(s) "
+                        f"{', '.join(bad)} (roles: {', '.join(registry())})")
+    return [r.name for r in roles if r.name in names]
+
+
 def guarded(steps_for):
     """A host whose inventory lacks a var a role needs fails alone, with the var's name."""
     def inner(host):
@@ -64,6 +74,8 @@ def provision(ctx: Context, roles: list[Role]) -> dict:
     for role in roles:  # bad input stops before any work
         for host in fleet.hosts:
             role.check(host, str(ctx.inventory.path))
+    for host in fleet.hosts:
+        skipped(host, ctx, roles)
     if any("datasets" in r.needs for r in roles):
         ctx.datasets = datasets(ctx.inventory)
     for role in roles:
@@ -73,9 +85,14 @@ def provision(ctx: Context, roles: list[Role]) -> dict:
         from .venv import bastion_manifest
         bastion_manifest(ctx, build=False)
     ready = [r for r in roles if "manifest" not in r.needs or ctx.manifest]
+    for host in fleet.hosts:  # roles the inventory skips on a host: in the recap, never silent
+        for name in skipped(host, ctx, roles):
+            fleet.record_local_for(host.name, name, Status.SKIPPED, "skipped by the inventory (skip_roles)")
+            ctx.console.print(f"[cyan]{'skipped':>12}[/] [bold]{host.name}[/]  role {name} (inventory skip_roles)")
 
     def steps_for(host):
-        return [s for r in ready for s in r.steps(host, ctx)]
+        skip = set(host.var("skip_roles") or ())
+        return [s for r in ready if r.name not in skip for s in r.steps(host, ctx)]
 
     results = fleet.play(guarded(steps_for))
     for role in roles:

@@ -1,5 +1,8 @@
 """venv: build the workers' venv on the bastion (specfleet.venv_build); no worker steps.
 
+With `venv_source: provided` nothing is built: the workers already have the venv (a pre-built
+image), ctx.manifest says so (provided_manifest) and venv-deploy checks it instead of copying.
+
 The roles that need the bastion venv's manifest (venv-deploy, env) declare needs={"manifest"}:
 when `venv` is not chosen, the manifest of the venv already built is read instead.
 """
@@ -12,10 +15,37 @@ from specfleet.step import Status, StepFailed, StepResult
 from . import Context, Role
 
 
+PROVIDED = "provided"
+
+
+def is_provided(vars: dict) -> bool:
+    """`venv_source: provided`: the workers already have the venv at venv_path (a pre-built image)."""
+    return vars.get("venv_source") == PROVIDED
+
+
+def provided_manifest(inv) -> dict:
+    """What the roles after venv read (env: the Python minor version) when nothing is built here."""
+    v = inv.bastion_vars
+    where = f"{inv.path}: bastion"
+    if not v.get("venv_path"):
+        raise UserError(f"{where}, field 'venv_path': venv_source: provided needs the venv's path on the workers")
+    if not v.get("venv_python_version"):
+        raise UserError(f"{where}, field 'venv_python_version': venv_source: provided needs the provided venv's "
+                        "Python minor version (e.g. '3.12'; the env file's CUDA_HOME is under lib/python<it>)")
+    return {"provided": True, "digest": None, "python_version": v["venv_python_version"],
+            "packages": {m: None for m in v.get("venv_verify_packages") or []}}
+
+
 def bastion_manifest(ctx: Context, build: bool) -> None:
     """Build (or just read) the bastion's venv into ctx.manifest; None (recorded failed) when it failed."""
     ctx.manifest_tried = True
     fleet, console, inv = ctx.fleet, ctx.console, ctx.inventory
+    if is_provided(inv.bastion_vars):
+        ctx.manifest = provided_manifest(inv)
+        msg = f"venv_source: provided: nothing built here; each worker's {inv.bastion_vars['venv_path']} is checked"
+        fleet.record_local(StepResult("bastion", "venv", Status.OK, message=msg))
+        console.print(f"{'venv':>12} bastion  {msg}")
+        return
     try:
         spec = venv_build.VenvSpec.from_vars(inv.bastion_vars, where=f"{inv.path}: bastion")
         if build:
@@ -44,7 +74,7 @@ ROLE = Role(
     name="venv",
     summary="build the workers' venv on the bastion, at the workers' path (bastion only)",
     steps=lambda host, ctx: [],
-    reads=("venv_path", "base_python", "venv_requirements", "venv_verify_packages", "venv_fixups",
+    reads=("venv_path", "venv_source", "venv_python_version", "base_python", "venv_requirements", "venv_verify_packages", "venv_fixups",
            "wheelhouse", "pip_timeout", "pip_retries", "pip_attempts", "gpu_arch"),
     needs=frozenset({"manifest"}),
     order=10,

@@ -8,7 +8,8 @@ changed in place (a pip install into it by hand) gets a new id, so a deploy
 never writes into the release that is live, and a copy cut short (Ctrl-C, a
 dropped link) leaves the live venv as it was. The previous release stays for
 `--revert venv-deploy`. An unchanged venv transfers nothing: same id, same
-directory, same listing.
+directory, same listing. With `venv_source: provided` (a pre-built image) nothing is
+copied: the worker's own venv is checked (ProvidedVenv) and imports its packages.
 """
 from __future__ import annotations
 
@@ -20,9 +21,10 @@ from specfleet.facts.system import PythonVersion
 from specfleet.inventory import Host
 from specfleet.shell import q
 from specfleet.step import Change, Step, StepFailed, Values
-from specfleet.steps.command import Command
+from specfleet.steps.command import Assert, Command
 from specfleet.steps.sync import RsyncTree, local_listing
 from specfleet.roles import Role
+from specfleet.roles.venv import PROVIDED
 
 LISTING_ID_CHARS = 12
 
@@ -188,8 +190,41 @@ class Rollback(Step):
                        f"-{self.venv} -> {now}\n+{self.venv} -> {prev}")]
 
 
+class ProvidedVenv(Step):
+    """`venv_source: provided`: the venv is already on this worker (a pre-built image); check it, copy nothing."""
+
+    needs_root = False
+
+    def __init__(self, venv: str, version: str):
+        self.venv, self.version = venv.rstrip("/"), version
+        self.name = f"provided venv {self.venv} (Python {version})"
+
+    def facts(self) -> dict:
+        return {"python": PythonVersion(f"{self.venv}/bin/python")}
+
+    def decide(self, facts: Values) -> list[Change]:
+        got = facts["python"].version
+        if got is None:
+            raise StepFailed(f"{self.venv}/bin/python does not run here (venv_source: provided: the worker must "
+                             f"already have the venv at {self.venv})")
+        if got.rsplit(".", 1)[0] != self.version:
+            raise StepFailed(f"{self.venv}/bin/python is Python {got} here, but the inventory's "
+                             f"venv_python_version is {self.version}")
+        return []
+
+
+def provided_steps(host: Host, manifest: dict) -> list[Step]:
+    venv = host.require("venv_path").rstrip("/")
+    imports = "; ".join(f"import {m}" for m in manifest.get("packages") or {"sys": None})
+    return [ProvidedVenv(venv, manifest["python_version"]),
+            Assert("provided venv imports its packages", f"{q(venv)}/bin/python -c {q(imports)}",
+                   f"{venv}/bin/python cannot `{imports}` here (venv_verify_packages)")]
+
+
 def steps(host: Host, manifest: dict, revert: bool = False) -> list[Step]:
     venv = host.require("venv_path")
+    if manifest.get("provided"):
+        return [] if revert else provided_steps(host, manifest)
     if revert:
         return [Rollback(venv)]
     interpreter = BaseInterpreter(manifest["base_python"], manifest["python_version"])
@@ -215,8 +250,8 @@ ROLE = Role(
     name="venv-deploy",
     summary="copy the bastion's venv to each worker as a release, switch the venv symlink to it",
     steps=lambda host, ctx: steps(host, ctx.manifest),
-    revert=lambda host, ctx: steps(host, {}, revert=True),
-    reads=("venv_path",),
+    revert=lambda host, ctx: steps(host, {"provided": host.var("venv_source") == PROVIDED}, revert=True),
+    reads=("venv_path", "venv_source"),
     needs=frozenset({"manifest"}),
     order=20,
 )

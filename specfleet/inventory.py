@@ -43,6 +43,7 @@ SECRET_VAR_RE = re.compile(r"(password|passwd|passphrase|token|secret)", re.IGNO
 USER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}\Z")
 IFACE_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,14}\Z")  # Linux IFNAMSIZ: 15 characters
 WORD_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*\Z")
+PY_MINOR_RE = re.compile(r"^3\.[0-9]+\Z")
 MOUNT_OPTIONS_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_=.,:/+-]*\Z")
 PY_MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\Z")
 
@@ -181,6 +182,12 @@ class Vars(BaseModel):
     pip_retries: int | None = Field(default=None, ge=0)
     pip_attempts: int | None = Field(default=None, ge=1)
     gpu_arch: Word | None = None
+    # bastion: build the venv and copy it (venv, venv-deploy); provided: the workers already have it at
+    # venv_path (a pre-built image), venv-deploy checks it instead (docs/provisioning.md "A provided venv")
+    venv_source: Literal["bastion", "provided"] | None = None
+    venv_python_version: Annotated[str, AfterValidator(_regex(PY_MINOR_RE, "a Python minor version such as 3.12"))] | None = None
+    # roles this host does not run (e.g. nfs in a microVM without a storage NIC), shown in the recap
+    skip_roles: list[Word] | None = None
     datasets: list[Annotated[str, AfterValidator(_line)]] | None = None
     # env
     env_file: AbsPath | None = None

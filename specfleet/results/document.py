@@ -134,6 +134,7 @@ KV_COLS = [("node", "node", -1, ""), ("config", "config", -1, ""), ("device", "d
 BW_COLS = [("concurrency", "conc", 0, ""), ("config", "config", -1, ""), ("node", "node", -1, ""),
            ("tpot_ms", "TPOT ms", 2, ""), ("bound_tpot_ms", "bound TPOT ms", 2, ""),
            ("fraction_of_bound", "bound / TPOT", 2, "")]
+BW_FLAG_COL = ("acceptance_flag", "flag", -1, "")   # shown only when a row is flagged (measures.acceptance_flag)
 CAT_COLS = [("concurrency", "conc", 0, ""), ("category", "category", -1, ""), ("config", "config", -1, ""),
             ("node", "node", -1, ""), ("requests", "requests", 0, ""), ("tpot_ms", "TPOT ms", 2, ""),
             ("tpot_speedup", "TPOT speedup", 2, "x")]
@@ -253,10 +254,14 @@ def build_model(campaign: str, tables: Tables, gate: GateResult, conclusions: li
         secs.append(_section("KV cache (server logs)", tables.kv, KV_COLS,
                              "Worst-case KV demand = max concurrency run x tokens per request / KV tokens."))
     if tables.bandwidth is not None:
-        secs.append(_section("Memory-bandwidth bound", tables.bandwidth, BW_COLS,
+        bw = tables.bandwidth
+        flagged = "acceptance_flag" in bw and bw.acceptance_flag.isin(ACCEPTANCE_FLAGS).any()
+        secs.append(_section("Memory-bandwidth bound", bw, BW_COLS + ([BW_FLAG_COL] if flagged else []),
                              f"Lowest TPOT if each decode step reads all weights once: "
                              f"{fmt(tables.min_tpot_ms)} ms. bound / TPOT > 1 means more than one token "
-                             "per weight read (speculative decoding)."))
+                             "per weight read (speculative decoding)."
+                             + (" A flagged row's figure is not one of speculative decoding (see its flag)."
+                                if flagged else "")))
     secs += [_section(title, df, cols, note) for title, df, cols, note in
              provenance_sections(tables.provenance, tables.provenance_results)]
     tags = (["SIMULATED"] if simulated else []) + (["NODES NOT EQUIVALENT"] if forced and not gate.nodes_equivalent else []) \

@@ -177,6 +177,8 @@ def bandwidth_table(runs: pd.DataFrame, gpu_bandwidth_gbps: float, weights_gib: 
     df = runs[["concurrency", "config", "node", "tpot_ms"]].copy()
     df["bound_tpot_ms"] = min_tpot_ms
     df["fraction_of_bound"] = min_tpot_ms / df["tpot_ms"]
+    # a flagged cell's bound / TPOT (e.g. > 1 from a model that loops) is no speculative-decoding figure
+    df["acceptance_flag"] = runs["acceptance_flag"] if "acceptance_flag" in runs else ""
     return df.reset_index(drop=True), min_tpot_ms
 
 

@@ -38,11 +38,17 @@ SIM_WORDS = re.compile(r"simvllm|simulated", re.I)
 SERVE_LINE = re.compile(r"^==== specfleet \S+ run \S+: (.*)$", re.M)
 ENGINE_SPEC = re.compile(r"speculative_config=(SpeculativeConfig\([^)]*\)|None)")
 SERVER_SAMPLING = re.compile(r"default (?:chat |completion )?sampling params from model: (\{[^}]*\})", re.I)
-DIST_CODE = ("import importlib.metadata as m, json, sys\n"
+# the venv's python also says its own version and a digest of every installed distribution (name==version,
+# sorted): what a venv not built by specfleet (venv_source: provided) has instead of the build manifest
+PY_KEY, DISTS_KEY = "__python__", "__dists_sha256__"
+DIST_CODE = ("import importlib.metadata as m, json, sys, platform, hashlib\n"
              "d = {}\n"
              "for n in sys.argv[1:]:\n"
              "    try: d[n] = m.version(n)\n"
              "    except Exception: pass\n"
+             f"d[{PY_KEY!r}] = platform.python_version()\n"
+             "names = sorted({f\"{(x.metadata['Name'] or '').lower()}=={x.version}\" for x in m.distributions()})\n"
+             f"d[{DISTS_KEY!r}] = hashlib.sha256('\\n'.join(names).encode()).hexdigest()\n"
              "print(json.dumps(d))")
 
 
@@ -78,6 +84,7 @@ def parse_probe(stdout: str, model: str | None, dataset: str | None) -> dict:
     first = [x.strip() for x in gpus[0].split(",")] if gpus else []
     manifest = _json(parts[2]) or {}
     dists = _json(parts[3]) or {}
+    worker_python, dists_sha = dists.pop(PY_KEY, None), dists.pop(DISTS_KEY, None)
     sums = {}
     for ln in parts[4].splitlines():
         h, _, path = ln.partition("  ")
@@ -93,8 +100,8 @@ def parse_probe(stdout: str, model: str | None, dataset: str | None) -> dict:
         "driver": first[1] if len(first) > 1 else "",
         "cuda": parts[1].strip(),
         "venv": manifest.get("packages", {}),
-        "python": manifest.get("python_version"),
-        "venv_digest": manifest.get("digest"),
+        "python": manifest.get("python_version") or worker_python,
+        "venv_digest": manifest.get("digest") or (f"dists-sha256:{dists_sha[:16]}" if dists_sha else None),
         "venv_simulated": bool(manifest.get("simulated", False)),
         "dists": dists,
         "model_path": model,

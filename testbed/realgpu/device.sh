@@ -98,6 +98,11 @@ install() {
   want=$(digest_of tok.tar.xz)
   if ! [[ -f $D/models/.tok && $(cat "$D/models/.tok") == "$want" ]]; then
     unxz_to "$C/tok.tar.xz" | tar -C "$D/models" -xf - || die "tokenizer unpack failed"
+    if [[ -f $D/models/smollm2-tok/tokenizer.gguf && ! -f $D/models/smollm2-tok/tokenizer.json ]]; then
+      # the builder carries the GGUF's metadata only (models.py tokgguf); the image's transformers makes the files
+      PYTHONPATH=$SITE "$PY" "$K/models.py" tokenizer --gguf "$D/models/smollm2-tok/tokenizer.gguf" \
+        --out "$D/models/smollm2-tok" || die "tokenizer from the GGUF metadata failed"
+    fi
     echo "$want" > "$D/models/.tok"
   fi
   cp "$K/question.jsonl" "$D/question.jsonl"
@@ -265,6 +270,8 @@ case "${1:-}" in
     ;;
   selftest)
     verify; env_report; install; selftest ;;
-  *) echo "usage: device.sh run [CAMPAIGN ...] | orphan [CAMPAIGN] | pair [CAMPAIGN] | selftest"; exit 2 ;;
+  prepare)  # the product path's first call (fleet.sh): the provided venv and the models, no campaign
+    verify; env_report; install; selftest; models ;;
+  *) echo "usage: device.sh run [CAMPAIGN ...] | orphan [CAMPAIGN] | pair [CAMPAIGN] | selftest | prepare"; exit 2 ;;
 esac
 log "done ($(left)s of the call's budget left)"

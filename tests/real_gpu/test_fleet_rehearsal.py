@@ -1,0 +1,156 @@
+"""The product path of the device (fleet.sh) rehearsed here with the simulated vLLM: `device.sh prepare`
+makes the provided venv and the model directories, `fleet.sh up` starts a real sshd on loopback and runs
+`fab facts`, `fab provision` (twice) and `fab bench --no-wait`, `fleet.sh finish` runs `fab bench` again
+(it reattaches), `fab collect` and `fab report`. Real sshd, rsync and Fabric; the controller is this
+machine's .venv python (no wheels), the tools this machine's own unless FLEET_DEBS names the Debian
+packages fleetkit.py downloaded (then they are unpacked and used as on the device).
+Writes /tmp/sfgpu, /tmp/vllm-venv, /tmp/site, /tmp/sfssh, /tmp/sfctl as the device does; skipped when
+they exist, or without sshd, or when not root (sshd logs in as root by key, on 127.0.0.1 only)."""
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+from testbed import seed
+from testbed.realgpu import fleetkit, payload
+
+REPO = Path(__file__).resolve().parents[2]
+SIMVLLM = REPO / "testbed" / "simvllm" / "vllm"
+SAMPLE = REPO / "datasets" / "sample" / "question.jsonl"
+DIRS = [Path(p) for p in ("/tmp/sfgpu", "/tmp/vllm-venv", "/tmp/site", "/tmp/sfssh", "/tmp/sfctl")]
+SIM = "simvllm 1.0 (simulated vLLM)"
+
+pytestmark = [pytest.mark.timeout(900),
+              pytest.mark.skipif(os.geteuid() != 0 or not Path("/usr/sbin/sshd").exists(),
+                                 reason="needs root and /usr/sbin/sshd (a root sshd on 127.0.0.1)")]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def device(tmp_path):
+    if any(p.exists() for p in DIRS):
+        pytest.skip("a device layout (/tmp/sfgpu, /tmp/sfssh, ...) exists here already: not overwriting it")
+    root = tmp_path / "root"
+    c = root / ".realgpu" / "carry"
+    c.mkdir(parents=True)
+    site = tmp_path / "site"
+    shutil.copytree(SIMVLLM, site / "vllm")
+    (site / "torch").mkdir()   # the provided venv imports torch (venv_verify_packages) in an SSH session
+    (site / "torch" / "__init__.py").write_text("__version__ = '0.0+rehearsal'\nclass version:\n    cuda = '0.0'\n")
+    payload.xz_tar(site, c / "site.tar.xz")
+    tok = tmp_path / "smollm2-tok"
+    tok.mkdir()
+    (tok / "tokenizer.json").write_text(json.dumps({"model": {"vocab": {"a": 0}}}))
+    payload.xz_tar(tok, c / "tok.tar.xz")
+    payload.build_kit(c / "kit", SAMPLE)
+    (c / "payload.json").write_text("{}\n")
+    payload.write_manifest(c)
+    fleet = root / ".realgpu" / "fleet"
+    fleet.mkdir()
+    if os.environ.get("FLEET_DEBS"):
+        shutil.copytree(os.environ["FLEET_DEBS"], fleet / "debs")
+    fleetkit.snapshot(fleet / "snapshot.tar.gz")
+    shutil.copy2(REPO / "testbed" / "realgpu" / "fleet.sh", fleet / "fleet.sh")
+    payload.write_manifest(fleet)
+    # the rehearsal's plan and inventory: the simulated engine, small, this machine's python version
+    plan = yaml.safe_load((REPO / "plans" / "h200-dummy8b.yml").read_text())
+    plan.update(campaign="fleet-rehearsal", vllm_version=SIM)
+    plan["configurations"] = plan["configurations"][:2]
+    plan["benchmark"].update(num_prompts=4, output_len=16, repeat=2, dataset_path=str(SAMPLE))
+    plan["server"].update(health_poll_s=0.5, health_timeout_s=60)
+    (tmp_path / "plan.yml").write_text(yaml.safe_dump(plan))
+    port = _free_port()
+    inv = yaml.safe_load((REPO / "testbed" / "realgpu" / "fleet" / "inventory.yml").read_text())
+    inv["all"]["port"] = port
+    v = inv["all"]["vars"]
+    v["venv_python_version"] = "%d.%d" % sys.version_info[:2]
+    v["skip_roles"] = [*v["skip_roles"], "nvidia"]   # never this machine's modules-load.d
+    v["extra_env"].update(SIMVLLM_GPU_DIR=str(tmp_path / "simgpu"), SIMVLLM_HOST_CONFIG=str(tmp_path / "nosim.json"),
+                          SIMVLLM_TIME_SCALE="0.001", SIMVLLM_LOAD_SCALE="0.001")
+    inv["bastion"]["vars"]["datasets"] = [str(SAMPLE)]
+    (tmp_path / "inventory.yml").write_text(yaml.safe_dump(inv))
+    # the testbed's nvidia-smi stand-in (one GPU, "loaded"), on the SSH session's PATH (fleet.sh's SetEnv)
+    gpu = tmp_path / "simgpu"
+    gpu.mkdir()
+    (gpu / "gpu.json").write_text(json.dumps(seed.gpu_json("w1", 1)))
+    (gpu / "modules").write_text("nvidia\nnvidia_uvm\nnvidia_modeset\n")
+    standin = tmp_path / "standin"
+    standin.mkdir()
+    (standin / "nvidia-smi").symlink_to(REPO / "testbed" / "host" / "gpu-standin")
+    Path("/tmp/sfssh/bin").mkdir(parents=True)
+    Path("/tmp/sfssh/bin/nvidia-smi").write_text(f"#!/bin/sh\nSIMVLLM_GPU_DIR={gpu} exec /usr/bin/python3 -IS {standin}/nvidia-smi \"$@\"\n")
+    Path("/tmp/sfssh/bin/nvidia-smi").chmod(0o755)
+    env = {**os.environ, "PATH": f"/tmp/sfssh/bin:{os.environ['PATH']}", "PY": sys.executable,
+           "VLLM_MODULE": "vllm", "REHEARSAL": "1", "PORT": str(port), "INVENTORY": str(tmp_path / "inventory.yml"),
+           "PLAN": str(tmp_path / "plan.yml"), "CAMPAIGN": "fleet-rehearsal", "LIMIT": "300"}
+    yield root, env, tmp_path
+    pid = Path("/tmp/sfssh/sshd.pid")
+    if pid.is_file():
+        os.kill(int(pid.read_text()), signal.SIGTERM)
+    spid = Path("/tmp/sfctl/sampler.pid")
+    if spid.is_file():
+        try:
+            os.kill(int(spid.read_text()), signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    for p in DIRS:
+        shutil.rmtree(p, ignore_errors=True)
+
+
+def _run(root: Path, env: dict, out: Path, script: str, *args: str) -> subprocess.CompletedProcess:
+    out.mkdir(exist_ok=True)
+    return subprocess.run(["bash", script, *args], cwd=root, env={**env, "OUT": str(out)},
+                          capture_output=True, text=True, timeout=800)
+
+
+def _events(tar: Path, dest: Path) -> dict[str, list[dict]]:
+    with tarfile.open(tar) as t:
+        t.extractall(dest)  # our own archive
+    out: dict[str, list[dict]] = {}
+    for f in sorted((dest / "runs").rglob("*.jsonl")):
+        recs = [json.loads(ln) for ln in f.read_text().splitlines() if ln.strip()]
+        out.setdefault(recs[0].get("task", f.stem), []).append(recs)
+    return out
+
+
+def test_the_product_commands_run_over_ssh_against_the_provided_venv(device):
+    root, env, tmp = device
+    p = _run(root, env, tmp / "out0", ".realgpu/carry/kit/device.sh", "prepare")
+    assert p.returncode == 0, (tmp / "out0" / "device.log").read_text()[-3000:]
+    p = _run(root, env, tmp / "out1", ".realgpu/fleet/fleet.sh", "up")
+    log1 = (tmp / "out1" / "fleet.log").read_text()
+    assert p.returncode == 0, log1[-4000:]
+    for cmd in ("facts", "provision", "bench"):
+        assert f"fab {cmd} exit 0" in log1, log1[-4000:]
+    assert all(f"role {r} (inventory skip_roles)" in log1 for r in ("nfs", "network", "model"))
+    assert "venv_source: provided: nothing built here" in log1
+    p = _run(root, env, tmp / "out2", ".realgpu/fleet/fleet.sh", "finish")
+    log2 = (tmp / "out2" / "fleet.log").read_text()
+    assert p.returncode == 0 and "fab collect exit 0" in log2 and "fab report exit 0" in log2, log2[-4000:]
+    assert len(list((tmp / "out2").iterdir())) <= 8
+    ev = _events(tmp / "out2" / "runs.tar.gz", tmp / "ev")
+    # the event logs end with the exit code; the second provision changed nothing
+    ends = {task: [r[-1] for r in runs] for task, runs in ev.items()}
+    assert all(e.get("exit_code") == 0 for runs in ends.values() for e in runs), ends
+    with tarfile.open(tmp / "out2" / "results.tar.gz") as t:
+        t.extractall(tmp / "res")  # our own archive
+    camp = tmp / "res" / "results" / "fleet-rehearsal"
+    prov = json.loads((camp / "w1" / "provenance.json").read_text())
+    # read by collect's own probe over SSH: the provided venv's python and package digest, the dataset hash
+    assert prov["python"] == "%d.%d.%d" % sys.version_info[:3], prov
+    assert prov["venv_digest"].startswith("dists-sha256:") and prov["dataset_sha256"], prov
+    assert prov["gpu_name"] == seed.GPU["name"]
+    assert (camp / "report.md").is_file() and (camp / "merged.csv").is_file()
