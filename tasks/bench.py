@@ -5,6 +5,7 @@ from invoke import task
 from invoke.exceptions import Exit
 from rich.table import Table
 
+from specfleet.errors import one_line
 from specfleet import roles
 from specfleet.roles import configs
 from specfleet.campaign import Paths, PlanError, build_run_spec, commands_for, dump_run_spec, load_plan
@@ -31,7 +32,7 @@ def plan_of(path: str | None):
     try:
         return load_plan(path or DEFAULT_PLAN)
     except PlanError as e:
-        raise Exit(f"error: {e}", code=EXIT_BAD_INPUT) from None
+        raise Exit(f"error: {one_line(e)}", code=EXIT_BAD_INPUT) from None
 
 
 def work_dir(host) -> str:
@@ -64,7 +65,7 @@ def bench(c, plan=None, inventory=None, hosts=None, check=False, diff=False, ass
     try:  # a missing bastion file, or one with too few prompts, stops here, before any host is touched
         promptcount.check(p)
     except PlanError as e:
-        raise Exit(f"error: {e}", code=EXIT_BAD_INPUT) from None
+        raise Exit(f"error: {one_line(e)}", code=EXIT_BAD_INPUT) from None
     if on_slurm("bench", inventory, hosts, p, assign=assign, wait=wait, poll=poll, check=check) is not None:
         return  # the inventory's scheduler is Slurm: submitted as a job (specfleet/slurm/)
     with fleet_run("bench", inventory=inventory, hosts=hosts, check=check, diff=diff, forks=forks, serial=serial,
@@ -85,7 +86,7 @@ def bench(c, plan=None, inventory=None, hosts=None, check=False, diff=False, ass
         try:
             queues = split(p, nodes, pins=parse_pins(assign or []))
         except PlanError as e:
-            raise Exit(f"error: {e}", code=EXIT_BAD_INPUT) from None
+            raise Exit(f"error: {one_line(e)}", code=EXIT_BAD_INPUT) from None
         rep.console.print(format_split(queues, nodes), markup=False)
         paths = {}
         for host in split_hosts:
