@@ -22,7 +22,7 @@ from pathlib import Path
 
 import yaml
 
-from e2e_helpers import FAB, PROJECT, fab, host_sh, inventory_of
+from e2e_helpers import FAB, PROJECT, fab, host_sh, inventory_of, worker_procs
 
 FAST = PROJECT / "tests/e2e/plans/fast.yml"
 WORK = "/var/lib/specfleet/campaigns"
@@ -31,22 +31,6 @@ FULL_MB = 16                          # the full worker's run folder: a tmpfs of
 FILL_BYTES = (FULL_MB + 1) * 2**20    # more than it holds, so the fill ends at ENOSPC, bounded
 ACTIONS = ("drop", "reboot", "kill_runner", "kill_server", "fill", "restart_bench", "collect")
 
-_NS_PROCS = r"""
-import json, os
-me, out = os.readlink("/proc/self/ns/net"), []
-for d in os.listdir("/proc"):
-    if not d.isdigit() or int(d) == os.getpid():
-        continue
-    try:
-        if os.readlink(f"/proc/{d}/ns/net") != me:
-            continue
-        argv = open(f"/proc/{d}/cmdline", "rb").read().split(b"\0")
-    except OSError:
-        continue
-    if argv[0]:
-        out.append([int(d), " ".join(a.decode(errors="replace") for a in argv if a)])
-print(json.dumps(out))
-"""
 STATUS_RE = re.compile(r"\[(?P<item>[^\]]+)\] (?P<status>[a-z_]+):")
 
 
@@ -72,8 +56,7 @@ class Outcome:
 
 
 def procs(tb, host: str) -> list[tuple[int, str]]:
-    p = tb.exec(host, ["/usr/bin/python3", "-I", "-S", "-c", _NS_PROCS])
-    return [(pid, a) for pid, a in json.loads(p.stdout or "[]")]
+    return worker_procs(tb, host, check=False)
 
 
 def state(tb, host: str, campaign: str) -> dict:

@@ -46,3 +46,32 @@ def events(runs: Path) -> list[dict]:
 def host_sh(tb, host: str, script: str) -> subprocess.CompletedProcess:
     """Read a host's state without SSH (nsenter into its namespaces)."""
     return tb.exec(host, ["bash", "-c", script])
+
+
+# processes of this worker only: the testbed has no PID namespace, so `ps` would also list other
+# people's processes on the machine; compare each process's network namespace with the host's
+_NS_PROCS = r"""
+import json, os
+me, out = os.readlink("/proc/self/ns/net"), []
+for d in os.listdir("/proc"):
+    if not d.isdigit() or int(d) == os.getpid():
+        continue
+    try:
+        if os.readlink(f"/proc/{d}/ns/net") != me:
+            continue
+        argv = open(f"/proc/{d}/cmdline", "rb").read().split(b"\0")
+    except OSError:
+        continue
+    if argv[0]:
+        out.append([int(d), " ".join(a.decode(errors="replace") for a in argv if a)])
+print(json.dumps(out))
+"""
+
+
+def worker_procs(tb, host: str, check: bool = True) -> list[tuple[int, str]]:
+    """(pid, command line) of every process in `host`'s network namespace (a rebooting worker with
+    check=False: none)."""
+    p = tb.exec(host, ["/usr/bin/python3", "-I", "-S", "-c", _NS_PROCS])
+    if check:
+        assert p.returncode == 0, p.stderr
+    return [(pid, a) for pid, a in json.loads(p.stdout or "[]")]

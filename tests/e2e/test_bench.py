@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from e2e_helpers import FAB, PROJECT, events, fab, host_sh, inventory_of
+from e2e_helpers import FAB, PROJECT, events, fab, host_sh, inventory_of, worker_procs
 
 pytestmark = pytest.mark.e2e
 
@@ -74,30 +74,10 @@ def wait_for(cond, timeout: float, what: str, interval: float = 0.1):
         time.sleep(interval)
 
 
-# processes of this worker only: the testbed has no PID namespace, so `ps` would also list other
-# people's processes on the machine; compare each process's network namespace with the host's
-_NS_PROCS = r"""
-import json, os
-me, out = os.readlink("/proc/self/ns/net"), []
-for d in os.listdir("/proc"):
-    if not d.isdigit() or int(d) == os.getpid():
-        continue
-    try:
-        if os.readlink(f"/proc/{d}/ns/net") != me:
-            continue
-        argv = open(f"/proc/{d}/cmdline", "rb").read().split(b"\0")
-    except OSError:
-        continue
-    if argv[0]:
-        out.append([int(d), " ".join(a.decode(errors="replace") for a in argv if a)])
-print(json.dumps(out))
-"""
 
 
 def procs(tb, host: str) -> list[tuple[int, str]]:
-    p = tb.exec(host, ["/usr/bin/python3", "-I", "-S", "-c", _NS_PROCS])
-    assert p.returncode == 0, p.stderr
-    return [(pid, a) for pid, a in json.loads(p.stdout) if "sshd" not in a]
+    return [(pid, a) for pid, a in worker_procs(tb, host) if "sshd" not in a]
 
 
 def vllm_procs(tb, host: str) -> list[tuple[int, str]]:
