@@ -91,6 +91,14 @@ def _first(vals: list[tuple[str, str]]) -> str:
     return vals[0][0] if vals else ""
 
 
+def _with_local_label(values: set[str]) -> dict[str, str]:
+    """value -> the value it stands for: a version without a local label (`0.32.0`, as vLLM's server
+    log prints itself) is the labelled build of the same release seen elsewhere (`0.32.0+cpu`, the
+    dist's version), when exactly one such build was seen; anything else stands for itself."""
+    labelled = {v.split("+", 1)[0]: [w for w in values if w.startswith(v.split("+", 1)[0] + "+")] for v in values}
+    return {v: (labelled[v][0] if "+" not in v and len(labelled[v]) == 1 else v) for v in values}
+
+
 def mismatches(camp: "Campaign", vllm_pin: str | None = None) -> list[str]:
     """One line per field whose runs disagree (across nodes or within one), and per pin broken."""
     sim_hosts = {s.split(":", 1)[0] for s in simulated_signals(camp)}
@@ -103,6 +111,12 @@ def mismatches(camp: "Campaign", vllm_pin: str | None = None) -> list[str]:
                 continue  # the simulator's versions name the simulator, not a vLLM
             for value, source in f[field]:
                 where.setdefault(value, {}).setdefault(run.host, set()).add(f"{run.config}, {source}")
+        if field == "vllm":
+            merged: dict[str, dict[str, set[str]]] = {}
+            for value, stands in _with_local_label(set(where)).items():
+                for h, srcs in where[value].items():
+                    merged.setdefault(stands, {}).setdefault(h, set()).update(srcs)
+            where = merged
         if len(where) > 1:
             hosts_per_value = {v: set(h) for v, h in where.items()}
             within = sorted({h for v in where for h in where[v]
@@ -113,7 +127,10 @@ def mismatches(camp: "Campaign", vllm_pin: str | None = None) -> list[str]:
             out.append(f"{label} differs {scope}: {say}")
     if vllm_pin:
         real = [(r, f) for r, f in facts if r.host not in sim_hosts]
-        off = sorted({f"{r.host} ran {v} ({src})" for r, f in real for v, src in f["vllm"] if v != vllm_pin})
+        seen = {v for _, f in real for v, _ in f["vllm"]} | {vllm_pin}
+        stands = _with_local_label(seen)
+        off = sorted({f"{r.host} ran {v} ({src})" for r, f in real for v, src in f["vllm"]
+                      if stands[v] != stands[vllm_pin]})
         if off:
             out.append(f"the plan pins vllm_version {vllm_pin}, but {'; '.join(off)}")
     return out

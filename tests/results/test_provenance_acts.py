@@ -78,3 +78,17 @@ def test_torchs_cuda_build_is_not_compared_with_the_drivers_cuda(tmp_path):
     o = report_campaign(root, quiet=True)
     assert o.merged, o.gate.problems
     assert set(o.tables.provenance_results.cuda) == {"12.8 (driver 13.0)"}
+
+
+def test_a_build_label_the_server_log_leaves_out_is_the_same_release(tmp_path):
+    """vLLM's server log prints its release (0.32.0) while the dist and the result say the build
+    (0.32.0+cpu): one release, no mismatch and the pin holds; another release still refuses."""
+    from specfleet.results.consistency import _with_local_label
+    assert _with_local_label({"0.32.0", "0.32.0+cpu"}) == {"0.32.0": "0.32.0+cpu", "0.32.0+cpu": "0.32.0+cpu"}
+    assert _with_local_label({"0.32.0", "0.32.0+cpu", "0.32.0+cu128"})["0.32.0"] == "0.32.0"  # which one? not guessed
+    root = _camp(tmp_path, {"w1": {"vllm_version": "0.32.0+cpu"}, "w2": {"vllm_version": "0.32.0"}})
+    assert report_campaign(root, quiet=True, vllm_pin="0.32.0+cpu").merged
+    o = report_campaign(root, quiet=True, vllm_pin="0.33.0")
+    assert not o.merged and any("the plan pins vllm_version 0.33.0" in p for p in o.gate.problems)
+    root2 = _camp(tmp_path / "x", {"w1": {"vllm_version": "0.32.0+cpu"}, "w2": {"vllm_version": "0.31.0"}})
+    assert not report_campaign(root2, quiet=True).merged
