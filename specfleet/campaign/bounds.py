@@ -1,21 +1,20 @@
 """Lower bounds on a campaign's makespan (used by split.py to judge its split).
 
 Arguments everywhere: `others` (config names other than the baseline), `names` (node names),
-`dur[config][node]` (seconds), `base[node]` (the baseline's seconds on that node), `pins`.
+`dur[config][node]` (seconds), `base[node]` (the baseline's seconds on that node), `pins`; `classes`
+(split.node_classes): lists of nodes that give every configuration the same duration.
 """
 from __future__ import annotations
 
 
-def two_class_bound(others, names, dur, base, pins, lo) -> float:
+def two_class_bound(others, classes, dur, base, pins, lo) -> float:
     """LP-relaxation bound when the nodes fall into two classes (e.g. local copy vs NFS).
 
     The simple bound lets every item run at its best duration; but only the fast nodes give
     that. Fractional assignment: fill the fast class's capacity with the items that free the
     most slow-class time per second of fast-class time; binary search the smallest feasible T.
     """
-    profiles: dict[tuple, list[str]] = {}
-    for n in names:
-        profiles.setdefault((base[n], *(dur[c][n] for c in others)), []).append(n)
+    profiles = {(base[m[0]], *(dur[c][m[0]] for c in others)): m for m in classes}
     if len(profiles) != 2 or not others:
         return lo
     (pa, na), (pb, nb) = sorted(profiles.items())

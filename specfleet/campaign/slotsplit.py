@@ -14,6 +14,8 @@ seconds / nodes), and the pigeonhole bound over GPUs).
 """
 from __future__ import annotations
 
+import bisect
+import dataclasses
 import random
 from dataclasses import dataclass, field
 
@@ -28,10 +30,27 @@ MAX_SIMULATIONS = 24_000
 POLISH_SHUFFLES = 60    # random queue orders tried per polish of one node
 POLISH_SWAPS = 600      # pairwise order swaps tried after those
 PERTURB_ROUNDS = 6   # shakes of the iterated local search
+# of a set of twin nodes (the same GPUs, groups, durations), the least loaded tried for an item by the greedy,
+# moves, swaps and polish: the other twins can only end the item as late (the search scales with sets, not nodes)
+TWINS_TRIED = 4
 SETTLE_ROUNDS = 6    # polish-then-improve rounds of one settle, at most
 # queue orders a node's end is simulated under (the best is the queue): widest first, longest first,
 # most GPU-seconds first; ties by name so the same plan gives the same queue
 ORDERS = (lambda need, d, c: (-need, -d, c), lambda need, d, c: (-d, -need, c), lambda need, d, c: (-need * d, c))
+
+
+def durations_by_twin(plan: Plan, configs: list[str], nodes: list, item_s, durations):
+    """(config -> node -> item_s, the twin sets): item_s is computed once per set of twin nodes
+    (nodes that differ only in name get the same estimate), so 256 identical Slurm nodes cost one
+    estimate per configuration."""
+    twins: dict[str, list] = {}
+    for n in nodes:
+        twins.setdefault(repr(dataclasses.replace(n, name="")), []).append(n)
+    dur: dict[str, dict[str, float]] = {c: {} for c in configs}
+    for members in twins.values():
+        for c in configs:
+            dur[c].update(dict.fromkeys((n.name for n in members), item_s(plan, c, members[0], durations)))
+    return dur, [[n.name for n in members] for members in twins.values()]
 
 
 def node_gpus(node) -> list[int]:
@@ -104,21 +123,28 @@ def slot_split(plan: Plan, nodes, pins: dict[str, str], item_s, durations=None):
         why = why_not(plan, base, n)
         if why:
             raise PlanError(f"{plan.file}: baseline {base!r} runs on every node, but {why}")
-    allowed = {c: [n for n in names if why_not(plan, c, by[n]) is None] for c in others}
+    dur, twins = durations_by_twin(plan, [base, *others], nodes, item_s, durations)
+    fits = {c: [] for c in others}   # twins fit the same configurations (why_not names the node: asked again below)
+    need = {c: {} for c in [base, *others]}
+    for members in twins:
+        for c in need:
+            need[c].update(dict.fromkeys(members, need_on(plan, c, by[members[0]])))
+        for c in others:
+            if why_not(plan, c, by[members[0]]) is None:
+                fits[c].extend(members)
+    allowed = {c: [n for n in names if n in ok] for c, ok in ((c, set(fits[c])) for c in others)}
     for c in others:
         if not allowed[c]:
             raise PlanError(f"{plan.file}: configuration {c!r} fits no selected node: "
                             + "; ".join(why_not(plan, c, by[n]) for n in names))
         if c in pins and pins[c] not in allowed[c]:
             raise PlanError(f"--assign {c}={pins[c]}: {why_not(plan, c, by[pins[c]])}")
-    dur = {c: {n: item_s(plan, c, by[n], durations) for n in names} for c in [base, *others]}
-    need = {c: {n: need_on(plan, c, by[n]) for n in names} for c in [base, *others]}
     heads = {n: head(plan, node_gpus(by[n])) for n in names}
     for n in names:
         for c in heads[n][1:]:   # the baseline's runs on the node's other GPUs: the baseline's time
             dur.setdefault(c, {})[n], need.setdefault(c, {})[n] = dur[base][n], 1
     gpu_pins = {n: pins_of(plan, node_gpus(by[n])) for n in names}
-    search = Search(names, by, heads, others, allowed, pins, dur, need, plan.packing, gpu_pins)
+    search = Search(names, by, heads, others, allowed, pins, dur, need, plan.packing, gpu_pins, twins)
     lb = lower_bound(names, by, heads, dur, need, allowed, others, plan.packing)
     on = search.run(lb)
     load = {n: search.node_time(n, on[n]) for n in names}
@@ -132,8 +158,11 @@ class Search:
     adapted to the set (newcomers first or last). Polishing (random shuffles, then pairwise swaps)
     searches one node's order further; its result is carried into later sets by that adapted order."""
 
-    def __init__(self, names, by, heads, others, allowed, pins, dur, need, packing, gpu_pins):
+    def __init__(self, names, by, heads, others, allowed, pins, dur, need, packing, gpu_pins, twins):
         self.names, self.by, self.heads, self.others = names, by, heads, others
+        self.twins = twins        # lists of nodes that differ only in name (durations_by_twin)
+        self.pos = {n: i for i, n in enumerate(names)}
+        self.lb = 0.0             # run(lb): a split that reaches it is not searched further
         self.gpu_pins = gpu_pins  # node -> {item: GPU index}
         self.allowed, self.pins, self.dur, self.need, self.packing = allowed, pins, dur, need, packing
         self.n_gpus = {n: len(node_gpus(by[n])) for n in names}
@@ -206,10 +235,31 @@ class Search:
         on = {n: frozenset(c for c in self.others if self.pins.get(c) == n) for n in names}
         free = sorted((c for c in self.others if c not in self.pins),
                       key=lambda c: -min(dur[c][n] * need[c][n] for n in allowed[c]))
+        rows = [sorted(self.rank(n, on[n]) for n in members) for members in self.twins]
+        twin_of = {n: k for k, members in enumerate(self.twins) for n in members}
+        ok = {c: set(allowed[c]) for c in free}
         for c in free:
-            n = min(allowed[c], key=lambda n: (self.node_time(n, on[n] | {c}), self.node_time(n, on[n]), n))
+            tried = [row[i][-1] for row in rows for i in range(min(TWINS_TRIED, len(row))) if row[i][-1] in ok[c]]
+            n = min(tried, key=lambda n: (self.node_time(n, on[n] | {c}), self.node_time(n, on[n]), n))
+            row = rows[twin_of[n]]
+            row.remove(self.rank(n, on[n]))
             on[n] = on[n] | {c}
+            bisect.insort(row, self.rank(n, on[n]))
         return on
+
+    def rank(self, n: str, mine) -> tuple:
+        """Which of a set of twins is tried first: the one that ends first, then the one with the least
+        GPU-seconds queued (the most room), then the nodes' order."""
+        work = sum(self.dur[c][n] * self.need[c][n] for c in (*self.heads[n], *mine))
+        return self.node_time(n, mine), work, self.pos[n], n
+
+    def near(self, on: dict, crit: str) -> list[str]:
+        """The nodes a move or swap off `crit` is tried with: of each set of twins the TWINS_TRIED first
+        by rank, in the nodes' order (every node of a small fleet)."""
+        tried = set()
+        for members in self.twins:
+            tried.update(sorted((n for n in members if n != crit), key=lambda n: self.rank(n, on[n]))[:TWINS_TRIED])
+        return [n for n in self.names if n in tried]
 
     def improve(self, on: dict) -> dict:
         """Moves and swaps off the critical node: the first that lowers (makespan, sum of squares).
@@ -219,6 +269,9 @@ class Search:
         for _ in range(MAX_ROUNDS):
             times = {n: self.node_time(n, on[n]) for n in names}
             cur, crit = self.score(times), max(names, key=lambda n: times[n])
+            if cur[0] <= self.lb + 1e-9:   # no split ends sooner
+                return on
+            near = self.near(on, crit)
 
             def better(a_side, b: str, b_side) -> bool:
                 if self.floor(b, b_side) > cur[0] or self.spent:
@@ -228,11 +281,11 @@ class Search:
 
             found = None
             for c in sorted(on[crit] - set(pins)):
-                for n in (x for x in allowed[c] if x != crit):
+                for n in (x for x in near if x in allowed[c]):
                     if better(on[crit] - {c}, n, on[n] | {c}):
                         found = {crit: on[crit] - {c}, n: on[n] | {c}}
                         break
-                for n in (x for x in names if x != crit and not found):
+                for n in (x for x in near if not found):
                     for b in sorted(on[n] - set(pins)):
                         if crit not in allowed[b] or n not in allowed[c]:
                             continue
@@ -251,10 +304,13 @@ class Search:
         """improve, then polish every node's order and improve again while that lowers the makespan."""
         on = self.improve(on)
         for _ in range(SETTLE_ROUNDS):
-            if self.spent:
-                break
             before = self.span(on)
-            for n in self.names:
+            if self.spent or before <= self.lb + 1e-9:
+                break
+            times = {n: self.node_time(n, on[n]) for n in self.names}
+            crit = max(self.names, key=lambda n: times[n])
+            near = {crit, *self.near(on, crit)}
+            for n in (x for x in self.names if x in near):
                 self.polish(n, on[n])
             on = self.improve(on)
             if self.span(on) >= before - 1e-9:
@@ -264,6 +320,7 @@ class Search:
     def run(self, lb: float) -> dict:
         """Greedy, settle, then an iterated local search (shake one or two items off the critical
         node, settle, keep the best)."""
+        self.lb = lb
         best = cur = self.settle(self.greedy())
         rng = random.Random(0)  # deterministic: the same plan always gives the same split
         movable = [c for c in self.others if c not in self.pins and len(self.allowed[c]) > 1]

@@ -15,8 +15,9 @@ carries the lower bound max(total work / nodes, baseline + largest other item).
 """
 from __future__ import annotations
 
+import bisect
 import dataclasses
-import itertools
+import heapq
 import random
 from dataclasses import dataclass
 
@@ -24,7 +25,7 @@ from ..facts.gpus import GpuList, Topology, nvlink_groups
 from .bounds import pigeonhole_bound, two_class_bound
 from ..plan import NGRAM_METHODS, Plan, PlanError, gpus_needed
 from ..worker.slots import parse_gpus, parse_groups
-from .slotsplit import Split, needs_slots, slot_split
+from .slotsplit import Split, durations_by_twin, needs_slots, slot_split
 
 READ_MB_S = {"local": 2000.0, "nfs": 105.0}
 STARTUP_S = 60.0          # torch.compile, CUDA graphs, warm-up after the weights are read
@@ -35,6 +36,9 @@ METHOD_SPEED = {None: 1.0, **dict.fromkeys(NGRAM_METHODS, 1.1), "suffix": 1.2,
                 "eagle": 1.8, "eagle3": 2.0, "mtp": 1.8, "draft_model": 1.5, "medusa": 1.5}
 TP_EXPONENT = 0.8         # estimate: n GPUs decode n ** 0.8 x faster (all-reduce per layer); not measured
 BENCH_OVERHEAD_S = 15.0   # client start, tokenizer load, warm-up, result write per bench run
+# moves and swaps looked at per split, at most: fab bench waits on the split (~1 us each); the split is
+# then the best found -- deterministic, not timed
+MAX_TRIALS = 400_000
 
 # The report's measured benchmark durations (s) per concurrency (§4.1) and its NFS load (~10 min).
 REPORT_DURATIONS: dict[str, dict] = {
@@ -173,6 +177,14 @@ def parse_pins(specs: list[str] | str | None) -> dict[str, str]:
     return pins
 
 
+def node_classes(twins: list[list[str]], configs: list[str], dur) -> list[list[str]]:
+    """Nodes that give every configuration the same duration, in the nodes' order: twins always do."""
+    by_profile: dict[tuple, list[str]] = {}
+    for members in twins:
+        by_profile.setdefault(tuple(dur[c][members[0]] for c in configs), []).extend(members)
+    return list(by_profile.values())
+
+
 def split(plan: Plan, nodes: list[NodeInfo], pins: dict[str, str] | None = None,
           durations: dict[str, dict] | None = None, max_expansions: int = 20_000) -> Split:
     if not nodes:
@@ -191,29 +203,36 @@ def split(plan: Plan, nodes: list[NodeInfo], pins: dict[str, str] | None = None,
     if needs_slots(plan, nodes):  # several GPUs per node, or configurations that say where they run
         return slot_split(plan, nodes, pins, item_s, durations)
     others = [c.name for c in plan.configurations if c.name != plan.baseline]
-    dur = {c: {n.name: item_s(plan, c, n, durations) for n in nodes} for c in [plan.baseline, *others]}
+    dur, twins = durations_by_twin(plan, [plan.baseline, *others], nodes, item_s, durations)
     base = {n: dur[plan.baseline][n] for n in names}
+    classes = node_classes(twins, [plan.baseline, *others], dur)
+    heads = [members[0] for members in classes]   # one node per class stands for the others in the bounds
 
     # Lower bound: every node runs its baseline; each other item runs somewhere at least at its best.
     best = {c: min(dur[c].values()) for c in others}
     lb = max(
         (sum(base.values()) + sum(best.values())) / len(names),
         max(base.values()),
-        max((min(base[n] + dur[c][n] for n in names) for c in others), default=0.0),
+        max((min(base[n] + dur[c][n] for n in heads) for c in others), default=0.0),
     )
-    lb = max(lb, two_class_bound(others, names, dur, base, pins, lb),
+    lb = max(lb, two_class_bound(others, classes, dur, base, pins, lb),
              pigeonhole_bound(others, names, dur, base))
-    assign = _lpt(others, names, dur, base, pins)
-    assign = _improve(assign, others, names, dur, base, pins)
-    assign = _perturb(assign, others, names, dur, base, pins, lb)
-    packed = _pack_search(others, names, dur, base, pins, lb, max(_loads(assign, names, dur, base).values()))
-    if packed is not None:
-        assign = _improve(packed, others, names, dur, base, pins)
+    f = Fleet(others, names, classes, dur, base, pins)
+    assign = f.improve(f.lpt())
     method = "heuristic"
-    exact = _branch_and_bound(others, names, dur, base, pins, assign, max_expansions)
-    if exact is not None:
-        assign, method = exact, "exact"
-    load = _loads(assign, names, dur, base)
+    if f.span(assign) > lb + 1e-9:
+        assign = f.perturb(assign, lb)
+        packed = f.pack_search(lb, f.span(assign))
+        if packed is not None:
+            packed = f.improve(packed)
+            if f.span(packed) <= f.span(assign) + 1e-9:
+                assign = packed
+        exact = f.branch_and_bound(assign, max_expansions)
+        if exact is not None:
+            assign, method = exact, "exact"
+    else:  # the split reaches the lower bound: no split is shorter
+        method = "exact"
+    load = f.loads(assign)
     queues = {n: [plan.baseline] + [c for c in others if assign[c] == n] for n in names}
     return Split(queues=queues, node_s=load, makespan_s=max(load.values()), lower_bound_s=lb,
                  method=method, durations=dur)
@@ -224,154 +243,222 @@ def _bad_pin(plan: Plan, cfg: str) -> None:
     raise PlanError(f"--assign {cfg}=...: the plan has no configuration {cfg!r} (have: {known})")
 
 
-def _loads(assign, names, dur, base) -> dict[str, float]:
-    load = dict(base)
-    for c, n in assign.items():
-        load[n] += dur[c][n]
-    return load
+class Fleet:
+    """The one-GPU split's search over `others` (config names other than the baseline) on nodes `names`,
+    with dur[config][node] and base[node] seconds. Nodes that give every item the same duration
+    (and the same baseline) form a class: within a class only the least-loaded node is worth trying,
+    so moves cost items x classes, not items x nodes. Trials (each move or swap looked at) are
+    counted; past MAX_TRIALS the search stops with the best found (deterministic, not timed)."""
 
+    def __init__(self, others, names, classes, dur, base, pins):
+        self.others, self.names, self.dur, self.base, self.pins = others, names, dur, base, pins
+        self.free = [c for c in others if c not in pins]
+        self.pos = {n: i for i, n in enumerate(names)}
+        self.classes = classes    # node_classes: the nodes that give every item the same duration
+        self.class_of = {n: k for k, members in enumerate(self.classes) for n in members}
+        self.trials = 0
 
-def _lpt(others, names, dur, base, pins) -> dict[str, str]:
-    assign = {c: pins[c] for c in others if c in pins}
-    load = _loads(assign, names, dur, base)
-    free = sorted((c for c in others if c not in pins), key=lambda c: -min(dur[c].values()))
-    for c in free:
-        n = min(names, key=lambda n: (load[n] + dur[c][n], load[n]))
-        assign[c] = n
-        load[n] += dur[c][n]
-    return assign
+    @property
+    def spent(self) -> bool:
+        return self.trials >= MAX_TRIALS
 
+    def loads(self, assign) -> dict[str, float]:
+        load = dict(self.base)
+        for c, n in assign.items():
+            load[n] += self.dur[c][n]
+        return load
 
-def _improve(assign, others, names, dur, base, pins) -> dict[str, str]:
-    """Moves and swaps while they lower (makespan, sum of squares)."""
-    def score(a):
-        ld = _loads(a, names, dur, base)
-        return (max(ld.values()), sum(v * v for v in ld.values()))
+    def span(self, assign) -> float:
+        return max(self.loads(assign).values())
 
-    assign, cur = dict(assign), score(assign)
-    free = [c for c in others if c not in pins]
-    improved = True
-    while improved:
-        improved = False
-        for c, n in itertools.product(free, names):
-            if assign[c] != n:
-                trial = {**assign, c: n}
-                s = score(trial)
-                if s < cur:
-                    assign, cur, improved = trial, s, True
-        for a, b in itertools.combinations(free, 2):
-            if assign[a] != assign[b]:
-                trial = {**assign, a: assign[b], b: assign[a]}
-                s = score(trial)
-                if s < cur:
-                    assign, cur, improved = trial, s, True
-    return assign
-
-
-def _pack_search(others, names, dur, base, pins, lo, hi, steps: int = 25):
-    """Binary search the smallest T for which best-fit-decreasing packs every item under T."""
-    free = sorted((c for c in others if c not in pins), key=lambda c: -min(dur[c].values()))
-    fixed = {c: pins[c] for c in others if c in pins}
-    load0 = _loads(fixed, names, dur, base)
-
-    def pack(t: float):
-        load, assign = dict(load0), dict(fixed)
-        for c in free:
-            fits = [n for n in names if load[n] + dur[c][n] <= t + 1e-9]
-            if not fits:
-                return None
-            # the node where the item is cheapest, then the fullest (best fit)
-            n = min(fits, key=lambda n: (dur[c][n], -(load[n] + dur[c][n])))
+    def lpt(self) -> dict[str, str]:
+        """Longest item first onto the node where it ends soonest (a heap per node class)."""
+        dur = self.dur
+        assign = {c: self.pins[c] for c in self.others if c in self.pins}
+        load = self.loads(assign)
+        heaps = [[(load[n], self.pos[n], n) for n in members] for members in self.classes]
+        for h in heaps:
+            heapq.heapify(h)
+        for c in sorted(self.free, key=lambda c: -min(dur[c].values())):
+            k = min(range(len(heaps)), key=lambda k: (heaps[k][0][0] + dur[c][heaps[k][0][2]], heaps[k][0][:2]))
+            ld, p, n = heaps[k][0]
+            heapq.heapreplace(heaps[k], (ld + dur[c][n], p, n))
             assign[c] = n
-            load[n] += dur[c][n]
         return assign
 
-    best = None
-    for _ in range(steps):
-        mid = (lo + hi) / 2
-        got = pack(mid)
-        if got is None:
-            lo = mid
-        else:
-            best, hi = got, mid
-    return best
+    def improve(self, assign) -> dict[str, str]:
+        """Moves (to each class's least-loaded node) and swaps (an item of a node at the makespan
+        against any other) while they lower (makespan, sum of squares)."""
+        assign, dur, pos = dict(assign), self.dur, self.pos
+        load = self.loads(assign)
 
+        def rank(n: str) -> tuple:
+            return load[n], pos[n]
 
-def _perturb(assign, others, names, dur, base, pins, lb, rounds: int = 60):
-    """Iterated local search: shake a few items off the critical node, re-improve, keep the best."""
-    free = [c for c in others if c not in pins]
-    if len(names) < 2 or not free:
+        low = [heapq.nsmallest(2, members, key=rank) for members in self.classes]   # per class, its two least loaded
+
+        def lowest(k: int, skip: str) -> str | None:
+            return next((n for n in low[k] if n != skip), None)
+
+        improved = True
+        while improved and not self.spent:
+            improved = False
+            top = max(load.values())
+            ssq = sum(v * v for v in load.values())
+            tops = heapq.nlargest(3, self.names, key=lambda n: (load[n], -pos[n]))
+
+            def better(a, la, b, lb_) -> bool:
+                self.trials += 1
+                rest = next((load[n] for n in tops if n != a and n != b), 0.0)
+                m = max(rest, la, lb_)
+                if m < top - 1e-9:
+                    return True
+                return m <= top + 1e-9 and ssq - load[a] ** 2 - load[b] ** 2 + la * la + lb_ * lb_ < ssq - 1e-6
+
+            def accept(*moved: str) -> None:
+                nonlocal improved, top, ssq, tops
+                improved = True
+                for k in {self.class_of[n] for n in moved}:
+                    low[k] = heapq.nsmallest(2, self.classes[k], key=rank)
+                top, ssq = max(load.values()), sum(v * v for v in load.values())
+                tops = heapq.nlargest(3, self.names, key=lambda n: (load[n], -pos[n]))
+
+            for c in self.free:
+                a = assign[c]
+                for k in range(len(self.classes)):
+                    n = lowest(k, a)
+                    if n is not None and better(a, load[a] - dur[c][a], n, load[n] + dur[c][n]):
+                        load[a] -= dur[c][a]
+                        load[n] += dur[c][n]
+                        assign[c] = n
+                        accept(a, n)
+                        a = n
+            for c in self.free:
+                a = assign[c]
+                if load[a] < top - 1e-9:
+                    continue
+                for c2 in self.free:
+                    b = assign[c2]
+                    if b == a:
+                        continue
+                    la, lb_ = load[a] - dur[c][a] + dur[c2][a], load[b] - dur[c2][b] + dur[c][b]
+                    if better(a, la, b, lb_):
+                        load[a], load[b] = la, lb_
+                        assign[c], assign[c2] = b, a
+                        accept(a, b)
+                        break
         return assign
-    rng = random.Random(0)  # deterministic: the same plan always gives the same split
 
-    def span(a):
-        return max(_loads(a, names, dur, base).values())
+    def pack_search(self, lo: float, hi: float, steps: int = 25):
+        """Binary search the smallest T for which best-fit-decreasing packs every item under T: each
+        item onto the node where it is cheapest, then the fullest that stays under T (per class, a
+        sorted row of loads and bisect)."""
+        dur = self.dur
+        free = sorted(self.free, key=lambda c: -min(dur[c].values()))
+        fixed = {c: self.pins[c] for c in self.others if c in self.pins}
+        load0 = self.loads(fixed)
 
-    best, best_span = dict(assign), span(assign)
-    cur = dict(assign)
-    for _ in range(rounds):
-        if best_span <= lb * 1.0001:
-            break
-        load = _loads(cur, names, dur, base)
-        crit = max(names, key=lambda n: load[n])
-        on_crit = [c for c in free if cur[c] == crit] or free
-        trial = dict(cur)
-        for c in rng.sample(on_crit, min(len(on_crit), rng.randint(1, 2))):
-            trial[c] = rng.choice([n for n in names if n != crit])
-        for c in rng.sample(free, min(len(free), rng.randint(0, 2))):
-            trial[c] = rng.choice(names)
-        trial = _improve(trial, others, names, dur, base, pins)
-        t_span = span(trial)
-        if t_span < best_span - 1e-9:
-            best, best_span = dict(trial), t_span
-        cur = trial if t_span <= span(cur) * 1.02 else dict(best)
-    return best
+        def pack(t: float):
+            assign = dict(fixed)
+            rows = [sorted((load0[n], self.pos[n], n) for n in members) for members in self.classes]
+            for c in free:
+                pick = None
+                for k, row in enumerate(rows):
+                    d = dur[c][row[0][2]]
+                    i = bisect.bisect_right(row, (t + 1e-9 - d, len(self.names), ""))
+                    if i == 0:
+                        continue
+                    j = bisect.bisect_left(row, (row[i - 1][0], -1, ""))   # that load, the first node
+                    pick = min(pick or (d, -(row[j][0] + d), row[j][1], k, j), (d, -(row[j][0] + d), row[j][1], k, j))
+                if pick is None:
+                    return None
+                d, _, _, k, j = pick
+                ld, p, n = rows[k].pop(j)
+                bisect.insort(rows[k], (ld + d, p, n))
+                assign[c] = n
+            return assign
 
+        best = None
+        for _ in range(steps):
+            mid = (lo + hi) / 2
+            got = pack(mid)
+            if got is None:
+                lo = mid
+            else:
+                best, hi = got, mid
+        return best
 
-def _branch_and_bound(others, names, dur, base, pins, start, max_expansions):
-    """Exact minimum makespan, or None if the effort limit is hit first."""
-    fixed = {c: pins[c] for c in others if c in pins}
-    free = sorted((c for c in others if c not in pins), key=lambda c: -min(dur[c].values()))
-    load0 = _loads(fixed, names, dur, base)
-    best_val = max(_loads(start, names, dur, base).values())
-    best = dict(start)
-    remaining_min = [sum(min(dur[c].values()) for c in free[i:]) for i in range(len(free) + 1)]
-    budget = [max_expansions]
-    cur: dict[str, str] = {}
-    # Nodes are interchangeable when they give every free item the same duration.
-    profile = {n: tuple(dur[c][n] for c in free) for n in names}
+    def perturb(self, assign, lb, rounds: int = 60):
+        """Iterated local search: shake a few items off the critical node, re-improve, keep the best."""
+        free, names = self.free, self.names
+        if len(names) < 2 or not free:
+            return assign
+        rng = random.Random(0)  # deterministic: the same plan always gives the same split
+        best, best_span = dict(assign), self.span(assign)
+        cur = dict(assign)
+        for _ in range(rounds):
+            if best_span <= lb * 1.0001 or self.spent:
+                break
+            load = self.loads(cur)
+            crit = max(names, key=lambda n: load[n])
+            on_crit = [c for c in free if cur[c] == crit] or free
+            trial = dict(cur)
+            for c in rng.sample(on_crit, min(len(on_crit), rng.randint(1, 2))):
+                trial[c] = rng.choice([n for n in names if n != crit])
+            for c in rng.sample(free, min(len(free), rng.randint(0, 2))):
+                trial[c] = rng.choice(names)
+            trial = self.improve(trial)
+            t_span = self.span(trial)
+            if t_span < best_span - 1e-9:
+                best, best_span = dict(trial), t_span
+            cur = trial if t_span <= self.span(cur) * 1.02 else dict(best)
+        return best
 
-    def rec(i: int, load: dict[str, float]) -> bool:
-        nonlocal best_val, best
-        budget[0] -= 1
-        if budget[0] < 0:
-            return False
-        if i == len(free):
-            m = max(load.values())
-            if m < best_val - 1e-9:
-                best_val, best = m, {**fixed, **cur}
-            return True
-        if max(max(load.values()), (sum(load.values()) + remaining_min[i]) / len(names)) >= best_val - 1e-9:
-            return True
-        c = free[i]
-        seen = set()
-        for n in sorted(names, key=lambda n: load[n] + dur[c][n]):
-            key = (profile[n], round(load[n], 6))
-            if key in seen:
-                continue
-            seen.add(key)
-            if load[n] + dur[c][n] >= best_val - 1e-9:
-                continue
-            cur[c] = n
-            load[n] += dur[c][n]
-            ok = rec(i + 1, load)
-            load[n] -= dur[c][n]
-            del cur[c]
-            if not ok:
+    def branch_and_bound(self, start, max_expansions):
+        """Exact minimum makespan, or None if the effort limit is hit first (an expansion costs one
+        unit per 8 nodes: it sorts them)."""
+        dur, names = self.dur, self.names
+        fixed = {c: self.pins[c] for c in self.others if c in self.pins}
+        free = sorted(self.free, key=lambda c: -min(dur[c].values()))
+        load0 = self.loads(fixed)
+        best_val = self.span(start)
+        best = dict(start)
+        remaining_min = [sum(min(dur[c].values()) for c in free[i:]) for i in range(len(free) + 1)]
+        budget = [float(max_expansions)]
+        cost = max(1.0, len(names) / 8)
+        cur: dict[str, str] = {}
+
+        def rec(i: int, load: dict[str, float]) -> bool:
+            nonlocal best_val, best
+            budget[0] -= cost
+            if budget[0] < 0:
                 return False
-        return True
+            if i == len(free):
+                m = max(load.values())
+                if m < best_val - 1e-9:
+                    best_val, best = m, {**fixed, **cur}
+                return True
+            if max(max(load.values()), (sum(load.values()) + remaining_min[i]) / len(names)) >= best_val - 1e-9:
+                return True
+            c = free[i]
+            seen = set()
+            for n in sorted(names, key=lambda n: load[n] + dur[c][n]):
+                key = (self.class_of[n], round(load[n], 6))   # interchangeable nodes: try one
+                if key in seen:
+                    continue
+                seen.add(key)
+                if load[n] + dur[c][n] >= best_val - 1e-9:
+                    continue
+                cur[c] = n
+                load[n] += dur[c][n]
+                ok = rec(i + 1, load)
+                load[n] -= dur[c][n]
+                del cur[c]
+                if not ok:
+                    return False
+            return True
 
-    return best if rec(0, dict(load0)) else None
+        return best if rec(0, dict(load0)) else None
 
 
 def format_split(s: Split, nodes: list[NodeInfo] | None = None) -> str:

@@ -169,21 +169,27 @@ def test_polish_finds_the_order_the_size_orders_miss():
 
 def test_slot_split_is_deterministic_and_its_simulations_are_bounded(monkeypatch):
     import specfleet.campaign.slotsplit as slotsplit
-    many = [ngram(f"x{i}", k=2 + i % 6) for i in range(30)] + \
-        [{"name": f"tp{i}", "speculative_config": None, "extra_args": ["--tensor-parallel-size", "2"]}
-         for i in range(6)]
+    # loads of different lengths: no split reaches the lower bound, so the search runs its whole budget
+    many = [ngram(f"x{i}", k=2 + i % 6, load_estimate_s=300 + 37 * i) for i in range(30)] + \
+        [{"name": f"tp{i}", "speculative_config": None, "extra_args": ["--tensor-parallel-size", "2"],
+          "load_estimate_s": 500 + 91 * i} for i in range(6)]
     p = plan(many, packing="shared")
     fleet = nodes(n=2, g=8, groups=((0, 1, 2, 3), (4, 5, 6, 7)))
-    a, b = split(p, fleet), split(p, fleet)
-    assert a.queues == b.queues and a.makespan_s == b.makespan_s
-    assert a.makespan_s <= 1.10 * a.lower_bound_s
     counted = []
     real = slotsplit.simulate
     monkeypatch.setattr(slotsplit, "simulate", lambda *a, **k: counted.append(1) or real(*a, **k))
-    monkeypatch.setattr(slotsplit, "MAX_SIMULATIONS", 500)
+    a, b = split(p, fleet), split(p, fleet)
+    assert a.queues == b.queues and a.makespan_s == b.makespan_s
+    assert a.makespan_s <= 1.10 * a.lower_bound_s
+    whole, counted[:] = len(counted) // 2, []
+    monkeypatch.setattr(slotsplit, "MAX_SIMULATIONS", 0)
+    split(p, fleet)   # the greedy start alone: it runs whatever the budget says
+    budget, counted[:] = (len(counted) + whole) // 2, []   # half way into the search after it
+    assert whole - budget >= 50
+    monkeypatch.setattr(slotsplit, "MAX_SIMULATIONS", budget)
     small = split(p, fleet)
     # the budget is checked before each trial: a few node sets past it (one trial's orders) at most
-    assert 500 <= len(counted) <= 500 + 2 * 5
+    assert budget <= len(counted) <= budget + 2 * 5
     assert small.makespan_s >= a.makespan_s - 1e-6 and small.lower_bound_s == a.lower_bound_s
 
 
