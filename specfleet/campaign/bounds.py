@@ -75,3 +75,25 @@ def pigeonhole_bound(others, names, dur, base) -> float:
         best = max(best, b + sum(d[k * m - k:k * m + 1]))
         k += 1
     return best
+
+
+def count_bound(shares: list[float], cap: int, lo: float = 0.0) -> float:
+    """Whole items on `cap` machines (GPUs, or nodes): the smallest T >= lo such that the shares fit
+    by count. Under T a machine holds at most k shares, k the most of the smallest whose sum stays
+    within T; if k of them are needed somewhere (N > (k-1) * cap), at least a = N - (k-1) * cap
+    machines hold k each, so the busiest of those runs at least the a * k smallest shares / a."""
+    d = sorted(shares)
+    n = len(d)
+    if not n or cap < 1:
+        return lo
+    prefix = [0.0]
+    for x in d:
+        prefix.append(prefix[-1] + x)
+    for k in range(1, n + 1):
+        a = n - (k - 1) * cap
+        if a > cap:          # k per machine cannot hold them all
+            continue
+        t = max(lo, prefix[k], prefix[a * k] / a if a > 0 else 0.0)
+        if k == n or t < prefix[k + 1]:   # under t no machine holds k + 1: the count k is the one that applies
+            return t
+    return lo

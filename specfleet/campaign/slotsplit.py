@@ -20,6 +20,7 @@ import random
 from dataclasses import dataclass, field
 
 from ..plan import Plan, PlanError, gpus_needed
+from .bounds import count_bound
 from ..worker.layout import copy_of, gpu_copy
 from ..worker.slots import fits_ever, simulate
 
@@ -33,6 +34,7 @@ PERTURB_ROUNDS = 6   # shakes of the iterated local search
 # of a set of twin nodes (the same GPUs, groups, durations), the least loaded tried for an item by the greedy,
 # moves, swaps and polish: the other twins can only end the item as late (the search scales with sets, not nodes)
 TWINS_TRIED = 4
+EXCHANGE_PAIRS = 6   # pairs tried per item by a one-for-two exchange (the nearest in GPU-seconds)
 SETTLE_ROUNDS = 6    # polish-then-improve rounds of one settle, at most
 # queue orders a node's end is simulated under (the best is the queue): widest first, longest first,
 # most GPU-seconds first; ties by name so the same plan gives the same queue
@@ -133,6 +135,8 @@ def slot_split(plan: Plan, nodes, pins: dict[str, str], item_s, durations=None):
             if why_not(plan, c, by[members[0]]) is None:
                 fits[c].extend(members)
     allowed = {c: [n for n in names if n in ok] for c, ok in ((c, set(fits[c])) for c in others)}
+    firsts = {m[0] for m in twins}   # a twin stands for its set where only durations matter (bounds, sizes)
+    reps = {c: [n for n in allowed[c] if n in firsts] for c in others}
     for c in others:
         if not allowed[c]:
             raise PlanError(f"{plan.file}: configuration {c!r} fits no selected node: "
@@ -145,7 +149,7 @@ def slot_split(plan: Plan, nodes, pins: dict[str, str], item_s, durations=None):
             dur.setdefault(c, {})[n], need.setdefault(c, {})[n] = dur[base][n], 1
     gpu_pins = {n: pins_of(plan, node_gpus(by[n])) for n in names}
     search = Search(names, by, heads, others, allowed, pins, dur, need, plan.packing, gpu_pins, twins)
-    lb = lower_bound(names, by, heads, dur, need, allowed, others, plan.packing)
+    lb = lower_bound(names, by, heads, dur, need, reps, others, plan.packing)
     on = search.run(lb)
     load = {n: search.node_time(n, on[n]) for n in names}
     return Split(queues={n: search.queue(n, on[n]) for n in names}, node_s=load, makespan_s=max(load.values()),
@@ -232,9 +236,12 @@ class Search:
     def greedy(self) -> dict:
         """GPU-seconds first, onto the node whose end grows least."""
         names, allowed, dur, need = self.names, self.allowed, self.dur, self.need
-        on = {n: frozenset(c for c in self.others if self.pins.get(c) == n) for n in names}
+        on = {n: frozenset() for n in names}
+        for c, n in self.pins.items():
+            on[n] = on[n] | {c}
+        firsts = {m[0] for m in self.twins}
         free = sorted((c for c in self.others if c not in self.pins),
-                      key=lambda c: -min(dur[c][n] * need[c][n] for n in allowed[c]))
+                      key=lambda c: -min(dur[c][n] * need[c][n] for n in allowed[c] if n in firsts))
         rows = [sorted(self.rank(n, on[n]) for n in members) for members in self.twins]
         twin_of = {n: k for k, members in enumerate(self.twins) for n in members}
         ok = {c: set(allowed[c]) for c in free}
@@ -262,7 +269,8 @@ class Search:
         return [n for n in self.names if n in tried]
 
     def improve(self, on: dict) -> dict:
-        """Moves and swaps off the critical node: the first that lowers (makespan, sum of squares).
+        """Moves, swaps, then one-for-two exchanges off the critical node: the first that lowers
+        (makespan, sum of squares).
         A trial whose receiving node cannot end before the makespan (its floor, then its simulated end)
         is dropped before the critical node is simulated; none is tried once the budget is spent."""
         on, names, allowed, pins = dict(on), self.names, self.allowed, self.pins
@@ -296,9 +304,38 @@ class Search:
                 if found:
                     break
             if not found:
+                found = self.exchange(on, crit, near, better)
+            if not found:
                 return on
             on.update(found)
         return on
+
+    def exchange(self, on: dict, crit: str, near: list[str], better) -> dict | None:
+        """One item against two of another node whose GPU counts add up to its own (a TP=2 server
+        against two one-GPU ones: no move or swap of one item repairs a node whose wide server runs
+        last on idle GPUs), both ways between the critical node and each near node; per item the
+        EXCHANGE_PAIRS pairs nearest to it in GPU-seconds. The first that better() accepts."""
+        pins, allowed, need = set(self.pins), self.allowed, self.need
+
+        def gs(c: str, n: str) -> float:
+            return self.dur[c][n] * need[c][n]
+
+        for n in near:
+            for src, dst in ((crit, n), (n, crit)):   # one item src -> dst, two dst -> src
+                twos = sorted(on[dst] - pins)
+                for c in sorted(on[src] - pins):
+                    if dst not in allowed[c]:
+                        continue
+                    pairs = sorted((abs(gs(c, src) - gs(b1, dst) - gs(b2, dst)), b1, b2)
+                                   for i, b1 in enumerate(twos) for b2 in twos[i + 1:]
+                                   if need[b1][dst] + need[b2][dst] == need[c][src]
+                                   and src in allowed[b1] and src in allowed[b2])
+                    for _, b1, b2 in pairs[:EXCHANGE_PAIRS]:
+                        at_src, at_dst = on[src] - {c} | {b1, b2}, on[dst] - {b1, b2} | {c}
+                        a_side, b_side = (at_src, at_dst) if src == crit else (at_dst, at_src)
+                        if better(a_side, n, b_side):
+                            return {crit: a_side, n: b_side}
+        return None
 
     def settle(self, on: dict) -> dict:
         """improve, then polish every node's order and improve again while that lowers the makespan."""
@@ -374,8 +411,9 @@ def polish(t: float, queue: list[str], end, spent=lambda: False, fixed: int = 1)
 
 
 def lower_bound(names, by, heads, dur, need, allowed, others, packing) -> float:
-    """max(longest item, work / capacity, pigeonhole): every node's head items (the baseline and its GPU
-    copies) are counted on that node, every other item at its best node."""
+    """max(longest item, work / capacity, pigeonhole, count_bound): every node's head items (the baseline and its GPU
+    copies) are counted on that node, every other item at its best node (of `allowed[c]`: one of each
+    set of twins will do)."""
     fixed = [(c, n) for n in names for c in heads[n]]
     lb = max(max(dur[c][n] for c, n in fixed), max((min(dur[c][n] for n in allowed[c]) for c in others), default=0))
     if packing == "exclusive":
@@ -392,7 +430,7 @@ def lower_bound(names, by, heads, dur, need, allowed, others, packing) -> float:
     else:
         shares = [dur[c][n] for c, n in fixed for _ in range(need[c][n])] + \
             [d for c in others for d in [min(dur[c][n] for n in allowed[c])] * min(need[c][n] for n in allowed[c])]
-    return max(lb, work / cap, pigeonhole(shares, cap))
+    return max(lb, work / cap, pigeonhole(shares, cap), count_bound(shares, cap))
 
 
 def pigeonhole(shares: list[float], cap: int) -> float:

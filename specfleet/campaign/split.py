@@ -22,7 +22,7 @@ import random
 from dataclasses import dataclass
 
 from ..facts.gpus import GpuList, Topology, nvlink_groups
-from .bounds import pigeonhole_bound, two_class_bound
+from .bounds import count_bound, pigeonhole_bound, two_class_bound
 from ..plan import NGRAM_METHODS, Plan, PlanError, gpus_needed
 from ..worker.slots import parse_gpus, parse_groups
 from .slotsplit import Split, durations_by_twin, needs_slots, slot_split
@@ -216,7 +216,7 @@ def split(plan: Plan, nodes: list[NodeInfo], pins: dict[str, str] | None = None,
         max((min(base[n] + dur[c][n] for n in heads) for c in others), default=0.0),
     )
     lb = max(lb, two_class_bound(others, classes, dur, base, pins, lb),
-             pigeonhole_bound(others, names, dur, base))
+             pigeonhole_bound(others, names, dur, base), count_bound([*base.values(), *best.values()], len(names)))
     f = Fleet(others, names, classes, dur, base, pins)
     assign = f.improve(f.lpt())
     method = "heuristic"
