@@ -30,8 +30,6 @@ MAX_ROUNDS = 500     # improving steps of one local search (each lowers the make
 MAX_SIMULATIONS = 24_000
 POLISH_SHUFFLES = 60    # random queue orders tried per polish of one node
 POLISH_SWAPS = 600      # pairwise order swaps tried after those
-# the critical node's set after a trial move, when its best order so far does not end sooner: a short polish
-QUICK_SHUFFLES, QUICK_SWAPS = 8, 40
 PERTURB_ROUNDS = 6   # shakes of the iterated local search
 # of a set of twin nodes (the same GPUs, groups, durations), the least loaded tried for an item by the greedy,
 # moves, swaps and polish: the other twins can only end the item as late (the search scales with sets, not nodes)
@@ -222,10 +220,10 @@ class Search:
         return max(max(self.dur[c][n] for c in items),
                    sum(self.dur[c][n] * self.need[c][n] for c in items) / self.n_gpus[n])
 
-    def polish(self, n: str, mine, shuffles: int = POLISH_SHUFFLES, swaps: int = POLISH_SWAPS) -> None:
+    def polish(self, n: str, mine) -> None:
         key = (n, frozenset(mine))
         t, q = self.best(n, mine)
-        self.memo[key] = polish(t, q, lambda q: self.end(n, q), lambda: self.spent, len(self.heads[n]), shuffles, swaps)
+        self.memo[key] = polish(t, q, lambda q: self.end(n, q), lambda: self.spent, len(self.heads[n]))
         self.hint[n] = self.memo[key][1]
 
     # ---------------------------------------------------------------- the fleet
@@ -287,11 +285,7 @@ class Search:
                 if self.floor(b, b_side) > cur[0] or self.spent:
                     return False
                 tb = self.node_time(b, b_side)
-                if tb > cur[0]:
-                    return False
-                if self.node_time(crit, a_side) >= cur[0] - 1e-9 and self.floor(crit, a_side) < cur[0]:
-                    self.polish(crit, a_side, QUICK_SHUFFLES, QUICK_SWAPS)   # what it leaves may want another order
-                return self.score({**times, crit: self.node_time(crit, a_side), b: tb}) < cur
+                return tb <= cur[0] and self.score({**times, crit: self.node_time(crit, a_side), b: tb}) < cur
 
             found = None
             for c in sorted(on[crit] - set(pins)):
@@ -384,13 +378,12 @@ class Search:
         return best
 
 
-def polish(t: float, queue: list[str], end, spent=lambda: False, fixed: int = 1, shuffles: int = POLISH_SHUFFLES,
-           swaps: int = POLISH_SWAPS) -> tuple[float, list[str]]:
+def polish(t: float, queue: list[str], end, spent=lambda: False, fixed: int = 1) -> tuple[float, list[str]]:
     """A better queue order for one node: POLISH_SHUFFLES seeded shuffles, then first-improvement
     pairwise swaps (at most POLISH_SWAPS tried); the first `fixed` items (the baseline's) stay first.
     end(queue) -> busy time; spent() -> True: stop."""
     rng, first, best = random.Random(1), queue[:fixed], (t, list(queue))
-    for _ in range(shuffles):
+    for _ in range(POLISH_SHUFFLES):
         if spent():
             break
         rest = queue[fixed:]
@@ -399,7 +392,7 @@ def polish(t: float, queue: list[str], end, spent=lambda: False, fixed: int = 1,
         if v < best[0] - 1e-9:
             best = (v, first + rest)
     tried, improved = 0, True
-    while improved and tried < swaps and not spent():
+    while improved and tried < POLISH_SWAPS and not spent():
         improved = False
         q = best[1]
         for i in range(fixed, len(q)):
@@ -410,9 +403,9 @@ def polish(t: float, queue: list[str], end, spent=lambda: False, fixed: int = 1,
                 if v < best[0] - 1e-9:
                     best, improved = (v, trial), True
                     break
-                if tried >= swaps or spent():
+                if tried >= POLISH_SWAPS or spent():
                     break
-            if improved or tried >= swaps or spent():
+            if improved or tried >= POLISH_SWAPS or spent():
                 break
     return best
 
