@@ -5,7 +5,7 @@ Item times come from the field report's durations (benchmark seconds per concurr
 n-gram, improved n-gram, eagle3; ~10 min NFS load vs ~30 s local) plus random extra
 configurations drawn around them. The lower bound is max(total work / nodes, max over nodes of
 the baseline, baseline + the largest other item; for two node classes (local copy vs NFS) also the
-LP relaxation, for all nodes the pigeonhole bound). Target: worst ratio <= 1.05 on report-like
+LP relaxation, for all nodes the pigeonhole and count bounds). Target (issue 27): worst ratio <= 1.02 on report-like
 fleets (every node reads the model from NFS, as in the report); fleets that mix local-copy and
 NFS nodes are printed as a second, stress series; plans that sweep (EAGLE-3 over k, n-gram over
 prompt_lookup_max, output lengths as bench cells: one load per expanded configuration, bench time
@@ -13,7 +13,8 @@ per cell) as a third.
 
 Multi-GPU fleets (issue 15): 2 x 4, 4 x 4 and 2 x 8 GPUs (8 = two NVLink groups of 4), `packing: shared`,
 a quarter of the extra configurations tensor-parallel over 2 GPUs; the split schedules over GPU slots
-(slotsplit.py) and the bound is max(longest item, GPU-seconds / all GPUs). Target: worst ratio <= 1.05.
+(slotsplit.py) and the bound is max(longest item, GPU-seconds / all GPUs, pigeonhole, count bound over the
+GPUs: bounds.count_bound). Target: worst ratio <= 1.02.
 
     .venv/bin/python benchmarks/campaign_makespan.py [--trials 8] [--seed 1]
 """
@@ -30,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from specfleet.plan import load_plan, parse_plan  # noqa: E402
 from specfleet.campaign.split import REPORT_DURATIONS, NodeInfo, split  # noqa: E402
 
+TARGET = 1.02   # worst makespan / lower bound (issue 27)
 REPORT_PLAN = Path(__file__).resolve().parents[1] / "plans" / "qwen3-32b.yml"
 
 
@@ -153,23 +155,23 @@ def main() -> int:
     worst["sweep"] = series(random.Random(args.seed), args.trials, FLEETS["report"], sweep_campaign, skip_exact=True)
     print()
     # few, large items on many nodes: branch and bound proves those splits optimal, and a ratio above
-    # 1.05 there is the bound's slack (the baseline on every node, items that do not divide evenly);
+    # TARGET there is the bound's slack (the baseline on every node, items that do not divide evenly);
     # the target is judged on the others
-    ok = "meets" if worst["sweep"][0] <= 1.05 else "MISSES"
+    ok = "meets" if worst["sweep"][0] <= TARGET else "MISSES"
     print("plans that sweep (report-like fleets): " + (
         f"worst makespan / lower bound over the splits not proven optimal = {worst['sweep'][0]:.3f} "
-        f"({worst['sweep'][1]}); {ok} the 1.05 target" if worst["sweep"][1] else
+        f"({worst['sweep'][1]}); {ok} the {TARGET} target" if worst["sweep"][1] else
         "every split proven optimal by branch and bound (method exact; see the table for the bound's slack)"))
     print("\nmulti-GPU fleets (packing: shared, TP=2 on a quarter of the extra configurations)")
     *worst["gpu"], slowest = gpu_series(random.Random(args.seed), args.gpu_trials)
     print()
-    ok_gpu = "meets" if worst["gpu"][0] <= 1.05 else "MISSES"
+    ok_gpu = "meets" if worst["gpu"][0] <= TARGET else "MISSES"
     print(f"multi-GPU fleets: worst makespan / lower bound = {worst['gpu'][0]:.3f} ({worst['gpu'][1]}); "
-          f"{ok_gpu} the 1.05 target; longest split {slowest:.1f} s")
+          f"{ok_gpu} the {TARGET} target; longest split {slowest:.1f} s")
     print(f"mixed fleets (stress): worst makespan / lower bound = {worst['mixed'][0]:.3f} ({worst['mixed'][1]})")
-    ok = "meets" if worst["report"][0] <= 1.05 else "MISSES"
+    ok = "meets" if worst["report"][0] <= TARGET else "MISSES"
     print(f"report-like fleets: worst makespan / lower bound = {worst['report'][0]:.3f} "
-          f"({worst['report'][1]}); {ok} the 1.05 target")
+          f"({worst['report'][1]}); {ok} the {TARGET} target")
     return 0
 
 
