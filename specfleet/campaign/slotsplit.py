@@ -5,12 +5,14 @@ configuration says where it may run (tensor/pipeline parallel size, gpu_model, w
 busy time is what the runner's pool does with its queue (slots.simulate: in queue order, every item
 that fits on free GPUs starts; exclusive = one at a time). The baseline runs on every node first.
 
-Search (class Search): greedy by GPU-seconds onto the node whose simulated end grows least; moves and
-swaps off the critical node while the makespan (then the sum of squares) falls; every node's queue order
-polished (shuffles, swaps) and the moves tried again; an iterated local search (shake one or two items off
-the critical node, settle, keep the best). At most MAX_SIMULATIONS node ends are simulated. Lower bound:
-max(the longest baseline, every other item at its best, total GPU-seconds / all GPUs (exclusive: total
-seconds / nodes), and the pigeonhole bound over GPUs).
+Search (class Search): greedy by GPU-seconds onto the node whose simulated end grows least; moves,
+swaps and one-for-two exchanges off the critical node while the makespan (then the sum of squares)
+falls; the critical node's and its candidates' queue orders polished (shuffles, swaps) and the moves
+tried again; an iterated local search (shake one or two items off the critical node, settle, keep the
+best). Of a set of twin nodes only the TWINS_TRIED that end first are tried; a split at the lower bound
+is not searched further. At most MAX_SIMULATIONS node ends are simulated. Lower bound: max(the longest
+baseline, every other item at its best, total GPU-seconds / all GPUs (exclusive: total seconds / nodes),
+the pigeonhole and the count bound over GPUs).
 """
 from __future__ import annotations
 
