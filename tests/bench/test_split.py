@@ -104,3 +104,27 @@ def test_count_bound_never_exceeds_the_optimum_and_can_beat_work_and_pigeonhole(
     work, pigeon = sum(shares) / 16, pigeonhole(shares, 16)
     got = count_bound(shares, 16)
     assert got == pytest.approx(sum(sorted(shares)[:30]) / 10) and got > max(work, pigeon) * 1.05
+
+
+def test_many_twin_nodes_one_estimate_per_set_and_the_same_split_twice(monkeypatch):
+    """48 nodes of two kinds (local copy, NFS): item_s runs once per configuration and kind, not per
+    node; the split is the same twice, places every configuration once and stays near its bound."""
+    import importlib
+
+    split_mod = importlib.import_module("specfleet.campaign.split")
+    rng = random.Random(11)
+    raw = REPORT.model_dump(mode="json")
+    cfgs = [{"name": "vanilla", "speculative_config": None}] + [
+        {"name": f"c{i}", "speculative_config": None, "load_estimate_s": rng.uniform(60, 900)} for i in range(120)]
+    plan = parse_plan({**raw, "configurations": cfgs})
+    nodes = [NodeInfo(f"n{i:02d}", "local" if i % 3 == 0 else "nfs") for i in range(48)]
+    calls = []
+    real = split_mod.item_s
+    monkeypatch.setattr(split_mod, "item_s", lambda *a, **k: calls.append(a[1]) or real(*a, **k))
+    a = split(plan, nodes)
+    assert len(calls) == 2 * len(cfgs)
+    b = split(plan, nodes)
+    assert a.queues == b.queues and a.makespan_s == b.makespan_s
+    placed = sorted(c for q in a.queues.values() for c in q[1:])
+    assert placed == sorted(c["name"] for c in cfgs[1:]) and all(q[0] == "vanilla" for q in a.queues.values())
+    assert a.lower_bound_s <= a.makespan_s <= 1.10 * a.lower_bound_s
