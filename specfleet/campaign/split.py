@@ -219,11 +219,11 @@ def split(plan: Plan, nodes: list[NodeInfo], pins: dict[str, str] | None = None,
     )
     lb = max(lb, two_class_bound(others, classes, dur, base, pins, lb),
              pigeonhole_bound(others, names, dur, base), count_bound([*base.values(), *best.values()], len(names)))
-    f = Fleet(others, names, classes, dur, base, pins)
+    f = Fleet(others, names, classes, dur, base, pins, lb)
     assign = f.improve(f.lpt())
     method = "heuristic"
     if f.span(assign) > lb + 1e-9:
-        assign = f.perturb(assign, lb)
+        assign = f.perturb(assign)
         packed = f.pack_search(lb, f.span(assign))
         if packed is not None:
             packed = f.improve(packed)
@@ -252,8 +252,9 @@ class Fleet:
     so moves cost items x classes, not items x nodes. Trials (each move or swap looked at) are
     counted; past MAX_TRIALS the search stops with the best found (deterministic, not timed)."""
 
-    def __init__(self, others, names, classes, dur, base, pins):
+    def __init__(self, others, names, classes, dur, base, pins, lb):
         self.others, self.names, self.dur, self.base, self.pins = others, names, dur, base, pins
+        self.lb = lb
         self.free = [c for c in others if c not in pins]
         self.pos = {n: i for i, n in enumerate(names)}
         self.classes = classes    # node_classes: the nodes that give every item the same duration
@@ -289,8 +290,8 @@ class Fleet:
         return assign
 
     def improve(self, assign) -> dict[str, str]:
-        """Moves (to each class's least-loaded node) and swaps (an item of a node at the makespan
-        against any other) while they lower (makespan, sum of squares)."""
+        """Moves (to each class's least-loaded node) and swaps (every pair on two nodes) while they
+        lower (makespan, sum of squares), until the makespan is the lower bound or MAX_TRIALS."""
         assign, dur, pos = dict(assign), self.dur, self.pos
         load = self.loads(assign)
 
@@ -303,7 +304,7 @@ class Fleet:
             return next((n for n in low[k] if n != skip), None)
 
         improved = True
-        while improved and not self.spent:
+        while improved and not self.spent and max(load.values()) > self.lb + 1e-9:   # at the bound: optimal
             improved = False
             top = max(load.values())
             ssq = sum(v * v for v in load.values())
@@ -326,6 +327,8 @@ class Fleet:
                 tops = heapq.nlargest(3, self.names, key=lambda n: (load[n], -pos[n]))
 
             for c in self.free:
+                if self.spent or top <= self.lb + 1e-9:
+                    break
                 a = assign[c]
                 for k in range(len(self.classes)):
                     n = lowest(k, a)
@@ -335,12 +338,11 @@ class Fleet:
                         assign[c] = n
                         accept(a, n)
                         a = n
-            for c in self.free:
-                a = assign[c]
-                if load[a] < top - 1e-9:
-                    continue
-                for c2 in self.free:
-                    b = assign[c2]
+            for i, c in enumerate(self.free):
+                if self.spent or top <= self.lb + 1e-9:
+                    break
+                for c2 in self.free[i + 1:]:
+                    a, b = assign[c], assign[c2]
                     if b == a:
                         continue
                     la, lb_ = load[a] - dur[c][a] + dur[c2][a], load[b] - dur[c2][b] + dur[c][b]
@@ -348,7 +350,6 @@ class Fleet:
                         load[a], load[b] = la, lb_
                         assign[c], assign[c2] = b, a
                         accept(a, b)
-                        break
         return assign
 
     def pack_search(self, lo: float, hi: float, steps: int = 25):
@@ -390,7 +391,7 @@ class Fleet:
                 best, hi = got, mid
         return best
 
-    def perturb(self, assign, lb, rounds: int = 60):
+    def perturb(self, assign, rounds: int = 60):
         """Iterated local search: shake a few items off the critical node, re-improve, keep the best."""
         free, names = self.free, self.names
         if len(names) < 2 or not free:
@@ -399,7 +400,7 @@ class Fleet:
         best, best_span = dict(assign), self.span(assign)
         cur = dict(assign)
         for _ in range(rounds):
-            if best_span <= lb * 1.0001 or self.spent:
+            if best_span <= self.lb * 1.0001 or self.spent:
                 break
             load = self.loads(cur)
             crit = max(names, key=lambda n: load[n])
