@@ -273,6 +273,17 @@ def test_a_failing_node_is_named_with_the_exclude_that_reruns_without_it(slurm_b
     hint = f"re-run without it: fab bench --plan {plan} --exclude w2"
     assert said == [said[0], hint], out(r)
 
+    # the report on the bastion afterwards (docs/slurm.md: no dependent job): w2's cells are MISSING
+    results = tmp_path / "results"
+    r = fab("collect", "--plan", str(plan), "--results", str(results), inventory=inv, runs=tmp_path / "runs-collect")
+    assert r.returncode & 16, out(r)
+    said = " ".join(r.stdout.split())
+    w2 = json.loads((Path(sched["shared_dir"]) / campaign / "w2" / campaign / "w2" / "state.json").read_text())
+    for item in (i["name"] for i in w2["items"]):
+        for conc in (8, 1):
+            assert f"MISSING: {item} @ concurrency {conc} on w2" in said, out(r)
+    assert f"Slurm job(s) of this campaign: {job_id}" in (results / campaign / "report.md").read_text()
+
     argv = shlex.split(hint.split(": ", 1)[1])[1:]  # the hint as a command, run as printed
     r = fab(*argv, inventory=inv, runs=tmp_path / "runs-rerun")
     assert r.returncode == 0, out(r)
