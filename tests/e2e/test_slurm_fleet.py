@@ -46,7 +46,7 @@ def slurm_bed(module_bed, tmp_path_factory):
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _needs_slurm():
+def needs_slurm():
     if subprocess.run(["which", "slurmctld", "sbatch"], capture_output=True).returncode != 0:
         pytest.skip("Slurm is not installed (scripts/setup.sh installs slurmctld slurmd slurm-client munge)")
 

@@ -8,14 +8,13 @@ ran is read from the files the job wrote on the shared path, never from fab's ou
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
 
 from e2e_helpers import fab, inventory_of
-from test_slurm_fleet import HOSTS, PLAN, out, slurm_job
+from test_slurm_fleet import HOSTS, derived_plan, needs_slurm, out, slurm_job  # noqa: F401 (autouse)
 
 pytestmark = pytest.mark.e2e
 
@@ -23,23 +22,13 @@ MODULE_TESTBED = {"workers": 2, "gpus": 4, "scheduler": "slurm"}
 CAMPAIGN = "slurm-tp2"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _needs_slurm():
-    if subprocess.run(["which", "slurmctld", "sbatch"], capture_output=True).returncode != 0:
-        pytest.skip("Slurm is not installed (scripts/setup.sh installs slurmctld slurmd slurm-client munge)")
-
-
 def tp2_plan(tmp_path: Path) -> Path:
     """collect-fast, GPUs shared between configurations, plus one configuration over 2 GPUs (TP=2)."""
-    src = Path(__file__).resolve().parents[2] / PLAN
-    doc = yaml.safe_load(src.read_text())
-    doc["campaign"] = CAMPAIGN
-    doc["benchmark"]["dataset_path"] = str((src.parent / doc["benchmark"]["dataset_path"]).resolve())
-    doc["benchmark"]["output_len"] = 64
+    path = derived_plan(tmp_path, CAMPAIGN, 64)
+    doc = yaml.safe_load(path.read_text())
     doc["packing"] = "shared"
     doc["configurations"].append({"name": "tp2", "speculative_config": None,
                                   "extra_args": ["--tensor-parallel-size", "2"]})
-    path = tmp_path / "tp2.yml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path
 
