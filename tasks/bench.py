@@ -19,7 +19,7 @@ from specfleet.errors import UserError
 from specfleet.fleet import EXIT_BAD_INPUT
 from specfleet.inventory import load_inventory
 from specfleet.shell import q
-from specfleet.slurm.hooks import on_slurm
+from specfleet.slurm.hooks import chosen_hosts, on_slurm
 from specfleet.step import Status
 from specfleet.steps.command import Assert
 from specfleet.steps.files import Directory, FileContent
@@ -61,8 +61,7 @@ def without(inventory, hosts: str | None, exclude: str) -> str:
     try:
         inv = load_inventory(inventory)
         drop = {h.name for h in inv.select(exclude)}
-        keep = [h.name for h in inv.select(hosts or ("workers" if "workers" in inv.groups else None))
-                if h.name not in drop]
+        keep = [h.name for h in chosen_hosts(inv, hosts) if h.name not in drop]
     except UserError as e:
         raise Exit(f"error: {one_line(e)}", code=EXIT_BAD_INPUT) from None
     if not keep:

@@ -7,9 +7,14 @@ import shlex
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
+import yaml
+from invoke.exceptions import Exit
+
 from specfleet.scheduler import SlurmScheduler
 from specfleet.slurm.dispatch import exclude_hint, failed_nodes
 from specfleet.slurm.script import node_work_dir
+from specfleet.tasks.bench import without
 from specfleet.worker import layout
 
 
@@ -32,3 +37,18 @@ def test_unfinished_and_never_started_nodes_are_named_with_why(tmp_path):
     hint = exclude_hint(plan, list(failed))
     assert hint.startswith("re-run without them: ")
     assert shlex.split(hint.split(": ", 1)[1]) == ["fab", "bench", "--plan", "plans/my plan.yml", "--exclude", "n2,n3"]
+
+
+def test_exclude_leaves_the_named_hosts_out_of_the_selection(tmp_path):
+    f = tmp_path / "inv.yml"
+    f.write_text(yaml.safe_dump({"hosts": {n: {"address": f"10.0.0.{k}"} for k, n in enumerate(("w1", "w2", "w3"), 1)},
+                                 "groups": {"workers": {"hosts": ["w1", "w2"]}, "spare": {"hosts": ["w3"]}}}))
+    assert without(f, None, "w2") == "w1"            # the default selection is the workers group
+    assert without(f, "workers,spare", "w1") == "w2,w3"
+    assert without(f, "all", "spare") == "w1,w2"     # a group name excludes its hosts
+    with pytest.raises(Exit) as e:
+        without(f, None, "workers")
+    assert e.value.code == 1 and "leaves no host" in str(e.value.message)
+    with pytest.raises(Exit) as e:
+        without(f, None, "w9")
+    assert e.value.code == 1 and "'w9'" in str(e.value.message) and str(f) in str(e.value.message)
