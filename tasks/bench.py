@@ -60,12 +60,18 @@ def without(inventory, hosts: str | None, exclude: str) -> str:
     """`--hosts` (default: the workers) less the hosts `--exclude` names, as a --hosts value."""
     try:
         inv = load_inventory(inventory)
-        drop = {h.name for h in inv.select(exclude)}
-        keep = [h.name for h in chosen_hosts(inv, hosts) if h.name not in drop]
+        keep = [h.name for h in chosen_hosts(inv, hosts)]
     except UserError as e:
         raise Exit(f"error: {one_line(e)}", code=EXIT_BAD_INPUT) from None
+    try:  # the names --hosts takes; the one line names the flag that gave the unknown one
+        drop = {h.name for h in inv.select(exclude)}
+    except UserError as e:
+        raise Exit(f"error: {one_line(e).replace('--hosts names', '--exclude names', 1)}",
+                   code=EXIT_BAD_INPUT) from None
+    keep = [n for n in keep if n not in drop]
     if not keep:
-        raise Exit(f"error: --exclude {exclude} leaves no host to run on", code=EXIT_BAD_INPUT)
+        raise Exit(f"error: {inv.path}: --exclude {exclude} leaves no host of {hosts or 'the workers'} to run on",
+                   code=EXIT_BAD_INPUT)
     return ",".join(keep)
 
 

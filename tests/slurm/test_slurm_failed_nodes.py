@@ -51,4 +51,4 @@ def test_exclude_leaves_the_named_hosts_out_of_the_selection(tmp_path):
     assert e.value.code == 1 and "leaves no host" in str(e.value.message)
     with pytest.raises(Exit) as e:
         without(f, None, "w9")
-    assert e.value.code == 1 and "'w9'" in str(e.value.message) and str(f) in str(e.value.message)
+    assert e.value.code == 1 and "--exclude names 'w9'" in str(e.value.message) and str(f) in str(e.value.message)
