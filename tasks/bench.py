@@ -17,8 +17,9 @@ from specfleet.campaign.follow import follow, progress_line
 from specfleet.campaign.spec import RunnerBusy, resumed
 from specfleet.errors import UserError
 from specfleet.fleet import EXIT_BAD_INPUT
+from specfleet.inventory import load_inventory
 from specfleet.shell import q
-from specfleet.slurm.hooks import on_slurm
+from specfleet.slurm.hooks import chosen_hosts, on_slurm
 from specfleet.step import Status
 from specfleet.steps.command import Assert
 from specfleet.steps.files import Directory, FileContent
@@ -55,17 +56,40 @@ def _dataset_on_worker(host, plan) -> Assert:
                   "(put it there, or name a bastion file, which fab bench places on every worker)")
 
 
+def without(inventory, hosts: str | None, exclude: str) -> str:
+    """`--hosts` (default: the workers) less the hosts `--exclude` names, as a --hosts value."""
+    try:
+        inv = load_inventory(inventory)
+        keep = [h.name for h in chosen_hosts(inv, hosts)]
+    except UserError as e:
+        raise Exit(f"error: {one_line(e)}", code=EXIT_BAD_INPUT) from None
+    try:  # the names --hosts takes; the one line names the flag that gave the unknown one
+        drop = {h.name for h in inv.select(exclude)}
+    except UserError as e:
+        raise Exit(f"error: {one_line(e).replace('--hosts names', '--exclude names', 1)}",
+                   code=EXIT_BAD_INPUT) from None
+    keep = [n for n in keep if n not in drop]
+    if not keep:
+        raise Exit(f"error: {inv.path}: --exclude {exclude} leaves no host of {hosts or 'the workers'} to run on",
+                   code=EXIT_BAD_INPUT)
+    return ",".join(keep)
+
+
 @task(help=fleet_help(plan=PLAN_HELP, assign="pin configurations to nodes, e.g. eagle3=w2 (repeatable)",
                       wait="follow progress until every runner is done (default; --no-wait returns at once)",
-                      poll="seconds between progress reads (default 2)"), iterable=["assign"])
-def bench(c, plan=None, inventory=None, hosts=None, check=False, diff=False, assign=None, wait=True, poll=2.0,
-          forks=32, serial=False, accept_new_host_keys=False, verbose=False):
+                      poll="seconds between progress reads (default 2)",
+                      exclude="leave these hosts out (comma list of host or group names), e.g. the node "
+                              "a failed Slurm job named"), iterable=["assign"])
+def bench(c, plan=None, inventory=None, hosts=None, exclude=None, check=False, diff=False, assign=None, wait=True,
+          poll=2.0, forks=32, serial=False, accept_new_host_keys=False, verbose=False):
     """Split the plan's configurations across the nodes and run each node's queue (resumable, reattaches)."""
     p = plan_of(plan)
     try:  # a missing bastion file, or one with too few prompts, stops here, before any host is touched
         promptcount.check(p)
     except PlanError as e:
         raise Exit(f"error: {one_line(e)}", code=EXIT_BAD_INPUT) from None
+    if exclude:
+        hosts = without(inventory, hosts, exclude)
     if on_slurm("bench", inventory, hosts, p, assign=assign, wait=wait, poll=poll, check=check) is not None:
         return  # the inventory's scheduler is Slurm: submitted as a job (specfleet/slurm/)
     with fleet_run("bench", inventory=inventory, hosts=hosts, check=check, diff=diff, forks=forks, serial=serial,

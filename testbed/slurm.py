@@ -41,6 +41,10 @@ SLURMD_PORT = 16818
 PARTITION = "gpu"
 CPUS = 8                       # per node, declared (config_overrides: the machine has fewer)
 MEMORY_MB = 16000
+# AuthInfo cred_expire: a step credential's lifetime, and how long Slurm holds a requeued job
+# (BeginTime = requeue + cred_expire + 1; slurm.conf(5)). Slurm's default 120 s held the requeue
+# e2e test for two minutes; 10 s still leaves a loaded 2-core machine time to launch a step.
+CRED_EXPIRE_S = 10
 BINARIES = {"slurmctld": "/usr/sbin/slurmctld", "slurmd": "/usr/sbin/slurmd",
             "slurmstepd": "/usr/sbin/slurmstepd", "munged": "/usr/sbin/munged"}
 PACKAGES = "slurmctld slurmd slurm-client munge (scripts/setup.sh installs them)"
@@ -80,7 +84,7 @@ SlurmctldPort={CTLD_PORT}
 SlurmdPort={SLURMD_PORT}
 AuthType=auth/munge
 CredType=cred/munge
-AuthInfo=socket={d}/munge/munge.socket
+AuthInfo=socket={d}/munge/munge.socket,cred_expire={CRED_EXPIRE_S}
 SlurmUser=root
 SlurmdUser=root
 StateSaveLocation={d}/ctld-state

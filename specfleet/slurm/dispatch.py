@@ -23,6 +23,7 @@ from ..campaign.spec import resumed, worker_zipapp
 from ..campaign.split import NodeInfo
 from ..worker import layout
 from ..errors import UserError
+from ..fleet import EXIT_FAILED
 from ..quoting import q
 from ..results.bastion_io import BastionStorageError
 from ..step import Status, StepFailed
@@ -194,6 +195,7 @@ def wait_started(cfg: SlurmScheduler, inv, plan, job_id: str, job: Job, console)
             raise UserError(f"{inv.path}: field 'scheduler.shared_dir': {cfg.shared_dir} is not shared: node(s) "
                             f"{', '.join(missing)} did not see the token the bastion wrote there (job {job_id} "
                             f"{state}; its output: {d}/slurm-{job_id}.out on the batch node)"
+                            + (f"; or {exclude_hint(plan, missing)}" if ok else "")
                             if state in ("FAILED", "COMPLETED") and "PENDING" not in state else
                             f"Slurm job {job_id} ended {state} before it started its steps "
                             f"({(j or {}).get('state_reason') or 'no reason given'})")
@@ -230,8 +232,34 @@ def follow(cfg, plan, inv, hosts, job_id: str, poll: float, console) -> int:
         if not active:
             state = cli.job_state(j)
             console.print(f"Slurm job {job_id}: {state}", markup=False)
+            failed = {} if "CANCELLED" in state else failed_nodes(cfg, plan, hosts)
+            for node, why in failed.items():
+                console.print(f"node {node} failed: {why}", markup=False)
+            if failed:
+                console.print(exclude_hint(plan, list(failed)), markup=False)
+                return EXIT_FAILED
             return 0 if state == "COMPLETED" else 1
         time.sleep(poll)
+
+
+def failed_nodes(cfg: SlurmScheduler, plan, hosts) -> dict[str, str]:
+    """Slurm node name -> why its queue did not finish (its state.json on the shared path)."""
+    out = {}
+    for h in hosts:
+        st = view(cfg, plan, h.name, False).state
+        if st is None:
+            out[h.name] = "its runner never started (the job's output, slurm-<job>.out, says why)"
+        elif st.get("status") != "done":
+            bad = next((i for i in st.get("items", []) if i.get("status") == "failed"), None)
+            out[h.name] = (f"runner {st.get('status')}" +
+                           (f", {bad['name']}: {bad.get('error') or 'no error recorded'}" if bad else ""))
+    return out
+
+
+def exclude_hint(plan, nodes: list[str]) -> str:
+    """The command that runs the campaign again without `nodes` (done cells of the others are kept)."""
+    return (f"re-run without {'it' if len(nodes) == 1 else 'them'}: "
+            f"fab bench --plan {q(str(plan.file))} --exclude {','.join(nodes)}")
 
 
 def status(plan, inv, hosts, console) -> int:

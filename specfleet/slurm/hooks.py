@@ -13,13 +13,18 @@ def slurm_inventory(inventory):
     return inv if inv.slurm else None
 
 
+def chosen_hosts(inv, hosts: str | None):
+    """--hosts, or the `workers` group (every host when the inventory has none), as fleet_run chooses."""
+    return inv.select(hosts or ("workers" if "workers" in inv.groups else None))
+
+
 def on_slurm(task: str, inventory, hosts, plan, **kw):
     """Run `task` (bench, status, stop) under Slurm if the inventory says so; None otherwise."""
     inv = slurm_inventory(inventory)
     if inv is None:
         return None
     from . import dispatch
-    chosen = inv.select(hosts or ("workers" if "workers" in inv.groups else None))
+    chosen = chosen_hosts(inv, hosts)
     console = Reporter(verbose=False).console
     if task == "bench":
         code = dispatch.bench(plan, inv, chosen, console=console, **kw)

@@ -104,13 +104,14 @@ def testbed_factory(tmp_path):
                 tb.up(**kw)
 
 
-@pytest.fixture(scope="module")
-def testbed4(tmp_path_factory):
-    """Four workers shared by one test module; tests must undo what they change."""
+@contextlib.contextmanager
+def module_testbed(tmp_path_factory, name: str, **kw):
+    """A testbed shared by one test module (`Testbed.up(**kw)`); a testbed_factory test of the same
+    process pauses it and brings it back. Tests must undo what they change."""
     _require()
     with testbed_lock():
         tb = Testbed()
-        kw = {"workers": 4, "inventory_path": tmp_path_factory.mktemp("testbed4") / "testbed.yml"}
+        kw = {**kw, "inventory_path": tmp_path_factory.mktemp(name) / "testbed.yml"}
         _shared.append((tb, kw))
         try:
             tb.up(**kw)
@@ -118,3 +119,18 @@ def testbed4(tmp_path_factory):
         finally:
             _shared.remove((tb, kw))
             tb.down()
+
+
+@pytest.fixture(scope="module")
+def testbed4(tmp_path_factory):
+    """Four workers shared by one test module; tests must undo what they change."""
+    with module_testbed(tmp_path_factory, "testbed4", workers=4) as tb:
+        yield tb
+
+
+@pytest.fixture(scope="module")
+def module_bed(request, tmp_path_factory):
+    """The testbed the module asks for in `MODULE_TESTBED` (Testbed.up's keywords), shared by its tests."""
+    with module_testbed(tmp_path_factory, request.module.__name__.rpartition(".")[2],
+                        **request.module.MODULE_TESTBED) as tb:
+        yield tb

@@ -8,6 +8,7 @@ fab's output alone.
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import time
 from pathlib import Path
@@ -28,19 +29,26 @@ def out(r) -> str:
     return f"exit {r.returncode}\n--- stdout\n{r.stdout[-6000:]}\n--- stderr\n{r.stderr[-3000:]}"
 
 
-@pytest.fixture
-def slurm_bed(testbed_factory):
-    if subprocess.run(["which", "slurmctld", "sbatch"], capture_output=True).returncode != 0:
-        pytest.skip("Slurm is not installed (scripts/setup.sh installs slurmctld slurmd slurm-client munge)")
-    tb = testbed_factory(workers=2, scheduler="slurm")
+# one Slurm testbed for the module (tests/e2e/conftest.py `module_bed`): each test uses its own
+# campaign name, and a test that holds or cancels jobs ends them before it returns
+MODULE_TESTBED = {"workers": 2, "scheduler": "slurm"}
+
+
+@pytest.fixture(scope="module")
+def slurm_bed(module_bed, tmp_path_factory):
+    """(testbed, inventory, its scheduler block), the nodes provisioned once over SSH: the venv, mounts
+    and env file, what a site's image holds already."""
+    tb = module_bed
     inv = inventory_of(tb)
+    r = fab("provision", inventory=inv, runs=tmp_path_factory.mktemp("runs-provision"))
+    assert r.returncode == 0, out(r)
     return tb, inv, yaml.safe_load(inv.read_text())["scheduler"]
 
 
-def provision(inv, tmp_path) -> None:
-    """The venv, mounts and env file on the nodes, over SSH: what a site's image holds already."""
-    r = fab("provision", inventory=inv, runs=tmp_path / "runs-provision")
-    assert r.returncode == 0, out(r)
+@pytest.fixture(scope="module", autouse=True)
+def needs_slurm():
+    if subprocess.run(["which", "slurmctld", "sbatch"], capture_output=True).returncode != 0:
+        pytest.skip("Slurm is not installed (scripts/setup.sh installs slurmctld slurmd slurm-client munge)")
 
 
 def slurm_job(sched: dict, job_id: str) -> dict:
@@ -58,7 +66,6 @@ def slurm_json(sched: dict, *argv: str) -> dict:
 
 def test_demo_plan_runs_as_a_slurm_job_and_collect_merges_every_cell(slurm_bed, tmp_path):
     tb, inv, sched = slurm_bed
-    provision(inv, tmp_path)
     shared = Path(sched["shared_dir"]) / CAMPAIGN
     r = fab("bench", "--plan", PLAN, inventory=inv, runs=tmp_path / "runs-bench")
     assert r.returncode == 0, out(r)
@@ -130,39 +137,44 @@ def test_a_job_pending_past_the_deadline_is_cancelled_with_one_line(slurm_bed, t
         subprocess.run(["scancel", hold.stdout.strip()], env=env)
 
 
-def stop_plan(tmp_path: Path) -> Path:
-    """collect-fast under another campaign name, long enough to be stopped while it runs."""
+def derived_plan(tmp_path: Path, campaign: str, output_len: int) -> Path:
+    """collect-fast under another campaign name, its cells `output_len` tokens long."""
     src = Path(__file__).resolve().parents[2] / PLAN
     doc = yaml.safe_load(src.read_text())
-    doc["campaign"] = "slurm-stop"
+    doc["campaign"] = campaign
     doc["benchmark"]["dataset_path"] = str((src.parent / doc["benchmark"]["dataset_path"]).resolve())
-    doc["benchmark"]["output_len"] = 1024
-    out_ = tmp_path / "stop.yml"
+    doc["benchmark"]["output_len"] = output_len
+    out_ = tmp_path / f"{campaign}.yml"
     out_.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return out_
+
+
+def item_phases(shared: Path, campaign: str) -> dict[str, list[str]]:
+    """Each node's item statuses, in queue order, from its state.json on the shared path ({} until all exist)."""
+    out_ = {}
+    for h in HOSTS:
+        try:
+            st = json.loads((shared / h / campaign / h / "state.json").read_text())
+        except (OSError, ValueError):
+            return {}
+        out_[h] = [i["status"] for i in st["items"]]
     return out_
 
 
 def test_fab_stop_cancels_the_job_and_every_runner_stops_its_server(slurm_bed, tmp_path):
     tb, inv, sched = slurm_bed
-    provision(inv, tmp_path)
-    plan = stop_plan(tmp_path)
+    plan = derived_plan(tmp_path, "slurm-stop", 1024)
     r = fab("bench", "--plan", str(plan), "--no-wait", inventory=inv, runs=tmp_path / "runs-bench")
     assert r.returncode == 0, out(r)
     shared = Path(sched["shared_dir"]) / "slurm-stop"
     job_id = json.loads((shared / "slurm" / "jobs.json").read_text())[-1]["job_id"]
 
-    def phases():
-        out_ = []
-        for h in HOSTS:
-            try:
-                st = json.loads((shared / h / "slurm-stop" / h / "state.json").read_text())
-            except (OSError, ValueError):
-                return []
-            out_.append(next((i["status"] for i in st["items"] if i["status"] not in ("pending", "done")), None))
-        return out_
+    def running() -> list:  # each node's item now loading or benchmarking
+        return [next((p for p in ps if p not in ("pending", "done")), None)
+                for ps in item_phases(shared, "slurm-stop").values()]
     deadline = time.monotonic() + 60
-    while not all(p in ("loading", "benchmarking") for p in phases()):
-        assert time.monotonic() < deadline, phases()
+    while not (len(ph := running()) == len(HOSTS) and all(p in ("loading", "benchmarking") for p in ph)):
+        assert time.monotonic() < deadline, running()
         time.sleep(0.3)
     r = fab("stop", "--plan", str(plan), inventory=inv, runs=tmp_path / "runs-stop")
     assert r.returncode == 0 and f"Slurm job {job_id}: CANCELLED" in r.stdout, out(r)
@@ -170,3 +182,113 @@ def test_fab_stop_cancels_the_job_and_every_runner_stops_its_server(slurm_bed, t
         st = json.loads((shared / h / "slurm-stop" / h / "state.json").read_text())
         assert st["status"] == "stopped", st
     assert all(v["gpu_memory_used_mib"] == 0 for v in tb.status()["hosts"].values())
+
+
+def test_a_requeued_job_resumes_without_remeasuring_finished_cells(slurm_bed, tmp_path):
+    """`scontrol requeue` while each node runs its second cell: Slurm stops the steps (SIGTERM: the
+    runners stop their servers), holds the job for the testbed's cred_expire (testbed/slurm.py) and
+    starts it again under the same id; each runner skips its finished baseline and redoes the cell it
+    was in. collect then merges every planned cell."""
+    tb, inv, sched = slurm_bed
+    env = {"PATH": "/usr/bin:/bin", "SLURM_CONF": sched["slurm_conf"]}
+    campaign = "slurm-requeue"
+    plan = derived_plan(tmp_path, campaign, 512)
+    r = fab("bench", "--plan", str(plan), "--no-wait", inventory=inv, runs=tmp_path / "runs-bench")
+    assert r.returncode == 0, out(r)
+    shared = Path(sched["shared_dir"]) / campaign
+    job_id = json.loads((shared / "slurm" / "jobs.json").read_text())[-1]["job_id"]
+
+    def in_second_cell() -> bool:
+        ph = item_phases(shared, campaign)
+        return len(ph) == len(HOSTS) and all(p[0] == "done" and p[1] in ("loading", "benchmarking")
+                                             for p in ph.values())
+    deadline = time.monotonic() + 120  # the baselines take ~15 s per node here
+    while not in_second_cell():
+        assert time.monotonic() < deadline and "RUNNING" in str(slurm_job(sched, job_id)["job_state"]), \
+            item_phases(shared, campaign)
+        time.sleep(0.3)
+    finished = {h: {f.name: (f.stat().st_mtime_ns, f.read_bytes()) for f in (shared / h / campaign / h).iterdir()
+                    if f.name.startswith("vanilla")} for h in HOSTS}
+    assert all("vanilla.done" in files for files in finished.values()), finished
+
+    p = subprocess.run(["scontrol", "requeue", job_id], capture_output=True, text=True, env=env)
+    assert p.returncode == 0, p.stderr
+    requeued_at = time.monotonic()
+    deadline = requeued_at + 120  # cred_expire 10 s + KillWait; measured: see docs/slurm.md
+    restarted = None
+    while True:
+        job = slurm_job(sched, job_id)
+        nodes = [json.loads((shared / "slurm" / "nodes" / f"{h}.json").read_text()) for h in HOSTS]
+        if restarted is None and all(n["restart_count"] == 1 for n in nodes):
+            restarted = time.monotonic() - requeued_at
+        if restarted is not None and not any(s in str(job["job_state"]) for s in ("RUNNING", "COMPLETING")):
+            break
+        assert time.monotonic() < deadline, (job["job_state"], item_phases(shared, campaign))
+        time.sleep(0.5)
+    print(f"requeued job {job_id} running again after {restarted:.1f} s")
+    assert "COMPLETED" in str(job["job_state"]) and job["restart_cnt"] == 1, job["job_state"]
+
+    for h in HOSTS:
+        rdir = shared / h / campaign / h
+        eff = json.loads((rdir / "run.slurm.json").read_text())
+        assert eff["slurm"]["job_id"] == job_id and eff["slurm"]["restart_count"] == "1"
+        state = json.loads((rdir / "state.json").read_text())
+        assert state["status"] == "done" and all(i["status"] == "done" for i in state["items"]), state
+        # the baseline was not measured again: its files are the ones written before the requeue
+        assert {f: (rdir / f).stat().st_mtime_ns for f in finished[h]} == \
+            {f: m for f, (m, _) in finished[h].items()}
+        assert all((rdir / f).read_bytes() == b for f, (_, b) in finished[h].items())
+        log = (rdir / "runner.log").read_text()
+        assert "[vanilla] done marker present: skipped" in log, log[-2000:]
+
+    results = tmp_path / "results"
+    r = fab("collect", "--plan", str(plan), "--results", str(results), inventory=inv,
+            runs=tmp_path / "runs-collect")
+    assert r.returncode == 0, out(r)
+    rows = json.loads((results / campaign / "merged.json").read_text())
+    queues = {h: [i["name"] for i in json.loads((shared / h / campaign / h / "state.json").read_text())["items"]]
+              for h in HOSTS}
+    assert {(x["node"], x["config"], x["concurrency"]) for x in rows} == \
+        {(h, c, conc) for h, q in queues.items() for c in q for conc in (8, 1)}
+
+
+def test_a_failing_node_is_named_with_the_exclude_that_reruns_without_it(slurm_bed, tmp_path):
+    """w2 loses its env file (what its check, the runner's preflight, reads first): its queue fails, the
+    job fails, and `fab bench` names the Slurm node with the `--exclude` that re-runs the campaign
+    without it; that command then runs every configuration on w1 alone."""
+    tb, inv, sched = slurm_bed
+    campaign = "slurm-exclude"
+    plan = derived_plan(tmp_path, campaign, 64)
+    env_file = yaml.safe_load(inv.read_text())["all"]["vars"]["env_file"]
+    tb.exec("w2", f"mv {env_file} {env_file}.away", check=True)
+    try:
+        r = fab("bench", "--plan", str(plan), inventory=inv, runs=tmp_path / "runs-bench")
+    finally:
+        tb.exec("w2", f"mv {env_file}.away {env_file}", check=True)
+    assert r.returncode == 2, out(r)
+    job_id = json.loads((Path(sched["shared_dir"]) / campaign / "slurm" / "jobs.json").read_text())[-1]["job_id"]
+    assert "FAILED" in str(slurm_job(sched, job_id)["job_state"])
+    said = [ln for ln in r.stdout.splitlines() if ln.startswith(("node ", "re-run without"))]
+    assert said[0].startswith(f"node w2 failed: runner failed, vanilla: env file {env_file} is missing"), out(r)
+    hint = f"re-run without it: fab bench --plan {plan} --exclude w2"
+    assert said == [said[0], hint], out(r)
+
+    # the report on the bastion afterwards (docs/slurm.md: no dependent job): w2's cells are MISSING
+    results = tmp_path / "results"
+    r = fab("collect", "--plan", str(plan), "--results", str(results), inventory=inv, runs=tmp_path / "runs-collect")
+    assert r.returncode & 16, out(r)
+    said = " ".join(r.stdout.split())
+    w2 = json.loads((Path(sched["shared_dir"]) / campaign / "w2" / campaign / "w2" / "state.json").read_text())
+    for item in (i["name"] for i in w2["items"]):
+        for conc in (8, 1):
+            assert f"MISSING: {item} @ concurrency {conc} on w2" in said, out(r)
+    assert f"Slurm job(s) of this campaign: {job_id}" in (results / campaign / "report.md").read_text()
+
+    argv = shlex.split(hint.split(": ", 1)[1])[1:]  # the hint as a command, run as printed
+    r = fab(*argv, inventory=inv, runs=tmp_path / "runs-rerun")
+    assert r.returncode == 0, out(r)
+    rec = json.loads((Path(sched["shared_dir"]) / campaign / "slurm" / "jobs.json").read_text())[-1]
+    assert rec["nodes"] == ["w1"] and "COMPLETED" in str(slurm_job(sched, rec["job_id"])["job_state"])
+    state = json.loads((Path(sched["shared_dir"]) / campaign / "w1" / campaign / "w1" / "state.json").read_text())
+    assert [i["name"] for i in state["items"]] == ["vanilla", "ngram", "eagle3"]
+    assert all(i["status"] == "done" for i in state["items"]), state
