@@ -79,3 +79,14 @@ def test_provenance_was_read_on_the_worker_by_collect():
     state = json.loads((EX / CAMPAIGN / "w1" / "state.json").read_text())
     done = [i["name"] for i in state["items"] if i["status"] == "done"]
     assert done == ["vanilla", "ngram_improved", "vanilla-b"]
+
+
+def test_the_noise_table_in_the_docs_is_what_noise_py_prints_from_the_committed_files():
+    from testbed.realgpu import noise
+    samples = [json.loads(ln) for ln in (EX / "device" / "samples.jsonl").read_text().splitlines() if ln.strip()]
+    table = noise.table(EX / CAMPAIGN / "w1", samples)
+    assert table == (EX / "noise.txt").read_text().rstrip("\n")
+    # vanilla across its two server starts, and the gate metric's spread far under output tok/s's at c=16
+    assert "| vanilla vs vanilla-b | 16 | 5 + 5 | 1.0117 | 0.9927 | 3.99 % | 0.81 % |" in table
+    doc = (REPO / "docs" / "engines-gpu.md").read_text()
+    assert all(row in doc for row in table.splitlines() if row.startswith("| vanilla"))
