@@ -87,6 +87,9 @@ class EventLog:
             "changes": [c.summary for c in r.changes],
             "message": r.message,
             "stderr_tail": r.stderr_tail[-STDERR_TAIL:],
+            # what the step read (e.g. bench's GPUs as nvidia-smi named them): the log says what a
+            # decision was made on, not only that it was made
+            **({"data": r.data} if r.data else {}),
         })
 
     def close(self, summary: dict | None = None) -> None:

@@ -193,4 +193,6 @@ class ReadWorker(Step):
 
     def report(self, facts) -> dict:
         return {"gpus": len(self.node.gpus) or 1, "gpus_source": self.node.gpus_source,
+                "gpu_names": [f"{g['index']}: {g.get('name') or 'unnamed'}"
+                              + (f" {g['memory_mib']} MiB" if g.get("memory_mib") else "") for g in self.node.gpus],
                 "gpu_groups": [list(g) for g in self.node.gpu_groups or []], "groups_source": self.node.groups_source}

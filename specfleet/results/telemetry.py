@@ -145,7 +145,8 @@ TELEMETRY_HEADERS = ["config", "conc", "cell", "node", "run", "samples", "mean p
 
 def telemetry_rows(df: pd.DataFrame) -> list[list[str]]:
     from .document import fmt
-    return [[r.config, str(r.concurrency), r.cell, r.node, str(r.repeat), str(r.samples), fmt(r.power_w, 1),
+    # r["repeat"], not r.repeat: on a pandas row that is the Series.repeat method
+    return [[r.config, str(r.concurrency), r.cell, r.node, str(r["repeat"]), str(r.samples), fmt(r.power_w, 1),
              fmt(r.j_per_token, 3), fmt(r.sm_mhz, 0), fmt(r.temp_max_c, 0), fmt(r.util_pct, 0),
              r.throttle or "none", fmt(r.running_max, 0), fmt(r.waiting_max, 0), fmt(r.kv_usage_max, 2),
              fmt(r.preemptions, 0), r.note] for _, r in df.iterrows()]

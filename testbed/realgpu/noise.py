@@ -4,10 +4,13 @@
     python -m testbed.realgpu.noise CAMPAIGN_NODE_DIR SAMPLES.jsonl
 
 Per (configuration, concurrency): the repeats' output tok/s, their mean, the coefficient of variation
-(sample sd / mean), and during each run (window [date - duration, date]: vLLM writes `date` when the
+(sample sd / mean), the same for the gate's metric (token-weighted TPOT, gate_policy.token_weighted_tpot),
+and during each run (window [date - duration, date]: vLLM writes `date` when the
 run ends, to the second) the median SM clock, the throttle reasons seen and the fixed-loop timings
 (sampler.py's CPU-speed record); plus the loop's timing at the start and the end of the record.
-Prints a Markdown table (docs/engines-gpu.md quotes it).
+Across server starts: for a configuration `X` run again as `X-b` (a fresh server start of the
+identical configuration, the plan's A B A' design), the ratio of the two starts' means and the CV of
+all their runs together. Prints Markdown (docs/engines-gpu.md quotes it).
 """
 from __future__ import annotations
 
@@ -17,6 +20,11 @@ import statistics
 import sys
 from pathlib import Path
 
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from specfleet.results.gate_policy import token_weighted_tpot  # noqa: E402
+from specfleet.results.schema import Result  # noqa: E402
+
 
 def runs(folder: Path) -> dict[tuple[str, int], list[dict]]:
     out: dict[tuple[str, int], list[dict]] = {}
@@ -24,7 +32,8 @@ def runs(folder: Path) -> dict[tuple[str, int], list[dict]]:
         r = json.loads(f.read_text())
         end = dt.datetime.strptime(r["date"], "%Y%m%d-%H%M%S").replace(tzinfo=dt.timezone.utc).timestamp()
         out.setdefault((r["config"], int(r["max_concurrency"])), []).append(
-            {"tok_s": r["output_throughput"], "tpot": r["median_tpot_ms"], "end": end, "start": end - r["duration"]})
+            {"tok_s": r["output_throughput"], "tpot": r["median_tpot_ms"], "end": end, "start": end - r["duration"],
+             "tpot_w": token_weighted_tpot(Result.model_validate(r)) or r["mean_tpot_ms"]})
     return out
 
 
@@ -37,9 +46,11 @@ def cv(xs: list[float]) -> float:
 
 
 def table(folder: Path, samples: list[dict]) -> str:
-    lines = ["| config | conc | runs | output tok/s (each) | mean | CV | SM MHz (median per run) | "
-             "throttle reasons | loop ms (in the runs) |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for (cfg, conc), rs in sorted(runs(folder).items(), key=lambda kv: (kv[0][1], kv[0][0])):
+    lines = ["| config | conc | runs | output tok/s (each) | mean | CV | weighted TPOT ms (mean) | CV | "
+             "SM MHz (median per run) | throttle reasons | loop ms (in the runs) |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    cells = runs(folder)
+    for (cfg, conc), rs in sorted(cells.items(), key=lambda kv: (kv[0][1], kv[0][0])):
         toks = [r["tok_s"] for r in rs]
         sm, thr, loop = [], set(), []
         for r in rs:
@@ -50,8 +61,10 @@ def table(folder: Path, samples: list[dict]) -> str:
             loop += [s["loop_ms"] for s in w if "loop_ms" in s]
         lr = f"{min(loop):.1f}-{max(loop):.1f}" if loop else "-"
         lines.append(f"| {cfg} | {conc} | {len(rs)} | {', '.join(f'{t:,.1f}' for t in toks)} | "
-                     f"{statistics.fmean(toks):,.1f} | {cv(toks) * 100:.2f} % | {', '.join(sm)} | "
+                     f"{statistics.fmean(toks):,.1f} | {cv(toks) * 100:.2f} % | "
+                     f"{statistics.fmean(tw := [r['tpot_w'] for r in rs]):.3f} | {cv(tw) * 100:.2f} % | {', '.join(sm)} | "
                      f"{', '.join(sorted(thr)) or '-'} | {lr} |")
+    lines += across_starts(cells)
     loops = [s for s in samples if "loop_ms" in s]
     if loops:
         lines.append("")
@@ -59,6 +72,25 @@ def table(folder: Path, samples: list[dict]) -> str:
                      f"its end ({len(loops)} timings over {(loops[-1]['t'] - loops[0]['t']) / 60:.1f} min, "
                      f"{min(s['loop_ms'] for s in loops):.1f}-{max(s['loop_ms'] for s in loops):.1f} ms).")
     return "\n".join(lines)
+
+
+def across_starts(cells: dict[tuple[str, int], list[dict]]) -> list[str]:
+    """The A B A' design: `X-b` is a fresh server start of configuration `X`."""
+    out = []
+    for (cfg, conc), rs in sorted(cells.items(), key=lambda kv: (kv[0][0], kv[0][1])):
+        again = cells.get((f"{cfg}-b", conc))
+        if not again:
+            continue
+        if not out:
+            out += ["", "| across server starts | conc | runs | tok/s: 2nd start / 1st | weighted TPOT: 2nd / 1st | "
+                    "CV tok/s, all runs | CV weighted TPOT, all runs |", "| --- | --- | --- | --- | --- | --- | --- |"]
+        tok = ([r["tok_s"] for r in rs], [r["tok_s"] for r in again])
+        tw = ([r["tpot_w"] for r in rs], [r["tpot_w"] for r in again])
+        out.append(f"| {cfg} vs {cfg}-b | {conc} | {len(rs)} + {len(again)} | "
+                   f"{statistics.fmean(tok[1]) / statistics.fmean(tok[0]):.4f} | "
+                   f"{statistics.fmean(tw[1]) / statistics.fmean(tw[0]):.4f} | "
+                   f"{cv(tok[0] + tok[1]) * 100:.2f} % | {cv(tw[0] + tw[1]) * 100:.2f} % |")
+    return out
 
 
 def main(argv: list[str]) -> int:

@@ -145,6 +145,10 @@ def test_the_product_commands_run_over_ssh_against_the_provided_venv(device):
     # the event logs end with the exit code; the second provision changed nothing
     ends = {task: [r[-1] for r in runs] for task, runs in ev.items()}
     assert all(e.get("exit_code") == 0 for runs in ends.values() for e in runs), ends
+    # bench's log names the GPUs it split on, as nvidia-smi named them over SSH
+    read = [r for runs in ev["bench"] for r in runs if r.get("step") == "read GPUs and campaign state"]
+    assert read and all(r["data"]["gpu_names"] == [f"0: {seed.GPU['name']} {seed.GPU['memory_total_mib']} MiB"]
+                        for r in read), read
     with tarfile.open(tmp / "out2" / "results.tar.gz") as t:
         t.extractall(tmp / "res")  # our own archive
     camp = tmp / "res" / "results" / "fleet-rehearsal"
@@ -154,3 +158,7 @@ def test_the_product_commands_run_over_ssh_against_the_provided_venv(device):
     assert prov["venv_digest"].startswith("dists-sha256:") and prov["dataset_sha256"], prov
     assert prov["gpu_name"] == seed.GPU["name"]
     assert (camp / "report.md").is_file() and (camp / "merged.csv").is_file()
+    # telemetry: the runner sampled nvidia-smi and /metrics during every run, and collect fetched it
+    results = sorted(camp.glob("w1/*_conc*_r*.json"))
+    assert results and all(f.with_suffix(".telemetry.jsonl").is_file() for f in results), sorted(camp.glob("w1/*"))
+    assert "Telemetry per run" in (camp / "report.md").read_text()

@@ -52,6 +52,10 @@ def test_report_section_plot_and_gate_differences(tmp_path):
     md = (d / "report.md").read_text()
     assert "## Telemetry per run" in md and TIMELINE_IMAGE in md and (d / TIMELINE_IMAGE).is_file()
     assert "<svg" in (d / TIMELINE_IMAGE).read_text()
+    # the run column is the repeat's number (was pandas' Series.repeat method printed as text)
+    rows = [ln.split(" | ") for ln in md.split("## Telemetry per run")[1].split("\n## ")[0].splitlines()
+            if ln.startswith("| vanilla |")]
+    assert rows and sorted({r[4] for r in rows}) == ["1", "2", "3"], rows[:2]
     # w2's baseline 20 % faster and throttled: the gate fails and the telemetry differences are named
     for f in d.glob("w2/vanilla_conc16_r*.json"):
         r = json.loads(f.read_text())
