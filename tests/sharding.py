@@ -51,10 +51,21 @@ def _offer_order(units: dict[str, list]) -> list[str]:
     return sorted(units, key=rank)
 
 
+# this process's claims folder and report file, taken out of the environment so that a pytest a test
+# starts (tests/unit/test_test_shards.py) neither claims units here nor overwrites the report
+_shard: dict[str, str] = {}
+
+
+def pytest_configure(config):
+    for name in (CLAIMS_ENV, REPORT_ENV):
+        if name in os.environ:
+            _shard[name] = os.environ.pop(name)
+
+
 def _claim(unit: str) -> bool:
     name = unit.replace("/", "%")
     try:
-        os.close(os.open(os.path.join(os.environ[CLAIMS_ENV], name), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        os.close(os.open(os.path.join(_shard[CLAIMS_ENV], name), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
     except FileExistsError:
         return False
     return True
@@ -63,7 +74,7 @@ def _claim(unit: str) -> bool:
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtestloop(session):
     """pytest's own loop (_pytest.main.pytest_runtestloop) over the units this process claims."""
-    if not os.environ.get(CLAIMS_ENV):
+    if CLAIMS_ENV not in _shard:
         return None
     if session.testsfailed and not session.config.option.continue_on_collection_errors:
         raise session.Interrupted(f"{session.testsfailed} error{'s' if session.testsfailed != 1 else ''} during collection")
@@ -144,8 +155,8 @@ def setup_row() -> list[tuple[str, float]]:
 
 def pytest_terminal_summary(terminalreporter):
     tr = terminalreporter
-    if os.environ.get(REPORT_ENV):
-        _write_report(os.environ[REPORT_ENV], tr.stats)
+    if REPORT_ENV in _shard:
+        _write_report(_shard[REPORT_ENV], tr.stats)
     if _tier_s:
         tr.section("wall time per tier")
         for line in tier_table(_tier_s, _tier_n, [("collection", _session.get("collect_s", 0.0)), *setup_row()]):

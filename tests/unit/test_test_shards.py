@@ -7,7 +7,6 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 import textwrap
 from pathlib import Path
 
@@ -49,10 +48,11 @@ def _suite(tmp_path: Path) -> Path:
 @needs_namespaces
 def test_two_processes_share_the_units_and_the_closing_line_adds_them_up(tmp_path):
     suite = _suite(tmp_path)
-    before = set(Path(tempfile.gettempdir()).glob("sf-shards.*"))
+    scratch = tmp_path / "scratch"  # the driver's claims folder goes here (TMPDIR)
+    scratch.mkdir()
     p = subprocess.run([sys.executable, str(ROOT / "scripts" / "test-shards"), "--shards", "2", "-p", "tests.sharding",
                         "-q", str(suite)], cwd=ROOT, capture_output=True, text=True, timeout=300,
-                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+                       env={**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(scratch)})
     last = p.stdout.strip().splitlines()[-1]
     assert p.returncode == 1, p.stdout[-3000:] + p.stderr[-2000:]
     assert re.fullmatch(r"=+ 1 failed, 9 passed in [\d.]+s \(2 processes\) =+", last), last
@@ -66,7 +66,7 @@ def test_two_processes_share_the_units_and_the_closing_line_adds_them_up(tmp_pat
         assert len(where) == 1, (mod, where)
         assert (out / f"teardown-{mod}").read_text().splitlines() == list(where), mod
     assert "process 1" in p.stdout and "process 2" in p.stdout
-    assert set(Path(tempfile.gettempdir()).glob("sf-shards.*")) <= before  # its claims folder is gone
+    assert list(scratch.iterdir()) == []  # its claims folder is gone
 
 
 def test_a_unit_is_a_module_or_the_real_vllm_folder():
