@@ -26,6 +26,10 @@ import pytest
 CLAIMS_ENV, REPORT_ENV = "SPECFLEET_SHARD_CLAIMS", "SPECFLEET_SHARD_REPORT"
 # tests/real_vllm: both modules build or use the one real-vLLM venv in /var/cache/specfleet
 UNITS_AS_FOLDER = ("tests/real_vllm",)
+# units that reach a package index (pip download): only the process in the machine's own network
+# namespace (scripts/test-shards' first, SPECFLEET_SHARD_NETWORK=1) claims them
+NEEDS_NETWORK = ("tests/real_vllm", "tests/docs/test_bundle.py")
+NETWORK_ENV = "SPECFLEET_SHARD_NETWORK"
 # the tiers that bring up a testbed take longest per test: offered first
 TESTBED_TIERS = ("tests/real_vllm", "tests/e2e", "tests/docs")
 # outcomes of tests (TestReport); a collection report (a module skipped or broken at import) is the
@@ -57,7 +61,7 @@ _shard: dict[str, str] = {}
 
 
 def pytest_configure(config):
-    for name in (CLAIMS_ENV, REPORT_ENV):
+    for name in (CLAIMS_ENV, REPORT_ENV, NETWORK_ENV):
         if name in os.environ:
             _shard[name] = os.environ.pop(name)
 
@@ -83,7 +87,7 @@ def pytest_runtestloop(session):
     units: dict[str, list] = defaultdict(list)
     for item in session.items:
         units[unit_of(item.nodeid)].append(item)
-    offered = iter(_offer_order(units))
+    offered = iter(u for u in _offer_order(units) if NETWORK_ENV in _shard or u not in NEEDS_NETWORK)
 
     def next_unit():
         return next((u for u in offered if _claim(u)), None)
