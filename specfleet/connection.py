@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import socket
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -241,14 +242,18 @@ def _drain(chan: paramiko.Channel, deadline: float) -> tuple[bytes, bytes]:
     return bytes(out), bytes(err)
 
 
-def ssh_argv(host: Host, *, control_dir: str = "/tmp") -> list[str]:
+def ssh_argv(host: Host, *, control_dir: str | None = None) -> list[str]:
     """OpenSSH options for tools that bring their own ssh (rsync): same key, same known_hosts.
 
     No user ssh_config is read (-F /dev/null) and unknown or changed host keys
     are refused, as for specfleet's own connections. A control master lets
-    several rsync calls to one host share a connection.
+    several rsync calls to one host share a connection; its socket lives in the
+    temporary folder (TMPDIR, else /tmp), so two controllers that reach different
+    machines at the same user@address:port (two testbeds in their own network
+    namespaces) can keep their sockets apart.
     """
     # paths go through ssh_option: OpenSSH splits -o values on spaces and expands % tokens
+    control_dir = control_dir or tempfile.gettempdir()
     control = ssh_option("ControlPath", f"{control_dir}/specfleet-ssh-", tokens="%C")
     argv = ["ssh", "-F", "/dev/null", "-p", str(host.port), "-l", host.user,
             "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",

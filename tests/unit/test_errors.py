@@ -158,7 +158,13 @@ def test_ctrl_c_says_where_each_host_stands_and_exits_130(tmp_path, silent_liste
     p = subprocess.Popen([FAB, "facts", "--inventory", str(inv)], cwd=PROJECT, env=env,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        time.sleep(3)  # both hosts are waiting for an SSH banner that never comes
+        # fab's start-up (imports) is ~1 s on an idle machine but passed 3 s at load 14 on 2 cores, and a
+        # Ctrl-C during imports is not the path under test: wait for the event log's run-start (bound
+        # 60 s), then 2 s more, in which both hosts are waiting for an SSH banner that never comes
+        deadline = time.monotonic() + 60
+        while not list((tmp_path / "runs").glob("*.jsonl")) and p.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(2)
         assert p.poll() is None, p.communicate()
         t0 = time.monotonic()
         p.send_signal(signal.SIGINT)

@@ -129,6 +129,27 @@ def test_rsync_ssh_command_keeps_paths_with_spaces(tmp_path):
     assert f"userknownhostsfile {kh}\n" in p.stdout and f"identityfile {key}\n" in p.stdout, p.stdout
 
 
+def test_rsync_control_socket_lives_in_the_temporary_folder(tmp_path, monkeypatch):
+    """Two controllers (two testbeds, each in its own network namespace) reach the same
+    user@address:port on different machines: a shared /tmp socket would send one's rsync to the
+    other's host. The socket follows TMPDIR, so each can keep its own."""
+    import tempfile
+    from specfleet.connection import ssh_argv
+    host = Host("w1", "10.10.30.14", "root", 22, None, str(tmp_path / "kh"), True, 5, 5, (), {})
+    folders = []
+    for name in ("shard one", "shard-two"):
+        d = tmp_path / name
+        d.mkdir()
+        monkeypatch.setenv("TMPDIR", str(d))
+        monkeypatch.setattr(tempfile, "tempdir", None)  # gettempdir() caches its first answer
+        argv = ssh_argv(host)
+        p = subprocess.run([argv[0], "-G", *argv[1:], "example.invalid"], capture_output=True, text=True)
+        line = [l for l in p.stdout.splitlines() if l.startswith("controlpath ")]
+        assert line and line[0].startswith(f"controlpath {d}/specfleet-ssh-"), (line, p.stderr)
+        folders.append(line[0])
+    assert folders[0] != folders[1]
+
+
 def test_netplan_yaml_values_read_back():
     host = _host(storage_iface="ens35", storage_net="192.168.160.0/24", storage_ip="192.168.160.179",
                  mgmt_iface="ens33", nfs_server="1.2.3.4", nfs_export="/x", nfs_mount="/y")
