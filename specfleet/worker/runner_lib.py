@@ -11,6 +11,7 @@ import time
 from collections import Counter
 
 from . import layout
+from .runspec import item_parts
 
 REBOOT_HINT = ("the host rebooted since this campaign's last runner (boot id changed): run `fab provision` "
                "(mounts, GPU modules), then `fab bench` to resume")
@@ -292,8 +293,12 @@ def load_spec(path: str) -> dict:
     if missing:
         raise ValueError(f"missing keys {missing}")
     for it in spec["items"]:
-        if not {"name", "serve_argv", "bench"} <= set(it):
-            raise ValueError(f"item {it.get('name')!r} needs name, serve_argv, bench")
+        if not {"name", "serve", "client", "bench"} <= set(it):
+            raise ValueError(f"item {it.get('name')!r} needs name, serve, client, bench")
+        try:
+            item_parts(it)
+        except (ValueError, TypeError) as e:
+            raise ValueError(f"item {it.get('name')!r}: {e}") from None
     return spec
 
 

@@ -21,6 +21,7 @@ import threading
 import time
 
 from .runner_lib import REBOOT_HINT, Fatal, ItemFailed, Stopped, gpu_table
+from .runspec import Serve
 
 # flag -> (short form) the parallel sizes whose product is the number of GPUs one server uses
 PARALLEL_FLAGS = {"--tensor-parallel-size": "-tp", "--pipeline-parallel-size": "-pp",
@@ -200,19 +201,6 @@ def server_tag(run_dir: str, name: str) -> str:
     return f"{run_dir}/{name}"
 
 
-def retarget(argv: list[str], port: int, base_port: int) -> list[str]:
-    """A serve/bench argv moved from the plan's port to this server's (`--port`, `--base-url`)."""
-    if port == base_port:
-        return list(argv)
-    out = list(argv)
-    for i, w in enumerate(out[:-1]):
-        if w == "--port":
-            out[i + 1] = str(port)
-        elif w == "--base-url" and out[i + 1].endswith(f":{base_port}"):
-            out[i + 1] = out[i + 1][:-len(str(base_port))] + str(port)
-    return out
-
-
 # ------------------------------------------------------------------------------------------ runner side
 def check_gpus(want: list[dict], seen: list[dict]) -> list[dict]:
     """The spec's GPUs completed from nvidia-smi's (index, uuid, name); ValueError when they disagree
@@ -242,12 +230,10 @@ def lane_class(base):
         def gpu_used_mib(self) -> int:
             return self.parent.set_used_mib(self.gpus)
 
-        def argv(self, argv: list[str]) -> list[str]:
-            out = retarget(base.argv(self, argv), self.spec["port"], self.parent.spec["port"])
-            if "--metadata" in out:  # which GPUs measured this result (the rest of the line is metadata)
-                out += [f"gpu_uuids={','.join(g['uuid'] for g in self.gpus)}",
-                        f"gpu_names={','.join(g['name'] for g in self.gpus)}", f"packing={self.parent.packing}"]
-            return out
+        def bench_metadata(self, item: dict) -> list[list[str]]:  # which GPUs measured this result
+            return [["gpu_uuids", ",".join(g["uuid"] for g in self.gpus)],
+                    ["gpu_names", ",".join(g["name"] for g in self.gpus)], ["packing", self.parent.packing],
+                    *base.bench_metadata(self, item)]
 
         def preflight(self, item: dict) -> None:
             used = self.wait_gpu_free(min(30.0, self.spec["stop_timeout_s"]))
@@ -374,7 +360,7 @@ class Pool:
                 for item, rec in list(pending):
                     if self.packing == "exclusive" and running:
                         break
-                    need = max(needed(item["serve_argv"]), len(indices) if item.get("whole_node") else 1)
+                    need = max(needed(Serve.from_json(item["serve"]).options()), len(indices) if item.get("whole_node") else 1)
                     ok = [i for i in indices if i not in self.held]
                     pin = item.get("gpu_pin")   # equivalence.every_gpu: the baseline's run on this GPU
                     why = None
@@ -400,7 +386,7 @@ class Pool:
                         continue
                     pending.remove((item, rec))
                     sset = [self.by_index[i] for i in got]
-                    lane = self.lane(sset[:needed(item["serve_argv"])])
+                    lane = self.lane(sset[:needed(Serve.from_json(item["serve"]).options())])
                     rec.update(attempts=rec["attempts"] + 1, started_at=now(), error=None, notes=[],
                                gpus=lane.gpus, port=lane.spec["port"])
                     t = threading.Thread(target=self.go, args=(lane, item, rec, done), daemon=True,
