@@ -165,7 +165,25 @@ def _short(h: Any) -> str:
     return str(h)[:12] if h else NOT_RECORDED
 
 
+def _observed(raw) -> dict | None:
+    try:
+        ident = json.loads(raw or "null")
+    except (TypeError, ValueError):
+        return None
+    return ident if isinstance(ident, dict) and "simulated" in ident and ident.get("version") else None
+
+
+def engine_of(res) -> dict | None:
+    """The engine the worker observed for this result (runner.bench_metadata: name, version,
+    simulated), or None for a result without it (a plain vLLM file, an older runner)."""
+    return _observed(res.extra.get("engine_identity"))
+
+
 def _sim_result(res) -> list[str]:
+    ident = engine_of(res)
+    if ident is not None:  # the worker's observation is the answer; nothing is guessed
+        return [f"the worker observed {ident.get('name')} {ident.get('version')!r} (simulated)"] \
+            if ident["simulated"] is True else []
     ex = res.extra
     sig = []
     if res.simulated:
@@ -178,7 +196,9 @@ def _sim_result(res) -> list[str]:
 
 
 def simulated_signals(camp: "Campaign") -> list[str]:
-    """Why these inputs count as simulated ([] = no sign of the simulator)."""
+    """Why these inputs count as simulated ([] = no sign of the simulator). Results that carry the
+    engine the worker observed (engine_of) are judged by it alone; the signs below are read only for
+    a host whose results lack it (plain vLLM files, a campaign of an older runner)."""
     found: list[str] = []
 
     def add(host: str, what: str) -> None:
@@ -189,7 +209,8 @@ def simulated_signals(camp: "Campaign") -> list[str]:
     for r in camp.runs:
         for s in _sim_result(r.result):
             add(r.host, f"{r.path.name} {s}")
-    for host in camp.nodes:
+    observed = {r.host for r in camp.runs if engine_of(r.result) is not None}
+    for host in [h for h in camp.nodes if h not in observed]:
         p = read_provenance(camp.root / host)
         if p.get("venv_simulated"):
             add(host, "venv manifest says simulated")
@@ -210,6 +231,10 @@ def simulated_signals(camp: "Campaign") -> list[str]:
 
 def engine_name(res_meta: dict, prov: dict, simulated: bool) -> str:
     """'simvllm 1.0 (simulated vLLM)' for the simulator (never a bare vLLM version), else 'vLLM X'."""
+    seen = _observed(res_meta.get("engine_identity"))  # the worker's observation wins; the rest: results without it
+    if seen:
+        name = str(seen["version"]) if seen.get("simulated") is True else f"vLLM {seen['version']}"
+        return f"{name}, {res_meta['engine']}" if res_meta.get("engine") and not seen.get("simulated") else name
     ev = res_meta.get("engine_version") or ""
     if simulated:
         if ev and SIM_WORDS.search(ev):

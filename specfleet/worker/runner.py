@@ -23,7 +23,7 @@ import urllib.error
 import urllib.request
 
 from . import layout
-from .runner_lib import (REBOOT_HINT, Fatal, ItemFailed, Stopped, atomic_write, boot_identity, end_pids, engine_version,
+from .runner_lib import (REBOOT_HINT, Fatal, ItemFailed, Stopped, atomic_write, boot_identity, end_pids, engine_identity,
                          failed_requests, gpu_used_mib, live_pids, load_spec, log, make_reserve, no_space, now,
                          parse_env_file, proc_argv0, proc_has_token, tail)
 from .runspec import BenchRun, Client, Dropped, Serve
@@ -330,11 +330,13 @@ class Runner:
         if not os.access(vllm, os.X_OK):
             raise ItemFailed(f"{vllm} is missing or not executable: is {s['venv']} a vLLM venv?")
         if self.vllm_version is None:  # from the package metadata: importing vLLM would take ~20 s
-            version = engine_version(os.path.join(venv_bin, "python"), env)
+            ident = engine_identity(os.path.join(venv_bin, "python"), env)
+            version = ident["version"]
             want = s["expected_vllm_version"]
             if want and version != want:
                 raise ItemFailed(f"the venv has vLLM {version}, the plan pins {want}")
             self.vllm_version = self.state["vllm_version"] = version
+            self.state["engine"] = ident  # shared with a GPU lane's copy: every result carries it
         self.sampling = self.server_sampling(item)
 
     def server_sampling(self, item: dict) -> dict:
@@ -441,7 +443,8 @@ class Runner:
     def bench_metadata(self, item: dict) -> list[list[str]]:
         """The --metadata pairs only the worker knows (a GPU lane adds its GPUs)."""
         return [["generation_config", json.dumps(self.sampling or {}, sort_keys=True)],
-                ["decoding", self.decoding(item)]]
+                ["decoding", self.decoding(item)],
+                ["engine_identity", json.dumps(self.state.get("engine") or {}, sort_keys=True, separators=(",", ":"))]]
 
     def start_and_wait(self, item: dict, rec: dict) -> None:
         s = self.spec

@@ -176,3 +176,20 @@ def test_simulated_engine_names_itself(tmp_path):
     assert set(o.tables.provenance.engine) == {"simvllm 1.0 (simulated vLLM)"}
     md = (root / "report.md").read_text()
     assert "vLLM 0.32.0" not in md
+
+
+def test_the_engine_the_worker_observed_is_the_answer_and_nothing_is_sniffed():
+    from types import SimpleNamespace
+    from specfleet.results.provenance import _sim_result, engine_name, engine_of
+    sim = json.dumps({"name": "specfleet-simvllm", "version": "simvllm 1.0 (simulated vLLM)", "simulated": True})
+    real = json.dumps({"name": "vllm", "version": "0.26.0", "simulated": False})
+    as_result = lambda **extra: SimpleNamespace(extra=extra, simulated=extra.get("simulated") is True)  # noqa: E731
+    assert engine_of(as_result(engine_identity=real)) == json.loads(real)
+    assert _sim_result(as_result(engine_identity=sim)) and not _sim_result(as_result(engine_identity=real))
+    # observed: a real engine is not called simulated for a word in its other keys
+    assert not _sim_result(as_result(engine_identity=real, engine_version="simvllm-ish"))
+    # without an observation (plain vLLM files, older runners) the signs are still read
+    assert _sim_result(as_result(engine_version="simvllm 1.0 (simulated vLLM)"))
+    assert engine_name({"engine_identity": sim}, {}, True) == "simvllm 1.0 (simulated vLLM)"
+    assert engine_name({"engine_identity": real, "engine": "vllm-cuda (real GPU)"}, {}, False) == \
+        "vLLM 0.26.0, vllm-cuda (real GPU)"
