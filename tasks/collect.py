@@ -52,7 +52,7 @@ def collect(c, plan=None, inventory=None, hosts=None, results="results", force=F
         if queues is None:  # a campaign placed without planned.json: the split over the inventory, said so
             source = SPLIT
             fleet.warn(f"{dest / PLANNED_FILE} holds no queues placed by fab bench for this plan: the planned "
-                       "queues of hosts without a run.json come from the split over the inventory")
+                       f"queues of hosts without a {layout.RUN_SPEC} come from the split over the inventory")
             try:
                 queues = split(p, [NodeInfo.from_vars(h.name, h.vars) for h in fleet.hosts]).queues
             except PlanError as e:
