@@ -133,6 +133,15 @@ def fits_ever(need: int, gpus: list[int], groups: list[list[int]] | None) -> boo
     return pick(gpus, need, groups) is not None
 
 
+def admit(need: int, pin: int | None, free, groups, picker=pick) -> list[int] | None:
+    """The admission rule, for the pool (Pool.run) and the split's simulation (simulate) alike: in
+    queue order, an item starts on its pinned GPU when that is free, else on the set `picker` (pick)
+    gives it from the free GPUs; None: it waits. (Exclusive packing: nothing starts beside a running one.)"""
+    if pin is not None:
+        return [pin] if pin in free else None
+    return picker(free, need, groups) if need <= len(free) else None
+
+
 def simulate(items: list[tuple], gpus: list[int], groups: list[list[int]] | None = None,
              packing: str = "shared", checked: bool = False) -> tuple[float, dict[str, tuple[float, list[int]]]]:
     """(busy time, {name: (start, gpu set)}) of a node running `items` ((name, need, seconds), queue
@@ -159,10 +168,7 @@ def simulate(items: list[tuple], gpus: list[int], groups: list[list[int]] | None
             if exclusive and running or not free:
                 waiting.extend(pending[k:])
                 break
-            if len(it) > 3 and it[3] is not None:
-                got = [it[3]] if it[3] in free else None
-            else:
-                got = _pick_cached(free, it[1], gkey) if it[1] <= len(free) else None
+            got = admit(it[1], it[3] if len(it) > 3 else None, free, gkey, _pick_cached)
             if got is None:
                 waiting.append(it)
                 continue
@@ -378,10 +384,7 @@ class Pool:
                         rec.update(attempts=rec["attempts"] + 1, started_at=now())
                         r.set(rec, "failed", "no GPU set", finished_at=now(), error=why)
                         continue
-                    if pin is not None:
-                        got = [pin] if pin not in busy else None
-                    else:
-                        got = pick([i for i in indices if i not in busy], need, self.groups)
+                    got = admit(need, pin, [i for i in indices if i not in busy], self.groups)
                     if got is None:
                         continue
                     pending.remove((item, rec))
