@@ -5,6 +5,7 @@ checks import the same functions, so the GPU count a configuration needs has one
 
     needed(argv)               GPUs one `vllm serve` argv uses: tensor x pipeline x data parallel size
     pick(free, need, groups)   the GPU set it gets: contiguous indices inside one NVLink group first
+    admit(need, pin, free, ...) the admission rule (pinned GPU, else pick), one for the pool and simulate
     simulate(items, gpus, ...) the node's busy time when its queue runs the way run_slots runs it
     run_slots(runner)          the runner's queue over the node's GPUs (several servers at once)
 
