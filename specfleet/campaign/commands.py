@@ -173,8 +173,5 @@ def required_paths(plan: Plan, item: str, paths: Paths) -> list[str]:
 
 def commands_for(plan: Plan, node: str, item: str, paths: Paths) -> list[str]:
     """Shell-quoted command lines: `vllm serve ...` then one `vllm bench serve ...` per run."""
-    client = client_spec(plan, node, item, paths)
-    runs = [bench_run(plan, item, cell, rep) for cell, rep in run_order(plan)]
     return [shlex.join(serve_argv(plan, item, paths)),
-            *(shlex.join(r.argv(client, model=paths.model, vllm_version=None, host=plan.server.host,
-                                port=plan.server.port)) for r in runs)]
+            *(shlex.join(bench_argv(plan, node, item, cell, paths, rep)) for cell, rep in run_order(plan))]
