@@ -58,6 +58,7 @@ class Planned:
     host_notes: dict[str, str] = field(default_factory=dict)     # node -> why it gave nothing (collect)
     cells: list[str] = field(default_factory=list)               # bench cell names (sweep.py); [] = conc<N>
     running: dict[str, str] = field(default_factory=dict)        # node -> its live runner (collect saw it)
+    placed: dict[str, list[str]] = field(default_factory=dict)   # the queues fab bench placed (kept as written)
 
     def cell_names(self) -> list[tuple[str, int]]:
         """(cell name, its concurrency) in plan order."""
@@ -81,23 +82,23 @@ class Planned:
 
     def to_json(self) -> str:
         return json.dumps({"plan_hash": self.plan_hash, "queues": self.queues, "sources": self.sources,
-                           "host_notes": self.host_notes}, indent=2, sort_keys=True) + "\n"
+                           "host_notes": self.host_notes, **({"placed": self.placed} if self.placed else {})},
+                          indent=2, sort_keys=True) + "\n"
 
 
 def placed(plan, queues: dict[str, list[str]]) -> str:
     """planned.json as `fab bench` writes it at placement: the queues it decided."""
     return json.dumps({"plan_hash": plan.plan_hash(), "queues": queues, "sources": {h: PLACED for h in queues},
-                       "host_notes": {}}, indent=2, sort_keys=True) + "\n"
+                       "host_notes": {}, "placed": queues}, indent=2, sort_keys=True) + "\n"
 
 
 def placed_queues(plan, campaign_dir: Path) -> dict[str, list[str]] | None:
     """The queues `fab bench` placed for this plan (planned.json), or None: placed without one."""
     saved = _read_json(Path(campaign_dir) / PLANNED_FILE) or {}
-    sources, queues = saved.get("sources") or {}, saved.get("queues") or {}
-    if saved.get("plan_hash") != plan.plan_hash() or not isinstance(queues, dict) or not isinstance(sources, dict):
+    queues = saved.get("placed")
+    if saved.get("plan_hash") != plan.plan_hash() or not isinstance(queues, dict):
         return None
-    mine = {h: [str(c) for c in q] for h, q in queues.items() if sources.get(h) == PLACED and isinstance(q, list)}
-    return mine or None
+    return {h: [str(c) for c in q] for h, q in queues.items() if isinstance(q, list)} or None
 
 
 def planned_from(plan, plan_path: str, campaign_dir: Path, split_queues: dict[str, list[str]] | None = None,
@@ -115,6 +116,7 @@ def planned_from(plan, plan_path: str, campaign_dir: Path, split_queues: dict[st
                 repeat=b.repeat, baseline=plan.baseline, plan_hash=plan.plan_hash(), plan_path=plan_path,
                 cells=[c.name for c in b.cells])
     saved = _read_json(campaign_dir / PLANNED_FILE)
+    p.placed = placed_queues(plan, campaign_dir) or {}  # kept through collect's rewrites of the file
     if saved and saved.get("plan_hash") == p.plan_hash and split_queues is None:
         p.queues = {h: list(q) for h, q in (saved.get("queues") or {}).items()}
         p.sources = {h: f"{PLANNED_FILE} ({s})" for h, s in (saved.get("sources") or {}).items()}

@@ -181,7 +181,8 @@ def test_the_queues_fab_bench_placed_are_what_collect_and_report_plan_with(tmp_p
     assert placed_queues(plan, camp) == QUEUES
     p = planned_from(plan, "plan.yml", camp, placed_queues(plan, camp), queues_source=PLACED)
     assert p.queues == QUEUES and set(p.sources.values()) == {PLACED}
-    # collect writes it back with its notes: the queues still count as placed
+    # collect writes it back with its notes (a run.json's queue wins there): the placement is kept
+    p.sources["w1"] = "run.json"
     (camp / "planned.json").write_text(p.to_json())
     assert placed_queues(plan, camp) == QUEUES
     # another plan's placement, or collect's own split, is not taken for this plan's
