@@ -1,6 +1,8 @@
 """`fab bench`, `fab status`, `fab stop`: run a campaign's queues on the workers, detached from SSH."""
 from __future__ import annotations
 
+from pathlib import Path
+
 from invoke import task
 from invoke.exceptions import Exit
 from rich.table import Table
@@ -79,9 +81,11 @@ def without(inventory, hosts: str | None, exclude: str) -> str:
                       wait="follow progress until every runner is done (default; --no-wait returns at once)",
                       poll="seconds between progress reads (default 2)",
                       exclude="leave these hosts out (comma list of host or group names), e.g. the node "
-                              "a failed Slurm job named"), iterable=["assign"])
+                              "a failed Slurm job named",
+                      results="where fab collect puts results; the placed queues go to <results>/<campaign>/"
+                              "planned.json (default results/)"), iterable=["assign"])
 def bench(c, plan=None, inventory=None, hosts=None, exclude=None, check=False, diff=False, assign=None, wait=True,
-          poll=2.0, forks=32, serial=False, accept_new_host_keys=False, verbose=False):
+          poll=2.0, forks=32, serial=False, accept_new_host_keys=False, verbose=False, results="results"):
     """Split the plan's configurations across the nodes and run each node's queue (resumable, reattaches)."""
     p = plan_of(plan)
     try:  # a missing bastion file, or one with too few prompts, stops here, before any host is touched
@@ -125,6 +129,7 @@ def bench(c, plan=None, inventory=None, hosts=None, exclude=None, check=False, d
                     rep.console.print(f"    {line}", markup=False, soft_wrap=True)
         if check:
             return
+        _write_planned(p, queues.queues, Path(results) / p.campaign)
         views = {h.name: reads[h.name].view for h in split_hosts}
         specs = {}
         for host in [h for h in split_hosts if h in fleet.active and h.name in paths]:
@@ -157,6 +162,17 @@ def bench(c, plan=None, inventory=None, hosts=None, exclude=None, check=False, d
         fleet.each("start runner", start, hosts=[h for h in fleet.active if h.name in specs])
         if wait:
             _follow(fleet, p, rep, poll, runners)
+
+
+def _write_planned(plan, queues: dict[str, list[str]], campaign_dir: Path) -> None:
+    """The queues this placement decided, once, for fab collect and fab report (results/cells.py)."""
+    from specfleet.results.bastion_io import atomic_write_text, storage_checked
+    from specfleet.results.cells import PLANNED_FILE, placed
+
+    def write() -> None:
+        campaign_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(campaign_dir / PLANNED_FILE, placed(plan, queues))
+    storage_checked(write, campaign_dir)  # before any runner starts: a full or read-only disk, its exit code
 
 
 def _placement(host, plan, spec):

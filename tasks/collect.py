@@ -47,18 +47,25 @@ def collect(c, plan=None, inventory=None, hosts=None, results="results", force=F
             fleet.each("fetch results", fetch_one)
         if faults:  # the bastion's disk, not a host: one line, its own exit code, no report attempted
             raise Exit(f"error: {faults[0]}", code=faults[0].code)
-        try:
-            queues = split(p, [NodeInfo.from_vars(h.name, h.vars) for h in fleet.hosts]).queues
-        except PlanError as e:
-            queues = {}
-            fleet.warn(f"cannot work out the planned queues of hosts without a {layout.RUN_SPEC}: {e}")
+        from specfleet.results.cells import PLACED, PLANNED_FILE, SPLIT, placed_queues
+        queues, source = placed_queues(p, dest), PLACED
+        if queues is None:  # a campaign placed without planned.json: the split over the inventory, said so
+            source = SPLIT
+            fleet.warn(f"{dest / PLANNED_FILE} holds no queues placed by fab bench for this plan: the planned "
+                       f"queues of hosts without a {layout.RUN_SPEC} come from the split over the inventory")
+            try:
+                queues = split(p, [NodeInfo.from_vars(h.name, h.vars) for h in fleet.hosts]).queues
+            except PlanError as e:
+                queues = {}
+                fleet.warn(f"cannot work out the planned queues of hosts without a {layout.RUN_SPEC}: {e}")
         bandwidth = next((h.var("gpu_memory_bandwidth_gbps") for h in fleet.hosts
                           if h.var("gpu_memory_bandwidth_gbps")), None)
         from specfleet.results.report import report_plan  # heavy: pandas, matplotlib
         msgs = slurm_notes + [m for h in sorted(refused) for m in refused[h]]
         outcome = storage_checked(lambda: report_plan(
             p, plan or DEFAULT_PLAN, results, force=force, gpu_bandwidth_gbps=float(bandwidth) if bandwidth else None,
-            split_queues=queues, host_notes=host_notes(fleet.results), notes=msgs, console=rep.console,
+            split_queues=queues, queues_source=source, host_notes=host_notes(fleet.results), notes=msgs,
+            console=rep.console,
             running=running), dest)
         from specfleet.results.cells import running_note
         for m in msgs[len(slurm_notes):] + ([running_note(running, plan or DEFAULT_PLAN)] if running else []):

@@ -1,10 +1,9 @@
-"""The exact `vllm serve` / `vllm bench serve` command lines of one queue item.
+"""The run spec's items (the typed parts of specfleet/worker/runspec.py) of a plan's queue item,
+and the command lines they render to.
 
-The same argv lists go into the printed plan (`commands_for`, shlex-quoted) and into the
-runner's spec (`item_argv`). Two placeholders are filled in on the worker by the runner
-(layout.MODEL, layout.VLLM_VERSION): the first model candidate that holds a config.json
-(run-bench.sh's pick()) and the engine version the runner read in preflight
-(runner_lib.engine_version).
+The same typed parts go into the printed plan (`commands_for`, rendered with the placeholders
+layout.MODEL and layout.VLLM_VERSION) and into the runner's spec (`item_spec`); the runner renders
+them on the worker with the model candidate it picked and the engine version it read in preflight.
 """
 from __future__ import annotations
 
@@ -14,12 +13,11 @@ import posixpath
 import shlex
 from dataclasses import dataclass
 
-from ..worker.crossover import CONC, PER_CONC, PROMPTS, REP, prompts_at
-from ..worker.layout import MODEL, VLLM_VERSION, cell_result_filename, result_filename, run_dir
+from ..worker.crossover import prompts_at
+from ..worker.layout import cell_result_filename, run_dir
+from ..worker.runspec import BenchRun, Client, Serve
 from ..plan import Plan
 from ..plan.sweep import Cell
-from ..plan.slo import goodput_args
-from ..plan.arrivals import arrival_args
 
 
 @dataclass(frozen=True)
@@ -55,17 +53,16 @@ def find_cell(plan: Plan, cell: int | Cell) -> Cell:
     return Cell(cell, b.output_len, b.num_prompts, None, f"conc{cell}")
 
 
+def serve_spec(plan: Plan, item: str, paths: Paths) -> Serve:
+    c, s = plan.config(item), plan.server
+    return Serve(vllm=posixpath.join(paths.venv, "bin", "vllm"), served_name=plan.model.served_name,
+                 server_args=list(s.args), prefix_caching=s.prefix_cache != "disabled",
+                 speculative_config=c.speculative_config, extra_args=list(c.extra_args))
+
+
 def serve_argv(plan: Plan, item: str, paths: Paths) -> list[str]:
-    c = plan.config(item)
-    s = plan.server
-    argv = [posixpath.join(paths.venv, "bin", "vllm"), "serve", paths.model or MODEL,
-            "--served-model-name", plan.model.served_name,
-            "--host", s.host, "--port", str(s.port), *s.args]
-    if s.prefix_cache == "disabled":
-        argv.append("--no-enable-prefix-caching")
-    if c.speculative_config is not None:
-        argv += ["--speculative-config", json.dumps(c.speculative_config, separators=(",", ":"))]
-    return argv + list(c.extra_args)
+    """The `vllm serve` argv of a configuration on the plan's port (the model: paths.model or the placeholder)."""
+    return serve_spec(plan, item, paths).argv(model=paths.model, host=plan.server.host, port=plan.server.port)
 
 
 def num_prompts(plan: Plan, concurrency: int) -> int:
@@ -75,66 +72,46 @@ def num_prompts(plan: Plan, concurrency: int) -> int:
     return prompts_at(b.num_prompts, b.min_prompts_per_concurrency, concurrency, scale)
 
 
+def client_spec(plan: Plan, node: str, item: str, paths: Paths) -> Client:
+    """What every bench run of `item` on `node` shares, with the --metadata that says how a run was set
+    up (the report reads it from each result). The runner adds what only the worker knows:
+    generation_config (the model's sampling defaults, which apply to every parameter the client does
+    not send), decoding, prompts_dropped, the GPUs."""
+    b, s = plan.benchmark, plan.server
+    sent = {} if b.temperature is None else {"temperature": b.temperature}
+    version = paths.vllm_version or plan.vllm_version  # None: the runner's preflight fills it in
+    metadata = [["node", node], ["config", item], ["plan_hash", plan.plan_hash()], ["vllm_version", version],
+                ["campaign", plan.campaign],
+                ["sampling_params", json.dumps(sent, sort_keys=True, separators=(",", ":"))],
+                ["num_warmups", str(b.num_warmups)], ["prefix_cache", s.prefix_cache], ["repeats", str(b.repeat)],
+                ["steady_state", b.steady_state], ["max_failed_requests", str(b.max_failed_requests)]]
+    return Client(vllm=posixpath.join(paths.venv, "bin", "vllm"), backend=b.backend, endpoint=b.endpoint,
+                  served_name=plan.model.served_name, dataset_name=b.dataset_name,
+                  dataset_path=paths.dataset or b.on_worker or b.dataset_path,
+                  result_dir=paths.result_dir(plan, node), temperature=b.temperature,
+                  percentile_metrics=list(b.percentile_metrics), metric_percentiles=list(b.metric_percentiles),
+                  num_warmups=b.num_warmups, save_detailed=b.save_detailed, repeats=b.repeat,
+                  burstiness=b.burstiness, seed=b.seed,
+                  goodput_ms={k.removesuffix("_ms"): v for k, v in (b.slo.limits() if b.slo else {}).items()},
+                  metadata=metadata)
+
+
+def bench_run(plan: Plan, item: str, cell: int | Cell, rep: int = 1) -> BenchRun:
+    """One bench run of `item`: a cell (or the plan's first cell at a concurrency) at repeat `rep`."""
+    cell = find_cell(plan, cell)
+    plain = cell.name == f"conc{cell.concurrency}"  # a plain plan's items (and item_hash) stay as they were
+    return BenchRun(concurrency=cell.concurrency, rep=rep, num_prompts=cell_prompts(plan, cell),
+                    output_len=cell.output_len, category=cell.category, request_rate=cell.request_rate,
+                    result_file=cell_result_filename(item, cell, rep, plan.benchmark.repeat),
+                    cell=None if plain else cell.name, fit=None if plain else cell_fit(plan, cell))
+
+
 def bench_argv(plan: Plan, node: str, item: str, cell: int | Cell, paths: Paths,
                rep: int = 1) -> list[str]:
-    """The one `vllm bench serve` argv of a bench cell (the only place it is built: a runner-side
-    template for new cells is made from it)."""
-    cell = find_cell(plan, cell)
-    concurrency = cell.concurrency
-    b = plan.benchmark
-    s = plan.server
-    model = paths.model or MODEL
-    version = paths.vllm_version or plan.vllm_version or VLLM_VERSION
-    metadata = [f"node={node}", f"config={item}", f"plan_hash={plan.plan_hash()}",
-                f"vllm_version={version}", f"campaign={plan.campaign}"]
-    if b.repeat > 1:
-        metadata.append(f"repeat={rep}")
-    metadata += run_setup(plan, cell)
-    fmt = lambda x: str(int(x)) if float(x).is_integer() else str(x)  # noqa: E731
-    return [
-        posixpath.join(paths.venv, "bin", "vllm"), "bench", "serve",
-        "--backend", b.backend,
-        "--base-url", f"http://{s.host}:{s.port}",
-        "--endpoint", b.endpoint,
-        "--model", plan.model.served_name,
-        "--tokenizer", model,          # the served name is not a HF repo id (report §3.3)
-        "--dataset-name", b.dataset_name,
-        "--dataset-path", paths.dataset or b.on_worker or b.dataset_path,
-        "--num-prompts", str(cell_prompts(plan, cell)),
-        "--no-oversample",
-        "--spec-bench-output-len", str(cell.output_len),
-        # the loader filters by category before its seed-0 shuffle: the first num_prompts of that category
-        *(["--spec-bench-category", cell.category] if cell.category else []),
-        "--max-concurrency", str(concurrency),
-        *arrival_args(cell, b.burstiness, b.seed),   # an open-loop cell (arrivals.py)
-        *(["--temperature", fmt(b.temperature)] if b.temperature is not None else []),
-        "--percentile-metrics", ",".join(b.percentile_metrics),
-        "--metric-percentiles", ",".join(fmt(p) for p in b.metric_percentiles),
-        "--num-warmups", str(b.num_warmups),
-        *(["--save-detailed"] if b.save_detailed else []),
-        *goodput_args(b.slo),
-        "--save-result",
-        "--result-dir", paths.result_dir(plan, node),
-        "--result-filename", cell_result_filename(item, cell, rep, b.repeat),
-        "--metadata", *metadata,
-    ]
-
-
-def run_setup(plan: Plan, cell: int | Cell) -> list[str]:
-    """`--metadata` words that say how a run was set up (the report reads them from each result).
-
-    The runner adds what only the worker knows: generation_config (the model's sampling defaults,
-    which apply to every parameter the client does not send), decoding, prompts_dropped.
-    """
-    b, s = plan.benchmark, plan.server
-    cell = find_cell(plan, cell)
-    sent = {} if b.temperature is None else {"temperature": b.temperature}
-    return [f"sampling_params={json.dumps(sent, sort_keys=True, separators=(',', ':'))}",
-            f"num_warmups={b.num_warmups}", f"prefix_cache={s.prefix_cache}", f"repeats={b.repeat}",
-            f"steady_state={b.steady_state}", f"prompts_per_concurrency={cell_prompts(plan, cell) / cell.concurrency:g}",
-            f"max_failed_requests={b.max_failed_requests}",
-            *([f"category={cell.category}"] if cell.category else []),
-            *([f"arrival_seed={b.seed}"] if cell.request_rate is not None else [])]
+    """The `vllm bench serve` argv of one bench run as the printed plan shows it."""
+    return bench_run(plan, item, cell, rep).argv(
+        client_spec(plan, node, item, paths), model=paths.model, vllm_version=None,
+        host=plan.server.host, port=plan.server.port)
 
 
 def run_order(plan: Plan) -> list[tuple[Cell, int]]:
@@ -167,27 +144,18 @@ def max_model_len(plan: Plan, item: str) -> str | None:
     return val
 
 
-def item_argv(plan: Plan, node: str, item: str, paths: Paths) -> dict:
-    """One queue item as the runner spec holds it (see runner.py for the schema)."""
+def item_spec(plan: Plan, node: str, item: str, paths: Paths) -> dict:
+    """One queue item as the runner spec holds it (docs/campaign.md; runspec.py for its typed parts)."""
     b = plan.benchmark
-    benches = []
-    for cell, rep in run_order(plan):
-        benches.append({
-            "concurrency": cell.concurrency,
-            "rep": rep,
-            "argv": bench_argv(plan, node, item, cell, paths, rep),
-            "result_file": cell_result_filename(item, cell, rep, b.repeat),
-            "num_prompts": cell_prompts(plan, cell),
-        })
-        if cell.name != f"conc{cell.concurrency}":  # a plain plan's items (and item_hash) stay as they were
-            benches[-1].update(cell=cell.name, fit=cell_fit(plan, cell))
     # what the runner's prompt-fit check needs (fitcheck.py, run with the venv's python)
     fit = {"dataset": paths.dataset or b.on_worker or b.dataset_path,
            "num_prompts": max(num_prompts(plan, c) for c in b.concurrencies),
            "output_len": b.output_len,
            "max_model_len": max_model_len(plan, item), "chat_template": b.chat_template,
            "policy": b.prompts_that_do_not_fit}
-    out = {"name": item, "serve_argv": serve_argv(plan, item, paths), "bench": benches,
+    out = {"name": item, "serve": serve_spec(plan, item, paths).to_json(),
+           "client": client_spec(plan, node, item, paths).to_json(),
+           "bench": [bench_run(plan, item, cell, rep).to_json() for cell, rep in run_order(plan)],
            "required_paths": required_paths(plan, item, paths), "fit": fit,
            "max_failed_requests": b.max_failed_requests, "temperature": b.temperature}
     out["item_hash"] = hashlib.sha256(json.dumps(out, sort_keys=True).encode()).hexdigest()[:12]
@@ -203,24 +171,7 @@ def required_paths(plan: Plan, item: str, paths: Paths) -> list[str]:
     return req
 
 
-def bench_templates(plan: Plan, node: str, item: str, paths: Paths) -> list[dict]:
-    """Per repeat, the bench run of `item` at any concurrency: bench_argv with the placeholders
-    @CONC@, @REP@, @NUM_PROMPTS@, @PROMPTS_PER_CONC@ that the runner's crossover rounds fill in."""
-    b, out = plan.benchmark, []
-    for rep in range(1, b.repeat + 1):
-        argv = bench_argv(plan, node, item, 1, paths, rep)
-        for flag, word in (("--max-concurrency", CONC), ("--num-prompts", PROMPTS),
-                           ("--result-filename", result_filename(item, CONC, REP, b.repeat))):  # type: ignore[arg-type]
-            argv[argv.index(flag) + 1] = word
-        argv = [f"prompts_per_concurrency={PER_CONC}" if w.startswith("prompts_per_concurrency=") else w
-                for w in argv]
-        out.append({"rep": rep, "argv": argv, "result_file": result_filename(item, CONC, REP, b.repeat)})  # type: ignore[arg-type]
-    return out
-
-
 def commands_for(plan: Plan, node: str, item: str, paths: Paths) -> list[str]:
     """Shell-quoted command lines: `vllm serve ...` then one `vllm bench serve ...` per run."""
-    lines = [shlex.join(serve_argv(plan, item, paths))]
-    for cell, rep in run_order(plan):
-        lines.append(shlex.join(bench_argv(plan, node, item, cell, paths, rep)))
-    return lines
+    return [shlex.join(serve_argv(plan, item, paths)),
+            *(shlex.join(bench_argv(plan, node, item, cell, paths, rep)) for cell, rep in run_order(plan))]

@@ -8,7 +8,7 @@ import time
 import zipfile
 from pathlib import Path
 
-from .commands import Paths, bench_templates, item_argv
+from .commands import Paths, item_spec
 from ..plan import Plan
 from .slotsplit import pins_of
 from ..worker.stats import SPEEDUP_CONFIDENCE  # the report's interval, the one default
@@ -61,8 +61,8 @@ def build_run_spec(plan: Plan, node: str, queue: list[str], paths: Paths, *,
         "gpu_memory_free_mib": plan.gpu_memory_free_mib,
         "gpu_index": gpu_index,
         "stop_timeout_s": plan.stop_timeout_s,
-        "items": [item_argv(plan, node, name, paths) for name in queue],
-        "crossover": crossover_spec(plan, node, queue, paths),
+        "items": [item_spec(plan, node, name, paths) for name in queue],
+        "crossover": crossover_spec(plan, queue),
     }
     if gpus and len(gpus) > 1:
         spec.update(gpus=[dict(g) for g in gpus], gpu_groups=gpu_groups, packing=plan.packing)
@@ -76,7 +76,7 @@ def build_run_spec(plan: Plan, node: str, queue: list[str], paths: Paths, *,
     return spec
 
 
-def crossover_spec(plan: Plan, node: str, queue: list[str], paths: Paths) -> dict | None:
+def crossover_spec(plan: Plan, queue: list[str]) -> dict | None:
     """What the runner's crossover rounds need (specfleet/worker/crossover.py), or None."""
     b, x = plan.benchmark, plan.benchmark.concurrency_search
     if x is None:
@@ -86,8 +86,7 @@ def crossover_spec(plan: Plan, node: str, queue: list[str], paths: Paths) -> dic
             "tolerance_pct": plan.equivalence.tolerance_pct, "baseline": plan.baseline,
             "configs": [n for n in queue if n != plan.baseline],
             "num_prompts": b.num_prompts, "min_prompts_per_concurrency": b.min_prompts_per_concurrency,
-            "scale_prompts": b.steady_state == "required",
-            "templates": {n: bench_templates(plan, node, n, paths) for n in queue}}
+            "scale_prompts": b.steady_state == "required", "repeat": b.repeat, "output_len": b.output_len}
 
 
 def dump_run_spec(spec: dict) -> str:

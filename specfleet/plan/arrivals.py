@@ -35,11 +35,3 @@ def rate_cells(cells: list, rates: list[float] | None) -> list:
         for r in rates:
             out.append(c if math.isinf(r) else replace(c, name=f"{c.name}-{rate_part(r)}", request_rate=float(r)))
     return out
-
-
-def arrival_args(cell, burstiness: float, seed: int) -> list[str]:
-    """vllm bench serve's arrival flags of a cell with a finite rate ([] for a closed-loop cell)."""
-    if getattr(cell, "request_rate", None) is None:
-        return []
-    fmt = lambda x: str(int(x)) if float(x).is_integer() else repr(float(x))  # noqa: E731
-    return ["--request-rate", fmt(cell.request_rate), "--burstiness", fmt(burstiness), "--seed", str(seed)]

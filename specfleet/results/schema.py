@@ -43,6 +43,7 @@ SPEC_KEYS = (
 PROVENANCE_KEYS = (
     "node", "config", "vllm_version", "torch_version", "gpu", "driver",
     "driver_version", "cuda_version", "plan_hash", "campaign", "engine", "engine_version",
+    "engine_identity",  # the engine the worker observed (runner.bench_metadata; provenance.engine_of)
 )
 
 

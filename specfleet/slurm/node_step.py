@@ -31,10 +31,8 @@ RUNNER = os.path.join(HERE, "runner.pyz")  # the worker program (specfleet.worke
 sys.path.insert(0, RUNNER)
 try:
     from specfleet_worker import layout  # noqa: E402
-    from specfleet_worker.slots import retarget  # noqa: E402
 except ImportError:  # in a checkout (unit tests)
     from specfleet.worker import layout  # noqa: E402
-    from specfleet.worker.slots import retarget  # noqa: E402
 
 EXIT_NO_SPEC, EXIT_NOT_SHARED = 2, 3
 PORT_RANGE = (20000, 60000)
@@ -78,7 +76,6 @@ def free_ports(host: str, count: int, start: int) -> int:
 def effective_spec(spec: dict, gpus: list[int], port: int) -> dict:
     """The bastion's spec on this allocation: pure (spec, allocated GPU indices, base port) -> spec."""
     out = json.loads(json.dumps(spec))
-    old_port = int(spec["port"])
     out["port"] = port
     if out.get("gpus"):
         if len(gpus) < len(out["gpus"]):
@@ -94,13 +91,6 @@ def effective_spec(spec: dict, gpus: list[int], port: int) -> dict:
                 it["gpu_pin"] = remap[it["gpu_pin"]]
     elif gpus:
         out["gpu_index"] = gpus[0]
-    for it in out["items"]:
-        it["serve_argv"] = retarget(it["serve_argv"], port, old_port)
-        for b in it["bench"]:
-            b["argv"] = retarget(b["argv"], port, old_port)
-    for tpl in ((out.get("crossover") or {}).get("templates") or {}).values():
-        for t in tpl:
-            t["argv"] = retarget(t["argv"], port, old_port)
     out["slurm"] = {k: os.environ.get(v) for k, v in (
         ("job_id", "SLURM_JOB_ID"), ("step_id", "SLURM_STEP_ID"), ("node", "SLURMD_NODENAME"),
         ("restart_count", "SLURM_RESTART_COUNT"), ("cuda_visible_devices", "CUDA_VISIBLE_DEVICES"))}

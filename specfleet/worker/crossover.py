@@ -34,9 +34,10 @@ import math
 import os
 import statistics
 
+from .layout import result_filename
+from .runspec import BenchRun
 
 FASTER, NO_DIFF, SLOWER = "faster", "no measurable difference", "slower"
-CONC, REP, PROMPTS, PER_CONC = "@CONC@", "@REP@", "@NUM_PROMPTS@", "@PROMPTS_PER_CONC@"
 
 
 def fine_grid(lo: int, hi: int, per_doubling: int) -> list[int]:
@@ -152,26 +153,21 @@ def crossings(points: dict[int, dict]) -> list[tuple[int, int]]:
 
 
 # ---------------------------------------------------------------- the runner's side
-def _bench_entry(tpl: dict, conc: int, num_prompts: int) -> dict:
-    sub = {CONC: str(conc), REP: str(tpl["rep"]), PROMPTS: str(num_prompts),
-           PER_CONC: f"{num_prompts / conc:g}"}
-
-    def fill(word: str) -> str:
-        for k, v in sub.items():
-            word = word.replace(k, v)
-        return word
-    return {"concurrency": conc, "rep": tpl["rep"], "argv": [fill(w) for w in tpl["argv"]],
-            "result_file": fill(tpl["result_file"]), "num_prompts": num_prompts}
+def _runs(x: dict, config: str, conc: int, num_prompts: int) -> list[dict]:
+    """The bench runs (runspec.BenchRun as JSON) of `config` at `conc`, one per repeat."""
+    return [BenchRun(concurrency=conc, rep=rep, num_prompts=num_prompts, output_len=x["output_len"],
+                     result_file=result_filename(config, conc, rep, x["repeat"])).to_json()
+            for rep in range(1, x["repeat"] + 1)]
 
 
-def _values(result_dir: str, tpls: list[dict], conc: int, metric: str) -> list[float] | None:
+def _values(result_dir: str, x: dict, config: str, conc: int) -> list[float] | None:
     """The metric over the repeats of one cell, or None unless every repeat's file is a result."""
     vals = []
-    for t in tpls:
-        path = os.path.join(result_dir, _bench_entry(t, conc, 0)["result_file"])
+    for run in _runs(x, config, conc, 0):
+        path = os.path.join(result_dir, run["result_file"])
         try:
             with open(path) as f:
-                v = json.load(f).get(metric)
+                v = json.load(f).get(x["metric"])
         except (OSError, ValueError, AttributeError):
             return None
         if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
@@ -182,10 +178,9 @@ def _values(result_dir: str, tpls: list[dict], conc: int, metric: str) -> list[f
 
 def measured(x: dict, result_dir: str, config: str) -> dict[int, list[float]]:
     """concurrency -> values over repeats, for the cells of `config` whose files are all there."""
-    tpls = x["templates"][config]
     out = {}
     for c in fine_grid(x["min"], x["max"], x["per_doubling"]):
-        vals = _values(result_dir, tpls, c, x["metric"])
+        vals = _values(result_dir, x, config, c)
         if vals is not None:
             out[c] = vals
     return out
@@ -229,7 +224,6 @@ def crossover_round(spec: dict, result_dir: str, tried: dict[str, set[int]], rou
         for it in spec["items"]:
             tried.setdefault(it["name"], set()).update(b["concurrency"] for b in it["bench"])
     decision = decide(x, result_dir, tried)
-    base_tpls = x["templates"][x["baseline"]]
     need: dict[str, list[int]] = {cfg: d["next"] for cfg, d in decision.items() if d["next"]}
     base_have = set(measured(x, result_dir, x["baseline"]))
     base_need = sorted(({c for v in need.values() for c in v}
@@ -240,10 +234,9 @@ def crossover_round(spec: dict, result_dir: str, tried: dict[str, set[int]], rou
     for cfg, concs in [(x["baseline"], base_need), *need.items()]:
         if not concs or cfg not in by_name:
             continue
-        tpls = x["templates"][cfg] if cfg != x["baseline"] else base_tpls
-        entries = [_bench_entry(t, c, prompts_at(x["num_prompts"], x["min_prompts_per_concurrency"], c,
-                                                  x["scale_prompts"]))
-                   for t in tpls for c in concs]  # repeats interleaved across concurrencies
+        by_conc = {c: _runs(x, cfg, c, prompts_at(x["num_prompts"], x["min_prompts_per_concurrency"], c,
+                                                  x["scale_prompts"])) for c in concs}
+        entries = [by_conc[c][k] for k in range(x["repeat"]) for c in concs]  # repeats interleaved across concurrencies
         items.append(_item(by_name[cfg], f"{cfg}.round{round_no}", entries))
         tried.setdefault(cfg, set()).update(concs)
     return items, decision

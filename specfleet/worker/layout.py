@@ -43,7 +43,7 @@ BENCH_LOG_SUFFIX = ".bench.log"
 TELEMETRY_SUFFIX = ".telemetry.jsonl"
 PARTIAL_SUFFIX = ".partial"  # a result being written; renamed to its final name once it counts
 
-# Filled in on the worker by the runner (commands.py writes them into the argv lists):
+# What the printed plan shows where the runner renders what it found on the worker (runspec.py):
 MODEL = "@MODEL@"                # the first model candidate that holds a config.json
 VLLM_VERSION = "@VLLM_VERSION@"  # the engine version the runner read in preflight
 
@@ -118,7 +118,3 @@ def telemetry_file(result_file: str) -> str:
 def prompts_fit(digest: str) -> str:
     return f"prompts-fit-{digest}.jsonl"
 
-
-def fill(word: str, model: str | None, vllm_version: str | None) -> str:
-    """One argv word with the placeholders filled in (an unknown version reads 'unknown')."""
-    return word.replace(MODEL, model or "").replace(VLLM_VERSION, vllm_version or "unknown")

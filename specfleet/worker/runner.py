@@ -23,9 +23,10 @@ import urllib.error
 import urllib.request
 
 from . import layout
-from .runner_lib import (REBOOT_HINT, Fatal, ItemFailed, Stopped, atomic_write, boot_identity, end_pids, engine_version,
+from .runner_lib import (REBOOT_HINT, Fatal, ItemFailed, Stopped, atomic_write, boot_identity, end_pids, engine_identity,
                          failed_requests, gpu_used_mib, live_pids, load_spec, log, make_reserve, no_space, now,
                          parse_env_file, proc_argv0, proc_has_token, tail)
+from .runspec import BenchRun, Client, Dropped, Serve
 from .slots import run_slots
 from .telemetry import sampler_for
 
@@ -103,9 +104,8 @@ class Runner:
     def results_valid(self, item: dict) -> bool:
         """A done marker counts only while each result file it stands for is still a complete result:
         one found corrupted or missing (collect quarantines such a copy) is measured again."""
+        rdir = Client.from_json(item["client"]).result_dir
         for b in item["bench"]:
-            argv = b["argv"]
-            rdir = argv[argv.index("--result-dir") + 1] if "--result-dir" in argv else self.run_dir
             try:
                 with open(os.path.join(rdir, b["result_file"])) as f:
                     r = json.load(f)
@@ -330,11 +330,13 @@ class Runner:
         if not os.access(vllm, os.X_OK):
             raise ItemFailed(f"{vllm} is missing or not executable: is {s['venv']} a vLLM venv?")
         if self.vllm_version is None:  # from the package metadata: importing vLLM would take ~20 s
-            version = engine_version(os.path.join(venv_bin, "python"), env)
+            ident = engine_identity(os.path.join(venv_bin, "python"), env)
+            version = ident["version"]
             want = s["expected_vllm_version"]
             if want and version != want:
                 raise ItemFailed(f"the venv has vLLM {version}, the plan pins {want}")
             self.vllm_version = self.state["vllm_version"] = version
+            self.state["engine"] = ident  # shared with a GPU lane's copy: every result carries it
         self.sampling = self.server_sampling(item)
 
     def server_sampling(self, item: dict) -> dict:
@@ -343,7 +345,7 @@ class Runner:
         vLLM's --generation-config: `auto` (default) = the model's generation_config.json, `vllm` =
         none (vLLM's own defaults: temperature 1.0), a folder = that folder's file.
         """
-        argv = item["serve_argv"]
+        argv = Serve.from_json(item["serve"]).options()
         src = next((w.split("=", 1)[1] for w in argv if w.startswith("--generation-config=")), None)
         if src is None and "--generation-config" in argv[:-1]:
             src = argv[argv.index("--generation-config") + 1]
@@ -430,29 +432,28 @@ class Runner:
         note = f"dropped (plan: prompts_that_do_not_fit: drop): {what}"
         if note not in rec["notes"]:
             rec["notes"].append(note)
-        ids = ",".join(str(t["question_id"]) for t in bad)
-        return dict(b, num_prompts=ans["kept"], argv=self.drop_argv(b["argv"], ans, ids))
-
-    @staticmethod
-    def drop_argv(argv: list[str], ans: dict, ids: str) -> list[str]:
-        argv = list(argv)
-        argv[argv.index("--dataset-path") + 1] = ans["kept_file"]
-        argv[argv.index("--num-prompts") + 1] = str(ans["kept"])
-        i = argv.index("--metadata")  # --metadata takes the rest of the line: options go before it
-        return [*argv[:i], "--disable-shuffle", *argv[i:], f"prompts_dropped={len(ans['too_long'])}",
-                f"prompts_dropped_ids={ids}", f"prompts_selected={ans['selected']}"]
+        return dict(b, dropped=Dropped(kept_file=ans["kept_file"], kept=ans["kept"], selected=ans["selected"],
+                                       ids=[t["question_id"] for t in bad]).to_json())
 
     # ---------------------------------------------------------------- server
-    def argv(self, argv: list[str]) -> list[str]:
-        return [layout.fill(a, self.model, self.vllm_version) for a in argv]
+    def serve_argv(self, item: dict) -> list[str]:
+        return Serve.from_json(item["serve"]).argv(model=self.model, host=self.spec["server_host"],
+                                                   port=int(self.spec["port"]))
+
+    def bench_metadata(self, item: dict) -> list[list[str]]:
+        """The --metadata pairs only the worker knows (a GPU lane adds its GPUs)."""
+        return [["generation_config", json.dumps(self.sampling or {}, sort_keys=True)],
+                ["decoding", self.decoding(item)],
+                ["engine_identity", json.dumps(self.state.get("engine") or {}, sort_keys=True, separators=(",", ":"))]]
 
     def start_and_wait(self, item: dict, rec: dict) -> None:
         s = self.spec
         log_path = os.path.join(self.run_dir, layout.server_log(item.get("log_name", item["name"])))
         with open(log_path, "a") as lf:
-            lf.write(f"==== specfleet {now()} run {s['run_id']}: {' '.join(self.argv(item['serve_argv']))}\n")
+            argv = self.serve_argv(item)
+            lf.write(f"==== specfleet {now()} run {s['run_id']}: {' '.join(argv)}\n")
             lf.flush()
-            self.server = subprocess.Popen(self.argv(item["serve_argv"]), stdout=lf, stderr=subprocess.STDOUT,
+            self.server = subprocess.Popen(argv, stdout=lf, stderr=subprocess.STDOUT,
                                            stdin=subprocess.DEVNULL, env=self.env, cwd=self.run_dir,
                                            start_new_session=True)
         self.set(rec, "loading", f"server pid {self.server.pid}: waiting for /health", server_pid=self.server.pid)
@@ -507,13 +508,12 @@ class Runner:
             self.set(rec, "benchmarking", "")
 
     def run_bench(self, item: dict, b: dict) -> str:
-        argv = self.argv(b["argv"]) + [f"generation_config={json.dumps(self.sampling or {}, sort_keys=True)}",
-                                        f"decoding={self.decoding(item)}"]
-        rdir = argv[argv.index("--result-dir") + 1] if "--result-dir" in argv else self.run_dir
-        final = os.path.join(rdir, b["result_file"])
+        client, run = Client.from_json(item["client"]), BenchRun.from_json(b)
+        final = os.path.join(client.result_dir, run.result_file)
         partial = final + layout.PARTIAL_SUFFIX
-        if "--result-filename" in argv:
-            argv[argv.index("--result-filename") + 1] = os.path.basename(partial)
+        argv = run.argv(client, model=self.model, vllm_version=self.vllm_version, host=self.spec["server_host"],
+                        port=int(self.spec["port"]), result_filename=os.path.basename(partial),
+                        metadata=self.bench_metadata(item))
         if os.path.exists(partial):
             os.unlink(partial)
         log_path = os.path.join(self.run_dir, layout.bench_log(b["result_file"]))
@@ -550,7 +550,7 @@ class Runner:
             raise ItemFailed(f"bench result {partial} is missing or not JSON ({e})") from None
         if not isinstance(result, dict):
             raise ItemFailed(f"bench result {partial} is not a JSON object")
-        why = failed_requests(result, int(b.get("num_prompts") or result.get("num_prompts") or 0),
+        why = failed_requests(result, run.prompts() or int(result.get("num_prompts") or 0),
                               int(item.get("max_failed_requests", 0)))
         if why:  # the cause goes last: fab's table shows the end of the error
             raise ItemFailed(f"bench concurrency {b['concurrency']} (run {b.get('rep', 1)}) does not count, result "

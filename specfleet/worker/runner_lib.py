@@ -11,6 +11,7 @@ import time
 from collections import Counter
 
 from . import layout
+from .runspec import item_parts
 
 REBOOT_HINT = ("the host rebooted since this campaign's last runner (boot id changed): run `fab provision` "
                "(mounts, GPU modules), then `fab bench` to resume")
@@ -292,8 +293,12 @@ def load_spec(path: str) -> dict:
     if missing:
         raise ValueError(f"missing keys {missing}")
     for it in spec["items"]:
-        if not {"name", "serve_argv", "bench"} <= set(it):
-            raise ValueError(f"item {it.get('name')!r} needs name, serve_argv, bench")
+        if not {"name", "serve", "client", "bench"} <= set(it):
+            raise ValueError(f"item {it.get('name')!r} needs name, serve, client, bench")
+        try:
+            item_parts(it)
+        except (ValueError, TypeError) as e:
+            raise ValueError(f"item {it.get('name')!r}: {e}") from None
     return spec
 
 
@@ -316,12 +321,13 @@ def gpu_used_mib(gpu_index, env) -> int:
         raise ItemFailed(f"nvidia-smi printed no memory figure: {p.stdout.strip()[:200]!r}") from None
 
 
-#: Run by <venv>/bin/python: the version of the `vllm` that python would import, WITHOUT importing it
+#: Run by <venv>/bin/python: the identity (name, version, simulated) of the `vllm` that python would
+#: import, as one JSON line, WITHOUT importing it
 #: (the real vLLM imports torch and its kernels: `vllm --version` took 21 s on an H200). `vllm
 #: --version` prints the distribution's metadata (importlib.metadata.version("vllm")), read here from
 #: the dist-info beside the package. An engine that describes itself (specfleet-engine.json beside its
 #: __init__.py: name, version, simulated, prompt_tokens; docs/engines-gpu.md) wins over any metadata:
-#: its `version` is what it prints, so a simulation is never recorded as a vLLM release.
+#: its identity is what it says, so a simulation is never recorded as a vLLM release.
 ENGINE_VERSION_PY = r'''
 import importlib.metadata as md, importlib.util, json, os, sys
 spec = importlib.util.find_spec("vllm")
@@ -330,29 +336,36 @@ if spec is None or not spec.origin:
 ident = os.path.join(os.path.dirname(spec.origin), "specfleet-engine.json")
 if os.path.isfile(ident):
     with open(ident, encoding="utf-8") as f:
-        print(json.load(f)["version"])
+        own = json.load(f)
+    print(json.dumps({"name": str(own["name"]), "version": str(own["version"]), "simulated": own.get("simulated") is True}))
     sys.exit(0)
 here = os.path.dirname(os.path.dirname(spec.origin))
 dist = next((d for d in md.distributions(path=[here]) if (d.metadata["Name"] or "").lower() == "vllm"), None)
 try:
-    print(dist.version if dist else md.version("vllm"))
+    print(json.dumps({"name": "vllm", "version": dist.version if dist else md.version("vllm"), "simulated": False}))
 except md.PackageNotFoundError:
     sys.exit(f"the `vllm` package in {here} has no `vllm` distribution metadata (vllm-*.dist-info)")
 '''
 
 
-def engine_version(python: str, env: dict) -> str:
-    """What `<venv>/bin/vllm --version` would print, read by the venv's python (ENGINE_VERSION_PY)."""
+def engine_identity(python: str, env: dict) -> dict:
+    """The venv's engine as the worker observed it: {"name", "version" (what `<venv>/bin/vllm --version`
+    would print), "simulated"}, read by the venv's python (ENGINE_VERSION_PY). Every result carries it
+    (runner.bench_metadata), so no other code needs to guess which engine measured."""
     try:  # cwd /: `python -c` puts the cwd first on sys.path, a stray vllm/ there must not count
         p = subprocess.run([python, "-c", ENGINE_VERSION_PY], capture_output=True, text=True, timeout=120,
                            env=env, cwd="/")
     except (OSError, subprocess.TimeoutExpired) as e:
         raise ItemFailed(f"the engine version could not be read: {python} could not run: {e}") from None
     lines = [x.strip() for x in p.stdout.splitlines() if x.strip()]
-    if p.returncode != 0 or not lines:
+    try:
+        ident = json.loads(lines[-1]) if p.returncode == 0 and lines else None
+    except ValueError:
+        ident = None
+    if not isinstance(ident, dict) or not ident.get("version"):
         raise ItemFailed(f"the engine version could not be read: {python} exit {p.returncode}: "
                          f"{(p.stdout + p.stderr).strip()[-500:]}")
-    return lines[-1]
+    return ident
 
 
 def gpu_table(env) -> list[dict]:

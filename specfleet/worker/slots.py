@@ -5,6 +5,7 @@ checks import the same functions, so the GPU count a configuration needs has one
 
     needed(argv)               GPUs one `vllm serve` argv uses: tensor x pipeline x data parallel size
     pick(free, need, groups)   the GPU set it gets: contiguous indices inside one NVLink group first
+    admit(need, pin, free, ...) the admission rule (pinned GPU, else pick), one for the pool and simulate
     simulate(items, gpus, ...) the node's busy time when its queue runs the way run_slots runs it
     run_slots(runner)          the runner's queue over the node's GPUs (several servers at once)
 
@@ -21,6 +22,7 @@ import threading
 import time
 
 from .runner_lib import REBOOT_HINT, Fatal, ItemFailed, Stopped, gpu_table
+from .runspec import Serve
 
 # flag -> (short form) the parallel sizes whose product is the number of GPUs one server uses
 PARALLEL_FLAGS = {"--tensor-parallel-size": "-tp", "--pipeline-parallel-size": "-pp",
@@ -132,6 +134,15 @@ def fits_ever(need: int, gpus: list[int], groups: list[list[int]] | None) -> boo
     return pick(gpus, need, groups) is not None
 
 
+def admit(need: int, pin: int | None, free, groups, picker=pick) -> list[int] | None:
+    """The admission rule, for the pool (Pool.run) and the split's simulation (simulate) alike: in
+    queue order, an item starts on its pinned GPU when that is free, else on the set `picker` (pick)
+    gives it from the free GPUs; None: it waits. (Exclusive packing: nothing starts beside a running one.)"""
+    if pin is not None:
+        return [pin] if pin in free else None
+    return picker(free, need, groups) if need <= len(free) else None
+
+
 def simulate(items: list[tuple], gpus: list[int], groups: list[list[int]] | None = None,
              packing: str = "shared", checked: bool = False) -> tuple[float, dict[str, tuple[float, list[int]]]]:
     """(busy time, {name: (start, gpu set)}) of a node running `items` ((name, need, seconds), queue
@@ -158,10 +169,7 @@ def simulate(items: list[tuple], gpus: list[int], groups: list[list[int]] | None
             if exclusive and running or not free:
                 waiting.extend(pending[k:])
                 break
-            if len(it) > 3 and it[3] is not None:
-                got = [it[3]] if it[3] in free else None
-            else:
-                got = _pick_cached(free, it[1], gkey) if it[1] <= len(free) else None
+            got = admit(it[1], it[3] if len(it) > 3 else None, free, gkey, _pick_cached)
             if got is None:
                 waiting.append(it)
                 continue
@@ -200,19 +208,6 @@ def server_tag(run_dir: str, name: str) -> str:
     return f"{run_dir}/{name}"
 
 
-def retarget(argv: list[str], port: int, base_port: int) -> list[str]:
-    """A serve/bench argv moved from the plan's port to this server's (`--port`, `--base-url`)."""
-    if port == base_port:
-        return list(argv)
-    out = list(argv)
-    for i, w in enumerate(out[:-1]):
-        if w == "--port":
-            out[i + 1] = str(port)
-        elif w == "--base-url" and out[i + 1].endswith(f":{base_port}"):
-            out[i + 1] = out[i + 1][:-len(str(base_port))] + str(port)
-    return out
-
-
 # ------------------------------------------------------------------------------------------ runner side
 def check_gpus(want: list[dict], seen: list[dict]) -> list[dict]:
     """The spec's GPUs completed from nvidia-smi's (index, uuid, name); ValueError when they disagree
@@ -242,12 +237,10 @@ def lane_class(base):
         def gpu_used_mib(self) -> int:
             return self.parent.set_used_mib(self.gpus)
 
-        def argv(self, argv: list[str]) -> list[str]:
-            out = retarget(base.argv(self, argv), self.spec["port"], self.parent.spec["port"])
-            if "--metadata" in out:  # which GPUs measured this result (the rest of the line is metadata)
-                out += [f"gpu_uuids={','.join(g['uuid'] for g in self.gpus)}",
-                        f"gpu_names={','.join(g['name'] for g in self.gpus)}", f"packing={self.parent.packing}"]
-            return out
+        def bench_metadata(self, item: dict) -> list[list[str]]:  # which GPUs measured this result
+            return [["gpu_uuids", ",".join(g["uuid"] for g in self.gpus)],
+                    ["gpu_names", ",".join(g["name"] for g in self.gpus)], ["packing", self.parent.packing],
+                    *base.bench_metadata(self, item)]
 
         def preflight(self, item: dict) -> None:
             used = self.wait_gpu_free(min(30.0, self.spec["stop_timeout_s"]))
@@ -374,7 +367,7 @@ class Pool:
                 for item, rec in list(pending):
                     if self.packing == "exclusive" and running:
                         break
-                    need = max(needed(item["serve_argv"]), len(indices) if item.get("whole_node") else 1)
+                    need = max(needed(Serve.from_json(item["serve"]).options()), len(indices) if item.get("whole_node") else 1)
                     ok = [i for i in indices if i not in self.held]
                     pin = item.get("gpu_pin")   # equivalence.every_gpu: the baseline's run on this GPU
                     why = None
@@ -392,15 +385,12 @@ class Pool:
                         rec.update(attempts=rec["attempts"] + 1, started_at=now())
                         r.set(rec, "failed", "no GPU set", finished_at=now(), error=why)
                         continue
-                    if pin is not None:
-                        got = [pin] if pin not in busy else None
-                    else:
-                        got = pick([i for i in indices if i not in busy], need, self.groups)
+                    got = admit(need, pin, [i for i in indices if i not in busy], self.groups)
                     if got is None:
                         continue
                     pending.remove((item, rec))
                     sset = [self.by_index[i] for i in got]
-                    lane = self.lane(sset[:needed(item["serve_argv"])])
+                    lane = self.lane(sset[:needed(Serve.from_json(item["serve"]).options())])
                     rec.update(attempts=rec["attempts"] + 1, started_at=now(), error=None, notes=[],
                                gpus=lane.gpus, port=lane.spec["port"])
                     t = threading.Thread(target=self.go, args=(lane, item, rec, done), daemon=True,

@@ -29,11 +29,9 @@ def derive_spec(base: dict, campaign: str = CAMPAIGN) -> dict:
     every path moved from the base campaign's folder to `campaign`'s."""
     s = json.loads(json.dumps(base).replace(f"/{base['campaign']}/", f"/{campaign}/"))
     item = s["items"][0]
-    item["serve_argv"] = item["serve_argv"] + ["--enforce-eager"]
+    item["serve"]["extra_args"] = item["serve"]["extra_args"] + ["--enforce-eager"]
     b = item["bench"][-1]
-    argv = b["argv"]
-    i = argv.index("--num-prompts")
-    argv[i + 1] = str(8 * int(argv[i + 1]))
+    b["num_prompts"] = 8 * b["num_prompts"]
     item["bench"] = [b]
     item["item_hash"] = "orphan-check"
     s.update(campaign=campaign, run_id=f"{campaign}-{s['host']}", items=[item])

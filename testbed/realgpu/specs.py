@@ -56,16 +56,8 @@ def for_gpu(spec: dict, index: int) -> dict:
     the server listens on port + index (two servers on one host), the env file shows it only that GPU.
     The plan (and its hash) is unchanged: the node is what differs, as between two hosts."""
     out = json.loads(json.dumps(spec))
-    base = int(out["port"])
-    port = base + index
-    out.update(gpu_index=index, port=port, env_file=gpu_env_file(index))
-    for item in out["items"]:
-        argv = item["serve_argv"]
-        argv[argv.index("--port") + 1] = str(port)
-        for b in item["bench"]:
-            a = b["argv"]
-            i = a.index("--base-url")
-            a[i + 1] = a[i + 1].replace(f":{base}", f":{port}")
+    port = int(out["port"]) + index
+    out.update(gpu_index=index, port=port, env_file=gpu_env_file(index))  # the runner renders argv from port
     return out
 
 
@@ -115,7 +107,7 @@ def make_two_gpu(plan, paths, out: Path) -> list[Path]:
 
 
 def stamp(spec: dict, facts: dict[str, str]) -> dict:
-    """A copy of `spec` whose bench argv carry `facts` as --metadata KEY=VALUE (replacing any
+    """A copy of `spec` whose bench runs carry `facts` as --metadata KEY=VALUE (replacing any
     earlier stamp of the same key, so stamping twice gives the same spec)."""
     missing = [k for k in STAMP_KEYS if not facts.get(k)]
     if missing:
@@ -124,15 +116,10 @@ def stamp(spec: dict, facts: dict[str, str]) -> dict:
         if "\n" in str(v) or not str(v).strip():
             raise ValueError(f"provenance fact {k}={v!r} is not one line")
     out = json.loads(json.dumps(spec))
-    for item in out["items"]:
-        for b in item["bench"]:
-            argv = b["argv"]
-            if "--metadata" not in argv:
-                raise ValueError(f"item {item['name']}: bench argv has no --metadata")
-            i = argv.index("--metadata")
-            # --metadata takes every following KEY=VALUE; it is the argv's last option (commands.py)
-            head, meta = argv[:i + 1], [m for m in argv[i + 1:] if m.split("=", 1)[0] not in facts]
-            b["argv"] = head + meta + [f"{k}={facts[k]}" for k in STAMP_KEYS if k in facts]
+    for item in out["items"]:  # the client's --metadata pairs (specfleet/worker/runspec.py Client)
+        c = item["client"]
+        c["metadata"] = [kv for kv in c["metadata"] if kv[0] not in facts] + \
+            [[k, facts[k]] for k in STAMP_KEYS if k in facts]
     return out
 
 

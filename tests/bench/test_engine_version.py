@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from specfleet.worker.runner import EXIT_FAILED, EXIT_OK
-from specfleet.worker.runner_lib import ItemFailed, engine_version
+from specfleet.worker.runner_lib import ItemFailed, engine_identity
 
 SIMVLLM = Path(__file__).resolve().parents[2] / "testbed" / "simvllm" / "vllm"
 SIM_VERSION = "simvllm 1.0 (simulated vLLM)"
@@ -43,12 +43,13 @@ def python_with(tmp: Path, path: Path) -> Path:
 
 def test_real_vllm_version_comes_from_its_dist_info_without_importing_it(tmp_path):
     py = python_with(tmp_path, site(tmp_path))
-    assert engine_version(str(py), {"PATH": "/usr/bin:/bin"}) == "0.26.0"
+    assert engine_identity(str(py), {"PATH": "/usr/bin:/bin"}) == {"name": "vllm", "version": "0.26.0", "simulated": False}
 
 
 def test_the_simulator_names_itself_even_beside_vllm_metadata(tmp_path):
     py = python_with(tmp_path, site(tmp_path, version="0.26.0", package="sim"))
-    assert engine_version(str(py), {"PATH": "/usr/bin:/bin"}) == SIM_VERSION
+    assert engine_identity(str(py), {"PATH": "/usr/bin:/bin"}) == {"name": "specfleet-simvllm", "version": SIM_VERSION,
+                                                                    "simulated": True}
 
 
 @pytest.mark.parametrize("version, package, why", [(None, "raises", "has no `vllm` distribution metadata"),
@@ -57,7 +58,7 @@ def test_no_version_is_a_clear_item_failure(tmp_path, version, package, why):
     s = site(tmp_path, version=version) if package != "none" else tmp_path / "empty"
     py = python_with(tmp_path, s)
     with pytest.raises(ItemFailed, match="the engine version could not be read") as e:
-        engine_version(str(py), {"PATH": "/usr/bin:/bin"})
+        engine_identity(str(py), {"PATH": "/usr/bin:/bin"})
     assert why in str(e.value) and "vllm was imported" not in str(e.value)
 
 
@@ -84,7 +85,11 @@ def test_runner_preflight_records_the_metadata_version_and_never_imports_vllm(be
     assert bed.run(_spec_without_fit(bed, plan)) == EXIT_OK, bed.log()
     st = bed.state()
     assert st["vllm_version"] == "0.26.0" and st["items"][0]["status"] == "done"
-    assert json.loads((bed.run_dir / "vanilla_conc1.json").read_text())["vllm_version"] == "0.26.0"
+    result = json.loads((bed.run_dir / "vanilla_conc1.json").read_text())
+    assert result["vllm_version"] == "0.26.0"
+    # the engine the worker observed, in every result: what the report reads (provenance.engine_of)
+    assert json.loads(result["engine_identity"]) == st["engine"] == {"name": "vllm", "version": "0.26.0",
+                                                                     "simulated": False}
 
 
 def test_runner_preflight_refuses_a_version_the_plan_does_not_pin(bed, tmp_path):

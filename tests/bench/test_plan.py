@@ -5,7 +5,7 @@ import textwrap
 import pytest
 import yaml
 
-from specfleet.campaign.commands import Paths, commands_for, item_argv
+from specfleet.campaign.commands import Paths, commands_for, item_spec
 from specfleet.plan import PlanError, load_plan, parse_plan
 from specfleet.campaign.spec import build_run_spec
 
@@ -157,7 +157,7 @@ def test_run_spec_shape():
     # repeats interleaved across concurrencies, on one server start
     assert [b["result_file"] for b in it["bench"]] == [f"ngram_conc{c}_r{r}.json" for r in (1, 2, 3) for c in (1, 16)]
     assert it["required_paths"] == ["/w/q.jsonl"]
-    assert item_argv(p, "w1", "ngram", Paths(venv="/opt/v", work_dir="/w", dataset="/w/q.jsonl"))["item_hash"] == it["item_hash"]
+    assert item_spec(p, "w1", "ngram", Paths(venv="/opt/v", work_dir="/w", dataset="/w/q.jsonl"))["item_hash"] == it["item_hash"]
 
 
 def test_unknown_speculative_key_is_refused_unless_the_plan_opts_in(tmp_path):
@@ -176,7 +176,7 @@ def test_unknown_speculative_key_is_refused_unless_the_plan_opts_in(tmp_path):
 def test_repeats_default_to_three_interleaved(tmp_path):
     p = load_plan(write(tmp_path, MINI))
     assert p.benchmark.repeat == 3
-    it = item_argv(p, "w1", "ng", Paths(venv="/v", work_dir="/w"))
+    it = item_spec(p, "w1", "ng", Paths(venv="/v", work_dir="/w"))
     assert [(b["concurrency"], b["rep"]) for b in it["bench"]] == [(1, 1), (16, 1), (1, 2), (16, 2), (1, 3), (16, 3)]
 
 
@@ -226,7 +226,7 @@ def test_the_report_plan_runs_as_the_report_did_and_the_controlled_one_says_how_
 def test_run_spec_carries_the_fit_check_and_the_tolerance(tmp_path):
     p = load_plan(write(tmp_path, MINI.replace("chat_template: double", "chat_template: double, max_failed_requests: 1")
                         + "server: {args: [--max-model-len, 2k]}\n"))
-    it = item_argv(p, "w1", "ng", Paths(venv="/v", work_dir="/w", dataset="/w/q.jsonl"))
+    it = item_spec(p, "w1", "ng", Paths(venv="/v", work_dir="/w", dataset="/w/q.jsonl"))
     assert it["fit"] == {"dataset": "/w/q.jsonl", "num_prompts": 80, "output_len": 512, "max_model_len": "2k",
                          "chat_template": "double", "policy": "refuse"}
     assert it["max_failed_requests"] == 1 and all(b["num_prompts"] == 80 for b in it["bench"])

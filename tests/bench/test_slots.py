@@ -4,7 +4,7 @@ import pytest
 from specfleet.campaign.commands import Paths
 from specfleet.plan import PlanError, load_plan, parse_plan
 from specfleet.campaign.slotsplit import polish
-from specfleet.worker.slots import check_gpus, needed, parse_gpus, parse_groups, pick, retarget, simulate
+from specfleet.worker.slots import check_gpus, needed, parse_gpus, parse_groups, pick, simulate
 from specfleet.campaign.spec import build_run_spec
 from specfleet.campaign.split import NodeInfo, split
 
@@ -64,14 +64,6 @@ def test_simulate_runs_what_fits_at_once_and_exclusive_one_at_a_time():
     assert simulate(items, [0, 1, 2, 3], packing="exclusive")[0] == 50.0
     with pytest.raises(ValueError, match="tp2 needs 2 GPU"):
         simulate(items, [0])
-
-
-def test_retarget_moves_serve_port_and_bench_base_url_only_when_the_port_differs():
-    argv = ["vllm", "serve", "m", "--port", "8000"]
-    assert retarget(argv, 8000, 8000) == argv
-    assert retarget(argv, 8002, 8000)[-1] == "8002"
-    bench = ["vllm", "bench", "serve", "--base-url", "http://127.0.0.1:8000", "--metadata", "node=w1"]
-    assert retarget(bench, 8003, 8000)[4] == "http://127.0.0.1:8003"
 
 
 def test_parse_gpus_and_groups_refuse_what_would_mislead_the_runner():
@@ -219,9 +211,9 @@ def test_every_gpu_runs_the_baseline_pinned_on_each_gpu_of_every_node():
     assert [pins[f"vanilla{x}"] for x in ("", ".gpu1", ".gpu2", ".gpu3")] == [0, 1, 2, 3]
     assert all(v is None for k, v in pins.items() if not k.startswith("vanilla"))
     copy = next(it for it in spec["items"] if it["name"] == "vanilla.gpu2")
-    assert copy["serve_argv"] == spec["items"][0]["serve_argv"]          # the baseline's server ...
+    assert copy["serve"] == spec["items"][0]["serve"]          # the baseline's server ...
     assert copy["bench"][0]["result_file"].startswith("vanilla.gpu2_conc")  # ... its own results
-    assert "config=vanilla.gpu2" in copy["bench"][0]["argv"]
+    assert ["config", "vanilla.gpu2"] in copy["client"]["metadata"]
 
 
 def test_every_gpu_is_refused_where_it_would_compare_nothing_and_its_names_are_reserved():

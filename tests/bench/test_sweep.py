@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from specfleet.campaign.commands import Paths, commands_for, item_argv
+from specfleet.campaign.commands import Paths, commands_for, item_spec
+from specfleet.worker.runspec import rendered
 from specfleet.worker.layout import cell_result_filename as result_filename
 from specfleet.worker.fitcheck import select
 from specfleet.plan import PlanError, load_plan, parse_plan
@@ -19,6 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "plans/demo.yml"
 FULL = Path("/work/shared/datasets/spec_bench/question.jsonl")
 PATHS = Paths(venv="/opt/v", work_dir="/w", dataset="/w/q.jsonl")
+SPEC_AT = {"server_host": "127.0.0.1", "port": 8000}  # where the runner renders the argv (runspec.rendered)
 
 
 def demo(edit=None) -> dict:
@@ -40,10 +42,10 @@ def test_a_plan_without_sweeps_keeps_its_names_hash_and_items():
     p = load_plan(DEMO)
     assert [c.name for c in p.benchmark.cells] == ["conc1", "conc16"]
     assert "sweep" not in p.canonical_json()  # the hash of every existing plan is unchanged
-    it = item_argv(p, "w1", "eagle3", PATHS)
+    it = item_spec(p, "w1", "eagle3", PATHS)
     assert [b["result_file"] for b in it["bench"]] == [f"eagle3_conc{c}_r{r}.json" for r in (1, 2, 3) for c in (1, 16)]
     assert all("cell" not in b and "fit" not in b for b in it["bench"])
-    assert not any("--spec-bench-category" in b["argv"] for b in it["bench"])
+    assert not any("--spec-bench-category" in argv for argv in rendered(SPEC_AT, it)[1])
 
 
 def test_server_sweep_expands_a_configuration_into_named_configurations():
@@ -114,15 +116,15 @@ def test_steady_state_rule_holds_per_cell():
 def test_one_item_per_server_configuration_holds_every_cell_with_its_own_argv():
     p = parse_plan(demo(lambda d: (d["benchmark"].update(repeat=1, sweep={"category": ["summarization", "rag"]}),
                                    d["configurations"][3].update(sweep={"num_speculative_tokens": [2, 4]}))))
-    it = item_argv(p, "w2", "eagle3-k4", PATHS)
+    it = item_spec(p, "w2", "eagle3-k4", PATHS)
     assert [b["cell"] for b in it["bench"]] == [c.name for c in p.benchmark.cells]
-    for b, cell in zip(it["bench"], p.benchmark.cells):
-        argv = b["argv"]
+    serve, argvs = rendered(SPEC_AT, it)
+    for b, argv, cell in zip(it["bench"], argvs, p.benchmark.cells):
         assert argv[argv.index("--spec-bench-category") + 1] == cell.category
         assert argv[argv.index("--max-concurrency") + 1] == str(cell.concurrency)
         assert f"category={cell.category}" in argv[argv.index("--metadata"):]
         assert b["result_file"] == f"eagle3-k4_{cell.name}.json" and b["fit"] == {"category": cell.category}
-    assert '"num_speculative_tokens":4' in " ".join(it["serve_argv"])
+    assert '"num_speculative_tokens":4' in " ".join(serve)
     lines = commands_for(p, "w2", "eagle3-k4", PATHS)
     assert len(lines) == 1 + len(p.benchmark.cells) and lines[0].split()[1] == "serve"
 

@@ -212,9 +212,9 @@ def insert_edits(copy: Path, page: str) -> int:
 
 
 def test_the_bench_flag_reaches_the_workers_command(tmp_path):
-    """"Add a bench flag": the page's two insertions make a plan's request_rate a --request-rate word."""
+    """"Add a bench flag": the page's four insertions make a plan's request_rate a --request-rate word."""
     copy = project_copy(tmp_path, {})
-    assert insert_edits(copy, "add-a-bench-flag.md") == 2
+    assert insert_edits(copy, "add-a-bench-flag.md") == 4
     plan_yaml = re.search(r"^```yaml\n(.*?)^```$", (DEV / "add-a-bench-flag.md").read_text(), re.S | re.M)[1]
     rate = __import__("yaml").safe_load(plan_yaml)["benchmark"]["request_rate"]
     script = textwrap.dedent(f"""\

@@ -136,8 +136,8 @@ def provisioned(testbed_factory, tmp_path: Path):
 
 
 def bench(tb, tmp_path: Path, *args: str, plan: Path = FAST, timeout: float = 240, tag: str = "bench"):
-    return fab("bench", "--hosts", "w1,w2", "--plan", str(plan), "--poll", "0.5", *args,
-               inventory=inventory_of(tb), runs=tmp_path / f"runs-{tag}", timeout=timeout)
+    return fab("bench", "--hosts", "w1,w2", "--plan", str(plan), "--poll", "0.5", "--results", str(tmp_path / "results"),
+               *args, inventory=inventory_of(tb), runs=tmp_path / f"runs-{tag}", timeout=timeout)
 
 
 @contextmanager
@@ -210,6 +210,9 @@ def test_report_campaign_with_the_automatic_split(testbed_factory, tmp_path):
     # fab printed the split it ran
     for host, queue in queues.items():
         assert f"{host}: " + " -> ".join(queue) in out.stdout
+    # ... and wrote it once, at placement, for collect and report (results/cells.py)
+    planned = json.loads((tmp_path / "results" / yaml.safe_load(FAST.read_text())["campaign"] / "planned.json").read_text())
+    assert planned["queues"] == queues and set(planned["sources"].values()) == {"placed by fab bench"}
 
 
 # ---------------------------------------------------------------- 2. SSH side killed

@@ -73,7 +73,9 @@ def provisioned(testbed_factory, tmp_path: Path, speed: dict | None = None):
 
 
 def bench(inv: Path, tmp_path: Path, *extra: str):
-    r = fab("bench", "--hosts", ",".join(HOSTS), "--plan", PLAN, *extra, inventory=inv, runs=tmp_path / "runs-bench")
+    # the placed queues (planned.json) go where collect looks: tmp_path/results
+    r = fab("bench", "--hosts", ",".join(HOSTS), "--plan", PLAN, "--results", str(tmp_path / "results"), *extra,
+            inventory=inv, runs=tmp_path / "runs-bench")
     assert r.returncode == 0, out(r)
     return r
 

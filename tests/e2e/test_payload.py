@@ -153,7 +153,7 @@ def test_two_datasets_called_question_jsonl_never_collide(testbed_factory, tmp_p
     res = host_sh(tb, "w1", f"cat {HOME}/campaigns/payload-e2e/w1/vanilla_conc1.json").stdout
     assert json.loads(res)["completed"] == 2
     spec = json.loads(host_sh(tb, "w1", f"cat {HOME}/campaigns/payload-e2e/w1/run.json").stdout)
-    assert f"{HOME}/datasets/{sha(real)[:16]}/question.jsonl" in spec["items"][0]["bench"][0]["argv"]
+    assert spec["items"][0]["client"]["dataset_path"] == f"{HOME}/datasets/{sha(real)[:16]}/question.jsonl"
 
 
 def test_on_worker_dataset_is_checked_on_each_worker_in_check_mode(testbed_factory, tmp_path):

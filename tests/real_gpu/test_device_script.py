@@ -113,7 +113,7 @@ def test_rehearsal_runs_the_campaign_and_packs_at_most_8_files(carry, tmp_path):
     assert r["gpu"] == "REHEARSAL GPU" and r["driver"] == "0.0" and r["torch_version"] == "0.0+rehearsal"
     assert r["engine"] == "specfleet-simvllm"   # the simulated engine's own mark wins: its report says SIMULATED
     stamped = json.loads(Path("/tmp/sfgpu/specs/rehearsal.json").read_text())
-    assert f"engine={specs.ENGINE}" in stamped["items"][0]["bench"][0]["argv"]
+    assert ["engine", specs.ENGINE] in stamped["items"][0]["client"]["metadata"]
     summary = (out / "summary.txt").read_text()
     assert "campaign rehearsal status done" in summary and "runner cost" in summary
     phases = json.loads((out / "phases.json").read_text())

@@ -2,6 +2,7 @@
 import json
 from pathlib import Path
 
+from specfleet.worker.runspec import rendered
 from testbed.realgpu import orphan, specs
 
 PLANS = Path(__file__).resolve().parents[2] / "testbed" / "realgpu" / "plans"
@@ -13,13 +14,14 @@ def test_derived_spec(tmp_path):
     assert s["campaign"] == orphan.CAMPAIGN and s["run_id"] == "h200-orphan-h200"
     assert [i["name"] for i in s["items"]] == ["vanilla"]
     item = s["items"][0]
-    assert item["serve_argv"][-1] == "--enforce-eager"
+    serve, benches = rendered(s, item)
+    assert serve[-1] == "--enforce-eager"
     assert len(item["bench"]) == 1 and item["bench"][0]["concurrency"] == 16
-    argv = item["bench"][0]["argv"]
+    argv = benches[0]
     assert argv[argv.index("--num-prompts") + 1] == "128"
     assert argv[argv.index("--result-dir") + 1] == "/tmp/sfwork/h200-orphan/h200"
     assert "h200-dummy8b/" not in json.dumps(s)
-    assert base["items"][0]["serve_argv"][-1] != "--enforce-eager"   # the base spec is untouched
+    assert rendered(base, base["items"][0])[0][-1] != "--enforce-eager"   # the base spec is untouched
 
 
 def test_verdict():

@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 
+from specfleet.worker.runspec import rendered
 from testbed.realgpu import specs
 
 PLANS = Path(__file__).resolve().parents[2] / "testbed" / "realgpu" / "plans"
@@ -24,6 +25,14 @@ def test_one_spec_per_plan_baseline_first(made):
     assert [i["name"] for i in made["h200-eagle3"]["items"]] == ["vanilla", "eagle3"]
 
 
+def serve_argv(spec: dict, item: dict) -> list[str]:
+    return rendered(spec, item)[0]
+
+
+def bench_argvs(spec: dict, item: dict) -> list[list[str]]:
+    return rendered(spec, item)[1]
+
+
 TWO = ("h200x2-dummy8b.h200-gpu0", "h200x2-dummy8b.h200-gpu1")
 
 
@@ -36,10 +45,10 @@ def test_two_gpu_specs_split_the_configurations_with_vanilla_on_both(made):
     for i, s in enumerate((a, b)):
         assert (s["gpu_index"], s["port"], s["env_file"], s["work_dir"]) == (
             i, 8000 + i, specs.gpu_env_file(i), specs.gpu_work_dir(i))
-        for it in s["items"]:
-            assert it["serve_argv"][it["serve_argv"].index("--port") + 1] == str(8000 + i)
-            for bench in it["bench"]:
-                assert f"http://127.0.0.1:{8000 + i}" in bench["argv"]
+        for it in s["items"]:  # the runner renders both from the spec's port
+            assert serve_argv(s, it)[serve_argv(s, it).index("--port") + 1] == str(8000 + i)
+            for argv in bench_argvs(s, it):
+                assert f"http://127.0.0.1:{8000 + i}" in argv
 
 
 def test_gpu_env_file_shows_one_gpu_and_keeps_multicast_off():
@@ -52,33 +61,33 @@ def test_gpu_env_file_shows_one_gpu_and_keeps_multicast_off():
 
 def test_the_eagle3_item_serves_the_drafter_the_device_writes(made):
     """models.py eagle3 writes the drafter where the eagle3 item's --speculative-config points."""
-    argv = made["h200-eagle3"]["items"][1]["serve_argv"]
+    argv = serve_argv(made["h200-eagle3"], made["h200-eagle3"]["items"][1])
     sc = json.loads(argv[argv.index("--speculative-config") + 1])
     assert sc == {"method": "eagle3", "model": "/tmp/sfgpu/models/qwen3-8b-eagle3-dummy", "num_speculative_tokens": 3}
     assert "dummy" in argv[argv.index("--load-format") + 1]   # the drafter inherits it: random weights
     for s in (v for k, v in made.items() if k not in TWO):
         assert s["host"] == specs.NODE and s["work_dir"] == specs.WORK_DIR
         for it in s["items"]:
-            assert it["serve_argv"][0] == f"{specs.VENV}/bin/vllm"
-            for b in it["bench"]:
-                assert b["argv"][b["argv"].index("--dataset-path") + 1] == specs.DATASET
+            assert serve_argv(s, it)[0] == f"{specs.VENV}/bin/vllm"
+            for argv in bench_argvs(s, it):
+                assert argv[argv.index("--dataset-path") + 1] == specs.DATASET
 
 
 def test_stamp_appends_metadata_and_is_idempotent(made):
     before = json.dumps(made["h200-dummy8b"], sort_keys=True)
     s1 = specs.stamp(made["h200-dummy8b"], FACTS)
-    argv = s1["items"][1]["bench"][0]["argv"]
+    argv = bench_argvs(s1, s1["items"][1])[0]
     meta = argv[argv.index("--metadata") + 1:]
     assert meta[:2] == ["node=h200", "config=ngram_improved"]
-    assert meta[-5:] == ["gpu=NVIDIA H200", "driver=580.159.04", "torch_version=2.11.0+cu130", "cuda_version=13.0",
+    assert [m for m in meta if m.split("=", 1)[0] in specs.STAMP_KEYS] == ["gpu=NVIDIA H200", "driver=580.159.04", "torch_version=2.11.0+cu130", "cuda_version=13.0",
                          f"engine={specs.ENGINE}"]
     assert specs.stamp(s1, FACTS) == s1
     s2 = specs.stamp(s1, {**FACTS, "driver": "999"})
-    meta2 = s2["items"][0]["bench"][0]["argv"]
+    meta2 = bench_argvs(s2, s2["items"][0])[0]
     assert [m for m in meta2 if m.startswith("driver=")] == ["driver=999"]
     assert json.dumps(made["h200-dummy8b"], sort_keys=True) == before  # input untouched
     assert not any(m.startswith(tuple(f"{k}=" for k in specs.STAMP_KEYS)) for it in made["h200-dummy8b"]["items"]
-                   for b in it["bench"] for m in b["argv"])
+                   for argv in bench_argvs(made["h200-dummy8b"], it) for m in argv)
 
 
 def test_stamp_refuses_missing_or_multiline_facts(made):

@@ -42,6 +42,7 @@ from pathlib import Path
 import pytest
 
 from specfleet import venv_build as venv_role
+from specfleet.worker.runspec import rendered
 from specfleet.campaign import load_plan
 from specfleet.results.schema import SPEC_KEYS, Result
 from testbed.realvllm import build_venv as bv
@@ -305,9 +306,8 @@ def test_provision_bench_collect_real_vllm(testbed_factory, tmp_path):
     assert "ending leftover" not in runner_log, runner_log[-3000:]  # the group stop was enough
 
     run_spec = json.loads(read_worker(tb, f"{run_dir}/run.json"))
-    for item in run_spec["items"]:
-        for b in item["bench"]:
-            argv = b["argv"]
+    for item in run_spec["items"]:  # every bench run the worker renders from it sends temperature 0
+        for argv in rendered(run_spec, item)[1]:
             assert argv[argv.index("--temperature") + 1] == "0", argv
 
     for name in ("vanilla", "ngram"):

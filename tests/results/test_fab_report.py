@@ -167,3 +167,26 @@ def test_bad_results_folder_is_one_line_exit_1(tmp_path):
     r = fab_report(tmp_path)
     assert r.returncode == 1, out(r)
     assert f"results/{CAMPAIGN}: no such folder" in r.stderr and "Traceback" not in r.stderr, out(r)
+
+
+def test_the_queues_fab_bench_placed_are_what_collect_and_report_plan_with(tmp_path):
+    """planned.json written at placement (tasks/bench.py) is read back instead of a second split."""
+    from specfleet.plan import parse_plan
+    from specfleet.results.cells import PLACED, SPLIT, placed, placed_queues, planned_from
+    plan = parse_plan(PLAN)
+    camp = tmp_path / "results" / CAMPAIGN
+    camp.mkdir(parents=True)
+    assert placed_queues(plan, camp) is None                      # placed without one: collect splits, says so
+    (camp / "planned.json").write_text(placed(plan, QUEUES))
+    assert placed_queues(plan, camp) == QUEUES
+    p = planned_from(plan, "plan.yml", camp, placed_queues(plan, camp), queues_source=PLACED)
+    assert p.queues == QUEUES and set(p.sources.values()) == {PLACED}
+    # collect writes it back with its notes (a run.json's queue wins there): the placement is kept
+    p.sources["w1"] = "run.json"
+    (camp / "planned.json").write_text(p.to_json())
+    assert placed_queues(plan, camp) == QUEUES
+    # another plan's placement, or collect's own split, is not taken for this plan's
+    other = parse_plan({**PLAN, "benchmark": {**PLAN["benchmark"], "num_prompts": 32}})
+    assert placed_queues(other, camp) is None
+    planned_json(camp, QUEUES)
+    assert json.loads((camp / "planned.json").read_text())["sources"]["w1"] == SPLIT and placed_queues(plan, camp) is None

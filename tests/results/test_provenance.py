@@ -69,12 +69,17 @@ def test_parse_probe_reads_gpus_driver_cuda():
     assert f["dists"]["torch"] == "2.11.0+cu130" and f["model_simulated"] is True
 
 
-def test_spec_facts_take_sampling_and_dataset_from_the_bench_argv():
-    spec = {"items": [{"name": "ngram", "serve_argv": ["vllm", "serve", "@MODEL@"],
-                       "bench": [{"argv": ["vllm", "bench", "serve", "--dataset-path", "d.jsonl",
-                                           "--temperature", "0", "--top-p", "0.95"]}]}]}
-    dataset, items = spec_facts(spec)
-    assert dataset == "d.jsonl" and items["ngram"]["sampling"] == {"temperature": "0", "top_p": "0.95"}
+def test_spec_facts_take_sampling_dataset_and_server_line_from_the_typed_spec():
+    from specfleet.campaign import Paths, build_run_spec, load_plan
+    spec = build_run_spec(load_plan("plans/qwen3-32b-controlled.yml"), "w1", ["vanilla", "ngram"],
+                          Paths(venv="/v", work_dir="/w", dataset="/w/d.jsonl"))
+    dataset, items = spec_facts(json.loads(json.dumps(spec)))
+    assert dataset == "/w/d.jsonl" and items["ngram"]["sampling"] == {"temperature": "0"}
+    argv = items["ngram"]["serve_argv"]
+    assert argv[:3] == ["/v/bin/vllm", "serve", "@MODEL@"] and "--speculative-config" in argv
+    assert argv[argv.index("--port") + 1] == str(spec["port"])
+    # an older spec (argv lists) is not recorded, not misread
+    assert spec_facts({"items": [{"name": "ngram", "serve_argv": ["vllm"], "bench": [{"argv": []}]}]}) == (None, {})
 
 
 def _with_provenance(tmp_path) -> Path:
@@ -171,3 +176,20 @@ def test_simulated_engine_names_itself(tmp_path):
     assert set(o.tables.provenance.engine) == {"simvllm 1.0 (simulated vLLM)"}
     md = (root / "report.md").read_text()
     assert "vLLM 0.32.0" not in md
+
+
+def test_the_engine_the_worker_observed_is_the_answer_and_nothing_is_sniffed():
+    from types import SimpleNamespace
+    from specfleet.results.provenance import _sim_result, engine_name, engine_of
+    sim = json.dumps({"name": "specfleet-simvllm", "version": "simvllm 1.0 (simulated vLLM)", "simulated": True})
+    real = json.dumps({"name": "vllm", "version": "0.26.0", "simulated": False})
+    as_result = lambda **extra: SimpleNamespace(extra=extra, simulated=extra.get("simulated") is True)  # noqa: E731
+    assert engine_of(as_result(engine_identity=real)) == json.loads(real)
+    assert _sim_result(as_result(engine_identity=sim)) and not _sim_result(as_result(engine_identity=real))
+    # observed: a real engine is not called simulated for a word in its other keys
+    assert not _sim_result(as_result(engine_identity=real, engine_version="simvllm-ish"))
+    # without an observation (plain vLLM files, older runners) the signs are still read
+    assert _sim_result(as_result(engine_version="simvllm 1.0 (simulated vLLM)"))
+    assert engine_name({"engine_identity": sim}, {}, True) == "simvllm 1.0 (simulated vLLM)"
+    assert engine_name({"engine_identity": real, "engine": "vllm-cuda (real GPU)"}, {}, False) == \
+        "vLLM 0.26.0, vllm-cuda (real GPU)"
