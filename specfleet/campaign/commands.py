@@ -76,9 +76,10 @@ def num_prompts(plan: Plan, concurrency: int) -> int:
 
 
 def bench_argv(plan: Plan, node: str, item: str, cell: int | Cell, paths: Paths,
-               rep: int = 1) -> list[str]:
+               rep: int = 1, isolation: str | None = None) -> list[str]:
     """The one `vllm bench serve` argv of a bench cell (the only place it is built: a runner-side
-    template for new cells is made from it)."""
+    template for new cells is made from it). `isolation`: how this run is kept apart from the
+    other repeats when it is not the plan's (run_setup)."""
     cell = find_cell(plan, cell)
     concurrency = cell.concurrency
     b = plan.benchmark
@@ -87,9 +88,9 @@ def bench_argv(plan: Plan, node: str, item: str, cell: int | Cell, paths: Paths,
     version = paths.vllm_version or plan.vllm_version or VLLM_VERSION
     metadata = [f"node={node}", f"config={item}", f"plan_hash={plan.plan_hash()}",
                 f"vllm_version={version}", f"campaign={plan.campaign}"]
-    if b.repeat > 1:
+    if b.repeat > 1 or rep > 1:
         metadata.append(f"repeat={rep}")
-    metadata += run_setup(plan, cell)
+    metadata += run_setup(plan, cell, isolation)
     fmt = lambda x: str(int(x)) if float(x).is_integer() else str(x)  # noqa: E731
     return [
         posixpath.join(paths.venv, "bin", "vllm"), "bench", "serve",
@@ -120,8 +121,12 @@ def bench_argv(plan: Plan, node: str, item: str, cell: int | Cell, paths: Paths,
     ]
 
 
-def run_setup(plan: Plan, cell: int | Cell) -> list[str]:
+def run_setup(plan: Plan, cell: int | Cell, isolation: str | None = None) -> list[str]:
     """`--metadata` words that say how a run was set up (the report reads them from each result).
+
+    repeat_isolation (how a repeat is kept apart from the others: server-start or cache-reset) is
+    written wherever there is more than one run: the plan's benchmark.repeat_isolation, or
+    `isolation` for a run added outside the plan's repeats (a gate run: its own server start).
 
     The runner adds what only the worker knows: generation_config (the model's sampling defaults,
     which apply to every parameter the client does not send), decoding, prompts_dropped.
@@ -129,18 +134,57 @@ def run_setup(plan: Plan, cell: int | Cell) -> list[str]:
     b, s = plan.benchmark, plan.server
     cell = find_cell(plan, cell)
     sent = {} if b.temperature is None else {"temperature": b.temperature}
+    isolation = isolation or (b.repeat_isolation if b.repeat > 1 else None)
     return [f"sampling_params={json.dumps(sent, sort_keys=True, separators=(',', ':'))}",
             f"num_warmups={b.num_warmups}", f"prefix_cache={s.prefix_cache}", f"repeats={b.repeat}",
             f"steady_state={b.steady_state}", f"prompts_per_concurrency={cell_prompts(plan, cell) / cell.concurrency:g}",
             f"max_failed_requests={b.max_failed_requests}",
             *([f"category={cell.category}"] if cell.category else []),
+            *([f"repeat_isolation={isolation}"] if isolation else []),
             *([f"arrival_seed={b.seed}"] if cell.request_rate is not None else [])]
 
 
-def run_order(plan: Plan) -> list[tuple[Cell, int]]:
+def run_order(plan: Plan, reps: list[int] | None = None, cells: list[Cell] | None = None) -> list[tuple[Cell, int]]:
     """(cell, rep) in the order they run on one server: repeats interleaved across cells."""
     b = plan.benchmark
-    return [(cell, rep) for rep in range(1, b.repeat + 1) for cell in b.cells]
+    return [(cell, rep) for rep in reps or range(1, b.repeat + 1) for cell in cells or b.cells]
+
+
+def server_per_repeat(plan: Plan) -> bool:
+    """Each repeat on its own server start (benchmark.repeat_isolation: server-start, more than one run)."""
+    b = plan.benchmark
+    return b.repeat > 1 and b.repeat_isolation == "server-start"
+
+
+def repeat_item_name(config: str, rep: int) -> str:
+    """The queue item of one repeat of `config` on its own server start: the configuration's name for
+    the first (its done marker and server log as ever), `<config>.r<K>` for the others."""
+    return config if rep == 1 else f"{config}.r{rep}"
+
+
+def gate_cells(plan: Plan) -> list[Cell]:
+    """The bench cells the node-equivalence gate reads: the baseline's at equivalence.concurrency."""
+    return [c for c in plan.benchmark.cells if c.concurrency == plan.equivalence.concurrency]
+
+
+def queue_items(plan: Plan, node: str, queue: list[str], paths: Paths, gate_runs: int = 0) -> list[dict]:
+    """The run spec's items for `queue` (configuration names, baseline first), in the order they run.
+
+    repeat_isolation server-start: one item per (repeat, configuration), repeats outermost, so the
+    baseline and the configurations sharing the GPU interleave (vanilla r1, cfg r1, vanilla r2, ...);
+    cache-reset: one item per configuration holding every repeat. `gate_runs` > benchmark.repeat
+    (fab bench --gate-runs): the baseline's gate cells again, one server start per run, up to that
+    many runs, appended; the items already measured keep their hashes (none holds the count).
+    """
+    b = plan.benchmark
+    if server_per_repeat(plan):
+        items = [item_argv(plan, node, name, paths, rep=rep) for rep in range(1, b.repeat + 1) for name in queue]
+    else:
+        items = [item_argv(plan, node, name, paths) for name in queue]
+    if plan.baseline in queue:
+        items += [item_argv(plan, node, plan.baseline, paths, rep=rep, cells=gate_cells(plan))
+                  for rep in range(b.repeat + 1, gate_runs + 1)]
+    return items
 
 
 def cell_fit(plan: Plan, cell: Cell) -> dict:
@@ -167,16 +211,20 @@ def max_model_len(plan: Plan, item: str) -> str | None:
     return val
 
 
-def item_argv(plan: Plan, node: str, item: str, paths: Paths) -> dict:
-    """One queue item as the runner spec holds it (see runner.py for the schema)."""
+def item_argv(plan: Plan, node: str, item: str, paths: Paths, rep: int | None = None,
+              cells: list[Cell] | None = None) -> dict:
+    """One queue item as the runner spec holds it (see runner.py for the schema): every repeat of
+    configuration `item` on one server start, or with `rep` that repeat alone (of `cells`, default
+    all), named repeat_item_name. A repeat past benchmark.repeat is a gate run (server-start)."""
     b = plan.benchmark
+    isolation = "server-start" if rep is not None and rep > b.repeat else None
     benches = []
-    for cell, rep in run_order(plan):
+    for cell, k in run_order(plan, None if rep is None else [rep], cells):
         benches.append({
             "concurrency": cell.concurrency,
-            "rep": rep,
-            "argv": bench_argv(plan, node, item, cell, paths, rep),
-            "result_file": cell_result_filename(item, cell, rep, b.repeat),
+            "rep": k,
+            "argv": bench_argv(plan, node, item, cell, paths, k, isolation),
+            "result_file": cell_result_filename(item, cell, k, b.repeat),
             "num_prompts": cell_prompts(plan, cell),
         })
         if cell.name != f"conc{cell.concurrency}":  # a plain plan's items (and item_hash) stay as they were
@@ -187,9 +235,12 @@ def item_argv(plan: Plan, node: str, item: str, paths: Paths) -> dict:
            "output_len": b.output_len,
            "max_model_len": max_model_len(plan, item), "chat_template": b.chat_template,
            "policy": b.prompts_that_do_not_fit}
-    out = {"name": item, "serve_argv": serve_argv(plan, item, paths), "bench": benches,
+    out = {"name": item if rep is None else repeat_item_name(item, rep),
+           "serve_argv": serve_argv(plan, item, paths), "bench": benches,
            "required_paths": required_paths(plan, item, paths), "fit": fit,
            "max_failed_requests": b.max_failed_requests, "temperature": b.temperature}
+    if out["name"] != item:   # its server log is the configuration's (a header per start), as a crossover round's
+        out.update(config=item, log_name=item)
     out["item_hash"] = hashlib.sha256(json.dumps(out, sort_keys=True).encode()).hexdigest()[:12]
     return out
 
@@ -208,7 +259,8 @@ def bench_templates(plan: Plan, node: str, item: str, paths: Paths) -> list[dict
     @CONC@, @REP@, @NUM_PROMPTS@, @PROMPTS_PER_CONC@ that the runner's crossover rounds fill in."""
     b, out = plan.benchmark, []
     for rep in range(1, b.repeat + 1):
-        argv = bench_argv(plan, node, item, 1, paths, rep)
+        # a round runs every repeat on one server start, whatever the plan's repeat_isolation
+        argv = bench_argv(plan, node, item, 1, paths, rep, "cache-reset" if b.repeat > 1 else None)
         for flag, word in (("--max-concurrency", CONC), ("--num-prompts", PROMPTS),
                            ("--result-filename", result_filename(item, CONC, REP, b.repeat))):  # type: ignore[arg-type]
             argv[argv.index(flag) + 1] = word
@@ -219,8 +271,11 @@ def bench_templates(plan: Plan, node: str, item: str, paths: Paths) -> list[dict
 
 
 def commands_for(plan: Plan, node: str, item: str, paths: Paths) -> list[str]:
-    """Shell-quoted command lines: `vllm serve ...` then one `vllm bench serve ...` per run."""
-    lines = [shlex.join(serve_argv(plan, item, paths))]
-    for cell, rep in run_order(plan):
-        lines.append(shlex.join(bench_argv(plan, node, item, cell, paths, rep)))
+    """Shell-quoted command lines: per server start, `vllm serve ...` then one `vllm bench serve ...`
+    per run (a server start per repeat with repeat_isolation server-start)."""
+    lines = []
+    for reps in ([[r] for r in range(1, plan.benchmark.repeat + 1)] if server_per_repeat(plan) else [None]):
+        lines.append(shlex.join(serve_argv(plan, item, paths)))
+        for cell, rep in run_order(plan, reps):
+            lines.append(shlex.join(bench_argv(plan, node, item, cell, paths, rep)))
     return lines

@@ -89,7 +89,7 @@ def server_log(config: str) -> str:
 
 
 def result_filename(config: str, concurrency: int, rep: int = 1, repeat: int = 1) -> str:
-    suffix = f"_r{rep}" if repeat > 1 else ""
+    suffix = f"_r{rep}" if repeat > 1 or rep > 1 else ""   # rep > repeat: a gate run added later
     return f"{config}_conc{concurrency}{suffix}.json"
 
 
@@ -98,7 +98,7 @@ def cell_result_filename(config: str, cell, rep: int = 1, repeat: int = 1) -> st
     a swept one `<config>_<cell name>[_r<K>].json` (conc16-out1024-cat_rag)."""
     if cell.name in ("", f"conc{cell.concurrency}"):
         return result_filename(config, cell.concurrency, rep, repeat)
-    return f"{config}_{cell.name}{'_r' + str(rep) if repeat > 1 else ''}.json"
+    return f"{config}_{cell.name}{'_r' + str(rep) if repeat > 1 or rep > 1 else ''}.json"
 
 
 def result_glob(config: str) -> str:
