@@ -218,7 +218,7 @@ def test_runner_refines_where_the_speedup_crosses_and_resume_measures_nothing_ne
     assert bed.run(spec, timeout=120) == EXIT_OK, bed.log()
     assert run_files(bed) == before
     st2 = bed.state()
-    assert [i["name"] for i in st2["items"]] == ["vanilla", "ngram"]
+    assert [i["name"] for i in st2["items"]] == ["vanilla", "ngram", "vanilla.r2", "ngram.r2"]
     assert st2["crossover"]["configs"]["ngram"]["points"] == x["points"]
     assert "done marker present: skipped" in bed.log()
 
