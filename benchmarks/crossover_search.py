@@ -17,7 +17,10 @@ how often the true crossover lies inside that step, how often inside it or a nei
 noise shows more than one crossing counts as the whole grid). Target: <=1 step in >= 95 % of the
 seeds of every case, never more cells than the budget; exit 1 when not met.
 
-    .venv/bin/python benchmarks/crossover_search.py [--seeds 200] [--reps 3] [--sigma 0.02]
+`--plan P` searches as plan P's `benchmark.concurrencies: {search: crossover, ...}` says (its min,
+max, coarse_factor, per_doubling, budget; its benchmark.repeat unless --reps is given) instead.
+
+    .venv/bin/python benchmarks/crossover_search.py [--seeds 200] [--reps 3] [--sigma 0.02] [--plan P]
 """
 from __future__ import annotations
 
@@ -32,11 +35,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from specfleet.worker.crossover import coarse_grid, crossings, fine_grid, search  # noqa: E402
-from specfleet.plan import Equivalence  # noqa: E402
+from specfleet.plan import Equivalence, load_plan  # noqa: E402
 from specfleet.results.measures import SPEEDUP_CONFIDENCE  # noqa: E402
 
 SIM_MODEL = ROOT / "testbed" / "simvllm" / "vllm" / "model.py"
-LO, HI, COARSE, PER_DOUBLING = 1, 256, 4, 4
+LO, HI, COARSE, PER_DOUBLING = 1, 256, 4, 4   # the default search (budget: half its fine grid)
 
 
 def sim_model(path: Path):
@@ -49,7 +52,7 @@ def sim_model(path: Path):
     return mod
 
 
-def cases(model):
+def cases(model, lo: int = LO, hi: int = HI):
     """(name, speedup(c), true crossover or None)."""
     if model is None:
         out = []
@@ -67,15 +70,16 @@ def cases(model):
                      # in the target (a flat curve crosses 1.0 where the noise decides)
                      (FLAT, dict(method_name="ngram", k=6, prompt_lookup_min=4, prompt_lookup_max=6))):
         f = lambda c, kw=kw: model.speedup(concurrency=c, **kw)  # noqa: E731
-        out.append((name, f, model.crossover(lo=LO, hi=HI, **kw)))
+        out.append((name, f, model.crossover(lo=lo, hi=hi, **kw)))
     return out
 
 
 FLAT = "ngram k=6 4-6 (report, flat)"
 
 
-def run_case(truth, cross, seeds: int, reps: int, sigma: float, budget: int) -> dict:
-    grid = fine_grid(LO, HI, PER_DOUBLING)
+def run_case(truth, cross, seeds: int, reps: int, sigma: float, budget: int,
+             lo: int = LO, hi: int = HI, coarse: int = COARSE, per_doubling: int = PER_DOUBLING) -> dict:
+    grid = fine_grid(lo, hi, per_doubling)
     cells, located, inside, near, worst, none_ok = [], 0, 0, 0, 0, 0
     for seed in range(seeds):
         rng = random.Random(seed)
@@ -83,7 +87,7 @@ def run_case(truth, cross, seeds: int, reps: int, sigma: float, budget: int) -> 
         def measure(c):
             noise = lambda: math.exp(rng.gauss(0, sigma))  # noqa: E731
             return [100 * truth(c) * noise() for _ in range(reps)], [100 * noise() for _ in range(reps)]
-        pts, _, _ = search(measure, LO, HI, budget, COARSE, PER_DOUBLING, confidence=SPEEDUP_CONFIDENCE,
+        pts, _, _ = search(measure, lo, hi, budget, coarse, per_doubling, confidence=SPEEDUP_CONFIDENCE,
                            tolerance_pct=Equivalence().tolerance_pct)
         cells.append(len(pts))
         xs = crossings(pts)
@@ -108,30 +112,40 @@ def run_case(truth, cross, seeds: int, reps: int, sigma: float, budget: int) -> 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seeds", type=int, default=200)
-    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--reps", type=int, default=None, help="runs per cell (default 3, or the plan's repeat)")
     ap.add_argument("--sigma", type=float, default=0.02)
     ap.add_argument("--model-file", type=Path, default=SIM_MODEL, help="the simulated engine's model.py")
     ap.add_argument("--only", default="", help="run only the cases whose name contains this")
+    ap.add_argument("--plan", type=Path, default=None, help="search as this plan's concurrency search says")
     a = ap.parse_args()
     model = sim_model(a.model_file)
-    grid = fine_grid(LO, HI, PER_DOUBLING)
-    budget = len(grid) // 2
+    lo, hi, coarse, per_doubling = LO, HI, COARSE, PER_DOUBLING
+    grid = fine_grid(lo, hi, per_doubling)
+    budget, reps, what = len(grid) // 2, a.reps or 3, "half the full grid"
+    if a.plan is not None:
+        plan = load_plan(a.plan)
+        x = plan.benchmark.concurrency_search
+        if x is None:
+            ap.error(f"{a.plan}: no concurrency search (benchmark.concurrencies: {{search: crossover, ...}})")
+        lo, hi, coarse, per_doubling, budget = x.min, x.max, x.coarse_factor, x.per_doubling, x.budget
+        grid, reps, what = fine_grid(lo, hi, per_doubling), a.reps or plan.benchmark.repeat, f"the plan {a.plan}"
+    a.reps = reps
     src = f"the simulated engine's model ({a.model_file}), SIMULATED" if model else \
         "a synthetic curve s1 x (1 + c/c0)^-0.6 (testbed/simvllm/vllm/model.py is absent)"
     print(f"truth: {src}")
-    print(f"concurrency {LO}-{HI}; full grid at this resolution ({PER_DOUBLING} per doubling): {len(grid)} cells "
+    print(f"concurrency {lo}-{hi}; full grid at this resolution ({per_doubling} per doubling): {len(grid)} cells "
           f"{grid}")
-    print(f"search: coarse {coarse_grid(LO, HI, COARSE)}, budget {budget} (half the full grid); "
+    print(f"search: coarse {coarse_grid(lo, hi, coarse)}, budget {budget} ({what}); "
           f"{a.reps} runs per cell, sigma {a.sigma:.0%} per run, {a.seeds} seeds\n")
     head = (f"{'case':26} {'true crossover':>14} {'cells max':>9} {'mean':>5} {'one step':>9} "
             f"{'inside':>7} {'<=1 step':>9} {'worst':>5}")
     print(head)
     print("-" * len(head))
     ok = True
-    for name, truth, cross in cases(model):
+    for name, truth, cross in cases(model, lo, hi):
         if a.only and a.only not in name:
             continue
-        r = run_case(truth, cross, a.seeds, a.reps, a.sigma, budget)
+        r = run_case(truth, cross, a.seeds, a.reps, a.sigma, budget, lo, hi, coarse, per_doubling)
         ok &= r["cells_max"] <= budget
         if cross is None:
             print(f"{name:26} {'none in range':>14} {r['cells_max']:>9} {r['cells_mean']:>5.1f} "
@@ -146,7 +160,7 @@ def main() -> int:
           "distance in steps.")
     print(f"\ntarget: the crossover within one grid step (<=1 step) in >= 95 % of the seeds of every case but "
           f"the report's flat n-gram curve (reported only), "
-          f"with at most {budget} of the {len(grid)} cells (half the full grid): {'met' if ok else 'NOT MET'}")
+          f"with at most {budget} of the {len(grid)} cells ({what}): {'met' if ok else 'NOT MET'}")
     return 0 if ok else 1
 
 

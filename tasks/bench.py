@@ -83,11 +83,17 @@ def without(inventory, hosts: str | None, exclude: str) -> str:
                       exclude="leave these hosts out (comma list of host or group names), e.g. the node "
                               "a failed Slurm job named",
                       results="where fab collect puts results; the placed queues go to <results>/<campaign>/"
-                              "planned.json (default results/)"), iterable=["assign"])
+                              "planned.json (default results/)",
+                      gate_runs="runs per node of the baseline's gate cell in all: those past benchmark.repeat "
+                                "are added, each on its own server start, and nothing measured is redone "
+                                "(an INCONCLUSIVE gate's next look; docs/report.md, \"Adding repeats\")"),
+      iterable=["assign"])
 def bench(c, plan=None, inventory=None, hosts=None, exclude=None, check=False, diff=False, assign=None, wait=True,
-          poll=2.0, forks=32, serial=False, accept_new_host_keys=False, verbose=False, results="results"):
+          poll=2.0, forks=32, serial=False, accept_new_host_keys=False, verbose=False, results="results", gate_runs=0):
     """Split the plan's configurations across the nodes and run each node's queue (resumable, reattaches)."""
     p = plan_of(plan)
+    if gate_runs < 0:   # invoke reads an int (the default's type)
+        raise Exit(f"error: --gate-runs: {gate_runs!r} is not a run count (0 or more)", code=EXIT_BAD_INPUT)
     try:  # a missing bastion file, or one with too few prompts, stops here, before any host is touched
         promptcount.check(p)
     except PlanError as e:
@@ -127,6 +133,10 @@ def bench(c, plan=None, inventory=None, hosts=None, exclude=None, check=False, d
             for item in queues.queues[host.name]:
                 for line in commands_for(p, host.name, item, paths[host.name]):
                     rep.console.print(f"    {line}", markup=False, soft_wrap=True)
+            if p.baseline in queues.queues[host.name] and gate_runs > p.benchmark.repeat:
+                rep.console.print(f"    gate runs: {p.baseline} at concurrency {p.equivalence.concurrency}, runs "
+                                  f"{p.benchmark.repeat + 1}-{gate_runs}, each on its own server start",
+                                  markup=False)
         if check:
             return
         _write_planned(p, queues.queues, Path(results) / p.campaign)
@@ -137,7 +147,7 @@ def bench(c, plan=None, inventory=None, hosts=None, exclude=None, check=False, d
             node = next(n for n in nodes if n.name == host.name)
             spec = build_run_spec(p, host.name, queues.queues[host.name], paths[host.name],
                                   env_file=host.var("env_file"), gpu_index=host.var("gpu_index"),
-                                  gpus=list(node.gpus), gpu_groups=node.gpu_groups)
+                                  gpus=list(node.gpus), gpu_groups=node.gpu_groups, gate_runs=gate_runs)
             try:
                 specs[host.name] = resumed(spec, v and v.spec, v.runner_pid if v and v.alive else None)
             except RunnerBusy as e:

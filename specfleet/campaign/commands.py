@@ -72,7 +72,7 @@ def num_prompts(plan: Plan, concurrency: int) -> int:
     return prompts_at(b.num_prompts, b.min_prompts_per_concurrency, concurrency, scale)
 
 
-def client_spec(plan: Plan, node: str, item: str, paths: Paths) -> Client:
+def client_spec(plan: Plan, node: str, item: str, paths: Paths, isolation: str | None = None) -> Client:
     """What every bench run of `item` on `node` shares, with the --metadata that says how a run was set
     up (the report reads it from each result). The runner adds what only the worker knows:
     generation_config (the model's sampling defaults, which apply to every parameter the client does
@@ -85,6 +85,12 @@ def client_spec(plan: Plan, node: str, item: str, paths: Paths) -> Client:
                 ["sampling_params", json.dumps(sent, sort_keys=True, separators=(",", ":"))],
                 ["num_warmups", str(b.num_warmups)], ["prefix_cache", s.prefix_cache], ["repeats", str(b.repeat)],
                 ["steady_state", b.steady_state], ["max_failed_requests", str(b.max_failed_requests)]]
+    # repeat_isolation (how a repeat is kept apart from the others: server-start or cache-reset) is
+    # written wherever there is more than one run: the plan's benchmark.repeat_isolation, or
+    # `isolation` for a run added outside the plan's repeats (a gate run: its own server start)
+    isolation = isolation or (b.repeat_isolation if b.repeat > 1 else None)
+    if isolation:
+        metadata.append(["repeat_isolation", isolation])
     return Client(vllm=posixpath.join(paths.venv, "bin", "vllm"), backend=b.backend, endpoint=b.endpoint,
                   served_name=plan.model.served_name, dataset_name=b.dataset_name,
                   dataset_path=paths.dataset or b.on_worker or b.dataset_path,
@@ -107,17 +113,54 @@ def bench_run(plan: Plan, item: str, cell: int | Cell, rep: int = 1) -> BenchRun
 
 
 def bench_argv(plan: Plan, node: str, item: str, cell: int | Cell, paths: Paths,
-               rep: int = 1) -> list[str]:
+               rep: int = 1, isolation: str | None = None) -> list[str]:
     """The `vllm bench serve` argv of one bench run as the printed plan shows it."""
     return bench_run(plan, item, cell, rep).argv(
-        client_spec(plan, node, item, paths), model=paths.model, vllm_version=None,
+        client_spec(plan, node, item, paths, isolation), model=paths.model, vllm_version=None,
         host=plan.server.host, port=plan.server.port)
 
 
-def run_order(plan: Plan) -> list[tuple[Cell, int]]:
+def run_order(plan: Plan, reps: list[int] | None = None, cells: list[Cell] | None = None) -> list[tuple[Cell, int]]:
     """(cell, rep) in the order they run on one server: repeats interleaved across cells."""
     b = plan.benchmark
-    return [(cell, rep) for rep in range(1, b.repeat + 1) for cell in b.cells]
+    return [(cell, rep) for rep in reps or range(1, b.repeat + 1) for cell in cells or b.cells]
+
+
+def server_per_repeat(plan: Plan) -> bool:
+    """Each repeat on its own server start (benchmark.repeat_isolation: server-start, more than one run)."""
+    b = plan.benchmark
+    return b.repeat > 1 and b.repeat_isolation == "server-start"
+
+
+def repeat_item_name(config: str, rep: int) -> str:
+    """The queue item of one repeat of `config` on its own server start: the configuration's name for
+    the first (its done marker and server log as ever), `<config>.r<K>` for the others."""
+    return config if rep == 1 else f"{config}.r{rep}"
+
+
+def gate_cells(plan: Plan) -> list[Cell]:
+    """The bench cells the node-equivalence gate reads: the baseline's at equivalence.concurrency."""
+    return [c for c in plan.benchmark.cells if c.concurrency == plan.equivalence.concurrency]
+
+
+def queue_items(plan: Plan, node: str, queue: list[str], paths: Paths, gate_runs: int = 0) -> list[dict]:
+    """The run spec's items for `queue` (configuration names, baseline first), in the order they run.
+
+    repeat_isolation server-start: one item per (repeat, configuration), repeats outermost, so the
+    baseline and the configurations sharing the GPU interleave (vanilla r1, cfg r1, vanilla r2, ...);
+    cache-reset: one item per configuration holding every repeat. `gate_runs` > benchmark.repeat
+    (fab bench --gate-runs): the baseline's gate cells again, one server start per run, up to that
+    many runs, appended; the items already measured keep their hashes (none holds the count).
+    """
+    b = plan.benchmark
+    if server_per_repeat(plan):
+        items = [item_spec(plan, node, name, paths, rep=rep) for rep in range(1, b.repeat + 1) for name in queue]
+    else:
+        items = [item_spec(plan, node, name, paths) for name in queue]
+    if plan.baseline in queue:
+        items += [item_spec(plan, node, plan.baseline, paths, rep=rep, cells=gate_cells(plan))
+                  for rep in range(b.repeat + 1, gate_runs + 1)]
+    return items
 
 
 def cell_fit(plan: Plan, cell: Cell) -> dict:
@@ -144,20 +187,29 @@ def max_model_len(plan: Plan, item: str) -> str | None:
     return val
 
 
-def item_spec(plan: Plan, node: str, item: str, paths: Paths) -> dict:
-    """One queue item as the runner spec holds it (docs/campaign.md; runspec.py for its typed parts)."""
+def item_spec(plan: Plan, node: str, item: str, paths: Paths, rep: int | None = None,
+              cells: list[Cell] | None = None) -> dict:
+    """One queue item as the runner spec holds it (docs/campaign.md; runspec.py for its typed parts):
+    every repeat of configuration `item` on one server start, or with `rep` that repeat alone (of
+    `cells`, default all), named repeat_item_name. A repeat past benchmark.repeat is a gate run
+    (server-start)."""
     b = plan.benchmark
+    isolation = "server-start" if rep is not None and rep > b.repeat else None
     # what the runner's prompt-fit check needs (fitcheck.py, run with the venv's python)
     fit = {"dataset": paths.dataset or b.on_worker or b.dataset_path,
            "num_prompts": max(num_prompts(plan, c) for c in b.concurrencies),
            "output_len": b.output_len,
            "max_model_len": max_model_len(plan, item), "chat_template": b.chat_template,
            "policy": b.prompts_that_do_not_fit}
-    out = {"name": item, "serve": serve_spec(plan, item, paths).to_json(),
-           "client": client_spec(plan, node, item, paths).to_json(),
-           "bench": [bench_run(plan, item, cell, rep).to_json() for cell, rep in run_order(plan)],
+    out = {"name": item if rep is None else repeat_item_name(item, rep),
+           "serve": serve_spec(plan, item, paths).to_json(),
+           "client": client_spec(plan, node, item, paths, isolation).to_json(),
+           "bench": [bench_run(plan, item, cell, k).to_json()
+                     for cell, k in run_order(plan, None if rep is None else [rep], cells)],
            "required_paths": required_paths(plan, item, paths), "fit": fit,
            "max_failed_requests": b.max_failed_requests, "temperature": b.temperature}
+    if out["name"] != item:   # its server log is the configuration's (a header per start), as a crossover round's
+        out.update(config=item, log_name=item)
     out["item_hash"] = hashlib.sha256(json.dumps(out, sort_keys=True).encode()).hexdigest()[:12]
     return out
 
@@ -172,6 +224,11 @@ def required_paths(plan: Plan, item: str, paths: Paths) -> list[str]:
 
 
 def commands_for(plan: Plan, node: str, item: str, paths: Paths) -> list[str]:
-    """Shell-quoted command lines: `vllm serve ...` then one `vllm bench serve ...` per run."""
-    return [shlex.join(serve_argv(plan, item, paths)),
-            *(shlex.join(bench_argv(plan, node, item, cell, paths, rep)) for cell, rep in run_order(plan))]
+    """Shell-quoted command lines: per server start, `vllm serve ...` then one `vllm bench serve ...`
+    per run (a server start per repeat with repeat_isolation server-start)."""
+    lines = []
+    for reps in ([[r] for r in range(1, plan.benchmark.repeat + 1)] if server_per_repeat(plan) else [None]):
+        lines.append(shlex.join(serve_argv(plan, item, paths)))
+        for cell, rep in run_order(plan, reps):
+            lines.append(shlex.join(bench_argv(plan, node, item, cell, paths, rep)))
+    return lines

@@ -8,7 +8,7 @@ import time
 import zipfile
 from pathlib import Path
 
-from .commands import Paths, item_spec
+from .commands import Paths, queue_items
 from ..plan import Plan
 from .slotsplit import pins_of
 from ..worker.stats import SPEEDUP_CONFIDENCE  # the report's interval, the one default
@@ -34,11 +34,12 @@ def worker_zipapp() -> bytes:
 def build_run_spec(plan: Plan, node: str, queue: list[str], paths: Paths, *,
                    env_file: str | None = None, run_id: str | None = None,
                    gpu_index: int | None = None, gpus: list[dict] | None = None,
-                   gpu_groups: list[list[int]] | None = None) -> dict:
+                   gpu_groups: list[list[int]] | None = None, gate_runs: int = 0) -> dict:
     """The run spec for `node` running `queue` (config names in order, baseline first).
 
     `gpus` (the node's GPUs, slots.parse_gpus) with more than one: the runner's slot pool runs the
     queue (spec keys gpus, gpu_groups, packing; items[].whole_node); else the one-GPU runner, as ever.
+    `gate_runs`: fab bench --gate-runs (commands.queue_items).
     """
     ph = plan.plan_hash()
     spec = {
@@ -61,18 +62,18 @@ def build_run_spec(plan: Plan, node: str, queue: list[str], paths: Paths, *,
         "gpu_memory_free_mib": plan.gpu_memory_free_mib,
         "gpu_index": gpu_index,
         "stop_timeout_s": plan.stop_timeout_s,
-        "items": [item_spec(plan, node, name, paths) for name in queue],
+        "items": queue_items(plan, node, queue, paths, gate_runs),
         "crossover": crossover_spec(plan, queue),
     }
     if gpus and len(gpus) > 1:
         spec.update(gpus=[dict(g) for g in gpus], gpu_groups=gpu_groups, packing=plan.packing)
         for it in spec["items"]:
-            if plan.config(it["name"]).whole_node:
+            if plan.config(it.get("config", it["name"])).whole_node:
                 it["whole_node"] = True
         pinned = pins_of(plan, [g["index"] for g in gpus])   # equivalence.every_gpu: the baseline per GPU
         for it in spec["items"]:
-            if it["name"] in pinned:
-                it["gpu_pin"] = pinned[it["name"]]
+            if it.get("config", it["name"]) in pinned:
+                it["gpu_pin"] = pinned[it.get("config", it["name"])]
     return spec
 
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from ..facts.gpus import GpuList, Topology, nvlink_groups
 from .bounds import count_bound, pigeonhole_bound, two_class_bound
+from .commands import server_per_repeat
 from ..plan import NGRAM_METHODS, Plan, PlanError, gpus_needed
 from ..worker.slots import parse_gpus, parse_groups
 from .slotsplit import Split, durations_by_twin, needs_slots, slot_split
@@ -158,7 +159,8 @@ def item_s(plan: Plan, config: str, node: NodeInfo, durations: dict[str, dict] |
     measured = (durations or {}).get(config)
     load = measured["load_s"] if measured and "load_s" in measured else load_s(plan, config, node)
     b = plan.benchmark
-    loads = len(b.cells) * b.repeat if plan.server.prefix_cache == "fresh-server-per-concurrency" else 1
+    loads = len(b.cells) * b.repeat if plan.server.prefix_cache == "fresh-server-per-concurrency" else \
+        b.repeat if server_per_repeat(plan) else 1   # the configuration's items: a start per repeat
     return load * loads + bench_s(plan, config, measured)
 
 

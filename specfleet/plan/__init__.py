@@ -278,6 +278,12 @@ class Benchmark(_Strict):
     # Runs per (configuration, concurrency) on one server start, interleaved across concurrencies
     # (c1 c16 c1 c16 ...) so a slow drift hits every concurrency alike. The one default: 3.
     repeat: int = Field(default=3, ge=1)
+    # How one repeat is kept apart from the next (docs/report.md, "What a repeat is"). server-start:
+    # each repeat is its own server start, configurations interleaved (vanilla r1, cfg r1, vanilla r2,
+    # ...), so the interval holds server-start and drift variance. cache-reset: all repeats on one
+    # server start, back to back, server.prefix_cache between runs (how plans ran before the field
+    # existed: not in the plan hash, nor with one run, so those plans keep their hash).
+    repeat_isolation: Literal["server-start", "cache-reset"] = "server-start"
     # A run counts only if every request completed, or at most this many failed.
     max_failed_requests: int = Field(default=0, ge=0)
     # Checked on the worker before the model loads (its tokenizer, the chat template, output_len,
@@ -526,6 +532,8 @@ class Plan(_Strict):
         if d["benchmark"]["request_rates"] is None:  # closed loop only: the arrival fields mean nothing
             for key in ("request_rates", "burstiness", "seed"):
                 del d["benchmark"][key]
+        if d["benchmark"]["repeat"] == 1 or d["benchmark"]["repeat_isolation"] == "cache-reset":
+            del d["benchmark"]["repeat_isolation"]
         for key in ("concurrency_search", "sweep", "slo"):  # absent: a plan without a search or sweep keeps its hash
             if d["benchmark"][key] is None:
                 del d["benchmark"][key]

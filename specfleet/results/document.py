@@ -169,7 +169,7 @@ def _verdict_cell(r: pd.Series) -> str:
     return f"{r.speedup:.2f}x{ci} {r.speedup_verdict}"
 
 
-def summary_section(runs: pd.DataFrame, baseline: str) -> Section | None:
+def summary_section(runs: pd.DataFrame, baseline: str, repeats_note: str | None = None) -> Section | None:
     """One row per configuration, one column per bench cell: speedup, interval (or 1 run), verdict."""
     others = runs[runs.config != baseline]
     if others.empty:
@@ -187,7 +187,8 @@ def summary_section(runs: pd.DataFrame, baseline: str) -> Section | None:
     return Section("Summary", ["configuration", *heads], rows,
                    f"Speedup over the same node's '{baseline}' (output tok/s), its 95 % interval with repeats "
                    "(or the run count), and the verdict by the noise band (see the Results tables); "
-                   "the bullets below are details and caveats.", anchor="summary")
+                   "the bullets below are details and caveats." + (f" {repeats_note}" if repeats_note else ""),
+                   anchor="summary")
 
 
 def cells_section(cells: list[CellState], command: str | None) -> Section:
@@ -225,7 +226,8 @@ def build_model(campaign: str, tables: Tables, gate: GateResult, conclusions: li
                              RUN_COLS, f"Means over runs. Speedup = output tok/s / the same node's "
                                        f"'{baseline}' output tok/s at this concurrency"
                                        f"{'' if plain else ' in this bench cell'}. CI low/high and "
-                                       f"'vs baseline': {tables.noise.describe() if tables.noise else ''}."))
+                                       f"'vs baseline': {tables.noise.describe() if tables.noise else ''}."
+                                       + (f" {tables.repeats_note}" if tables.repeats_note else "")))
     secs += [_section(title, df, cols, note) for title, df, cols, note in latency_sections(tables.latency)]
     if not tables.spec.empty:
         swept = int("cell" in tables.spec and bool((tables.spec.cell != "conc" + tables.spec.concurrency.astype(str)).any()))
@@ -272,7 +274,8 @@ def build_model(campaign: str, tables: Tables, gate: GateResult, conclusions: li
                        conclusions=conclusions, sections=secs, notes=list(tables.notes),
                        warnings=list(warnings or []), quarantined=list(quarantined or []),
                        gate_verdict=gate_verdict(gate, cells), complete=not bad,
-                       summary=summary_section(_flag_verdicts(tables.runs), baseline) if not tables.runs.empty else None)
+                       summary=summary_section(_flag_verdicts(tables.runs), baseline, tables.repeats_note)
+                       if not tables.runs.empty else None)
 
 
 def _env() -> jinja2.Environment:

@@ -152,7 +152,7 @@ class GateResult:
                    "the data cannot show equivalence")
             nxt = max((min(c.n_a, c.n_b) + c.more_runs for c in self.checks if c.state == INCONCLUSIVE and c.more_runs), default=0)
             add = (f"; {max(m for m in more if m is not None)} more run(s) of the baseline per node for the "
-                   f"next look (benchmark.repeat: {nxt}; docs/report.md, \"Adding repeats\")"
+                   f"next look (fab bench --gate-runs {nxt}; docs/report.md, \"Adding repeats\")"
                    if any(m for m in more if m is not None) else
                    "; the run budget is spent" if more and all(m is None for m in more) else "")
             return f"{INCONCLUSIVE}: {how} (margin ±{self.rule.tolerance_pct:g} %){add}"

@@ -256,3 +256,40 @@ def outlier_notes(camp: Campaign) -> list[str]:
                            f"repeats (they lie within {spread:.1f} % of it); it is kept in the mean and the "
                            "interval, which it widens: look at that run (a neighbour, a thermal limit, a restart)")
     return out
+
+
+#: how a result says its repeat was kept apart from the others (commands.client_spec writes it where a
+#: cell has more than one run); results from before the field ran every repeat on one server start
+ISOLATION_KEY = "repeat_isolation"
+REPEAT_MEANING = {
+    "server-start": "each repeat on its own server start, the baseline and the configurations interleaved "
+                    "(baseline r1, configuration r1, baseline r2, ...): the interval holds run-to-run, "
+                    "server-start and slow-drift variance",
+    "cache-reset": "the repeats of a configuration back to back on one server start (server.prefix_cache "
+                   "between runs), its baseline on another start at another time: the interval holds "
+                   "run-to-run variance only, not server-start or drift variance, so it is narrower than "
+                   "independent starts would give",
+}
+
+
+def repeat_meaning(camp: Campaign) -> str | None:
+    """What the intervals' repeats are, read from the results (benchmark.repeat_isolation), or None when
+    no cell has more than one run."""
+    groups: dict[tuple[str, str, str], list] = {}
+    for r in camp.runs:
+        groups.setdefault((r.cell, r.config, r.host), []).append(r)
+    seen: dict[str, int] = {}
+    for runs in groups.values():
+        if len(runs) > 1:
+            for r in runs:
+                how = str(r.result.extra.get(ISOLATION_KEY) or "cache-reset")  # not recorded: one server start
+                seen[how] = seen.get(how, 0) + 1
+    if not seen:
+        return None
+    if len(seen) == 1:
+        how = next(iter(seen))
+        return f"Repeats: {how}, {REPEAT_MEANING.get(how, 'not a known isolation')}."
+    parts = "; ".join(f"{n} runs {how} ({REPEAT_MEANING.get(how, 'not a known isolation')})"
+                      for how, n in sorted(seen.items()))
+    return (f"Repeats isolated in more than one way (added gate runs are server starts of their own): {parts}. "
+            "An interval over both mixes the two meanings.")

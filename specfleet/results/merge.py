@@ -19,7 +19,7 @@ from .categories import cells_by_category
 from .crossover import search_status
 from .diagnosis import MIN_WAVES, OVERHEAD_BOUND_FRACTION, bandwidth_of, greedy_divergence, loop_share, waves
 from .gate_policy import metric_value
-from .measures import NoiseBand, add_measures, latency_table, outlier_notes
+from .measures import NoiseBand, add_measures, latency_table, outlier_notes, repeat_meaning
 from .consistency import result_table
 from .provenance import node_table
 
@@ -62,6 +62,7 @@ class Tables:
     outliers: list[str] = field(default_factory=list)  # measures.outlier_notes
     overhead_bound: dict[str, str] = field(default_factory=dict)  # node -> why decode is launch/overhead-bound
     waves_note: str | None = None
+    repeats_note: str | None = None   # measures.repeat_meaning: what the intervals' repeats are
 
 
 def _mean(vals: list) -> float:
@@ -232,7 +233,7 @@ def build_tables(camp: Campaign, baseline: str, gpu_bandwidth_gbps: float | None
     t = Tables(runs=runs, spec=spec_table(runs, baseline), kv=kv_table(camp),
                provenance=node_table(camp), latency=latency_table(camp, runs), noise=noise,
                provenance_results=result_table(camp), search=search_status(camp.nodes),
-               outliers=outlier_notes(camp))
+               outliers=outlier_notes(camp), repeats_note=repeat_meaning(camp))
     missing = sorted({f"{n}@{c}" for n, c in zip(runs.node, runs.cell)} -
                      {f"{n}@{c}" for n, c in zip(runs[runs.config == baseline].node,
                                                    runs[runs.config == baseline].cell)})

@@ -222,7 +222,7 @@ def crossover_round(spec: dict, result_dir: str, tried: dict[str, set[int]], rou
         return [], {}
     if not tried:  # what the spec's own items measure counts as tried: a failed cell is not retried here
         for it in spec["items"]:
-            tried.setdefault(it["name"], set()).update(b["concurrency"] for b in it["bench"])
+            tried.setdefault(it.get("config", it["name"]), set()).update(b["concurrency"] for b in it["bench"])
     decision = decide(x, result_dir, tried)
     need: dict[str, list[int]] = {cfg: d["next"] for cfg, d in decision.items() if d["next"]}
     base_have = set(measured(x, result_dir, x["baseline"]))

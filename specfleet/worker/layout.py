@@ -88,8 +88,14 @@ def server_log(config: str) -> str:
     return config + SERVER_LOG_SUFFIX
 
 
+def repeat_suffix(rep: int | str, repeat: int) -> str:
+    """`_r<rep>` where a cell has more than one run (rep > repeat: a gate run added later; a str rep is
+    the crossover template's placeholder, which follows the plan's repeat)."""
+    return f"_r{rep}" if repeat > 1 or (isinstance(rep, int) and rep > 1) else ""
+
+
 def result_filename(config: str, concurrency: int, rep: int = 1, repeat: int = 1) -> str:
-    suffix = f"_r{rep}" if repeat > 1 else ""
+    suffix = repeat_suffix(rep, repeat)
     return f"{config}_conc{concurrency}{suffix}.json"
 
 
@@ -98,7 +104,7 @@ def cell_result_filename(config: str, cell, rep: int = 1, repeat: int = 1) -> st
     a swept one `<config>_<cell name>[_r<K>].json` (conc16-out1024-cat_rag)."""
     if cell.name in ("", f"conc{cell.concurrency}"):
         return result_filename(config, cell.concurrency, rep, repeat)
-    return f"{config}_{cell.name}{'_r' + str(rep) if repeat > 1 else ''}.json"
+    return f"{config}_{cell.name}{repeat_suffix(rep, repeat)}.json"
 
 
 def result_glob(config: str) -> str:

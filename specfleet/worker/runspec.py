@@ -134,7 +134,7 @@ class BenchRun(_Json):
 
     def setup(self, client: Client) -> list[list[str]]:
         """This run's own --metadata pairs (the report reads how a run was set up from its result)."""
-        return [*([["repeat", str(self.rep)]] if client.repeats > 1 else []),
+        return [*([["repeat", str(self.rep)]] if client.repeats > 1 or self.rep > 1 else []),  # a gate run: rep > 1
                 ["prompts_per_concurrency", f"{self.num_prompts / self.concurrency:g}"],
                 *([["category", self.category]] if self.category else []),
                 *([["arrival_seed", str(client.seed)]] if self.request_rate is not None else [])]

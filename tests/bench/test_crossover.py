@@ -210,13 +210,15 @@ def test_runner_refines_where_the_speedup_crosses_and_resume_measures_nothing_ne
     # every server of a configuration logs into its one server log, a header per start
     assert not list(bed.run_dir.glob("*.round*.server.log"))
     starts = (bed.run_dir / "ngram.server.log").read_text().count("==== specfleet ")
-    assert starts == 1 + sum(i["name"].startswith("ngram.") for i in rounds)
+    # one start per queue item: the plan's repeats each on their own (server-start), then a round's
+    assert starts == sum(i["name"].split(".")[0] == "ngram" for i in st["items"]) == 2 + len(
+        [i for i in rounds if i["name"].startswith("ngram.round")])
     before = run_files(bed)
     # the second run: every cell is there, nothing is measured again, the decision is the same
     assert bed.run(spec, timeout=120) == EXIT_OK, bed.log()
     assert run_files(bed) == before
     st2 = bed.state()
-    assert [i["name"] for i in st2["items"]] == ["vanilla", "ngram"]
+    assert [i["name"] for i in st2["items"]] == ["vanilla", "ngram", "vanilla.r2", "ngram.r2"]
     assert st2["crossover"]["configs"]["ngram"]["points"] == x["points"]
     assert "done marker present: skipped" in bed.log()
 

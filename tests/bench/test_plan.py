@@ -152,12 +152,14 @@ def test_commands_for_report_plan():
 def test_run_spec_shape():
     p = load_plan("plans/demo.yml")
     spec = build_run_spec(p, "w1", ["vanilla", "ngram"], Paths(venv="/opt/v", work_dir="/w", dataset="/w/q.jsonl"))
-    assert spec["host"] == "w1" and [i["name"] for i in spec["items"]] == ["vanilla", "ngram"]
-    it = spec["items"][1]
-    # repeats interleaved across concurrencies, on one server start
-    assert [b["result_file"] for b in it["bench"]] == [f"ngram_conc{c}_r{r}.json" for r in (1, 2, 3) for c in (1, 16)]
+    # a server start per repeat (repeat_isolation: server-start), the configurations interleaved
+    assert spec["host"] == "w1" and [i["name"] for i in spec["items"]] == \
+        ["vanilla", "ngram", "vanilla.r2", "ngram.r2", "vanilla.r3", "ngram.r3"]
+    it = spec["items"][3]
+    assert [b["result_file"] for b in it["bench"]] == [f"ngram_conc{c}_r2.json" for c in (1, 16)]
     assert it["required_paths"] == ["/w/q.jsonl"]
-    assert item_spec(p, "w1", "ngram", Paths(venv="/opt/v", work_dir="/w", dataset="/w/q.jsonl"))["item_hash"] == it["item_hash"]
+    assert item_spec(p, "w1", "ngram", Paths(venv="/opt/v", work_dir="/w", dataset="/w/q.jsonl"),
+                     rep=2)["item_hash"] == it["item_hash"]
 
 
 def test_unknown_speculative_key_is_refused_unless_the_plan_opts_in(tmp_path):

@@ -348,3 +348,58 @@ def test_a_result_corrupted_on_the_worker_never_replaces_the_good_copy_and_is_me
     assert "Node equivalence NOT CHECKED (" in s and "Node equivalence PASSED" not in s, out(gone)
     md = (fresh / CAMPAIGN / "report.md").read_text()
     assert "Node equivalence: **NOT CHECKED (" in md and md.startswith("> **⚠ SIMULATED")
+
+
+REPEATS_PLAN = "tests/e2e/plans/collect-repeats.yml"
+
+
+def test_gate_runs_add_baseline_runs_on_their_own_server_starts_and_measure_nothing_again(testbed_factory,
+                                                                                          tmp_path):
+    """Issue 23: three repeats, each its own server start with vanilla and ngram interleaved; then
+    `fab bench --gate-runs 5` (what an INCONCLUSIVE gate asks for) measures only vanilla's runs 4 and 5
+    at the gate's concurrency, and the next collect's gate and tables use all five."""
+    tb, inv = provisioned(testbed_factory, tmp_path, speed={"w2": 0.97})
+    camp_dir = f"{WORK}/collect-repeats"
+    r = fab("bench", "--hosts", ",".join(HOSTS), "--plan", REPEATS_PLAN, inventory=inv, runs=tmp_path / "runs-b1")
+    assert r.returncode == 0, out(r)
+    queues = {}
+    for h in HOSTS:
+        st = json.loads(host_sh(tb, h, f"cat {camp_dir}/{h}/state.json").stdout)
+        queues[h] = list(dict.fromkeys(i["name"].split(".")[0] for i in st["items"]))
+        assert queues[h][0] == "vanilla"   # the baseline on every node, ngram on one (the split)
+        assert [i["name"] for i in st["items"]] == [c if r == 1 else f"{c}.r{r}" for r in (1, 2, 3) for c in queues[h]]
+        starts = [i["started_at"] for i in st["items"]]
+        assert starts == sorted(starts) and all(i["status"] == "done" for i in st["items"])
+        log = host_sh(tb, h, f"cat {camp_dir}/{h}/vanilla.server.log").stdout
+        assert log.count("==== specfleet ") == 3   # a server start per repeat
+    results = tmp_path / "results"
+    first = fab("collect", "--plan", REPEATS_PLAN, "--results", str(results), "--force", inventory=inv,
+                runs=tmp_path / "runs-c1")
+    assert first.returncode == 0, out(first)
+    camp = results / "collect-repeats"
+    report = (camp / "report.md").read_text()
+    assert "Repeats: server-start, each repeat on its own server start" in report
+    stamp = {h: host_sh(tb, h, f"stat -c '%n %Y' {camp_dir}/{h}/*_r[123].json").stdout for h in HOSTS}
+
+    more = fab("bench", "--hosts", ",".join(HOSTS), "--plan", REPEATS_PLAN, "--gate-runs", "5", inventory=inv,
+               runs=tmp_path / "runs-b2")
+    assert more.returncode == 0, out(more)
+    assert "gate runs: vanilla at concurrency 8, runs 4-5, each on its own server start" in flat(more.stdout)
+    for h in HOSTS:
+        st = json.loads(host_sh(tb, h, f"cat {camp_dir}/{h}/state.json").stdout)
+        phases = {i["name"]: i["phase"] for i in st["items"]}
+        assert [n for n, p in phases.items() if p != "done earlier"] == ["vanilla.r4", "vanilla.r5"], phases
+        assert host_sh(tb, h, f"stat -c '%n %Y' {camp_dir}/{h}/*_r[123].json").stdout == stamp[h]
+        files = set(host_sh(tb, h, f"ls {camp_dir}/{h}").stdout.split())
+        assert {"vanilla_conc8_r4.json", "vanilla_conc8_r5.json"} <= files and "ngram_conc8_r4.json" not in files
+        assert host_sh(tb, h, f"cat {camp_dir}/{h}/vanilla.server.log").stdout.count("==== specfleet ") == 5
+    second = fab("collect", "--plan", REPEATS_PLAN, "--results", str(results), "--force", inventory=inv,
+                 runs=tmp_path / "runs-c2")
+    assert second.returncode == 0, out(second)
+    assert "MIXED PLANS" not in second.stdout, out(second)   # the plan hash did not change
+    rows = json.loads((camp / "merged.json").read_text())
+    assert sorted((r["node"], r["config"], r["repeats"]) for r in rows) == \
+        sorted((h, c, 5 if c == "vanilla" else 3) for h in HOSTS for c in queues[h])
+    assert sorted(queues.values()) == [["vanilla"], ["vanilla", "ngram"]]
+    gate_rows = (camp / "report.md").read_text().split("Node equivalence (baseline on every node)")[1]
+    assert "w1 vs w2" in gate_rows

@@ -78,8 +78,10 @@ def test_crossover_plan_refines_on_each_node_reports_and_a_second_run_measures_n
     refined_somewhere = False
     for host in ("w1", "w2"):
         spec = host_json(tb, host, f"{run_dir(host)}/run.json")
-        queue = [i["name"] for i in spec["items"]]
+        queue = [i["name"] for i in spec["items"] if "config" not in i]   # the first repeat's items
         assert queue[0] == "vanilla" and spec["crossover"]["configs"] == queue[1:]
+        # each repeat a server start of its own (repeat_isolation: server-start), configurations interleaved
+        assert [i["name"] for i in spec["items"]] == queue + [f"{c}.r2" for c in queue]
         st = host_json(tb, host, f"{run_dir(host)}/state.json")
         assert st["status"] == "done", st
         assert all(i["status"] == "done" for i in st["items"]), st["items"]
