@@ -9,6 +9,7 @@ from specfleet.campaign.commands import Paths, commands_for
 from specfleet.campaign.spec import build_run_spec
 from specfleet.plan import parse_plan
 from specfleet.worker.runner import EXIT_OK
+from specfleet.worker.runspec import item_parts
 
 from .test_plan import MINI
 
@@ -21,8 +22,10 @@ def plan_of(**bench):
     return parse_plan(raw)
 
 
-def metadata(bench: dict) -> dict:
-    argv = bench["argv"]
+def metadata(item: dict, k: int = 0) -> dict:
+    """The --metadata pairs of the item's k-th bench run as the worker renders them."""
+    _, client, runs = item_parts(item)
+    argv = runs[k].argv(client, model=None, vllm_version=None, host="127.0.0.1", port=8000)
     return dict(w.split("=", 1) for w in argv[argv.index("--metadata") + 1:])
 
 
@@ -36,8 +39,8 @@ def test_by_default_each_repeat_is_its_own_server_start_with_baseline_and_config
         # one server start holds that repeat's cells, each recorded as isolated by a server start
         assert [(b["concurrency"], b["rep"]) for b in it["bench"]] == [(1, rep), (16, rep)]
         assert [b["result_file"] for b in it["bench"]] == [f"{cfg}_conc{c}_r{rep}.json" for c in (1, 16)]
-        assert {metadata(b)["repeat_isolation"] for b in it["bench"]} == {"server-start"}
-        assert {metadata(b)["repeat"] for b in it["bench"]} == {str(rep)}
+        assert {metadata(it, k)["repeat_isolation"] for k in range(len(it["bench"]))} == {"server-start"}
+        assert {metadata(it, k)["repeat"] for k in range(len(it["bench"]))} == {str(rep)}
     assert len({i["item_hash"] for i in items}) == len(items)
     # the printed plan: a `vllm serve` before each repeat
     lines = commands_for(p, "w1", "ng", PATHS)
@@ -49,7 +52,7 @@ def test_cache_reset_is_the_one_server_layout_and_keeps_the_hash_plans_had_befor
     items = build_run_spec(shared, "w1", ["vanilla", "ng"], PATHS)["items"]
     assert [i["name"] for i in items] == ["vanilla", "ng"]
     assert [(b["concurrency"], b["rep"]) for b in items[1]["bench"]] == [(c, r) for r in (1, 2, 3) for c in (1, 16)]
-    assert {metadata(b)["repeat_isolation"] for b in items[1]["bench"]} == {"cache-reset"}
+    assert {metadata(items[1], k)["repeat_isolation"] for k in range(len(items[1]["bench"]))} == {"cache-reset"}
     # cache-reset is how a plan without the field ran: it is not hashed, so such a plan keeps its hash;
     # server-start measures otherwise, so it is hashed
     assert "repeat_isolation" not in shared.canonical_json()
@@ -59,8 +62,8 @@ def test_cache_reset_is_the_one_server_layout_and_keeps_the_hash_plans_had_befor
     assert single[0].plan_hash() == single[1].plan_hash()
     items = build_run_spec(single[0], "w1", ["vanilla", "ng"], PATHS)["items"]
     assert [i["name"] for i in items] == ["vanilla", "ng"]
-    assert all("repeat_isolation" not in metadata(b) and "repeat" not in metadata(b)
-               for i in items for b in i["bench"])
+    assert all("repeat_isolation" not in metadata(i, k) and "repeat" not in metadata(i, k)
+               for i in items for k in range(len(i["bench"])))
 
 
 def test_gate_runs_add_the_baselines_gate_cell_and_leave_every_measured_item_as_it_was():
@@ -74,7 +77,7 @@ def test_gate_runs_add_the_baselines_gate_cell_and_leave_every_measured_item_as_
         for it, k in zip(added, reps):
             assert it["config"] == "vanilla" and [b["concurrency"] for b in it["bench"]] == [16]
             assert it["bench"][0]["result_file"] == f"vanilla_conc16_r{k}.json"
-            assert metadata(it["bench"][0])["repeat_isolation"] == "server-start"
+            assert metadata(it)["repeat_isolation"] == "server-start" and metadata(it)["repeat"] == str(k)
         # a node whose queue has no baseline gets no gate runs; a count the plan already reaches adds none
         assert build_run_spec(p, "w1", ["ng"], PATHS, gate_runs=9)["items"] == \
             build_run_spec(p, "w1", ["ng"], PATHS)["items"]
