@@ -87,7 +87,9 @@ def crossover_spec(plan: Plan, node: str, queue: list[str], paths: Paths) -> dic
             "configs": [n for n in queue if n != plan.baseline],
             "num_prompts": b.num_prompts, "min_prompts_per_concurrency": b.min_prompts_per_concurrency,
             "scale_prompts": b.steady_state == "required",
-            "templates": {n: bench_templates(plan, node, n, paths) for n in queue}}
+            "templates": {n: bench_templates(plan, node, n, paths) for n in queue},
+            **({"slo": {"limits": b.slo.limits(), "attainment_pct": b.slo.attainment_pct}}
+               if x.metric == "goodput" else {})}
 
 
 def dump_run_spec(spec: dict) -> str:
