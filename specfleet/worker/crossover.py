@@ -172,7 +172,7 @@ def next_points(grid: list[int], coarse: list[int], points: dict[int, dict], bud
         if gap < 2:
             continue
         crosses = _crosses(pa, pb)
-        down = pa["speedup"] > 1.0  # the estimate falls through 1.00x here (else rises)
+        down = pa["speedup"] is not None and pa["speedup"] > 1.0  # the estimate falls through 1.00x here (else rises)
         before, after = verdicts[:k + 1], verdicts[k + 1:]
         through = (FASTER if down else SLOWER) in before or (SLOWER if down else FASTER) in after
         if pa["verdict"] != pb["verdict"] or crosses and through:
