@@ -17,7 +17,8 @@ FAIL_ON = ("regression", "never")
             "out": "where compare.md/.html/.json/.svg go (default: <candidate's parent>/compare-<b>-vs-<c>)",
             "metric": "the per-cell metric (default: the candidate plan's equivalence.metric)",
             "tolerance_pct": "the band a difference must clear (default: the candidate plan's equivalence.tolerance_pct)",
-            "fail_on": f"regression: exit {EXIT_REGRESSION} when a cell or speedup regressed (default never)",
+            "fail_on": f"regression: exit {EXIT_REGRESSION} when a cell, a speedup or (both plans with an SLO) "
+                       "a cell's goodput or SLO attainment regressed (default never)",
             "force": "compare campaigns of different models or datasets, or with nodes not equivalent; "
                      "every output says so"})
 def compare(c, baseline, candidate, out=None, metric=None, tolerance_pct=None, fail_on="never", force=False):
@@ -46,7 +47,7 @@ def compare(c, baseline, candidate, out=None, metric=None, tolerance_pct=None, f
                                                                                "assertion NOT")) else None)
     console.print(f"[bold green]comparison:[/] {paths['html']}")
     code = 0
-    if fail_on == "regression" and (cmp.regressions or cmp.speedup_regressions):
+    if fail_on == "regression" and (cmp.regressions or cmp.speedup_regressions or cmp.goodput_regressions):
         code |= EXIT_REGRESSION
     if cmp.assertions_failed:
         code |= EXIT_ASSERTION

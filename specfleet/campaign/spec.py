@@ -87,7 +87,9 @@ def crossover_spec(plan: Plan, queue: list[str]) -> dict | None:
             "tolerance_pct": plan.equivalence.tolerance_pct, "baseline": plan.baseline,
             "configs": [n for n in queue if n != plan.baseline],
             "num_prompts": b.num_prompts, "min_prompts_per_concurrency": b.min_prompts_per_concurrency,
-            "scale_prompts": b.steady_state == "required", "repeat": b.repeat, "output_len": b.output_len}
+            "scale_prompts": b.steady_state == "required", "repeat": b.repeat, "output_len": b.output_len,
+            **({"slo": {"limits": b.slo.limits(), "attainment_pct": b.slo.attainment_pct}}
+               if x.metric == "goodput" else {})}
 
 
 def dump_run_spec(spec: dict) -> str:

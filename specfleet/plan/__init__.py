@@ -230,7 +230,8 @@ class ConcurrencySearch(_Strict):
     coarse_factor: int = 4      # round 1: min x 4^k (and max)
     per_doubling: int = Field(default=2, ge=1, le=16)  # the finest grid: 2 points per doubling
     budget: int = Field(ge=2)   # concurrencies measured per configuration at most, round 1 included
-    metric: Literal["output_throughput", "total_token_throughput"] = "output_throughput"
+    # goodput: each configuration's highest concurrency meeting benchmark.slo (worker/crossover.py)
+    metric: Literal["output_throughput", "total_token_throughput", "goodput"] = "output_throughput"
 
     @field_validator("coarse_factor")
     @classmethod
@@ -384,6 +385,11 @@ class Benchmark(_Strict):
                 raise ValueError("request_rates: must be distinct rates > 0 (requests/s; inf = closed loop)")
             if self.concurrency_search is not None:
                 raise ValueError("request_rates: a crossover search does not combine with request rates yet")
+        if self.concurrency_search is not None and self.concurrency_search.metric == "goodput":
+            if self.slo is None:
+                raise ValueError("concurrencies.metric: goodput needs benchmark.slo (the latency a good request meets)")
+            if not self.save_detailed:
+                raise ValueError("save_detailed: a goodput search reads the per-request arrays; set it to true")
         if self.concurrency_search is not None and self.sweep is not None:
             raise ValueError("sweep: a crossover search does not combine with bench sweeps yet; sweep server "
                              "dimensions (configurations[].sweep), or sweep on a concurrency grid")

@@ -38,14 +38,13 @@ from .gate_policy import metric_value
 from .gpu_gate import split_off_gpu_copies
 from .measures import NoiseBand
 from .merge import Tables, build_tables
+from .compare_rules import IMPROVEMENT, NO_DIFF, REGRESSION, WITHIN, decide  # noqa: F401 (the verdicts' home)
+from .compare_slo import GoodputDiff, goodput_diffs, slo_of_both
 from .consistency import result_table
 from .provenance import NOT_RECORDED, node_table
-from ..worker.stats import ratio_interval, t_quantile
+from ..worker.stats import t_quantile
 
 PLAN_SNAPSHOT = "plan.json"   # written beside the host folders by `fab collect` / `fab report`
-REGRESSION, IMPROVEMENT, WITHIN, NO_DIFF = ("regression", "improvement", "within tolerance",
-                                            "no measurable difference")
-LOWER_IS_BETTER = {"mean_tpot_ms", "mean_itl_ms", "mean_ttft_ms", "tpot_weighted_ms"}
 # plan fields that may differ between the two campaigns: what is being compared (the GPU and the date
 # are not plan fields; they show among the provenance differences)
 COMPARED_FIELDS = ("vllm_version", "campaign", "server.args")
@@ -125,35 +124,6 @@ class CellDiff:
     method: str
     verdict: str
     detail: str
-
-
-def decide(metric: str, a: list[float], b: list[float], noise: NoiseBand) -> tuple[float, float | None,
-                                                                                  float | None, str, str, str]:
-    """(ratio b/a, interval low, high, method, verdict, detail) by the rule in the module docstring."""
-    lo_band, hi_band = noise.band
-    better_up = metric not in LOWER_IS_BETTER
-    ri = ratio_interval(a, b, noise.confidence)
-    tol = f"±{noise.tolerance_pct:g} % band [{lo_band:.4f}, {hi_band:.4f}]"
-    if ri is None:
-        r = statistics.fmean(b) / statistics.fmean(a)
-        lo = hi = None
-        method = f"single run: plain threshold, no interval (n={len(a)}/{len(b)})"
-        worse, better = (r < lo_band, r > hi_band) if better_up else (r > hi_band, r < lo_band)
-        measurable = worse or better
-    else:
-        r, lo, hi = ri.ratio, ri.low, ri.high
-        method = f"{noise.confidence:.0%} CI, Welch's t on log values, n={len(a)}/{len(b)}"
-        worse, better = (hi < lo_band, lo > hi_band) if better_up else (lo > hi_band, hi < lo_band)
-        measurable = hi < 1.0 or lo > 1.0
-    if worse:
-        return r, lo, hi, method, REGRESSION, f"worse beyond the {tol}"
-    if better:
-        return r, lo, hi, method, IMPROVEMENT, f"better beyond the {tol}"
-    if measurable:
-        up = (lo or r) > 1.0
-        word = ("better" if up == better_up else "worse")
-        return r, lo, hi, method, WITHIN, f"measurably {word} (interval excludes 1.00) but inside the {tol}"
-    return r, lo, hi, method, NO_DIFF, "interval contains 1.00" if ri else f"inside the {tol}"
 
 
 def _samples(camp: Campaign, metric: str, nodes: set[str] | None = None) -> dict[tuple[str, str], list[float]]:
@@ -345,6 +315,8 @@ class Comparison:
     speedups: list[SpeedupDiff]
     assertions: list[AssertionResult]
     notes: list[str] = field(default_factory=list)
+    goodput: list[GoodputDiff] = field(default_factory=list)   # when both plans have an SLO (compare_slo.py)
+    slo: str = ""                                              # the SLO goodput was judged by, in words
 
     @property
     def simulated(self) -> bool:
@@ -357,6 +329,10 @@ class Comparison:
     @property
     def speedup_regressions(self) -> list[SpeedupDiff]:
         return [s for s in self.speedups if s.verdict == REGRESSION]
+
+    @property
+    def goodput_regressions(self) -> list[GoodputDiff]:
+        return [g for g in self.goodput if g.regressed]
 
     @property
     def assertions_failed(self) -> list[AssertionResult]:
@@ -387,6 +363,11 @@ def compare_dirs(baseline: Path | str, candidate: Path | str, *, metric: str | N
     cmp = Comparison(base, cand, metric, noise, force and bool(refused or not base.gate.passed or not cand.gate.passed),
                      refused, provenance_diffs(base, cand), compared, other, cells, unmatched,
                      speedup_diffs(base, cand, noise), check(cand.assertions, cand.tables.runs.to_dict("records")))
+    slo, said = slo_of_both(base.plan, cand.plan)
+    cmp.notes += said
+    if slo is not None:
+        cmp.goodput, missing = goodput_diffs(base.camp, cand.camp, slo, noise, {**_conc(base.camp), **_conc(cand.camp)})
+        cmp.slo, cmp.notes = f"{slo.describe()}; meets it: >= {slo.attainment_pct:g} % of requests good", cmp.notes + missing
     for s in (base, cand):
         if s.plan is None:
             cmp.notes.append(f"{s.dir}: no {PLAN_SNAPSHOT} (fab collect / fab report write it): plan differences "

@@ -66,10 +66,41 @@ def sections(c: Comparison) -> list[Section]:
                             "nodes). Change = the ratio of the two speedups on geometric means, its interval "
                             "from the four groups of runs (Welch-Satterthwaite on log values); verdicts as "
                             "per cell. Acceptance from the spec_decode_* keys, pooled per side."))
+    if c.goodput:
+        secs.append(goodput_section(c))
     if c.assertions:
         secs.append(Section("Assertions (the candidate's plan)", ["assertion", "state", "detail"],
                             [[a.assertion.describe(), a.state, a.detail] for a in c.assertions]))
     return secs
+
+
+def _pp(v: float) -> str:
+    return f"{v:+.1f} pp"
+
+
+def goodput_section(c: Comparison) -> Section:
+    def word(v: str) -> str:
+        return v.upper() if v == REGRESSION else v
+
+    rows = [[g.config, str(g.concurrency), g.cell, fmt(g.base_goodput, 3), fmt(g.cand_goodput, 3),
+             f"{g.n_base}/{g.n_cand}", _pct(g.ratio), _pct(g.ci_low), _pct(g.ci_high), word(g.verdict),
+             f"{g.base_attainment_pct:.1f} % of {g.base_requests}", f"{g.cand_attainment_pct:.1f} % of {g.cand_requests}",
+             _pp(g.attainment_change_pp), f"[{_pp(g.attainment_low_pp)}, {_pp(g.attainment_high_pp)}]",
+             word(g.attainment_verdict),
+             ("yes" if g.base_meets else "NO") + " -> " + ("yes" if g.cand_meets else "NO"), g.method]
+            for g in c.goodput]
+    return Section("Goodput under the SLO, candidate / baseline",
+                   ["config", "conc", "cell", "goodput req/s before", "after", "n", "change", "CI low", "CI high",
+                    "goodput verdict", "within SLO before", "after", "attainment change", "95 % interval",
+                    "attainment verdict", "meets SLO", "method"], rows,
+                   f"SLO: {c.slo}. Goodput = good requests / duration per run, from the per-request arrays, both "
+                   "sides judged by this SLO; its change and verdict by the per-cell rule. A run with goodput 0 has "
+                   "no log value: that cell's goodput verdict is its attainment's. Attainment = good / completed "
+                   "requests pooled over a side's runs; change in percentage points with Newcombe's hybrid score "
+                   f"interval ({c.noise.confidence:.0%}, defined at 0 % and 100 %); regression / improvement when "
+                   f"the interval lies wholly beyond ±{c.noise.tolerance_pct:g} points, within tolerance when it "
+                   "excludes 0. It treats requests as independent trials, which requests sharing a server under "
+                   "load are not: with runs that differ it is too narrow.")
 
 
 def rule_text(c: Comparison) -> str:
@@ -94,9 +125,21 @@ def summary(c: Comparison) -> list[str]:
     for s in c.speedup_regressions:
         out.append(f"REGRESSION: {s.config} @ {s.cell}: speedup {s.base_speedup:.3f}x -> {s.cand_speedup:.3f}x "
                    f"({_pct(s.ratio)}, interval [{_pct(s.ci_low)}, {_pct(s.ci_high)}])")
+    if c.goodput:
+        out.append(f"{len(c.goodput)} cells compared on goodput under the SLO ({c.slo}): "
+                   f"{len(c.goodput_regressions)} regression(s)")
+    for g in c.goodput_regressions:
+        what = [f"goodput {_pct(g.ratio)}" + (f" (interval [{_pct(g.ci_low)}, {_pct(g.ci_high)}])"
+                                               if g.ci_low is not None else f" ({g.method})")] \
+            if g.verdict == REGRESSION else []
+        if g.attainment_verdict == REGRESSION:
+            what.append(f"SLO attainment {g.base_attainment_pct:.1f} % -> {g.cand_attainment_pct:.1f} % "
+                        f"(interval [{_pp(g.attainment_low_pp)}, {_pp(g.attainment_high_pp)}])")
+        out.append(f"REGRESSION: {g.config} @ {g.cell} under the SLO: {'; '.join(what)}")
     for a in c.assertions:
         out.append(a.line())
     out += c.unmatched + c.notes
+    reg = reg + c.goodput_regressions
     if not reg:
         out.append("no regression")
     return out
@@ -193,6 +236,7 @@ def to_json(c: Comparison) -> str:
                              for k, rows in (("compared", c.plan_compared), ("other", c.plan_other)) for r in rows],
         "cells": [asdict(d) for d in c.cells], "unmatched": c.unmatched,
         "speedups": [asdict(s) for s in c.speedups],
+        "slo": c.slo or None, "goodput": [dict(asdict(g), regressed=g.regressed) for g in c.goodput],
         "assertions": [{"assertion": a.assertion.describe(), "state": a.state, "detail": a.detail}
                        for a in c.assertions],
         "notes": c.notes}

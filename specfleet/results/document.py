@@ -49,6 +49,9 @@ class Section:
     note: str = ""
     anchor: str = ""
     images: list[str] = field(default_factory=list)  # files beside report.md (report.html inlines them)
+    # image name -> its SVG, for figures drawn from the runs rather than the tables (the telemetry
+    # timeline): write_report writes each beside report.md and report.html inlines it in this section
+    figures: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -66,6 +69,7 @@ class ReportModel:
     gate_verdict: str = ""       # PASSED | FAILED | NOT CHECKED, with why when not all was checked
     complete: bool = True
     summary: Section | None = None  # configuration x concurrency: speedup, interval, verdict (top of the report)
+    gate_telemetry: list[str] = field(default_factory=list)  # a failed gate: each node's telemetry (telemetry.py)
 
 
 def gate_verdict(gate: GateResult, cells: list[CellState] | None = None) -> str:
@@ -300,6 +304,9 @@ def write_report(out_dir: Path, model: ReportModel, tables: Tables) -> dict[str,
         for i, (_, svg) in enumerate(category_plots(tables.categories, model.baseline, simulated)):
             paths[f"heatmap{i + 1}"] = out_dir / f"{CATEGORY_IMAGE}-{i + 1}.svg"  # report.md links them
             files.tmp(paths[f"heatmap{i + 1}"]).write_text(svg, encoding="utf-8")
+        for name, svg in ((n, f) for sec in model.sections for n, f in sec.figures.items()):
+            paths[name] = out_dir / name
+            files.tmp(paths[name]).write_text(svg, encoding="utf-8")
         plots = all_plots(tables.runs, tables.spec, model.baseline, simulated=simulated,
                           band=tables.noise.band if tables.noise else None, categories=tables.categories)
         files.tmp(paths["html"]).write_text(env.get_template("report.html.j2").render(m=model, plots=plots),
@@ -340,6 +347,8 @@ def print_report(model: ReportModel, console=None, gate_only: bool = False) -> N
                   markup=True, highlight=False)
     for c in model.gate.checks:
         console.print(f"  {c.node_a} vs {c.node_b} @ {c.where}: {c.reason}", markup=False)
+    for t in model.gate_telemetry:
+        console.print(f"  {t}", style="yellow", markup=False)
     for p in model.gate.problems:
         console.print(f"  problem: {p}", markup=False)
     if not gate_only:

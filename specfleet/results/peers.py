@@ -14,21 +14,30 @@ def add_peer_columns(camp, runs, baseline: str, slo):
 
 
 def add_peer_sections(model, camp, tables, baseline: str, slo) -> None:
-    """The report's "Goodput under the SLO" section (after the results) when the plan has an SLO, and
-    "Telemetry per run" when any run has a telemetry file (telemetry.py)."""
+    """The report's "Goodput under the SLO" section (after the results) when the plan has an SLO;
+    "Telemetry per run" with its timeline (inlined in report.html) when any run has a telemetry file
+    (telemetry.py); and, when the gate failed, each node's telemetry beside the gate line."""
     from .document import Section
-    from .telemetry import TELEMETRY_HEADERS, TIMELINE_IMAGE, telemetry_rows, telemetry_table
+    from .plots import namespace_ids
+    from .telemetry import (TELEMETRY_HEADERS, TIMELINE_IMAGE, node_differences, telemetry_rows, telemetry_table,
+                            timeline_svg)
     tel = telemetry_table(camp)
+    if not model.gate.passed:
+        model.gate_telemetry = node_differences(tel, baseline, model.gate.rule.concurrency)
     if tel is not None:
+        svg = timeline_svg(camp, camp.simulated)
         model.sections.append(Section(
             "Telemetry per run", TELEMETRY_HEADERS, telemetry_rows(tel),
             "Sampled on the worker during each vllm bench serve run (nvidia-smi --query-gpu for the server's "
             "GPUs, the server's /metrics; docs/telemetry.md). Mean power = the run's GPUs summed, averaged over "
             "the samples (warm-ups included); J / output token = mean power x the run's duration / its output "
             "tokens; throttle = the clock-event reasons seen (SW/HW power cap, thermal, power brake); "
-            "'not recorded' = the worker could not read it (no nvidia-smi, a field its driver lacks)."
+            "'not recorded' = the worker could not read it (no nvidia-smi, a field its driver lacks). "
+            "The timeline: requests in flight, generated tokens/s and GPU power over each run at the highest "
+            "concurrency with telemetry (up to 8 runs)."
             + (" SIMULATED: the testbed's GPU stand-in models power and clocks." if camp.simulated else ""),
-            anchor="telemetry-per-run", images=[TIMELINE_IMAGE]))
+            anchor="telemetry-per-run", images=[TIMELINE_IMAGE] if svg else [],
+            figures={TIMELINE_IMAGE: namespace_ids(svg, "timeline")} if svg else {}))
     if slo is None or "goodput_req_s" not in tables.runs:
         return
     lines = slo_lines(tables.runs, baseline, slo)
@@ -45,7 +54,7 @@ def after_report(out, plan, console=None, quiet: bool = False) -> None:
     (a failed or unchecked one adds EXIT_ASSERTION to the exit code) and prints them."""
     if out.campaign_dir.is_dir():
         write_snapshot(out.campaign_dir, plan)
-    _telemetry(out, plan, console, quiet)
+    _stale_timeline(out)
     if out.merged and out.tables is not None and out.campaign is not None:  # llm-d Benchmark Report v0.2
         from .export import export_cells
         if files := export_cells(out.campaign_dir, out.campaign, out.tables, plan, out.model.gate_verdict,
@@ -67,23 +76,11 @@ def after_report(out, plan, console=None, quiet: bool = False) -> None:
             c.print(a.line(), style="green" if a.ok else "bold red", markup=False)
 
 
-def _telemetry(out, plan, console, quiet: bool) -> None:
-    """The timeline plot beside a written report; when the gate failed, the nodes' telemetry side by side."""
-    if out.campaign is None:
+def _stale_timeline(out) -> None:
+    """No timeline beside a report that does not show one (write_report writes it with the report)."""
+    from .telemetry import TIMELINE_IMAGE
+    if TIMELINE_IMAGE in out.paths:
         return
-    from .telemetry import TIMELINE_IMAGE, node_differences, telemetry_table, timeline_svg
     svg_path = out.campaign_dir / TIMELINE_IMAGE
-    if out.merged and (svg := timeline_svg(out.campaign, out.simulated)):
-        svg_path.write_text(svg, encoding="utf-8")
-        out.paths["telemetry"] = svg_path
-    elif svg_path.is_file():
+    if svg_path.is_file():
         svg_path.unlink()
-    if out.gate.passed:
-        return
-    lines = node_differences(telemetry_table(out.campaign), plan.baseline, out.gate.rule.concurrency)
-    out.warnings += lines
-    if not quiet:
-        from rich.console import Console
-        c = console or Console()
-        for ln in lines:
-            c.print(ln, style="yellow", markup=False)

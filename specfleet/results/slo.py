@@ -20,28 +20,17 @@ import statistics
 import pandas as pd
 
 from ..plan.slo import Slo
+from ..worker.crossover import good_requests as count_good
 from .campaign import Campaign, Run
 
 COLUMNS = ("goodput_req_s", "slo_attainment_pct", "meets_slo", "goodput_speedup", "vllm_goodput_req_s")
 
 
 def good_requests(run: Run, slo: Slo) -> tuple[int, int] | None:
-    """(good, succeeded) of one run, or None when its per-request arrays are missing or uneven."""
+    """(good, succeeded) of one run, or None when its per-request arrays are missing or uneven (the
+    rule is the worker's, which the goodput crossover search applies on the node)."""
     res = run.result
-    ttfts, lats, outs = res.ttfts, res.latencies, res.output_lens
-    if ttfts is None or lats is None or outs is None or not (len(ttfts) == len(lats) == len(outs)):
-        return None
-    errors = res.errors if res.errors is not None and len(res.errors) == len(ttfts) else None
-    lim = slo.limits()
-    good = ok = 0
-    for i, (ttft, lat, n) in enumerate(zip(ttfts, lats, outs)):
-        if (errors is not None and errors[i]) or not n:
-            continue  # a failed request is neither good nor counted
-        ok += 1
-        tpot = (lat - ttft) / (n - 1) if n > 1 else 0.0
-        got = {"ttft_ms": ttft * 1000, "tpot_ms": tpot * 1000, "e2el_ms": lat * 1000}
-        good += all(got[k] <= v for k, v in lim.items())
-    return good, ok
+    return count_good(res.ttfts, res.latencies, res.output_lens, res.errors, slo.limits())
 
 
 def add_goodput(camp: Campaign, runs: pd.DataFrame, baseline: str, slo: Slo | None) -> pd.DataFrame:

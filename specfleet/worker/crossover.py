@@ -22,6 +22,14 @@ interval of the report (specfleet/worker/stats.py `ratio_interval`: Welch's t on
 repeats; part of the worker program too). With a single run on either side:
 the plain tolerance band, as the report's noise band does (measures.NoiseBand).
 
+With `metric: goodput` (the plan's benchmark.slo in the spec) the search looks for each
+configuration's highest concurrency that meets the SLO instead (the baseline's too). A point's
+verdict is "meets the SLO" when its share of good requests (pooled over repeats, vLLM's rule:
+`good_requests`) reaches `attainment_pct`, the report's rule; the same refinement then locates the
+change from meeting to missing within one grid step. A goodput of 0 has no log, so the goodput
+ratio over the baseline is recorded without its log interval there; the share of good requests
+carries Wilson's score interval (stats.py), which is defined at 0 % and 100 %.
+
 `crossover_round` is the runner's hook: where the queue runs dry it reads the node's result files
 and returns the next round's queue items (one server start per configuration, the baseline at the
 union of the new points), or [] when the search is done.
@@ -38,6 +46,8 @@ from .layout import result_filename
 from .runspec import BenchRun
 
 FASTER, NO_DIFF, SLOWER = "faster", "no measurable difference", "slower"
+MEETS, MISSES = "meets the SLO", "misses the SLO"
+GOODPUT = "goodput"   # the plan's ConcurrencySearch.metric that searches for the highest load meeting the SLO
 
 
 def fine_grid(lo: int, hi: int, per_doubling: int) -> list[int]:
@@ -85,6 +95,61 @@ def judge(cfg: list[float], base: list[float], confidence: float, tolerance_pct:
             "n": [len(cfg), len(base)]}
 
 
+def good_requests(ttfts, latencies, output_lens, errors, limits: dict[str, float]) -> tuple[int, int] | None:
+    """(good, succeeded) requests of one result by vLLM's --goodput rule (benchmarks/serve.py
+    `calculate_metrics`): a request that succeeded is good when TTFT <= ttft_ms, TPOT = (latency -
+    TTFT) / (output tokens - 1) <= tpot_ms (0 for one token) and latency <= e2el_ms, each limit set.
+    None when the per-request arrays are missing or uneven (times in seconds, as vLLM saves them)."""
+    if not all(isinstance(a, (list, tuple)) for a in (ttfts, latencies, output_lens)) or \
+            not len(ttfts) == len(latencies) == len(output_lens):
+        return None
+    errors = errors if isinstance(errors, (list, tuple)) and len(errors) == len(ttfts) else None
+    good = ok = 0
+    for i, (ttft, lat, n) in enumerate(zip(ttfts, latencies, output_lens)):
+        if (errors is not None and errors[i]) or not n:
+            continue  # a failed request is neither good nor counted
+        ok += 1
+        tpot = (lat - ttft) / (n - 1) if n > 1 else 0.0
+        got = {"ttft_ms": ttft * 1000, "tpot_ms": tpot * 1000, "e2el_ms": lat * 1000}
+        good += all(got[k] <= v for k, v in limits.items())
+    return good, ok
+
+
+def judge_slo(cfg: list[tuple[int, int, float]], base: list[tuple[int, int, float]] | None, confidence: float,
+              attainment_pct: float) -> dict | None:
+    """A point of the goodput search: `cfg` / `base` are (good, succeeded, duration) per repeat.
+    Verdict MEETS when good / succeeded (pooled) >= attainment_pct; the share's Wilson interval; the
+    goodput ratio over the baseline (None without one or when the baseline's is 0), with the log
+    interval only when every goodput is > 0."""
+    good, ok = sum(g for g, _, _ in cfg), sum(n for _, n, _ in cfg)
+    if not ok:
+        return None
+    from .stats import ratio_interval, wilson_interval
+    low, high = wilson_interval(good, ok, confidence)
+    gp = [g / d for g, _, d in cfg]
+    out = {"verdict": MEETS if 100.0 * good / ok >= attainment_pct else MISSES,
+           "attainment_pct": 100.0 * good / ok, "attainment_low": 100.0 * low, "attainment_high": 100.0 * high,
+           "goodput": statistics.fmean(gp), "speedup": None, "low": None, "high": None, "n": [len(cfg)]}
+    if base:
+        bp = [g / d for g, _, d in base]
+        out["n"].append(len(bp))
+        if statistics.fmean(bp) > 0:
+            out["speedup"] = statistics.fmean(gp) / statistics.fmean(bp)
+        if min(gp + bp) > 0 and (ri := ratio_interval(bp, gp, confidence)) is not None:
+            out.update(speedup=ri.ratio, low=ri.low, high=ri.high)
+    return out
+
+
+def _crosses(pa: dict, pb: dict) -> bool:
+    """The speedup estimate is on either side of 1.00x at a and b (never without an estimate)."""
+    return pa["speedup"] is not None and pb["speedup"] is not None and (pa["speedup"] > 1.0) != (pb["speedup"] > 1.0)
+
+
+def highest_meeting(points: dict[int, dict]) -> int | None:
+    """The goodput search's answer: the highest measured concurrency that meets the SLO."""
+    return max((c for c, p in points.items() if p["verdict"] == MEETS), default=None)
+
+
 def next_points(grid: list[int], coarse: list[int], points: dict[int, dict], budget: int,
                 tried: set[int] = frozenset()) -> tuple[list[int], str]:
     """(concurrencies to measure next, why) for one configuration; ([], why) means done.
@@ -107,8 +172,8 @@ def next_points(grid: list[int], coarse: list[int], points: dict[int, dict], bud
         gap = idx[b] - idx[a]
         if gap < 2:
             continue
-        crosses = (pa["speedup"] > 1.0) != (pb["speedup"] > 1.0)
-        down = pa["speedup"] > 1.0  # the estimate falls through 1.00x here (else rises)
+        crosses = _crosses(pa, pb)
+        down = pa["speedup"] is not None and pa["speedup"] > 1.0  # the estimate falls through 1.00x here (else rises)
         before, after = verdicts[:k + 1], verdicts[k + 1:]
         through = (FASTER if down else SLOWER) in before or (SLOWER if down else FASTER) in after
         if pa["verdict"] != pb["verdict"] or crosses and through:
@@ -148,8 +213,7 @@ def search(measure, lo: int, hi: int, budget: int, coarse_factor: int, per_doubl
 def crossings(points: dict[int, dict]) -> list[tuple[int, int]]:
     """Neighbouring measured concurrencies (a, b) between which the speedup estimate crosses 1.00x."""
     have = sorted(points)
-    return [(a, b) for a, b in zip(have, have[1:])
-            if (points[a]["speedup"] > 1.0) != (points[b]["speedup"] > 1.0)]
+    return [(a, b) for a, b in zip(have, have[1:]) if _crosses(points[a], points[b])]
 
 
 # ---------------------------------------------------------------- the runner's side
@@ -176,11 +240,32 @@ def _values(result_dir: str, x: dict, config: str, conc: int) -> list[float] | N
     return vals
 
 
-def measured(x: dict, result_dir: str, config: str) -> dict[int, list[float]]:
-    """concurrency -> values over repeats, for the cells of `config` whose files are all there."""
+def _slo_counts(result_dir: str, x: dict, config: str, conc: int, limits: dict[str, float]) -> list[tuple] | None:
+    """(good, succeeded, duration) over the repeats of one cell, or None unless every repeat's file is a
+    result with per-request arrays."""
+    out = []
+    for run in _runs(x, config, conc, 0):
+        path = os.path.join(result_dir, run["result_file"])
+        try:
+            with open(path) as f:
+                d = json.load(f)
+            counts = good_requests(d.get("ttfts"), d.get("latencies"), d.get("output_lens"), d.get("errors"), limits)
+            duration = float(d.get("duration"))
+        except (OSError, ValueError, AttributeError, TypeError):
+            return None
+        if counts is None or not duration > 0:
+            return None
+        out.append((*counts, duration))
+    return out
+
+
+def measured(x: dict, result_dir: str, config: str) -> dict[int, list]:
+    """concurrency -> values over repeats ((good, succeeded, duration) for a goodput search), for the
+    cells of `config` whose files are all there."""
     out = {}
     for c in fine_grid(x["min"], x["max"], x["per_doubling"]):
-        vals = _values(result_dir, x, config, c)
+        vals = (_slo_counts(result_dir, x, config, c, x["slo"]["limits"]) if x["metric"] == GOODPUT
+                else _values(result_dir, x, config, c))
         if vals is not None:
             out[c] = vals
     return out
@@ -192,11 +277,23 @@ def decide(x: dict, result_dir: str, tried: dict[str, set[int]]) -> dict[str, di
     coarse = coarse_grid(x["min"], x["max"], x["coarse_factor"])
     base = measured(x, result_dir, x["baseline"])
     out = {}
-    for cfg in x["configs"]:
+    goodput = x["metric"] == GOODPUT
+    for cfg in x["configs"] + ([x["baseline"]] if goodput else []):  # a goodput search finds the baseline's too
         mine = measured(x, result_dir, cfg)
-        points = {c: j for c, v in mine.items() if c in base
-                  and (j := judge(v, base[c], x["confidence"], x["tolerance_pct"])) is not None}
+        if goodput:
+            points = {c: j for c, v in mine.items() if (j := judge_slo(
+                v, base.get(c) if cfg != x["baseline"] else None, x["confidence"], x["slo"]["attainment_pct"]))}
+        else:
+            points = {c: j for c, v in mine.items() if c in base
+                      and (j := judge(v, base[c], x["confidence"], x["tolerance_pct"])) is not None}
         todo, why = next_points(grid, coarse, points, x["budget"], tried.get(cfg, set()))
+        if goodput:
+            top = highest_meeting(points)
+            why += ("; highest concurrency measured meeting the SLO: none" if top is None else
+                    f"; highest concurrency measured meeting the SLO: {top}"
+                    f" ({points[top]['attainment_pct']:.1f} % of requests good, Wilson "
+                    f"{x['confidence']:.0%} interval {points[top]['attainment_low']:.1f}-"
+                    f"{points[top]['attainment_high']:.1f} %)")
         # a cell of the configuration whose baseline is missing needs only the baseline: never redone
         out[cfg] = {"points": {str(c): p for c, p in sorted(points.items())},
                     "next": [c for c in todo if c not in mine], "why": why,
@@ -231,7 +328,7 @@ def crossover_round(spec: dict, result_dir: str, tried: dict[str, set[int]], rou
                        - base_have - tried.get(x["baseline"], set()))
     by_name = {it["name"]: it for it in spec["items"]}
     items = []
-    for cfg, concs in [(x["baseline"], base_need), *need.items()]:
+    for cfg, concs in [(x["baseline"], base_need), *((c, v) for c, v in need.items() if c != x["baseline"])]:
         if not concs or cfg not in by_name:
             continue
         by_conc = {c: _runs(x, cfg, c, prompts_at(x["num_prompts"], x["min_prompts_per_concurrency"], c,

@@ -177,3 +177,24 @@ def tost_p(a: list[float], b: list[float], low: float, high: float) -> float | N
     p_low = 1.0 - t_cdf((d - math.log(low)) / se, df)    # H0: ratio <= low
     p_high = t_cdf((d - math.log(high)) / se, df)        # H0: ratio >= high
     return max(p_low, p_high)
+
+
+# ---------------------------------------------------------------- proportions (goodput's SLO attainment)
+def wilson_interval(k: int, n: int, confidence: float) -> tuple[float, float]:
+    """Wilson's score interval of the proportion k / n (n > 0). Unlike a log or normal interval it
+    is defined at k = 0 and k = n and stays inside [0, 1]: the interval for a goodput of zero."""
+    z = statistics.NormalDist().inv_cdf(1.0 - (1.0 - confidence) / 2.0)
+    p, z2 = k / n, z * z
+    centre = (p + z2 / (2 * n)) / (1 + z2 / n)
+    half = z * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / (1 + z2 / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def proportion_difference(k1: int, n1: int, k2: int, n2: int, confidence: float) -> tuple[float, float, float]:
+    """k2/n2 - k1/n1 with Newcombe's hybrid score interval (1998, method 10: built from the two Wilson
+    intervals; defined when a side is 0 % or 100 %). Treats the n trials of a side as independent."""
+    p1, p2 = k1 / n1, k2 / n2
+    l1, u1 = wilson_interval(k1, n1, confidence)
+    l2, u2 = wilson_interval(k2, n2, confidence)
+    d = p2 - p1
+    return d, d - math.sqrt((p2 - l2) ** 2 + (u1 - p1) ** 2), d + math.sqrt((u2 - p2) ** 2 + (p1 - l1) ** 2)

@@ -233,3 +233,76 @@ def test_a_plan_without_a_search_keeps_its_hash():
     assert documented  # docs/campaign.md §4 prints the report plan's command with its hash
     line = next(ln for ln in (root / "docs/campaign.md").read_text().splitlines() if "campaign=qwen3-32b-specdec " in ln)
     assert load_plan(root / "plans/qwen3-32b.yml").plan_hash() == re.search(r"plan_hash=(\w+)", line)[1]
+
+
+# ---------------------------------------------------------------- metric: goodput (the highest load meeting the SLO)
+GOODPUT_X = {"min": 1, "max": 256, "coarse_factor": 4, "per_doubling": 2, "budget": 10, "metric": "goodput",
+             "confidence": SPEEDUP_CONFIDENCE, "tolerance_pct": TOL, "baseline": "vanilla", "configs": ["eagle3"],
+             "num_prompts": 32, "min_prompts_per_concurrency": 0, "scale_prompts": False,
+             "slo": {"limits": {"tpot_ms": 50.0}, "attainment_pct": 90.0},
+             "templates": {n: [{"rep": r, "argv": ["bench", "@CONC@"], "result_file": f"{n}_conc@CONC@_r@REP@.json"}
+                               for r in (1, 2)] for n in ("vanilla", "eagle3")}}
+TPOT_S = {"vanilla": 0.020, "eagle3": 0.012}   # at no load; both grow as (1 + c / 32)
+
+
+def write_cell(d, entry, cfg, rng):
+    """A result file of 32 requests whose TPOT is TPOT_S[cfg] x (1 + c / 32) with 5 % noise per request."""
+    c = entry["concurrency"]
+    tpots = [TPOT_S[cfg] * (1 + c / 32) * math.exp(rng.gauss(0, 0.05)) for _ in range(32)]
+    (d / entry["result_file"]).write_text(json.dumps({
+        "duration": 10.0 + c / 8, "completed": 32, "ttfts": [0.1] * 32, "output_lens": [101] * 32,
+        "errors": [""] * 32, "latencies": [0.1 + 100 * t for t in tpots], "output_throughput": 100.0}))
+
+
+def test_goodput_search_finds_each_configurations_highest_concurrency_meeting_the_slo(tmp_path):
+    rng = random.Random(4)
+    spec = {"crossover": GOODPUT_X,
+            "items": [{"name": n, "bench": [crossover._bench_entry(t, c, 32) for t in GOODPUT_X["templates"][n]
+                                            for c in coarse_grid(1, 256, 4)]} for n in ("vanilla", "eagle3")]}
+    for it in spec["items"]:
+        for e in it["bench"]:
+            write_cell(tmp_path, e, it["name"], rng)
+    tried: dict = {}
+    for round_no in range(1, 12):
+        items, decision = crossover.crossover_round(spec, str(tmp_path), tried, round_no)
+        if not items:
+            break
+        for it in items:
+            for e in it["bench"]:
+                write_cell(tmp_path, e, it["name"].split(".")[0], rng)
+    grid = fine_grid(1, 256, 2)
+    assert set(decision) == {"eagle3", "vanilla"}   # the baseline's own boundary is searched too
+    for cfg, d in decision.items():
+        pts = {int(c): p for c, p in d["points"].items()}
+        top = max(c for c, p in pts.items() if p["verdict"] == crossover.MEETS)
+        above = grid[grid.index(top) + 1]
+        # located within one grid step: the next fine-grid point was measured and misses
+        assert pts[above]["verdict"] == crossover.MISSES and d["why"].startswith("done"), d["why"]
+        assert all(p["verdict"] == crossover.MEETS for c, p in pts.items() if c <= top)
+        # the true boundary (90 % of requests within 50 ms: TPOT x e^(1.28 x 0.05) <= 50 ms) lies there
+        true = 32 * (0.050 / (TPOT_S[cfg] * math.exp(1.2816 * 0.05)) - 1)
+        assert grid[grid.index(top) - 1] <= true <= grid[grid.index(above) + 1], (cfg, top, true)
+        assert f"highest concurrency measured meeting the SLO: {top} (" in d["why"] and "Wilson" in d["why"]
+        assert len(pts) <= GOODPUT_X["budget"]
+    # at 256 no request is good on either side: goodput 0, no ratio and no log interval; attainment [0, 7.4 %]
+    z = decision["eagle3"]["points"]["256"]
+    assert z["goodput"] == 0 and z["speedup"] is None and z["low"] is None
+    assert z["attainment_pct"] == 0 and z["attainment_low"] == 0 and 5 < z["attainment_high"] < 12
+    # where both meet it, the goodput ratio has its log interval
+    one = decision["eagle3"]["points"]["1"]
+    assert one["low"] is not None and one["low"] <= one["speedup"] <= one["high"]
+
+
+def test_goodput_search_needs_an_slo_and_the_arrays():
+    goodput = {"search": "crossover", "max": 64, "budget": 9, "metric": "goodput"}
+    with pytest.raises(PlanError, match="field .benchmark.concurrencies.metric.: goodput needs benchmark.slo"):
+        plan_with(goodput)
+    with pytest.raises(PlanError, match="field .benchmark.save_detailed.: a goodput search reads the per-request"):
+        plan_with(goodput, slo={"tpot_ms": 50}, save_detailed=False)
+    p = plan_with(goodput, slo={"tpot_ms": 50, "attainment_pct": 95})
+    from specfleet.campaign.commands import Paths
+    from specfleet.campaign.spec import crossover_spec
+    x = crossover_spec(p, "w1", [c.name for c in p.configurations], Paths(venv="/opt/v", work_dir="/var/w"))
+    assert x["metric"] == "goodput" and x["slo"] == {"limits": {"tpot_ms": 50.0}, "attainment_pct": 95.0}
+    assert "slo" not in crossover_spec(plan_with({"search": "crossover", "max": 64, "budget": 9}, slo={"tpot_ms": 50}),
+                                       "w1", [c.name for c in p.configurations], Paths(venv="/opt/v", work_dir="/var/w"))

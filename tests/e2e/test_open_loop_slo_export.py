@@ -81,3 +81,7 @@ def test_rate_cells_goodput_and_export(testbed_factory, tmp_path):
         assert any("running" in t.get("server", {}) for t in samples), name
     md = (camp / "report.md").read_text()
     assert "## Telemetry per run" in md and (camp / "telemetry-timeline.svg").is_file()
+    # report.html carries the timeline inline (offline), stamped: the stand-in made it
+    page = (camp / "report.html").read_text()
+    fig = page[page.index('id="figure-telemetry-timeline.svg"'):]
+    assert fig.index("<svg") < fig.index("</svg>") and "SIMULATED ENGINE" in fig[:fig.index("</svg>")]

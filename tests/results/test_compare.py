@@ -131,3 +131,75 @@ def test_no_snapshot_is_said(tmp_path, base):
     (cand / PLAN_SNAPSHOT).unlink()
     cmp = compare_dirs(base, cand)
     assert any("no plan.json" in n and "not checked" in n for n in cmp.notes)
+
+
+# ------------------------------------------------------------------ goodput under an SLO (compare_slo.py)
+SLO = {"tpot_ms": 50, "attainment_pct": 90}
+
+
+def with_requests(d: Path, slow: dict[tuple[str, str], int]) -> Path:
+    """Per-request arrays in every result file: 16 requests at TPOT 40 ms, of which slow[(config, cell)]
+    at 60 ms (over the SLO's 50 ms); vLLM's own figures are left as they are."""
+    for f in d.glob("w*/*_conc*_r*.json"):
+        r = json.loads(f.read_text())
+        cfg, cell = f.name.split("_")[0], f.name.split("_")[1]
+        k = slow.get((cfg, cell), 0)
+        tpots = [0.06] * k + [0.04] * (16 - k)
+        r.update(ttfts=[0.1] * 16, output_lens=[101] * 16, errors=[""] * 16,
+                 latencies=[0.1 + 100 * t for t in tpots])
+        f.write_text(json.dumps(r))
+    return d
+
+
+def test_goodput_and_attainment_compared_when_both_plans_have_an_slo(tmp_path):
+    raw = plan_raw(**{"benchmark.slo": SLO})
+    base = with_requests(campaign(tmp_path / "old", raw, seed=1), {})
+    # throughput unchanged; under the SLO eagle3 at c=16 keeps 8 of 16 requests, ngram at c=1 none
+    cand = with_requests(campaign(tmp_path / "new", raw, seed=2), {("eagle3", "conc16"): 8, ("ngram", "conc1"): 16})
+    cmp = compare_dirs(base, cand, metric="output_throughput")   # (the TPOT metrics see the slow requests too)
+    assert cmp.regressions == [] and cmp.speedup_regressions == [] and "TPOT <= 50 ms" in cmp.slo
+    g = {(x.config, x.concurrency): x for x in cmp.goodput}
+    assert len(g) == 8
+    e16 = g[("eagle3", 16)]
+    assert e16.verdict == REGRESSION and e16.ci_high < 1 / 1.03 and 0.45 < e16.ratio < 0.55   # 8/16 of the goodput
+    assert e16.attainment_verdict == REGRESSION and e16.base_attainment_pct == 100 and e16.cand_attainment_pct == 50
+    assert e16.attainment_high_pp < -3 and e16.base_meets and not e16.cand_meets
+    # goodput 0 in every run: no log interval, judged on attainment (0 % of 48 vs 100 % of 48), said so
+    n1 = g[("ngram", 1)]
+    assert n1.cand_goodput == 0 and n1.ci_low is None and "attainment" in n1.method
+    assert n1.verdict == REGRESSION and n1.attainment_low_pp == -100 and -95 < n1.attainment_high_pp < -85
+    assert {(x.config, x.concurrency) for x in cmp.goodput_regressions} == {("eagle3", 16), ("ngram", 1)}
+    assert all(x.verdict in (NO_DIFF, WITHIN) and x.attainment_verdict == NO_DIFF for k, x in g.items()
+               if k not in (("eagle3", 16), ("ngram", 1)))
+    paths = write_outputs(cmp, tmp_path / "out")
+    md = paths["md"].read_text()
+    assert "## Goodput under the SLO, candidate / baseline" in md and "Newcombe" in md
+    assert "REGRESSION: eagle3 @ conc16 under the SLO" in md
+    data = json.loads(paths["json"].read_text())
+    assert sum(x["regressed"] for x in data["goodput"]) == 2 and data["slo"].startswith("TPOT <= 50 ms")
+    # --fail-on regression covers it: throughput alone has no regression here
+    raw["assertions"] = []
+    quiet = with_requests(campaign(tmp_path / "quiet", raw, seed=2), {("eagle3", "conc16"): 8})
+    assert _fab_compare(base, quiet, ("fail_on", "regression"), ("metric", "output_throughput")) == EXIT_REGRESSION
+    same = with_requests(campaign(tmp_path / "same", raw, seed=3), {})
+    assert _fab_compare(base, same, ("fail_on", "regression")) == 0
+
+
+def test_goodput_not_compared_without_an_slo_on_both_sides(tmp_path, base):
+    cand = with_requests(campaign(tmp_path / "new", plan_raw(**{"benchmark.slo": SLO}), seed=2), {})
+    cmp = compare_dirs(with_requests(base, {}), cand)
+    assert cmp.goodput == [] and any("only the candidate's plan has benchmark.slo" in n for n in cmp.notes)
+    # another SLO on the baseline's side: both judged by the candidate's, and said so
+    other = with_requests(campaign(tmp_path / "other", plan_raw(**{"benchmark.slo": {"tpot_ms": 45}}), seed=4), {})
+    cmp = compare_dirs(other, cand)
+    assert len(cmp.goodput) == 8 and any("SLOs differ" in n and "candidate's" in n for n in cmp.notes)
+
+
+def test_proportion_intervals_match_newcombe():
+    from specfleet.worker.stats import proportion_difference, wilson_interval
+    # Newcombe (1998), Stat. Med. 17:857 and 873: 15/148 -> [0.0624, 0.1605]; 56/70 - 48/80 -> [0.0524, 0.3339]
+    assert wilson_interval(15, 148, 0.95) == pytest.approx((0.0624, 0.1605), abs=5e-5)
+    d, lo, hi = proportion_difference(48, 80, 56, 70, 0.95)
+    assert d == pytest.approx(0.2) and (lo, hi) == pytest.approx((0.0524, 0.3339), abs=5e-5)
+    lo0, hi0 = wilson_interval(0, 16, 0.95)
+    assert lo0 == 0 and 0.19 < hi0 < 0.20   # defined at 0 %, where a log interval is not

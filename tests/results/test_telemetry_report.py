@@ -56,6 +56,11 @@ def test_report_section_plot_and_gate_differences(tmp_path):
     rows = [ln.split(" | ") for ln in md.split("## Telemetry per run")[1].split("\n## ")[0].splitlines()
             if ln.startswith("| vanilla |")]
     assert rows and sorted({r[4] for r in rows}) == ["1", "2", "3"], rows[:2]
+    # report.html carries the timeline itself (offline: no file to follow), in the telemetry section
+    page = (d / "report.html").read_text()
+    tel_at, fig_at = page.index('id="telemetry-per-run"'), page.index('id="figure-telemetry-timeline.svg"')
+    assert tel_at < fig_at < page.index("</table>", tel_at) and "<svg" in page[fig_at:fig_at + 400]
+    assert "SIMULATED" not in page  # the builder's files are the real engine's
     # w2's baseline 20 % faster and throttled: the gate fails and the telemetry differences are named
     for f in d.glob("w2/vanilla_conc16_r*.json"):
         r = json.loads(f.read_text())
@@ -65,6 +70,38 @@ def test_report_section_plot_and_gate_differences(tmp_path):
         tel_file(f.with_name(f.name.removesuffix(".json") + ".telemetry.jsonl"), [450, 450], mask="0x80")
     out = report_plan(plan, "plans/demo.yml", tmp_path / "results", quiet=True)
     assert not out.merged and not (d / TIMELINE_IMAGE).exists()
-    lines = [w for w in out.warnings if w.startswith("telemetry")]
+    lines = out.model.gate_telemetry
     assert any("telemetry w1 (vanilla, conc 16): mean power 300.0 W" in w and "throttle: none" in w for w in lines)
     assert any("telemetry w2" in w and "450.0 W" in w and "HW thermal" in w for w in lines)
+    # printed right after the gate's verdict line; with --force the report shows them under it too
+    from io import StringIO
+    from rich.console import Console
+    buf = StringIO()
+    report_plan(plan, "plans/demo.yml", tmp_path / "results", console=Console(file=buf, width=300))
+    printed = buf.getvalue().splitlines()
+    at = next(i for i, ln in enumerate(printed) if ln.startswith("Node equivalence " + out.model.gate_verdict))
+    after = printed[at + 1:at + 6]
+    assert any("telemetry w2" in ln and "HW thermal" in ln for ln in after), printed[at:at + 6]
+    out = report_plan(plan, "plans/demo.yml", tmp_path / "results", quiet=True, force=True)
+    md = (d / "report.md").read_text()
+    head = md[md.index("Node equivalence:"):md.index("## ")]
+    assert "telemetry w2" in head and "HW thermal" in head
+    page = (d / "report.html").read_text()
+    assert page.index('id="gate-telemetry"') < page.index('id="summary"')
+    assert (d / TIMELINE_IMAGE).is_file()
+
+
+def test_simulated_timeline_is_stamped_in_the_report(tmp_path):
+    camp = write_campaign(tmp_path / "c", extra={"simulated": True, "engine": "specfleet-simvllm"})
+    for f in camp.glob("w*/*_conc16.json"):
+        tel_file(f.with_name(f.name.removesuffix(".json") + ".telemetry.jsonl"), [300, 300, 300])
+    from specfleet.results.plots import SIM_TITLE
+    from specfleet.results.report import report_campaign
+    out = report_campaign(camp, quiet=True)
+    assert out.merged and out.simulated
+    page = (camp / "report.html").read_text()
+    fig = page[page.index('id="figure-telemetry-timeline.svg"'):]
+    fig = fig[:fig.index("</svg>")]
+    assert f"<title>{SIM_TITLE}</title>" in fig and 'id="timeline-simulated-stamp' in fig
+    assert 'href="http' not in fig and "<image" not in fig  # nothing fetched from outside
+    assert f"<title>{SIM_TITLE}</title>" in (camp / TIMELINE_IMAGE).read_text()
