@@ -239,9 +239,7 @@ def test_a_plan_without_a_search_keeps_its_hash():
 GOODPUT_X = {"min": 1, "max": 256, "coarse_factor": 4, "per_doubling": 2, "budget": 10, "metric": "goodput",
              "confidence": SPEEDUP_CONFIDENCE, "tolerance_pct": TOL, "baseline": "vanilla", "configs": ["eagle3"],
              "num_prompts": 32, "min_prompts_per_concurrency": 0, "scale_prompts": False,
-             "slo": {"limits": {"tpot_ms": 50.0}, "attainment_pct": 90.0},
-             "templates": {n: [{"rep": r, "argv": ["bench", "@CONC@"], "result_file": f"{n}_conc@CONC@_r@REP@.json"}
-                               for r in (1, 2)] for n in ("vanilla", "eagle3")}}
+             "slo": {"limits": {"tpot_ms": 50.0}, "attainment_pct": 90.0}, "repeat": 2, "output_len": 101}
 TPOT_S = {"vanilla": 0.020, "eagle3": 0.012}   # at no load; both grow as (1 + c / 32)
 
 
@@ -257,8 +255,8 @@ def write_cell(d, entry, cfg, rng):
 def test_goodput_search_finds_each_configurations_highest_concurrency_meeting_the_slo(tmp_path):
     rng = random.Random(4)
     spec = {"crossover": GOODPUT_X,
-            "items": [{"name": n, "bench": [crossover._bench_entry(t, c, 32) for t in GOODPUT_X["templates"][n]
-                                            for c in coarse_grid(1, 256, 4)]} for n in ("vanilla", "eagle3")]}
+            "items": [{"name": n, "bench": [r for c in coarse_grid(1, 256, 4) for r in crossover._runs(GOODPUT_X, n, c, 32)]}
+                      for n in ("vanilla", "eagle3")]}
     for it in spec["items"]:
         for e in it["bench"]:
             write_cell(tmp_path, e, it["name"], rng)
@@ -300,9 +298,8 @@ def test_goodput_search_needs_an_slo_and_the_arrays():
     with pytest.raises(PlanError, match="field .benchmark.save_detailed.: a goodput search reads the per-request"):
         plan_with(goodput, slo={"tpot_ms": 50}, save_detailed=False)
     p = plan_with(goodput, slo={"tpot_ms": 50, "attainment_pct": 95})
-    from specfleet.campaign.commands import Paths
     from specfleet.campaign.spec import crossover_spec
-    x = crossover_spec(p, "w1", [c.name for c in p.configurations], Paths(venv="/opt/v", work_dir="/var/w"))
+    x = crossover_spec(p, [c.name for c in p.configurations])
     assert x["metric"] == "goodput" and x["slo"] == {"limits": {"tpot_ms": 50.0}, "attainment_pct": 95.0}
     assert "slo" not in crossover_spec(plan_with({"search": "crossover", "max": 64, "budget": 9}, slo={"tpot_ms": 50}),
-                                       "w1", [c.name for c in p.configurations], Paths(venv="/opt/v", work_dir="/var/w"))
+                                       [c.name for c in p.configurations])
