@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from specfleet.campaign.commands import Paths, commands_for, item_spec
+from specfleet.campaign.commands import Paths, commands_for, item_spec, server_per_repeat
 from specfleet.worker.runspec import rendered
 from specfleet.worker.layout import cell_result_filename as result_filename
 from specfleet.worker.fitcheck import select
@@ -140,7 +140,8 @@ def test_split_schedules_expanded_items_against_one_load_each():
     longer = parse_plan({**p.model_dump(mode="json"), "benchmark": {
         **p.model_dump(mode="json")["benchmark"], "sweep": {"output_len": [512, 1024, 2048]}}})
     one, three = item_s(p, "eagle3-k3", nodes[0]), item_s(longer, "eagle3-k3", nodes[0])
-    load = 61.0 * 1073.741824 / 105.0 + 60.0
+    # one load per server start: one per repeat with repeat_isolation server-start
+    load = (61.0 * 1073.741824 / 105.0 + 60.0) * (p.benchmark.repeat if server_per_repeat(p) else 1)
     assert three - load == pytest.approx((one - load) * (512 + 1024 + 2048) / 512, rel=0.2)
 
 
