@@ -24,8 +24,10 @@ from collections import defaultdict
 import pytest
 
 CLAIMS_ENV, REPORT_ENV = "SPECFLEET_SHARD_CLAIMS", "SPECFLEET_SHARD_REPORT"
-# tests/real_vllm: both modules build or use the one real-vLLM venv in /var/cache/specfleet
-UNITS_AS_FOLDER = ("tests/real_vllm",)
+# tests/real_vllm: both modules build or use the one real-vLLM venv in /var/cache/specfleet;
+# tests/real_gpu: its device-layout rehearsals (test_device_script, test_fleet_rehearsal) use fixed
+# folders under the shared /tmp (/tmp/sfgpu, /tmp/sfssh, ...) and skip when another holds them
+UNITS_AS_FOLDER = ("tests/real_vllm", "tests/real_gpu")
 # units that reach a package index (pip download): only the process in the machine's own network
 # namespace (scripts/test-shards' first, SPECFLEET_SHARD_NETWORK=1) claims them
 NEEDS_NETWORK = ("tests/real_vllm", "tests/docs/test_bundle.py")
