@@ -60,6 +60,16 @@ def _labels(df: pd.DataFrame) -> pd.Series:
     return df.apply(lambda r: f"{r.config} ({r.node})" if multi[r.config] > 1 else r.config, axis=1)
 
 
+def _bar_err(vals, lo, hi) -> list[list[float]]:
+    """matplotlib's (below, above) error lengths of points with their intervals (nan: none). The
+    point is the ratio of the mean throughputs and the interval is Welch's on the runs' logs, so
+    with wide noise a point can stand just outside its interval: that side is drawn as 0, not
+    refused (matplotlib raises on a negative length)."""
+    below = [max(v - x, 0.0) if x == x and v == v else 0.0 for v, x in zip(vals, lo)]
+    above = [max(x - v, 0.0) if x == x and v == v else 0.0 for v, x in zip(vals, hi)]
+    return [below, above]
+
+
 def _grouped_bars(ax, df: pd.DataFrame, col: str, fmt: str, ci: tuple[str, str] | None = None,
                   colours: dict[str, str] | None = None) -> None:
     # one group per bench cell (a plain plan's cells are its concurrencies), by concurrency
@@ -79,7 +89,7 @@ def _grouped_bars(ax, df: pd.DataFrame, col: str, fmt: str, ci: tuple[str, str] 
             rows = df[df.label == lab].set_index(key)
             lo = [rows[ci[0]].get(c, float("nan")) for c in concs]
             hi = [rows[ci[1]].get(c, float("nan")) for c in concs]
-            err = [[v - x if x == x else 0 for v, x in zip(vals, lo)], [x - v if x == x else 0 for v, x in zip(vals, hi)]]
+            err = _bar_err(vals, lo, hi)
             ax.errorbar(xs, vals, yerr=err, fmt="none", ecolor="black", elinewidth=0.8, capsize=2)
         ax.bar_label(bars, labels=[fmt.format(v) if v == v else "" for v in vals], fontsize=7)
     ax.set_xticks(range(len(concs)), [f"conc {c[4:]}" if key == "cell" and str(c)[4:].isdigit() else
@@ -122,9 +132,7 @@ def crossover_svg(runs: pd.DataFrame, baseline: str, simulated: bool = False,
         fig, ax = plt.subplots(figsize=(7, 3.4))
         for cfg, node, g in found:
             x, y = list(g.concurrency), list(g.speedup)
-            lo = [v - (lo if lo == lo else v) for v, lo in zip(y, g.speedup_ci_low)]
-            hi = [(hi if hi == hi else v) - v for v, hi in zip(y, g.speedup_ci_high)]
-            ax.errorbar(x, y, yerr=[lo, hi], marker="o", ms=3.5, lw=1.2, capsize=2, elinewidth=0.8,
+            ax.errorbar(x, y, yerr=_bar_err(y, g.speedup_ci_low, g.speedup_ci_high), marker="o", ms=3.5, lw=1.2, capsize=2, elinewidth=0.8,
                         label=f"{cfg} ({node})" if cfg in multi else cfg,
                         color=(colours or palette(runs.config)).get(cfg))
         ax.set_xscale("log", base=2)
