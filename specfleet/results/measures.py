@@ -1,9 +1,11 @@
 """Columns that say what they mean, added to the merged runs table.
 
-- The noise band of each speedup: with repeats of both the configuration and the
-  same node's baseline, the 95 % confidence interval of the ratio of their output
-  tok/s (Welch's t on log values, the same method as the gate); with a single run
-  on either side, the plain tolerance band [1/(1+tol), 1+tol] and no interval.
+- The speedup and its noise band, one method: the point is the ratio of the geometric means of
+  the configuration's and the same node's baseline's output tok/s (the mean of the log values:
+  exactly the centre, on the log scale, of the interval); with repeats of both, the 95 %
+  confidence interval of that ratio (Welch's t on log values, the same method as the gate), which
+  therefore always holds its point; with a single run on either side, the plain tolerance band
+  [1/(1+tol), 1+tol] and no interval (a single run's geometric mean is the run).
   `speedup_verdict` is "faster" / "slower" only when the interval (or, for single
   runs, the band) excludes 1.0, otherwise "no measurable difference".
 - How often speculation fires: drafts per decode step = drafts / (output tokens -
@@ -97,21 +99,33 @@ def _samples(camp: Campaign) -> dict[tuple[str, str, str], list[float]]:
     return out
 
 
+def geometric_ratio(base: list[float], cfg: list[float]) -> float:
+    """exp(mean log cfg - mean log base): the speedup's point, the centre of ratio_interval's log-scale
+    interval (NaN when a value is not positive: no log)."""
+    if not base or not cfg or min(base + cfg) <= 0:
+        return math.nan
+    return math.exp(sum(map(math.log, cfg)) / len(cfg) - sum(map(math.log, base)) / len(base))
+
+
 def speedup_noise(camp: Campaign, runs: pd.DataFrame, baseline: str, noise: NoiseBand) -> pd.DataFrame:
-    """Adds speedup_ci_low, speedup_ci_high, speedup_method, speedup_verdict."""
+    """Sets speedup to the ratio of geometric means (the interval's centre) and adds speedup_ci_low,
+    speedup_ci_high, speedup_method, speedup_verdict."""
     s = _samples(camp)
     lo_band, hi_band = noise.band
-    lows, highs, methods, verdicts = [], [], [], []
+    points, lows, highs, methods, verdicts = [], [], [], [], []
     for _, r in runs.iterrows():
         base = s.get((r.cell, baseline, r.node))
         cfg = s.get((r.cell, r.config, r.node))
-        if r.config == baseline or not base or not cfg or not (r.speedup == r.speedup):
+        point = geometric_ratio(base or [], cfg or []) if r.speedup == r.speedup else math.nan
+        point = r.speedup if r.config == baseline or point != point else point  # no log: the plain ratio
+        points.append(point)
+        if r.config == baseline or not base or not cfg or point != point:
             lows.append(math.nan), highs.append(math.nan), methods.append(""), verdicts.append("")
             continue
         ri = ratio_interval(base, cfg, noise.confidence)
         # the minimum effect of interest (the band) applies with or without repeats: faster/slower
         # mean the same with 1 run or 10; repeats must also show it (the interval excludes 1.00x)
-        excl_lo, excl_hi = r.speedup > hi_band, r.speedup < lo_band
+        excl_lo, excl_hi = point > hi_band, point < lo_band
         if ri is None:
             lo = hi = math.nan
             method = SINGLE_RUN
@@ -122,6 +136,7 @@ def speedup_noise(camp: Campaign, runs: pd.DataFrame, baseline: str, noise: Nois
         lows.append(lo), highs.append(hi), methods.append(method)
         verdicts.append("faster" if excl_lo else "slower" if excl_hi else "no measurable difference")
     out = runs.copy()
+    out["speedup"] = points
     out["speedup_ci_low"], out["speedup_ci_high"] = lows, highs
     out["speedup_method"], out["speedup_verdict"] = methods, verdicts
     return out

@@ -61,10 +61,9 @@ def _labels(df: pd.DataFrame) -> pd.Series:
 
 
 def _bar_err(vals, lo, hi) -> list[list[float]]:
-    """matplotlib's (below, above) error lengths of points with their intervals (nan: none). The
-    point is the ratio of the mean throughputs and the interval is Welch's on the runs' logs, so
-    with wide noise a point can stand just outside its interval: that side is drawn as 0, not
-    refused (matplotlib raises on a negative length)."""
+    """matplotlib's (below, above) error lengths of points with their intervals (nan: none). The point
+    is the interval's centre on the log scale (measures.speedup_noise: both from the runs' logs), so
+    both lengths are >= 0; the clip only absorbs the last bit of float rounding."""
     below = [max(v - x, 0.0) if x == x and v == v else 0.0 for v, x in zip(vals, lo)]
     above = [max(x - v, 0.0) if x == x and v == v else 0.0 for v, x in zip(vals, hi)]
     return [below, above]

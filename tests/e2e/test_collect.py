@@ -403,3 +403,59 @@ def test_gate_runs_add_baseline_runs_on_their_own_server_starts_and_measure_noth
     assert sorted(queues.values()) == [["vanilla"], ["vanilla", "ngram"]]
     gate_rows = (camp / "report.md").read_text().split("Node equivalence (baseline on every node)")[1]
     assert "w1 vs w2" in gate_rows
+
+
+DECIDES_PLAN = "tests/e2e/plans/collect-gate-decides.yml"
+#: sim.json noise (relative sd of each server start's speed level) and noise_seed per worker: the
+#: draws are independent per start (simenv.start_noise_seed); the seeds make the test replayable.
+#: gate.decide on these seeds' levels alone: INCONCLUSIVE at 3 runs, PASSED at 5, 8 and 12; at
+#: noise 1 % any seed pair is INCONCLUSIVE at 3 runs 81 % of the time, and then PASSED at 8 in 99 %.
+NOISE = {"w1": (0.01, 1), "w2": (0.01, 101)}
+
+
+def test_more_gate_runs_turn_an_inconclusive_gate_into_a_decision(testbed_factory, tmp_path):
+    """Issue 23: identical nodes with honest run-to-run noise (a speed level drawn per server start):
+    3 runs per node leave the gate INCONCLUSIVE; the gate-runs count the report names measures only
+    new baseline runs, each on a fresh server start, and the gate then decides: PASSED."""
+    tb, inv = provisioned(testbed_factory, tmp_path)
+    for h, (noise, seed) in NOISE.items():
+        host_sh(tb, h, "cat > /var/lib/specfleet-testbed/sim.json <<'E'\n"
+                f'{{"speed_factor": 1.0, "noise": {noise}, "noise_seed": {seed}, "fault": null}}\nE\n')
+    camp_dir = f"{WORK}/collect-gate-decides"
+    results = tmp_path / "results"
+    r = fab("bench", "--hosts", ",".join(HOSTS), "--plan", DECIDES_PLAN, inventory=inv, runs=tmp_path / "runs-b0")
+    assert r.returncode == 0, out(r)
+    verdicts, looks = [], 0
+    while True:
+        c = fab("collect", "--plan", DECIDES_PLAN, "--results", str(results), inventory=inv,
+                runs=tmp_path / f"runs-c{looks}")
+        verdict = re.search(r"node equivalence (PASSED|FAILED|INCONCLUSIVE)", flat(c.stdout))
+        assert verdict, out(c)
+        verdicts.append(verdict[1])
+        if verdict[1] != "INCONCLUSIVE":
+            break
+        assert c.returncode != 0, out(c)     # nothing merged while undecided
+        nxt = re.search(r"fab bench --gate-runs (\d+)", flat(c.stdout))
+        assert nxt, out(c)                   # the next look is named
+        n = int(nxt[1])
+        stamp = {h: set(host_sh(tb, h, f"stat -c '%n %Y' {camp_dir}/{h}/vanilla_conc8_r*.json").stdout.splitlines())
+                 for h in HOSTS}
+        looks += 1
+        more = fab("bench", "--hosts", ",".join(HOSTS), "--plan", DECIDES_PLAN, "--gate-runs", str(n),
+                   inventory=inv, runs=tmp_path / f"runs-b{looks}")
+        assert more.returncode == 0, out(more)
+        for h in HOSTS:   # only the new runs were measured, each on its own start; nothing measured again
+            st = json.loads(host_sh(tb, h, f"cat {camp_dir}/{h}/state.json").stdout)
+            fresh = [i["name"] for i in st["items"] if i["phase"] != "done earlier"]
+            had = len(stamp[h])
+            assert fresh == [f"vanilla.r{k}" for k in range(had + 1, n + 1)], st["items"]
+            now = set(host_sh(tb, h, f"stat -c '%n %Y' {camp_dir}/{h}/vanilla_conc8_r*.json").stdout.splitlines())
+            assert stamp[h] < now and len(now) == n, (stamp[h], now)
+            assert host_sh(tb, h, f"cat {camp_dir}/{h}/vanilla.server.log").stdout.count("==== specfleet ") == n
+    assert verdicts[0] == "INCONCLUSIVE" and verdicts[-1] == "PASSED", verdicts
+    assert c.returncode == 0, out(c)
+    report = (results / "collect-gate-decides" / "report.md").read_text()
+    assert "Node equivalence" in report and "INCONCLUSIVE" not in report.split("Node equivalence")[1][:600]
+    logs = {h: host_sh(tb, h, f"cat {camp_dir}/{h}/vanilla.server.log").stdout for h in HOSTS}
+    levels = {h: re.findall(r"steps take x([0-9.]+)", logs[h]) for h in HOSTS}
+    assert all(len(set(v)) == len(v) > 3 for v in levels.values()), levels   # a draw per start

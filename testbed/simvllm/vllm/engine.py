@@ -4,7 +4,10 @@ Continuous batching: each engine step admits waiting requests (prefill), then ev
 request gets 1 + accepted tokens. Before a step, each decoding request draws whether it drafts and
 how many draft tokens are accepted (its own acceptance: method, Spec-Bench category, output
 length, model.py); the step's duration follows from the batch (model.step_ms: sequences, verified
-tokens, KV context) / speed_factor x (1 + noise). Tokens of one step go out as one SSE chunk.
+tokens, KV context) / speed_factor x level x (1 + jitter). `level` is drawn once per server start
+(relative sd `noise`, simenv.start_noise_seed: independent from start to start, so repeats on their
+own starts scatter like real runs and more of them narrow an interval); `jitter` per step (same sd,
+averaged away over a run's steps). Tokens of one step go out as one SSE chunk.
 
 Simulated clock: the engine keeps its own clock V (simulated seconds). A step advances V by its
 duration; an idle engine's V follows the wall clock / time scale. Every chunk carries the V at
@@ -69,7 +72,10 @@ class Engine:
         self.speed = host["speed_factor"]
         self.noise = host["noise"]
         self.rng = random.Random(seed)
-        self.noise_rng = random.Random(seed * 7919 + 17)
+        self.noise_seed, self.noise_how = simenv.start_noise_seed(host) if self.noise > 0 else (0, "no noise")
+        self.noise_rng = random.Random(self.noise_seed)
+        # this start's speed level: run-to-run noise lives here (per-step jitter averages out)
+        self.level = max(0.3, 1.0 + self.noise_rng.gauss(0.0, self.noise)) if self.noise > 0 else 1.0
         self.log_stats = log_stats
         self.cv = threading.Condition()
         self.waiting: deque[Request] = deque()
@@ -142,7 +148,7 @@ class Engine:
     # ------------------------------------------------------------ loop
     def _step_duration(self, sim_ms: float) -> float:
         """Simulated seconds of a step of `sim_ms` model milliseconds on this host."""
-        sim_ms /= self.speed
+        sim_ms *= self.level / self.speed
         if self.noise > 0:
             sim_ms *= max(0.3, 1.0 + self.noise_rng.gauss(0.0, self.noise))
         return sim_ms / 1000.0

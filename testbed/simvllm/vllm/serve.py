@@ -189,6 +189,9 @@ def run(args) -> int:
     metrics = Metrics(served, kind.k, spec_enabled=bool(spec) and not args.disable_log_stats)
     engine = Engine(kind, metrics, seed=args.seed, max_num_seqs=args.max_num_seqs, kv_tokens=info["kv_tokens"],
                     time_scale=simenv.time_scale(), host=host, log_stats=not args.disable_log_stats)
+    if host["noise"] > 0:
+        simenv.raw(f"SIMULATED noise: this server start's steps take x{engine.level:.4f} (relative sd "
+                   f"{host['noise']:g}, seed {engine.noise_seed}: {engine.noise_how})")
     App.engine, App.metrics, App.served_name, App.model_path = engine, metrics, served, model
     App.max_model_len, App.log_requests = max_len, args.enable_log_requests
     if host["fault"] == "crash-mid-bench":

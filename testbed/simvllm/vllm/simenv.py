@@ -1,7 +1,8 @@
 """Host environment of the simulated engine: knobs, time scales, GPU stand-in, logging.
 
 Everything host-specific is read here:
-  * `/var/lib/specfleet-testbed/sim.json` (or `$SIMVLLM_HOST_CONFIG`): speed_factor, noise, fault
+  * `/var/lib/specfleet-testbed/sim.json` (or `$SIMVLLM_HOST_CONFIG`): speed_factor, noise, noise_seed,
+    fault; beside it `noise-starts`, the count of server starts that drew noise (start_noise_seed)
   * `/var/lib/specfleet-testbed/gpu/` (or `$SIMVLLM_GPU_DIR`): gpu.json (one GPU or a list),
     modules, reservations/<pid> (`INDEX:MiB` per GPU held)
   * `$SIMVLLM_TIME_SCALE`: wall seconds per simulated GPU second (serving side sleeps sim × scale)
@@ -53,7 +54,7 @@ def load_scale() -> float:
 
 def host_config() -> dict:
     path = os.environ.get("SIMVLLM_HOST_CONFIG") or os.path.join(TESTBED_DIR, "sim.json")
-    cfg = {"speed_factor": 1.0, "noise": 0.0, "fault": None}
+    cfg = {"speed_factor": 1.0, "noise": 0.0, "noise_seed": None, "fault": None, "path": path}
     try:
         with open(path, encoding="utf-8") as f:
             loaded = json.load(f)
@@ -71,9 +72,32 @@ def host_config() -> dict:
         cfg["noise"] = max(0.0, float(cfg.get("noise") or 0.0))
     except (TypeError, ValueError):
         cfg["noise"] = 0.0
+    if not isinstance(cfg.get("noise_seed"), int) or isinstance(cfg.get("noise_seed"), bool):
+        cfg["noise_seed"] = None
     if cfg.get("fault") not in FAULTS:
         cfg["fault"] = None
     return cfg
+
+
+def start_noise_seed(cfg: dict) -> tuple[int, str]:
+    """The seed of this server start's noise, and how it was drawn (for the server log).
+
+    Run-to-run noise is a property of a server start (clocks, placement, what else runs), not of
+    `--seed` (which every start of a plan passes alike): each start draws its own. Without
+    `noise_seed` in sim.json the seed is fresh entropy; with it, `noise_seed` and this host's start
+    count (the `noise-starts` file beside sim.json, counted under a lock) give a replayable sequence
+    of starts that are still independent draws of one another."""
+    if cfg.get("noise_seed") is None:
+        return int.from_bytes(os.urandom(8), "big"), "fresh per start"
+    import fcntl
+    counter = os.path.join(os.path.dirname(cfg["path"]) or ".", "noise-starts")
+    with open(counter, "a+", encoding="utf-8") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        f.seek(0)
+        text = f.read().strip()
+        start = int(text) + 1 if text.isdigit() else 1
+        f.seek(0), f.truncate(), f.write(f"{start}\n")
+    return cfg["noise_seed"] * 1_000_003 + start, f"noise_seed {cfg['noise_seed']}, start {start} on this host"
 
 
 def gpu_dir() -> str:
