@@ -1,16 +1,13 @@
-"""Conclusions in words, computed from the merged tables.
+"""The report's caveats in words, computed from the merged tables (docs/report.md, "Conclusions").
 
-Rules (documented in docs/report.md, "Conclusions" and "The noise band"): a
-configuration is called faster or slower than the baseline only when the
-interval of its speedup excludes 1.00x (with single runs: when the speedup is
-outside the gate's tolerance band); otherwise "no measurable difference", and
-every such statement names its method and interval. "Best" is the highest
-speedup among the measurably faster ones. A configuration whose acceptance is
-flagged (measures.acceptance_flag: DEGENERATE / NEAR-ZERO ACCEPTANCE, docs/report.md
-"Degenerate acceptance") is never faster, slower or best: one line says what it
-is, with its speed figure as what it measures, and it is left out of the rest. Speculation "rarely fires" below
-RARE_DRAFTS_PER_STEP drafts per decode step; acceptance is "low" below
-LOW_ACCEPT_LEN tokens per draft.
+The verdicts are the summary matrix's (document.summary_section: speedup, interval, faster / slower
+/ no measurable difference by the noise band, best); these bullets only say what a verdict does not:
+each is 'Group: caveat', grouped, the shortest group first and the shortest caveat first in each,
+and none restates a number the matrix shows. Rules: a configuration whose acceptance is flagged
+(measures.acceptance_flag) gets one line saying what it is instead (the matrix marks it 'not a
+speedup'); a slower one gets why (speculation "rarely fires" below RARE_DRAFTS_PER_STEP drafts per
+decode step; acceptance is "low" below LOW_ACCEPT_LEN tokens per draft; the tail of a draining wave;
+a launch/overhead-bound step); the best one its TTFT cost.
 """
 from __future__ import annotations
 
@@ -19,7 +16,7 @@ import math
 import pandas as pd
 
 from .crossover import crossover_lines
-from .measures import DEGENERATE, NoiseBand, cell_order, evidence, missing
+from .measures import DEGENERATE, NoiseBand, cell_order, missing
 from .merge import Tables
 
 RARE_DRAFTS_PER_STEP = 0.10
@@ -70,17 +67,16 @@ def tail_dominated(r: pd.Series, b: pd.Series, tol_pct: float = TAIL_TOLERANCE_P
     tpot = bt / rt if rt else float("nan")
     if math.isnan(thr) or math.isnan(tpot) or abs(thr / tpot - 1) * 100 <= tol_pct:
         return None
-    return (f"**{r.config}** on {r.node} is tail-dominated: {thr:.3f}x on output throughput but "
-            f"{tpot:.3f}x on token-weighted TPOT (beyond {tol_pct:g} %); the throughput is set by the last requests of a "
+    return (f"**{r.config}** on {r.node} is tail-dominated: its speedup on output throughput (the summary's) "
+            f"and its {tpot:.3f}x on token-weighted TPOT differ by more than {tol_pct:g} %; the throughput is set by the last requests of a "
             "wave that drains, not by the per-token speed: judge by TPOT, or measure a steady state "
             "(more prompts per concurrency)")
 
 
-def flagged_line(r: pd.Series, noise: NoiseBand) -> str:
-    """What a flagged configuration is instead of faster or slower (the rule: measures.py)."""
+def flagged_line(r: pd.Series) -> str:
+    """What a flagged configuration is instead of faster or slower (the rule: measures.py); its speed
+    figure stands in the summary matrix, marked 'not a speedup'."""
     k = r.draft_tokens / r.drafts
-    speed = ("" if missing(r.get("speedup")) else
-             f"; its {r.speedup:.2f}x the baseline ({evidence(r, noise)}) measures that, not speculative decoding")
     if r.acceptance_flag == DEGENERATE and not missing(r.get("loop_share_pct")):
         what = (f"{_f(r.loop_share_pct, 0)} % of its requests loop (the tail of the generated text repeats one "
                 f"phrase; {_f(r.acceptance_rate_pct, 1)} % of drafted tokens accepted): n-gram drafting copies "
@@ -94,7 +90,7 @@ def flagged_line(r: pd.Series, noise: NoiseBand) -> str:
                 f"{_f(r.drafts, 0)} drafts (acceptance length {_f(r.acceptance_length)}): the target rejects "
                 "what the drafter proposes (e.g. a drafter with random weights: the plumbing ran, the "
                 "figure says nothing of a trained drafter)")
-    return f"**{r.config}** on {r.node}: {r.acceptance_flag}, not a speedup: {what}{speed}"
+    return f"**{r.config}** on {r.node}: {r.acceptance_flag}, not a speedup: {what}"
 
 
 def _base_row(runs: pd.DataFrame, baseline: str, node: str, cell: str) -> pd.Series | None:
@@ -102,60 +98,48 @@ def _base_row(runs: pd.DataFrame, baseline: str, node: str, cell: str) -> pd.Ser
     return None if b.empty else b.iloc[0]
 
 
-def conclusions(t: Tables, baseline: str) -> list[str]:
+#: the caveat groups, each line's label (docs/report.md, "Conclusions")
+ACCEPTANCE, WHY_SLOWER, TAIL, LATENCY, COST, REPEATS, BOUND, OUTPUTS, CROSSOVER, PROVENANCE = (
+    "Acceptance", "Why slower", "Tail", "Latency", "Cost", "Repeats", "Bound", "Outputs", "Across concurrencies",
+    "Provenance")
+
+
+def best_rows(runs: pd.DataFrame, baseline: str) -> pd.DataFrame:
+    """Per bench cell, the measurably faster unflagged configuration with the highest speedup (the
+    summary matrix marks it 'best')."""
+    cand = runs[(runs.config != baseline) & (runs.acceptance_flag == "") & runs.speedup.notna()
+                & (runs.speedup_verdict == "faster")]
+    return cand.loc[cand.groupby("cell").speedup.idxmax()] if not cand.empty else cand
+
+
+def caveats(t: Tables, baseline: str) -> list[tuple[str, str]]:
+    """(group, caveat) pairs. The verdicts (speedup, interval, faster / slower / no measurable
+    difference, best) are the summary matrix's (document.summary_section); what is here says what a
+    verdict does not: why a configuration is slower, what a flagged acceptance is, where throughput
+    follows a tail, what a speedup costs, what the repeats, the hardware and the outputs show."""
     runs = t.runs
     noise = t.noise or NoiseBand()
-    out: list[str] = []
-    if runs.empty:
-        return ["No valid runs were merged."]
-    out.append(f"Noise band: {noise.describe()}.")
-    best_by_conc: dict[tuple[int, str], tuple[str, float]] = {}
+    out: list[tuple[str, str]] = []
+    tail_said: set = set()
     for cell in cell_order(runs):  # a plan without bench sweeps: one cell per concurrency
         at = runs[runs.cell == cell]
         conc = f"{at.concurrency.iloc[0]}" + ("" if cell == f"conc{at.concurrency.iloc[0]}" else f" (cell {cell})")
-        others = runs[(runs.cell == cell) & (runs.config != baseline)]
-        if others.empty:
-            out.append(f"Concurrency {conc}: only the baseline ran.")
-            continue
-        flagged = others[others.acceptance_flag != ""]
-        for _, r in flagged.iterrows():
-            out.append(f"Concurrency {conc}: {flagged_line(r, noise)}.")
-        if len(flagged) == len(others):
-            continue
+        others = at[at.config != baseline]
+        for _, r in others[others.acceptance_flag != ""].iterrows():
+            out.append((ACCEPTANCE, f"concurrency {conc}: {flagged_line(r)}"))
         cand = others[(others.acceptance_flag == "") & others.speedup.notna()]
-        if cand.empty:
-            out.append(f"Concurrency {conc}: no configuration with a same-node '{baseline}' run to compare.")
-            continue
-        faster = cand[cand.speedup_verdict == "faster"]
-        if not faster.empty:
-            best = faster.loc[faster.speedup.idxmax()]
+        for _, best in best_rows(cand, baseline).iterrows():
             b = _base_row(runs, baseline, best.node, cell)
-            best_by_conc[(int(at.concurrency.iloc[0]), conc)] = (best.config, best.speedup)
-            out.append(
-                f"Concurrency {conc}: best is **{best.config}** at {best.speedup:.2f}x the baseline on "
-                f"{best.node} ({_f(b.output_tok_s)} -> {_f(best.output_tok_s)} output tok/s, "
-                f"TPOT {_f(b.tpot_ms)} -> {_f(best.tpot_ms)} ms, duration {_f(b.duration_s)} -> "
-                f"{_f(best.duration_s)} s; {evidence(best, noise)}).")
             dt = best.ttft_ms - b.ttft_ms
-            what = "TTFT cost" if dt > 0 else "TTFT (no cost: lower or equal)"
-            out.append(
-                f"Concurrency {conc}: {what} of {best.config}: {_f(b.ttft_ms)} -> {_f(best.ttft_ms)} ms "
-                f"({dt:+.2f} ms, {100 * dt / b.ttft_ms:+.0f} %).")
-            for _, r in faster.drop(index=best.name).iterrows():
-                out.append(f"Concurrency {conc}: {r.config} on {r.node} is also faster than the baseline "
-                           f"({evidence(r, noise)}).")
-        else:
-            top = cand.loc[cand.speedup.idxmax()]
-            out.append(f"Concurrency {conc}: no configuration is measurably faster than '{baseline}' "
-                       f"(highest: {top.config} at {evidence(top, noise)}).")
-        for _, r in cand[cand.speedup_verdict == "no measurable difference"].iterrows():
-            out.append(f"Concurrency {conc}: {r.config} on {r.node}: no measurable difference from the "
-                       f"baseline ({evidence(r, noise)}).")
+            if dt > 0:
+                out.append((COST, f"concurrency {conc}: {best.config} (best) on {best.node} costs TTFT "
+                                  f"{_f(b.ttft_ms)} -> {_f(best.ttft_ms)} ms ({100 * dt / b.ttft_ms:+.0f} %)"))
         for _, r in cand[cand.speedup_verdict == "slower"].iterrows():
             b = _base_row(runs, baseline, r.node, cell)
             tpot = _wtpot(b) / _wtpot(r) if _wtpot(r) else float("nan")
             if (tail_dominated(r, b, noise.tolerance_pct) and not math.isnan(tpot)
                     and abs(tpot - 1) * 100 <= noise.tolerance_pct):
+                tail_said.add(r.name)
                 # a draining wave: throughput follows the last request; TPOT contradicts a per-step cost
                 why = (f"on output throughput only: its TPOT is {tpot:.3f}x the baseline's, no measurable "
                        "difference, so the slowdown is the tail of a wave that drains, not a per-step "
@@ -163,12 +147,11 @@ def conclusions(t: Tables, baseline: str) -> list[str]:
             else:
                 why = slow_reason(r) if not t.overhead_bound.get(r.node) else (
                     f"{t.overhead_bound[r.node]}; {slow_reason(r)}")
-            out.append(f"Concurrency {conc}: **{r.config}** on {r.node} is SLOWER than the baseline "
-                       f"({evidence(r, noise)}): {why}.")
+            out.append((WHY_SLOWER, f"concurrency {conc}: **{r.config}** on {r.node}: {why}"))
         for _, r in cand.iterrows():
             tail = tail_dominated(r, _base_row(runs, baseline, r.node, cell), noise.tolerance_pct)
-            if tail:
-                out.append(f"Concurrency {conc}: {tail}.")
+            if tail and r.name not in tail_said:   # a slower one's why already says it
+                out.append((TAIL, f"concurrency {conc}: {tail}"))
         itl = []
         for _, r in cand.iterrows():
             b = _base_row(runs, baseline, r.node, cell)
@@ -176,22 +159,30 @@ def conclusions(t: Tables, baseline: str) -> list[str]:
                 itl.append(f"{r.config} on {r.node} (ITL {_f(b.itl_ms)} -> {_f(r.itl_ms)} ms, "
                            f"TPOT {_f(b.tpot_ms)} -> {_f(r.tpot_ms)} ms)")
         if itl:
-            out.append(f"Concurrency {conc}: ITL caveat: {'; '.join(itl)} show higher ITL but lower TPOT "
-                       "than the baseline. One streamed chunk carries several accepted tokens, so ITL "
-                       "measures gaps between chunks, not tokens: judge by TPOT and output tok/s.")
-    cfgs = {c for c, _ in best_by_conc.values()}
-    if len(best_by_conc) > 1 and len(cfgs) == 1 and len(best_by_conc) == runs.cell.nunique():
-        cfg = cfgs.pop()
-        trend = ", ".join(f"{s:.2f}x at conc {c[1]}" for c, (_, s) in sorted(best_by_conc.items()))
-        out.append(f"{cfg} is best at every concurrency measured ({trend}).")
-    out += t.outliers
-    out += [f"{why[0].upper()}{why[1:]}." for why in t.overhead_bound.values()]
-    out += diagnosis_lines(runs, baseline)
-    out += crossover_lines(runs[runs.acceptance_flag == ""], baseline, noise, t.search)  # where each configuration stops paying (crossover.py)
+            out.append((LATENCY, f"concurrency {conc}: {'; '.join(itl)} show higher ITL but lower TPOT than "
+                                 "the baseline. One streamed chunk carries several accepted tokens, so ITL "
+                                 "measures gaps between chunks, not tokens: judge by TPOT and output tok/s"))
+    out += [(REPEATS, o) for o in t.outliers]
+    out += [(BOUND, f"{why[0].upper()}{why[1:]}") for why in t.overhead_bound.values()]
+    out += [(OUTPUTS, d) for d in diagnosis_lines(runs, baseline)]
+    # where each configuration stops paying (crossover.py): across concurrencies, not one matrix cell
+    out += [(CROSSOVER, c) for c in crossover_lines(runs[runs.acceptance_flag == ""], baseline, noise, t.search)]
     versions = {v for v in t.provenance.vllm if v}
     if len(versions) > 1:
-        out.append(f"WARNING: nodes ran different vLLM versions ({', '.join(sorted(versions))}).")
+        out.append((PROVENANCE, f"WARNING: nodes ran different vLLM versions ({', '.join(sorted(versions))})"))
     return out
+
+
+def conclusions(t: Tables, baseline: str) -> list[str]:
+    """The report's caveat bullets: 'Group: caveat', grouped, shortest group first and the shortest
+    caveat first in each (a reader meets the quick ones first); the verdicts are the summary matrix's."""
+    if t.runs.empty:
+        return ["No valid runs were merged."]
+    groups: dict[str, list[str]] = {}
+    for group, text in caveats(t, baseline):
+        groups.setdefault(group, []).append(text.rstrip("."))
+    ordered = sorted(groups.items(), key=lambda g: (sum(map(len, g[1])), g[0]))
+    return [f"{group}: {text}." for group, lines in ordered for text in sorted(lines, key=lambda x: (len(x), x))]
 
 
 def diagnosis_lines(runs: pd.DataFrame, baseline: str) -> list[str]:
@@ -200,11 +191,11 @@ def diagnosis_lines(runs: pd.DataFrame, baseline: str) -> list[str]:
     for _, r in runs.iterrows():
         if not missing(r.get("loop_share_pct")) and r.loop_share_pct > 0 and r.config != baseline \
                 and not r.get("acceptance_flag"):  # a flagged row's own line says it
-            out.append(f"Concurrency {r.concurrency}: {_f(r.loop_share_pct, 0)} % of {r.config}'s requests on {r.node} "
+            out.append(f"concurrency {r.concurrency}: {_f(r.loop_share_pct, 0)} % of {r.config}'s requests on {r.node} "
                        "loop (the tail of the generated text repeats one phrase); n-gram drafts copy a loop, so "
                        "part of its acceptance measures the loop")
         if not missing(r.get("greedy_differs_pct")) and r.greedy_differs_pct > 0:
-            out.append(f"Concurrency {r.concurrency}: greedy decoding on both sides, yet {_f(r.greedy_differs_pct, 0)} % "
+            out.append(f"concurrency {r.concurrency}: greedy decoding on both sides, yet {_f(r.greedy_differs_pct, 0)} % "
                        f"of {r.config}'s outputs on {r.node} differ from '{baseline}''s for the same prompt "
                        "(speculative decoding is lossless under greedy decoding: batch-dependent numerics, or a loop "
                        "entered at another token)")

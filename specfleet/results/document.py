@@ -22,7 +22,8 @@ from .cells import CellState
 from .gate import GateResult
 from .categories import heatmap_grid
 from .export import MERGED_SCHEMA_VERSION
-from .measures import ACCEPTANCE_FLAGS, cell_order, cell_title, latency_sections
+from .conclusions import best_rows
+from .measures import ACCEPTANCE_FLAGS, NoiseBand, cell_order, cell_title, latency_sections
 from .merge import Tables
 from .plots import all_plots, category_plots
 from .provenance import provenance_sections
@@ -163,21 +164,24 @@ def _flag_verdicts(rows: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def _verdict_cell(r: pd.Series) -> str:
+def _verdict_cell(r: pd.Series, best: bool = False) -> str:
     if r.get("acceptance_flag") in ACCEPTANCE_FLAGS:
         return f"{fmt(r.speedup, 2, 'x')} {r.acceptance_flag}: not a speedup"
     if r.speedup != r.speedup:
         return "no same-node baseline"
     lo, hi = r.get("speedup_ci_low"), r.get("speedup_ci_high")
     ci = f" [{lo:.2f}-{hi:.2f}]" if lo == lo and lo is not None and hi == hi else f" ({fmt(r.repeats, 0)} run)"
-    return f"{r.speedup:.2f}x{ci} {r.speedup_verdict}"
+    return f"{r.speedup:.2f}x{ci} {r.speedup_verdict}" + (", best" if best else "")
 
 
-def summary_section(runs: pd.DataFrame, baseline: str, repeats_note: str | None = None) -> Section | None:
-    """One row per configuration, one column per bench cell: speedup, interval (or 1 run), verdict."""
+def summary_section(runs: pd.DataFrame, baseline: str, repeats_note: str | None = None,
+                    noise: NoiseBand | None = None) -> Section | None:
+    """One row per configuration, one column per bench cell: speedup, interval (or 1 run), verdict,
+    'best' on the fastest measurably faster one of a cell: every verdict of the report."""
     others = runs[runs.config != baseline]
     if others.empty:
         return None
+    best = set(best_rows(runs, baseline).index) if "acceptance_flag" in runs else set()
     cells = cell_order(runs)
     heads = [cell_title(runs[runs.cell == c]).removeprefix("at ") for c in cells]
     multi = others.groupby("config").node.nunique().max() > 1
@@ -186,12 +190,14 @@ def summary_section(runs: pd.DataFrame, baseline: str, repeats_note: str | None 
         row = [cfg]
         for c in cells:
             at = others[(others.config == cfg) & (others.cell == c)]
-            row.append("; ".join((f"{r.node}: " if multi else "") + _verdict_cell(r) for _, r in at.iterrows()) or "–")
+            row.append("; ".join((f"{r.node}: " if multi else "") + _verdict_cell(r, i in best)
+                                 for i, r in at.iterrows()) or "–")
         rows.append(row)
     return Section("Summary", ["configuration", *heads], rows,
-                   f"Speedup over the same node's '{baseline}' (output tok/s), its 95 % interval with repeats "
-                   "(or the run count), and the verdict by the noise band (see the Results tables); "
-                   "the bullets below are details and caveats." + (f" {repeats_note}" if repeats_note else ""),
+                   f"Speedup over the same node's '{baseline}' (output tok/s; the ratio of geometric means over "
+                   "runs, the centre of its interval), its 95 % interval with repeats (or the run count), and the "
+                   f"verdict: {(noise or NoiseBand()).describe()}; 'best' = the highest measurably faster one. "
+                   "The bullets below are caveats only." + (f" {repeats_note}" if repeats_note else ""),
                    anchor="summary")
 
 
@@ -227,8 +233,9 @@ def build_model(campaign: str, tables: Tables, gate: GateResult, conclusions: li
         rows = tables.runs[tables.runs.cell == cell]
         plain = cell == f"conc{rows.concurrency.iloc[0]}"
         secs.append(_section(f"Results {cell_title(rows)}", _flag_verdicts(rows),
-                             RUN_COLS, f"Means over runs. Speedup = output tok/s / the same node's "
-                                       f"'{baseline}' output tok/s at this concurrency"
+                             RUN_COLS, f"Means over runs. Speedup = the geometric mean of output tok/s over runs / the "
+                                       f"same node's '{baseline}' one at this concurrency (with one run each: "
+                                       f"the plain ratio)"
                                        f"{'' if plain else ' in this bench cell'}. CI low/high and "
                                        f"'vs baseline': {tables.noise.describe() if tables.noise else ''}."
                                        + (f" {tables.repeats_note}" if tables.repeats_note else "")))
@@ -278,7 +285,8 @@ def build_model(campaign: str, tables: Tables, gate: GateResult, conclusions: li
                        conclusions=conclusions, sections=secs, notes=list(tables.notes),
                        warnings=list(warnings or []), quarantined=list(quarantined or []),
                        gate_verdict=gate_verdict(gate, cells), complete=not bad,
-                       summary=summary_section(_flag_verdicts(tables.runs), baseline, tables.repeats_note)
+                       summary=summary_section(_flag_verdicts(tables.runs), baseline, tables.repeats_note,
+                                               tables.noise)
                        if not tables.runs.empty else None)
 
 

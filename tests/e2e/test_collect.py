@@ -429,7 +429,7 @@ def test_more_gate_runs_turn_an_inconclusive_gate_into_a_decision(testbed_factor
     while True:
         c = fab("collect", "--plan", DECIDES_PLAN, "--results", str(results), inventory=inv,
                 runs=tmp_path / f"runs-c{looks}")
-        verdict = re.search(r"node equivalence (PASSED|FAILED|INCONCLUSIVE)", flat(c.stdout))
+        verdict = re.search(r"node equivalence (PASSED|FAILED|INCONCLUSIVE)", flat(c.stdout), re.I)
         assert verdict, out(c)
         verdicts.append(verdict[1])
         if verdict[1] != "INCONCLUSIVE":
@@ -455,7 +455,7 @@ def test_more_gate_runs_turn_an_inconclusive_gate_into_a_decision(testbed_factor
     assert verdicts[0] == "INCONCLUSIVE" and verdicts[-1] == "PASSED", verdicts
     assert c.returncode == 0, out(c)
     report = (results / "collect-gate-decides" / "report.md").read_text()
-    assert "Node equivalence" in report and "INCONCLUSIVE" not in report.split("Node equivalence")[1][:600]
+    assert "Node equivalence: **PASSED** (" in report and len(verdicts) >= 2
     logs = {h: host_sh(tb, h, f"cat {camp_dir}/{h}/vanilla.server.log").stdout for h in HOSTS}
     levels = {h: re.findall(r"steps take x([0-9.]+)", logs[h]) for h in HOSTS}
     assert all(len(set(v)) == len(v) > 3 for v in levels.values()), levels   # a draw per start

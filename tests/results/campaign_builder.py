@@ -82,3 +82,8 @@ def copy_fixture(name: str, dest: Path) -> Path:
     shutil.copy(FIXTURES / name, dest)
     dest.chmod(0o644)
     return dest
+
+
+def matrix(out) -> dict[str, list[str]]:
+    """The report's summary matrix (the verdicts): configuration -> its cells, by concurrency."""
+    return {row[0]: row[1:] for row in out.model.summary.rows} if out.model.summary else {}

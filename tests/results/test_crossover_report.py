@@ -27,7 +27,7 @@ def write(root, curve: dict[int, float], reps=3, jitter=0.004, extra=None):
 
 
 def line(o):
-    found = [c for c in o.conclusions if c.startswith("Crossover of **eagle3** on w1")]
+    found = [c for c in o.conclusions if c.startswith("Across concurrencies: Crossover of **eagle3** on w1")]
     assert len(found) == 1, o.conclusions
     return found[0]
 
@@ -65,7 +65,7 @@ def test_single_runs_say_so_and_non_monotone_is_named(tmp_path):
 
 def test_two_concurrencies_give_no_crossover_statement(tmp_path):
     o = report_campaign(write(tmp_path / "c", {1: 2.0, 16: 0.9}), quiet=True)
-    assert not [c for c in o.conclusions if c.startswith("Crossover")]
+    assert not [c for c in o.conclusions if "Crossover of" in c]
     assert 'aria-label="Crossover"' not in (tmp_path / "c" / "report.html").read_text()
 
 

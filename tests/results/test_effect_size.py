@@ -38,6 +38,6 @@ def test_a_far_repeat_gets_an_outlier_note(tmp_path):
     _repeats(root, "w2", "vanilla", [306.0, 307.0, 306.5])
     _repeats(root, "w2", "eagle3", [562.0, 563.0, 394.0])   # one run 30 % slow
     o = report_campaign(root, quiet=True)
-    notes = [c for c in o.conclusions if c.startswith("outlier: eagle3_conc16_r3.json on w2")]
+    notes = [c for c in o.conclusions if c.startswith("Repeats: outlier: eagle3_conc16_r3.json on w2")]
     assert len(notes) == 1 and "30 % from the median" in notes[0], o.conclusions
-    assert not [c for c in o.conclusions if c.startswith("outlier:") and "vanilla" in c]
+    assert not [c for c in o.conclusions if c.startswith("Repeats: outlier:") and "vanilla" in c]

@@ -1,4 +1,4 @@
-"""Issue 12.6 (a noise band in the conclusions) and 12.7 (measures that say what they mean)."""
+"""Issue 12.6 (a noise band on every verdict: the summary matrix) and 12.7 (measures that say what they mean)."""
 import json
 import math
 import shutil
@@ -10,7 +10,7 @@ import pytest
 from specfleet.results import report_campaign
 from specfleet.results.measures import NoiseBand
 
-from campaign_builder import REPORT, SPEC, result_json, write_campaign
+from campaign_builder import REPORT, SPEC, matrix, result_json, write_campaign
 
 H200 = Path("/work/shared/fixtures/vllm-0.26.0-cuda-h200/h200-dummy8b/h200")
 
@@ -39,20 +39,22 @@ def _concl(root):
 def test_single_run_within_tolerance_is_no_measurable_difference(tmp_path):
     o, text = _concl(_campaign(tmp_path / "c", {("vanilla", 16): [300.0], ("up", 16): [306.0],
                                                 ("down", 16): [297.0]}))
-    assert "best is" not in text and "SLOWER" not in text
-    assert "up on w1: no measurable difference from the baseline (1.020x; single run: plain threshold, " \
-           "no interval: ±3 % band [0.971x, 1.030x])" in text
-    assert "down on w1: no measurable difference" in text
-    assert "no configuration is measurably faster than 'vanilla'" in text
+    m = matrix(o)
+    assert m["up"] == ["1.02x (1 run) no measurable difference"]
+    assert m["down"] == ["0.99x (1 run) no measurable difference"]
+    assert "single run: plain threshold, no interval: ±3 % band [0.971x, 1.030x]" not in o.model.summary.note
+    assert "±3 % band [0.971x, 1.030x]" in o.model.summary.note
+    assert "best" not in str(m) and "Why slower" not in text
     r = o.tables.runs.set_index("config")
     assert r.loc["up", "speedup_verdict"] == "no measurable difference" and math.isnan(r.loc["up", "speedup_ci_low"])
 
 
 def test_single_run_outside_tolerance_is_called(tmp_path):
-    _, text = _concl(_campaign(tmp_path / "c", {("vanilla", 16): [300.0], ("up", 16): [320.0],
+    o, text = _concl(_campaign(tmp_path / "c", {("vanilla", 16): [300.0], ("up", 16): [320.0],
                                                 ("down", 16): [280.0]}))
-    assert "best is **up** at 1.07x" in text
-    assert "**down** on w1 is SLOWER than the baseline (0.933x; single run" in text
+    assert matrix(o) == {"up": ["1.07x (1 run) faster, best"], "down": ["0.93x (1 run) slower"]}
+    assert "Why slower: concurrency 16: **down** on w1: " in text   # the caveat says why, not the figure
+    assert "0.93" not in text and "1.07" not in text                 # no number the matrix shows
 
 
 def test_noisy_repeats_are_no_measurable_difference(tmp_path):
@@ -61,8 +63,9 @@ def test_noisy_repeats_are_no_measurable_difference(tmp_path):
                                                 ("x", 16): [310.0, 330.0, 290.0]}))
     r = o.tables.runs.set_index("config").loc["x"]
     assert r.speedup_ci_low < 1.0 < r.speedup_ci_high
-    assert "x on w1: no measurable difference" in text and "best is" not in text
-    assert "95 % CI, Welch's t on log values, n=3/3" in text
+    assert matrix(o)["x"][0].endswith("no measurable difference")
+    assert f"[{r.speedup_ci_low:.2f}-{r.speedup_ci_high:.2f}]" in matrix(o)["x"][0]
+    assert r.speedup_method == "95 % CI, Welch's t on log values, n=3/3"
 
 
 def test_tight_repeats_call_faster_and_slower_with_the_interval(tmp_path):
@@ -76,8 +79,9 @@ def test_tight_repeats_call_faster_and_slower_with_the_interval(tmp_path):
     assert (r.loc["fast", "speedup_ci_low"], r.loc["fast", "speedup_ci_high"]) == \
         pytest.approx((math.exp(lo), math.exp(hi)))
     assert r.loc["fast", "speedup_verdict"] == "faster" and r.loc["slow", "speedup_verdict"] == "slower"
-    assert "best is **fast**" in text and "**slow** on w1 is SLOWER" in text
-    assert f"interval [{math.exp(lo):.3f}x, {math.exp(hi):.3f}x]" in text
+    assert matrix(o)["fast"][0].endswith("faster, best") and matrix(o)["slow"][0].endswith("slower")
+    assert f"[{math.exp(lo):.2f}-{math.exp(hi):.2f}]" in matrix(o)["fast"][0]
+    assert "Why slower: concurrency 16: **slow** on w1:" in text
 
 
 def test_noise_band_follows_the_gate_tolerance(tmp_path):
@@ -114,7 +118,7 @@ def test_rare_firing_is_judged_per_step_not_per_output_token(tmp_path):
         _, text = _concl(root)
     finally:
         del SPEC[("often", 16)]
-    assert "**often** on w1 is SLOWER" in text
+    assert "Why slower: concurrency 16: **often** on w1:" in text
     assert "rarely fires" not in text and "16.0 % of decode steps" in text
 
 

@@ -19,7 +19,7 @@ def test_summary_matrix_is_at_the_top_of_both_reports(tmp_path):
     md = (root / "report.md").read_text()
     assert md.index("## Summary") < md.index("## Conclusions")
     assert "| configuration | concurrency 1 | concurrency 16 |" in md
-    assert "| eagle3 | 2.11x (1 run) faster | 1.83x (1 run) faster |" in md
+    assert "| eagle3 | 2.11x (1 run) faster, best | 1.83x (1 run) faster, best |" in md
     assert "| ngram_improved | 1.18x (1 run) faster | 1.03x (1 run) no measurable difference |" in md
     html = (root / "report.html").read_text()
     assert html.index('id="summary"') < html.index('id="conclusions"')

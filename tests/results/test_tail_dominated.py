@@ -16,8 +16,8 @@ def test_the_reports_ngram_at_16_is_tail_dominated():
     # the field report at concurrency 16: n-gram 0.95x on throughput, 0.998x on TPOT
     base = row("vanilla", 301.19, 50.0)
     msg = tail_dominated(row("ngram", 301.19 * 0.95, 50.0 / 0.998), base)
-    assert msg and "tail-dominated" in msg and "0.950x on output throughput" in msg
-    assert "0.998x on token-weighted TPOT" in msg
+    assert msg and "tail-dominated" in msg and "0.950" not in msg   # the throughput figure is the matrix's
+    assert "its 0.998x on token-weighted TPOT differ by more than 3 %" in msg
 
 
 def test_agreeing_speedups_are_not_flagged():
