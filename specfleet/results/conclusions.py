@@ -146,7 +146,8 @@ def caveats(t: Tables, baseline: str) -> list[tuple[str, str]]:
                        "overhead (measure a steady state to tell)")
             else:
                 why = slow_reason(r) if not t.overhead_bound.get(r.node) else (
-                    f"{t.overhead_bound[r.node]}; {slow_reason(r)}")
+                    f"decode on {r.node} is launch/overhead-bound (see '{BOUND}'), where no speculation can pay; "
+                    f"{slow_reason(r)}")
             out.append((WHY_SLOWER, f"concurrency {conc}: **{r.config}** on {r.node}: {why}"))
         for _, r in cand.iterrows():
             tail = tail_dominated(r, _base_row(runs, baseline, r.node, cell), noise.tolerance_pct)

@@ -60,7 +60,7 @@ def test_random_weights_and_degenerate_acceptance_flagged(dummy8b):
     md = (dummy8b[1] / "report.md").read_text()
     assert "Weights: RANDOM" in md
     # every request loops (read from generated_texts, measures.loop_share): the flag says so
-    assert ("Concurrency 1: **ngram_improved** on h200: DEGENERATE ACCEPTANCE, not a speedup: 100 % of its "
+    assert ("Acceptance: concurrency 1: **ngram_improved** on h200: DEGENERATE ACCEPTANCE, not a speedup: 100 % of its "
             "requests loop (the tail of the generated text repeats one phrase; 100.0 % of drafted tokens "
             "accepted)") in md
 
@@ -75,7 +75,8 @@ def test_real_small_model_real_acceptance_and_slowdowns(smollm2):
     assert rows[("ngram", 1)]["acceptance_length"] == pytest.approx(4.66, abs=0.005)
     assert rows[("ngram", 1)]["speedup"] == pytest.approx(0.57, abs=0.005)
     assert rows[("ngram_improved", 16)]["speedup"] == pytest.approx(0.86, abs=0.005)
-    assert "**ngram** on h200 is SLOWER than the baseline (0.572x; single run: plain threshold" in md
+    assert "| ngram | 0.57x (1 run) slower |" in md                     # the verdict: the summary matrix
+    assert "Why slower: concurrency 1: **ngram** on h200: " in md and "0.572" not in md
     assert "decode is far from memory-bound" in md
 
 
@@ -83,7 +84,8 @@ def test_no_conclusion_calls_a_slower_configuration_best(smollm2):
     out, camp = smollm2
     rows = json.loads((camp / "merged.json").read_text())
     assert all(r["speedup"] < 1 for r in rows if r["config"] != "vanilla")   # every configuration is slower
-    assert not [c for c in out.conclusions if "is best" in c], out.conclusions
+    assert not [c for c in out.conclusions if "best" in c], out.conclusions
+    assert not [row for row in out.model.summary.rows if "best" in " ".join(row)]
 
 
 def test_the_wrapper_keeps_no_acceptance_rule_of_its_own():
