@@ -44,3 +44,35 @@ def test_a_configuration_keeps_its_colour_across_plots(tmp_path):
     with_base, without = _colours(runs, col), _colours(runs[runs.config != "a_vanilla"], col)
     for cfg in ("eagle3", "ngram", "ngram_improved"):
         assert with_base[cfg] == without[cfg], cfg
+
+
+def test_every_plot_of_a_report_draws_a_configuration_in_one_colour(tmp_path, monkeypatch):
+    """all_plots (speedup, crossover, TPOT, acceptance): each legend entry of a configuration has the
+    same colour in every plot that shows it, the baseline present in some and absent in others."""
+    from matplotlib.colors import to_hex
+
+    from specfleet.results import plots
+    seen: dict[str, set[str]] = {}
+    shown: list[int] = []
+    real = plots._svg
+
+    def record(fig, simulated=False):
+        n = 0
+        for ax in fig.axes:
+            leg = ax.get_legend()
+            for text, handle in zip(leg.get_texts() if leg else [], leg.legend_handles if leg else []):
+                c = handle.get_facecolor() if hasattr(handle, "get_facecolor") and not hasattr(handle, "get_lines") \
+                    else handle.get_color()
+                cfg = text.get_text().split(" (")[0]
+                seen.setdefault(cfg, set()).add(to_hex(c[0] if isinstance(c, list) else c))
+                n += 1
+        shown.append(n)
+        return real(fig, simulated)
+
+    monkeypatch.setattr(plots, "_svg", record)
+    o = report_campaign(write_campaign(tmp_path / "c"), quiet=True)
+    titles = [t for t, _ in plots.all_plots(o.tables.runs, o.tables.spec, "vanilla")]
+    assert {"Speedup", "TPOT", "Acceptance"} <= set(titles) and sum(1 for n in shown if n) >= 3
+    assert {"vanilla", "eagle3", "ngram", "ngram_improved"} <= set(seen)
+    assert all(len(c) == 1 for c in seen.values()), seen
+    assert len({next(iter(c)) for c in seen.values()}) == len(seen)   # and no two share one
