@@ -76,3 +76,23 @@ def test_every_plot_of_a_report_draws_a_configuration_in_one_colour(tmp_path, mo
     assert {"vanilla", "eagle3", "ngram", "ngram_improved"} <= set(seen)
     assert all(len(c) == 1 for c in seen.values()), seen
     assert len({next(iter(c)) for c in seen.values()}) == len(seen)   # and no two share one
+
+
+def test_the_bullets_are_caveats_grouped_shortest_first_and_restate_no_verdict(tmp_path):
+    o = report_campaign(write_campaign(tmp_path / "c"), quiet=True, gpu_bandwidth_gbps=1792, weights_gib=61.03)
+    groups = [c.split(": ", 1)[0] for c in o.conclusions]
+    assert set(groups) >= {"Why slower", "Cost", "Latency"}
+    order = list(dict.fromkeys(groups))
+    assert groups == sorted(groups, key=order.index)     # grouped: each group's bullets together
+    size = {g: sum(len(c) for c in o.conclusions if c.startswith(g + ": ")) for g in order}
+    assert [size[g] for g in order] == sorted(size.values())   # the shortest group first
+    for g in order:
+        lens = [len(c) for c in o.conclusions if c.startswith(g + ": ")]
+        assert lens == sorted(lens)                               # the shortest caveat first
+    # no verdict and no speedup of the summary matrix again
+    r = o.tables.runs[o.tables.runs.config != "vanilla"]
+    text = "\n".join(o.conclusions)
+    for s in r.speedup:
+        assert f"{s:.2f}x" not in text and f"{s:.3f}x" not in text, s
+    assert "best is" not in text and "no measurable difference from the baseline" not in text
+    assert "Noise band" not in text and "band [0.971x, 1.030x]" in o.model.summary.note
