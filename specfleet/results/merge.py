@@ -3,7 +3,8 @@
 All numbers come from the result JSON (server logs only for KV facts). Values
 are means over repeats of one (node, config, concurrency); the speedup of a
 configuration is its output tok/s over the **same node's** baseline output tok/s
-at the same concurrency.
+at the same concurrency (with repeats, measures.speedup_noise makes it the ratio of
+geometric means, the centre of its interval).
 """
 from __future__ import annotations
 
