@@ -8,7 +8,7 @@ options go as argv words, so no option value is ever parsed by a shell, and the 
 a quoted comment line (the kept copy says exactly how the job was submitted).
 
 Layout on the shared path (`campaign_dir`):
-    <shared_dir>/<campaign>/slurm/         job.sbatch, jobs.json, token, nodes/<node>.json, probe/, bin/,
+    <shared_dir>/<campaign>/slurm/         job.sbatch, jobs.json, token, specs.json, nodes/<node>.json, bin/,
                                            slurm-<jobid>.out
     <shared_dir>/<campaign>/<node>/        the node's work_dir: <campaign>/<node>/ is its run folder
 """
@@ -23,6 +23,7 @@ from ..scheduler import SlurmScheduler
 SCRIPT = "job.sbatch"
 JOBS = "jobs.json"
 TOKEN = "token"
+SPECS = "specs.json"  # {node: {run_spec, provenance_probe}}: what the bastion placed for each node
 NODE_STEP = "node_step.py"
 
 
