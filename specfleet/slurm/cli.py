@@ -80,6 +80,24 @@ def partition_exists(cfg: SlurmScheduler) -> bool:
     return run(cfg, ["scontrol", "show", "partition", cfg.partition]).returncode == 0
 
 
+def account_listed(cfg: SlurmScheduler) -> bool | None:
+    """Whether Slurm's accounting knows `cfg.account`: True, False, or None when the cluster has no
+    accounting (no slurmdbd: sacctmgr refuses, and Slurm then accepts any account name unchecked)."""
+    try:
+        p = run(cfg, ["sacctmgr", "--parsable2", "--noheader", "show", "account", cfg.account, "format=account"],
+                timeout=20)
+    except SlurmError:  # not installed, or no slurmdbd answering: nothing to check against
+        return None
+    return account_verdict(p.returncode, p.stdout, cfg.account or "")
+
+
+def account_verdict(rc: int, stdout: str, account: str) -> bool | None:
+    """sacctmgr's answer (--parsable2 --noheader: one account name per line) -> account_listed's."""
+    if rc != 0:
+        return None
+    return account.lower() in {ln.strip().lower() for ln in stdout.splitlines()}  # Slurm folds accounts to lower case
+
+
 def submit(cfg: SlurmScheduler, argv: list[str]) -> str:
     """sbatch --parsable ... -> the job id."""
     p = run(cfg, argv)

@@ -26,6 +26,7 @@ from ..errors import UserError
 from ..fleet import EXIT_FAILED
 from ..quoting import q
 from ..results.bastion_io import BastionStorageError
+from ..results.cells import write_placed
 from ..step import Status, StepFailed
 from . import cli
 from ..scheduler import SlurmScheduler
@@ -157,15 +158,42 @@ def _read_json(path: str):
         return None
 
 
-def _explain_refusal(inv, cfg: SlurmScheduler, e: cli.SlurmError) -> UserError:
-    msg = str(e)
-    low = msg.lower()
-    field = ("scheduler.account" if "account" in low else "scheduler.partition" if "partition" in low else
-             "hosts (the node list)" if "node" in low else "scheduler.extra_args" if "option" in low else None)
-    return UserError(f"{inv.path}: field {field!r}: {msg}" if field else f"{inv.path}: {msg}")
+REFUSED_FIELDS = (  # words of sbatch's refusal -> the inventory field it is about, and that field's value
+    ("account", "scheduler.account", lambda cfg: cfg.account),
+    ("partition", "scheduler.partition", lambda cfg: cfg.partition),
+    ("node", "hosts (the node list)", None),
+    ("option", "scheduler.extra_args", lambda cfg: " ".join(cfg.extra_args) or None))
 
 
-def bench(plan, inv, hosts, *, assign=None, wait=True, poll=2.0, check=False, console) -> int:
+def explain_refusal(inv, cfg: SlurmScheduler, e: cli.SlurmError) -> UserError:
+    """sbatch's refusal (its exit and last stderr line) as one line naming the inventory file, the field
+    and its value, e.g. Slurm with accounting enforced: 'Invalid account or account/partition combination
+    specified' -> field 'scheduler.account' (value 'nosuch')."""
+    msg, low = str(e), str(e).lower()
+    for word, field, value in REFUSED_FIELDS:
+        if word in low:
+            v = value(cfg) if value else None
+            return UserError(f"{inv.path}: field {field!r}" + (f" (value {v!r})" if v else "") + f": {msg}")
+    return UserError(f"{inv.path}: {msg}")
+
+
+def check_account(inv, cfg: SlurmScheduler, console) -> None:
+    """An account Slurm's accounting does not list is bad input (one line); without accounting Slurm
+    takes any account name and records it, and specfleet says it cannot check it."""
+    if not cfg.account:
+        return
+    listed = cli.account_listed(cfg)
+    if listed is False:
+        raise UserError(f"{inv.path}: field 'scheduler.account': Slurm's accounting has no account {cfg.account!r} "
+                        f"(`sacctmgr show account` lists the ones there are)")
+    if listed is None:
+        console.print(f"note: {inv.path}: field 'scheduler.account' ({cfg.account!r}) is not checked: this cluster "
+                      "has no accounting (sacctmgr has no slurmdbd to ask), and Slurm then accepts any account "
+                      "name and records it on the job", markup=False, soft_wrap=True)
+
+
+def bench(plan, inv, hosts, *, assign=None, wait=True, poll=2.0, check=False, results: Path = Path("results"),
+          console) -> int:
     cfg: SlurmScheduler = inv.slurm
     prev = last_job(cfg, plan.campaign)
     if prev and cli.is_active(j := cli.job(cfg, prev["job_id"])):
@@ -173,6 +201,7 @@ def bench(plan, inv, hosts, *, assign=None, wait=True, poll=2.0, check=False, co
                       f"(`fab stop --plan ...` cancels it)", markup=False)
         return follow(cfg, plan, inv, hosts, prev["job_id"], poll, console) if wait else 0
     nodes = slurm_nodes(cfg, inv, hosts)
+    check_account(inv, cfg, console)
     queues = split(plan, nodes, pins=parse_pins(assign or []))
     console.print(format_split(queues, nodes), markup=False)
     job, _ = place(cfg, plan, hosts, queues, nodes)
@@ -180,10 +209,11 @@ def bench(plan, inv, hosts, *, assign=None, wait=True, poll=2.0, check=False, co
     try:
         cli.submit(cfg, sbatch_argv(cfg, job, test_only=True))
     except cli.SlurmError as e:
-        raise _explain_refusal(inv, cfg, e) from None
+        raise explain_refusal(inv, cfg, e) from None
     if check:
         console.print("check mode: sbatch --test-only accepted the job; nothing submitted", markup=False)
         return 0
+    write_placed(plan, queues.queues, results / plan.campaign)  # as over SSH: fab collect reads these queues
     job_id = cli.submit(cfg, sbatch_argv(cfg, job))
     records = jobs(cfg, plan.campaign) + [{"job_id": job_id, "nodes": list(job.nodes),
                                            "gpus_per_node": job.gpus_per_node, "token": job.token,

@@ -40,7 +40,7 @@ def test_two_nodes_of_four_gpus_run_a_tp2_configuration_on_gpus_of_the_allocatio
     r = fab("provision", inventory=inv, runs=tmp_path / "runs-provision")
     assert r.returncode == 0, out(r)
     plan = tp2_plan(tmp_path)
-    r = fab("bench", "--plan", str(plan), inventory=inv, runs=tmp_path / "runs-bench")
+    r = fab("bench", "--results", str(tmp_path / "results"), "--plan", str(plan), inventory=inv, runs=tmp_path / "runs-bench")
     assert r.returncode == 0, out(r)
     shared = Path(sched["shared_dir"]) / CAMPAIGN
     rec = json.loads((shared / "slurm" / "jobs.json").read_text())[-1]
