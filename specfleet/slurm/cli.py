@@ -98,6 +98,25 @@ def account_verdict(rc: int, stdout: str, account: str) -> bool | None:
     return account.lower() in {ln.strip().lower() for ln in stdout.splitlines()}  # Slurm folds accounts to lower case
 
 
+REFUSED_FIELDS = (  # words of sbatch's refusal -> the inventory field it is about, and that field's value
+    ("account", "scheduler.account", lambda cfg: cfg.account),
+    ("partition", "scheduler.partition", lambda cfg: cfg.partition),
+    ("node", "hosts (the node list)", None),
+    ("option", "scheduler.extra_args", lambda cfg: " ".join(cfg.extra_args) or None))
+
+
+def explain_refusal(inv, cfg: SlurmScheduler, e: SlurmError) -> UserError:
+    """sbatch's refusal (its exit and last stderr line) as one line naming the inventory file, the field
+    and its value, e.g. Slurm with accounting enforced: 'Invalid account or account/partition combination
+    specified' -> field 'scheduler.account' (value 'nosuch')."""
+    msg, low = str(e), str(e).lower()
+    for word, field, value in REFUSED_FIELDS:
+        if word in low:
+            v = value(cfg) if value else None
+            return UserError(f"{inv.path}: field {field!r}" + (f" (value {v!r})" if v else "") + f": {msg}")
+    return UserError(f"{inv.path}: {msg}")
+
+
 def submit(cfg: SlurmScheduler, argv: list[str]) -> str:
     """sbatch --parsable ... -> the job id."""
     p = run(cfg, argv)

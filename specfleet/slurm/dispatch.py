@@ -158,25 +158,6 @@ def _read_json(path: str):
         return None
 
 
-REFUSED_FIELDS = (  # words of sbatch's refusal -> the inventory field it is about, and that field's value
-    ("account", "scheduler.account", lambda cfg: cfg.account),
-    ("partition", "scheduler.partition", lambda cfg: cfg.partition),
-    ("node", "hosts (the node list)", None),
-    ("option", "scheduler.extra_args", lambda cfg: " ".join(cfg.extra_args) or None))
-
-
-def explain_refusal(inv, cfg: SlurmScheduler, e: cli.SlurmError) -> UserError:
-    """sbatch's refusal (its exit and last stderr line) as one line naming the inventory file, the field
-    and its value, e.g. Slurm with accounting enforced: 'Invalid account or account/partition combination
-    specified' -> field 'scheduler.account' (value 'nosuch')."""
-    msg, low = str(e), str(e).lower()
-    for word, field, value in REFUSED_FIELDS:
-        if word in low:
-            v = value(cfg) if value else None
-            return UserError(f"{inv.path}: field {field!r}" + (f" (value {v!r})" if v else "") + f": {msg}")
-    return UserError(f"{inv.path}: {msg}")
-
-
 def check_account(inv, cfg: SlurmScheduler, console) -> None:
     """An account Slurm's accounting does not list is bad input (one line); without accounting Slurm
     takes any account name and records it, and specfleet says it cannot check it."""
@@ -192,6 +173,21 @@ def check_account(inv, cfg: SlurmScheduler, console) -> None:
                       "name and records it on the job", markup=False, soft_wrap=True)
 
 
+def without_failed_site_check(inv, cfg: SlurmScheduler, plan, hosts, console) -> list:
+    """The hosts less those the last `fab provision` (site_check.py) found wrong, each said in one line."""
+    from .site_check import failed_nodes
+    failed = failed_nodes(cfg)
+    out = [h for h in hosts if h.name not in failed]
+    for h in hosts:
+        if h.name in failed:
+            console.print(f"node {h.name} left out: it failed the site check of `fab provision` ({failed[h.name]}); "
+                          "`fab provision` again once the site has fixed it", markup=False, soft_wrap=True)
+    if not out:
+        raise UserError(f"{inv.path}: every chosen node failed the site check of `fab provision` "
+                        f"({', '.join(sorted(failed))}): nothing to run on")
+    return out
+
+
 def bench(plan, inv, hosts, *, assign=None, wait=True, poll=2.0, check=False, results: Path = Path("results"),
           console) -> int:
     cfg: SlurmScheduler = inv.slurm
@@ -200,6 +196,7 @@ def bench(plan, inv, hosts, *, assign=None, wait=True, poll=2.0, check=False, re
         console.print(f"job {prev['job_id']} of campaign {plan.campaign} is {cli.job_state(j)}: following it "
                       f"(`fab stop --plan ...` cancels it)", markup=False)
         return follow(cfg, plan, inv, hosts, prev["job_id"], poll, console) if wait else 0
+    hosts = without_failed_site_check(inv, cfg, plan, hosts, console)
     nodes = slurm_nodes(cfg, inv, hosts)
     check_account(inv, cfg, console)
     queues = split(plan, nodes, pins=parse_pins(assign or []))
@@ -209,7 +206,7 @@ def bench(plan, inv, hosts, *, assign=None, wait=True, poll=2.0, check=False, re
     try:
         cli.submit(cfg, sbatch_argv(cfg, job, test_only=True))
     except cli.SlurmError as e:
-        raise explain_refusal(inv, cfg, e) from None
+        raise cli.explain_refusal(inv, cfg, e) from None
     if check:
         console.print("check mode: sbatch --test-only accepted the job; nothing submitted", markup=False)
         return 0

@@ -5,6 +5,8 @@
                                              then D/nodes/<node>.json records what Slurm allocated
     node_step.py run --dir D --campaign C    every node: the runner on this node's run spec, with
                                              the allocation's GPUs and a free port, then the probe
+    node_step.py site-check --dir D          fab provision: this node's fact probes, output to the
+                                             shared path (specfleet/slurm/site_check.py decides)
 
 The bastion placed one run spec per node (D/slurm/specs.json: each node's queue and provenance
 probe). `run` places
@@ -164,14 +166,37 @@ def run(d: str, campaign: str, python: str) -> int:
     return rc
 
 
+def site_check(d: str) -> int:
+    """fab provision under Slurm: this node's probe batch (d/scripts.json), its output to d/out/<node>.json."""
+    node = node_name()
+    try:
+        with open(os.path.join(d, "scripts.json")) as f:
+            mine = json.load(f)[node]
+    except (OSError, ValueError, KeyError) as e:
+        print(f"specfleet: node {node} has no site check in {d} ({type(e).__name__}: {e})", file=sys.stderr,
+              flush=True)
+        return EXIT_NO_SPEC
+    argv = ["bash", "-c", mine["script"]]
+    if mine.get("root") and os.geteuid() != 0:
+        argv = ["sudo", "-n", "--", *argv]
+    p = subprocess.run(argv, capture_output=True, stdin=subprocess.DEVNULL, cwd="/")
+    os.makedirs(os.path.join(d, "out"), exist_ok=True)
+    _place(os.path.join(d, "out", f"{node}.json"), json.dumps({
+        "node": node, "job_id": os.environ.get("SLURM_JOB_ID"), "rc": p.returncode,
+        "stdout": p.stdout.decode(errors="replace"), "stderr": p.stderr.decode(errors="replace")[-2000:]}).encode())
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("what", choices=("check", "run"))
+    ap.add_argument("what", choices=("check", "run", "site-check"))
     ap.add_argument("--dir", required=True)
     ap.add_argument("--token", default="")
     ap.add_argument("--campaign", default="")
     ap.add_argument("--python", default=sys.executable)
     a = ap.parse_args(argv)
+    if a.what == "site-check":
+        return site_check(a.dir)
     return check(a.dir, a.token) if a.what == "check" else run(a.dir, a.campaign, a.python)
 
 

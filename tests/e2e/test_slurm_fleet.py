@@ -40,9 +40,16 @@ def slurm_bed(module_bed, tmp_path_factory):
     and env file, what a site's image holds already."""
     tb = module_bed
     inv = inventory_of(tb)
-    r = fab("provision", inventory=inv, runs=tmp_path_factory.mktemp("runs-provision"))
-    assert r.returncode == 0, out(r)
+    provision_over_ssh(tb, tmp_path_factory.mktemp("provision"))
     return tb, inv, yaml.safe_load(inv.read_text())["scheduler"]
+
+
+def provision_over_ssh(tb, tmp_path: Path) -> None:
+    """The site's image, made over SSH (an inventory without the scheduler block): under Slurm fab
+    provision only checks."""
+    plain = derived_inventory(tb, tmp_path, lambda d: d.pop("scheduler"))
+    r = fab("provision", inventory=plain, runs=tmp_path / "runs")
+    assert r.returncode == 0, out(r)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -313,3 +320,43 @@ def test_a_failing_node_is_named_with_the_exclude_that_reruns_without_it(slurm_b
     state = json.loads((Path(sched["shared_dir"]) / campaign / "w1" / campaign / "w1" / "state.json").read_text())
     assert [i["name"] for i in state["items"]] == ["vanilla", "ngram", "eagle3"]
     assert all(i["status"] == "done" for i in state["items"]), state
+
+
+def test_provision_checks_every_node_in_a_job_and_bench_leaves_a_failing_one_out(slurm_bed, tmp_path):
+    """Under Slurm `fab provision` changes nothing: the site roles' probes run as a job step on every node,
+    the bastion decides in check mode. w2 without its GPU modules file fails, is named with the --exclude
+    hint, is not repaired, and fab bench leaves it out until fab provision passes it again."""
+    from specfleet.roles.nvidia import CONF
+    tb, inv, sched = slurm_bed
+    d = Path(sched["shared_dir"]) / "provision"
+    r = fab("provision", inventory=inv, runs=tmp_path / "runs-1")
+    assert r.returncode == 0 and "node w1: ok (site check passed)" in r.stdout and \
+        "node w2: ok (site check passed)" in r.stdout, out(r)
+    verdict = json.loads((d / "verdict.json").read_text())
+    assert verdict["failed"] == {} and verdict["checked"] == list(HOSTS)
+    assert "COMPLETED" in str(slurm_job(sched, verdict["job_id"])["job_state"])
+    for h in HOSTS:  # each node's probes ran on that node, in that job
+        got = json.loads((d / "out" / f"{h}.json").read_text())
+        assert got["node"] == h and got["job_id"] == verdict["job_id"] and got["rc"] == 0, got
+
+    tb.exec("w2", f"mv {CONF} {CONF}.away", check=True)
+    try:
+        r = fab("provision", inventory=inv, runs=tmp_path / "runs-2")
+        still_absent = tb.exec("w2", f"test -e {CONF}").returncode != 0  # checked, not changed
+    finally:
+        tb.exec("w2", f"mv {CONF}.away {CONF}", check=True)
+    assert r.returncode == 2 and still_absent, out(r)
+    said = [ln for ln in r.stdout.splitlines() if ln.startswith("node ")]
+    assert said[0] == "node w1: ok (site check passed)", out(r)
+    assert said[1].startswith("node w2: FAILED the site check: ") and CONF in said[1], out(r)
+    assert "fab bench --plan P --exclude w2" in r.stdout, out(r)
+    assert set(json.loads((d / "verdict.json").read_text())["failed"]) == {"w2"}
+
+    r = fab("bench", "--results", str(tmp_path / "results"), "--plan", PLAN, "--check", inventory=inv,
+            runs=tmp_path / "runs-bench")
+    assert r.returncode == 0 and "node w2 left out: it failed the site check of `fab provision`" in r.stdout, out(r)
+    script = (Path(sched["shared_dir"]) / CAMPAIGN / "slurm" / "job.sbatch").read_text()
+    assert "--nodelist=w1 " in script and "w2" not in script.split("--nodelist=")[1].split()[0], script
+
+    r = fab("provision", inventory=inv, runs=tmp_path / "runs-3")  # fixed: passes again, nothing left out
+    assert r.returncode == 0 and json.loads((d / "verdict.json").read_text())["failed"] == {}, out(r)

@@ -39,8 +39,7 @@ def test_sbatch_s_refusal_is_one_line_naming_file_field_and_value(tmp_path):
     from types import SimpleNamespace
 
     from specfleet.scheduler import SlurmScheduler
-    from specfleet.slurm.cli import SlurmError
-    from specfleet.slurm.dispatch import explain_refusal
+    from specfleet.slurm.cli import SlurmError, explain_refusal
     inv = SimpleNamespace(path=tmp_path / "site.yml")
     cfg = SlurmScheduler(kind="slurm", partition="gpu", account="nosuch", time_limit="10", shared_dir="/s")
     said = {why: str(explain_refusal(inv, cfg, SlurmError(f"sbatch refused the job: sbatch: error: Batch job "
