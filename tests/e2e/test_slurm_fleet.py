@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import shlex
+import shutil
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -114,12 +116,14 @@ def test_demo_plan_runs_as_a_slurm_job_and_collect_merges_every_cell(slurm_bed, 
 
 def test_bad_partition_node_and_unshared_path_are_one_line_each(slurm_bed, tmp_path):
     tb, inv, sched = slurm_bed
+    not_shared = tempfile.mkdtemp(prefix="sf-not-shared-", dir="/tmp")
     cases = [
         (lambda d: d["scheduler"].update(partition="nosuch"), "field 'scheduler.partition': Slurm has no partition"),
         (lambda d: d["hosts"].update(w9={"address": "10.10.30.99"}) or d["groups"]["workers"]["hosts"].append("w9"),
          "host 'w9': no Slurm node of that name"),
-        # each worker's /tmp is its own tmpfs: the bastion's tmp_path is not what the nodes see
-        (lambda d: d["scheduler"].update(shared_dir=str(tmp_path / "not-shared")), "is not shared: node(s) w1, w2"),
+        # each worker's /tmp is its own tmpfs: the bastion's /tmp is not what the nodes see (tmp_path may be
+        # under /var/tmp, which they do see: scripts/isolated's TMPDIR)
+        (lambda d: d["scheduler"].update(shared_dir=not_shared), "is not shared: node(s) w1, w2"),
     ]
     for i, (edit, says) in enumerate(cases):
         (tmp_path / f"c{i}").mkdir()
@@ -127,6 +131,7 @@ def test_bad_partition_node_and_unshared_path_are_one_line_each(slurm_bed, tmp_p
         r = fab("bench", "--results", str(tmp_path / "results"), "--plan", PLAN, "--no-wait", inventory=bad, runs=tmp_path / f"runs-{i}")
         lines = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
         assert r.returncode == 1 and len(lines) == 1 and says in lines[0], out(r)
+    shutil.rmtree(not_shared)
 
 
 def test_an_account_is_checked_against_slurm_accounting_or_said_unchecked(slurm_bed, tmp_path):
