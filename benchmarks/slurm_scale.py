@@ -3,8 +3,8 @@
 
 What runs is what `fab bench` runs under `scheduler: {kind: slurm}` once Slurm has answered (sinfo):
 the split over 256 nodes of 8 GPUs each (specfleet.campaign.split), then `place` (specfleet.slurm.dispatch):
-one run spec per node written on the (here: temporary) shared path, the runner files, the dataset, the
-provenance probes, the sbatch script and its argv (sbatch_argv, --test-only and the real one). The plan
+one run spec and provenance probe per node written (in one specs.json) on the (here: temporary) shared
+path, the runner files, the dataset, the sbatch script and its argv (sbatch_argv, --test-only and the real one). The plan
 is the field report's (plans/qwen3-32b.yml) with 2 x 256 extra configurations drawn around its four
 (as benchmarks/campaign_makespan.py does), so every node gets a queue, once as shipped (`packing:
 exclusive`, one server per node: the one-GPU split) and once with `packing: shared` (a server per GPU:

@@ -100,7 +100,8 @@ def bench(c, plan=None, inventory=None, hosts=None, exclude=None, check=False, d
         raise Exit(f"error: {one_line(e)}", code=EXIT_BAD_INPUT) from None
     if exclude:
         hosts = without(inventory, hosts, exclude)
-    if on_slurm("bench", inventory, hosts, p, assign=assign, wait=wait, poll=poll, check=check) is not None:
+    if on_slurm("bench", inventory, hosts, p, assign=assign, wait=wait, poll=poll, check=check,
+                results=Path(results)) is not None:
         return  # the inventory's scheduler is Slurm: submitted as a job (specfleet/slurm/)
     with fleet_run("bench", inventory=inventory, hosts=hosts, check=check, diff=diff, forks=forks, serial=serial,
                    accept_new_host_keys=accept_new_host_keys, verbose=verbose,
@@ -139,7 +140,8 @@ def bench(c, plan=None, inventory=None, hosts=None, exclude=None, check=False, d
                                   markup=False)
         if check:
             return
-        _write_planned(p, queues.queues, Path(results) / p.campaign)
+        from specfleet.results.cells import write_placed  # here: fab's start-up stays lean
+        write_placed(p, queues.queues, Path(results) / p.campaign)
         views = {h.name: reads[h.name].view for h in split_hosts}
         specs = {}
         for host in [h for h in split_hosts if h in fleet.active and h.name in paths]:
@@ -172,17 +174,6 @@ def bench(c, plan=None, inventory=None, hosts=None, exclude=None, check=False, d
         fleet.each("start runner", start, hosts=[h for h in fleet.active if h.name in specs])
         if wait:
             _follow(fleet, p, rep, poll, runners)
-
-
-def _write_planned(plan, queues: dict[str, list[str]], campaign_dir: Path) -> None:
-    """The queues this placement decided, once, for fab collect and fab report (results/cells.py)."""
-    from specfleet.results.bastion_io import atomic_write_text, storage_checked
-    from specfleet.results.cells import PLANNED_FILE, placed
-
-    def write() -> None:
-        campaign_dir.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(campaign_dir / PLANNED_FILE, placed(plan, queues))
-    storage_checked(write, campaign_dir)  # before any runner starts: a full or read-only disk, its exit code
 
 
 def _placement(host, plan, spec):

@@ -16,6 +16,8 @@ from specfleet.tasks.common import fleet_help, fleet_run
 def provision(c, inventory=None, hosts=None, check=False, diff=False, only=None, revert=None, remove_dup_ip=None,
               forks=32, serial=False, accept_new_host_keys=False, verbose=False):
     """Build the venv on the bastion and make every worker ready: venv, env file, GPU, NFS, model, configs."""
+    if _on_slurm(inventory, hosts, only, revert):
+        return  # the inventory's scheduler is Slurm: the site's nodes checked in a job, nothing changed
     roles = apply.select(only)
     undo = apply.revert_role(revert) if revert else None
     with fleet_run("provision", inventory=inventory, hosts=hosts, check=check, diff=diff, forks=forks,
@@ -27,6 +29,34 @@ def provision(c, inventory=None, hosts=None, check=False, diff=False, only=None,
             apply.revert(ctx, undo)
         else:
             apply.provision(ctx, roles)
+
+
+def _on_slurm(inventory, hosts, only, revert) -> bool:
+    """Under `scheduler: {kind: slurm}`: the site roles and the venv checked as a job step on every node
+    (specfleet/slurm/site_check.py); False: not a Slurm inventory."""
+    from invoke.exceptions import Exit
+
+    from specfleet.console import Reporter
+    from specfleet.errors import UserError, one_line
+    from specfleet.fleet import EXIT_BAD_INPUT
+    from specfleet.slurm.hooks import chosen_hosts, slurm_inventory
+    try:
+        inv = slurm_inventory(inventory)
+        if inv is None:
+            return False
+        if only or revert:
+            raise UserError(f"{inv.path}: field 'scheduler': under Slurm fab provision only checks what the site owns "
+                            "(--only and --revert change nodes; run them over SSH, without the scheduler block)")
+        from specfleet.slurm import site_check
+        ctx = Context(inventory=inv, check=True)
+        code = site_check.provision(inv, chosen_hosts(inv, hosts), lambda h: [
+            s for name in site_check.SITE_ROLES for s in registry()[name].steps(h, ctx)],
+            Reporter(verbose=False).console)
+    except UserError as e:
+        raise Exit(f"error: {one_line(e)}", code=EXIT_BAD_INPUT) from None
+    if code:
+        raise Exit(code=code)
+    return True
 
 
 @task(help=fleet_help(forks="how many hosts copy at once (default 8: the share's bandwidth is shared)"))

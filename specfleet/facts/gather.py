@@ -25,17 +25,19 @@ def host_facts(steps: list[Step]) -> dict[Fact, bool]:
     return out
 
 
-def gather(steps: list[Step], run: RunBatch, *, diff: bool = False) -> list[Values | Exception]:
+def gather(steps: list[Step], run: RunBatch, *, diff: bool = False, token: str = "") -> list[Values | Exception]:
     """Each step's values (name -> typed value), or the exception that stops that step alone.
 
     Host facts travel in one batch (no round trip when there are none); a fact asked for by
     several steps is gathered and parsed once. Bastion facts follow, each computed once.
+    `token`: the batch's marker token (default: a new random one); the same token renders the same
+    script, so output the batch gave earlier can be read back (Slurm's site check, slurm/site_check.py).
     """
     wanted = host_facts(steps)
     known: dict[Fact, Any] = {}
     if wanted:
         order = list(wanted)
-        batch = ProbeBatch([f.command() for f in order], diff=diff)
+        batch = ProbeBatch([f.command() for f in order], diff=diff, token=token)
         stdout = run(batch.script(), any(wanted.values()))
         for f, (out, rc) in zip(order, batch.parse(stdout)):
             known[f] = _safely(lambda: f.parse(out, rc))

@@ -462,6 +462,7 @@ class Plan(_Strict):
     assertions: list[Assertion] = Field(default_factory=list, exclude=True)
     _file: Path = PrivateAttr(default=Path("<plan>"))  # where it was read (not part of plan_hash)
     _sweeps: dict[str, dict] = PrivateAttr(default_factory=dict)  # sweep.expand_configurations
+    _by_name: tuple | None = PrivateAttr(default=None)  # (configurations, name -> configuration): config()
 
     @field_validator("campaign")
     @classmethod
@@ -505,9 +506,16 @@ class Plan(_Strict):
         baseline's."""
         if self.equivalence.every_gpu and copy_of(name, self.baseline) is not None:
             name = self.baseline
-        for c in self.configurations:
-            if c.name == name:
-                return c
+        # by name, not a linear search: the split and the run specs ask ~10 times per configuration
+        # (516 configurations at 256 nodes); rebuilt when the list is replaced or grows
+        cached = self._by_name
+        if cached is None or cached[0] is not self.configurations or len(cached[1]) != len(self.configurations):
+            index: dict[str, Configuration] = {}
+            for c in self.configurations:
+                index.setdefault(c.name, c)
+            self._by_name = cached = (self.configurations, index)
+        if name in cached[1]:
+            return cached[1][name]
         raise KeyError(f"plan {self.campaign!r} has no configuration {name!r}")
 
     @property

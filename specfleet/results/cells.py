@@ -92,6 +92,17 @@ def placed(plan, queues: dict[str, list[str]]) -> str:
                        "host_notes": {}, "placed": queues}, indent=2, sort_keys=True) + "\n"
 
 
+def write_placed(plan, queues: dict[str, list[str]], campaign_dir: Path) -> None:
+    """planned.json with the queues this placement decided, before any runner starts (fab bench over
+    SSH and under Slurm): a full or read-only results disk stops fab bench there, with its exit code."""
+    from .bastion_io import atomic_write_text, storage_checked
+
+    def write() -> None:
+        campaign_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(campaign_dir / PLANNED_FILE, placed(plan, queues))
+    storage_checked(write, campaign_dir)
+
+
 def placed_queues(plan, campaign_dir: Path) -> dict[str, list[str]] | None:
     """The queues `fab bench` placed for this plan (planned.json), or None: placed without one."""
     saved = _read_json(Path(campaign_dir) / PLANNED_FILE) or {}

@@ -18,14 +18,14 @@ import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import pandas as pd
-
 from ..worker import layout
 from ..worker.runspec import item_parts
 from ..shell import read_sections, sections_script
 from . import untrusted
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from .campaign import Campaign
 
 WEIGHT_INDEX = "model.safetensors.index.json"
@@ -272,6 +272,7 @@ def node_table(camp: "Campaign") -> pd.DataFrame:
             "first_run": dates[0] if dates else meta.get("started_at", ""),
             "last_run": dates[-1] if dates else meta.get("finished_at", ""),
             "runs": sum(1 for r in camp.runs if r.host == host)})
+    import pandas as pd  # here: `fab bench` reads probe_script, and pandas takes ~1 s to import
     return pd.DataFrame(rows, columns=["node", "engine", "vllm", "torch", "gpu", "gpus", "driver", "cuda",
                                        "python", "venv_digest", "plan_hash", "first_run", "last_run", "runs"])
 

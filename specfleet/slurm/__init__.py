@@ -6,4 +6,5 @@ script.py   the sbatch script, rendered from values through specfleet.quoting (p
 node_step.py  what runs on each node (stdlib only; copied beside the runner files)
 cli.py      the Slurm commands specfleet runs on the bastion (sbatch, squeue --json, scontrol, scancel)
 dispatch.py `fab bench` / `fab status` / `fab stop` / `fab collect` under Slurm
+site_check.py `fab provision` under Slurm: the site roles and the venv checked in a job, nothing changed
 """

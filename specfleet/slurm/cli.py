@@ -80,6 +80,43 @@ def partition_exists(cfg: SlurmScheduler) -> bool:
     return run(cfg, ["scontrol", "show", "partition", cfg.partition]).returncode == 0
 
 
+def account_listed(cfg: SlurmScheduler) -> bool | None:
+    """Whether Slurm's accounting knows `cfg.account`: True, False, or None when the cluster has no
+    accounting (no slurmdbd: sacctmgr refuses, and Slurm then accepts any account name unchecked)."""
+    try:
+        p = run(cfg, ["sacctmgr", "--parsable2", "--noheader", "show", "account", cfg.account, "format=account"],
+                timeout=20)
+    except SlurmError:  # not installed, or no slurmdbd answering: nothing to check against
+        return None
+    return account_verdict(p.returncode, p.stdout, cfg.account or "")
+
+
+def account_verdict(rc: int, stdout: str, account: str) -> bool | None:
+    """sacctmgr's answer (--parsable2 --noheader: one account name per line) -> account_listed's."""
+    if rc != 0:
+        return None
+    return account.lower() in {ln.strip().lower() for ln in stdout.splitlines()}  # Slurm folds accounts to lower case
+
+
+REFUSED_FIELDS = (  # words of sbatch's refusal -> the inventory field it is about, and that field's value
+    ("account", "scheduler.account", lambda cfg: cfg.account),
+    ("partition", "scheduler.partition", lambda cfg: cfg.partition),
+    ("node", "hosts (the node list)", None),
+    ("option", "scheduler.extra_args", lambda cfg: " ".join(cfg.extra_args) or None))
+
+
+def explain_refusal(inv, cfg: SlurmScheduler, e: SlurmError) -> UserError:
+    """sbatch's refusal (its exit and last stderr line) as one line naming the inventory file, the field
+    and its value, e.g. Slurm with accounting enforced: 'Invalid account or account/partition combination
+    specified' -> field 'scheduler.account' (value 'nosuch')."""
+    msg, low = str(e), str(e).lower()
+    for word, field, value in REFUSED_FIELDS:
+        if word in low:
+            v = value(cfg) if value else None
+            return UserError(f"{inv.path}: field {field!r}" + (f" (value {v!r})" if v else "") + f": {msg}")
+    return UserError(f"{inv.path}: {msg}")
+
+
 def submit(cfg: SlurmScheduler, argv: list[str]) -> str:
     """sbatch --parsable ... -> the job id."""
     p = run(cfg, argv)

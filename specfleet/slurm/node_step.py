@@ -5,9 +5,13 @@
                                              then D/nodes/<node>.json records what Slurm allocated
     node_step.py run --dir D --campaign C    every node: the runner on this node's run spec, with
                                              the allocation's GPUs and a free port, then the probe
+    node_step.py site-check --dir D          fab provision: this node's fact probes, output to the
+                                             shared path (specfleet/slurm/site_check.py decides)
 
-The bastion placed one run spec per node (D/<node>/<campaign>/<node>/run.json, the split's queue).
-`run` writes run.slurm.json beside it: the same spec with
+The bastion placed one run spec per node (D/slurm/specs.json: each node's queue and provenance
+probe). `run` places
+it in the node's run folder (D/<node>/<campaign>/<node>/run.json, as over SSH) and writes
+run.slurm.json beside it: the same spec with
 - the GPUs Slurm allocated (the step's CUDA_VISIBLE_DEVICES; the allocation wins over nvidia-smi,
   which lists every GPU of the node): spec GPU k becomes allocated GPU k, groups and pins follow;
 - a server port no other job on the node uses (two jobs sharing a node never collide): the first
@@ -112,23 +116,31 @@ def check(d: str, token: str) -> int:
            "restart_count": int(os.environ.get("SLURM_RESTART_COUNT") or 0),
            "gpus": allocated_gpus(dict(os.environ)), "at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     os.makedirs(os.path.join(d, "nodes"), exist_ok=True)
-    tmp = os.path.join(d, "nodes", f".{node}.json.tmp")
-    with open(tmp, "w") as f:
-        json.dump(rec, f)
-    os.replace(tmp, os.path.join(d, "nodes", f"{node}.json"))
+    _place(os.path.join(d, "nodes", f"{node}.json"), json.dumps(rec).encode())
     return 0
+
+
+def _place(path: str, data: bytes) -> None:
+    with open(path + ".tmp", "wb") as f:
+        f.write(data)
+    os.replace(path + ".tmp", path)
 
 
 def run(d: str, campaign: str, python: str) -> int:
     node = node_name()
     rdir = layout.run_dir(os.path.join(d, node), campaign, node)
+    placed = os.path.join(d, "slurm", "specs.json")
     try:
-        with open(os.path.join(rdir, layout.RUN_SPEC)) as f:
-            spec = json.load(f)
-    except (OSError, ValueError) as e:
-        print(f"specfleet: node {node} has no run spec in {rdir} ({e}): the job runs on nodes the split did "
-              "not plan (run `fab bench` again)", file=sys.stderr, flush=True)
+        with open(placed, "rb") as f:
+            mine = json.load(f)[node]
+        spec, probe = mine["run_spec"], mine.get("provenance_probe")
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        print(f"specfleet: node {node} has no run spec in {placed} ({type(e).__name__}: {e}): the job runs on "
+              "nodes the split did not plan (run `fab bench` again)", file=sys.stderr, flush=True)
         return EXIT_NO_SPEC
+    os.makedirs(rdir, exist_ok=True)  # the node's run folder: the runner reads its spec there, as over SSH
+    # as campaign.spec.dump_run_spec writes it over SSH (this file may import nothing of specfleet's)
+    _place(os.path.join(rdir, layout.RUN_SPEC), (json.dumps(spec, indent=2, sort_keys=True) + "\n").encode())
     gpus = allocated_gpus(dict(os.environ))
     job = int(os.environ.get("SLURM_JOB_ID") or 0)
     count = max(1, len(spec.get("gpus") or []))
@@ -139,9 +151,7 @@ def run(d: str, campaign: str, python: str) -> int:
         print(f"specfleet: node {node}: {e}", file=sys.stderr, flush=True)
         return EXIT_NO_SPEC
     path = os.path.join(rdir, "run.slurm.json")
-    with open(path + ".tmp", "w") as f:
-        json.dump(eff, f, indent=2, sort_keys=True)
-    os.replace(path + ".tmp", path)
+    _place(path, json.dumps(eff, indent=2, sort_keys=True).encode())
     # Slurm signals the step's process group (time limit: --signal=TERM@s; scancel; requeue): the runner,
     # in this group, gets it and stops its server cleanly; this process waits for it to finish
     signal.signal(signal.SIGTERM, lambda *_: None)
@@ -150,21 +160,43 @@ def run(d: str, campaign: str, python: str) -> int:
         log.flush()
         rc = subprocess.call([python, "-S", RUNNER, "--spec", path],
                              stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd="/")
-    probe = os.path.join(d, "slurm", "probe", f"{node}.sh")
-    if os.path.isfile(probe):  # provenance, read on the node (collect has no SSH under Slurm)
+    if probe:  # provenance, read on the node (collect has no SSH under Slurm)
         with open(os.path.join(rdir, "provenance.probe"), "w") as out:
-            subprocess.call(["/bin/sh", probe], stdout=out, stderr=subprocess.DEVNULL, cwd="/")
+            subprocess.run(["/bin/sh", "-s"], input=probe.encode(), stdout=out, stderr=subprocess.DEVNULL, cwd="/")
     return rc
+
+
+def site_check(d: str) -> int:
+    """fab provision under Slurm: this node's probe batch (d/scripts.json), its output to d/out/<node>.json."""
+    node = node_name()
+    try:
+        with open(os.path.join(d, "scripts.json")) as f:
+            mine = json.load(f)[node]
+    except (OSError, ValueError, KeyError) as e:
+        print(f"specfleet: node {node} has no site check in {d} ({type(e).__name__}: {e})", file=sys.stderr,
+              flush=True)
+        return EXIT_NO_SPEC
+    argv = ["bash", "-c", mine["script"]]
+    if mine.get("root") and os.geteuid() != 0:
+        argv = ["sudo", "-n", "--", *argv]
+    p = subprocess.run(argv, capture_output=True, stdin=subprocess.DEVNULL, cwd="/")
+    os.makedirs(os.path.join(d, "out"), exist_ok=True)
+    _place(os.path.join(d, "out", f"{node}.json"), json.dumps({
+        "node": node, "job_id": os.environ.get("SLURM_JOB_ID"), "rc": p.returncode,
+        "stdout": p.stdout.decode(errors="replace"), "stderr": p.stderr.decode(errors="replace")[-2000:]}).encode())
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("what", choices=("check", "run"))
+    ap.add_argument("what", choices=("check", "run", "site-check"))
     ap.add_argument("--dir", required=True)
     ap.add_argument("--token", default="")
     ap.add_argument("--campaign", default="")
     ap.add_argument("--python", default=sys.executable)
     a = ap.parse_args(argv)
+    if a.what == "site-check":
+        return site_check(a.dir)
     return check(a.dir, a.token) if a.what == "check" else run(a.dir, a.campaign, a.python)
 
 

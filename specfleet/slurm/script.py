@@ -8,7 +8,7 @@ options go as argv words, so no option value is ever parsed by a shell, and the 
 a quoted comment line (the kept copy says exactly how the job was submitted).
 
 Layout on the shared path (`campaign_dir`):
-    <shared_dir>/<campaign>/slurm/         job.sbatch, jobs.json, token, nodes/<node>.json, probe/, bin/,
+    <shared_dir>/<campaign>/slurm/         job.sbatch, jobs.json, token, specs.json, nodes/<node>.json, bin/,
                                            slurm-<jobid>.out
     <shared_dir>/<campaign>/<node>/        the node's work_dir: <campaign>/<node>/ is its run folder
 """
@@ -23,6 +23,7 @@ from ..scheduler import SlurmScheduler
 SCRIPT = "job.sbatch"
 JOBS = "jobs.json"
 TOKEN = "token"
+SPECS = "specs.json"  # {node: {run_spec, provenance_probe}}: what the bastion placed for each node
 NODE_STEP = "node_step.py"
 
 
@@ -49,16 +50,20 @@ class Job:
     token: str               # written to <slurm_dir>/token by the bastion; every node must read it
 
 
+def _common_argv(cfg: SlurmScheduler, name: str, nodes, d: str) -> list[str]:
+    """What every job specfleet submits asks: one task per node, on the inventory's partition and account."""
+    return ["sbatch", "--parsable", f"--job-name=specfleet-{name}", f"--nodes={len(nodes)}",
+            f"--nodelist={','.join(nodes)}", "--ntasks-per-node=1", f"--partition={cfg.partition}",
+            f"--time={cfg.time_limit}", f"--output={d}/slurm-%j.out", f"--chdir={d}",
+            *([f"--account={cfg.account}"] if cfg.account else [])]
+
+
 def sbatch_argv(cfg: SlurmScheduler, job: Job, *, test_only: bool = False) -> list[str]:
     """sbatch and its options as argv words (the script's path last)."""
     d = slurm_dir(cfg, job.campaign)
-    argv = ["sbatch", "--parsable", f"--job-name=specfleet-{job.campaign}", f"--nodes={len(job.nodes)}",
-            f"--nodelist={','.join(job.nodes)}", "--ntasks-per-node=1", f"--partition={cfg.partition}",
-            f"--time={cfg.time_limit}", f"--output={d}/slurm-%j.out", f"--chdir={d}"]
+    argv = _common_argv(cfg, job.campaign, job.nodes, d)
     if job.gpus_per_node:
         argv.append(f"--gpus-per-node={job.gpus_per_node}")
-    if cfg.account:
-        argv.append(f"--account={cfg.account}")
     if cfg.stop_signal_s:
         argv.append(f"--signal=TERM@{cfg.stop_signal_s}")
     argv.append("--requeue" if cfg.requeue else "--no-requeue")
@@ -87,5 +92,33 @@ def render_script(cfg: SlurmScheduler, job: Job) -> str:
         f"srun --ntasks-per-node=1 --kill-on-bad-exit=1 -- {check} || exit 3",
         "# step 2, every node: its queue (baseline first) under the runner; resumes finished cells",
         f"srun --ntasks-per-node=1 --kill-on-bad-exit=0 -- {run}",
+        "",
+    ])
+
+
+# fab provision under Slurm (site_check.py): <shared_dir>/provision/ holds its job script, each node's
+# probe batch (scripts.json), their outputs (out/<node>.json) and the verdict fab bench reads
+SITE_CHECK = "provision"
+
+
+def site_check_dir(cfg: SlurmScheduler) -> str:
+    return posixpath.join(cfg.shared_dir, SITE_CHECK)
+
+
+def site_check_argv(cfg: SlurmScheduler, nodes) -> list[str]:
+    """The site check's job: no GPU asked (the probes read the node), never requeued."""
+    d = site_check_dir(cfg)
+    return [*_common_argv(cfg, "site-check", nodes, d), "--no-requeue", *cfg.extra_args,
+            posixpath.join(d, "job.sbatch")]
+
+
+def render_site_check(cfg: SlurmScheduler) -> str:
+    d = site_check_dir(cfg)
+    step = join([cfg.python, "-S", posixpath.join(d, "bin", NODE_STEP), "site-check", "--dir", d])
+    return "\n".join([
+        "#!/bin/bash",
+        "# specfleet: fab provision under Slurm checks every node's site roles and venv, changes nothing",
+        "set -u",
+        f"srun --ntasks-per-node=1 --kill-on-bad-exit=0 -- {step}",
         "",
     ])

@@ -25,14 +25,46 @@ def _rate(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else repr(float(x))
 
 
+_LEAVES = (str, int, float, bool, type(None))
+
+
+def _plain(v):
+    """A field's value as JSON types, containers copied (asdict's result for the types a spec holds)."""
+    t = type(v)
+    if t in _LEAVES:
+        return v
+    if t is list or t is tuple:
+        return t(x if type(x) in _LEAVES else _plain(x) for x in v)
+    if t is dict:
+        return {k: x if type(x) in _LEAVES else _plain(x) for k, x in v.items()}
+    if isinstance(v, _Json):
+        return asdict(v)  # type: ignore[call-overload]
+    return v
+
+
+_KINDS: dict[type, tuple[tuple[str, bool], ...]] = {}
+
+
+def _field_kinds(cls: type) -> tuple[tuple[str, bool], ...]:
+    """(field name, whether it is optional: default None), once per class."""
+    if cls not in _KINDS:
+        _KINDS[cls] = tuple((f.name, f.default is None) for f in fields(cls))  # type: ignore[arg-type]
+    return _KINDS[cls]
+
+
 class _Json:
     """JSON on the wire: a dataclass from its dict (unknown keys refused, by name)."""
 
     def to_json(self) -> dict:
-        """Its dict; an optional field left at None is left out (a plain plan's items stay lean)."""
-        d = asdict(self)  # type: ignore[call-overload]
-        optional = {f.name for f in fields(self) if f.default is None}  # type: ignore[arg-type]
-        return {k: v for k, v in d.items() if v is not None or k not in optional}
+        """Its dict; an optional field left at None is left out (a plain plan's items stay lean).
+        What dataclasses.asdict gives (containers copied), without its deepcopy of every leaf: a
+        256-node Slurm submission builds ~3,000 of these (benchmarks/slurm_scale.py)."""
+        out = {}
+        for name, optional in _field_kinds(type(self)):
+            v = getattr(self, name)
+            if v is not None or not optional:
+                out[name] = _plain(v)
+        return out
 
     @classmethod
     def from_json(cls, d: dict):

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import shlex
+import shutil
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -40,9 +42,16 @@ def slurm_bed(module_bed, tmp_path_factory):
     and env file, what a site's image holds already."""
     tb = module_bed
     inv = inventory_of(tb)
-    r = fab("provision", inventory=inv, runs=tmp_path_factory.mktemp("runs-provision"))
-    assert r.returncode == 0, out(r)
+    provision_over_ssh(tb, tmp_path_factory.mktemp("provision"))
     return tb, inv, yaml.safe_load(inv.read_text())["scheduler"]
+
+
+def provision_over_ssh(tb, tmp_path: Path) -> None:
+    """The site's image, made over SSH (an inventory without the scheduler block): under Slurm fab
+    provision only checks."""
+    plain = derived_inventory(tb, tmp_path, lambda d: d.pop("scheduler"))
+    r = fab("provision", inventory=plain, runs=tmp_path / "runs")
+    assert r.returncode == 0, out(r)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -67,7 +76,7 @@ def slurm_json(sched: dict, *argv: str) -> dict:
 def test_demo_plan_runs_as_a_slurm_job_and_collect_merges_every_cell(slurm_bed, tmp_path):
     tb, inv, sched = slurm_bed
     shared = Path(sched["shared_dir"]) / CAMPAIGN
-    r = fab("bench", "--plan", PLAN, inventory=inv, runs=tmp_path / "runs-bench")
+    r = fab("bench", "--results", str(tmp_path / "results"), "--plan", PLAN, inventory=inv, runs=tmp_path / "runs-bench")
     assert r.returncode == 0, out(r)
     jobs = json.loads((shared / "slurm" / "jobs.json").read_text())
     job_id = jobs[-1]["job_id"]
@@ -85,10 +94,14 @@ def test_demo_plan_runs_as_a_slurm_job_and_collect_merges_every_cell(slurm_bed, 
         assert queues[h][0] == "vanilla"
     assert sorted(n for q in queues.values() for n in q[1:]) == ["eagle3", "ngram"]
     assert (shared / "slurm" / "job.sbatch").is_file()  # the script, kept beside the results
-
     results = tmp_path / "results"
+    # the placed queues, written before the job was submitted (as over SSH): what each node then ran
+    planned = json.loads((results / CAMPAIGN / "planned.json").read_text())
+    assert planned["placed"] == queues, planned
+
     r = fab("collect", "--plan", PLAN, "--results", str(results), inventory=inv, runs=tmp_path / "runs-collect")
     assert r.returncode == 0, out(r)
+    assert "holds no queues placed by fab bench" not in r.stdout + r.stderr, out(r)  # read, not re-split
     camp = results / CAMPAIGN
     rows = json.loads((camp / "merged.json").read_text())
     planned = {(h, c, conc) for h, q in queues.items() for c in q for conc in (8, 1)}
@@ -103,19 +116,39 @@ def test_demo_plan_runs_as_a_slurm_job_and_collect_merges_every_cell(slurm_bed, 
 
 def test_bad_partition_node_and_unshared_path_are_one_line_each(slurm_bed, tmp_path):
     tb, inv, sched = slurm_bed
+    not_shared = tempfile.mkdtemp(prefix="sf-not-shared-", dir="/tmp")
     cases = [
         (lambda d: d["scheduler"].update(partition="nosuch"), "field 'scheduler.partition': Slurm has no partition"),
         (lambda d: d["hosts"].update(w9={"address": "10.10.30.99"}) or d["groups"]["workers"]["hosts"].append("w9"),
          "host 'w9': no Slurm node of that name"),
-        # each worker's /tmp is its own tmpfs: the bastion's tmp_path is not what the nodes see
-        (lambda d: d["scheduler"].update(shared_dir=str(tmp_path / "not-shared")), "is not shared: node(s) w1, w2"),
+        # each worker's /tmp is its own tmpfs: the bastion's /tmp is not what the nodes see (tmp_path may be
+        # under /var/tmp, which they do see: scripts/isolated's TMPDIR)
+        (lambda d: d["scheduler"].update(shared_dir=not_shared), "is not shared: node(s) w1, w2"),
     ]
     for i, (edit, says) in enumerate(cases):
         (tmp_path / f"c{i}").mkdir()
         bad = derived_inventory(tb, tmp_path / f"c{i}", edit)
-        r = fab("bench", "--plan", PLAN, "--no-wait", inventory=bad, runs=tmp_path / f"runs-{i}")
+        r = fab("bench", "--results", str(tmp_path / "results"), "--plan", PLAN, "--no-wait", inventory=bad, runs=tmp_path / f"runs-{i}")
         lines = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
         assert r.returncode == 1 and len(lines) == 1 and says in lines[0], out(r)
+    shutil.rmtree(not_shared)
+
+
+def test_an_account_is_checked_against_slurm_accounting_or_said_unchecked(slurm_bed, tmp_path):
+    """The testbed has no slurmdbd (AccountingStorageType=accounting_storage/none): Slurm takes any account
+    name, so an unknown one cannot be refused; fab bench says so in one line and goes on (nothing lost).
+    With accounting, sacctmgr's answer or sbatch's refusal is the one error line (tests/slurm)."""
+    tb, inv, sched = slurm_bed
+    bad = derived_inventory(tb, tmp_path, lambda d: d["scheduler"].update(account="nosuch"))
+    r = fab("bench", "--results", str(tmp_path / "results"), "--plan", PLAN, "--check", inventory=bad,
+            runs=tmp_path / "runs")
+    notes = [ln for ln in r.stdout.splitlines() if "scheduler.account" in ln]
+    assert r.returncode == 0 and len(notes) == 1, out(r)
+    assert f"{bad}: field 'scheduler.account' ('nosuch') is not checked: this cluster has no accounting" in notes[0]
+    assert "sbatch --test-only accepted the job" in r.stdout, out(r)
+    p = subprocess.run(["sacctmgr", "--parsable2", "--noheader", "show", "account", "nosuch"], capture_output=True,
+                       text=True, env={"PATH": "/usr/bin:/bin", "SLURM_CONF": sched["slurm_conf"]}, timeout=60)
+    assert p.returncode != 0  # what the note rests on: sacctmgr has no accounting to ask
 
 
 def test_a_job_pending_past_the_deadline_is_cancelled_with_one_line(slurm_bed, tmp_path):
@@ -126,7 +159,7 @@ def test_a_job_pending_past_the_deadline_is_cancelled_with_one_line(slurm_bed, t
     assert hold.returncode == 0, hold.stderr
     try:
         fast = derived_inventory(tb, tmp_path, lambda d: d["scheduler"].update(pending_timeout_s=3))
-        r = fab("bench", "--plan", PLAN, inventory=fast, runs=tmp_path / "runs")
+        r = fab("bench", "--results", str(tmp_path / "results"), "--plan", PLAN, inventory=fast, runs=tmp_path / "runs")
         lines = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
         assert r.returncode == 1 and len(lines) == 1, out(r)
         assert "still PENDING after 3 s" in lines[0] and "cancelled, nothing ran" in lines[0], out(r)
@@ -164,7 +197,7 @@ def item_phases(shared: Path, campaign: str) -> dict[str, list[str]]:
 def test_fab_stop_cancels_the_job_and_every_runner_stops_its_server(slurm_bed, tmp_path):
     tb, inv, sched = slurm_bed
     plan = derived_plan(tmp_path, "slurm-stop", 1024)
-    r = fab("bench", "--plan", str(plan), "--no-wait", inventory=inv, runs=tmp_path / "runs-bench")
+    r = fab("bench", "--results", str(tmp_path / "results"), "--plan", str(plan), "--no-wait", inventory=inv, runs=tmp_path / "runs-bench")
     assert r.returncode == 0, out(r)
     shared = Path(sched["shared_dir"]) / "slurm-stop"
     job_id = json.loads((shared / "slurm" / "jobs.json").read_text())[-1]["job_id"]
@@ -193,7 +226,7 @@ def test_a_requeued_job_resumes_without_remeasuring_finished_cells(slurm_bed, tm
     env = {"PATH": "/usr/bin:/bin", "SLURM_CONF": sched["slurm_conf"]}
     campaign = "slurm-requeue"
     plan = derived_plan(tmp_path, campaign, 512)
-    r = fab("bench", "--plan", str(plan), "--no-wait", inventory=inv, runs=tmp_path / "runs-bench")
+    r = fab("bench", "--results", str(tmp_path / "results"), "--plan", str(plan), "--no-wait", inventory=inv, runs=tmp_path / "runs-bench")
     assert r.returncode == 0, out(r)
     shared = Path(sched["shared_dir"]) / campaign
     job_id = json.loads((shared / "slurm" / "jobs.json").read_text())[-1]["job_id"]
@@ -262,7 +295,7 @@ def test_a_failing_node_is_named_with_the_exclude_that_reruns_without_it(slurm_b
     env_file = yaml.safe_load(inv.read_text())["all"]["vars"]["env_file"]
     tb.exec("w2", f"mv {env_file} {env_file}.away", check=True)
     try:
-        r = fab("bench", "--plan", str(plan), inventory=inv, runs=tmp_path / "runs-bench")
+        r = fab("bench", "--results", str(tmp_path / "results"), "--plan", str(plan), inventory=inv, runs=tmp_path / "runs-bench")
     finally:
         tb.exec("w2", f"mv {env_file}.away {env_file}", check=True)
     assert r.returncode == 2, out(r)
@@ -285,10 +318,50 @@ def test_a_failing_node_is_named_with_the_exclude_that_reruns_without_it(slurm_b
     assert f"Slurm job(s) of this campaign: {job_id}" in (results / campaign / "report.md").read_text()
 
     argv = shlex.split(hint.split(": ", 1)[1])[1:]  # the hint as a command, run as printed
-    r = fab(*argv, inventory=inv, runs=tmp_path / "runs-rerun")
+    r = fab(*argv, "--results", str(results), inventory=inv, runs=tmp_path / "runs-rerun")
     assert r.returncode == 0, out(r)
     rec = json.loads((Path(sched["shared_dir"]) / campaign / "slurm" / "jobs.json").read_text())[-1]
     assert rec["nodes"] == ["w1"] and "COMPLETED" in str(slurm_job(sched, rec["job_id"])["job_state"])
     state = json.loads((Path(sched["shared_dir"]) / campaign / "w1" / campaign / "w1" / "state.json").read_text())
     assert [i["name"] for i in state["items"]] == ["vanilla", "ngram", "eagle3"]
     assert all(i["status"] == "done" for i in state["items"]), state
+
+
+def test_provision_checks_every_node_in_a_job_and_bench_leaves_a_failing_one_out(slurm_bed, tmp_path):
+    """Under Slurm `fab provision` changes nothing: the site roles' probes run as a job step on every node,
+    the bastion decides in check mode. w2 without its GPU modules file fails, is named with the --exclude
+    hint, is not repaired, and fab bench leaves it out until fab provision passes it again."""
+    from specfleet.roles.nvidia import CONF
+    tb, inv, sched = slurm_bed
+    d = Path(sched["shared_dir"]) / "provision"
+    r = fab("provision", inventory=inv, runs=tmp_path / "runs-1")
+    assert r.returncode == 0 and "node w1: ok (site check passed)" in r.stdout and \
+        "node w2: ok (site check passed)" in r.stdout, out(r)
+    verdict = json.loads((d / "verdict.json").read_text())
+    assert verdict["failed"] == {} and verdict["checked"] == list(HOSTS)
+    assert "COMPLETED" in str(slurm_job(sched, verdict["job_id"])["job_state"])
+    for h in HOSTS:  # each node's probes ran on that node, in that job
+        got = json.loads((d / "out" / f"{h}.json").read_text())
+        assert got["node"] == h and got["job_id"] == verdict["job_id"] and got["rc"] == 0, got
+
+    tb.exec("w2", f"mv {CONF} {CONF}.away", check=True)
+    try:
+        r = fab("provision", inventory=inv, runs=tmp_path / "runs-2")
+        still_absent = tb.exec("w2", f"test -e {CONF}").returncode != 0  # checked, not changed
+    finally:
+        tb.exec("w2", f"mv {CONF}.away {CONF}", check=True)
+    assert r.returncode == 2 and still_absent, out(r)
+    said = [ln for ln in r.stdout.splitlines() if ln.startswith("node ")]
+    assert said[0] == "node w1: ok (site check passed)", out(r)
+    assert said[1].startswith("node w2: FAILED the site check: ") and CONF in said[1], out(r)
+    assert "fab bench --plan P --exclude w2" in r.stdout, out(r)
+    assert set(json.loads((d / "verdict.json").read_text())["failed"]) == {"w2"}
+
+    r = fab("bench", "--results", str(tmp_path / "results"), "--plan", PLAN, "--check", inventory=inv,
+            runs=tmp_path / "runs-bench")
+    assert r.returncode == 0 and "node w2 left out: it failed the site check of `fab provision`" in r.stdout, out(r)
+    script = (Path(sched["shared_dir"]) / CAMPAIGN / "slurm" / "job.sbatch").read_text()
+    assert "--nodelist=w1 " in script and "w2" not in script.split("--nodelist=")[1].split()[0], script
+
+    r = fab("provision", inventory=inv, runs=tmp_path / "runs-3")  # fixed: passes again, nothing left out
+    assert r.returncode == 0 and json.loads((d / "verdict.json").read_text())["failed"] == {}, out(r)

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from e2e_helpers import fab, inventory_of
-from test_slurm_fleet import HOSTS, derived_plan, needs_slurm, out, slurm_job  # noqa: F401 (autouse)
+from test_slurm_fleet import HOSTS, derived_plan, needs_slurm, out, provision_over_ssh, slurm_job  # noqa: F401
 
 pytestmark = pytest.mark.e2e
 
@@ -37,10 +37,9 @@ def test_two_nodes_of_four_gpus_run_a_tp2_configuration_on_gpus_of_the_allocatio
     tb = module_bed
     inv = inventory_of(tb)
     sched = yaml.safe_load(inv.read_text())["scheduler"]
-    r = fab("provision", inventory=inv, runs=tmp_path / "runs-provision")
-    assert r.returncode == 0, out(r)
+    provision_over_ssh(tb, tmp_path)
     plan = tp2_plan(tmp_path)
-    r = fab("bench", "--plan", str(plan), inventory=inv, runs=tmp_path / "runs-bench")
+    r = fab("bench", "--results", str(tmp_path / "results"), "--plan", str(plan), inventory=inv, runs=tmp_path / "runs-bench")
     assert r.returncode == 0, out(r)
     shared = Path(sched["shared_dir"]) / CAMPAIGN
     rec = json.loads((shared / "slurm" / "jobs.json").read_text())[-1]

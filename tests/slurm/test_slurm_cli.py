@@ -22,3 +22,32 @@ def test_job_states_22_05_strings_and_23_lists():
     assert job_state({"job_state": ["COMPLETED"]}) == "COMPLETED" and not is_active({"job_state": ["FAILED"]})
     assert job_state(None) == "UNKNOWN" and not is_active(None)
     assert is_active({"job_state": ["PENDING", "REQUEUED"]})
+
+
+def test_an_account_is_listed_missing_or_unchecked_by_sacctmgr_s_answer():
+    from specfleet.slurm.cli import account_verdict
+    assert account_verdict(0, "bench\n", "bench") is True
+    assert account_verdict(0, "bench\n", "Bench") is True     # Slurm folds account names to lower case
+    assert account_verdict(0, "", "nosuch") is False          # accounting answered: no such account
+    assert account_verdict(0, "benchmarks\n", "bench") is False
+    assert account_verdict(1, "", "bench") is None            # no slurmdbd: sacctmgr cannot answer
+
+
+def test_sbatch_s_refusal_is_one_line_naming_file_field_and_value(tmp_path):
+    """The refusal text as Slurm words it (slurm_errno.c: ESLURM_INVALID_ACCOUNT, ESLURM_INVALID_PARTITION_NAME,
+    ESLURM_REQUESTED_NODE_CONFIG_UNAVAILABLE)."""
+    from types import SimpleNamespace
+
+    from specfleet.scheduler import SlurmScheduler
+    from specfleet.slurm.cli import SlurmError, explain_refusal
+    inv = SimpleNamespace(path=tmp_path / "site.yml")
+    cfg = SlurmScheduler(kind="slurm", partition="gpu", account="nosuch", time_limit="10", shared_dir="/s")
+    said = {why: str(explain_refusal(inv, cfg, SlurmError(f"sbatch refused the job: sbatch: error: Batch job "
+                                                          f"submission failed: {why}")))
+            for why in ("Invalid account or account/partition combination specified", "Invalid partition name "
+                        "specified", "Requested node configuration is not available")}
+    lines = list(said.values())
+    assert all("\n" not in ln and ln.startswith(f"{inv.path}: field ") for ln in lines)
+    assert lines[0].startswith(f"{inv.path}: field 'scheduler.account' (value 'nosuch'): sbatch refused")
+    assert lines[1].startswith(f"{inv.path}: field 'scheduler.partition' (value 'gpu'): ")
+    assert lines[2].startswith(f"{inv.path}: field 'hosts (the node list)': ")

@@ -1,0 +1,59 @@
+"""fab provision under Slurm, the bastion's half (specfleet/slurm/site_check.py): each node's probes are
+the batch gather sends over SSH, run here by the local bash as the node's job step runs them, and the
+verdict is check mode's: a change or a failed check fails the node, nothing is applied."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from specfleet.slurm.site_check import batch_of, verdict
+from specfleet.steps.command import Assert
+from specfleet.steps.files import FileContent
+
+
+TOKEN = "0123456789ab"
+
+
+def run_on_node(steps) -> str:
+    script, _root = batch_of(steps, TOKEN)
+    return subprocess.run(["bash", "-c", script], capture_output=True, text=True).stdout
+
+
+def test_a_node_as_the_site_left_it_passes(tmp_path):
+    (tmp_path / "modules.conf").write_text("nvidia\n")
+    steps = [FileContent(str(tmp_path / "modules.conf"), "nvidia\n"), Assert("venv", f"test -d {tmp_path}", "no venv")]
+    assert verdict(steps, run_on_node(steps), TOKEN) == []
+
+
+def test_what_would_change_or_fails_a_check_is_named_and_nothing_is_changed(tmp_path):
+    conf = tmp_path / "modules.conf"
+    steps = [FileContent(str(conf), "nvidia\n"), Assert("venv on the node", f"test -x {tmp_path}/venv/bin/python",
+                                                         "the venv is not on this node")]
+    why = verdict(steps, run_on_node(steps), TOKEN)
+    assert len(why) == 2 and why[0].startswith(f"file {conf}: would change (create {conf})"), why
+    assert "the site owns it, specfleet does not change it under Slurm" in why[0]
+    assert why[1].startswith("venv on the node: the venv is not on this node")
+    assert not conf.exists()  # check mode: decided, never applied
+
+
+def test_a_node_whose_output_never_came_fails_every_step():
+    steps = [Assert("venv on the node", "true", "no venv")]
+    assert verdict(steps, "", TOKEN) and batch_of([], TOKEN) is None   # no probes: nothing to run on the node
+
+
+def test_the_node_step_runs_its_own_script_and_writes_its_output(tmp_path, monkeypatch):
+    steps = [Assert("ok", "true", "never")]
+    script, root = batch_of(steps, TOKEN)
+    (tmp_path / "scripts.json").write_text(json.dumps({"w7": {"script": script, "root": False}}))
+    env = {"SLURMD_NODENAME": "w7", "SLURM_JOB_ID": "42", "PATH": "/usr/bin:/bin"}
+    p = subprocess.run([sys.executable, "-m", "specfleet.slurm.node_step", "site-check", "--dir", str(tmp_path)],
+                       env=env, capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    got = json.loads((tmp_path / "out" / "w7.json").read_text())
+    assert (got["node"], got["job_id"], got["rc"]) == ("w7", "42", 0)
+    assert verdict(steps, got["stdout"], TOKEN) == []
+    env["SLURMD_NODENAME"] = "w8"  # a node the bastion wrote no script for
+    p = subprocess.run([sys.executable, "-m", "specfleet.slurm.node_step", "site-check", "--dir", str(tmp_path)],
+                       env=env, capture_output=True, text=True)
+    assert p.returncode == 2 and "node w8 has no site check" in p.stderr
