@@ -178,7 +178,7 @@ SAFE = {"i", "self.LINK_RC", "SECTION", "YES", "NO", "self.token", "LISTING", "s
         "probe", "int(wait_s * 5)", "pid", "self.step.probe() or 'true'", "' && '.join(checks)",
         "self.test", "self.unless", "self._argv(True)", "CODE_LISTING",
         "DIFF_VAR", "DIFF_MAX_BYTES", "exact", "CODE_LISTING if code_only else LISTING",
-        "QUERY_FIELDS", "' && '.join(checks)"}  # constants of the code, never a value from a file
+        "QUERY_FIELDS", "' && '.join(checks)", "PYTHON_VERSION_FLAG"}  # constants of the code, never a value from a file
 
 
 def _quoted_names(fn: ast.AST) -> set[str]:
