@@ -46,15 +46,19 @@ from pathlib import Path
 
 from _session import ROOT, median, spread, testbed_session
 
-SCRATCH = Path("/var/tmp/specfleet-bench")
-ANSIBLE_VENV, PYINFRA_VENV = SCRATCH / "ansible-venv", SCRATCH / "pyinfra-venv"
-COLLECTIONS = SCRATCH / "collections"
+SCRATCH = Path("/var/tmp/specfleet-bench")  # this run's files (private under scripts/isolated)
+# the peers' installs: outside /var/tmp, which scripts/isolated makes private (and empty) per run,
+# and made with the package index, which an isolated run cannot reach: `--install` first
+TOOLS = Path(os.environ.get("SPECFLEET_BENCH_TOOLS", "/var/cache/specfleet/peers-bench"))
+ANSIBLE_VENV, PYINFRA_VENV = TOOLS / "ansible-venv", TOOLS / "pyinfra-venv"
+COLLECTIONS = TOOLS / "collections"
 ONLY = "venv-deploy,env,nvidia,nfs"
 WORKERS = 8
 PYINFRA_TARGET, ANSIBLE_TARGET = 0.35, 0.05  # specfleet's no-op CLI run over theirs (issue 27)
 # Ansible's ControlMasters: a short directory, since a socket path (here + %C's 40 characters + ssh's
 # 17-character temporary suffix) must fit a Unix socket's 108 bytes; removed at the end
 CONTROL_DIR = Path(f"/tmp/sfb-cp-{os.getpid()}")
+CHECKOUT_CODE = ("specfleet", "roles", "tasks", "testbed", "fabfile.py")  # = scripts/setup.sh's compileall
 MOUNT_CMD = "mount -t nfs4 -o ro,vers=4.2,hard,proto=tcp 192.168.160.7:/media/SSD-Storage/SW /mnt/fabrix"
 
 
@@ -63,12 +67,15 @@ def sh(argv, **kw) -> subprocess.CompletedProcess:
     return subprocess.run(argv, capture_output=True, text=True, **kw)
 
 
-def ensure_tools() -> dict[str, str]:
+def ensure_tools(install: bool) -> dict[str, str]:
     """ansible-core (+ the ansible.posix collection, for synchronize) and pyinfra, each in its own venv."""
-    SCRATCH.mkdir(parents=True, exist_ok=True)
+    TOOLS.mkdir(parents=True, exist_ok=True)
     for venv, pkg, exe in ((ANSIBLE_VENV, "ansible-core>=2.19,<2.20", "ansible-playbook"),
                            (PYINFRA_VENV, "pyinfra>=3,<4", "pyinfra")):
         if not (venv / "bin" / exe).exists():
+            if not install:
+                raise SystemExit(f"{venv}: {pkg} is not installed; run this benchmark once with --install "
+                                 "outside scripts/isolated (it needs the package index)")
             print(f"[setup] installing {pkg} into {venv}", file=sys.stderr, flush=True)
             sh(["/usr/bin/python3", "-m", "venv", "--clear", str(venv)], check=True)
             p = sh([str(venv / "bin" / "pip"), "install", "-q", "--disable-pip-version-check", pkg])
@@ -76,9 +83,11 @@ def ensure_tools() -> dict[str, str]:
                 raise SystemExit(f"pip install {pkg} failed: {p.stderr[-800:]}")
     posix = COLLECTIONS / "ansible_collections" / "ansible" / "posix"
     if not (posix / "plugins" / "modules" / "synchronize.py").exists():
+        if not install:
+            raise SystemExit(f"{posix}: the ansible.posix collection is missing; run with --install first")
         # ansible-core ships no synchronize; the `ansible` package on PyPI carries ansible.posix
         print("[setup] fetching the ansible.posix collection (from the `ansible` wheel)", file=sys.stderr, flush=True)
-        with tempfile.TemporaryDirectory(dir=SCRATCH) as dl:
+        with tempfile.TemporaryDirectory(dir=TOOLS) as dl:
             p = sh([str(ANSIBLE_VENV / "bin" / "pip"), "download", "-q", "--no-deps", "ansible>=12,<13", "-d", dl])
             if p.returncode:
                 raise SystemExit(f"pip download ansible failed: {p.stderr[-800:]}")
@@ -95,6 +104,12 @@ def ensure_tools() -> dict[str, str]:
     versions["rsync"] = sh(["rsync", "--version"]).stdout.split("\n")[0]
     versions["ssh"] = sh(["ssh", "-V"]).stderr.strip()
     return versions
+
+
+def compile_checkout() -> None:
+    """specfleet's own modules as bytecode, as pip leaves the peers' (pip compiles what it installs; an
+    editable checkout is compiled on first import, which PYTHONDONTWRITEBYTECODE=1 forbids)."""
+    sh([sys.executable, "-m", "compileall", "-q", *(str(ROOT / d) for d in CHECKOUT_CODE)], check=True)
 
 
 # ---- what each tool runs ------------------------------------------------------------------
@@ -313,9 +328,16 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--keep-work", action="store_true", help="keep the playbook, deploy and logs (printed path)")
+    ap.add_argument("--install", action="store_true",
+                    help=f"install the peers into {TOOLS} (needs the package index) and exit")
     args = ap.parse_args()
+    if args.install:
+        print("tools: " + "; ".join(f"{k} {v}" for k, v in ensure_tools(install=True).items()))
+        return 0
     print(__doc__.split("\n    .venv")[0].rstrip() + "\n")
-    versions = ensure_tools()
+    versions = ensure_tools(install=False)
+    compile_checkout()
+    SCRATCH.mkdir(parents=True, exist_ok=True)
     print("tools: " + "; ".join(f"{k} {v}" for k, v in versions.items()))
     work = Path(tempfile.mkdtemp(prefix="provision-vs-peers-", dir=SCRATCH))
     from specfleet.inventory import load_inventory
