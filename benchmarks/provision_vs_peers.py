@@ -106,10 +106,12 @@ def ensure_tools(install: bool) -> dict[str, str]:
     return versions
 
 
-def compile_checkout() -> None:
-    """specfleet's own modules as bytecode, as pip leaves the peers' (pip compiles what it installs; an
-    editable checkout is compiled on first import, which PYTHONDONTWRITEBYTECODE=1 forbids)."""
-    sh([sys.executable, "-m", "compileall", "-q", *(str(ROOT / d) for d in CHECKOUT_CODE)], check=True)
+def compile_code() -> None:
+    """specfleet's modules and the ansible.posix collection as bytecode, as pip leaves the peers' packages
+    (pip compiles what it installs; an editable checkout, or a collection unpacked from a wheel, is
+    compiled on first import, which PYTHONDONTWRITEBYTECODE=1 forbids: then every run compiles again)."""
+    sh([sys.executable, "-m", "compileall", "-q", *(str(ROOT / d) for d in CHECKOUT_CODE), str(COLLECTIONS)],
+       check=True)
 
 
 # ---- what each tool runs ------------------------------------------------------------------
@@ -336,7 +338,7 @@ def main() -> int:
         return 0
     print(__doc__.split("\n    .venv")[0].rstrip() + "\n")
     versions = ensure_tools(install=False)
-    compile_checkout()
+    compile_code()
     SCRATCH.mkdir(parents=True, exist_ok=True)
     print("tools: " + "; ".join(f"{k} {v}" for k, v in versions.items()))
     work = Path(tempfile.mkdtemp(prefix="provision-vs-peers-", dir=SCRATCH))
