@@ -14,7 +14,7 @@ The same work in each tool, on the same 8 testbed workers (root, same key, stric
   - /etc/specfleet/vllm.env with exactly specfleet's content (0644).
 specfleet runs `fab provision --only venv-deploy,env,nvidia,nfs`, which does more than that list
 (base-interpreter check, release symlink, prune, venv import check, fstab line, netplan drop-in,
-GPU-visible and share-readable checks): 18 steps per host, all counted against it.
+GPU-visible and share-readable checks): 14 steps per host, all counted against it.
 
 Converge first (each tool once), then time no-op runs interleaved (order rotated each round),
 after closing every OpenSSH ControlMaster so each run starts cold (as after > 60 s idle).
@@ -23,9 +23,12 @@ Ansible's PLAY RECAP (changed=0), pyinfra's report (every operation "No changes"
 Timed: specfleet CLI (Python start-up included, the headline figure), specfleet in-process (the
 provision task called in this process, imports done), pyinfra CLI, ansible-playbook CLI with
 forks = 8 in two set-ups: default (facts gathered, no pipelining) and tuned (no facts,
-pipelining). The tools live in scratch venvs under /var/tmp/specfleet-bench (made on first use).
+pipelining). The peers live in venvs under /var/cache/specfleet/peers-bench ($SPECFLEET_BENCH_TOOLS),
+made by --install (it needs the package index). Before timing, specfleet's modules and the ansible.posix
+collection are compiled to bytecode, as pip compiles the peers' packages.
 
-    .venv/bin/python benchmarks/provision_vs_peers.py [--rounds 5]
+    .venv/bin/python benchmarks/provision_vs_peers.py --install                       # once, not isolated
+    scripts/isolated .venv/bin/python benchmarks/provision_vs_peers.py [--rounds 5]   # its own testbed
 """
 from __future__ import annotations
 
