@@ -38,6 +38,7 @@ import io
 import json
 import os
 import re
+import resource
 import shlex
 import subprocess
 import sys
@@ -254,9 +255,28 @@ def write_pyinfra(work: Path, inv, c: dict) -> Path:
 
 
 # ---- one run of each tool ------------------------------------------------------------------
+def own_and_children_cpu() -> float:
+    """CPU seconds of this process and of the children it has reaped (a tool's whole process tree,
+    less daemons it left: OpenSSH ControlMasters, which only Ansible's runs start)."""
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def workers_cpu(sshd_pids: list[int]) -> float:
+    """CPU seconds the workers spent: each worker's sshd with the sessions it reaped (the tool's
+    commands, their shells and probes); /proc/PID/stat utime, stime, cutime, cstime."""
+    total = 0
+    for pid in sshd_pids:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += sum(int(f) for f in fields[11:15])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 class Runner:
-    def __init__(self, work: Path, inv_path: Path, inv, adir: Path, pdir: Path):
+    def __init__(self, work: Path, inv_path: Path, inv, adir: Path, pdir: Path, sshd_pids: list[int]):
         self.work, self.inv_path, self.inv = work, inv_path, inv
+        self.sshd_pids = sshd_pids
+        self.cpu = (0.0, 0.0)  # the last timed run's (bastion, workers) CPU seconds
         self.adir, self.pdir = adir, pdir
         self.runs = work / "runs"
         self.env = {**os.environ, "SPECFLEET_RUNS_DIR": str(self.runs), "SPECFLEET_INVENTORY": str(inv_path)}
@@ -269,10 +289,24 @@ class Runner:
         for sock in CONTROL_DIR.glob("*"):
             sh(["ssh", "-o", f"ControlPath={sock}", "-O", "exit", "placeholder"])
 
+    @contextlib.contextmanager
+    def _cpu(self):
+        c0 = own_and_children_cpu()
+        self.workers_from = workers_cpu(self.sshd_pids)
+        yield
+        self.cpu = (own_and_children_cpu() - c0, workers_cpu(self.sshd_pids) - self.workers_from)
+
+    def workers_since_run(self) -> float:
+        """The workers' CPU since the last timed run began: after close_masters, so that sessions a
+        ControlMaster kept open (Ansible's) are counted once they end."""
+        return workers_cpu(self.sshd_pids) - self.workers_from
+
     def _timed(self, argv, cwd=None, env=None) -> tuple[float, subprocess.CompletedProcess]:
-        t0 = time.perf_counter()
-        p = subprocess.run(argv, capture_output=True, text=True, cwd=cwd, env=env or self.env)
-        return time.perf_counter() - t0, p
+        with self._cpu():
+            t0 = time.perf_counter()
+            p = subprocess.run(argv, capture_output=True, text=True, cwd=cwd, env=env or self.env)
+            t = time.perf_counter() - t0
+        return t, p
 
     def _last_log(self) -> dict:
         log = max(self.runs.glob("*-provision-*.jsonl"), key=lambda p: p.stat().st_mtime)
@@ -295,7 +329,7 @@ class Runner:
         os.environ.update(SPECFLEET_RUNS_DIR=str(self.runs))
         buf = io.StringIO()
         t0 = time.perf_counter()
-        with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
+        with self._cpu(), contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
             try:
                 provision(Context(), inventory=str(self.inv_path), only=ONLY)
             except Exit as e:
@@ -347,10 +381,12 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="provision-vs-peers-", dir=SCRATCH))
     from specfleet.inventory import load_inventory
     times: dict[str, list[float]] = {}
+    cpu: dict[str, list[tuple[float, float]]] = {}  # CPU seconds per run: (bastion, workers)
     try:
         with testbed_session(WORKERS, work / "testbed.yml") as (tb, inv_path):
             inv = load_inventory(inv_path)
-            r0 = Runner(work, inv_path, inv, work / "ansible", work / "pyinfra")
+            r0 = Runner(work, inv_path, inv, work / "ansible", work / "pyinfra",
+                        [tb.pid(h.name) for h in inv.select("workers")])
             # converge: specfleet builds (or finds) the bastion venv and deploys it; then the peers
             t, ch, note = r0.specfleet_cli(only="venv," + ONLY)
             print(f"converge  specfleet {t:6.2f} s  {note}")
@@ -366,16 +402,18 @@ def main() -> int:
                 "ansible-default": lambda: r0.ansible("default"), "ansible-tuned": lambda: r0.ansible("tuned"),
             }
             names = list(tools)
-            print(f"\n{'round':>5} {'tool':<17} {'seconds':>8}  check")
+            print(f"\n{'round':>5} {'tool':<17} {'seconds':>8} {'CPU bastion':>11} {'workers':>8}  check")
             for rnd in range(args.rounds):
                 order = names[rnd % len(names):] + names[:rnd % len(names)]
                 for name in order:
                     t, changed, note = tools[name]()
                     r0.close_masters()
+                    bastion, workers = r0.cpu[0], r0.workers_since_run()
                     if changed:
                         raise SystemExit(f"{name}: a timed no-op run changed something: {note}")
                     times.setdefault(name, []).append(t)
-                    print(f"{rnd + 1:>5} {name:<17} {t:8.3f}  {note}", flush=True)
+                    cpu.setdefault(name, []).append((bastion, workers))
+                    print(f"{rnd + 1:>5} {name:<17} {t:8.3f} {bastion:11.2f} {workers:8.2f}  {note}", flush=True)
     finally:
         subprocess.run(["rm", "-rf", "--", str(CONTROL_DIR)])
         if not args.keep_work:
@@ -384,13 +422,17 @@ def main() -> int:
             print(f"work dir kept: {work}")
     print(f"\nmedians over {args.rounds} interleaved rounds [min-max], 8 workers, every run checked to change nothing:")
     for name, xs in times.items():
-        print(f"  {name:<17} {median(xs):7.3f} s  [{spread(xs)}]")
+        b, w = median([c[0] for c in cpu[name]]), median([c[1] for c in cpu[name]])
+        print(f"  {name:<17} {median(xs):7.3f} s  [{spread(xs)}]   CPU: bastion {b:5.2f} s + workers {w:5.2f} s")
     sf, py = median(times["specfleet"]), median(times["pyinfra"])
     an, ad = median(times["ansible-tuned"]), median(times["ansible-default"])
     print(f"\nratios (specfleet CLI): {sf / py:.2f} x pyinfra (target <= {PYINFRA_TARGET}), {sf / an:.3f} x Ansible "
           f"tuned (target <= {ANSIBLE_TARGET}), {sf / ad:.3f} x Ansible default")
     print(f"targets: {'met' if sf <= PYINFRA_TARGET * py else 'MISSED'} vs pyinfra, "
           f"{'met' if sf <= ANSIBLE_TARGET * an else 'MISSED'} vs Ansible tuned")
+    total = {name: median([b + w for b, w in cs]) for name, cs in cpu.items()}
+    print(f"CPU ratios (bastion + workers, load-independent): {total['specfleet'] / total['pyinfra']:.2f} x pyinfra, "
+          f"{total['specfleet'] / total['ansible-tuned']:.3f} x Ansible tuned")
     print(f"no-op provision, 8 workers: specfleet {sf:.2f} s, pyinfra {py:.2f} s, ansible {an:.2f} s")
     return 0
 
