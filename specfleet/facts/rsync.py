@@ -62,7 +62,8 @@ class LocalListing(TreeListing):
     where = "bastion"
 
     def gather_local(self) -> Listing | None:
-        key = (self.path, os.stat(self.path).st_mtime_ns)
+        # "/opt/vllm-venv" (the release id) and "/opt/vllm-venv/" (the rsync source) are one listing
+        key = (self.path.rstrip("/") or "/", os.stat(self.path).st_mtime_ns)
         with _listing_lock:
             if key not in _local_listings:
                 p = subprocess.run(["bash", "-c", self.command()], capture_output=True, text=True, check=True)
