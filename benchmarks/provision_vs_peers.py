@@ -272,6 +272,17 @@ def workers_cpu(sshd_pids: list[int]) -> float:
     return total / os.sysconf("SC_CLK_TCK")
 
 
+def _proc_stats() -> list[str]:
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                out.append((d / "stat").read_text())
+            except OSError:  # it ended meanwhile
+                pass
+    return out
+
+
 class Runner:
     def __init__(self, work: Path, inv_path: Path, inv, adir: Path, pdir: Path, sshd_pids: list[int]):
         self.work, self.inv_path, self.inv = work, inv_path, inv
@@ -299,7 +310,19 @@ class Runner:
     def workers_since_run(self) -> float:
         """The workers' CPU since the last timed run began: after close_masters, so that sessions a
         ControlMaster kept open (Ansible's) are counted once they end."""
+        self.settle()
         return workers_cpu(self.sshd_pids) - self.workers_from
+
+    def settle(self, timeout: float = 10.0) -> None:
+        """Wait until every worker's sshd has reaped its sessions: a session's CPU reaches the sshd's
+        counters only then (else the converge run's rsync sessions land in the first timed run)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not any(int(st.rsplit(")", 1)[1].split()[1]) in self.sshd_pids for st in _proc_stats()):
+                return
+            time.sleep(0.02)
+        print(f"[cpu] a worker's sshd still has sessions after {timeout:.0f} s: its CPU figure is low",
+              file=sys.stderr)
 
     def _timed(self, argv, cwd=None, env=None) -> tuple[float, subprocess.CompletedProcess]:
         with self._cpu():
@@ -397,6 +420,7 @@ def main() -> int:
                 t, ch, note = fn()
                 print(f"converge  {name:<9} {t:6.2f} s  {note}")
             r0.close_masters()
+            r0.settle()  # the converge runs' sessions, before the first timed run counts CPU
             tools = {
                 "specfleet": r0.specfleet_cli, "specfleet-inproc": r0.specfleet_inproc, "pyinfra": r0.pyinfra,
                 "ansible-default": lambda: r0.ansible("default"), "ansible-tuned": lambda: r0.ansible("tuned"),
