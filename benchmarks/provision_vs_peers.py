@@ -14,7 +14,7 @@ The same work in each tool, on the same 8 testbed workers (root, same key, stric
   - /etc/specfleet/vllm.env with exactly specfleet's content (0644).
 specfleet runs `fab provision --only venv-deploy,env,nvidia,nfs`, which does more than that list
 (base-interpreter check, release symlink, prune, venv import check, fstab line, netplan drop-in,
-GPU-visible and share-readable checks): 18 steps per host, all counted against it.
+GPU-visible and share-readable checks): 14 steps per host, all counted against it.
 
 Converge first (each tool once), then time no-op runs interleaved (order rotated each round),
 after closing every OpenSSH ControlMaster so each run starts cold (as after > 60 s idle).
@@ -23,9 +23,12 @@ Ansible's PLAY RECAP (changed=0), pyinfra's report (every operation "No changes"
 Timed: specfleet CLI (Python start-up included, the headline figure), specfleet in-process (the
 provision task called in this process, imports done), pyinfra CLI, ansible-playbook CLI with
 forks = 8 in two set-ups: default (facts gathered, no pipelining) and tuned (no facts,
-pipelining). The tools live in scratch venvs under /var/tmp/specfleet-bench (made on first use).
+pipelining). The peers live in venvs under /var/cache/specfleet/peers-bench ($SPECFLEET_BENCH_TOOLS),
+made by --install (it needs the package index). Before timing, specfleet's modules and the ansible.posix
+collection are compiled to bytecode, as pip compiles the peers' packages.
 
-    .venv/bin/python benchmarks/provision_vs_peers.py [--rounds 5]
+    .venv/bin/python benchmarks/provision_vs_peers.py --install                       # once, not isolated
+    scripts/isolated .venv/bin/python benchmarks/provision_vs_peers.py [--rounds 5]   # its own testbed
 """
 from __future__ import annotations
 
@@ -35,6 +38,7 @@ import io
 import json
 import os
 import re
+import resource
 import shlex
 import subprocess
 import sys
@@ -46,15 +50,19 @@ from pathlib import Path
 
 from _session import ROOT, median, spread, testbed_session
 
-SCRATCH = Path("/var/tmp/specfleet-bench")
-ANSIBLE_VENV, PYINFRA_VENV = SCRATCH / "ansible-venv", SCRATCH / "pyinfra-venv"
-COLLECTIONS = SCRATCH / "collections"
+SCRATCH = Path("/var/tmp/specfleet-bench")  # this run's files (private under scripts/isolated)
+# the peers' installs: outside /var/tmp, which scripts/isolated makes private (and empty) per run,
+# and made with the package index, which an isolated run cannot reach: `--install` first
+TOOLS = Path(os.environ.get("SPECFLEET_BENCH_TOOLS", "/var/cache/specfleet/peers-bench"))
+ANSIBLE_VENV, PYINFRA_VENV = TOOLS / "ansible-venv", TOOLS / "pyinfra-venv"
+COLLECTIONS = TOOLS / "collections"
 ONLY = "venv-deploy,env,nvidia,nfs"
 WORKERS = 8
 PYINFRA_TARGET, ANSIBLE_TARGET = 0.35, 0.05  # specfleet's no-op CLI run over theirs (issue 27)
 # Ansible's ControlMasters: a short directory, since a socket path (here + %C's 40 characters + ssh's
 # 17-character temporary suffix) must fit a Unix socket's 108 bytes; removed at the end
 CONTROL_DIR = Path(f"/tmp/sfb-cp-{os.getpid()}")
+CHECKOUT_CODE = ("specfleet", "roles", "tasks", "testbed", "fabfile.py")  # = scripts/setup.sh's compileall
 MOUNT_CMD = "mount -t nfs4 -o ro,vers=4.2,hard,proto=tcp 192.168.160.7:/media/SSD-Storage/SW /mnt/fabrix"
 
 
@@ -63,12 +71,15 @@ def sh(argv, **kw) -> subprocess.CompletedProcess:
     return subprocess.run(argv, capture_output=True, text=True, **kw)
 
 
-def ensure_tools() -> dict[str, str]:
+def ensure_tools(install: bool) -> dict[str, str]:
     """ansible-core (+ the ansible.posix collection, for synchronize) and pyinfra, each in its own venv."""
-    SCRATCH.mkdir(parents=True, exist_ok=True)
+    TOOLS.mkdir(parents=True, exist_ok=True)
     for venv, pkg, exe in ((ANSIBLE_VENV, "ansible-core>=2.19,<2.20", "ansible-playbook"),
                            (PYINFRA_VENV, "pyinfra>=3,<4", "pyinfra")):
         if not (venv / "bin" / exe).exists():
+            if not install:
+                raise SystemExit(f"{venv}: {pkg} is not installed; run this benchmark once with --install "
+                                 "outside scripts/isolated (it needs the package index)")
             print(f"[setup] installing {pkg} into {venv}", file=sys.stderr, flush=True)
             sh(["/usr/bin/python3", "-m", "venv", "--clear", str(venv)], check=True)
             p = sh([str(venv / "bin" / "pip"), "install", "-q", "--disable-pip-version-check", pkg])
@@ -76,9 +87,11 @@ def ensure_tools() -> dict[str, str]:
                 raise SystemExit(f"pip install {pkg} failed: {p.stderr[-800:]}")
     posix = COLLECTIONS / "ansible_collections" / "ansible" / "posix"
     if not (posix / "plugins" / "modules" / "synchronize.py").exists():
+        if not install:
+            raise SystemExit(f"{posix}: the ansible.posix collection is missing; run with --install first")
         # ansible-core ships no synchronize; the `ansible` package on PyPI carries ansible.posix
         print("[setup] fetching the ansible.posix collection (from the `ansible` wheel)", file=sys.stderr, flush=True)
-        with tempfile.TemporaryDirectory(dir=SCRATCH) as dl:
+        with tempfile.TemporaryDirectory(dir=TOOLS) as dl:
             p = sh([str(ANSIBLE_VENV / "bin" / "pip"), "download", "-q", "--no-deps", "ansible>=12,<13", "-d", dl])
             if p.returncode:
                 raise SystemExit(f"pip download ansible failed: {p.stderr[-800:]}")
@@ -95,6 +108,14 @@ def ensure_tools() -> dict[str, str]:
     versions["rsync"] = sh(["rsync", "--version"]).stdout.split("\n")[0]
     versions["ssh"] = sh(["ssh", "-V"]).stderr.strip()
     return versions
+
+
+def compile_code() -> None:
+    """specfleet's modules and the ansible.posix collection as bytecode, as pip leaves the peers' packages
+    (pip compiles what it installs; an editable checkout, or a collection unpacked from a wheel, is
+    compiled on first import, which PYTHONDONTWRITEBYTECODE=1 forbids: then every run compiles again)."""
+    sh([sys.executable, "-m", "compileall", "-q", *(str(ROOT / d) for d in CHECKOUT_CODE), str(COLLECTIONS)],
+       check=True)
 
 
 # ---- what each tool runs ------------------------------------------------------------------
@@ -234,9 +255,39 @@ def write_pyinfra(work: Path, inv, c: dict) -> Path:
 
 
 # ---- one run of each tool ------------------------------------------------------------------
+def own_and_children_cpu() -> float:
+    """CPU seconds of this process and of the children it has reaped (a tool's whole process tree,
+    less daemons it left: OpenSSH ControlMasters, which only Ansible's runs start)."""
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def workers_cpu(sshd_pids: list[int]) -> float:
+    """CPU seconds the workers spent: each worker's sshd with the sessions it reaped (the tool's
+    commands, their shells and probes); /proc/PID/stat utime, stime, cutime, cstime."""
+    total = 0
+    for pid in sshd_pids:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += sum(int(f) for f in fields[11:15])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def _proc_stats() -> list[str]:
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                out.append((d / "stat").read_text())
+            except OSError:  # it ended meanwhile
+                pass
+    return out
+
+
 class Runner:
-    def __init__(self, work: Path, inv_path: Path, inv, adir: Path, pdir: Path):
+    def __init__(self, work: Path, inv_path: Path, inv, adir: Path, pdir: Path, sshd_pids: list[int]):
         self.work, self.inv_path, self.inv = work, inv_path, inv
+        self.sshd_pids = sshd_pids
+        self.cpu = (0.0, 0.0)  # the last timed run's (bastion, workers) CPU seconds
         self.adir, self.pdir = adir, pdir
         self.runs = work / "runs"
         self.env = {**os.environ, "SPECFLEET_RUNS_DIR": str(self.runs), "SPECFLEET_INVENTORY": str(inv_path)}
@@ -249,10 +300,36 @@ class Runner:
         for sock in CONTROL_DIR.glob("*"):
             sh(["ssh", "-o", f"ControlPath={sock}", "-O", "exit", "placeholder"])
 
+    @contextlib.contextmanager
+    def _cpu(self):
+        c0 = own_and_children_cpu()
+        self.workers_from = workers_cpu(self.sshd_pids)
+        yield
+        self.cpu = (own_and_children_cpu() - c0, workers_cpu(self.sshd_pids) - self.workers_from)
+
+    def workers_since_run(self) -> float:
+        """The workers' CPU since the last timed run began: after close_masters, so that sessions a
+        ControlMaster kept open (Ansible's) are counted once they end."""
+        self.settle()
+        return workers_cpu(self.sshd_pids) - self.workers_from
+
+    def settle(self, timeout: float = 10.0) -> None:
+        """Wait until every worker's sshd has reaped its sessions: a session's CPU reaches the sshd's
+        counters only then (else the converge run's rsync sessions land in the first timed run)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not any(int(st.rsplit(")", 1)[1].split()[1]) in self.sshd_pids for st in _proc_stats()):
+                return
+            time.sleep(0.02)
+        print(f"[cpu] a worker's sshd still has sessions after {timeout:.0f} s: its CPU figure is low",
+              file=sys.stderr)
+
     def _timed(self, argv, cwd=None, env=None) -> tuple[float, subprocess.CompletedProcess]:
-        t0 = time.perf_counter()
-        p = subprocess.run(argv, capture_output=True, text=True, cwd=cwd, env=env or self.env)
-        return time.perf_counter() - t0, p
+        with self._cpu():
+            t0 = time.perf_counter()
+            p = subprocess.run(argv, capture_output=True, text=True, cwd=cwd, env=env or self.env)
+            t = time.perf_counter() - t0
+        return t, p
 
     def _last_log(self) -> dict:
         log = max(self.runs.glob("*-provision-*.jsonl"), key=lambda p: p.stat().st_mtime)
@@ -275,7 +352,7 @@ class Runner:
         os.environ.update(SPECFLEET_RUNS_DIR=str(self.runs))
         buf = io.StringIO()
         t0 = time.perf_counter()
-        with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
+        with self._cpu(), contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
             try:
                 provision(Context(), inventory=str(self.inv_path), only=ONLY)
             except Exit as e:
@@ -313,17 +390,26 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--keep-work", action="store_true", help="keep the playbook, deploy and logs (printed path)")
+    ap.add_argument("--install", action="store_true",
+                    help=f"install the peers into {TOOLS} (needs the package index) and exit")
     args = ap.parse_args()
+    if args.install:
+        print("tools: " + "; ".join(f"{k} {v}" for k, v in ensure_tools(install=True).items()))
+        return 0
     print(__doc__.split("\n    .venv")[0].rstrip() + "\n")
-    versions = ensure_tools()
+    versions = ensure_tools(install=False)
+    compile_code()
+    SCRATCH.mkdir(parents=True, exist_ok=True)
     print("tools: " + "; ".join(f"{k} {v}" for k, v in versions.items()))
     work = Path(tempfile.mkdtemp(prefix="provision-vs-peers-", dir=SCRATCH))
     from specfleet.inventory import load_inventory
     times: dict[str, list[float]] = {}
+    cpu: dict[str, list[tuple[float, float]]] = {}  # CPU seconds per run: (bastion, workers)
     try:
         with testbed_session(WORKERS, work / "testbed.yml") as (tb, inv_path):
             inv = load_inventory(inv_path)
-            r0 = Runner(work, inv_path, inv, work / "ansible", work / "pyinfra")
+            r0 = Runner(work, inv_path, inv, work / "ansible", work / "pyinfra",
+                        [tb.pid(h.name) for h in inv.select("workers")])
             # converge: specfleet builds (or finds) the bastion venv and deploys it; then the peers
             t, ch, note = r0.specfleet_cli(only="venv," + ONLY)
             print(f"converge  specfleet {t:6.2f} s  {note}")
@@ -334,21 +420,24 @@ def main() -> int:
                 t, ch, note = fn()
                 print(f"converge  {name:<9} {t:6.2f} s  {note}")
             r0.close_masters()
+            r0.settle()  # the converge runs' sessions, before the first timed run counts CPU
             tools = {
                 "specfleet": r0.specfleet_cli, "specfleet-inproc": r0.specfleet_inproc, "pyinfra": r0.pyinfra,
                 "ansible-default": lambda: r0.ansible("default"), "ansible-tuned": lambda: r0.ansible("tuned"),
             }
             names = list(tools)
-            print(f"\n{'round':>5} {'tool':<17} {'seconds':>8}  check")
+            print(f"\n{'round':>5} {'tool':<17} {'seconds':>8} {'CPU bastion':>11} {'workers':>8}  check")
             for rnd in range(args.rounds):
                 order = names[rnd % len(names):] + names[:rnd % len(names)]
                 for name in order:
                     t, changed, note = tools[name]()
                     r0.close_masters()
+                    bastion, workers = r0.cpu[0], r0.workers_since_run()
                     if changed:
                         raise SystemExit(f"{name}: a timed no-op run changed something: {note}")
                     times.setdefault(name, []).append(t)
-                    print(f"{rnd + 1:>5} {name:<17} {t:8.3f}  {note}", flush=True)
+                    cpu.setdefault(name, []).append((bastion, workers))
+                    print(f"{rnd + 1:>5} {name:<17} {t:8.3f} {bastion:11.2f} {workers:8.2f}  {note}", flush=True)
     finally:
         subprocess.run(["rm", "-rf", "--", str(CONTROL_DIR)])
         if not args.keep_work:
@@ -357,13 +446,17 @@ def main() -> int:
             print(f"work dir kept: {work}")
     print(f"\nmedians over {args.rounds} interleaved rounds [min-max], 8 workers, every run checked to change nothing:")
     for name, xs in times.items():
-        print(f"  {name:<17} {median(xs):7.3f} s  [{spread(xs)}]")
+        b, w = median([c[0] for c in cpu[name]]), median([c[1] for c in cpu[name]])
+        print(f"  {name:<17} {median(xs):7.3f} s  [{spread(xs)}]   CPU: bastion {b:5.2f} s + workers {w:5.2f} s")
     sf, py = median(times["specfleet"]), median(times["pyinfra"])
     an, ad = median(times["ansible-tuned"]), median(times["ansible-default"])
     print(f"\nratios (specfleet CLI): {sf / py:.2f} x pyinfra (target <= {PYINFRA_TARGET}), {sf / an:.3f} x Ansible "
           f"tuned (target <= {ANSIBLE_TARGET}), {sf / ad:.3f} x Ansible default")
     print(f"targets: {'met' if sf <= PYINFRA_TARGET * py else 'MISSED'} vs pyinfra, "
           f"{'met' if sf <= ANSIBLE_TARGET * an else 'MISSED'} vs Ansible tuned")
+    total = {name: median([b + w for b, w in cs]) for name, cs in cpu.items()}
+    print(f"CPU ratios (bastion + workers, load-independent): {total['specfleet'] / total['pyinfra']:.2f} x pyinfra, "
+          f"{total['specfleet'] / total['ansible-tuned']:.3f} x Ansible tuned")
     print(f"no-op provision, 8 workers: specfleet {sf:.2f} s, pyinfra {py:.2f} s, ansible {an:.2f} s")
     return 0
 

@@ -17,7 +17,6 @@ from specfleet.step import Payload, Step
 from specfleet.steps.files import Directory, FileContent
 from specfleet.roles import Role
 
-from specfleet.campaign.spec import worker_zipapp
 from specfleet.worker.layout import RUNNER_ARTEFACT
 
 DEFAULT_HOME = "/var/lib/specfleet"
@@ -44,6 +43,7 @@ def steps(host: Host, datasets: list[str], revert: bool = False) -> list[Step]:
     if revert:
         return [FileContent(runner_path(host), present=False)]
     out: list[Step] = [Directory(home(host)), Directory(f"{home(host)}/datasets")]
+    from specfleet.campaign.spec import worker_zipapp  # here: `fab provision` loads every role, not the campaign
     out += [FileContent(runner_path(host), worker_zipapp(), mode="0755")]
     out += [dataset_step(host, ds) for ds in datasets]
     return out

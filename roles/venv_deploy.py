@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 
 from specfleet.facts.files import FileText, Link, SubDirs
-from specfleet.facts.rsync import LocalListing, TreeListing
 from specfleet.facts.system import PythonVersion
 from specfleet.inventory import Host
 from specfleet.shell import q
@@ -35,7 +34,7 @@ def releases_dir(venv: str) -> str:
 
 def release_id(venv: str, manifest: dict) -> str:
     """`<build digest>-<listing hash>` of the bastion's venv: changes whenever its content does."""
-    return f"{manifest['digest']}-{local_listing(venv)[:LISTING_ID_CHARS]}"
+    return f"{manifest['digest']}-{local_listing(venv).tree[:LISTING_ID_CHARS]}"
 
 
 class ReleaseCopy(RsyncTree):
@@ -51,7 +50,7 @@ class ReleaseCopy(RsyncTree):
         self.venv = venv.rstrip("/")
 
     def facts(self) -> dict:
-        return {**super().facts(), "live": Link(self.venv), "code_listing": TreeListing(self.dest, code_only=True)}
+        return {**super().facts(), "live": Link(self.venv)}  # "listing" holds the code's hash too
 
     def _is_live(self, values: Values) -> bool:
         live = values["live"]
@@ -59,21 +58,18 @@ class ReleaseCopy(RsyncTree):
 
     def bastion_facts(self, values: Values) -> dict:
         if self._is_live(values) and not self.in_sync(values):
-            return {"local_code_listing": LocalListing(self.src, code_only=True)}
+            return {}  # the two code hashes decide (no rsync -n into a live release)
         return super().bastion_facts(values)
 
     def decide(self, facts: Values) -> list[Change]:
         if not self._is_live(facts) or self.in_sync(facts):
             return super().decide(facts)
-        if facts["code_listing"] == facts["local_code_listing"]:
+        here, there = facts.get("listing"), facts.get("local_listing")
+        if here is not None and there is not None and here.code == there.code:
             return []  # only bytecode caches differ
         raise StepFailed(f"{self.dest.rstrip('/')} is the live venv here and was changed on this host "
                          "(it differs from the bastion's); specfleet never writes into a live release: "
                          "`fab provision --revert venv-deploy`, then `fab provision` deploys a fresh copy")
-
-
-def code_listing(src: str) -> str:
-    return LocalListing(src, code_only=True).gather_local()
 
 
 class NotBuiltYet(Step):

@@ -37,3 +37,7 @@ if [ ! -x .venv/bin/python ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; th
   .venv/bin/pip install -q -e '.[test,docs]'
   echo "$want" > "$stamp"
 fi
+# The checkout's modules as bytecode, as pip leaves an installed package: the editable install
+# compiles nothing, and where PYTHONDONTWRITEBYTECODE=1 is set every `fab` compiled them all
+# again (~0.25 s of CPU per start). A stale file is ignored (Python checks each against its source).
+.venv/bin/python -m compileall -q specfleet roles tasks testbed fabfile.py >/dev/null

@@ -27,7 +27,7 @@ from typing import Callable
 from tenacity import RetryError, Retrying, stop_after_attempt, wait_exponential
 
 from specfleet.worker.layout import VENV_MANIFEST
-from specfleet.facts.system import PYTHON_VERSION_CODE, PythonVersion
+from specfleet.facts.system import PYTHON_VERSION_FLAG, PythonVersion
 
 # what building a local requirement leaves in its directory: not part of its content
 BUILD_LITTER = {"build", "dist", "__pycache__", ".pytest_cache"}
@@ -141,7 +141,7 @@ def check_base_python(path: str) -> str:
         raise VenvError(f"base interpreter {path} is a pyenv interpreter ({real}); workers do not have it. "
                         "Use the system python the workers have at the same path, e.g. /usr/bin/python3.12")
     try:  # the same command and parser as the workers' BaseInterpreter step
-        p = subprocess.run([path, "-c", PYTHON_VERSION_CODE], capture_output=True, text=True)
+        p = subprocess.run([path, PYTHON_VERSION_FLAG], capture_output=True, text=True)
     except OSError as e:  # a directory, or not executable
         raise VenvError(f"base interpreter {path} cannot run: {e.strerror}") from None
     got = PythonVersion(path).parse(p.stdout + p.stderr, p.returncode)

@@ -1,4 +1,8 @@
-"""`fab bench`, `fab status`, `fab stop`: run a campaign's queues on the workers, detached from SSH."""
+"""`fab bench`, `fab status`, `fab stop`: run a campaign's queues on the workers, detached from SSH.
+
+The campaign, worker and Slurm modules are imported where a task uses them: every `fab` command
+(a no-op `fab provision` too) loads this module for its task list, not for the plan language.
+"""
 from __future__ import annotations
 
 from pathlib import Path
@@ -10,18 +14,10 @@ from rich.table import Table
 from specfleet.errors import one_line
 from specfleet import roles
 from specfleet.roles import configs
-from specfleet.campaign import Paths, PlanError, build_run_spec, commands_for, dump_run_spec, load_plan
-from specfleet.campaign import promptcount
-from specfleet.campaign import format_split, parse_pins, split
-from specfleet.campaign import remote
-from specfleet.worker import layout
-from specfleet.campaign.follow import follow, progress_line
-from specfleet.campaign.spec import RunnerBusy, resumed
 from specfleet.errors import UserError
 from specfleet.fleet import EXIT_BAD_INPUT
 from specfleet.inventory import load_inventory
 from specfleet.shell import q
-from specfleet.slurm.hooks import chosen_hosts, on_slurm
 from specfleet.step import Status
 from specfleet.steps.command import Assert
 from specfleet.steps.files import Directory, FileContent
@@ -32,6 +28,7 @@ PLAN_HELP = f"the campaign's plan file (default {DEFAULT_PLAN})"
 
 
 def plan_of(path: str | None):
+    from specfleet.campaign import PlanError, load_plan
     try:
         return load_plan(path or DEFAULT_PLAN)
     except PlanError as e:
@@ -42,7 +39,8 @@ def work_dir(host) -> str:
     return host.var("bench_work_dir", f"{configs.home(host)}/campaigns")
 
 
-def paths_for(host, plan) -> Paths:
+def paths_for(host, plan):
+    from specfleet.campaign import Paths
     return Paths(venv=host.require("venv_path"), work_dir=work_dir(host), dataset=worker_dataset(host, plan))
 
 
@@ -60,6 +58,7 @@ def _dataset_on_worker(host, plan) -> Assert:
 
 def without(inventory, hosts: str | None, exclude: str) -> str:
     """`--hosts` (default: the workers) less the hosts `--exclude` names, as a --hosts value."""
+    from specfleet.slurm.hooks import chosen_hosts
     try:
         inv = load_inventory(inventory)
         keep = [h.name for h in chosen_hosts(inv, hosts)]
@@ -91,6 +90,10 @@ def without(inventory, hosts: str | None, exclude: str) -> str:
 def bench(c, plan=None, inventory=None, hosts=None, exclude=None, check=False, diff=False, assign=None, wait=True,
           poll=2.0, forks=32, serial=False, accept_new_host_keys=False, verbose=False, results="results", gate_runs=0):
     """Split the plan's configurations across the nodes and run each node's queue (resumable, reattaches)."""
+    from specfleet.campaign import PlanError, build_run_spec, commands_for, format_split, parse_pins, promptcount
+    from specfleet.campaign import remote, split
+    from specfleet.campaign.spec import RunnerBusy, resumed
+    from specfleet.slurm.hooks import on_slurm
     p = plan_of(plan)
     if gate_runs < 0:   # invoke reads an int (the default's type)
         raise Exit(f"error: --gate-runs: {gate_runs!r} is not a run count (0 or more)", code=EXIT_BAD_INPUT)
@@ -177,6 +180,8 @@ def bench(c, plan=None, inventory=None, hosts=None, exclude=None, check=False, d
 
 
 def _placement(host, plan, spec):
+    from specfleet.campaign import dump_run_spec
+    from specfleet.worker import layout
     d = layout.run_dir(work_dir(host), plan.campaign, host.name)
     # the configs role's own steps (runner files, the plan's dataset), then this campaign's run spec
     datasets = [] if plan.benchmark.on_worker else [plan.dataset_file()]
@@ -186,6 +191,9 @@ def _placement(host, plan, spec):
 
 def _follow(fleet, plan, rep, poll, runners: dict[str, int] | None = None):
     """Follow every runner until all are finished (specfleet.campaign.follow), then the campaign table."""
+    from specfleet.campaign import remote
+    from specfleet.campaign.follow import follow
+    from specfleet.worker import layout
     follow(fleet, lambda hc: remote.view(hc, work_dir(hc.host), plan.campaign),
            lambda host: layout.run_dir(work_dir(host), plan.campaign, host.name), rep.console, poll,
            runners, on_end=lambda views: _campaign_table(rep, views))
@@ -206,6 +214,9 @@ def _campaign_table(rep, views):
 def status(c, plan=None, inventory=None, hosts=None, forks=32, serial=False, accept_new_host_keys=False,
            verbose=False):
     """Show the progress of a running or finished campaign on every worker."""
+    from specfleet.campaign import remote
+    from specfleet.campaign.follow import progress_line
+    from specfleet.slurm.hooks import on_slurm
     p = plan_of(plan)
     if on_slurm("status", inventory, hosts, p) is not None:
         return
@@ -222,6 +233,8 @@ def status(c, plan=None, inventory=None, hosts=None, forks=32, serial=False, acc
 def stop(c, plan=None, inventory=None, hosts=None, forks=32, serial=False, accept_new_host_keys=False,
          verbose=False):
     """Stop the runners cleanly: each stops its vLLM server, frees the GPU and exits (resumable later)."""
+    from specfleet.campaign import remote
+    from specfleet.slurm.hooks import on_slurm
     p = plan_of(plan)
     if on_slurm("stop", inventory, hosts, p) is not None:
         return

@@ -6,11 +6,7 @@ from pathlib import Path
 from invoke import task
 from invoke.exceptions import Exit
 
-from specfleet.campaign import NodeInfo, PlanError, split
-from specfleet.worker import layout
-from specfleet.results.bastion_io import BastionStorageError, check_writable, storage_checked
 from specfleet.fleet import EXIT_ASSERTION
-from specfleet.results.fetch import fetch, host_notes
 from specfleet.tasks.bench import DEFAULT_PLAN, PLAN_HELP, plan_of, work_dir
 from specfleet.tasks.common import fleet_help, fleet_run
 
@@ -20,6 +16,11 @@ from specfleet.tasks.common import fleet_help, fleet_run
 def collect(c, plan=None, inventory=None, hosts=None, results="results", force=False, forks=32, serial=False,
             accept_new_host_keys=False, verbose=False):
     """Fetch finished results, check the nodes agree on the baseline, merge and write the report."""
+    # here, not at the top: every `fab` command loads this module for its task list (tasks/bench.py)
+    from specfleet.campaign import NodeInfo, PlanError, split
+    from specfleet.results.bastion_io import BastionStorageError, check_writable, storage_checked
+    from specfleet.results.fetch import fetch, host_notes
+    from specfleet.worker import layout
     p = plan_of(plan)
     dest = Path(results) / p.campaign
     storage_checked(lambda: check_writable(dest))  # a read-only or full results folder: before any host

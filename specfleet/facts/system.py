@@ -111,7 +111,9 @@ class MountPoint(Fact):
 
 # The one Python-version probe: the workers' base interpreter (BaseInterpreter) and the
 # bastion's (specfleet/venv_build.py check_base_python) are read by the same command and parser.
-PYTHON_VERSION_CODE = "import sys; print('.'.join(map(str, sys.version_info[:3])))"
+# `-V` answers before the interpreter starts up (no site, no code run): ~0 ms against ~20 ms for
+# `-c` on every worker of every run; whether it runs code is the venv import check's question.
+PYTHON_VERSION_FLAG = "-V"  # prints "Python 3.12.3"
 
 
 @dataclass(frozen=True)
@@ -125,11 +127,11 @@ class PythonVersion(Fact):
     path: str
 
     def command(self) -> str:
-        return f"{q(self.path)} -c {q(PYTHON_VERSION_CODE)} 2>&1"
+        return f"{q(self.path)} {PYTHON_VERSION_FLAG} 2>&1"
 
     def parse(self, stdout: str, rc: int) -> Interpreter:
         got = lines(stdout)
-        last = got[-1] if got else ""
+        last = got[-1].removeprefix("Python ") if got else ""
         if rc == 0 and last[:1].isdigit():
             return Interpreter(last)
         return Interpreter(None, "\n".join(got[-3:])[-200:])

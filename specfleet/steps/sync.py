@@ -4,15 +4,15 @@ from __future__ import annotations
 import shlex
 
 from ..connection import ssh_argv
-from ..facts.rsync import LISTING, LocalCopyPlan, LocalListing, RsyncItemize, TreeListing  # noqa: F401
+from ..facts.rsync import LISTING, Listing, LocalCopyPlan, LocalListing, RsyncItemize, TreeListing  # noqa: F401
 from ..facts.rsync import _local_listings  # noqa: F401  (a run's cache; tests clear it)
 from ..inventory import Host
 from ..quoting import join
 from ..step import Change, Step, StepFailed, Values
 
 
-def local_listing(src: str) -> str:
-    """The bastion tree's listing hash (the same one the host computes of its copy)."""
+def local_listing(src: str) -> Listing:
+    """The bastion tree's listing hashes (the same ones the host computes of its copy)."""
     return LocalListing(src).gather_local()
 
 

@@ -270,21 +270,21 @@ def test_release_id_changes_when_the_venv_changes_in_place(tmp_path):
 
 
 def test_a_changed_live_release_is_refused_and_bytecode_caches_are_left(tmp_path):
-    from specfleet.roles.venv_deploy import ReleaseCopy, code_listing
-    from specfleet.steps.sync import local_listing
+    from specfleet.roles.venv_deploy import ReleaseCopy
+    from specfleet.steps.sync import Listing, local_listing
     venv = tmp_path / "venv"
     (venv / "lib" / "__pycache__").mkdir(parents=True)
     (venv / "lib" / "mod.py").write_text("x = 1\n")
     host = hosts_of(tmp_path)[0]
     step = ReleaseCopy(host, str(venv), "/opt/v.releases/r1", None)
-    full, code = local_listing(str(venv) + "/"), code_listing(str(venv) + "/")
+    here = local_listing(str(venv) + "/")  # the tree's and the code's hashes, from one listing
     live = PathKind("link", "/opt/v.releases/r1")
 
-    def facts(listing, code):
-        return {"live": live, "listing": listing, "local_listing": full, "code_listing": code,
-                "local_code_listing": code_listing(str(venv) + "/")}
-    assert step.decide(facts(full, code)) == []
-    assert step.decide(facts("0" * 64, code)) == []  # only __pycache__ differs
+    def facts(tree, code):
+        return {"live": live, "listing": Listing(tree, code), "local_listing": here}
+    assert step.decide(facts(here.tree, here.code)) == []
+    assert step.bastion_facts(facts("0" * 64, here.code)) == {}  # never rsync -n into a live release
+    assert step.decide(facts("0" * 64, here.code)) == []  # only __pycache__ differs
     with pytest.raises(StepFailed, match="live venv here and was changed on this host"):
         step.decide(facts("0" * 64, "1" * 64))
 

@@ -177,8 +177,8 @@ QUOTERS = {"q", "join", "quote", "shlex.quote", "shlex.join"}
 SAFE = {"i", "self.LINK_RC", "SECTION", "YES", "NO", "self.token", "LISTING", "sep", "create", "pre", "flip", "verify",
         "probe", "int(wait_s * 5)", "pid", "self.step.probe() or 'true'", "' && '.join(checks)",
         "self.test", "self.unless", "self._argv(True)", "CODE_LISTING",
-        "DIFF_VAR", "DIFF_MAX_BYTES", "exact", "CODE_LISTING if code_only else LISTING",
-        "QUERY_FIELDS", "' && '.join(checks)"}  # constants of the code, never a value from a file
+        "DIFF_VAR", "DIFF_MAX_BYTES", "exact", "LISTINGS",
+        "QUERY_FIELDS", "' && '.join(checks)", "PYTHON_VERSION_FLAG"}  # constants of the code, never a value from a file
 
 
 def _quoted_names(fn: ast.AST) -> set[str]:
