@@ -191,7 +191,7 @@ def main() -> int:
         ok = floor <= TARGET
         missed += not ok
         print(f"{label}: worst makespan / lower bound = {bound:.3f} ({where}); worst makespan / best floor "
-              f"= {floor:.3f} ({floor_where}); {'meets' if ok else 'MISSES'} the {TARGET} target")
+              f"= {floor:.4f} ({floor_where}); {'meets' if ok else 'MISSES'} the {TARGET} target")
     print(f"longest multi-GPU split {slowest:.1f} s")
     return 1 if missed else 0
 
