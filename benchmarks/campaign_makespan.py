@@ -16,6 +16,11 @@ a quarter of the extra configurations tensor-parallel over 2 GPUs; the split sch
 (slotsplit.py) and the bound is max(longest item, GPU-seconds / all GPUs, pigeonhole, count bound over the
 GPUs: bounds.count_bound). Target: worst ratio <= 1.02.
 
+A one-GPU split above 1.02 x its bound is held against the optimum (makespan_optimum.py, a MILP; or
+its tighter bound where a node class is relaxed): each row's `vs floor`. There is no exact method
+for the GPU-slot schedule, so the multi-GPU series is judged against the bound only. Exit 1 when a
+fleet misses the target.
+
     .venv/bin/python benchmarks/campaign_makespan.py [--trials 8] [--seed 1]
 """
 from __future__ import annotations
@@ -27,9 +32,11 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from specfleet.plan import load_plan, parse_plan  # noqa: E402
 from specfleet.campaign.split import REPORT_DURATIONS, NodeInfo, split  # noqa: E402
+from makespan_optimum import optimum  # noqa: E402
 
 TARGET = 1.02   # worst makespan / lower bound (issue 27)
 REPORT_PLAN = Path(__file__).resolve().parents[1] / "plans" / "qwen3-32b.yml"
@@ -88,23 +95,41 @@ def sweep_campaign(rng: random.Random, n_nodes: int, sources: list[str]):
     return plan, nodes, durations
 
 
-def series(rng: random.Random, trials: int, sources: list[str], make=campaign,
-           skip_exact: bool = False) -> tuple[float, str]:
-    """The worst ratio (and where); skip_exact: over the splits branch and bound did not prove optimal."""
-    worst = (0.0, "")
+def judged(plan, s) -> tuple[float, str]:
+    """(makespan / the best known floor, what the floor is). Branch and bound's splits are optimal;
+    a split above TARGET x its bound is held against the optimum (makespan_optimum.py, MILP), or where
+    a node class was relaxed there, against that MILP's tighter bound."""
+    if s.method == "exact":
+        return 1.0, "optimum (b&b)"
+    if s.ratio <= TARGET:
+        return s.ratio, "bound"
+    others = [c.name for c in plan.configurations if c.name != plan.baseline]
+    classes: dict[tuple, list[str]] = {}
+    for n in s.queues:
+        classes.setdefault(tuple(s.durations[c][n] for c in [plan.baseline, *others]), []).append(n)
+    o = optimum(others, list(classes.values()), s.durations, s.durations[plan.baseline], s.lower_bound_s,
+                s.makespan_s)
+    return s.makespan_s / o.lower, "optimum (milp)" if not o.relaxed else "milp bound"
+
+
+def series(rng: random.Random, trials: int, sources: list[str], make=campaign) -> tuple[float, str, float, str]:
+    """(worst makespan / bound, where; worst makespan / the best known floor, where): judged()."""
+    worst, worst_floor = (0.0, ""), (0.0, "")
     print(f"{'nodes':>5} {'trial':>5} {'items':>5} {'makespan min':>12} {'bound min':>9} {'ratio':>6} "
-          f"{'method':>9} {'ms':>6}")
+          f"{'method':>9} {'ms':>6} {'vs floor':>8}  floor")
     for n in (2, 4, 8):
         for t in range(trials):
             plan, nodes, durations = make(rng, n, sources)
             t0 = time.perf_counter()
             s = split(plan, nodes, durations=durations)
             ms = (time.perf_counter() - t0) * 1000
+            r, floor = judged(plan, s)
             print(f"{n:>5} {t:>5} {len(plan.configurations):>5} {s.makespan_s / 60:>12.1f} "
-                  f"{s.lower_bound_s / 60:>9.1f} {s.ratio:>6.3f} {s.method:>9} {ms:>6.0f}")
-            if s.ratio > worst[0] and not (skip_exact and s.method == "exact"):
-                worst = (s.ratio, f"{n} nodes, trial {t}, {s.method}")
-    return worst
+                  f"{s.lower_bound_s / 60:>9.1f} {s.ratio:>6.3f} {s.method:>9} {ms:>6.0f} {r:>8.3f}  {floor}")
+            where = f"{n} nodes, trial {t}, {s.method}"
+            worst = max(worst, (s.ratio, where))
+            worst_floor = max(worst_floor, (r, f"{where}, against the {floor}"))
+    return (*worst, *worst_floor)
 
 
 def gpu_campaign(rng: random.Random, n_nodes: int, gpus: int):
@@ -152,27 +177,23 @@ def main() -> int:
         print(f"\n{kind} fleets (model read from: {', '.join(sorted(set(sources)))})")
         worst[kind] = series(random.Random(args.seed), args.trials, sources)
     print("\nreport-like fleets, plans that sweep (k, prompt_lookup_max, output_len cells)")
-    worst["sweep"] = series(random.Random(args.seed), args.trials, FLEETS["report"], sweep_campaign, skip_exact=True)
-    print()
-    # few, large items on many nodes: branch and bound proves those splits optimal, and a ratio above
-    # TARGET there is the bound's slack (the baseline on every node, items that do not divide evenly);
-    # the target is judged on the others
-    ok = "meets" if worst["sweep"][0] <= TARGET else "MISSES"
-    print("plans that sweep (report-like fleets): " + (
-        f"worst makespan / lower bound over the splits not proven optimal = {worst['sweep'][0]:.3f} "
-        f"({worst['sweep'][1]}); {ok} the {TARGET} target" if worst["sweep"][1] else
-        "every split proven optimal by branch and bound (method exact; see the table for the bound's slack)"))
+    worst["sweep"] = series(random.Random(args.seed), args.trials, FLEETS["report"], sweep_campaign)
     print("\nmulti-GPU fleets (packing: shared, TP=2 on a quarter of the extra configurations)")
-    *worst["gpu"], slowest = gpu_series(random.Random(args.seed), args.gpu_trials)
+    *gpu, slowest = gpu_series(random.Random(args.seed), args.gpu_trials)
+    worst["gpu"] = (*gpu, gpu[0], f"{gpu[1]}, against the bound: no exact method for GPU slots")
     print()
-    ok_gpu = "meets" if worst["gpu"][0] <= TARGET else "MISSES"
-    print(f"multi-GPU fleets: worst makespan / lower bound = {worst['gpu'][0]:.3f} ({worst['gpu'][1]}); "
-          f"{ok_gpu} the {TARGET} target; longest split {slowest:.1f} s")
-    print(f"mixed fleets (stress): worst makespan / lower bound = {worst['mixed'][0]:.3f} ({worst['mixed'][1]})")
-    ok = "meets" if worst["report"][0] <= TARGET else "MISSES"
-    print(f"report-like fleets: worst makespan / lower bound = {worst['report'][0]:.3f} "
-          f"({worst['report'][1]}); {ok} the {TARGET} target")
-    return 0
+    # a ratio to the bound above TARGET where the split is the optimum (b&b or MILP) is the bound's
+    # slack: whole items of 14-20 min, three or four to a node, do not divide the work evenly
+    missed = 0
+    for kind, label in (("report", "report-like fleets"), ("mixed", "mixed local/NFS fleets"),
+                        ("sweep", "plans that sweep"), ("gpu", "multi-GPU fleets")):
+        bound, where, floor, floor_where = worst[kind]
+        ok = floor <= TARGET
+        missed += not ok
+        print(f"{label}: worst makespan / lower bound = {bound:.3f} ({where}); worst makespan / best floor "
+              f"= {floor:.4f} ({floor_where}); {'meets' if ok else 'MISSES'} the {TARGET} target")
+    print(f"longest multi-GPU split {slowest:.1f} s")
+    return 1 if missed else 0
 
 
 if __name__ == "__main__":

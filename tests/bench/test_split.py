@@ -128,3 +128,57 @@ def test_many_twin_nodes_one_estimate_per_set_and_the_same_split_twice(monkeypat
     placed = sorted(c for q in a.queues.values() for c in q[1:])
     assert placed == sorted(c["name"] for c in cfgs[1:]) and all(q[0] == "vanilla" for q in a.queues.values())
     assert a.lower_bound_s <= a.makespan_s <= 1.10 * a.lower_bound_s
+
+
+def _makespan_optimum():
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "makespan_optimum.py"
+    spec = importlib.util.spec_from_file_location("makespan_optimum", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("makespan_optimum", mod)   # its dataclass looks its module up by name
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_makespan_optimum_matches_every_assignment_tried_and_a_relaxed_class_stays_below_it(monkeypatch):
+    """benchmarks/makespan_optimum.py (what campaign_makespan.py holds a split against): on small random
+    two-class fleets its `lower` never exceeds the exhaustive optimum, and where no class is relaxed it
+    is that optimum (to the bisection's precision) and `best` is a makespan some assignment reaches.
+    With every class relaxed (MAX_PER_NODE 0) it is still a bound."""
+    import itertools
+
+    mod = _makespan_optimum()
+    rng = random.Random(5)
+    for trial in range(25):
+        names = [f"n{i}" for i in range(rng.choice([2, 3]))]
+        classes = [names[:1], names[1:]] if rng.random() < 0.5 else [names]
+        others = [f"c{i}" for i in range(rng.randint(2, 6))]
+        base = {}
+        dur = {c: {} for c in others}
+        for members in classes:
+            b, scale = rng.uniform(5, 20), rng.uniform(0.3, 1.0)
+            for n in members:
+                base[n] = b
+            for c in others:
+                d = rng.uniform(4, 20) * scale
+                for n in members:
+                    dur[c][n] = d
+        spans = []
+        for a in itertools.product(names, repeat=len(others)):
+            load = dict(base)
+            for c, n in zip(others, a):
+                load[n] += dur[c][n]
+            spans.append(max(load.values()))
+        opt, worst = min(spans), max(spans)
+        lo = max(base.values())
+        monkeypatch.setattr(mod, "MAX_PER_NODE", len(others))   # no class relaxed
+        got = mod.optimum(others, classes, dur, base, lo, worst)
+        assert got.lower <= opt + 1e-6
+        assert not got.relaxed and got.lower >= opt * (1 - 1e-4)
+        assert got.best is None or opt - 1e-6 <= got.best <= worst + 1e-6
+        monkeypatch.setattr(mod, "MAX_PER_NODE", 0)
+        relaxed = mod.optimum(others, classes, dur, base, lo, worst)
+        assert relaxed.relaxed == tuple(range(len(classes))) and lo <= relaxed.lower <= opt + 1e-6
