@@ -182,7 +182,7 @@ def test_a_server_stop_never_ends_a_neighbour_runners_engine_of_the_same_name(be
     import subprocess
     import sys
 
-    from specfleet.worker.slots import server_tag
+    from specfleet.worker.lane import server_tag
     other = str(bed.tmp / "other-work" / "t" / "w2")
     decoys = [subprocess.Popen(["VLLM::EngineCore", "-c", "import time; time.sleep(300)"], executable=sys.executable,
                                env={"PATH": os.environ["PATH"], "SPECFLEET_RUN_DIR": other, "SPECFLEET_SERVER": tag},
@@ -200,7 +200,7 @@ def test_a_server_stop_never_ends_a_neighbour_runners_engine_of_the_same_name(be
 
 
 def test_crossover_rounds_run_on_a_node_with_several_gpus_once_every_slot_is_idle(bed, monkeypatch):
-    """Before: run_slots ran the spec's items and returned, the refinement rounds never ran there."""
+    """Before: the GPU pool ran the spec's items and returned, the refinement rounds never ran there."""
     monkeypatch.setenv("FAKE_CROSSOVER", "ngram:12")   # ngram pays below c=12, loses above (tests/bench/fakes)
     monkeypatch.setenv("FAKE_BENCH_S", "0.05")
     monkeypatch.setenv("FAKE_LOAD_S", "0.3")
