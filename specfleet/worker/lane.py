@@ -246,25 +246,6 @@ def _alive(pid: int) -> bool:
     return bool(st) and st[0] not in ("Z", "X")
 
 
-def gpu_used_mib(gpu_index, env) -> int:
-    """Max memory.used over the GPUs nvidia-smi lists (or of gpu_index), in MiB."""
-    cmd = ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"]
-    if gpu_index is not None:
-        cmd.insert(1, f"--id={gpu_index}")
-    try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        raise ItemFailed(f"GPU not visible: nvidia-smi could not run: {e}") from None
-    if p.returncode != 0:
-        raise ItemFailed(
-            f"GPU not visible: nvidia-smi exit {p.returncode}: {(p.stdout + p.stderr).strip()[-300:]} "
-            "(after a reboot check that the nvidia module is loaded: modprobe nvidia)")
-    try:
-        return max(int(float(x)) for x in p.stdout.split())
-    except ValueError:
-        raise ItemFailed(f"nvidia-smi printed no memory figure: {p.stdout.strip()[:200]!r}") from None
-
-
 #: Run by <venv>/bin/python: the identity (name, version, simulated) of the `vllm` that python would
 #: import, as one JSON line, WITHOUT importing it
 #: (the real vLLM imports torch and its kernels: `vllm --version` took 21 s on an H200). `vllm
@@ -314,14 +295,22 @@ def engine_identity(python: str, env: dict) -> dict:
 
 def gpu_table(env) -> list[dict]:
     """Every GPU nvidia-smi lists: [{index, uuid, name, used}] (memory.used in MiB), one query for all
-    of them; a node with several GPUs gates each server on its own set (slots.py)."""
+    of them (the one parser of nvidia-smi's GPU list on the worker); asked again twice when it fails
+    (every lane's memory gate asks it, at once on a busy node)."""
     cmd = ["nvidia-smi", "--query-gpu=index,uuid,name,memory.used", "--format=csv,noheader,nounits"]
-    try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        raise ItemFailed(f"GPU not visible: nvidia-smi could not run: {e}") from None
-    if p.returncode != 0:
-        raise ItemFailed(f"GPU not visible: nvidia-smi exit {p.returncode}: {(p.stdout + p.stderr).strip()[-300:]}")
+    for attempt in range(3):
+        try:
+            p = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            why = f"GPU not visible: nvidia-smi could not run: {e}"
+        else:
+            why = f"GPU not visible: nvidia-smi exit {p.returncode}: {(p.stdout + p.stderr).strip()[-300:]} " \
+                "(after a reboot check that the nvidia module is loaded: modprobe nvidia)"
+            if p.returncode == 0:
+                break
+        if attempt == 2:
+            raise ItemFailed(why)
+        time.sleep(1.0)
     out = []
     for line in p.stdout.splitlines():
         parts = [x.strip() for x in line.split(",")]
@@ -404,9 +393,17 @@ class Lane:
 
     # ---------------------------------------------------------------- preflight
     def gpu_used_mib(self) -> int:
+        """Max memory used over its GPUs (None: the spec's gpu_index, else every GPU), in MiB."""
+        table = gpu_table(env_without_devices(self.env))
         if self.gpus is None:
-            return gpu_used_mib(self.spec["gpu_index"], self.env)
-        return self.owner.set_used_mib(self.gpus)
+            rows = [t["used"] for t in table if self.spec["gpu_index"] in (None, t["index"])]
+            missing = [] if rows else [str(self.spec["gpu_index"])]
+        else:
+            rows = [t["used"] for t in table if t["uuid"] in {g["uuid"] for g in self.gpus}]
+            missing = sorted({g["uuid"] for g in self.gpus} - {t["uuid"] for t in table})
+        if missing:
+            raise ItemFailed(f"GPU(s) {', '.join(missing)} not listed by nvidia-smi")
+        return max(rows)
 
     def end(self) -> None:
         """Ends its bench client and server at once (the runner is aborting), then stops as ever."""

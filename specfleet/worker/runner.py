@@ -25,13 +25,11 @@ import time
 
 from . import layout
 from .lane import (Fatal, ItemFailed, Lane, Stopped, end_pids, env_without_devices, gpu_table, live_pids, log, now,
-                   parse_env_file, proc_has_token)
+                   proc_has_token)
 from .runspec import Client, Serve, item_parts
 from .slots import admit, check_gpus, fits_ever, needed
 
 EXIT_OK, EXIT_FAILED, EXIT_SPEC, EXIT_LOCKED, EXIT_FATAL, EXIT_STOPPED = 0, 1, 2, 3, 4, 143
-__all__ = ["main", "parse_env_file", "EXIT_OK", "EXIT_FAILED", "EXIT_SPEC", "EXIT_LOCKED", "EXIT_FATAL",
-           "EXIT_STOPPED"]
 DEFAULTS = {"schema": 1, "plan_hash": "", "env_file": None, "expected_vllm_version": None,
             "server_host": "127.0.0.1", "health_timeout_s": 2400, "health_poll_s": 5,
             "prefix_cache": "reset", "bench_timeout_s": 7200, "gpu_memory_free_mib": 5000,
@@ -416,22 +414,6 @@ class Runner:
             self.save()
 
     # ---------------------------------------------------------------- processes
-    def set_used_mib(self, gpus: list[dict]) -> int:
-        """Max memory used over `gpus`: one nvidia-smi for the whole node, asked by every lane's gate."""
-        for attempt in range(3):
-            try:
-                table = gpu_table(env_without_devices(None))
-                break
-            except ItemFailed:
-                if attempt == 2:
-                    raise
-                time.sleep(1.0)
-        uuids = {g["uuid"] for g in gpus}
-        got = [t["used"] for t in table if t["uuid"] in uuids]
-        if len(got) != len(uuids):
-            raise ItemFailed(f"GPU(s) {', '.join(sorted(uuids - {t['uuid'] for t in table}))} not listed by nvidia-smi")
-        return max(got)
-
     def abort(self, e: BaseException) -> None:
         """Whatever ends the runner ends its servers and bench clients too, and says why."""
         for lane in list(self.lanes.values()):
