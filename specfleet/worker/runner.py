@@ -17,15 +17,15 @@ import errno
 import fcntl
 import json
 import os
-import secrets
 import signal
 import sys
 import threading
 import time
 
 from . import layout
-from .lane import (Fatal, ItemFailed, Lane, Stopped, end_pids, env_without_devices, gpu_table, live_pids, log, now,
-                   proc_has_token)
+from .host import (Fatal, ItemFailed, Stopped, boot_identity, end_pids, env_without_devices, gpu_table, live_pids, log,
+                   now, proc_has_token)
+from .lane import Lane
 from .runspec import Client, Serve, item_parts
 from .slots import admit, check_gpus, fits_ever, needed
 
@@ -65,30 +65,6 @@ def make_reserve(path: str) -> None:
             os.fsync(f.fileno())
     except OSError:
         pass
-
-
-def boot_identity() -> str:
-    """Changes with every boot: the kernel's boot_id and a token in /tmp (emptied at boot; also
-    what tells a testbed worker's reboot apart, as its kernel is the machine's)."""
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            boot = f.read().strip()
-    except OSError:
-        boot = "?"
-    marker = layout.boot_marker(os.getuid())
-    try:
-        fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        os.write(fd, secrets.token_hex(8).encode())
-        os.close(fd)
-    except FileExistsError:
-        pass
-    except OSError:
-        return boot
-    try:
-        with open(marker) as f:
-            return f"{boot}/{f.read().strip()}"
-    except OSError:
-        return boot
 
 
 def atomic_write(path: str, data: str) -> None:

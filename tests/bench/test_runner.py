@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from specfleet.worker.lane import parse_env_file
+from specfleet.worker.host import parse_env_file
 from specfleet.worker.runner import EXIT_FAILED, EXIT_FATAL, EXIT_LOCKED, EXIT_OK, EXIT_STOPPED
 
 

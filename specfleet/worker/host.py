@@ -1,0 +1,286 @@
+"""What the worker reads of its host: processes (/proc), nvidia-smi's GPU list, the env file, the
+venv's engine, the boot. Stdlib only; part of the worker program. Also the three ways a check ends
+an item (ItemFailed, Fatal, Stopped), which the runner alone turns into what happens to the queue
+(runner.Runner.ended), and the log line format.
+"""
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import subprocess
+import time
+
+from . import layout
+
+
+class ItemFailed(Exception):
+    """This item cannot finish; the queue goes on."""
+
+
+class Fatal(Exception):
+    """The queue cannot go on (e.g. GPU memory not released)."""
+
+
+class Stopped(Exception):
+    """SIGTERM: stop cleanly, leave the current item for a resumed runner."""
+
+
+def now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def log(msg: str) -> None:
+    try:
+        print(f"{now()} {msg}", flush=True)
+    except OSError:  # runner.log on a full disk: the state file (reserve below) still says what happened
+        pass
+
+
+def parse_env_file(path: str, env: dict) -> dict:
+    """`export K=WORD` / `K=WORD` lines, read as sh reads them when the file is sourced.
+
+    WORD is sh's: 'single' quotes literal (newlines included), "double" quotes
+    expand $VAR and ${VAR} and take backslash escapes (of backslash, quote, $, backtick), bare text expands $VAR;
+    adjacent parts make one word. Nothing is ever executed. specfleet writes
+    the file with specfleet.quoting, so each value reads back byte for byte.
+    """
+    env = dict(env)
+    with open(path, encoding="utf-8", errors="surrogateescape") as f:
+        text = f.read()
+    i, n = 0, len(text)
+    while i < n:
+        while i < n and text[i] in " \t\n;":
+            i += 1
+        if i < n and text[i] == "#":
+            i = _line_end(text, i)
+            continue
+        if text.startswith("export ", i):
+            i += 7
+            while i < n and text[i] in " \t":
+                i += 1
+        j = i
+        while j < n and (text[j].isalnum() or text[j] == "_"):
+            j += 1
+        key = text[i:j]
+        if j >= n or text[j] != "=" or not key or key[0].isdigit():
+            i = _line_end(text, i)  # not an assignment: skipped, never run
+            continue
+        value, i = _word(text, j + 1, env)
+        env[key] = value
+    return env
+
+
+def _line_end(text: str, i: int) -> int:
+    k = text.find("\n", i)
+    return len(text) if k < 0 else k + 1
+
+
+def _word(text: str, i: int, env: dict) -> tuple[str, int]:
+    out, n = [], len(text)
+    while i < n and text[i] not in " \t\n;":
+        c = text[i]
+        if c == "'":
+            k = text.find("'", i + 1)
+            k = n if k < 0 else k
+            out.append(text[i + 1:k])
+            i = k + 1
+        elif c == '"':
+            i += 1
+            while i < n and text[i] != '"':
+                if text[i] == "\\" and i + 1 < n and text[i + 1] in '\\"$`\n':
+                    out.append("" if text[i + 1] == "\n" else text[i + 1])
+                    i += 2
+                elif text[i] == "$":
+                    val, i = _var(text, i, env)
+                    out.append(val)
+                else:
+                    out.append(text[i])
+                    i += 1
+            i += 1
+        elif c == "\\" and i + 1 < n:
+            out.append("" if text[i + 1] == "\n" else text[i + 1])
+            i += 2
+        elif c == "$":
+            val, i = _var(text, i, env)
+            out.append(val)
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out), i
+
+
+def _var(text: str, i: int, env: dict) -> tuple[str, int]:
+    """$NAME or ${NAME} at text[i]; a lone $ is itself."""
+    j = i + 1
+    if text[j:j + 1] == "{":
+        k = text.find("}", j)
+        if k > j + 1:
+            return env.get(text[j + 1:k], ""), k + 1
+        return "$", i + 1
+    k = j
+    while k < len(text) and (text[k].isalnum() or text[k] == "_"):
+        k += 1
+    if k == j or text[j].isdigit():
+        return "$", i + 1
+    return env.get(text[j:k], ""), k
+
+
+def proc_stat(pid: int):
+    """(state, ppid, pgrp, session) or None."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return fields[0], int(fields[1]), int(fields[2]), int(fields[3])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def proc_argv0(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().split(b"\0")[0].decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def proc_has_token(pid: int, token: bytes) -> bool:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return token in f.read().split(b"\0")
+    except OSError:
+        return False
+
+
+def live_pids():
+    me = os.getpid()
+    for d in os.listdir("/proc"):
+        if d.isdigit() and int(d) != me:
+            st = proc_stat(int(d))
+            if st and st[0] not in ("Z", "X"):
+                yield int(d), st
+
+
+def end_pids(pids: list[int], grace: float = 5.0) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline and any(_alive(p) for p in pids):
+            time.sleep(0.1)
+
+
+def _alive(pid: int) -> bool:
+    st = proc_stat(pid)
+    return bool(st) and st[0] not in ("Z", "X")
+
+
+#: Run by <venv>/bin/python: the identity (name, version, simulated) of the `vllm` that python would
+#: import, as one JSON line, WITHOUT importing it
+#: (the real vLLM imports torch and its kernels: `vllm --version` took 21 s on an H200). `vllm
+#: --version` prints the distribution's metadata (importlib.metadata.version("vllm")), read here from
+#: the dist-info beside the package. An engine that describes itself (specfleet-engine.json beside its
+#: __init__.py: name, version, simulated, prompt_tokens; docs/engines-gpu.md) wins over any metadata:
+#: its identity is what it says, so a simulation is never recorded as a vLLM release.
+ENGINE_VERSION_PY = r'''
+import importlib.metadata as md, importlib.util, json, os, sys
+spec = importlib.util.find_spec("vllm")
+if spec is None or not spec.origin:
+    sys.exit("no `vllm` package on this python's path")
+ident = os.path.join(os.path.dirname(spec.origin), "specfleet-engine.json")
+if os.path.isfile(ident):
+    with open(ident, encoding="utf-8") as f:
+        own = json.load(f)
+    print(json.dumps({"name": str(own["name"]), "version": str(own["version"]), "simulated": own.get("simulated") is True}))
+    sys.exit(0)
+here = os.path.dirname(os.path.dirname(spec.origin))
+dist = next((d for d in md.distributions(path=[here]) if (d.metadata["Name"] or "").lower() == "vllm"), None)
+try:
+    print(json.dumps({"name": "vllm", "version": dist.version if dist else md.version("vllm"), "simulated": False}))
+except md.PackageNotFoundError:
+    sys.exit(f"the `vllm` package in {here} has no `vllm` distribution metadata (vllm-*.dist-info)")
+'''
+
+
+def engine_identity(python: str, env: dict) -> dict:
+    """The venv's engine as the worker observed it: {"name", "version" (what `<venv>/bin/vllm --version`
+    would print), "simulated"}, read by the venv's python (ENGINE_VERSION_PY). Every result carries it
+    (runner.bench_metadata), so no other code needs to guess which engine measured."""
+    try:  # cwd /: `python -c` puts the cwd first on sys.path, a stray vllm/ there must not count
+        p = subprocess.run([python, "-c", ENGINE_VERSION_PY], capture_output=True, text=True, timeout=120,
+                           env=env, cwd="/")
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise ItemFailed(f"the engine version could not be read: {python} could not run: {e}") from None
+    lines = [x.strip() for x in p.stdout.splitlines() if x.strip()]
+    try:
+        ident = json.loads(lines[-1]) if p.returncode == 0 and lines else None
+    except ValueError:
+        ident = None
+    if not isinstance(ident, dict) or not ident.get("version"):
+        raise ItemFailed(f"the engine version could not be read: {python} exit {p.returncode}: "
+                         f"{(p.stdout + p.stderr).strip()[-500:]}")
+    return ident
+
+
+def gpu_table(env) -> list[dict]:
+    """Every GPU nvidia-smi lists: [{index, uuid, name, used}] (memory.used in MiB), one query for all
+    of them (the one parser of nvidia-smi's GPU list on the worker); asked again twice when it fails
+    (every lane's memory gate asks it, at once on a busy node)."""
+    cmd = ["nvidia-smi", "--query-gpu=index,uuid,name,memory.used", "--format=csv,noheader,nounits"]
+    for attempt in range(3):
+        try:
+            p = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            why = f"GPU not visible: nvidia-smi could not run: {e}"
+        else:
+            why = f"GPU not visible: nvidia-smi exit {p.returncode}: {(p.stdout + p.stderr).strip()[-300:]} " \
+                "(after a reboot check that the nvidia module is loaded: modprobe nvidia)"
+            if p.returncode == 0:
+                break
+        if attempt == 2:
+            raise ItemFailed(why)
+        time.sleep(1.0)
+    out = []
+    for line in p.stdout.splitlines():
+        parts = [x.strip() for x in line.split(",")]
+        if not line.strip():
+            continue
+        try:
+            out.append({"index": int(parts[0]), "uuid": parts[1], "name": ",".join(parts[2:-1]),
+                        "used": int(float(parts[-1]))})
+        except (ValueError, IndexError):
+            raise ItemFailed(f"nvidia-smi printed an unexpected GPU line: {line.strip()[:200]!r}") from None
+    return out
+
+
+def env_without_devices(env: dict | None) -> dict:
+    """nvidia-smi ignores CUDA_VISIBLE_DEVICES, a stand-in might not: the table lists every GPU."""
+    return {k: v for k, v in env.items() if k != "CUDA_VISIBLE_DEVICES"} if env else dict(os.environ)
+
+
+def boot_identity() -> str:
+    """Changes with every boot: the kernel's boot_id and a token in /tmp (emptied at boot; also
+    what tells a testbed worker's reboot apart, as its kernel is the machine's)."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+    except OSError:
+        boot = "?"
+    marker = layout.boot_marker(os.getuid())
+    try:
+        fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        os.write(fd, secrets.token_hex(8).encode())
+        os.close(fd)
+    except FileExistsError:
+        pass
+    except OSError:
+        return boot
+    try:
+        with open(marker) as f:
+            return f"{boot}/{f.read().strip()}"
+    except OSError:
+        return boot
