@@ -188,7 +188,8 @@ def test_runner_refines_where_the_speedup_crosses_and_resume_measures_nothing_ne
     plan = bed.plan(benchmark={"concurrencies": SEARCH, "repeat": 2, "num_prompts": 8,
                                "min_prompts_per_concurrency": 0.5})
     spec = bed.spec(plan, queue=("vanilla", "ngram"))
-    assert bed.run(spec, timeout=120) == EXIT_OK, bed.log()
+    # a server start per repeat (server-start), in every round too: ~20 starts of the fake server
+    assert bed.run(spec, timeout=400) == EXIT_OK, bed.log()
     st = bed.state()
     x = st["crossover"]["configs"]["ngram"]
     assert x["why"].startswith("done")
@@ -218,7 +219,7 @@ def test_runner_refines_where_the_speedup_crosses_and_resume_measures_nothing_ne
         [i for i in rounds if i["name"].startswith("ngram.round")])
     before = run_files(bed)
     # the second run: every cell is there, nothing is measured again, the decision is the same
-    assert bed.run(spec, timeout=120) == EXIT_OK, bed.log()
+    assert bed.run(spec, timeout=400) == EXIT_OK, bed.log()
     assert run_files(bed) == before
     st2 = bed.state()
     assert [i["name"] for i in st2["items"]] == ["vanilla", "ngram", "vanilla.r2", "ngram.r2"]
