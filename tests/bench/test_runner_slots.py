@@ -166,7 +166,8 @@ def test_sigterm_stops_every_server_and_resume_finishes_the_queue(bed, monkeypat
     assert runner.wait(timeout=60) == 143
     st = bed.state()
     assert st["status"] == "stopped"
-    assert {i["name"] for i in running} <= {i["name"] for i in st["items"] if i["status"] == "pending"}
+    assert {i["name"] for i in running} <= {i["name"] for i in st["items"] if i["status"] == "pending"}, \
+        ([(i["name"], i["status"], i["phase"], i["error"]) for i in st["items"]], bed.log()[-3000:])
     assert set(per_gpu_used(bed).values()) == {0}   # every server and engine ended
     monkeypatch.setenv("FAKE_BENCH_S", "0.3")
     assert bed.run(path, timeout=120) == 0, bed.log()
