@@ -27,7 +27,7 @@ class RunnerView:
     runner_pid: int | None = None
     alive: bool = False
     done_markers: list[str] = field(default_factory=list)
-    boot: str | None = None  # the host's boot identity now (runner_lib.boot_identity)
+    boot: str | None = None  # the host's boot identity now (host.boot_identity)
 
     @property
     def rebooted(self) -> bool:

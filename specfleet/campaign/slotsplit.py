@@ -2,7 +2,7 @@
 
 split.split() hands over here when a node lists more than one GPU under `packing: shared`, or when a
 configuration says where it may run (tensor/pipeline parallel size, gpu_model, whole_node). A node's
-busy time is what the runner's pool does with its queue (slots.simulate: in queue order, every item
+busy time is what the runner's pool does with its queue (gpusets.simulate: in queue order, every item
 that fits on free GPUs starts; exclusive = one at a time). The baseline runs on every node first.
 
 Search (class Search): greedy by GPU-seconds onto the node whose simulated end grows least; moves,
@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from ..plan import Plan, PlanError, gpus_needed
 from .bounds import count_bound
 from ..worker.layout import copy_of, gpu_copy
-from ..worker.slots import fits_ever, simulate
+from .gpusets import simulate
+from ..worker.slots import fits_ever
 
 MAX_ROUNDS = 500     # improving steps of one local search (each lowers the makespan or the spread)
 # node ends simulated per split, at most: fab bench waits on the split (~0.1-0.5 ms each on one core,
@@ -160,7 +161,7 @@ def slot_split(plan: Plan, nodes, pins: dict[str, str], item_s, durations=None):
 
 class Search:
     """Which configurations go to which node, and in which queue order. A node's end is simulated
-    (slots.simulate) under a few queue orders: three by size, and the node's last polished order
+    (gpusets.simulate) under a few queue orders: three by size, and the node's last polished order
     adapted to the set (newcomers first or last). Polishing (random shuffles, then pairwise swaps)
     searches one node's order further; its result is carried into later sets by that adapted order."""
 

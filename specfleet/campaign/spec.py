@@ -37,7 +37,7 @@ def build_run_spec(plan: Plan, node: str, queue: list[str], paths: Paths, *,
                    gpu_groups: list[list[int]] | None = None, gate_runs: int = 0) -> dict:
     """The run spec for `node` running `queue` (config names in order, baseline first).
 
-    `gpus` (the node's GPUs, slots.parse_gpus) with more than one: the runner's slot pool runs the
+    `gpus` (the node's GPUs, gpusets.parse_gpus) with more than one: the runner's slot pool runs the
     queue (spec keys gpus, gpu_groups, packing; items[].whole_node); else the one-GPU runner, as ever.
     `gate_runs`: fab bench --gate-runs (commands.queue_items).
     """

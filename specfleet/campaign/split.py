@@ -27,7 +27,7 @@ from ..facts.gpus import GpuList, Topology, nvlink_groups
 from .bounds import count_bound, pigeonhole_bound, two_class_bound
 from .commands import server_per_repeat
 from ..plan import NGRAM_METHODS, Plan, PlanError, gpus_needed
-from ..worker.slots import parse_gpus, parse_groups
+from .gpusets import parse_gpus, parse_groups
 from .slotsplit import Split, durations_by_twin, needs_slots, slot_split
 
 READ_MB_S = {"local": 2000.0, "nfs": 105.0}

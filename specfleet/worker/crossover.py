@@ -31,8 +31,11 @@ ratio over the baseline is recorded without its log interval there; the share of
 carries Wilson's score interval (stats.py), which is defined at 0 % and 100 %.
 
 `crossover_round` is the runner's hook: where the queue runs dry it reads the node's result files
-and returns the next round's queue items (one server start per configuration, the baseline at the
-union of the new points), or [] when the search is done.
+and returns the next round's queue items (the baseline at the union of the new points), or [] when
+the search is done. The round's repeats are kept apart as the plan's are (the `repeat_isolation` its
+results carry): server-start gives each repeat of each configuration its own item, so its own server
+start, the baseline and the configurations interleaved (vanilla.round2, cfg.round2, vanilla.round2.r2,
+...); cache-reset runs a configuration's repeats on one server start, the prefix cache reset between.
 """
 from __future__ import annotations
 
@@ -43,7 +46,7 @@ import os
 import statistics
 
 from .layout import result_filename
-from .runspec import BenchRun
+from .runspec import BenchRun, Client
 
 FASTER, NO_DIFF, SLOWER = "faster", "no measurable difference", "slower"
 MEETS, MISSES = "meets the SLO", "misses the SLO"
@@ -312,6 +315,13 @@ def _item(base_item: dict, name: str, entries: list[dict]) -> dict:
     return item
 
 
+def server_per_repeat(x: dict, item: dict) -> bool:
+    """Whether each repeat runs on its own server start: what the item's results say of their repeats
+    (the client's `repeat_isolation` metadata, written by the bastion from the plan)."""
+    meta = dict(map(tuple, Client.from_json(item["client"]).metadata)) if "client" in item else {}
+    return x["repeat"] > 1 and meta.get("repeat_isolation") == "server-start"
+
+
 def crossover_round(spec: dict, result_dir: str, tried: dict[str, set[int]], round_no: int) -> tuple[list[dict], dict]:
     """(the next round's queue items, the decision per configuration). `tried` is updated."""
     x = spec.get("crossover")
@@ -327,13 +337,20 @@ def crossover_round(spec: dict, result_dir: str, tried: dict[str, set[int]], rou
                         | {c for d in decision.values() for c in d["baseline_missing"]})
                        - base_have - tried.get(x["baseline"], set()))
     by_name = {it["name"]: it for it in spec["items"]}
+    todo = [(cfg, concs) for cfg, concs in [(x["baseline"], base_need),
+                                            *((c, v) for c, v in need.items() if c != x["baseline"])]
+            if concs and cfg in by_name]
+    apart = bool(todo) and server_per_repeat(x, by_name[todo[0][0]])
+    # server-start: one item per (repeat, configuration), repeats outermost; else one per configuration
+    reps = [[r] for r in range(1, x["repeat"] + 1)] if apart else [list(range(1, x["repeat"] + 1))]
     items = []
-    for cfg, concs in [(x["baseline"], base_need), *((c, v) for c, v in need.items() if c != x["baseline"])]:
-        if not concs or cfg not in by_name:
-            continue
-        by_conc = {c: _runs(x, cfg, c, prompts_at(x["num_prompts"], x["min_prompts_per_concurrency"], c,
-                                                  x["scale_prompts"])) for c in concs}
-        entries = [by_conc[c][k] for k in range(x["repeat"]) for c in concs]  # repeats interleaved across concurrencies
-        items.append(_item(by_name[cfg], f"{cfg}.round{round_no}", entries))
+    for group in reps:
+        for cfg, concs in todo:
+            by_conc = {c: _runs(x, cfg, c, prompts_at(x["num_prompts"], x["min_prompts_per_concurrency"], c,
+                                                      x["scale_prompts"])) for c in concs}
+            entries = [by_conc[c][k - 1] for k in group for c in concs]  # repeats interleaved across concurrencies
+            suffix = f".r{group[0]}" if apart and group[0] > 1 else ""
+            items.append(_item(by_name[cfg], f"{cfg}.round{round_no}{suffix}", entries))
+    for cfg, concs in todo:
         tried.setdefault(cfg, set()).update(concs)
     return items, decision

@@ -33,7 +33,7 @@ RUNNER_LOG = "runner.log"
 PROVENANCE = "provenance.json"
 DISK_RESERVE = ".disk-reserve"
 LOCK = ".specfleet-runner.lock"
-# created once per boot by the runner (runner_lib.boot_identity); /tmp is emptied at boot
+# created once per boot by the runner (host.boot_identity); /tmp is emptied at boot
 BOOT_MARKER = "/tmp/.specfleet-boot-{uid}"
 VENV_MANIFEST = "specfleet-manifest.json"  # what the bastion's venv builder wrote into the venv
 

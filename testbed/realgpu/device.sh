@@ -138,7 +138,7 @@ NVSHMEM_DISABLE_NVLS=1
 EOF
   # the engine version as the runner reads it (package metadata; `vllm --version` imports vLLM: ~20 s)
   log "site $(du -sh "$SITE" | cut -f1); engine version: $("$VENV/bin/python" -c \
-    "import sys; sys.path.insert(0, sys.argv[1]); from specfleet_worker.runner_lib import ENGINE_VERSION_PY; exec(ENGINE_VERSION_PY)" "$D/runner.pyz" 2>&1 | tail -1)"
+    "import sys; sys.path.insert(0, sys.argv[1]); from specfleet_worker.host import ENGINE_VERSION_PY; exec(ENGINE_VERSION_PY)" "$D/runner.pyz" 2>&1 | tail -1)"
 }
 
 selftest() {

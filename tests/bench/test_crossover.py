@@ -188,7 +188,8 @@ def test_runner_refines_where_the_speedup_crosses_and_resume_measures_nothing_ne
     plan = bed.plan(benchmark={"concurrencies": SEARCH, "repeat": 2, "num_prompts": 8,
                                "min_prompts_per_concurrency": 0.5})
     spec = bed.spec(plan, queue=("vanilla", "ngram"))
-    assert bed.run(spec, timeout=120) == EXIT_OK, bed.log()
+    # a server start per repeat (server-start), in every round too: ~20 starts of the fake server
+    assert bed.run(spec, timeout=400) == EXIT_OK, bed.log()
     st = bed.state()
     x = st["crossover"]["configs"]["ngram"]
     assert x["why"].startswith("done")
@@ -197,7 +198,7 @@ def test_runner_refines_where_the_speedup_crosses_and_resume_measures_nothing_ne
     assert measured[:0] == [] and {1, 4, 16, 32} <= set(measured) and len(measured) <= 8
     (a, b), = crossings({int(c): p for c, p in x["points"].items()})
     assert (a, b) == (11, 16) and grid.index(b) - grid.index(a) == 1
-    # the refined cells were measured by the baseline too (same node), on one server start per round
+    # the refined cells were measured by the baseline too (same node), a server start per repeat
     for c in measured:
         for cfg in ("vanilla", "ngram"):
             for rep in (1, 2):
@@ -207,6 +208,9 @@ def test_runner_refines_where_the_speedup_crosses_and_resume_measures_nothing_ne
     rounds = [i for i in st["items"] if ".round" in i["name"]]
     assert rounds and all(i["status"] == "done" for i in rounds)
     assert {i["name"].split(".")[0] for i in rounds} == {"vanilla", "ngram"}
+    # repeat_isolation server-start (the plan's default): a round's second repeats have their own items
+    assert {i["name"] for i in rounds if i["name"].endswith(".r2")} == {
+        i["name"] + ".r2" for i in rounds if not i["name"].endswith(".r2")}
     # every server of a configuration logs into its one server log, a header per start
     assert not list(bed.run_dir.glob("*.round*.server.log"))
     starts = (bed.run_dir / "ngram.server.log").read_text().count("==== specfleet ")
@@ -215,7 +219,7 @@ def test_runner_refines_where_the_speedup_crosses_and_resume_measures_nothing_ne
         [i for i in rounds if i["name"].startswith("ngram.round")])
     before = run_files(bed)
     # the second run: every cell is there, nothing is measured again, the decision is the same
-    assert bed.run(spec, timeout=120) == EXIT_OK, bed.log()
+    assert bed.run(spec, timeout=400) == EXIT_OK, bed.log()
     assert run_files(bed) == before
     st2 = bed.state()
     assert [i["name"] for i in st2["items"]] == ["vanilla", "ngram", "vanilla.r2", "ngram.r2"]
@@ -303,3 +307,38 @@ def test_goodput_search_needs_an_slo_and_the_arrays():
     assert x["metric"] == "goodput" and x["slo"] == {"limits": {"tpot_ms": 50.0}, "attainment_pct": 95.0}
     assert "slo" not in crossover_spec(plan_with({"search": "crossover", "max": 64, "budget": 9}, slo={"tpot_ms": 50}),
                                        [c.name for c in p.configurations])
+
+
+@pytest.mark.parametrize("isolation", ["server-start", "cache-reset"])
+def test_a_rounds_repeats_are_kept_apart_as_the_plans_are(tmp_path, isolation):
+    """A round's result carries the plan's repeat_isolation, so the round keeps its repeats apart the
+    same way: server-start = each repeat of each configuration its own item (its own server start),
+    interleaved as the plan's (vanilla, ng, vanilla.r2, ng.r2); cache-reset = one item holding both."""
+    from specfleet.campaign.commands import Paths
+    from specfleet.campaign.spec import build_run_spec
+    from specfleet.worker.runspec import Client
+    plan = plan_with({"search": "crossover", "min": 1, "max": 16, "budget": 6}, repeat=2, num_prompts=8,
+                     repeat_isolation=isolation)
+    spec = build_run_spec(plan, "w1", ["vanilla", "ng"], Paths(venv="/v", work_dir=str(tmp_path)), run_id="r")
+    first = [(it["name"], sorted({b["rep"] for b in it["bench"]})) for it in spec["items"]]
+    assert first == ([("vanilla", [1]), ("ng", [1]), ("vanilla.r2", [2]), ("ng.r2", [2])]
+                     if isolation == "server-start" else [("vanilla", [1, 2]), ("ng", [1, 2])])
+    # round 1 measured: ng is 3x faster at 1, 0.5x at 4 and 16 (a crossing between 1 and 4, refined at 2)
+    speed = {"vanilla": {1: 100, 4: 100, 16: 100}, "ng": {1: 300, 4: 50, 16: 50}}
+    for it in spec["items"]:
+        for b in it["bench"]:
+            cfg = it["name"].split(".")[0]
+            (tmp_path / b["result_file"]).write_text(json.dumps(
+                {"output_throughput": speed[cfg][b["concurrency"]] * (1 + b["rep"] / 100)}))
+    items, decision = crossover.crossover_round(spec, str(tmp_path), {}, 2)
+    assert decision["ng"]["next"] == [2], decision
+    got = [(it["name"], [(b["concurrency"], b["rep"]) for b in it["bench"]]) for it in items]
+    if isolation == "server-start":
+        assert got == [("vanilla.round2", [(2, 1)]), ("ng.round2", [(2, 1)]),
+                       ("vanilla.round2.r2", [(2, 2)]), ("ng.round2.r2", [(2, 2)])]
+    else:
+        assert got == [("vanilla.round2", [(2, 1), (2, 2)]), ("ng.round2", [(2, 1), (2, 2)])]
+    for it in items:   # each result says how its repeats were kept apart, and now it is so
+        meta = dict(map(tuple, Client.from_json(it["client"]).metadata))
+        assert meta["repeat_isolation"] == isolation and it["log_name"] == it["name"].split(".")[0]
+    assert len({it["item_hash"] for it in items}) == len(items)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from specfleet.worker.runner import EXIT_FAILED, EXIT_OK
-from specfleet.worker.runner_lib import ItemFailed, engine_identity
+from specfleet.worker.host import ItemFailed, engine_identity
 
 SIMVLLM = Path(__file__).resolve().parents[2] / "testbed" / "simvllm" / "vllm"
 SIM_VERSION = "simvllm 1.0 (simulated vLLM)"

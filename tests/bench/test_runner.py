@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from specfleet.worker.runner import EXIT_FAILED, EXIT_FATAL, EXIT_LOCKED, EXIT_OK, EXIT_STOPPED, parse_env_file
+from specfleet.worker.host import parse_env_file
+from specfleet.worker.runner import EXIT_FAILED, EXIT_FATAL, EXIT_LOCKED, EXIT_OK, EXIT_STOPPED
 
 
 def wait_for(cond, timeout=30.0):

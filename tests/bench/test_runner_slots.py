@@ -166,7 +166,8 @@ def test_sigterm_stops_every_server_and_resume_finishes_the_queue(bed, monkeypat
     assert runner.wait(timeout=60) == 143
     st = bed.state()
     assert st["status"] == "stopped"
-    assert {i["name"] for i in running} <= {i["name"] for i in st["items"] if i["status"] == "pending"}
+    assert {i["name"] for i in running} <= {i["name"] for i in st["items"] if i["status"] == "pending"}, \
+        ([(i["name"], i["status"], i["phase"], i["error"]) for i in st["items"]], bed.log()[-3000:])
     assert set(per_gpu_used(bed).values()) == {0}   # every server and engine ended
     monkeypatch.setenv("FAKE_BENCH_S", "0.3")
     assert bed.run(path, timeout=120) == 0, bed.log()
@@ -182,7 +183,7 @@ def test_a_server_stop_never_ends_a_neighbour_runners_engine_of_the_same_name(be
     import subprocess
     import sys
 
-    from specfleet.worker.slots import server_tag
+    from specfleet.worker.lane import server_tag
     other = str(bed.tmp / "other-work" / "t" / "w2")
     decoys = [subprocess.Popen(["VLLM::EngineCore", "-c", "import time; time.sleep(300)"], executable=sys.executable,
                                env={"PATH": os.environ["PATH"], "SPECFLEET_RUN_DIR": other, "SPECFLEET_SERVER": tag},
@@ -200,7 +201,7 @@ def test_a_server_stop_never_ends_a_neighbour_runners_engine_of_the_same_name(be
 
 
 def test_crossover_rounds_run_on_a_node_with_several_gpus_once_every_slot_is_idle(bed, monkeypatch):
-    """Before: run_slots ran the spec's items and returned, the refinement rounds never ran there."""
+    """Before: the GPU pool ran the spec's items and returned, the refinement rounds never ran there."""
     monkeypatch.setenv("FAKE_CROSSOVER", "ngram:12")   # ngram pays below c=12, loses above (tests/bench/fakes)
     monkeypatch.setenv("FAKE_BENCH_S", "0.05")
     monkeypatch.setenv("FAKE_LOAD_S", "0.3")

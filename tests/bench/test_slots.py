@@ -4,7 +4,8 @@ import pytest
 from specfleet.campaign.commands import Paths
 from specfleet.plan import PlanError, load_plan, parse_plan
 from specfleet.campaign.slotsplit import polish
-from specfleet.worker.slots import check_gpus, needed, parse_gpus, parse_groups, pick, simulate
+from specfleet.campaign.gpusets import parse_gpus, parse_groups, simulate
+from specfleet.worker.slots import check_gpus, needed, pick
 from specfleet.campaign.spec import build_run_spec
 from specfleet.campaign.split import NodeInfo, split
 

@@ -100,7 +100,7 @@ def test_rehearsal_runs_the_campaign_and_packs_at_most_8_files(carry, tmp_path):
     assert len(files) <= 8 and {"device.log", "env.txt", "selftest.txt", "payload.json", "results.tar.gz",
                                 "summary.txt", "phases.json"} <= set(files), files
     assert "verified" in log and "REHEARSAL: kernel self-test not run" in log
-    # read as the runner reads it (runner_lib.ENGINE_VERSION_PY: the identity the engine ships)
+    # read as the runner reads it (host.ENGINE_VERSION_PY: the identity the engine ships)
     assert 'engine version: {"name": "specfleet-simvllm", "version": "simvllm 1.0 (simulated vLLM)", "simulated": true}' in log
     with tarfile.open(out / "results.tar.gz") as t:
         t.extractall(tmp_path / "res")  # our own archive

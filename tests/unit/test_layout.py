@@ -67,8 +67,8 @@ def test_layout_is_stdlib_only_and_travels_with_the_runner(tmp_path):
     mods |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
     assert mods <= set(sys.stdlib_module_names) | {"__future__"}, mods
     (tmp_path / "runner.pyz").write_bytes(worker_zipapp())
-    probe = ("from specfleet_worker import runner, runner_lib, layout; "
-             "print(runner.layout is layout is runner_lib.layout, layout.run_dir('/w', 'c', 'h'))")
+    probe = ("from specfleet_worker import runner, host, layout; "
+             "print(runner.layout is layout is host.layout, layout.run_dir('/w', 'c', 'h'))")
     p = subprocess.run([sys.executable, "-S", "-I", "-c",
                         f"import sys; sys.path.insert(0, {str(tmp_path / 'runner.pyz')!r}); {probe}"],
                        capture_output=True, text=True, cwd=tmp_path)

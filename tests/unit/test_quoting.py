@@ -14,7 +14,7 @@ import yaml
 
 from specfleet.roles import env, nfs
 from specfleet.roles.model import ModelDir
-from specfleet.worker.runner_lib import parse_env_file
+from specfleet.worker.host import parse_env_file
 from specfleet.inventory import Host
 from specfleet.quoting import env_key, env_line, fstab_line, q, ssh_option, yaml_str
 from specfleet.render import render

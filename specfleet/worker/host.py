@@ -1,21 +1,18 @@
-"""Stdlib helpers of the worker-side runner (runner.py): files, env files, /proc, nvidia-smi."""
+"""What the worker reads of its host: processes (/proc), nvidia-smi's GPU list, the env file, the
+venv's engine, the boot. Stdlib only; part of the worker program. Also the three ways a check ends
+an item (ItemFailed, Fatal, Stopped), which the runner alone turns into what happens to the queue
+(runner.Runner.ended), and the log line format.
+"""
 from __future__ import annotations
 
-import errno
 import json
 import os
 import secrets
 import signal
 import subprocess
 import time
-from collections import Counter
 
 from . import layout
-from .runspec import item_parts
-
-REBOOT_HINT = ("the host rebooted since this campaign's last runner (boot id changed): run `fab provision` "
-               "(mounts, GPU modules), then `fab bench` to resume")
-REQUIRED = ("run_id", "campaign", "host", "work_dir", "venv", "model_candidates", "port", "items")
 
 
 class ItemFailed(Exception):
@@ -39,110 +36,6 @@ def log(msg: str) -> None:
         print(f"{now()} {msg}", flush=True)
     except OSError:  # runner.log on a full disk: the state file (reserve below) still says what happened
         pass
-
-
-def no_space(e: BaseException, fallback: str) -> str | None:
-    """'no space left on <path>' for ENOSPC/EDQUOT, else None."""
-    if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
-        return f"no space left on {os.path.dirname(str(e.filename)) if e.filename else fallback}"
-    return None
-
-
-RESERVE_BYTES = 1 << 20
-
-
-def make_reserve(path: str) -> None:
-    """Hold RESERVE_BYTES on the run folder's file system, so a full disk can still record why."""
-    try:
-        with open(path, "wb") as f:
-            f.write(b"\0" * RESERVE_BYTES)
-            f.flush()
-            os.fsync(f.fileno())
-    except OSError:
-        pass
-
-
-def boot_identity() -> str:
-    """Changes with every boot: the kernel's boot_id and a token in /tmp (emptied at boot; also
-    what tells a testbed worker's reboot apart, as its kernel is the machine's)."""
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            boot = f.read().strip()
-    except OSError:
-        boot = "?"
-    marker = layout.boot_marker(os.getuid())
-    try:
-        fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        os.write(fd, secrets.token_hex(8).encode())
-        os.close(fd)
-    except FileExistsError:
-        pass
-    except OSError:
-        return boot
-    try:
-        with open(marker) as f:
-            return f"{boot}/{f.read().strip()}"
-    except OSError:
-        return boot
-
-
-def failed_requests(result: dict, expected: int, tolerance: int) -> str | None:
-    """Why a run does not count (fewer than `expected - tolerance` requests completed), or None.
-
-    The cause is what vLLM answered (the result's per-request `errors`), most frequent first.
-    """
-    completed = result.get("completed")
-    if isinstance(completed, bool) or not isinstance(completed, int):
-        return "the result has no `completed` count"
-    failed = result.get("failed")
-    if isinstance(failed, bool) or not isinstance(failed, int):
-        failed = max(0, expected - completed)
-    if expected - completed <= tolerance and failed <= tolerance:
-        return None
-    causes = Counter(request_error(e) for e in result.get("errors") or [] if isinstance(e, str) and e.strip())
-    said = "; ".join(f"{n} x {c}" for c, n in causes.most_common(3)) or \
-        "no per-request errors recorded (--save-detailed off?); see the bench log"
-    return (f"{expected - completed} of {expected} requests did not complete ({failed} failed, tolerance "
-            f"{tolerance}); vLLM said: {said}")
-
-
-def request_error(text: str) -> str:
-    """The message inside an error such as '400 Bad Request: {"error": {"message": ...}}'."""
-    text = text.strip()
-    i = text.find("{")
-    if i >= 0:
-        try:
-            body = json.loads(text[i:])
-            inner = body.get("error", body) if isinstance(body, dict) else body
-            msg = inner.get("message") if isinstance(inner, dict) else inner
-            if isinstance(msg, str) and msg.strip():
-                return msg.strip()[:300]
-        except ValueError:
-            pass
-    return text[:300]
-
-
-def atomic_write(path: str, data: str) -> None:
-    tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "w") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    dfd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
-
-
-def tail(path: str, n: int = 40) -> str:
-    try:
-        with open(path, "rb") as f:
-            f.seek(max(0, os.path.getsize(path) - 65536))
-            return "\n".join(f.read().decode(errors="replace").splitlines()[-n:])
-    except OSError as e:
-        return f"(no log: {e})"
 
 
 def parse_env_file(path: str, env: dict) -> dict:
@@ -286,41 +179,6 @@ def _alive(pid: int) -> bool:
     return bool(st) and st[0] not in ("Z", "X")
 
 
-def load_spec(path: str) -> dict:
-    with open(path) as f:
-        spec = json.load(f)
-    missing = [k for k in REQUIRED if k not in spec]
-    if missing:
-        raise ValueError(f"missing keys {missing}")
-    for it in spec["items"]:
-        if not {"name", "serve", "client", "bench"} <= set(it):
-            raise ValueError(f"item {it.get('name')!r} needs name, serve, client, bench")
-        try:
-            item_parts(it)
-        except (ValueError, TypeError) as e:
-            raise ValueError(f"item {it.get('name')!r}: {e}") from None
-    return spec
-
-
-def gpu_used_mib(gpu_index, env) -> int:
-    """Max memory.used over the GPUs nvidia-smi lists (or of gpu_index), in MiB."""
-    cmd = ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"]
-    if gpu_index is not None:
-        cmd.insert(1, f"--id={gpu_index}")
-    try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        raise ItemFailed(f"GPU not visible: nvidia-smi could not run: {e}") from None
-    if p.returncode != 0:
-        raise ItemFailed(
-            f"GPU not visible: nvidia-smi exit {p.returncode}: {(p.stdout + p.stderr).strip()[-300:]} "
-            "(after a reboot check that the nvidia module is loaded: modprobe nvidia)")
-    try:
-        return max(int(float(x)) for x in p.stdout.split())
-    except ValueError:
-        raise ItemFailed(f"nvidia-smi printed no memory figure: {p.stdout.strip()[:200]!r}") from None
-
-
 #: Run by <venv>/bin/python: the identity (name, version, simulated) of the `vllm` that python would
 #: import, as one JSON line, WITHOUT importing it
 #: (the real vLLM imports torch and its kernels: `vllm --version` took 21 s on an H200). `vllm
@@ -370,14 +228,22 @@ def engine_identity(python: str, env: dict) -> dict:
 
 def gpu_table(env) -> list[dict]:
     """Every GPU nvidia-smi lists: [{index, uuid, name, used}] (memory.used in MiB), one query for all
-    of them; a node with several GPUs gates each server on its own set (slots.py)."""
+    of them (the one parser of nvidia-smi's GPU list on the worker); asked again twice when it fails
+    (every lane's memory gate asks it, at once on a busy node)."""
     cmd = ["nvidia-smi", "--query-gpu=index,uuid,name,memory.used", "--format=csv,noheader,nounits"]
-    try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        raise ItemFailed(f"GPU not visible: nvidia-smi could not run: {e}") from None
-    if p.returncode != 0:
-        raise ItemFailed(f"GPU not visible: nvidia-smi exit {p.returncode}: {(p.stdout + p.stderr).strip()[-300:]}")
+    for attempt in range(3):
+        try:
+            p = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            why = f"GPU not visible: nvidia-smi could not run: {e}"
+        else:
+            why = f"GPU not visible: nvidia-smi exit {p.returncode}: {(p.stdout + p.stderr).strip()[-300:]} " \
+                "(after a reboot check that the nvidia module is loaded: modprobe nvidia)"
+            if p.returncode == 0:
+                break
+        if attempt == 2:
+            raise ItemFailed(why)
+        time.sleep(1.0)
     out = []
     for line in p.stdout.splitlines():
         parts = [x.strip() for x in line.split(",")]
@@ -389,3 +255,32 @@ def gpu_table(env) -> list[dict]:
         except (ValueError, IndexError):
             raise ItemFailed(f"nvidia-smi printed an unexpected GPU line: {line.strip()[:200]!r}") from None
     return out
+
+
+def env_without_devices(env: dict | None) -> dict:
+    """nvidia-smi ignores CUDA_VISIBLE_DEVICES, a stand-in might not: the table lists every GPU."""
+    return {k: v for k, v in env.items() if k != "CUDA_VISIBLE_DEVICES"} if env else dict(os.environ)
+
+
+def boot_identity() -> str:
+    """Changes with every boot: the kernel's boot_id and a token in /tmp (emptied at boot; also
+    what tells a testbed worker's reboot apart, as its kernel is the machine's)."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+    except OSError:
+        boot = "?"
+    marker = layout.boot_marker(os.getuid())
+    try:
+        fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        os.write(fd, secrets.token_hex(8).encode())
+        os.close(fd)
+    except FileExistsError:
+        pass
+    except OSError:
+        return boot
+    try:
+        with open(marker) as f:
+            return f"{boot}/{f.read().strip()}"
+    except OSError:
+        return boot

@@ -1,0 +1,490 @@
+"""One server's lifecycle on the worker, a lane of the runner's pool (runner.py). Stdlib only.
+
+A Lane is composed with the runner that owns the queue, the state and its saving: it is handed one
+item and the GPU set (None: every GPU the node shows, the one-GPU node) and port it runs on, and
+runs preflight -> `vllm serve` in its own session -> /health wait (server liveness checked every
+poll) -> `vllm bench serve` per bench run -> stop (SIGTERM group, SIGKILL group, leftover VLLM::
+processes of this server, GPU memory below the threshold). It records through the runner
+(`owner.set`, saved under the owner's lock) and raises ItemFailed / Fatal / Stopped; the runner
+alone decides what each means for the queue (runner.Runner.ended).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections import Counter
+
+from . import layout
+from .host import (Fatal, ItemFailed, Stopped, end_pids, engine_identity, env_without_devices, gpu_table, live_pids, log,
+                   now, parse_env_file, proc_argv0, proc_has_token)
+from .runspec import BenchRun, Client, Dropped, Serve
+from .telemetry import sampler_for
+
+# vLLM's sampling parameters that generation_config.json can set (get_diff_sampling_param)
+SAMPLING_KEYS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")
+
+
+def fitcheck_command(python: str) -> list[str]:
+    """The prompt-fit check, run with the venv's python (the model's tokenizer): from the worker's
+    artefact (`runner.pyz fitcheck`), or, run from a checkout, fitcheck.py beside this file."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    artefact = os.path.dirname(here)  # <home>/runner.pyz/specfleet_worker/runner.py
+    return [python, artefact, "fitcheck"] if os.path.isfile(artefact) else [python, os.path.join(here, "fitcheck.py")]
+
+
+def failed_requests(result: dict, expected: int, tolerance: int) -> str | None:
+    """Why a run does not count (fewer than `expected - tolerance` requests completed), or None.
+
+    The cause is what vLLM answered (the result's per-request `errors`), most frequent first.
+    """
+    completed = result.get("completed")
+    if isinstance(completed, bool) or not isinstance(completed, int):
+        return "the result has no `completed` count"
+    failed = result.get("failed")
+    if isinstance(failed, bool) or not isinstance(failed, int):
+        failed = max(0, expected - completed)
+    if expected - completed <= tolerance and failed <= tolerance:
+        return None
+    causes = Counter(request_error(e) for e in result.get("errors") or [] if isinstance(e, str) and e.strip())
+    said = "; ".join(f"{n} x {c}" for c, n in causes.most_common(3)) or \
+        "no per-request errors recorded (--save-detailed off?); see the bench log"
+    return (f"{expected - completed} of {expected} requests did not complete ({failed} failed, tolerance "
+            f"{tolerance}); vLLM said: {said}")
+
+
+def request_error(text: str) -> str:
+    """The message inside an error such as '400 Bad Request: {"error": {"message": ...}}'."""
+    text = text.strip()
+    i = text.find("{")
+    if i >= 0:
+        try:
+            body = json.loads(text[i:])
+            inner = body.get("error", body) if isinstance(body, dict) else body
+            msg = inner.get("message") if isinstance(inner, dict) else inner
+            if isinstance(msg, str) and msg.strip():
+                return msg.strip()[:300]
+        except ValueError:
+            pass
+    return text[:300]
+
+
+def tail(path: str, n: int = 40) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, os.path.getsize(path) - 65536))
+            return "\n".join(f.read().decode(errors="replace").splitlines()[-n:])
+    except OSError as e:
+        return f"(no log: {e})"
+
+
+def server_tag(run_dir: str, name: str) -> str:
+    """The SPECFLEET_SERVER value of one server: its run dir and item name. The name alone is not
+    enough: another runner that can see this node's processes (the testbed's workers share one PID
+    namespace; another campaign on the node) runs a `vanilla` too, and a leftover search by the bare
+    name ended the neighbour's EngineCore (its streams ended without [DONE])."""
+    return f"{run_dir}/{name}"
+
+
+class Lane:
+    """One running server of the runner's pool: the item's lifecycle on `gpus` (None: the node's
+    GPUs as the one-GPU runner sees them, no CUDA_VISIBLE_DEVICES) at `port`. What every lane shares
+    (spec, state, the engine identity, the fit checks, stopping) is the owner's."""
+
+    def __init__(self, owner, gpus: list[dict] | None, port: int):
+        self.owner, self.spec, self.run_dir = owner, owner.spec, owner.run_dir
+        self.gpus, self.port = gpus, port
+        self.server: subprocess.Popen | None = None
+        self.bench: subprocess.Popen | None = None
+        self.env: dict | None = None
+        self.model: str | None = None
+        self.sampling: dict | None = None     # the server's generation defaults, read in preflight
+        self.token = b""                      # SPECFLEET_SERVER=<tag>: what stop_server ends as this server's
+        self.held_why: str | None = None      # set when these GPUs are held by a foreign process before start
+
+    def set(self, rec: dict, status: str | None = None, phase: str | None = None, **kw) -> None:
+        self.owner.set(rec, status, phase, **kw)
+
+    def check_stop(self) -> None:
+        if self.owner.stopping:
+            raise Stopped("stopped by SIGTERM")
+
+    def where(self) -> str:
+        return "GPU " + ",".join(f"{g['index']} ({g['uuid']})" for g in self.gpus) if self.gpus else "the GPU"
+
+    def run_item(self, item: dict, rec: dict) -> None:
+        # stop_server ends leftover VLLM:: processes carrying this token: this server's, not a neighbour's
+        self.token = f"SPECFLEET_SERVER={server_tag(self.run_dir, item['name'])}".encode()
+        self.set(rec, "preflight", "checking GPU, port, model, venv, env file, prompt lengths")
+        self.preflight(item)
+        rec["model_path"] = self.model
+        item = self.fit_prompts(item, rec)
+        try:
+            self.start_and_wait(item, rec)
+            self.set(rec, "benchmarking", "")
+            for i, b in enumerate(item["bench"]):
+                if i > 0:
+                    self.between_runs(item, rec)
+                self.set(rec, phase=f"bench {b.get('cell') or 'concurrency ' + str(b['concurrency'])} "
+                                    f"(run {i + 1}/{len(item['bench'])})")
+                rec["results"].append(self.run_bench(item, b))
+                self.owner.save()
+        finally:
+            if self.server is not None:
+                try:
+                    self.set(rec, "stopping", "stopping server, waiting for GPU memory")
+                finally:  # even when the state cannot be written (full disk): the server ends
+                    self.stop_server()
+        marker = {"item_hash": item.get("item_hash"), "run_id": self.spec["run_id"],
+                  "plan_hash": self.spec["plan_hash"], "finished_at": now(), "results": rec["results"]}
+        self.owner.write_marker(item, marker)
+        self.set(rec, "done", "done", finished_at=now())
+
+    # ---------------------------------------------------------------- preflight
+    def gpu_used_mib(self) -> int:
+        """Max memory used over its GPUs (None: the spec's gpu_index, else every GPU), in MiB."""
+        table = gpu_table(env_without_devices(self.env))
+        if self.gpus is None:
+            rows = [t["used"] for t in table if self.spec["gpu_index"] in (None, t["index"])]
+            missing = [] if rows else [str(self.spec["gpu_index"])]
+        else:
+            rows = [t["used"] for t in table if t["uuid"] in {g["uuid"] for g in self.gpus}]
+            missing = sorted({g["uuid"] for g in self.gpus} - {t["uuid"] for t in table})
+        if missing:
+            raise ItemFailed(f"GPU(s) {', '.join(missing)} not listed by nvidia-smi")
+        return max(rows)
+
+    def end(self) -> None:
+        """Ends its bench client and server at once (the runner is aborting), then stops as ever."""
+        for p in (self.bench, self.server):
+            if p is not None and p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        self.stop_server()
+
+    def wait_gpu_free(self, timeout: float) -> int:
+        deadline = time.monotonic() + timeout
+        while True:
+            used = self.gpu_used_mib()
+            if used < self.spec["gpu_memory_free_mib"] or time.monotonic() >= deadline:
+                return used
+            time.sleep(1.0)
+
+    def preflight(self, item: dict) -> None:
+        s = self.spec
+        env = dict(os.environ)
+        if s["env_file"]:
+            if not os.path.isfile(s["env_file"]):
+                raise ItemFailed(f"env file {s['env_file']} is missing")
+            env = parse_env_file(s["env_file"], env)
+        venv_bin = os.path.join(s["venv"], "bin")
+        env.update(VIRTUAL_ENV=s["venv"], PATH=f"{venv_bin}:{env.get('PATH', '/usr/bin:/bin')}",
+                   SPECFLEET_RUN_ID=s["run_id"], SPECFLEET_RUN_DIR=self.run_dir)
+        if s["prefix_cache"] == "reset":
+            env["VLLM_SERVER_DEV_MODE"] = "1"  # exposes POST /reset_prefix_cache
+        if self.gpus:  # the server sees its own GPUs, by UUID
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(g["uuid"] for g in self.gpus)
+        env["SPECFLEET_SERVER"] = server_tag(self.run_dir, item["name"])
+        self.env = env
+        used = self.wait_gpu_free(min(30.0, s["stop_timeout_s"]))
+        if used >= s["gpu_memory_free_mib"] and self.gpus:  # a foreign holder: the set is kept out, not item by item
+            self.held_why = (f"memory used {used} MiB >= {s['gpu_memory_free_mib']} MiB before start "
+                             "(another process holds it)")
+            raise ItemFailed(f"GPU memory used {used} MiB on {self.where()} before start: "
+                             "another process holds it; these GPUs are kept out of this run")
+        if used >= s["gpu_memory_free_mib"]:
+            raise ItemFailed(f"GPU memory used {used} MiB >= {s['gpu_memory_free_mib']} MiB before start: "
+                             "another process holds the GPU")
+        with socket.socket() as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind((s["server_host"], self.port))
+            except OSError as e:
+                raise ItemFailed(f"port {self.port} on {s['server_host']} is in use ({e.strerror}): "
+                                 "a leftover server?") from None
+        self.model = next((d for d in s["model_candidates"]
+                           if os.access(os.path.join(d, "config.json"), os.R_OK)), None)
+        if not self.model:
+            raise ItemFailed("no readable model directory (with config.json) among: "
+                             + ", ".join(s["model_candidates"]))
+        self.owner.state["model_path"] = self.model
+        for path in item.get("required_paths", []):
+            if not os.access(path, os.R_OK):
+                raise ItemFailed(f"required file {path} is not readable")
+        vllm = os.path.join(venv_bin, "vllm")
+        if not os.access(vllm, os.X_OK):
+            raise ItemFailed(f"{vllm} is missing or not executable: is {s['venv']} a vLLM venv?")
+        if self.owner.state.get("engine") is None:  # from the package metadata: importing vLLM would take ~20 s
+            ident = engine_identity(os.path.join(venv_bin, "python"), env)
+            want = s["expected_vllm_version"]
+            if want and ident["version"] != want:
+                raise ItemFailed(f"the venv has vLLM {ident['version']}, the plan pins {want}")
+            self.owner.state.update(vllm_version=ident["version"], engine=ident)  # every result carries it
+        self.sampling = self.server_sampling(item)
+
+    def server_sampling(self, item: dict) -> dict:
+        """The sampling defaults the server applies to what the client does not send.
+
+        vLLM's --generation-config: `auto` (default) = the model's generation_config.json, `vllm` =
+        none (vLLM's own defaults: temperature 1.0), a folder = that folder's file.
+        """
+        argv = Serve.from_json(item["serve"]).options()
+        src = next((w.split("=", 1)[1] for w in argv if w.startswith("--generation-config=")), None)
+        if src is None and "--generation-config" in argv[:-1]:
+            src = argv[argv.index("--generation-config") + 1]
+        src = src or "auto"
+        if src == "vllm":
+            return {"source": "vllm defaults", "params": {}}
+        folder = self.model if src == "auto" else src
+        path = os.path.join(folder or "", "generation_config.json")
+        try:
+            with open(path) as f:
+                gen = json.load(f)
+        except FileNotFoundError:
+            return {"source": f"none ({path} absent): vllm defaults", "params": {}}
+        except (OSError, ValueError) as e:
+            raise ItemFailed(f"{path} is not readable JSON ({e}): the server's sampling defaults are unknown") from None
+        return {"source": path, "params": {k: gen[k] for k in SAMPLING_KEYS if k in gen}}
+
+    def decoding(self, item: dict) -> str:
+        """greedy or sampled, from what the client sends, else the server's defaults."""
+        temp = item.get("temperature", 0.0)
+        if temp is None:
+            temp = (self.sampling or {}).get("params", {}).get("temperature", 1.0)  # vLLM's default: 1.0
+        return "greedy" if float(temp) == 0.0 else f"sampled (temperature {float(temp):g})"
+
+    def fit_prompts(self, item: dict, rec: dict) -> dict:
+        """Before the model loads: every selected prompt + output_len must fit --max-model-len.
+
+        refuse: the item fails naming the prompts and the fixes. drop: the bench runs get a file of
+        the prompts that fit (selection order, --disable-shuffle, --num-prompts = how many).
+        A bench cell of a sweep can ask other prompts (its `fit`: category, num_prompts, output_len).
+        """
+        if not item.get("fit"):
+            return item
+        with self.owner.fit_lock:  # one check per distinct setup, never two lanes writing one file
+            return dict(item, bench=[self.fit_bench({**item["fit"], **(b.get("fit") or {})}, b, rec)
+                                     for b in item["bench"]])
+
+    def fit_bench(self, fit: dict, b: dict, rec: dict) -> dict:
+        """One bench run's prompts checked (one check per distinct setup); b, or b on the kept prompts."""
+        key = json.dumps([self.model, fit], sort_keys=True)
+        fits = self.owner.fits
+        if key not in fits:
+            kept = os.path.join(self.run_dir, layout.prompts_fit(hashlib.sha256(key.encode()).hexdigest()[:12]))
+            argv = [*fitcheck_command(os.path.join(self.spec["venv"], "bin", "python")),
+                    "--model", self.model, "--dataset", fit["dataset"], "--num-prompts", str(fit["num_prompts"]),
+                    "--output-len", str(fit["output_len"]), "--chat-template", fit["chat_template"],
+                    "--write-kept", kept]
+            if fit.get("category"):
+                argv += ["--category", fit["category"]]
+            if fit.get("max_model_len"):
+                argv += ["--max-model-len", str(fit["max_model_len"])]
+            try:
+                p = subprocess.run(argv, capture_output=True, text=True, timeout=600, env=self.env,
+                                   cwd=self.run_dir)
+                ans = json.loads(p.stdout.strip().splitlines()[-1]) if p.returncode == 0 else None
+            except (OSError, subprocess.TimeoutExpired, ValueError, IndexError) as e:
+                raise ItemFailed(f"the prompt-length check could not run: {e}") from None
+            if ans is None:
+                raise ItemFailed(f"the prompt-length check failed (exit {p.returncode}): "
+                                 f"{(p.stdout + p.stderr).strip()[-500:]}")
+            ans["kept_file"] = kept
+            fits[key] = ans
+        ans = fits[key]
+        if ans["selected"] < fit["num_prompts"]:
+            cat = f" of category {fit['category']}" if fit.get("category") else ""
+            raise ItemFailed(f"{fit['dataset']} holds {ans['selected']} prompts{cat}, benchmark.num_prompts asks for "
+                             f"{fit['num_prompts']} (--no-oversample would send {ans['selected']}): lower num_prompts "
+                             "or use a larger dataset")
+        bad = ans["too_long"]
+        rec["prompt_fit"] = {k: ans[k] for k in ("tokenizer", "max_model_len", "output_len", "selected", "kept")}
+        rec["prompt_fit"]["too_long"] = bad
+        if not bad:
+            return b
+        names = ", ".join(f"question_id {b['question_id']} ({b['prompt_tokens']} + {ans['output_len']} = "
+                          f"{b['prompt_tokens'] + ans['output_len']} tokens)" for b in bad[:10])
+        more = f" and {len(bad) - 10} more" if len(bad) > 10 else ""
+        longest = max(b["prompt_tokens"] for b in bad)
+        what = (f"{len(bad)} of {ans['selected']} selected prompts do not fit --max-model-len {ans['max_model_len']} "
+                f"with output_len {ans['output_len']} (tokenizer: {ans['tokenizer']}): {names}{more}")
+        if fit["policy"] != "drop":
+            raise ItemFailed(f"{what}. Fixes: raise --max-model-len to {longest + ans['output_len']} "
+                             f"(server.args), lower benchmark.output_len to {ans['max_model_len'] - longest}, "
+                             "or set benchmark.prompts_that_do_not_fit: drop")
+        if ans["kept"] == 0:
+            raise ItemFailed(f"{what}: none is left to measure")
+        note = f"dropped (plan: prompts_that_do_not_fit: drop): {what}"
+        if note not in rec["notes"]:
+            rec["notes"].append(note)
+        return dict(b, dropped=Dropped(kept_file=ans["kept_file"], kept=ans["kept"], selected=ans["selected"],
+                                       ids=[t["question_id"] for t in bad]).to_json())
+
+    # ---------------------------------------------------------------- server
+    def serve_argv(self, item: dict) -> list[str]:
+        return Serve.from_json(item["serve"]).argv(model=self.model, host=self.spec["server_host"], port=self.port)
+
+    def bench_metadata(self, item: dict) -> list[list[str]]:
+        """The --metadata pairs only the worker knows (a lane on a GPU set: which GPUs measured)."""
+        where = [] if self.gpus is None else [
+            ["gpu_uuids", ",".join(g["uuid"] for g in self.gpus)], ["gpu_names", ",".join(g["name"] for g in self.gpus)],
+            ["packing", self.spec.get("packing", "exclusive")]]
+        return [*where, ["generation_config", json.dumps(self.sampling or {}, sort_keys=True)],
+                ["decoding", self.decoding(item)],
+                ["engine_identity", json.dumps(self.owner.state.get("engine") or {}, sort_keys=True, separators=(",", ":"))]]
+
+    def start_and_wait(self, item: dict, rec: dict) -> None:
+        s = self.spec
+        log_path = os.path.join(self.run_dir, layout.server_log(item.get("log_name", item["name"])))
+        with open(log_path, "a") as lf:
+            argv = self.serve_argv(item)
+            lf.write(f"==== specfleet {now()} run {s['run_id']}: {' '.join(argv)}\n")
+            lf.flush()
+            self.server = subprocess.Popen(argv, stdout=lf, stderr=subprocess.STDOUT,
+                                           stdin=subprocess.DEVNULL, env=self.env, cwd=self.run_dir,
+                                           start_new_session=True)
+        self.set(rec, "loading", f"server pid {self.server.pid}: waiting for /health", server_pid=self.server.pid)
+        url = f"http://{s['server_host']}:{self.port}/health"
+        deadline = time.monotonic() + s["health_timeout_s"]
+        while True:
+            try:
+                with urllib.request.urlopen(url, timeout=min(5.0, s["health_poll_s"] + 1)) as r:
+                    if r.status == 200:
+                        log(f"[{item['name']}] healthy")
+                        return
+            except (urllib.error.URLError, OSError):
+                pass
+            next_poll = time.monotonic() + s["health_poll_s"]
+            while time.monotonic() < next_poll:
+                self.check_server(item)
+                self.check_stop()
+                if time.monotonic() >= deadline:
+                    raise ItemFailed(f"server not healthy after {s['health_timeout_s']} s; last lines of "
+                                     f"{log_path}:\n{tail(log_path)}")
+                time.sleep(0.2)
+
+    def check_server(self, item: dict) -> None:
+        if self.server is not None and self.server.poll() is not None:
+            log_path = os.path.join(self.run_dir, layout.server_log(item.get("log_name", item["name"])))
+            if self.server.returncode in (0, -signal.SIGTERM, -signal.SIGINT):
+                # ended from outside with a clean stop: a shutdown (reboot) signals us too, a moment later
+                deadline = time.monotonic() + 3.0
+                while not self.owner.stopping and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                if self.owner.stopping:
+                    raise Stopped(f"stopped by SIGTERM (its server had exited with code {self.server.returncode}: "
+                                  "a host shutdown?)")
+            raise ItemFailed(f"vllm serve exited with code {self.server.returncode}; last 40 lines of "
+                             f"{log_path}:\n{tail(log_path)}")
+
+    def between_runs(self, item: dict, rec: dict) -> None:
+        s = self.spec
+        if s["prefix_cache"] == "reset":
+            req = urllib.request.Request(f"http://{s['server_host']}:{self.port}/reset_prefix_cache",
+                                         method="POST", data=b"")
+            try:
+                with urllib.request.urlopen(req, timeout=30) as r:
+                    if r.status == 200:
+                        return
+            except (urllib.error.URLError, OSError) as e:
+                rec["notes"].append(f"POST /reset_prefix_cache failed ({e}); restarted the server instead")
+        if s["prefix_cache"] in ("reset", "fresh-server-per-concurrency"):
+            self.set(rec, "stopping", "restarting the server for a cold prefix cache")
+            self.stop_server()
+            self.start_and_wait(item, rec)
+            self.set(rec, "benchmarking", "")
+
+    def run_bench(self, item: dict, b: dict) -> str:
+        client, run = Client.from_json(item["client"]), BenchRun.from_json(b)
+        final = os.path.join(client.result_dir, run.result_file)
+        partial = final + layout.PARTIAL_SUFFIX
+        argv = run.argv(client, model=self.model, vllm_version=self.owner.state.get("vllm_version"),
+                        host=self.spec["server_host"], port=self.port, result_filename=os.path.basename(partial),
+                        metadata=self.bench_metadata(item))
+        if os.path.exists(partial):
+            os.unlink(partial)
+        log_path = os.path.join(self.run_dir, layout.bench_log(b["result_file"]))
+        with open(log_path, "w") as lf:
+            self.bench = subprocess.Popen(argv, stdout=lf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                          env=self.env, cwd=self.run_dir, start_new_session=True)
+        tel = self.telemetry(b["result_file"]).start()  # never fails the run (telemetry.py)
+        deadline = time.monotonic() + self.spec["bench_timeout_s"]
+        try:
+            while self.bench.poll() is None:
+                self.check_server(item)
+                self.check_stop()
+                if time.monotonic() > deadline:
+                    raise ItemFailed(f"bench concurrency {b['concurrency']} exceeded {self.spec['bench_timeout_s']} s")
+                time.sleep(0.2)
+        finally:
+            tel.stop()
+            if self.bench.poll() is None:
+                try:
+                    os.killpg(self.bench.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                self.bench.wait()
+        rc, self.bench = self.bench.returncode, None
+        # the client exits 0 even when the server died under it (its requests just count as failed)
+        self.check_server(item)
+        if rc != 0:
+            raise ItemFailed(f"vllm bench serve (concurrency {b['concurrency']}) exited with code {rc}; "
+                             f"last lines of {log_path}:\n{tail(log_path)}")
+        try:
+            with open(partial) as f:
+                result = json.load(f)
+        except (OSError, ValueError) as e:
+            raise ItemFailed(f"bench result {partial} is missing or not JSON ({e})") from None
+        if not isinstance(result, dict):
+            raise ItemFailed(f"bench result {partial} is not a JSON object")
+        why = failed_requests(result, run.prompts() or int(result.get("num_prompts") or 0),
+                              int(item.get("max_failed_requests", 0)))
+        if why:  # the cause goes last: fab's table shows the end of the error
+            raise ItemFailed(f"bench concurrency {b['concurrency']} (run {b.get('rep', 1)}) does not count, result "
+                             f"kept as {partial}, log {log_path}: {why}")
+        os.replace(partial, final)
+        return final
+
+    def telemetry(self, result_file: str):
+        """The run's GPUs (a lane's set, else the spec's gpu_index, else all) and its server's /metrics."""
+        gpus = [g["index"] for g in self.gpus or []] or (
+            None if self.spec.get("gpu_index") is None else [self.spec["gpu_index"]])
+        return sampler_for({**self.spec, "port": self.port}, os.path.join(self.run_dir, layout.telemetry_file(result_file)), self.env, gpus)
+
+    def stop_server(self) -> None:
+        p, self.server = self.server, None
+        if p is None:
+            return
+        pgid, grace = p.pid, min(30.0, self.spec["stop_timeout_s"] / 2)
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(pgid, sig)
+            except ProcessLookupError:
+                pass
+            deadline = time.monotonic() + grace
+            while time.monotonic() < deadline and (p.poll() is None or self.group_alive(pgid)):
+                time.sleep(0.2)
+        p.wait()
+        left = [pid for pid, st in live_pids() if proc_argv0(pid).startswith("VLLM::")
+                and (st[3] == pgid or st[2] == pgid or proc_has_token(pid, self.token))]
+        if left:
+            log(f"ending leftover VLLM:: processes of this run by PID: {left}")
+            end_pids(left)
+        used = self.wait_gpu_free(self.spec["stop_timeout_s"])
+        if used >= self.spec["gpu_memory_free_mib"]:
+            raise Fatal(f"GPU memory still {used} MiB (>= {self.spec['gpu_memory_free_mib']}) "
+                        f"{self.spec['stop_timeout_s']} s after the server stopped; not starting the next "
+                        "server into an out-of-memory failure (check nvidia-smi for the holder)")
+
+    @staticmethod
+    def group_alive(pgid: int) -> bool:
+        return any(st[2] == pgid for _, st in live_pids())
+
