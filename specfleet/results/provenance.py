@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from ..facts.gpus import CudaDriverVersion, Gpu, Gpus
 from ..worker import layout
 from ..worker.runspec import item_parts
 from ..shell import read_sections, sections_script
@@ -58,8 +59,8 @@ def probe_script(venv: str, run_dir: str, model: str | None, dataset: str | None
     files = [f"{model}/config.json", f"{model}/{WEIGHT_INDEX}"] if model else []
     files += [dataset] if dataset else []
     parts = [
-        "nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null",
-        "nvidia-smi 2>/dev/null | sed -n 's/.*CUDA Version: *\\([0-9.]*\\).*/\\1/p' | head -n1",
+        Gpus().command(),  # nvidia-smi is read by the facts' parsers only (specfleet.facts.gpus)
+        CudaDriverVersion().command(),
         f"cat {q(venv + '/' + layout.VENV_MANIFEST)} 2>/dev/null",
         f"{q(venv + '/bin/python')} -c {q(DIST_CODE)} {' '.join(map(q, dists))} 2>/dev/null",
         (f"cd {q(run_dir)} 2>/dev/null; sha256sum -- {' '.join(q(f) for f in files)} 2>/dev/null"
@@ -78,8 +79,9 @@ def _json(text: str) -> Any:
 
 def parse_probe(stdout: str, model: str | None, dataset: str | None) -> dict:
     parts = read_sections(stdout, 6)
-    gpus = [ln.strip() for ln in parts[0].splitlines() if ln.strip()]
-    first = [x.strip() for x in gpus[0].split(",")] if gpus else []
+    # a section carries no exit code: a failed nvidia-smi's text is not GPU lines, so it reads as none
+    found = Gpus().parse(parts[0], 0).gpus
+    gpus = [_gpu_line(g) for g in found]
     manifest = _json(parts[2]) or {}
     dists = _json(parts[3]) or {}
     worker_python, dists_sha = dists.pop(PY_KEY, None), dists.pop(DISTS_KEY, None)
@@ -91,12 +93,12 @@ def parse_probe(stdout: str, model: str | None, dataset: str | None) -> dict:
     cfg = _json(parts[5])
     sim_cfg = cfg.get("simvllm", {}) if isinstance(cfg, dict) else {}
     return {
-        "gpu": gpus[0] if gpus else "",            # as before: the first nvidia-smi line
-        "gpu_name": first[0] if first else "",
+        "gpu": gpus[0] if gpus else "",            # as before: the first GPU's line
+        "gpu_name": found[0].name if found else "",
         "gpu_count": len(gpus),
         "gpus": gpus,
-        "driver": first[1] if len(first) > 1 else "",
-        "cuda": parts[1].strip(),
+        "driver": (found[0].driver_version or "") if found else "",
+        "cuda": CudaDriverVersion().parse(parts[1], 0) or "",
         "venv": manifest.get("packages", {}),
         "python": manifest.get("python_version") or worker_python,
         "venv_digest": manifest.get("digest") or (f"dists-sha256:{dists_sha[:16]}" if dists_sha else None),
@@ -110,6 +112,12 @@ def parse_probe(stdout: str, model: str | None, dataset: str | None) -> dict:
         "dataset_path": dataset,
         "dataset_sha256": sums.get(dataset) if dataset else None,
     }
+
+
+def _gpu_line(g: Gpu) -> str:
+    """provenance.json's line for one GPU, as it has always read: name, driver, memory."""
+    mem = f"{g.memory_total_mib} MiB" if g.memory_total_mib is not None else "[N/A]"
+    return f"{g.name}, {g.driver_version or '[N/A]'}, {mem}"
 
 
 def spec_facts(spec: dict | None) -> tuple[str | None, dict[str, dict]]:

@@ -61,11 +61,14 @@ def test_probe_runs_and_hashes_model_and_dataset_with_hostile_paths(tmp_path):
 
 
 def test_parse_probe_reads_gpus_driver_cuda():
-    sections = ["NVIDIA H200, 580.159.04, 143771 MiB\nNVIDIA H200, 580.159.04, 143771 MiB\n", "13.0\n", "{}\n",
+    smi = "".join(f"{i}, GPU-{i}, NVIDIA H200, 143771, 0, 580.159.04\n" for i in range(2))  # Gpus' query
+    header = "| NVIDIA-SMI 580.159.04             Driver Version: 580.159.04     CUDA Version: 13.0     |\n"
+    sections = [smi, header, "{}\n",
                 '{"vllm": "0.26.0", "torch": "2.11.0+cu130"}\n', "", '{"simvllm": {"simulated": true}}\n']
     out = "".join(base64.b64encode(x.encode()).decode() + "\n" for x in sections)  # as sections_script frames them
     f = parse_probe(out, "/m", None)
     assert (f["gpu_name"], f["gpu_count"], f["driver"], f["cuda"]) == ("NVIDIA H200", 2, "580.159.04", "13.0")
+    assert f["gpu"] == "NVIDIA H200, 580.159.04, 143771 MiB"  # provenance.json's line, as it always read
     assert f["dists"]["torch"] == "2.11.0+cu130" and f["model_simulated"] is True
 
 
