@@ -13,9 +13,6 @@ from ..shell import q
 from ..step import Status, Step, StepFailed
 from ..worker import layout
 
-__all__ = ["CampaignView", "ReadWorker", "RunnerView", "parse_view", "start_or_reattach", "stop_campaign", "view",
-           "view_script"]
-
 
 def view(hc: HostConnection, work_dir: str, campaign: str) -> RunnerView:
     return parse_view(hc.run(view_script(work_dir, campaign, hc.host.name), timeout=30).stdout)
