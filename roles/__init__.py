@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 from pydantic import BaseModel, ValidationError
 
+from specfleet.fleet import Outcomes
 from specfleet.inventory import Host, InventoryError, Vars
 from specfleet.step import Step
 
@@ -59,7 +60,7 @@ class Role:
     needs: frozenset[str] = frozenset()
     order: int = 100                       # provision runs roles by (order, name)
     bastion: Callable[[Context], None] | None = None        # runs on the bastion before the play
-    after: Callable[[Context, dict], None] | None = None    # (ctx, results per host) after the play
+    after: Callable[[Context, Outcomes], None] | None = None  # (ctx, each host's outcome) after the play
 
     def __post_init__(self):
         unknown = set(self.needs) - NEEDS

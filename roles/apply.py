@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 
 from specfleet.errors import UserError
+from specfleet.fleet import Outcomes
 from specfleet.step import Status, StepFailed
 from specfleet.steps.command import Assert
 
@@ -68,8 +69,8 @@ def guarded(steps_for):
     return inner
 
 
-def provision(ctx: Context, roles: list[Role]) -> dict:
-    """Run the chosen roles on ctx.fleet; returns the play's results per host."""
+def provision(ctx: Context, roles: list[Role]) -> Outcomes:
+    """Run the chosen roles on ctx.fleet; returns each host's outcome of the play."""
     fleet = ctx.fleet
     for role in roles:  # bad input stops before any work
         for host in fleet.hosts:
@@ -101,7 +102,7 @@ def provision(ctx: Context, roles: list[Role]) -> dict:
     return results
 
 
-def revert(ctx: Context, role: Role) -> dict:
+def revert(ctx: Context, role: Role) -> Outcomes:
     for host in ctx.fleet.hosts:
         role.check(host, str(ctx.inventory.path))
     return ctx.fleet.play(guarded(lambda h: role.revert(h, ctx)))

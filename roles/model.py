@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
+from specfleet.fleet import Outcomes
 from specfleet.inventory import Host
 from specfleet.facts.model import ModelDirState, ModelFiles
 from specfleet.step import Change, Step, StepFailed, Values
@@ -61,14 +62,14 @@ def stage_steps(host: Host) -> list[Step]:
     return [RemoteCopy(cands[-1], cands[0]), ModelDir([cands[0]])]
 
 
-def report_models(ctx: Context, results: dict) -> None:
+def report_models(ctx: Context, outcomes: Outcomes) -> None:
     """After the play: which directory each worker serves from."""
     from rich.table import Table
     table = Table(title="model directories", title_justify="left")
     for col in ("host", "serves from", "weights", "size"):
         table.add_column(col)
-    for host, rs in results.items():
-        m = next((r.data["model"] for r in rs if r.data.get("model")), None)
+    for host, o in outcomes.items():
+        m = next((r.data["model"] for r in o.results if r.data.get("model")), None)
         if m:
             table.add_row(host, m["path"], str(m["weights"]), f"{m['size_bytes'] / 2**30:.2f} GiB")
     if table.row_count:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 
+from specfleet.fleet import Outcomes
 from specfleet.facts.net import Address, Ipv4Addresses, NetplanFilesWith
 from specfleet.shell import q
 from specfleet.step import Change, Step, StepFailed, Values
@@ -105,13 +106,13 @@ def removal_steps(host: str, dups: list[Duplicate]) -> list[Step]:
     return steps
 
 
-def report_duplicates(ctx: Context, results: dict) -> None:
+def report_duplicates(ctx: Context, outcomes: Outcomes) -> None:
     """After the play: a table of the duplicates, a warning; removal only from the host the option names."""
     from rich.table import Table
 
     from specfleet.errors import UserError
     fleet, remove_host = ctx.fleet, ctx.options.get("remove_dup_ip")
-    addrs = {h: r.data["addresses"] for h, rs in results.items() for r in rs if "addresses" in r.data}
+    addrs = {h: r.data["addresses"] for h, o in outcomes.items() for r in o.results if "addresses" in r.data}
     dups = find_duplicates(addrs)
     if not dups:
         ctx.console.print("[green]network: no IPv4 address is held by two hosts[/]")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from specfleet import venv_build
 from specfleet.errors import UserError
-from specfleet.step import Status, StepFailed, StepResult
+from specfleet.step import Status, StepFailed
 
 from . import Context, Role
 
@@ -43,7 +43,7 @@ def bastion_manifest(ctx: Context, build: bool) -> None:
     if is_provided(inv.bastion_vars):
         ctx.manifest = provided_manifest(inv)
         msg = f"venv_source: provided: nothing built here; each worker's {inv.bastion_vars['venv_path']} is checked"
-        fleet.record_local(StepResult("bastion", "venv", Status.OK, message=msg))
+        fleet.record_local_for("bastion", "venv", Status.OK, msg)
         console.print(f"{'venv':>12} bastion  {msg}")
         return
     try:
@@ -51,7 +51,7 @@ def bastion_manifest(ctx: Context, build: bool) -> None:
         if build:
             outcome = venv_build.build(spec, check=ctx.check, log=lambda m: console.print(f"[dim]  bastion: {m}[/]"))
             status = Status.CHANGED if outcome.changed else Status.OK
-            fleet.record_local(StepResult("bastion", "venv", status, message=outcome.message))
+            fleet.record_local_for("bastion", "venv", status, outcome.message)
             console.print(f"{'venv':>12} bastion  {outcome.message}")
             manifest = outcome.manifest
         else:
@@ -65,7 +65,7 @@ def bastion_manifest(ctx: Context, build: bool) -> None:
                         "python_version": venv_build.check_base_python(spec.base_python), "packages": {}}
         ctx.manifest = manifest
     except (venv_build.VenvError, StepFailed) as e:
-        fleet.record_local(StepResult("bastion", "venv", Status.FAILED, message=str(e)))
+        fleet.record_local_for("bastion", "venv", Status.FAILED, str(e))
         console.print(f"[bold red]{'failed':>12}[/] bastion  venv: {e}", markup=True)
         ctx.manifest = None
 

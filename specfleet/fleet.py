@@ -16,6 +16,7 @@ import subprocess
 import threading
 import time
 import traceback
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 from .connection import CommandTimeout, HostConnection, Unreachable
@@ -40,6 +41,50 @@ EXIT_DISK_FULL = 74     # collect/report: the bastion's disk is full (ENOSPC/EDQ
 EXIT_INTERRUPTED = 130  # Ctrl-C: 128 + SIGINT, what shells report for a process a SIGINT ended
 
 StepsFor = Callable[[Host], Iterable[Step]]
+_DROPPED = (Status.FAILED, Status.UNREACHABLE)
+
+
+@dataclass
+class HostOutcome:
+    """One host's outcome of one `Fleet.each` or `Fleet.play`, kept as a value (as Fabric's GroupResult
+    keeps each host's result or exception): ok, changed, failed or unreachable, with what the work
+    returned (`each`) and the step results it recorded (`play`)."""
+
+    host: str
+    status: Status
+    value: Any = None                 # each: what the work returned; None when it failed
+    message: str = ""
+    results: list[StepResult] = field(default_factory=list)
+
+    @property
+    def failed(self) -> bool:
+        return self.status in _DROPPED
+
+    @property
+    def succeeded(self) -> bool:
+        return not self.failed
+
+
+class Outcomes(dict[str, HostOutcome]):
+    """Host name -> its HostOutcome, for every host the call ran on."""
+
+    @property
+    def failed(self) -> dict[str, HostOutcome]:
+        return {h: o for h, o in self.items() if o.failed}
+
+    @property
+    def succeeded(self) -> dict[str, HostOutcome]:
+        return {h: o for h, o in self.items() if o.succeeded}
+
+    def values_by_host(self) -> dict[str, Any]:
+        """What the work returned on each host where it succeeded."""
+        return {h: o.value for h, o in self.items() if o.succeeded}
+
+
+def _play_status(results: list[StepResult]) -> Status:
+    """A host's status over its steps: the first that dropped it, else changed if any step changed."""
+    dropped = next((r.status for r in results if r.status in _DROPPED), None)
+    return dropped or (Status.CHANGED if any(r.changed for r in results) else Status.OK)
 
 
 class Fleet:
@@ -79,68 +124,59 @@ class Fleet:
     def active(self) -> list[Host]:
         return [h for h in self.hosts if h.name not in self.dropped]
 
-    def play(self, steps_for: StepsFor, hosts: list[Host] | None = None) -> dict[str, list[StepResult]]:
-        """Run each host's steps in order, hosts in parallel. Returns results per host."""
+    def play(self, steps_for: StepsFor, hosts: list[Host] | None = None) -> Outcomes:
+        """Run each host's steps in order, hosts in parallel: each host's outcome, its step results in it."""
         targets = [h for h in (hosts or self.hosts) if h.name not in self.dropped]
-        out: dict[str, list[StepResult]] = {}
+        out = Outcomes()
 
         def one(host: Host) -> None:
             try:
                 steps = list(steps_for(host))
             except Exception as e:  # e.g. a var this host lacks: this host fails, the others go on
-                r = StepResult(host.name, "steps for this host", Status.FAILED,
-                               message=self._unexpected(host.name, "steps for this host", e))
-                self._record(r)
-                out[host.name] = [r]
-                return
-            out[host.name] = self._host_play(host, steps)
-            self.current.pop(host.name, None)  # not on Ctrl-C: then `standing` says where it was
+                name = "steps for this host"
+                results = [self._result(host.name, name, Status.FAILED, message=self._unexpected(host.name, name, e))]
+            else:
+                results = self._host_play(host, steps)
+                self.current.pop(host.name, None)  # not on Ctrl-C: then `standing` says where it was
+            failed = next((r for r in results if r.status in _DROPPED), None)
+            out[host.name] = HostOutcome(host.name, _play_status(results), message=failed.message if failed else "",
+                                         results=results)
 
         self._parallel(one, targets)
         return out
 
-    def each(self, name: str, fn: Callable[[HostConnection], Any], hosts: list[Host] | None = None) -> dict[str, Any]:
+    def each(self, name: str, fn: Callable[[HostConnection], Any], hosts: list[Host] | None = None) -> Outcomes:
         """Run `fn(connection)` per host in parallel; an exception fails that host only.
 
-        `fn` may return a StepResult-like status via (Status, message, data) or any value (ok).
+        `fn` returns a status as (Status, message[, data]), or any other value (that host is ok);
+        either way the value is its HostOutcome's `value`.
         """
         targets = [h for h in (hosts or self.hosts) if h.name not in self.dropped]
-        out: dict[str, Any] = {}
+        out = Outcomes()
 
         def one(host: Host) -> None:
             self.current[host.name] = name
-            work(host)
+            out[host.name] = work(host)
             self.current.pop(host.name, None)  # not on Ctrl-C: then `standing` says where it was
 
-        def work(host: Host) -> None:
+        def work(host: Host) -> HostOutcome:
             t0 = time.monotonic()
             hc = self.connections[host.name]
+            value, status, message, data = None, Status.OK, "", {}
             try:
                 hc.open()
                 value = fn(hc)
             except Unreachable as e:
-                self._record(StepResult(host.name, name, Status.UNREACHABLE, message=str(e),
-                                        duration=time.monotonic() - t0))
-                return
+                status, message = Status.UNREACHABLE, str(e)
             except (StepFailed, CommandTimeout) as e:
-                self._record(StepResult(host.name, name, Status.FAILED, message=str(e),
-                                        duration=time.monotonic() - t0))
-                return
+                status, message = Status.FAILED, str(e)
             except Exception as e:  # anything else in one host's work fails that host only
-                self._record(StepResult(host.name, name, Status.FAILED, message=self._unexpected(host.name, name, e),
-                                        duration=time.monotonic() - t0))
-                return
-            status, message, data = Status.OK, "", {}
-            if isinstance(value, StepResult):
-                value.duration = value.duration or time.monotonic() - t0
-                self._record(value)
-                out[host.name] = value
-                return
-            if isinstance(value, tuple) and value and isinstance(value[0], Status):
-                status, message, data = (list(value) + ["", {}])[:3]
-            out[host.name] = value
-            self._record(StepResult(host.name, name, status, message=message, data=data or {},
-                                    duration=time.monotonic() - t0))
+                status, message = Status.FAILED, self._unexpected(host.name, name, e)
+            else:
+                if isinstance(value, tuple) and value and isinstance(value[0], Status):
+                    status, message, data = (list(value) + ["", {}])[:3]
+            r = self._result(host.name, name, status, message=message, data=data or {}, duration=time.monotonic() - t0)
+            return HostOutcome(host.name, status, value, r.message, [r])
 
         self._parallel(one, targets)
         return out
@@ -214,33 +250,22 @@ class Fleet:
                         e = StepFailed(self._unexpected(host.name, step.name, e))
                     if self.check and any(d.changed for d in done):
                         # the check may only fail because an earlier change was not made
-                        r = StepResult(host.name, step.name, Status.SKIPPED, duration=share,
-                                       message=f"cannot tell before the changes above are made ({e})")
-                        self._record(r)
-                        done.append(r)
+                        done.append(self._result(host.name, step.name, Status.SKIPPED, duration=share,
+                                                 message=f"cannot tell before the changes above are made ({e})"))
                         continue
-                    r = StepResult(host.name, step.name, Status.FAILED, message=str(e), duration=share)
-                    self._record(r)
+                    r = self._result(host.name, step.name, Status.FAILED, message=str(e), duration=share)
                     return done + [r] + self._drop(host, pending[i + 1:], Status.FAILED, None, 0)
-                if not changes:
-                    r = StepResult(host.name, step.name, Status.OK, data=data,
-                                   duration=share + time.monotonic() - t1)
-                    self._record(r)
-                    done.append(r)
-                    continue
-                if self.check:
-                    r = StepResult(host.name, step.name, Status.CHANGED, changes, data=data,
-                                   message="would change (check mode)", duration=share + time.monotonic() - t1)
-                    self._record(r)
-                    done.append(r)
+                if not changes or self.check:
+                    done.append(self._result(host.name, step.name, Status.CHANGED if changes else Status.OK,
+                                             changes, data=data, duration=share + time.monotonic() - t1,
+                                             message="would change (check mode)" if changes else ""))
                     continue
                 try:
-                    r = self._apply(hc, step, changes)
+                    status, message, stderr_tail = self._apply(hc, step, changes)
                 except Exception as e:  # e.g. rsync not installed on the bastion
-                    r = StepResult(host.name, step.name, Status.FAILED, changes,
-                                   message=self._unexpected(host.name, step.name, e))
-                r.duration = share + time.monotonic() - t1
-                self._record(r)
+                    status, message, stderr_tail = Status.FAILED, self._unexpected(host.name, step.name, e), ""
+                r = self._result(host.name, step.name, status, changes, message=message, stderr_tail=stderr_tail,
+                                 duration=share + time.monotonic() - t1)
                 done.append(r)
                 if r.status is not Status.CHANGED:
                     return done + self._drop(host, pending[i + 1:], r.status, None, 0)
@@ -261,9 +286,9 @@ class Fleet:
             return res.stdout
         return gather(steps, run, diff=self.diff)
 
-    def _apply(self, hc: HostConnection, step: Step, changes: list[Change]) -> StepResult:
-        t0 = time.monotonic()
-        name, host = step.name, hc.host
+    def _apply(self, hc: HostConnection, step: Step, changes: list[Change]) -> tuple[Status, str, str]:
+        """Make the changes: (status, message, stderr tail) for the step's result."""
+        host = hc.host
         try:
             for scripts, payload in _commands(changes):
                 body = "set -e\n" + "\n".join(scripts)
@@ -271,24 +296,18 @@ class Fleet:
                 res = hc.run(as_root(body, sudo=step.needs_root and host.needs_sudo),
                              stdin=payload.chunks() if payload else None)
                 if res.exited != 0:
-                    return StepResult(host.name, name, Status.FAILED, changes,
-                                      message=f"exit {res.exited}: {_last_line(res.stderr)}",
-                                      stderr_tail=res.stderr[-2000:], duration=time.monotonic() - t0)
+                    return Status.FAILED, f"exit {res.exited}: {_last_line(res.stderr)}", res.stderr[-2000:]
             for c in changes:
                 if c.local_argv:
                     p = subprocess.run(c.local_argv, capture_output=True, text=True)
                     if p.returncode != 0:
-                        return StepResult(host.name, name, Status.FAILED, changes,
-                                          message=exit_status(c.local_argv[0], p.returncode)
-                                          + (f": {_last_line(p.stderr)}" if p.stderr.strip() else ""),
-                                          stderr_tail=p.stderr[-2000:], duration=time.monotonic() - t0)
+                        return (Status.FAILED, exit_status(c.local_argv[0], p.returncode)
+                                + (f": {_last_line(p.stderr)}" if p.stderr.strip() else ""), p.stderr[-2000:])
         except Unreachable as e:
-            return StepResult(host.name, name, Status.UNREACHABLE, changes, message=str(e),
-                              duration=time.monotonic() - t0)
+            return Status.UNREACHABLE, str(e), ""
         except CommandTimeout as e:
-            return StepResult(host.name, name, Status.FAILED, changes, message=str(e),
-                              duration=time.monotonic() - t0)
-        return StepResult(host.name, name, Status.CHANGED, changes, duration=time.monotonic() - t0)
+            return Status.FAILED, str(e), ""
+        return Status.CHANGED, "", ""
 
     def _count(self, host: str) -> None:
         with self._lock:
@@ -301,11 +320,9 @@ class Fleet:
             self.dropped.setdefault(host.name, status)
         for j, step in enumerate(rest):
             if message is not None and j == 0:
-                r = StepResult(host.name, step.name, status, message=message, duration=duration)
+                out.append(self._result(host.name, step.name, status, message=message, duration=duration))
             else:
-                r = StepResult(host.name, step.name, Status.SKIPPED, message="host dropped out earlier")
-            self._record(r)
-            out.append(r)
+                out.append(self._result(host.name, step.name, Status.SKIPPED, message="host dropped out earlier"))
         return out
 
     def _unexpected(self, host: str, step: str, e: Exception) -> str:
@@ -321,9 +338,13 @@ class Fleet:
                                "traceback": self.redact("".join(traceback.format_exception(e)))})
         return line
 
-    def _record(self, r: StepResult) -> None:
+    def _result(self, host: str, step: str, status: Status, changes: list[Change] | None = None, *,
+                message: str = "", stderr_tail: str = "", duration: float = 0.0, data: dict | None = None) -> StepResult:
+        """The one place a step result is made: built, masked, recorded (unless after Ctrl-C), returned."""
+        r = StepResult(host, step, status, list(changes or ()), message=message, stderr_tail=stderr_tail,
+                       duration=duration, data=data or {})
         if self.interrupted:  # a thread still finishing after Ctrl-C: the record is already closed
-            return
+            return r
         # masked before any output sees it (console, event log, data a task prints);
         # a change's script is what runs, never shown, and is left as it is
         r.step = self.redact(r.step)
@@ -334,20 +355,18 @@ class Fleet:
         r.data = self.redact.data(r.data)
         with self._lock:
             self.results.append(r)
-            if r.status in (Status.FAILED, Status.UNREACHABLE):
+            if r.status in _DROPPED:
                 self.dropped.setdefault(r.host, r.status)
         if self.events:
             self.events.step(r)
         if self.on_result:
             self.on_result(r)
+        return r
 
-    def record_local(self, r: StepResult) -> None:
-        """A result of work done on the bastion itself (host 'bastion'), counted like any other."""
-        self._record(r)
-
-    def record_local_for(self, host: str, step: str, status: Status, message: str = "") -> None:
-        """Record a verdict the bastion reached about a host (e.g. a failed queue item)."""
-        self._record(StepResult(host, step, status, message=message))
+    def record_local_for(self, host: str, step: str, status: Status, message: str = "", **fields) -> StepResult:
+        """Record a verdict the bastion reached about a host (e.g. a failed queue item), or the outcome
+        of work done on the bastion itself (host 'bastion'), counted like any other result."""
+        return self._result(host, step, status, message=message, **fields)
 
     def not_merged(self, message: str) -> None:
         """collect's verdict: the run ends with EXIT_NOT_MERGED and this message in the recap."""

@@ -223,7 +223,8 @@ def status(c, plan=None, inventory=None, hosts=None, forks=32, serial=False, acc
     with fleet_run("status", inventory=inventory, hosts=hosts, forks=forks, serial=serial,
                    accept_new_host_keys=accept_new_host_keys, verbose=verbose, default_hosts="workers",
                    recap=False) as (fleet, inv, rep):
-        views = fleet.each("read campaign state", lambda hc: remote.view(hc, work_dir(hc.host), p.campaign))
+        views = fleet.each("read campaign state",
+                           lambda hc: remote.view(hc, work_dir(hc.host), p.campaign)).values_by_host()
         for name, v in views.items():
             rep.console.print(progress_line(name, v), markup=False)
         _campaign_table(rep, views)

@@ -37,8 +37,8 @@ def facts(c, inventory=None, hosts=None, forks=32, serial=False, accept_new_host
         for col in ("host", "os", "kernel", "IPv4 addresses", "routes", "GPUs"):
             table.add_column(col, overflow="fold")
         for host in fleet.hosts:
-            rs = results.get(host.name) or []
-            data = rs[0].data if rs and rs[0].data else None
+            outcome = results.get(host.name)
+            data = outcome.results[0].data if outcome and outcome.results[0].data else None
             if not data:
                 table.add_row(host.name, "-", "-", "-", "-", "unreachable")
                 continue

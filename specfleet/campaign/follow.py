@@ -15,7 +15,7 @@ from typing import Callable
 from ..connection import CommandTimeout, Unreachable
 from ..step import Status
 from ..worker import layout
-from .remote import RunnerView
+from ..facts.runner_state import RunnerView
 
 REBOOTED = ("host rebooted (its runner and server are gone): run `fab provision` (mounts, GPU modules), "
             "then `fab bench` to resume")

@@ -6,93 +6,16 @@ interrupted; the bastion only reads state.json and the runner's lock file.
 """
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass, field
-
 from ..connection import HostConnection
-from ..facts.base import Fact
 from ..facts.gpus import GpuTopology, Gpus
-from ..shell import q, read_sections, sections_script
+from ..facts.runner_state import CampaignView, RunnerView, parse_view, view_script
+from ..shell import q
 from ..step import Status, Step, StepFailed
 from ..worker import layout
 
 
-
-@dataclass
-class RunnerView:
-    """What one round trip tells about a worker's campaign."""
-
-    spec: dict | None = None
-    state: dict | None = None
-    runner_pid: int | None = None
-    alive: bool = False
-    done_markers: list[str] = field(default_factory=list)
-    boot: str | None = None  # the host's boot identity now (host.boot_identity)
-
-    @property
-    def rebooted(self) -> bool:
-        """The host booted since the runner that wrote state.json started."""
-        was = (self.state or {}).get("boot")
-        return bool(was) and self.boot is not None and was != self.boot
-
-    @property
-    def finished(self) -> bool:
-        return bool(self.state) and not self.alive and self.state.get("status") in ("done", "failed", "stopped")
-
-    def counts(self) -> tuple[int, int, int]:
-        items = (self.state or {}).get("items", [])
-        done = sum(i["status"] == "done" for i in items)
-        failed = sum(i["status"] == "failed" for i in items)
-        return done, failed, len(items) - done - failed
-
-
-def view_script(work_dir: str, campaign: str, host: str) -> str:
-    """The one script that reads a worker's campaign (`view` runs it; `CampaignView` batches it)."""
-    d = q(layout.run_dir(work_dir, campaign, host))
-    lock = q(layout.lock_path(work_dir))
-    return sections_script([
-        f"cat {d}/{layout.RUN_SPEC}", f"cat {d}/{layout.STATE}",
-        f"pid=$(sed -n 's/^pid=\\([0-9]*\\).*/\\1/p' {lock} 2>/dev/null); echo \"$pid\"; "
-        # alive = that PID exists and is a runner (PIDs are reused after a reboot)
-        f"[ -n \"$pid\" ] && tr '\\0' ' ' < /proc/$pid/cmdline 2>/dev/null | grep -q runner.pyz && echo ALIVE",
-        f"ls {d} 2>/dev/null | sed -n 's/\\{layout.DONE_SUFFIX}$//p'",
-        # read, never create, the boot marker (the runner creates it)
-        "b=$(cat /proc/sys/kernel/random/boot_id 2>/dev/null || echo '?'); "
-        f"t=$(cat {layout.boot_marker('$(id -u)')} 2>/dev/null); echo \"$b${{t:+/$t}}\""])
-
-
-def parse_view(stdout: str) -> RunnerView:
-    parts = read_sections(stdout, 5)
-    pid_lines = parts[2].split()
-    return RunnerView(spec=_json(parts[0]), state=_json(parts[1]),
-                      runner_pid=int(pid_lines[0]) if pid_lines and pid_lines[0].isdigit() else None,
-                      alive="ALIVE" in pid_lines, done_markers=parts[3].split(), boot=parts[4].strip() or None)
-
-
 def view(hc: HostConnection, work_dir: str, campaign: str) -> RunnerView:
     return parse_view(hc.run(view_script(work_dir, campaign, hc.host.name), timeout=30).stdout)
-
-
-@dataclass(frozen=True)
-class CampaignView(Fact):
-    """`view` as a host fact: `fab bench` reads it in the same probe batch as the workers' GPUs."""
-
-    work_dir: str
-    campaign: str
-    host: str
-
-    def command(self) -> str:
-        return view_script(self.work_dir, self.campaign, self.host)
-
-    def parse(self, stdout: str, rc: int) -> RunnerView:
-        return parse_view(stdout)
-
-
-def _json(text: str) -> dict | None:
-    try:
-        return json.loads(text) if text.strip() else None
-    except (ValueError, RecursionError):  # RecursionError: a hostile 1e6-deep [[[...]]] (issue 28)
-        return None  # a half-written file is never trusted (the runner writes atomically anyway)
 
 
 def start(hc: HostConnection, python: str, runner: str, spec_path: str, log_path: str) -> int:

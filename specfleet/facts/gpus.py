@@ -7,6 +7,8 @@ Interface (stable; other modules import these names):
   `.visible` (True when nvidia-smi answered).
 - `Gpu(index, uuid, name, memory_total_mib, memory_used_mib, driver_version)`:
   memory in MiB as nvidia-smi reports it (None where it prints "[N/A]").
+- `CudaDriverVersion()`: a host fact; the highest CUDA the driver supports ("13.0", nvidia-smi's
+  header), or None.
 - `GpuTopology()`: a host fact; its value is a `Topology` (`.links`: one `GpuLink(a, b,
   kind)` per unordered GPU pair, kind as `nvidia-smi topo -m` writes it: "NV18" for 18
   bonded NVLinks, "PIX", "PXB", "PHB", "NODE", "SYS"; `.kind(a, b)`, `.nvlinked(a, b)`),
@@ -30,6 +32,7 @@ from .base import Fact, lines
 
 QUERY_FIELDS = "index,uuid,name,memory.total,memory.used,driver_version"
 ANSI_RE = re.compile(r"\x1b\[[0-9;]*m")
+CUDA_VERSION_RE = re.compile(r"CUDA Version: *([0-9.]+)")
 
 
 @dataclass(frozen=True)
@@ -83,6 +86,18 @@ class Gpus(Fact):
             gpus.append(Gpu(int(cells[0]), _na(cells[1]), ", ".join(cells[2:-3]), _mib(cells[-3]),
                             _mib(cells[-2]), _na(cells[-1])))
         return GpuList(sorted(gpus, key=lambda g: g.index))
+
+
+@dataclass(frozen=True)
+class CudaDriverVersion(Fact):
+    """The highest CUDA the driver supports, from nvidia-smi's header ("13.0"); None without a driver."""
+
+    def command(self) -> str:
+        return "nvidia-smi 2>&1"
+
+    def parse(self, stdout: str, rc: int) -> str | None:
+        m = CUDA_VERSION_RE.search(stdout) if rc == 0 else None
+        return m.group(1) if m else None
 
 
 @dataclass(frozen=True)

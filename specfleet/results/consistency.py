@@ -11,14 +11,13 @@ recorded (the simulated engine has no vLLM version: not checked there, said so).
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
 from ..worker import layout
 from .gpu_gate import where
-from .provenance import (NOT_RECORDED, _prompts, _sampling, _short, read_provenance, server_facts,
-                         simulated_signals)
+from .provenance import NOT_RECORDED, read_provenance, server_facts, simulated_signals
 
 if TYPE_CHECKING:
     from .campaign import Campaign, Run
@@ -28,6 +27,44 @@ if TYPE_CHECKING:
 # so each is compared only with itself
 FIELDS = {"gpu": "GPU model", "driver": "driver", "cuda": "CUDA (torch build)", "driver_cuda": "CUDA (driver)",
           "torch": "torch", "vllm": "vLLM version", "decoding": "decoding"}
+
+
+# what a client may send that changes sampling, as --metadata keys
+SAMPLING_KEYS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "frequency_penalty",
+                 "presence_penalty", "seed")
+
+
+def _short(h: Any) -> str:
+    return str(h)[:12] if h else NOT_RECORDED
+
+
+def _sampling(runs, prov_item: dict) -> str:
+    """From the result metadata when recorded there (the runner's `sampling_params`, what the client
+    sent, or --metadata sampling keys), else from the run spec's bench argv."""
+    sent = sorted({str(r.result.extra["sampling_params"]) for r in runs if r.result.extra.get("sampling_params")})
+    if sent:
+        return "sent " + " | ".join(s if s != "{}" else "nothing (the server's generation defaults)" for s in sent)
+    for r in runs:
+        got = {k: str(r.result.extra[k]) for k in SAMPLING_KEYS if r.result.extra.get(k) is not None}
+        if got:
+            return ", ".join(f"{k}={v}" for k, v in got.items())
+    s = prov_item.get("sampling") or {}
+    if s:
+        return ", ".join(f"{k}={v}" for k, v in s.items()) + " (run spec)"
+    return NOT_RECORDED
+
+
+def _prompts(runs) -> str:
+    """Prompts each run measured: dropped ones (too long for the context) and a one-wave stamp said."""
+    x = runs[0].result
+    sent = x.num_prompts if x.num_prompts is not None else NOT_RECORDED
+    out = str(sent)
+    if str(x.extra.get("prompts_dropped") or "0") not in ("0", ""):
+        out = (f"{sent} of {x.extra.get('prompts_selected', '?')} (dropped, too long for the context: "
+               f"question_id {x.extra.get('prompts_dropped_ids', '?')})")
+    if x.extra.get("steady_state") == "report-setup":
+        out += "; one wave by the plan's choice (steady_state: report-setup)"
+    return out
 
 
 def decoding_of(extra: dict) -> str | None:

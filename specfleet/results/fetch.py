@@ -13,6 +13,7 @@ import subprocess
 from pathlib import Path
 
 from ..campaign import remote
+from ..facts.runner_state import RunnerView
 from ..worker import layout
 from ..connection import ssh_argv
 from ..quoting import q
@@ -54,7 +55,7 @@ def rsync_argv(source: str, stage: Path, ssh: str | None, compare: list[str], li
             *(["-e", ssh] if ssh else []), "--out-format=%i %n", *compare, "--", source, f"{stage}/"]
 
 
-def finished_items(v: remote.RunnerView) -> list[str]:
+def finished_items(v: RunnerView) -> list[str]:
     """Items with a done marker, except those the runner's state shows as not done: a configuration
     that changed is measured again under its old marker, which stays until the new run is done."""
     status = {i.get("name"): i.get("status") for i in (v.state or {}).get("items", []) if isinstance(i, dict)}
@@ -144,7 +145,7 @@ def discard_staging(dest: Path, host: str) -> None:
         pass  # another host's staging is in use, or it is gone already
 
 
-def write_provenance(hc, v: remote.RunnerView, src: str, done: list[str], pf: Path) -> None:
+def write_provenance(hc, v: RunnerView, src: str, done: list[str], pf: Path) -> None:
     """Probe the host (one round trip: provenance.probe_script) and write what it says to `pf`;
     a collect that finds nothing new touches nothing."""
     from .provenance import parse_probe, probe_script, spec_facts

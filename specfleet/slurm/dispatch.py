@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from ..campaign import Paths, build_run_spec, format_split, parse_pins, split
-from ..campaign.remote import RunnerView, parse_view, view_script
+from ..facts.runner_state import RunnerView, parse_view, view_script
 from ..campaign.spec import resumed, worker_zipapp
 from ..campaign.split import NodeInfo
 from ..worker import layout

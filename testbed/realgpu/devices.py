@@ -45,15 +45,6 @@ PROFILES = {p.name: p for p in (H200,)}
 #: 2.13.0). The field report's 0.28.0 needs torch 2.13, which the H200 image lacks.
 VLLM_TORCH_PINS = {"0.20.0": "2.11.0", "0.26.0": "2.11.0", "0.28.0": "2.13.0", "0.33.0": "2.14.0"}
 
-#: Peak memory bandwidth (GB/s, vendor figure) by the GPU name nvidia-smi prints: the decode
-#: bound is weights / bandwidth. The RTX PRO 6000 is the field report's GPU.
-GPU_BANDWIDTH_GBPS = {
-    "NVIDIA H200": 4800.0,
-    "NVIDIA H100 80GB HBM3": 3350.0,
-    "NVIDIA RTX PRO 6000 Blackwell Server Edition": 1792.0,
-}
-
-
 class PinError(ValueError):
     pass
 

@@ -9,7 +9,7 @@ OUT_ROOT/<campaign>/<host>/ and merged there by specfleet's own report code
 (specfleet.results.report_campaign), unchanged. What this tier adds:
 
 - the GPU's memory bandwidth, looked up by the GPU name in the run's provenance
-  (devices.GPU_BANDWIDTH_GBPS), so the decode bound (weights / bandwidth) is computed without a flag;
+  (specfleet.results.diagnosis.bandwidth_of), so the decode bound (weights / bandwidth) is computed without a flag;
 - for runs made before device.sh stamped the provenance into the result files (the fixtures of
   2026-12-01), --env takes GPU, driver and torch from that run's env.txt (nvidia-smi's CSV and
   torch's version line, read on the device) into the copied state.json's `facts`;
@@ -31,7 +31,7 @@ from pathlib import Path
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from testbed.realgpu.devices import GPU_BANDWIDTH_GBPS  # noqa: E402
+from specfleet.results.diagnosis import bandwidth_of  # noqa: E402
 from testbed.realgpu.specs import ENGINE  # noqa: E402
 
 #: vanilla below this fraction of the decode bound is not memory-bound.
@@ -140,7 +140,8 @@ def report(run_dir: Path | list[Path], out_root: Path, env: Path | None = None, 
         raise ValueError(f"the run folders belong to different campaigns: {sorted(c.name for c in camps)}")
     camp_dir = camps.pop()
     gpu = gpu_of(camp_dir)
-    bandwidth = GPU_BANDWIDTH_GBPS.get(gpu or "")
+    known = bandwidth_of(gpu)  # the one table: specfleet.results.diagnosis.BANDWIDTH_GBPS
+    bandwidth = known[0] if known else None
     outcome = report_campaign(camp_dir, gpu_bandwidth_gbps=bandwidth, weights_gib=weights_gib, quiet=quiet)
     if outcome.merged:
         rows = json.loads((camp_dir / "merged.json").read_text())

@@ -3,7 +3,7 @@
 The same situations run for real on the testbed in tests/e2e/test_bench.py and test_faults.py
 (reboot, dropped SSH, killed runner); here each reading and its answer is spelled out."""
 from specfleet.campaign.follow import DEAD_GRACE_S, REBOOTED, Fail, Follow, Say, follow, progress_line
-from specfleet.campaign.remote import RunnerView
+from specfleet.facts.runner_state import RunnerView
 from specfleet.campaign.spec import RunnerBusy, resumed
 from specfleet.connection import Unreachable
 from specfleet.step import Status

@@ -61,12 +61,40 @@ def test_probe_runs_and_hashes_model_and_dataset_with_hostile_paths(tmp_path):
 
 
 def test_parse_probe_reads_gpus_driver_cuda():
-    sections = ["NVIDIA H200, 580.159.04, 143771 MiB\nNVIDIA H200, 580.159.04, 143771 MiB\n", "13.0\n", "{}\n",
+    smi = "".join(f"{i}, GPU-{i}, NVIDIA H200, 143771, 0, 580.159.04\n" for i in range(2))  # Gpus' query
+    header = "| NVIDIA-SMI 580.159.04             Driver Version: 580.159.04     CUDA Version: 13.0     |\n"
+    sections = [smi, header, "{}\n",
                 '{"vllm": "0.26.0", "torch": "2.11.0+cu130"}\n', "", '{"simvllm": {"simulated": true}}\n']
     out = "".join(base64.b64encode(x.encode()).decode() + "\n" for x in sections)  # as sections_script frames them
     f = parse_probe(out, "/m", None)
     assert (f["gpu_name"], f["gpu_count"], f["driver"], f["cuda"]) == ("NVIDIA H200", 2, "580.159.04", "13.0")
+    assert f["gpu"] == "NVIDIA H200, 580.159.04, 143771 MiB"  # provenance.json's line, as it always read
     assert f["dists"]["torch"] == "2.11.0+cu130" and f["model_simulated"] is True
+
+
+def test_the_probe_reads_the_testbeds_nvidia_smi_through_the_facts_parsers(tmp_path):
+    """The testbed's nvidia-smi stand-in (its output formats) on PATH: GPU lines, driver and the
+    driver's CUDA as provenance.json has always recorded them (specfleet.facts.gpus parses them)."""
+    from testbed.seed import GPU, gpu_json
+    (tmp_path / "bin").mkdir()
+    smi = tmp_path / "bin" / "nvidia-smi"
+    shutil.copy(REPO / "testbed" / "host" / "gpu-standin", smi)  # the stand-in picks its role by argv[0]
+    smi.chmod(0o755)
+    (tmp_path / "gpu").mkdir()
+    (tmp_path / "gpu" / "gpu.json").write_text(json.dumps(gpu_json("w1", 2)))
+    (tmp_path / "gpu" / "modules").write_text("nvidia\n")
+    env = {"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin", "SIMVLLM_GPU_DIR": str(tmp_path / "gpu")}
+    p = subprocess.run(["bash", "-c", probe_script(str(tmp_path / "no-venv"), str(tmp_path), None, None)],
+                       capture_output=True, text=True, env=env, timeout=60)
+    f = parse_probe(p.stdout, None, None)
+    line = f"{GPU['name']}, {GPU['driver_version']}, {GPU['memory_total_mib']} MiB"
+    assert (f["gpu"], f["gpus"], f["gpu_count"]) == (line, [line, line], 2), f
+    assert (f["gpu_name"], f["driver"], f["cuda"]) == (GPU["name"], GPU["driver_version"], GPU["cuda_version"]), f
+    (tmp_path / "gpu" / "modules").write_text("")  # no driver: no GPU and no CUDA, not an error text as a GPU
+    p = subprocess.run(["bash", "-c", probe_script(str(tmp_path / "no-venv"), str(tmp_path), None, None)],
+                       capture_output=True, text=True, env=env, timeout=60)
+    f = parse_probe(p.stdout, None, None)
+    assert (f["gpu"], f["gpus"], f["gpu_count"], f["driver"], f["cuda"]) == ("", [], 0, "", ""), f
 
 
 def test_spec_facts_take_sampling_dataset_and_server_line_from_the_typed_spec():

@@ -3,7 +3,7 @@ checked with the local rsync on a folder laid out as the bench runner leaves it.
 (tests/e2e/test_collect.py runs the same against the testbed)."""
 import json
 
-from specfleet.campaign.remote import RunnerView
+from specfleet.facts.runner_state import RunnerView
 from specfleet.results.fetch import finished_items, wanted
 
 RUN_FOLDER = {

@@ -220,6 +220,21 @@ def test_any_exception_in_one_hosts_steps_fails_that_host_only(tmp_path):
     assert set(out) == {"w1", "w2", "w3"}
 
 
+def test_play_returns_one_outcome_per_host_with_failed_and_succeeded_views(tmp_path):
+    fleet = Fleet(hosts_of(tmp_path), forks=3)
+    out = fleet.play(lambda h: [LocalStep("a", StepFailed(f"{h.name} is broken") if h.name == "w2" else None),
+                                LocalStep("b")])
+    fleet.close()
+    assert set(out) == {"w1", "w2", "w3"}
+    assert set(out.failed) == {"w2"} and set(out.succeeded) == {"w1", "w3"}
+    w2 = out["w2"]
+    assert w2.status is Status.FAILED and w2.failed and w2.message == "w2 is broken"
+    assert [(r.step, r.status) for r in w2.results] == [("a", Status.FAILED), ("b", Status.SKIPPED)]
+    assert out["w1"].status is Status.OK and [r.step for r in out["w1"].results] == ["a", "b"]
+    # the outcomes hold the very results the fleet recorded, not copies
+    assert all(any(r is x for x in fleet.results) for o in out.values() for r in o.results)
+
+
 def test_a_good_host_goes_on_when_another_raises(tmp_path):
     fleet = Fleet(hosts_of(tmp_path), forks=3)
     fleet.play(lambda h: [LocalStep("a", ValueError("boom") if h.name == "w2" else None), LocalStep("b")])

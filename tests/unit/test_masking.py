@@ -68,7 +68,9 @@ def test_fleet_records_masked_results(tmp_path):
     seen = []
     fleet = Fleet([], events=EventLog("t", directory=tmp_path, redact=Redactor(SECRETS)),
                   redact=Redactor(SECRETS), on_result=seen.append)
-    fleet.record_local(result_with_secrets())
+    r = result_with_secrets()
+    fleet.record_local_for(r.host, r.step, r.status, r.message, changes=r.changes, stderr_tail=r.stderr_tail,
+                           data=r.data)
     r = seen[0]
     text = json.dumps([r.step, r.message, r.stderr_tail, r.data, [(c.summary, c.diff) for c in r.changes]],
                       ensure_ascii=False)
