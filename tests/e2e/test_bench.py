@@ -3,6 +3,10 @@
 The campaign is the field report's (4 configurations, concurrency 1 and 16, 2 workers) made short
 (tests/e2e/plans/fast.yml: 4 prompts x 64 tokens). Every assertion about a worker reads the worker
 itself (`tb.exec`: nsenter, no SSH) or its result files, never fab's output alone.
+
+The tests share one 2-worker testbed, brought up and provisioned once (`provisioned_bed`); before each
+test `reset` ends what a test left running, clears engine faults, removes the campaign's run folders and
+provisions again a worker that a reboot left unprovisioned, so every test starts as on a fresh testbed.
 """
 from __future__ import annotations
 
@@ -128,11 +132,53 @@ def assert_idle(tb, host: str) -> None:
     assert gpu_used(tb, host) == 0
 
 
-def provisioned(testbed_factory, tmp_path: Path):
-    tb = testbed_factory(workers=2)
-    out = fab("provision", inventory=inventory_of(tb), runs=tmp_path / "runs-provision")
+def provision(tb, runs: Path) -> None:
+    out = fab("provision", inventory=inventory_of(tb), runs=runs)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
-    return tb
+
+
+def provisioned_ok(tb, host: str) -> bool:
+    """What a reboot undoes and `fab provision` brings back: the NFS share mounted, the GPU modules loaded."""
+    return host_sh(tb, host, "findmnt /mnt/fabrix && nvidia-smi -L").returncode == 0
+
+
+def reset(tb, runs: Path) -> None:
+    """The shared testbed as a test would find a fresh one: no runner, server or bench client left on a
+    worker (a failed test's), no engine fault, no campaign folder (each test starts its own run folder),
+    the GPU's memory back to 0, and every worker provisioned (a test that rebooted one and failed before
+    its own `fab provision` leaves it unprovisioned)."""
+    for h in ("w1", "w2"):
+        left = [pid for pid, _ in runner_procs(tb, h) + vllm_procs(tb, h)]
+        if left:
+            host_sh(tb, h, "kill -KILL " + " ".join(map(str, left)) + " 2>/dev/null; true")
+        tb.fault(h, "clear-engine-fault")
+        # a test's own mounts under the work folder (the full-disk tmpfs) go first, innermost first
+        p = host_sh(tb, h, f"findmnt -rn -o TARGET | grep '^{WORK}' | sort -r | xargs -r umount -l; rm -rf {WORK}")
+        assert p.returncode == 0, p.stderr
+        wait_for(lambda: not (runner_procs(tb, h) + vllm_procs(tb, h)), 10, f"{h}'s leftover processes to end")
+    if not all(provisioned_ok(tb, h) for h in ("w1", "w2")):
+        provision(tb, runs)
+    for h in ("w1", "w2"):
+        wait_for(lambda: gpu_used(tb, h) == 0, 10, f"{h}'s GPU memory back to 0")  # a reservation ends with its process
+
+
+MODULE_TESTBED = {"workers": 2}  # module_bed (tests/e2e/conftest.py)
+
+
+@pytest.fixture(scope="module")
+def provisioned_bed(module_bed, tmp_path_factory):
+    """Two workers brought up and provisioned once for the whole module (each test used to bring up and
+    provision its own: docs/dev/testing.md)."""
+    provision(module_bed, tmp_path_factory.mktemp("runs-provision"))
+    return module_bed
+
+
+@pytest.fixture
+def tb(provisioned_bed, tmp_path):
+    """The module's provisioned testbed, reset for this test; the test's fab runs and results stay in
+    its own tmp_path."""
+    reset(provisioned_bed, tmp_path / "runs-reset")
+    return provisioned_bed
 
 
 def bench(tb, tmp_path: Path, *args: str, plan: Path = FAST, timeout: float = 240, tag: str = "bench"):
@@ -172,8 +218,7 @@ def secs(a: str, b: str) -> float:
 
 
 # ---------------------------------------------------------------- 1. the report's campaign
-def test_report_campaign_with_the_reports_split(testbed_factory, tmp_path):
-    tb = provisioned(testbed_factory, tmp_path)
+def test_report_campaign_with_the_reports_split(tb, tmp_path):
     t0 = time.monotonic()
     out = bench(tb, tmp_path, *REPORT_PINS)
     took = time.monotonic() - t0
@@ -192,8 +237,7 @@ def test_report_campaign_with_the_reports_split(testbed_factory, tmp_path):
     assert took < 150, f"the short campaign took {took:.0f} s"
 
 
-def test_report_campaign_with_the_automatic_split(testbed_factory, tmp_path):
-    tb = provisioned(testbed_factory, tmp_path)
+def test_report_campaign_with_the_automatic_split(tb, tmp_path):
     out = bench(tb, tmp_path)
     assert out.returncode == 0, out_of(out)
     queues = {h: [i["name"] for i in host_json(tb, h, f"{run_dir(h)}/run.json")["items"]] for h in ("w1", "w2")}
@@ -216,8 +260,7 @@ def test_report_campaign_with_the_automatic_split(testbed_factory, tmp_path):
 
 
 # ---------------------------------------------------------------- 2. SSH side killed
-def test_fab_killed_mid_run_reattaches_and_nothing_is_redone(testbed_factory, tmp_path):
-    tb = provisioned(testbed_factory, tmp_path)
+def test_fab_killed_mid_run_reattaches_and_nothing_is_redone(tb, tmp_path):
     with bench_in_background(tb, tmp_path, *REPORT_PINS) as p:
         # w1's first item finished and its second one is under way
         wait_for(lambda: item_status(tb, "w1", "vanilla", ["done"])
@@ -249,8 +292,7 @@ def test_fab_killed_mid_run_reattaches_and_nothing_is_redone(testbed_factory, tm
 
 
 # ---------------------------------------------------------------- 3. server dies during load
-def test_server_dying_during_load_fails_fast_with_its_log_and_the_queue_goes_on(testbed_factory, tmp_path):
-    tb = provisioned(testbed_factory, tmp_path)
+def test_server_dying_during_load_fails_fast_with_its_log_and_the_queue_goes_on(tb, tmp_path):
     tb.fault("w1", "die-during-load")
     with bench_in_background(tb, tmp_path, *REPORT_PINS) as p:
         # The engine reads the fault when it starts; once the first item's engine is loading,
@@ -283,8 +325,7 @@ def test_server_dying_during_load_fails_fast_with_its_log_and_the_queue_goes_on(
 
 
 # ---------------------------------------------------------------- 4. server never healthy
-def test_never_healthy_server_times_out_per_the_plan(testbed_factory, tmp_path):
-    tb = provisioned(testbed_factory, tmp_path)
+def test_never_healthy_server_times_out_per_the_plan(tb, tmp_path):
     plan = plan_variant(tmp_path, lambda d: d["server"].update(health_timeout_s=4))
     for h in ("w1", "w2"):
         tb.fault(h, "never-healthy")
@@ -303,8 +344,7 @@ def test_never_healthy_server_times_out_per_the_plan(testbed_factory, tmp_path):
 
 
 # ---------------------------------------------------------------- 5. API server SIGKILLed
-def test_sigkilled_api_server_leaves_an_enginecore_that_the_runner_ends(testbed_factory, tmp_path):
-    tb = provisioned(testbed_factory, tmp_path)
+def test_sigkilled_api_server_leaves_an_enginecore_that_the_runner_ends(tb, tmp_path):
     # 512 output tokens: a concurrency-1 run lasts a few seconds, time to kill its server under it
     plan = plan_variant(tmp_path, lambda d: d["benchmark"].update(output_len=512))
     with bench_in_background(tb, tmp_path, *REPORT_PINS, plan=plan) as p:
@@ -360,8 +400,7 @@ def test_sigkilled_api_server_leaves_an_enginecore_that_the_runner_ends(testbed_
 
 
 # ---------------------------------------------------------------- 6. worker rebooted
-def test_rebooted_worker_resumes_after_provision(testbed_factory, tmp_path):
-    tb = provisioned(testbed_factory, tmp_path)
+def test_rebooted_worker_resumes_after_provision(tb, tmp_path):
     with bench_in_background(tb, tmp_path, *REPORT_PINS) as p:  # fab follows the campaign while w1 reboots
         wait_for(lambda: item_status(tb, "w1", "vanilla", ["done"])
                  and item_status(tb, "w1", "ngram", ["loading", "benchmarking"]), 120, "w1 working on ngram")
@@ -408,8 +447,7 @@ def test_rebooted_worker_resumes_after_provision(testbed_factory, tmp_path):
 
 
 # ---------------------------------------------------------------- 7. one runner per host
-def test_a_second_runner_on_the_same_host_is_refused(testbed_factory, tmp_path):
-    tb = provisioned(testbed_factory, tmp_path)
+def test_a_second_runner_on_the_same_host_is_refused(tb, tmp_path):
     first = bench(tb, tmp_path, *REPORT_PINS, "--no-wait", tag="first")
     assert first.returncode == 0, out_of(first)
     pid = wait_for(lambda: item_status(tb, "w1", "vanilla", ["loading", "benchmarking"]) and lock_pid(tb, "w1"),
@@ -431,8 +469,7 @@ def test_a_second_runner_on_the_same_host_is_refused(testbed_factory, tmp_path):
 
 
 # ---------------------------------------------------------------- 8. fab stop
-def test_fab_stop_stops_runners_and_servers_cleanly_and_bench_resumes(testbed_factory, tmp_path):
-    tb = provisioned(testbed_factory, tmp_path)
+def test_fab_stop_stops_runners_and_servers_cleanly_and_bench_resumes(tb, tmp_path):
     first = bench(tb, tmp_path, *REPORT_PINS, "--no-wait", tag="first")
     assert first.returncode == 0, out_of(first)
     wait_for(lambda: item_status(tb, "w1", "vanilla", ["done"])
@@ -462,8 +499,7 @@ def test_fab_stop_stops_runners_and_servers_cleanly_and_bench_resumes(testbed_fa
 
 
 # ---------------------------------------------------------------- 9. --check
-def test_check_prints_queues_and_commands_and_starts_nothing(testbed_factory, tmp_path):
-    tb = testbed_factory(workers=2)
+def test_check_prints_queues_and_commands_and_starts_nothing(tb, tmp_path):
     out = bench(tb, tmp_path, *REPORT_PINS, "--check", tag="check", timeout=120)
     assert out.returncode == 0, out_of(out)
     text = out.stdout
@@ -480,8 +516,7 @@ def test_check_prints_queues_and_commands_and_starts_nothing(testbed_factory, tm
 
 
 # ---------------------------------------------------------------- 10. two fab bench at once
-def test_two_fab_bench_started_at_once_follow_the_same_runners(testbed_factory, tmp_path):
-    tb = provisioned(testbed_factory, tmp_path)
+def test_two_fab_bench_started_at_once_follow_the_same_runners(tb, tmp_path):
     with bench_in_background(tb, tmp_path, *REPORT_PINS, tag="a") as a, \
             bench_in_background(tb, tmp_path, *REPORT_PINS, tag="b") as b:
         rcs = [a.wait(timeout=240), b.wait(timeout=240)]
@@ -509,8 +544,7 @@ def test_two_fab_bench_started_at_once_follow_the_same_runners(testbed_factory, 
 
 
 # ---------------------------------------------------------------- 11. full disk
-def test_a_full_disk_ends_the_runner_and_its_server_and_says_where(testbed_factory, tmp_path):
-    tb = provisioned(testbed_factory, tmp_path)
+def test_a_full_disk_ends_the_runner_and_its_server_and_says_where(tb, tmp_path):
     d = run_dir("w1")
     assert host_sh(tb, "w1", f"mkdir -p {d} && mount -t tmpfs -o size=8m sf-full {d}").returncode == 0
     # 512 output tokens: a concurrency-1 run lasts a few seconds, time to fill the disk under it
