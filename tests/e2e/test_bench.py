@@ -187,20 +187,40 @@ def bench(tb, tmp_path: Path, *args: str, plan: Path = FAST, timeout: float = 24
 
 
 @contextmanager
-def bench_in_background(tb, tmp_path: Path, *args: str, plan: Path = FAST, tag: str = "bg"):
-    """`fab bench` running in the background (output in bench-<tag>.log) for the block; still running
-    when the block ends (a failed wait, an assertion): killed and reaped, never left behind."""
+def fab_in_background(tb, tmp_path: Path, *argv: str, tag: str = "bg"):
+    """`fab ARGV` running in the background (output in bench-<tag>.log, events in runs-<tag>) for the
+    block; still running when the block ends (a failed wait, an assertion): killed and reaped, never
+    left behind."""
     env = {**os.environ, "COLUMNS": "200", "SPECFLEET_INVENTORY": str(inventory_of(tb)),
            "SPECFLEET_RUNS_DIR": str(tmp_path / f"runs-{tag}")}
     with open(tmp_path / f"bench-{tag}.log", "w") as log:
-        p = subprocess.Popen([FAB, "bench", "--hosts", "w1,w2", "--plan", str(plan), "--poll", "0.5", *args],
-                             cwd=PROJECT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        p = subprocess.Popen([FAB, *argv], cwd=PROJECT, env=env, stdout=log, stderr=subprocess.STDOUT)
         try:
             yield p
         finally:
             if p.poll() is None:
                 p.kill()
                 p.wait()
+
+
+def bench_in_background(tb, tmp_path: Path, *args: str, plan: Path = FAST, tag: str = "bg"):
+    return fab_in_background(tb, tmp_path, "bench", "--hosts", "w1,w2", "--plan", str(plan), "--poll", "0.5", *args,
+                             tag=tag)
+
+
+@contextmanager
+def frozen(pids: list[int]):
+    """The processes stopped (SIGSTOP) for the block, continued at its end whatever happens."""
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
 
 
 def out_of(p: subprocess.CompletedProcess) -> str:
@@ -276,9 +296,16 @@ def test_fab_killed_mid_run_reattaches_and_nothing_is_redone(tb, tmp_path):
     before = {h: mtimes(tb, h, result_names(done_before[h])) for h in ("w1", "w2")}
     assert len(before["w1"]) == 2
 
-    again = bench(tb, tmp_path, *REPORT_PINS, tag="again")
-    assert again.returncode == 0, out_of(again)
-    starts = [e for e in events(tmp_path / "runs-again") if e.get("step") == "start runner" and e["host"] == "w1"]
+    # The runner is held (SIGSTOP) until the second fab has found it: at load ~30 the rest of w1's queue
+    # (a few seconds) once ended before that fab started (seconds there), which then found no runner.
+    def w1_start():
+        return [e for e in events(tmp_path / "runs-again") if e.get("step") == "start runner" and e["host"] == "w1"]
+    with frozen([pid]), bench_in_background(tb, tmp_path, *REPORT_PINS, "--results", str(tmp_path / "results"),
+                                            tag="again") as again:
+        starts = wait_for(w1_start, 120, "the second fab bench to find w1's runner")
+        os.kill(pid, signal.SIGCONT)
+        rc = again.wait(timeout=240)
+    assert rc == 0, (tmp_path / "bench-again.log").read_text()[-3000:]
     assert [e["message"] for e in starts] == [f"reattached to runner pid {pid}"], starts
     st = state(tb, "w1")
     assert st["runner_pid"] == pid, "a second runner was started instead of reattaching"
@@ -472,13 +499,22 @@ def test_a_second_runner_on_the_same_host_is_refused(tb, tmp_path):
 def test_fab_stop_stops_runners_and_servers_cleanly_and_bench_resumes(tb, tmp_path):
     first = bench(tb, tmp_path, *REPORT_PINS, "--no-wait", tag="first")
     assert first.returncode == 0, out_of(first)
-    wait_for(lambda: item_status(tb, "w1", "vanilla", ["done"])
-             and item_status(tb, "w1", "ngram", ["loading", "benchmarking"])
-             and gpu_used(tb, "w1") >= GPU_FREE_MIB, 120, "w1's ngram engine holding the GPU")
+    client = wait_for(lambda: item_status(tb, "w1", "vanilla", ["done"])
+                      and item_status(tb, "w1", "ngram", ["benchmarking"])
+                      and gpu_used(tb, "w1") >= GPU_FREE_MIB
+                      and [pid for pid, a in procs(tb, "w1") if " bench serve " in f" {a} "],
+                      120, "w1's ngram engine holding the GPU and its bench client running")
     assert vllm_procs(tb, "w1")
     before = mtimes(tb, "w1", result_names(["vanilla"]))
-    stop = fab("stop", "--plan", str(FAST), inventory=inventory_of(tb), runs=tmp_path / "runs-stop", timeout=120)
-    assert stop.returncode == 0, out_of(stop)
+    # ngram's bench client is held (SIGSTOP) until the runner has fab stop's SIGTERM: at load ~30 the rest
+    # of the item (a few seconds) once ended before fab stop reached the runner, and ngram was done
+    with frozen(client), fab_in_background(tb, tmp_path, "stop", "--plan", str(FAST), tag="stop") as stop:
+        wait_for(lambda: "stopping after cleaning up the current server" in
+                 host_sh(tb, "w1", f"cat {run_dir('w1')}/runner.log").stdout, 120, "the runner to get SIGTERM")
+        for pid in client:
+            os.kill(pid, signal.SIGCONT)
+        rc = stop.wait(timeout=120)
+    assert rc == 0, (tmp_path / "bench-stop.log").read_text()[-3000:]
     st = state(tb, "w1")
     assert st["status"] == "stopped"
     ng = items(st)["ngram"]
