@@ -155,6 +155,7 @@ def reset(tb, runs: Path) -> None:
         # a test's own mounts under the work folder (the full-disk tmpfs) go first, innermost first
         p = host_sh(tb, h, f"findmnt -rn -o TARGET | grep '^{WORK}' | sort -r | xargs -r umount -l; rm -rf {WORK}")
         assert p.returncode == 0, p.stderr
+        # SIGKILLed: gone at the next look in every reset at load 12-36 (2026-12-02); 10 s is slack
         wait_for(lambda: not (runner_procs(tb, h) + vllm_procs(tb, h)), 10, f"{h}'s leftover processes to end")
     if not all(provisioned_ok(tb, h) for h in ("w1", "w2")):
         provision(tb, runs)
