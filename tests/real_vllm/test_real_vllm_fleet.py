@@ -24,8 +24,11 @@ What it does (docs/engines-real.md, docs/provisioning.md, docs/campaign.md):
    thread polls the worker's processes (in its network namespace only) and state.json: a
    ``VLLM::EngineCore`` of the server's process group must be seen for each configuration.
    Afterwards: state.json and .done markers, /health reached (runner log and access log), result
-   files parse with the project's schema, ``spec_decode_*`` keys for n-gram and none for vanilla,
-   and no process whose argv starts with ``VLLM::`` is left on the worker.
+   files parse with the project's schema, ``spec_decode_*`` keys for n-gram (one acceptance rate per
+   draft position) and none for vanilla, the served model name in every result, the worker's
+   telemetry read from the real ``/metrics``, and no process whose argv starts with ``VLLM::`` is left
+   on the worker. (These are also what test_real_vllm_local.py checked on 127.0.0.1 with a second venv
+   before issue 27 folded it in here: docs/dev/testing.md.)
 5. ``fab collect``: with one node the equivalence gate has nothing to compare; it passes with a
    note and the report is merged (exit 0). That is what the test expects.
 """
