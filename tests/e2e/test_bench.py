@@ -3,6 +3,10 @@
 The campaign is the field report's (4 configurations, concurrency 1 and 16, 2 workers) made short
 (tests/e2e/plans/fast.yml: 4 prompts x 64 tokens). Every assertion about a worker reads the worker
 itself (`tb.exec`: nsenter, no SSH) or its result files, never fab's output alone.
+
+The tests share one 2-worker testbed, brought up and provisioned once (`provisioned_bed`); before each
+test `reset` ends what a test left running, clears engine faults, removes the campaign's run folders and
+provisions again a worker that a reboot left unprovisioned, so every test starts as on a fresh testbed.
 """
 from __future__ import annotations
 
@@ -128,11 +132,54 @@ def assert_idle(tb, host: str) -> None:
     assert gpu_used(tb, host) == 0
 
 
-def provisioned(testbed_factory, tmp_path: Path):
-    tb = testbed_factory(workers=2)
-    out = fab("provision", inventory=inventory_of(tb), runs=tmp_path / "runs-provision")
+def provision(tb, runs: Path) -> None:
+    out = fab("provision", inventory=inventory_of(tb), runs=runs)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
-    return tb
+
+
+def provisioned_ok(tb, host: str) -> bool:
+    """What a reboot undoes and `fab provision` brings back: the NFS share mounted, the GPU modules loaded."""
+    return host_sh(tb, host, "findmnt /mnt/fabrix && nvidia-smi -L").returncode == 0
+
+
+def reset(tb, runs: Path) -> None:
+    """The shared testbed as a test would find a fresh one: no runner, server or bench client left on a
+    worker (a failed test's), no engine fault, no campaign folder (each test starts its own run folder),
+    the GPU's memory back to 0, and every worker provisioned (a test that rebooted one and failed before
+    its own `fab provision` leaves it unprovisioned)."""
+    for h in ("w1", "w2"):
+        left = [pid for pid, _ in runner_procs(tb, h) + vllm_procs(tb, h)]
+        if left:
+            host_sh(tb, h, "kill -KILL " + " ".join(map(str, left)) + " 2>/dev/null; true")
+        tb.fault(h, "clear-engine-fault")
+        # a test's own mounts under the work folder (the full-disk tmpfs) go first, innermost first
+        p = host_sh(tb, h, f"findmnt -rn -o TARGET | grep '^{WORK}' | sort -r | xargs -r umount -l; rm -rf {WORK}")
+        assert p.returncode == 0, p.stderr
+        # SIGKILLed: gone at the next look in every reset at load 12-36 (2026-12-02); 10 s is slack
+        wait_for(lambda: not (runner_procs(tb, h) + vllm_procs(tb, h)), 10, f"{h}'s leftover processes to end")
+    if not all(provisioned_ok(tb, h) for h in ("w1", "w2")):
+        provision(tb, runs)
+    for h in ("w1", "w2"):
+        wait_for(lambda: gpu_used(tb, h) == 0, 10, f"{h}'s GPU memory back to 0")  # a reservation ends with its process
+
+
+MODULE_TESTBED = {"workers": 2}  # module_bed (tests/e2e/conftest.py)
+
+
+@pytest.fixture(scope="module")
+def provisioned_bed(module_bed, tmp_path_factory):
+    """Two workers brought up and provisioned once for the whole module (each test used to bring up and
+    provision its own: docs/dev/testing.md)."""
+    provision(module_bed, tmp_path_factory.mktemp("runs-provision"))
+    return module_bed
+
+
+@pytest.fixture
+def tb(provisioned_bed, tmp_path):
+    """The module's provisioned testbed, reset for this test; the test's fab runs and results stay in
+    its own tmp_path."""
+    reset(provisioned_bed, tmp_path / "runs-reset")
+    return provisioned_bed
 
 
 def bench(tb, tmp_path: Path, *args: str, plan: Path = FAST, timeout: float = 240, tag: str = "bench"):
@@ -141,20 +188,40 @@ def bench(tb, tmp_path: Path, *args: str, plan: Path = FAST, timeout: float = 24
 
 
 @contextmanager
-def bench_in_background(tb, tmp_path: Path, *args: str, plan: Path = FAST, tag: str = "bg"):
-    """`fab bench` running in the background (output in bench-<tag>.log) for the block; still running
-    when the block ends (a failed wait, an assertion): killed and reaped, never left behind."""
+def fab_in_background(tb, tmp_path: Path, *argv: str, tag: str = "bg"):
+    """`fab ARGV` running in the background (output in bench-<tag>.log, events in runs-<tag>) for the
+    block; still running when the block ends (a failed wait, an assertion): killed and reaped, never
+    left behind."""
     env = {**os.environ, "COLUMNS": "200", "SPECFLEET_INVENTORY": str(inventory_of(tb)),
            "SPECFLEET_RUNS_DIR": str(tmp_path / f"runs-{tag}")}
     with open(tmp_path / f"bench-{tag}.log", "w") as log:
-        p = subprocess.Popen([FAB, "bench", "--hosts", "w1,w2", "--plan", str(plan), "--poll", "0.5", *args],
-                             cwd=PROJECT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        p = subprocess.Popen([FAB, *argv], cwd=PROJECT, env=env, stdout=log, stderr=subprocess.STDOUT)
         try:
             yield p
         finally:
             if p.poll() is None:
                 p.kill()
                 p.wait()
+
+
+def bench_in_background(tb, tmp_path: Path, *args: str, plan: Path = FAST, tag: str = "bg"):
+    return fab_in_background(tb, tmp_path, "bench", "--hosts", "w1,w2", "--plan", str(plan), "--poll", "0.5", *args,
+                             tag=tag)
+
+
+@contextmanager
+def frozen(pids: list[int]):
+    """The processes stopped (SIGSTOP) for the block, continued at its end whatever happens."""
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
 
 
 def out_of(p: subprocess.CompletedProcess) -> str:
@@ -172,8 +239,7 @@ def secs(a: str, b: str) -> float:
 
 
 # ---------------------------------------------------------------- 1. the report's campaign
-def test_report_campaign_with_the_reports_split(testbed_factory, tmp_path):
-    tb = provisioned(testbed_factory, tmp_path)
+def test_report_campaign_with_the_reports_split(tb, tmp_path):
     t0 = time.monotonic()
     out = bench(tb, tmp_path, *REPORT_PINS)
     took = time.monotonic() - t0
@@ -192,8 +258,7 @@ def test_report_campaign_with_the_reports_split(testbed_factory, tmp_path):
     assert took < 150, f"the short campaign took {took:.0f} s"
 
 
-def test_report_campaign_with_the_automatic_split(testbed_factory, tmp_path):
-    tb = provisioned(testbed_factory, tmp_path)
+def test_report_campaign_with_the_automatic_split(tb, tmp_path):
     out = bench(tb, tmp_path)
     assert out.returncode == 0, out_of(out)
     queues = {h: [i["name"] for i in host_json(tb, h, f"{run_dir(h)}/run.json")["items"]] for h in ("w1", "w2")}
@@ -216,8 +281,7 @@ def test_report_campaign_with_the_automatic_split(testbed_factory, tmp_path):
 
 
 # ---------------------------------------------------------------- 2. SSH side killed
-def test_fab_killed_mid_run_reattaches_and_nothing_is_redone(testbed_factory, tmp_path):
-    tb = provisioned(testbed_factory, tmp_path)
+def test_fab_killed_mid_run_reattaches_and_nothing_is_redone(tb, tmp_path):
     with bench_in_background(tb, tmp_path, *REPORT_PINS) as p:
         # w1's first item finished and its second one is under way
         wait_for(lambda: item_status(tb, "w1", "vanilla", ["done"])
@@ -233,9 +297,16 @@ def test_fab_killed_mid_run_reattaches_and_nothing_is_redone(testbed_factory, tm
     before = {h: mtimes(tb, h, result_names(done_before[h])) for h in ("w1", "w2")}
     assert len(before["w1"]) == 2
 
-    again = bench(tb, tmp_path, *REPORT_PINS, tag="again")
-    assert again.returncode == 0, out_of(again)
-    starts = [e for e in events(tmp_path / "runs-again") if e.get("step") == "start runner" and e["host"] == "w1"]
+    # The runner is held (SIGSTOP) until the second fab has found it: at load ~30 the rest of w1's queue
+    # (a few seconds) once ended before that fab started (seconds there), which then found no runner.
+    def w1_start():
+        return [e for e in events(tmp_path / "runs-again") if e.get("step") == "start runner" and e["host"] == "w1"]
+    with frozen([pid]), bench_in_background(tb, tmp_path, *REPORT_PINS, "--results", str(tmp_path / "results"),
+                                            tag="again") as again:
+        starts = wait_for(w1_start, 120, "the second fab bench to find w1's runner")
+        os.kill(pid, signal.SIGCONT)
+        rc = again.wait(timeout=240)
+    assert rc == 0, (tmp_path / "bench-again.log").read_text()[-3000:]
     assert [e["message"] for e in starts] == [f"reattached to runner pid {pid}"], starts
     st = state(tb, "w1")
     assert st["runner_pid"] == pid, "a second runner was started instead of reattaching"
@@ -249,8 +320,7 @@ def test_fab_killed_mid_run_reattaches_and_nothing_is_redone(testbed_factory, tm
 
 
 # ---------------------------------------------------------------- 3. server dies during load
-def test_server_dying_during_load_fails_fast_with_its_log_and_the_queue_goes_on(testbed_factory, tmp_path):
-    tb = provisioned(testbed_factory, tmp_path)
+def test_server_dying_during_load_fails_fast_with_its_log_and_the_queue_goes_on(tb, tmp_path):
     tb.fault("w1", "die-during-load")
     with bench_in_background(tb, tmp_path, *REPORT_PINS) as p:
         # The engine reads the fault when it starts; once the first item's engine is loading,
@@ -283,8 +353,7 @@ def test_server_dying_during_load_fails_fast_with_its_log_and_the_queue_goes_on(
 
 
 # ---------------------------------------------------------------- 4. server never healthy
-def test_never_healthy_server_times_out_per_the_plan(testbed_factory, tmp_path):
-    tb = provisioned(testbed_factory, tmp_path)
+def test_never_healthy_server_times_out_per_the_plan(tb, tmp_path):
     plan = plan_variant(tmp_path, lambda d: d["server"].update(health_timeout_s=4))
     for h in ("w1", "w2"):
         tb.fault(h, "never-healthy")
@@ -303,8 +372,7 @@ def test_never_healthy_server_times_out_per_the_plan(testbed_factory, tmp_path):
 
 
 # ---------------------------------------------------------------- 5. API server SIGKILLed
-def test_sigkilled_api_server_leaves_an_enginecore_that_the_runner_ends(testbed_factory, tmp_path):
-    tb = provisioned(testbed_factory, tmp_path)
+def test_sigkilled_api_server_leaves_an_enginecore_that_the_runner_ends(tb, tmp_path):
     # 512 output tokens: a concurrency-1 run lasts a few seconds, time to kill its server under it
     plan = plan_variant(tmp_path, lambda d: d["benchmark"].update(output_len=512))
     with bench_in_background(tb, tmp_path, *REPORT_PINS, plan=plan) as p:
@@ -360,8 +428,7 @@ def test_sigkilled_api_server_leaves_an_enginecore_that_the_runner_ends(testbed_
 
 
 # ---------------------------------------------------------------- 6. worker rebooted
-def test_rebooted_worker_resumes_after_provision(testbed_factory, tmp_path):
-    tb = provisioned(testbed_factory, tmp_path)
+def test_rebooted_worker_resumes_after_provision(tb, tmp_path):
     with bench_in_background(tb, tmp_path, *REPORT_PINS) as p:  # fab follows the campaign while w1 reboots
         wait_for(lambda: item_status(tb, "w1", "vanilla", ["done"])
                  and item_status(tb, "w1", "ngram", ["loading", "benchmarking"]), 120, "w1 working on ngram")
@@ -408,8 +475,7 @@ def test_rebooted_worker_resumes_after_provision(testbed_factory, tmp_path):
 
 
 # ---------------------------------------------------------------- 7. one runner per host
-def test_a_second_runner_on_the_same_host_is_refused(testbed_factory, tmp_path):
-    tb = provisioned(testbed_factory, tmp_path)
+def test_a_second_runner_on_the_same_host_is_refused(tb, tmp_path):
     first = bench(tb, tmp_path, *REPORT_PINS, "--no-wait", tag="first")
     assert first.returncode == 0, out_of(first)
     pid = wait_for(lambda: item_status(tb, "w1", "vanilla", ["loading", "benchmarking"]) and lock_pid(tb, "w1"),
@@ -431,17 +497,25 @@ def test_a_second_runner_on_the_same_host_is_refused(testbed_factory, tmp_path):
 
 
 # ---------------------------------------------------------------- 8. fab stop
-def test_fab_stop_stops_runners_and_servers_cleanly_and_bench_resumes(testbed_factory, tmp_path):
-    tb = provisioned(testbed_factory, tmp_path)
+def test_fab_stop_stops_runners_and_servers_cleanly_and_bench_resumes(tb, tmp_path):
     first = bench(tb, tmp_path, *REPORT_PINS, "--no-wait", tag="first")
     assert first.returncode == 0, out_of(first)
-    wait_for(lambda: item_status(tb, "w1", "vanilla", ["done"])
-             and item_status(tb, "w1", "ngram", ["loading", "benchmarking"])
-             and gpu_used(tb, "w1") >= GPU_FREE_MIB, 120, "w1's ngram engine holding the GPU")
+    client = wait_for(lambda: item_status(tb, "w1", "vanilla", ["done"])
+                      and item_status(tb, "w1", "ngram", ["benchmarking"])
+                      and gpu_used(tb, "w1") >= GPU_FREE_MIB
+                      and [pid for pid, a in procs(tb, "w1") if " bench serve " in f" {a} "],
+                      120, "w1's ngram engine holding the GPU and its bench client running")
     assert vllm_procs(tb, "w1")
     before = mtimes(tb, "w1", result_names(["vanilla"]))
-    stop = fab("stop", "--plan", str(FAST), inventory=inventory_of(tb), runs=tmp_path / "runs-stop", timeout=120)
-    assert stop.returncode == 0, out_of(stop)
+    # ngram's bench client is held (SIGSTOP) until the runner has fab stop's SIGTERM: at load ~30 the rest
+    # of the item (a few seconds) once ended before fab stop reached the runner, and ngram was done
+    with frozen(client), fab_in_background(tb, tmp_path, "stop", "--plan", str(FAST), tag="stop") as stop:
+        wait_for(lambda: "stopping after cleaning up the current server" in
+                 host_sh(tb, "w1", f"cat {run_dir('w1')}/runner.log").stdout, 120, "the runner to get SIGTERM")
+        for pid in client:
+            os.kill(pid, signal.SIGCONT)
+        rc = stop.wait(timeout=120)
+    assert rc == 0, (tmp_path / "bench-stop.log").read_text()[-3000:]
     st = state(tb, "w1")
     assert st["status"] == "stopped"
     ng = items(st)["ngram"]
@@ -462,8 +536,7 @@ def test_fab_stop_stops_runners_and_servers_cleanly_and_bench_resumes(testbed_fa
 
 
 # ---------------------------------------------------------------- 9. --check
-def test_check_prints_queues_and_commands_and_starts_nothing(testbed_factory, tmp_path):
-    tb = testbed_factory(workers=2)
+def test_check_prints_queues_and_commands_and_starts_nothing(tb, tmp_path):
     out = bench(tb, tmp_path, *REPORT_PINS, "--check", tag="check", timeout=120)
     assert out.returncode == 0, out_of(out)
     text = out.stdout
@@ -480,8 +553,7 @@ def test_check_prints_queues_and_commands_and_starts_nothing(testbed_factory, tm
 
 
 # ---------------------------------------------------------------- 10. two fab bench at once
-def test_two_fab_bench_started_at_once_follow_the_same_runners(testbed_factory, tmp_path):
-    tb = provisioned(testbed_factory, tmp_path)
+def test_two_fab_bench_started_at_once_follow_the_same_runners(tb, tmp_path):
     with bench_in_background(tb, tmp_path, *REPORT_PINS, tag="a") as a, \
             bench_in_background(tb, tmp_path, *REPORT_PINS, tag="b") as b:
         rcs = [a.wait(timeout=240), b.wait(timeout=240)]
@@ -509,8 +581,7 @@ def test_two_fab_bench_started_at_once_follow_the_same_runners(testbed_factory, 
 
 
 # ---------------------------------------------------------------- 11. full disk
-def test_a_full_disk_ends_the_runner_and_its_server_and_says_where(testbed_factory, tmp_path):
-    tb = provisioned(testbed_factory, tmp_path)
+def test_a_full_disk_ends_the_runner_and_its_server_and_says_where(tb, tmp_path):
     d = run_dir("w1")
     assert host_sh(tb, "w1", f"mkdir -p {d} && mount -t tmpfs -o size=8m sf-full {d}").returncode == 0
     # 512 output tokens: a concurrency-1 run lasts a few seconds, time to fill the disk under it

@@ -24,8 +24,11 @@ What it does (docs/engines-real.md, docs/provisioning.md, docs/campaign.md):
    thread polls the worker's processes (in its network namespace only) and state.json: a
    ``VLLM::EngineCore`` of the server's process group must be seen for each configuration.
    Afterwards: state.json and .done markers, /health reached (runner log and access log), result
-   files parse with the project's schema, ``spec_decode_*`` keys for n-gram and none for vanilla,
-   and no process whose argv starts with ``VLLM::`` is left on the worker.
+   files parse with the project's schema, ``spec_decode_*`` keys for n-gram (one acceptance rate per
+   draft position) and none for vanilla, the served model name in every result, the worker's
+   telemetry read from the real ``/metrics``, and no process whose argv starts with ``VLLM::`` is left
+   on the worker. (These are also what test_real_vllm_local.py checked on 127.0.0.1 with a second venv
+   before issue 27 folded it in here: docs/dev/testing.md.)
 5. ``fab collect``: with one node the equivalence gate has nothing to compare; it passes with a
    note and the report is merged (exit 0). That is what the test expects.
 """
@@ -318,6 +321,9 @@ def test_provision_bench_collect_real_vllm(testbed_factory, tmp_path):
             assert res.max_concurrency == conc, raw
             assert (raw["node"], raw["config"], raw["plan_hash"], raw["vllm_version"], raw["campaign"]) == \
                 (HOST, name, plan.plan_hash(), "0.32.0+cpu", plan.campaign), raw
+            assert raw["backend"] == "openai-chat" and raw["model_id"] == plan.model.served_name, raw
+            # `vllm bench serve` reads the spec_decode_* counters from the server's /metrics: none
+            # for vanilla, every one for n-gram, one acceptance rate per draft position
             spec_keys = sorted(k for k in raw if k.startswith("spec_decode_"))
             if name == "vanilla":
                 assert spec_keys == [], spec_keys
@@ -325,6 +331,14 @@ def test_provision_bench_collect_real_vllm(testbed_factory, tmp_path):
                 assert set(SPEC_KEYS) <= set(spec_keys), spec_keys
                 assert raw["spec_decode_num_drafts"] > 0, raw
                 assert 0 < raw["spec_decode_accepted_tokens"] <= raw["spec_decode_draft_tokens"], raw
+                assert 0.0 <= raw["spec_decode_acceptance_rate"] <= 100.0, raw
+                assert len(raw["spec_decode_per_position_acceptance_rates"]) == \
+                    plan.config(name).speculative_config["num_speculative_tokens"], raw
+            # the telemetry sampler parsed the real server's /metrics (its names, not the simulator's)
+            tel = [json.loads(ln) for ln in
+                   read_worker(tb, f"{run_dir}/{name}_conc{conc}.telemetry.jsonl").splitlines()]
+            served = [s["server"] for s in tel if s.get("kind") == "sample" and s.get("server")]
+            assert any({"running", "generation_tokens"} <= set(s) for s in served), tel[:4]
             TIMINGS[f"{name}_conc{conc}_output_tok_s"] = round(raw["output_throughput"], 1)
 
     # stopping the servers left nothing behind on the worker
