@@ -16,10 +16,10 @@ from specfleet.tasks.common import fleet_help, fleet_run
 def provision(c, inventory=None, hosts=None, check=False, diff=False, only=None, revert=None, remove_dup_ip=None,
               forks=32, serial=False, accept_new_host_keys=False, verbose=False):
     """Build the venv on the bastion and make every worker ready: venv, env file, GPU, NFS, model, configs."""
+    roles = apply.select(only)  # a role name that does not exist is refused before any inventory is read
+    undo = apply.revert_role(revert) if revert else None
     if _on_slurm(inventory, hosts, only, revert):
         return  # the inventory's scheduler is Slurm: the site's nodes checked in a job, nothing changed
-    roles = apply.select(only)
-    undo = apply.revert_role(revert) if revert else None
     with fleet_run("provision", inventory=inventory, hosts=hosts, check=check, diff=diff, forks=forks,
                    serial=serial, accept_new_host_keys=accept_new_host_keys, verbose=verbose,
                    default_hosts="workers") as (fleet, inv, rep):
