@@ -10,7 +10,7 @@ from dataclasses import asdict
 
 from specfleet.fleet import Outcomes
 from specfleet.inventory import Host
-from specfleet.facts.model import ModelDirState, ModelFiles
+from specfleet.facts.model_files import ModelDirState, ModelFiles
 from specfleet.step import Change, Step, StepFailed, Values
 from specfleet.steps.sync import RemoteCopy
 from specfleet.roles import Context, Role

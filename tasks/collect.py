@@ -61,7 +61,7 @@ def collect(c, plan=None, inventory=None, hosts=None, results="results", force=F
                 fleet.warn(f"cannot work out the planned queues of hosts without a {layout.RUN_SPEC}: {e}")
         bandwidth = next((h.var("gpu_memory_bandwidth_gbps") for h in fleet.hosts
                           if h.var("gpu_memory_bandwidth_gbps")), None)
-        from specfleet.results.report import report_plan  # heavy: pandas, matplotlib
+        from specfleet.results.campaign_report import report_plan  # heavy: pandas, matplotlib
         msgs = slurm_notes + [m for h in sorted(refused) for m in refused[h]]
         outcome = storage_checked(lambda: report_plan(
             p, plan or DEFAULT_PLAN, results, force=force, gpu_bandwidth_gbps=float(bandwidth) if bandwidth else None,

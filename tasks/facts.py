@@ -4,7 +4,7 @@ from __future__ import annotations
 from invoke import task
 from rich.table import Table
 
-from specfleet.roles.facts import HostFacts
+from specfleet.roles.host_facts import HostFacts
 from specfleet.tasks.common import fleet_help, fleet_run
 
 

@@ -24,7 +24,7 @@ def report(c, plan=None, results="results", force=False, gpu_bandwidth_gbps=None
                    f"{p.campaign}/<host>/<config>_conc<N>.json)", code=EXIT_BAD_INPUT)
     from rich.console import Console
 
-    from specfleet.results.report import report_plan  # heavy: pandas, matplotlib
+    from specfleet.results.campaign_report import report_plan  # heavy: pandas, matplotlib
     console = Console(width=200, highlight=False)
     from specfleet.results.bastion_io import check_writable, storage_checked
     storage_checked(lambda: check_writable(camp))

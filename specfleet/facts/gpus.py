@@ -20,7 +20,7 @@ Interface (stable; other modules import these names):
   when the inventory gives no `gpu_groups` (None: PCIe only or no topology: no constraint).
 - `gpu_report(found, topology, override)` / `read_gpu_report(data)`: the same as the plain
   data a step reports (StepResult.data, the event log) and back into typed values. The step
-  that gathers them is roles/facts.py `HostFacts` (`fab facts`).
+  that gathers them is roles/host_facts.py `HostFacts` (`fab facts`).
 """
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ _WHERE = {
     "Campaign": "campaign", "Quarantined": "campaign", "scan_campaign": "campaign",
     "EquivalenceRule": "gate", "GateResult": "gate", "check_equivalence": "gate",
     "Result": "schema", "ResultError": "schema", "load_result": "schema",
-    "ReportOutcome": "report", "report_campaign": "report", "report_plan": "report",
+    "ReportOutcome": "campaign_report", "report_campaign": "campaign_report", "report_plan": "campaign_report",
 }
 __all__ = list(_WHERE)
 

@@ -12,7 +12,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from ..worker.layout import PROVENANCE
-from .compare import IMPROVEMENT, REGRESSION, Comparison
+from .comparison import IMPROVEMENT, REGRESSION, Comparison
 from .document import SIMULATED_STAMP, Section, fmt
 from .gate import GATE_METRICS
 

@@ -27,7 +27,7 @@ from ..worker.stats import proportion_difference
 from .campaign import Campaign
 from .compare_rules import REGRESSION, decide, difference_verdict
 from .measures import NoiseBand
-from .slo import good_requests
+from .goodput import good_requests
 
 GOODPUT = "goodput_req_s"
 ZERO_METHOD = ("goodput 0 in a run (no log value, no ratio interval): judged on SLO attainment, "

@@ -15,7 +15,7 @@ import math
 
 import pandas as pd
 
-from .crossover import crossover_lines
+from .crossover_curve import crossover_lines
 from .measures import DEGENERATE, NoiseBand, cell_order, missing
 from .merge import Tables
 

@@ -17,7 +17,7 @@ import pandas as pd
 from ..plan.sweep import parse_cell
 from .campaign import Campaign, Run
 from .categories import cells_by_category
-from .crossover import search_status
+from .crossover_curve import search_status
 from .diagnosis import MIN_WAVES, OVERHEAD_BOUND_FRACTION, bandwidth_of, greedy_divergence, loop_share, waves
 from .gate_policy import metric_value
 from .measures import NoiseBand, add_measures, latency_table, outlier_notes, repeat_meaning

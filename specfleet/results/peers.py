@@ -4,8 +4,8 @@ the plan snapshot `fab compare` reads, and the plan's assertions. One hook (repo
 from __future__ import annotations
 
 from ..plan.assertions import NOT_CHECKED, AssertionResult, check
-from .compare import write_snapshot
-from .slo import SLO_HEADERS, add_goodput, slo_lines, slo_rows
+from .comparison import write_snapshot
+from .goodput import SLO_HEADERS, add_goodput, slo_lines, slo_rows
 
 
 def add_peer_columns(camp, runs, baseline: str, slo):
@@ -19,7 +19,7 @@ def add_peer_sections(model, camp, tables, baseline: str, slo) -> None:
     (telemetry.py); and, when the gate failed, each node's telemetry beside the gate line."""
     from .document import Section
     from .plots import namespace_ids
-    from .telemetry import (TELEMETRY_HEADERS, TIMELINE_IMAGE, node_differences, telemetry_rows, telemetry_table,
+    from .telemetry_report import (TELEMETRY_HEADERS, TIMELINE_IMAGE, node_differences, telemetry_rows, telemetry_table,
                             timeline_svg)
     tel = telemetry_table(camp)
     if not model.gate.passed:
@@ -78,7 +78,7 @@ def after_report(out, plan, console=None, quiet: bool = False) -> None:
 
 def _stale_timeline(out) -> None:
     """No timeline beside a report that does not show one (write_report writes it with the report)."""
-    from .telemetry import TIMELINE_IMAGE
+    from .telemetry_report import TIMELINE_IMAGE
     if TIMELINE_IMAGE in out.paths:
         return
     svg_path = out.campaign_dir / TIMELINE_IMAGE

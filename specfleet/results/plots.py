@@ -121,8 +121,8 @@ def speedup_svg(runs: pd.DataFrame, baseline: str, simulated: bool = False,
 def crossover_svg(runs: pd.DataFrame, baseline: str, simulated: bool = False,
                   band: tuple[float, float] | None = None, colours: dict[str, str] | None = None) -> str | None:
     """Speedup vs concurrency (log x), one line per configuration (and node), the measured points
-    with their intervals; only where a curve has >= 3 points (specfleet/results/crossover.py)."""
-    from .crossover import curves
+    with their intervals; only where a curve has >= 3 points (specfleet/results/crossover_curve.py)."""
+    from .crossover_curve import curves
     found = curves(runs, baseline)
     if not found:
         return None

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from specfleet.roles.facts import HostFacts
+from specfleet.roles.host_facts import HostFacts
 from specfleet.facts.base import from_json
 from specfleet.facts.gpus import GpuTopology, Gpus, host_gpus
 from specfleet.inventory import InventoryError, load_inventory

@@ -11,7 +11,7 @@ from invoke.exceptions import Exit
 from compare_builder import campaign, plan_raw
 from specfleet.errors import UserError
 from specfleet.fleet import EXIT_ASSERTION, EXIT_REGRESSION
-from specfleet.results.compare import (IMPROVEMENT, NO_DIFF, PLAN_SNAPSHOT, REGRESSION, WITHIN, compare_dirs,
+from specfleet.results.comparison import (IMPROVEMENT, NO_DIFF, PLAN_SNAPSHOT, REGRESSION, WITHIN, compare_dirs,
                                        decide)
 from specfleet.results.compare_render import write_outputs
 from specfleet.results.measures import NoiseBand

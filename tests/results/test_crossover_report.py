@@ -1,4 +1,4 @@
-"""The report's crossover statement and curve (specfleet/results/crossover.py, plots.crossover_svg)."""
+"""The report's crossover statement and curve (specfleet/results/crossover_curve.py, plots.crossover_svg)."""
 import json
 import re
 

@@ -8,8 +8,8 @@ import json
 import pytest
 
 from campaign_builder import REPORT, write_campaign
-from specfleet.results.report import report_plan
-from specfleet.results.telemetry import TIMELINE_IMAGE, telemetry_table
+from specfleet.results.campaign_report import report_plan
+from specfleet.results.telemetry_report import TIMELINE_IMAGE, telemetry_table
 
 from compare_builder import campaign, plan_raw
 from specfleet.plan import parse_plan
@@ -96,7 +96,7 @@ def test_simulated_timeline_is_stamped_in_the_report(tmp_path):
     for f in camp.glob("w*/*_conc16.json"):
         tel_file(f.with_name(f.name.removesuffix(".json") + ".telemetry.jsonl"), [300, 300, 300])
     from specfleet.results.plots import SIM_TITLE
-    from specfleet.results.report import report_campaign
+    from specfleet.results.campaign_report import report_campaign
     out = report_campaign(camp, quiet=True)
     assert out.merged and out.simulated
     page = (camp / "report.html").read_text()

@@ -76,3 +76,21 @@ def test_one_name_one_meaning():
     envs = [str(p.relative_to(REPO)) for p, t in trees() for n in ast.walk(t)
             if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "Environment"]
     assert envs == ["specfleet/render.py"], envs
+
+
+# pyinfra's convention, kept on purpose: the facts about a subject and the steps that change it share
+# the subject's name (facts/files.py reads files, steps/files.py edits them).
+MIRRORED = {("specfleet/facts", "specfleet/steps")}
+
+
+def test_no_two_modules_share_a_basename():
+    """One name, one meaning, for modules too: `crossover.py` once meant the worker's search and the
+    report's curve, `report.py` the `fab report` task and the report pipeline. A module's basename
+    names one thing across specfleet/, roles/ and tasks/ (a fact module and its step module excepted)."""
+    where: dict[str, list[str]] = {}
+    for p in CODE:
+        if p.stem != "__init__" and p.stem != "__main__":
+            where.setdefault(p.stem, []).append(str(p.parent.relative_to(REPO)))
+    clashes = {stem: dirs for stem, dirs in where.items()
+               if len(dirs) > 1 and not (len(dirs) == 2 and tuple(sorted(dirs)) in MIRRORED)}
+    assert not clashes, f"rename one of each: {clashes}"
