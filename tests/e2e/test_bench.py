@@ -217,11 +217,16 @@ def frozen(pids: list[int]):
     try:
         yield
     finally:
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGCONT)
-            except ProcessLookupError:
-                pass
+        thaw(pids)
+
+
+def thaw(pids: list[int]) -> None:
+    """Continue stopped processes; one the runner has ended meanwhile (its stop kills the client) is gone."""
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
 
 
 def out_of(p: subprocess.CompletedProcess) -> str:
@@ -512,8 +517,7 @@ def test_fab_stop_stops_runners_and_servers_cleanly_and_bench_resumes(tb, tmp_pa
     with frozen(client), fab_in_background(tb, tmp_path, "stop", "--plan", str(FAST), tag="stop") as stop:
         wait_for(lambda: "stopping after cleaning up the current server" in
                  host_sh(tb, "w1", f"cat {run_dir('w1')}/runner.log").stdout, 120, "the runner to get SIGTERM")
-        for pid in client:
-            os.kill(pid, signal.SIGCONT)
+        thaw(client)
         rc = stop.wait(timeout=120)
     assert rc == 0, (tmp_path / "bench-stop.log").read_text()[-3000:]
     st = state(tb, "w1")

@@ -26,6 +26,7 @@ pytestmark = pytest.mark.timeout(900)
 FAKE_SMI = """#!/bin/sh
 case "$*" in
   -L) printf 'GPU 0: REHEARSAL GPU (UUID: GPU-0)\\nGPU 1: REHEARSAL GPU (UUID: GPU-1)\\n' ;;
+  *index,uuid,name,memory.used*) printf '0, GPU-0, REHEARSAL GPU, 0\\n1, GPU-1, REHEARSAL GPU, 0\\n' ;;  # the worker's GPU table
   *memory.used*) echo 0 ;;
   *name,driver_version,memory.total*) printf 'name, driver_version, memory.total [MiB]\\nREHEARSAL GPU, 0.0, 1 MiB\\n' ;;
   *) echo 'REHEARSAL GPU, 0.0' ;;
