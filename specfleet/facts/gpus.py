@@ -31,7 +31,7 @@ from typing import Any
 from .base import Fact, lines
 from ..worker.host import smi_row
 
-QUERY_FIELDS = ("index", "uuid", "name", "memory.total", "memory.used", "driver_version")
+QUERY_FIELDS = "index,uuid,name,memory.total,memory.used,driver_version"
 ANSI_RE = re.compile(r"\x1b\[[0-9;]*m")
 CUDA_VERSION_RE = re.compile(r"CUDA Version: *([0-9.]+)")
 
@@ -71,7 +71,7 @@ class Gpus(Fact):
     """`nvidia-smi --query-gpu=index,uuid,name,memory.total,memory.used,driver_version`."""
 
     def command(self) -> str:
-        return f"nvidia-smi --query-gpu={','.join(QUERY_FIELDS)} --format=csv,noheader,nounits 2>&1"
+        return f"nvidia-smi --query-gpu={QUERY_FIELDS} --format=csv,noheader,nounits 2>&1"
 
     def parse(self, stdout: str, rc: int) -> GpuList:
         got = lines(stdout)
@@ -80,7 +80,7 @@ class Gpus(Fact):
             return GpuList([], why[:200])
         gpus = []
         for ln in got:
-            row = smi_row(ln, QUERY_FIELDS)  # the worker's one parser of nvidia-smi's GPU lines
+            row = smi_row(ln, QUERY_FIELDS.split(","))  # the worker's one parser of nvidia-smi's GPU lines
             if row is None or not row["index"].isdigit():
                 return GpuList([], f"unexpected nvidia-smi output: {ln[:120]}")
             gpus.append(Gpu(int(row["index"]), _na(row["uuid"]), row["name"], _mib(row["memory.total"]),
