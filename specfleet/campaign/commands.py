@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import posixpath
 import shlex
 from dataclasses import dataclass
 
-from ..worker.crossover import prompts_at
 from ..worker.layout import cell_result_filename, run_dir
 from ..worker.runspec import BenchRun, Client, Serve
 from ..plan import Plan
@@ -66,10 +66,11 @@ def serve_argv(plan: Plan, item: str, paths: Paths) -> list[str]:
 
 
 def num_prompts(plan: Plan, concurrency: int) -> int:
-    """Prompts of one run: the plan's; a crossover search raises them to a steady state per run."""
+    """Prompts of one run: the plan's; a crossover search with steady_state: required raises them to a
+    steady state per run (min_prompts_per_concurrency x concurrency)."""
     b = plan.benchmark
     scale = b.concurrency_search is not None and b.steady_state == "required"
-    return prompts_at(b.num_prompts, b.min_prompts_per_concurrency, concurrency, scale)
+    return max(b.num_prompts, math.ceil(b.min_prompts_per_concurrency * concurrency)) if scale else b.num_prompts
 
 
 def client_spec(plan: Plan, node: str, item: str, paths: Paths, isolation: str | None = None) -> Client:

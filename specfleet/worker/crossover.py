@@ -2,8 +2,9 @@
 
 A plan says `concurrencies: {search: crossover, min: 1, max: 256, budget: 12}`. The concurrencies
 lie on a geometric grid: the fine grid has `per_doubling` points per doubling (rounded to integers,
-duplicates dropped), the coarse grid is every `coarse_factor`-fold step of it (plus `max`). Round 1
-measures the coarse grid. After each round, for every configuration, `next_points` looks at its
+duplicates dropped), the coarse grid is every `coarse_factor`-fold step of it (plus `max`); the
+bastion puts both, and each point's prompts, into the run spec (specfleet/plan/crossover_grid.py).
+Round 1 measures the coarse grid. After each round, for every configuration, `next_points` looks at its
 measured points in order of concurrency and, between two neighbours more than one fine step apart
 whose verdicts differ (faster: interval above 1.00x; no measurable difference; slower: interval
 below), measures the fine-grid point halfway between them (in grid steps). Two neighbours that
@@ -41,7 +42,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 import statistics
 
@@ -51,35 +51,6 @@ from .runspec import BenchRun, Client
 FASTER, NO_DIFF, SLOWER = "faster", "no measurable difference", "slower"
 MEETS, MISSES = "meets the SLO", "misses the SLO"
 GOODPUT = "goodput"   # the plan's ConcurrencySearch.metric that searches for the highest load meeting the SLO
-
-
-def fine_grid(lo: int, hi: int, per_doubling: int) -> list[int]:
-    """lo x 2^(i/per_doubling) rounded, up to hi (included), duplicates dropped."""
-    out, i = [], 0
-    while True:
-        v = round(lo * 2 ** (i / per_doubling))
-        if v >= hi:
-            break
-        if not out or v > out[-1]:
-            out.append(v)
-        i += 1
-    return out + [hi]
-
-
-def coarse_grid(lo: int, hi: int, coarse_factor: int) -> list[int]:
-    """lo x coarse_factor^k up to hi, and hi. Every value is on the fine grid when coarse_factor is a
-    power of two (checked by the plan)."""
-    out, v = [], lo
-    while v < hi:
-        out.append(v)
-        v *= coarse_factor
-    return out + [hi]
-
-
-def prompts_at(num_prompts: int, min_per_concurrency: float, conc: int, scale: bool) -> int:
-    """Prompts of a run at `conc`: the plan's, raised to a steady state (min_per_concurrency x conc)
-    when the search scales them (steady_state: required)."""
-    return max(num_prompts, math.ceil(min_per_concurrency * conc)) if scale else num_prompts
 
 
 def judge(cfg: list[float], base: list[float], confidence: float, tolerance_pct: float) -> dict | None:
@@ -193,26 +164,6 @@ def next_points(grid: list[int], coarse: list[int], points: dict[int, dict], bud
     return sorted(c for *_, c in sorted(cand)[:left]), "refining"
 
 
-def search(measure, lo: int, hi: int, budget: int, coarse_factor: int, per_doubling: int, *,
-           confidence: float, tolerance_pct: float) -> tuple[dict[int, dict], list[list[int]], str]:
-    """The search without a runner: `measure(conc)` -> (configuration values, baseline values).
-    Returns (judged points, the concurrencies of each round, why it stopped). The plan's defaults:
-    `ConcurrencySearch`, `Equivalence.tolerance_pct`; the report's confidence: stats.SPEEDUP_CONFIDENCE."""
-    grid, coarse = fine_grid(lo, hi, per_doubling), coarse_grid(lo, hi, coarse_factor)
-    points: dict[int, dict] = {}
-    rounds: list[list[int]] = []
-    tried: set[int] = set()
-    while True:
-        todo, why = next_points(grid, coarse, points, budget, tried)
-        if not todo:
-            return points, rounds, why
-        rounds.append(todo)
-        tried.update(todo)
-        for c in todo:
-            if (j := judge(*measure(c), confidence, tolerance_pct)) is not None:
-                points[c] = j
-
-
 def crossings(points: dict[int, dict]) -> list[tuple[int, int]]:
     """Neighbouring measured concurrencies (a, b) between which the speedup estimate crosses 1.00x."""
     have = sorted(points)
@@ -266,7 +217,7 @@ def measured(x: dict, result_dir: str, config: str) -> dict[int, list]:
     """concurrency -> values over repeats ((good, succeeded, duration) for a goodput search), for the
     cells of `config` whose files are all there."""
     out = {}
-    for c in fine_grid(x["min"], x["max"], x["per_doubling"]):
+    for c in x["grid"]:
         vals = (_slo_counts(result_dir, x, config, c, x["slo"]["limits"]) if x["metric"] == GOODPUT
                 else _values(result_dir, x, config, c))
         if vals is not None:
@@ -276,8 +227,7 @@ def measured(x: dict, result_dir: str, config: str) -> dict[int, list]:
 
 def decide(x: dict, result_dir: str, tried: dict[str, set[int]]) -> dict[str, dict]:
     """Per configuration: its judged points, the next concurrencies and why."""
-    grid = fine_grid(x["min"], x["max"], x["per_doubling"])
-    coarse = coarse_grid(x["min"], x["max"], x["coarse_factor"])
+    grid, coarse = x["grid"], x["coarse"]
     base = measured(x, result_dir, x["baseline"])
     out = {}
     goodput = x["metric"] == GOODPUT
@@ -346,8 +296,7 @@ def crossover_round(spec: dict, result_dir: str, tried: dict[str, set[int]], rou
     items = []
     for group in reps:
         for cfg, concs in todo:
-            by_conc = {c: _runs(x, cfg, c, prompts_at(x["num_prompts"], x["min_prompts_per_concurrency"], c,
-                                                      x["scale_prompts"])) for c in concs}
+            by_conc = {c: _runs(x, cfg, c, x["prompts"][str(c)]) for c in concs}
             entries = [by_conc[c][k - 1] for k in group for c in concs]  # repeats interleaved across concurrencies
             suffix = f".r{group[0]}" if apart and group[0] > 1 else ""
             items.append(_item(by_name[cfg], f"{cfg}.round{round_no}{suffix}", entries))
