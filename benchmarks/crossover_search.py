@@ -34,8 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from specfleet.plan.crossover_grid import coarse_grid, fine_grid, search  # noqa: E402
-from specfleet.worker.crossover import crossings  # noqa: E402
+from specfleet.plan.crossover_grid import coarse_grid, crossings, fine_grid, search  # noqa: E402
 from specfleet.plan import Equivalence, load_plan  # noqa: E402
 from specfleet.results.measures import SPEEDUP_CONFIDENCE  # noqa: E402
 

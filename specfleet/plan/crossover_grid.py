@@ -6,7 +6,7 @@ The bastion puts the grids and each grid point's prompts into the run spec (camp
 """
 from __future__ import annotations
 
-from ..worker.crossover import judge, next_points
+from ..worker.crossover import judge, next_points, straddles
 
 
 def fine_grid(lo: int, hi: int, per_doubling: int) -> list[int]:
@@ -50,3 +50,9 @@ def search(measure, lo: int, hi: int, budget: int, coarse_factor: int, per_doubl
         for c in todo:
             if (j := judge(*measure(c), confidence, tolerance_pct)) is not None:
                 points[c] = j
+
+
+def crossings(points: dict[int, dict]) -> list[tuple[int, int]]:
+    """Neighbouring measured concurrencies (a, b) between which the speedup estimate crosses 1.00x."""
+    have = sorted(points)
+    return [(a, b) for a, b in zip(have, have[1:]) if straddles(points[a], points[b])]

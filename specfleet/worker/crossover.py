@@ -1,42 +1,24 @@
 """The crossover search: where does a configuration stop paying? Stdlib only; part of the worker program.
+The algorithm, the plan's fields and what state.json records: docs/campaign.md, "The crossover search".
 
-A plan says `concurrencies: {search: crossover, min: 1, max: 256, budget: 12}`. The concurrencies
-lie on a geometric grid: the fine grid has `per_doubling` points per doubling (rounded to integers,
-duplicates dropped), the coarse grid is every `coarse_factor`-fold step of it (plus `max`); the
-bastion puts both, and each point's prompts, into the run spec (specfleet/plan/crossover_grid.py).
-Round 1 measures the coarse grid. After each round, for every configuration, `next_points` looks at its
-measured points in order of concurrency and, between two neighbours more than one fine step apart
-whose verdicts differ (faster: interval above 1.00x; no measurable difference; slower: interval
-below), measures the fine-grid point halfway between them (in grid steps). Two neighbours that
-both show no measurable difference are refined only where their estimates straddle 1.00x AND a
-measured point beyond them is measurably on that side (faster before a fall through 1.00x, or
-slower after it): the curve goes through 1.00x there; elsewhere it is noise (a flat curve would
-otherwise spend the whole budget). Pairs whose estimates
-straddle 1.00x (the crossover itself) come first, then wider gaps, so a small budget is spent on
-the crossover before the interval edges.
+Per configuration, `next_points` reads its judged points in order of concurrency and asks for the
+fine-grid point halfway between two neighbours whose verdicts differ (FASTER / NO_DIFF / SLOWER: the
+report's interval, stats.py `ratio_interval`, or with a single run on either side the tolerance band).
+Two NO_DIFF neighbours are refined only where their estimates straddle 1.00x AND a point beyond them
+is measurably on that side (else it is noise: a flat curve would spend the whole budget); pairs that
+straddle come first, then wider gaps. It stops when every change lies between neighbouring fine-grid
+points or `budget` concurrencies are measured. The grids come from the bastion (run spec `crossover`:
+grid, coarse, prompts per point; specfleet/plan/crossover_grid.py).
 
-It stops when every verdict change lies between neighbouring fine-grid points ("located within one
-grid step") or when `budget` concurrencies of that configuration are measured.
+`metric: goodput` looks for each configuration's (and the baseline's) highest concurrency that meets
+the SLO: a point MEETS when its pooled share of good requests (`good_requests`, vLLM's rule) reaches
+`attainment_pct`, with Wilson's interval (defined at 0 % and 100 %); the goodput ratio has a log
+interval only where no goodput is 0.
 
-The speedup at a concurrency is the configuration's metric over the SAME NODE's baseline, with the
-interval of the report (specfleet/worker/stats.py `ratio_interval`: Welch's t on log values of the
-repeats; part of the worker program too). With a single run on either side:
-the plain tolerance band, as the report's noise band does (measures.NoiseBand).
-
-With `metric: goodput` (the plan's benchmark.slo in the spec) the search looks for each
-configuration's highest concurrency that meets the SLO instead (the baseline's too). A point's
-verdict is "meets the SLO" when its share of good requests (pooled over repeats, vLLM's rule:
-`good_requests`) reaches `attainment_pct`, the report's rule; the same refinement then locates the
-change from meeting to missing within one grid step. A goodput of 0 has no log, so the goodput
-ratio over the baseline is recorded without its log interval there; the share of good requests
-carries Wilson's score interval (stats.py), which is defined at 0 % and 100 %.
-
-`crossover_round` is the runner's hook: where the queue runs dry it reads the node's result files
-and returns the next round's queue items (the baseline at the union of the new points), or [] when
-the search is done. The round's repeats are kept apart as the plan's are (the `repeat_isolation` its
-results carry): server-start gives each repeat of each configuration its own item, so its own server
-start, the baseline and the configurations interleaved (vanilla.round2, cfg.round2, vanilla.round2.r2,
-...); cache-reset runs a configuration's repeats on one server start, the prefix cache reset between.
+`crossover_round` is the runner's hook where the queue runs dry: the next round's queue items (the
+baseline at the union of the new points), or []. Its repeats are kept apart as the plan's are:
+server-start gives each repeat of each configuration its own item (vanilla.round2, cfg.round2,
+vanilla.round2.r2, ...); cache-reset runs a configuration's repeats on one server start.
 """
 from __future__ import annotations
 
@@ -114,7 +96,7 @@ def judge_slo(cfg: list[tuple[int, int, float]], base: list[tuple[int, int, floa
     return out
 
 
-def _crosses(pa: dict, pb: dict) -> bool:
+def straddles(pa: dict, pb: dict) -> bool:
     """The speedup estimate is on either side of 1.00x at a and b (never without an estimate)."""
     return pa["speedup"] is not None and pb["speedup"] is not None and (pa["speedup"] > 1.0) != (pb["speedup"] > 1.0)
 
@@ -146,7 +128,7 @@ def next_points(grid: list[int], coarse: list[int], points: dict[int, dict], bud
         gap = idx[b] - idx[a]
         if gap < 2:
             continue
-        crosses = _crosses(pa, pb)
+        crosses = straddles(pa, pb)
         down = pa["speedup"] is not None and pa["speedup"] > 1.0  # the estimate falls through 1.00x here (else rises)
         before, after = verdicts[:k + 1], verdicts[k + 1:]
         through = (FASTER if down else SLOWER) in before or (SLOWER if down else FASTER) in after
@@ -162,12 +144,6 @@ def next_points(grid: list[int], coarse: list[int], points: dict[int, dict], bud
     if not cand:
         return [], "done: every change located within one grid step"
     return sorted(c for *_, c in sorted(cand)[:left]), "refining"
-
-
-def crossings(points: dict[int, dict]) -> list[tuple[int, int]]:
-    """Neighbouring measured concurrencies (a, b) between which the speedup estimate crosses 1.00x."""
-    have = sorted(points)
-    return [(a, b) for a, b in zip(have, have[1:]) if _crosses(points[a], points[b])]
 
 
 # ---------------------------------------------------------------- the runner's side

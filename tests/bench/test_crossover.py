@@ -8,8 +8,8 @@ import random
 import pytest
 
 from specfleet.worker import crossover
-from specfleet.worker.crossover import FASTER, NO_DIFF, SLOWER, crossings, judge, next_points
-from specfleet.plan.crossover_grid import coarse_grid, fine_grid
+from specfleet.worker.crossover import FASTER, NO_DIFF, SLOWER, judge, next_points
+from specfleet.plan.crossover_grid import coarse_grid, crossings, fine_grid
 from specfleet.plan import crossover_grid
 from specfleet.campaign.spec import crossover_spec
 from specfleet.plan import Equivalence, PlanError, parse_plan
