@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from ..worker.layout import cell_result_filename, run_dir
 from ..worker.runspec import BenchRun, Client, Serve
+from ..worker.slots import flag_values
 from ..plan import Plan
 from ..plan.sweep import Cell
 
@@ -179,13 +180,7 @@ def cell_fit(plan: Plan, cell: Cell) -> dict:
 
 def max_model_len(plan: Plan, item: str) -> str | None:
     """The --max-model-len the server gets (the last one wins, as in argparse); None = model's."""
-    words, val = [*plan.server.args, *plan.config(item).extra_args], None
-    for i, w in enumerate(words):
-        if w == "--max-model-len" and i + 1 < len(words):
-            val = words[i + 1]
-        elif w.startswith("--max-model-len="):
-            val = w.split("=", 1)[1]
-    return val
+    return ([None] + flag_values([*plan.server.args, *plan.config(item).extra_args], "--max-model-len"))[-1] or None
 
 
 def item_spec(plan: Plan, node: str, item: str, paths: Paths, rep: int | None = None,

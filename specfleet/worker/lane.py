@@ -25,6 +25,7 @@ from . import layout
 from .host import (Fatal, ItemFailed, Stopped, end_pids, engine_identity, env_without_devices, gpu_table, live_pids, log,
                    now, parse_env_file, proc_argv0, proc_has_token)
 from .runspec import BenchRun, Client, Dropped, Serve
+from .slots import flag_values
 from .telemetry import sampler_for
 
 # vLLM's sampling parameters that generation_config.json can set (get_diff_sampling_param)
@@ -234,11 +235,7 @@ class Lane:
         vLLM's --generation-config: `auto` (default) = the model's generation_config.json, `vllm` =
         none (vLLM's own defaults: temperature 1.0), a folder = that folder's file.
         """
-        argv = Serve.from_json(item["serve"]).options()
-        src = next((w.split("=", 1)[1] for w in argv if w.startswith("--generation-config=")), None)
-        if src is None and "--generation-config" in argv[:-1]:
-            src = argv[argv.index("--generation-config") + 1]
-        src = src or "auto"
+        src = ([""] + flag_values(Serve.from_json(item["serve"]).options(), "--generation-config"))[-1] or "auto"
         if src == "vllm":
             return {"source": "vllm defaults", "params": {}}
         folder = self.model if src == "auto" else src
