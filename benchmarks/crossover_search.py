@@ -9,7 +9,7 @@ stands in: speedup = s1 x (1 + c / c0)^-0.6, crossing 1.0 at c0 (s1^(1/0.6) - 1)
 Measurement model: every run's output tok/s = truth x exp(N(0, sigma)), sigma = 2 % per run
 (the field report §5.1 saw 1.8 % between two nodes' baselines at c=16), `--reps` runs per cell of
 the configuration and of the baseline. The search (specfleet/worker/crossover.py, the runner's
-code) runs on concurrencies 1-256: coarse grid x4 (1 4 16 64 256), fine grid 4 points per
+code, run by specfleet/plan/crossover_grid.py `search`) runs on concurrencies 1-256: coarse grid x4 (1 4 16 64 256), fine grid 4 points per
 doubling, budget = half the full fine grid. Per case over `--seeds` seeds it prints: cells used
 (max, mean), how often the estimate's one crossing lies between two neighbouring fine-grid points,
 how often the true crossover lies inside that step, how often inside it or a neighbouring step
@@ -34,7 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from specfleet.worker.crossover import coarse_grid, crossings, fine_grid, search  # noqa: E402
+from specfleet.plan.crossover_grid import coarse_grid, crossings, fine_grid, search  # noqa: E402
 from specfleet.plan import Equivalence, load_plan  # noqa: E402
 from specfleet.results.measures import SPEEDUP_CONFIDENCE  # noqa: E402
 

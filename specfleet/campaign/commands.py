@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import posixpath
 import shlex
 from dataclasses import dataclass
 
-from ..worker.crossover import prompts_at
 from ..worker.layout import cell_result_filename, run_dir
 from ..worker.runspec import BenchRun, Client, Serve
+from ..worker.slots import flag_values
 from ..plan import Plan
 from ..plan.sweep import Cell
 
@@ -66,10 +67,11 @@ def serve_argv(plan: Plan, item: str, paths: Paths) -> list[str]:
 
 
 def num_prompts(plan: Plan, concurrency: int) -> int:
-    """Prompts of one run: the plan's; a crossover search raises them to a steady state per run."""
+    """Prompts of one run: the plan's; a crossover search with steady_state: required raises them to a
+    steady state per run (min_prompts_per_concurrency x concurrency)."""
     b = plan.benchmark
     scale = b.concurrency_search is not None and b.steady_state == "required"
-    return prompts_at(b.num_prompts, b.min_prompts_per_concurrency, concurrency, scale)
+    return max(b.num_prompts, math.ceil(b.min_prompts_per_concurrency * concurrency)) if scale else b.num_prompts
 
 
 def client_spec(plan: Plan, node: str, item: str, paths: Paths, isolation: str | None = None) -> Client:
@@ -178,13 +180,7 @@ def cell_fit(plan: Plan, cell: Cell) -> dict:
 
 def max_model_len(plan: Plan, item: str) -> str | None:
     """The --max-model-len the server gets (the last one wins, as in argparse); None = model's."""
-    words, val = [*plan.server.args, *plan.config(item).extra_args], None
-    for i, w in enumerate(words):
-        if w == "--max-model-len" and i + 1 < len(words):
-            val = words[i + 1]
-        elif w.startswith("--max-model-len="):
-            val = w.split("=", 1)[1]
-    return val
+    return ([None] + flag_values([*plan.server.args, *plan.config(item).extra_args], "--max-model-len"))[-1] or None
 
 
 def item_spec(plan: Plan, node: str, item: str, paths: Paths, rep: int | None = None,

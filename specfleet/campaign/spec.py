@@ -8,7 +8,7 @@ import time
 import zipfile
 from pathlib import Path
 
-from .commands import Paths, queue_items
+from .commands import Paths, num_prompts, queue_items
 from ..plan import Plan
 from .slotsplit import pins_of
 from ..worker.stats import SPEEDUP_CONFIDENCE  # the report's interval, the one default
@@ -78,16 +78,16 @@ def build_run_spec(plan: Plan, node: str, queue: list[str], paths: Paths, *,
 
 
 def crossover_spec(plan: Plan, queue: list[str]) -> dict | None:
-    """What the runner's crossover rounds need (specfleet/worker/crossover.py), or None."""
+    """What the runner's crossover rounds need (specfleet/worker/crossover.py), or None: the grids
+    and each point's prompts are decided here, from the plan."""
     b, x = plan.benchmark, plan.benchmark.concurrency_search
     if x is None:
         return None
-    return {"min": x.min, "max": x.max, "coarse_factor": x.coarse_factor, "per_doubling": x.per_doubling,
+    grid = x.fine()
+    return {"grid": grid, "coarse": x.coarse(), "prompts": {str(c): num_prompts(plan, c) for c in grid},
             "budget": x.budget, "metric": x.metric, "confidence": SPEEDUP_CONFIDENCE,
             "tolerance_pct": plan.equivalence.tolerance_pct, "baseline": plan.baseline,
-            "configs": [n for n in queue if n != plan.baseline],
-            "num_prompts": b.num_prompts, "min_prompts_per_concurrency": b.min_prompts_per_concurrency,
-            "scale_prompts": b.steady_state == "required", "repeat": b.repeat, "output_len": b.output_len,
+            "configs": [n for n in queue if n != plan.baseline], "repeat": b.repeat, "output_len": b.output_len,
             **({"slo": {"limits": b.slo.limits(), "attainment_pct": b.slo.attainment_pct}}
                if x.metric == "goodput" else {})}
 

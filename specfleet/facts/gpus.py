@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .base import Fact, lines
+from ..worker.host import smi_row
 
 QUERY_FIELDS = "index,uuid,name,memory.total,memory.used,driver_version"
 ANSI_RE = re.compile(r"\x1b\[[0-9;]*m")
@@ -79,12 +80,11 @@ class Gpus(Fact):
             return GpuList([], why[:200])
         gpus = []
         for ln in got:
-            cells = [c.strip() for c in ln.split(",")]
-            if len(cells) < 6 or not cells[0].isdigit():
+            row = smi_row(ln, QUERY_FIELDS.split(","))  # the worker's one parser of nvidia-smi's GPU lines
+            if row is None or not row["index"].isdigit():
                 return GpuList([], f"unexpected nvidia-smi output: {ln[:120]}")
-            # a name could hold a comma: the fields around it are fixed
-            gpus.append(Gpu(int(cells[0]), _na(cells[1]), ", ".join(cells[2:-3]), _mib(cells[-3]),
-                            _mib(cells[-2]), _na(cells[-1])))
+            gpus.append(Gpu(int(row["index"]), _na(row["uuid"]), row["name"], _mib(row["memory.total"]),
+                            _mib(row["memory.used"]), _na(row["driver_version"])))
         return GpuList(sorted(gpus, key=lambda g: g.index))
 
 

@@ -251,11 +251,11 @@ class ConcurrencySearch(_Strict):
         return self
 
     def coarse(self) -> list[int]:
-        from ..worker.crossover import coarse_grid
+        from .crossover_grid import coarse_grid
         return coarse_grid(self.min, self.max, self.coarse_factor)
 
     def fine(self) -> list[int]:
-        from ..worker.crossover import fine_grid
+        from .crossover_grid import fine_grid
         return fine_grid(self.min, self.max, self.per_doubling)
 
 

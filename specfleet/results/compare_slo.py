@@ -11,7 +11,7 @@ by it too); when the baseline's plan had another, the output says so.
 - A run with goodput 0 (no request within the SLO) has no log: such a cell's goodput is judged on
   its SLO attainment instead, and the output says so.
 - SLO attainment (good / completed requests, pooled over a side's runs): the change in percentage
-  points with Newcombe's hybrid score interval (worker/stats.py `proportion_difference`, 95 %),
+  points with Newcombe's hybrid score interval (`proportion_difference`, 95 %),
   defined at 0 % and 100 %. Regression / improvement when the whole interval lies beyond
   ±tolerance_pct points; within tolerance when it excludes 0; else no measurable difference. It
   treats the requests of a side as independent trials; requests of one run share the server's
@@ -19,11 +19,12 @@ by it too); when the baseline's plan had another, the output says so.
 """
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass
 
 from ..plan.slo import Slo
-from ..worker.stats import proportion_difference
+from ..worker.stats import wilson_interval
 from .campaign import Campaign
 from .compare_rules import REGRESSION, decide, difference_verdict
 from .measures import NoiseBand
@@ -32,6 +33,16 @@ from .goodput import good_requests
 GOODPUT = "goodput_req_s"
 ZERO_METHOD = ("goodput 0 in a run (no log value, no ratio interval): judged on SLO attainment, "
                "Newcombe's score interval")
+
+
+def proportion_difference(k1: int, n1: int, k2: int, n2: int, confidence: float) -> tuple[float, float, float]:
+    """k2/n2 - k1/n1 with Newcombe's hybrid score interval (1998, method 10: built from the two Wilson
+    intervals; defined when a side is 0 % or 100 %). Treats the n trials of a side as independent."""
+    p1, p2 = k1 / n1, k2 / n2
+    l1, u1 = wilson_interval(k1, n1, confidence)
+    l2, u2 = wilson_interval(k2, n2, confidence)
+    d = p2 - p1
+    return d, d - math.sqrt((p2 - l2) ** 2 + (u1 - p1) ** 2), d + math.sqrt((u2 - p2) ** 2 + (p1 - l1) ** 2)
 
 
 @dataclass

@@ -36,7 +36,7 @@ from .consistency import mismatches
 from .gate_policy import (ALPHA, ALPHA_PER_LOOK, FAILED, INCONCLUSIVE, MERGES, METHOD as POLICY, PASSED,
                           UNVERIFIED, Decision, decide_state, metric_value)
 from .provenance import plan_hashes
-from ..worker.stats import ratio_interval, tost_p
+from ..worker.stats import log_welch, ratio_interval, t_two_sided_p
 
 GATE_METRICS = {
     "tpot_weighted_ms": "token-weighted TPOT ms",
@@ -52,6 +52,25 @@ SINGLE_RUN = "single run: plain threshold, no interval: UNVERIFIED"
 PLAN_DEFAULTS = Equivalence()
 # The baseline of a campaign folder reported without its plan (a plan names its own).
 DEFAULT_BASELINE = "vanilla"
+
+
+def tost_p(a: list[float], b: list[float], low: float, high: float) -> float | None:
+    """p-value of the two one-sided Welch t-tests on log values that low < mean(b)/mean(a) < high
+    (H0: the ratio is outside [low, high]). Equivalence at level alpha iff p < alpha, which is the
+    same as the (1 - 2 alpha) interval of `ratio_interval` lying inside [low, high]."""
+    w = log_welch(a, b)
+    if w is None:
+        return None
+    d, se2, df = w
+    if se2 == 0:
+        return 0.0 if math.log(low) < d < math.log(high) else 1.0
+    se = math.sqrt(se2)
+
+    def t_cdf(x: float) -> float:  # P(T <= x), Student's t with df
+        half = 0.5 * t_two_sided_p(x, df)
+        return half if x < 0 else 1.0 - half
+    return max(1.0 - t_cdf((d - math.log(low)) / se),   # H0: ratio <= low
+               t_cdf((d - math.log(high)) / se))        # H0: ratio >= high
 
 
 @dataclass(frozen=True)

@@ -1,47 +1,29 @@
 """The crossover search: where does a configuration stop paying? Stdlib only; part of the worker program.
+The algorithm, the plan's fields and what state.json records: docs/campaign.md, "The crossover search".
 
-A plan says `concurrencies: {search: crossover, min: 1, max: 256, budget: 12}`. The concurrencies
-lie on a geometric grid: the fine grid has `per_doubling` points per doubling (rounded to integers,
-duplicates dropped), the coarse grid is every `coarse_factor`-fold step of it (plus `max`). Round 1
-measures the coarse grid. After each round, for every configuration, `next_points` looks at its
-measured points in order of concurrency and, between two neighbours more than one fine step apart
-whose verdicts differ (faster: interval above 1.00x; no measurable difference; slower: interval
-below), measures the fine-grid point halfway between them (in grid steps). Two neighbours that
-both show no measurable difference are refined only where their estimates straddle 1.00x AND a
-measured point beyond them is measurably on that side (faster before a fall through 1.00x, or
-slower after it): the curve goes through 1.00x there; elsewhere it is noise (a flat curve would
-otherwise spend the whole budget). Pairs whose estimates
-straddle 1.00x (the crossover itself) come first, then wider gaps, so a small budget is spent on
-the crossover before the interval edges.
+Per configuration, `next_points` reads its judged points in order of concurrency and asks for the
+fine-grid point halfway between two neighbours whose verdicts differ (FASTER / NO_DIFF / SLOWER: the
+report's interval, stats.py `ratio_interval`, or with a single run on either side the tolerance band).
+Two NO_DIFF neighbours are refined only where their estimates straddle 1.00x AND a point beyond them
+is measurably on that side (else it is noise: a flat curve would spend the whole budget); pairs that
+straddle come first, then wider gaps. It stops when every change lies between neighbouring fine-grid
+points or `budget` concurrencies are measured. The grids come from the bastion (run spec `crossover`:
+grid, coarse, prompts per point; specfleet/plan/crossover_grid.py).
 
-It stops when every verdict change lies between neighbouring fine-grid points ("located within one
-grid step") or when `budget` concurrencies of that configuration are measured.
+`metric: goodput` looks for each configuration's (and the baseline's) highest concurrency that meets
+the SLO: a point MEETS when its pooled share of good requests (`good_requests`, vLLM's rule) reaches
+`attainment_pct`, with Wilson's interval (defined at 0 % and 100 %); the goodput ratio has a log
+interval only where no goodput is 0.
 
-The speedup at a concurrency is the configuration's metric over the SAME NODE's baseline, with the
-interval of the report (specfleet/worker/stats.py `ratio_interval`: Welch's t on log values of the
-repeats; part of the worker program too). With a single run on either side:
-the plain tolerance band, as the report's noise band does (measures.NoiseBand).
-
-With `metric: goodput` (the plan's benchmark.slo in the spec) the search looks for each
-configuration's highest concurrency that meets the SLO instead (the baseline's too). A point's
-verdict is "meets the SLO" when its share of good requests (pooled over repeats, vLLM's rule:
-`good_requests`) reaches `attainment_pct`, the report's rule; the same refinement then locates the
-change from meeting to missing within one grid step. A goodput of 0 has no log, so the goodput
-ratio over the baseline is recorded without its log interval there; the share of good requests
-carries Wilson's score interval (stats.py), which is defined at 0 % and 100 %.
-
-`crossover_round` is the runner's hook: where the queue runs dry it reads the node's result files
-and returns the next round's queue items (the baseline at the union of the new points), or [] when
-the search is done. The round's repeats are kept apart as the plan's are (the `repeat_isolation` its
-results carry): server-start gives each repeat of each configuration its own item, so its own server
-start, the baseline and the configurations interleaved (vanilla.round2, cfg.round2, vanilla.round2.r2,
-...); cache-reset runs a configuration's repeats on one server start, the prefix cache reset between.
+`crossover_round` is the runner's hook where the queue runs dry: the next round's queue items (the
+baseline at the union of the new points), or []. Its repeats are kept apart as the plan's are:
+server-start gives each repeat of each configuration its own item (vanilla.round2, cfg.round2,
+vanilla.round2.r2, ...); cache-reset runs a configuration's repeats on one server start.
 """
 from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 import statistics
 
@@ -51,35 +33,6 @@ from .runspec import BenchRun, Client
 FASTER, NO_DIFF, SLOWER = "faster", "no measurable difference", "slower"
 MEETS, MISSES = "meets the SLO", "misses the SLO"
 GOODPUT = "goodput"   # the plan's ConcurrencySearch.metric that searches for the highest load meeting the SLO
-
-
-def fine_grid(lo: int, hi: int, per_doubling: int) -> list[int]:
-    """lo x 2^(i/per_doubling) rounded, up to hi (included), duplicates dropped."""
-    out, i = [], 0
-    while True:
-        v = round(lo * 2 ** (i / per_doubling))
-        if v >= hi:
-            break
-        if not out or v > out[-1]:
-            out.append(v)
-        i += 1
-    return out + [hi]
-
-
-def coarse_grid(lo: int, hi: int, coarse_factor: int) -> list[int]:
-    """lo x coarse_factor^k up to hi, and hi. Every value is on the fine grid when coarse_factor is a
-    power of two (checked by the plan)."""
-    out, v = [], lo
-    while v < hi:
-        out.append(v)
-        v *= coarse_factor
-    return out + [hi]
-
-
-def prompts_at(num_prompts: int, min_per_concurrency: float, conc: int, scale: bool) -> int:
-    """Prompts of a run at `conc`: the plan's, raised to a steady state (min_per_concurrency x conc)
-    when the search scales them (steady_state: required)."""
-    return max(num_prompts, math.ceil(min_per_concurrency * conc)) if scale else num_prompts
 
 
 def judge(cfg: list[float], base: list[float], confidence: float, tolerance_pct: float) -> dict | None:
@@ -143,7 +96,7 @@ def judge_slo(cfg: list[tuple[int, int, float]], base: list[tuple[int, int, floa
     return out
 
 
-def _crosses(pa: dict, pb: dict) -> bool:
+def straddles(pa: dict, pb: dict) -> bool:
     """The speedup estimate is on either side of 1.00x at a and b (never without an estimate)."""
     return pa["speedup"] is not None and pb["speedup"] is not None and (pa["speedup"] > 1.0) != (pb["speedup"] > 1.0)
 
@@ -175,7 +128,7 @@ def next_points(grid: list[int], coarse: list[int], points: dict[int, dict], bud
         gap = idx[b] - idx[a]
         if gap < 2:
             continue
-        crosses = _crosses(pa, pb)
+        crosses = straddles(pa, pb)
         down = pa["speedup"] is not None and pa["speedup"] > 1.0  # the estimate falls through 1.00x here (else rises)
         before, after = verdicts[:k + 1], verdicts[k + 1:]
         through = (FASTER if down else SLOWER) in before or (SLOWER if down else FASTER) in after
@@ -191,32 +144,6 @@ def next_points(grid: list[int], coarse: list[int], points: dict[int, dict], bud
     if not cand:
         return [], "done: every change located within one grid step"
     return sorted(c for *_, c in sorted(cand)[:left]), "refining"
-
-
-def search(measure, lo: int, hi: int, budget: int, coarse_factor: int, per_doubling: int, *,
-           confidence: float, tolerance_pct: float) -> tuple[dict[int, dict], list[list[int]], str]:
-    """The search without a runner: `measure(conc)` -> (configuration values, baseline values).
-    Returns (judged points, the concurrencies of each round, why it stopped). The plan's defaults:
-    `ConcurrencySearch`, `Equivalence.tolerance_pct`; the report's confidence: stats.SPEEDUP_CONFIDENCE."""
-    grid, coarse = fine_grid(lo, hi, per_doubling), coarse_grid(lo, hi, coarse_factor)
-    points: dict[int, dict] = {}
-    rounds: list[list[int]] = []
-    tried: set[int] = set()
-    while True:
-        todo, why = next_points(grid, coarse, points, budget, tried)
-        if not todo:
-            return points, rounds, why
-        rounds.append(todo)
-        tried.update(todo)
-        for c in todo:
-            if (j := judge(*measure(c), confidence, tolerance_pct)) is not None:
-                points[c] = j
-
-
-def crossings(points: dict[int, dict]) -> list[tuple[int, int]]:
-    """Neighbouring measured concurrencies (a, b) between which the speedup estimate crosses 1.00x."""
-    have = sorted(points)
-    return [(a, b) for a, b in zip(have, have[1:]) if _crosses(points[a], points[b])]
 
 
 # ---------------------------------------------------------------- the runner's side
@@ -266,7 +193,7 @@ def measured(x: dict, result_dir: str, config: str) -> dict[int, list]:
     """concurrency -> values over repeats ((good, succeeded, duration) for a goodput search), for the
     cells of `config` whose files are all there."""
     out = {}
-    for c in fine_grid(x["min"], x["max"], x["per_doubling"]):
+    for c in x["grid"]:
         vals = (_slo_counts(result_dir, x, config, c, x["slo"]["limits"]) if x["metric"] == GOODPUT
                 else _values(result_dir, x, config, c))
         if vals is not None:
@@ -276,8 +203,7 @@ def measured(x: dict, result_dir: str, config: str) -> dict[int, list]:
 
 def decide(x: dict, result_dir: str, tried: dict[str, set[int]]) -> dict[str, dict]:
     """Per configuration: its judged points, the next concurrencies and why."""
-    grid = fine_grid(x["min"], x["max"], x["per_doubling"])
-    coarse = coarse_grid(x["min"], x["max"], x["coarse_factor"])
+    grid, coarse = x["grid"], x["coarse"]
     base = measured(x, result_dir, x["baseline"])
     out = {}
     goodput = x["metric"] == GOODPUT
@@ -346,8 +272,7 @@ def crossover_round(spec: dict, result_dir: str, tried: dict[str, set[int]], rou
     items = []
     for group in reps:
         for cfg, concs in todo:
-            by_conc = {c: _runs(x, cfg, c, prompts_at(x["num_prompts"], x["min_prompts_per_concurrency"], c,
-                                                      x["scale_prompts"])) for c in concs}
+            by_conc = {c: _runs(x, cfg, c, x["prompts"][str(c)]) for c in concs}
             entries = [by_conc[c][k - 1] for k in group for c in concs]  # repeats interleaved across concurrencies
             suffix = f".r{group[0]}" if apart and group[0] > 1 else ""
             items.append(_item(by_name[cfg], f"{cfg}.round{round_no}{suffix}", entries))

@@ -226,11 +226,14 @@ def engine_identity(python: str, env: dict) -> dict:
     return ident
 
 
+GPU_TABLE_FIELDS = ("index", "uuid", "name", "memory.used")
+
+
 def gpu_table(env) -> list[dict]:
     """Every GPU nvidia-smi lists: [{index, uuid, name, used}] (memory.used in MiB), one query for all
-    of them (the one parser of nvidia-smi's GPU list on the worker); asked again twice when it fails
+    of them (parsed by smi_row); asked again twice when it fails
     (every lane's memory gate asks it, at once on a busy node)."""
-    cmd = ["nvidia-smi", "--query-gpu=index,uuid,name,memory.used", "--format=csv,noheader,nounits"]
+    cmd = ["nvidia-smi", f"--query-gpu={','.join(GPU_TABLE_FIELDS)}", "--format=csv,noheader,nounits"]
     for attempt in range(3):
         try:
             p = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env)
@@ -246,15 +249,30 @@ def gpu_table(env) -> list[dict]:
         time.sleep(1.0)
     out = []
     for line in p.stdout.splitlines():
-        parts = [x.strip() for x in line.split(",")]
         if not line.strip():
             continue
+        row = smi_row(line, GPU_TABLE_FIELDS)
         try:
-            out.append({"index": int(parts[0]), "uuid": parts[1], "name": ",".join(parts[2:-1]),
-                        "used": int(float(parts[-1]))})
-        except (ValueError, IndexError):
+            out.append({"index": int(row["index"]), "uuid": row["uuid"], "name": row["name"],
+                        "used": int(float(row["memory.used"]))})
+        except (ValueError, TypeError):
             raise ItemFailed(f"nvidia-smi printed an unexpected GPU line: {line.strip()[:200]!r}") from None
     return out
+
+
+def smi_row(line: str, fields) -> dict[str, str] | None:
+    """One line of `nvidia-smi --query-gpu=<fields> --format=csv,noheader[,nounits]` as {field: cell},
+    cells stripped; None when its cells do not match the fields. The one parser of nvidia-smi's GPU
+    lines: the runner's GPU table, the telemetry sampler and the bastion's Gpus fact call it. A GPU
+    name may hold commas: the cells around it are fixed."""
+    cells = [c.strip() for c in line.split(",")]
+    extra = len(cells) - len(fields)
+    if extra > 0 and "name" in fields:
+        i = list(fields).index("name")
+        cells[i:i + extra + 1] = [", ".join(cells[i:i + extra + 1])]
+    elif extra:
+        return None
+    return dict(zip(fields, cells))
 
 
 def env_without_devices(env: dict | None) -> dict:

@@ -25,6 +25,7 @@ from . import layout
 from .host import (Fatal, ItemFailed, Stopped, end_pids, engine_identity, env_without_devices, gpu_table, live_pids, log,
                    now, parse_env_file, proc_argv0, proc_has_token)
 from .runspec import BenchRun, Client, Dropped, Serve
+from .slots import flag_values
 from .telemetry import sampler_for
 
 # vLLM's sampling parameters that generation_config.json can set (get_diff_sampling_param)
@@ -115,9 +116,6 @@ class Lane:
         if self.owner.stopping:
             raise Stopped("stopped by SIGTERM")
 
-    def where(self) -> str:
-        return "GPU " + ",".join(f"{g['index']} ({g['uuid']})" for g in self.gpus) if self.gpus else "the GPU"
-
     def run_item(self, item: dict, rec: dict) -> None:
         # stop_server ends leftover VLLM:: processes carrying this token: this server's, not a neighbour's
         self.token = f"SPECFLEET_SERVER={server_tag(self.run_dir, item['name'])}".encode()
@@ -198,7 +196,8 @@ class Lane:
         if used >= s["gpu_memory_free_mib"] and self.gpus:  # a foreign holder: the set is kept out, not item by item
             self.held_why = (f"memory used {used} MiB >= {s['gpu_memory_free_mib']} MiB before start "
                              "(another process holds it)")
-            raise ItemFailed(f"GPU memory used {used} MiB on {self.where()} before start: "
+            where = ",".join(f"{g['index']} ({g['uuid']})" for g in self.gpus)
+            raise ItemFailed(f"GPU memory used {used} MiB on GPU {where} before start: "
                              "another process holds it; these GPUs are kept out of this run")
         if used >= s["gpu_memory_free_mib"]:
             raise ItemFailed(f"GPU memory used {used} MiB >= {s['gpu_memory_free_mib']} MiB before start: "
@@ -236,11 +235,7 @@ class Lane:
         vLLM's --generation-config: `auto` (default) = the model's generation_config.json, `vllm` =
         none (vLLM's own defaults: temperature 1.0), a folder = that folder's file.
         """
-        argv = Serve.from_json(item["serve"]).options()
-        src = next((w.split("=", 1)[1] for w in argv if w.startswith("--generation-config=")), None)
-        if src is None and "--generation-config" in argv[:-1]:
-            src = argv[argv.index("--generation-config") + 1]
-        src = src or "auto"
+        src = ([""] + flag_values(Serve.from_json(item["serve"]).options(), "--generation-config"))[-1] or "auto"
         if src == "vllm":
             return {"source": "vllm defaults", "params": {}}
         folder = self.model if src == "auto" else src
@@ -341,9 +336,12 @@ class Lane:
                 ["decoding", self.decoding(item)],
                 ["engine_identity", json.dumps(self.owner.state.get("engine") or {}, sort_keys=True, separators=(",", ":"))]]
 
+    def server_log(self, item: dict) -> str:
+        return os.path.join(self.run_dir, layout.server_log(item.get("log_name", item["name"])))
+
     def start_and_wait(self, item: dict, rec: dict) -> None:
         s = self.spec
-        log_path = os.path.join(self.run_dir, layout.server_log(item.get("log_name", item["name"])))
+        log_path = self.server_log(item)
         with open(log_path, "a") as lf:
             argv = self.serve_argv(item)
             lf.write(f"==== specfleet {now()} run {s['run_id']}: {' '.join(argv)}\n")
@@ -373,7 +371,7 @@ class Lane:
 
     def check_server(self, item: dict) -> None:
         if self.server is not None and self.server.poll() is not None:
-            log_path = os.path.join(self.run_dir, layout.server_log(item.get("log_name", item["name"])))
+            log_path = self.server_log(item)
             if self.server.returncode in (0, -signal.SIGTERM, -signal.SIGINT):
                 # ended from outside with a clean stop: a shutdown (reboot) signals us too, a moment later
                 deadline = time.monotonic() + 3.0

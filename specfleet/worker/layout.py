@@ -88,10 +88,9 @@ def server_log(config: str) -> str:
     return config + SERVER_LOG_SUFFIX
 
 
-def repeat_suffix(rep: int | str, repeat: int) -> str:
-    """`_r<rep>` where a cell has more than one run (rep > repeat: a gate run added later; a str rep is
-    the crossover template's placeholder, which follows the plan's repeat)."""
-    return f"_r{rep}" if repeat > 1 or (isinstance(rep, int) and rep > 1) else ""
+def repeat_suffix(rep: int, repeat: int) -> str:
+    """`_r<rep>` where a cell has more than one run (rep > repeat: a gate run added later)."""
+    return f"_r{rep}" if repeat > 1 or rep > 1 else ""
 
 
 def result_filename(config: str, concurrency: int, rep: int = 1, repeat: int = 1) -> str:

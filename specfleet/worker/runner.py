@@ -342,13 +342,10 @@ class Runner:
 
     def start(self, item: dict, rec: dict, got: list, by_index: dict, finished: list) -> None:
         """The item's Lane on `got`, in its own thread; its end is appended to `finished`."""
-        if got == [None]:
-            lane = Lane(self, None, int(self.spec["port"]))
-            rec.update(attempts=rec["attempts"] + 1, started_at=now(), error=None, notes=[])
-        else:
-            gpus = [by_index[i] for i in got][:needed(Serve.from_json(item["serve"]).options())]
-            lane = Lane(self, gpus, int(self.spec["port"]) + gpus[0]["index"])
-            rec.update(attempts=rec["attempts"] + 1, started_at=now(), error=None, notes=[], gpus=gpus, port=lane.port)
+        gpus = None if got == [None] else [by_index[i] for i in got][:needed(Serve.from_json(item["serve"]).options())]
+        lane = Lane(self, gpus, int(self.spec["port"]) + (gpus[0]["index"] if gpus else 0))
+        rec.update(attempts=rec["attempts"] + 1, started_at=now(), error=None, notes=[],
+                   **({"gpus": gpus, "port": lane.port} if gpus else {}))
         self.lanes[item["name"]] = lane
 
         def go() -> None:

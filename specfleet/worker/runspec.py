@@ -219,13 +219,3 @@ def item_parts(item: dict) -> tuple[Serve, Client, list[BenchRun]]:
     """An item of run.json as its typed parts (ValueError names what is wrong)."""
     return (Serve.from_json(item["serve"]), Client.from_json(item["client"]),
             [BenchRun.from_json(b) for b in item["bench"]])
-
-
-def rendered(spec: dict, item: dict, *, model: str | None = None,
-             vllm_version: str | None = None) -> tuple[list[str], list[list[str]]]:
-    """An item's `vllm serve` argv and its bench runs' argv as the runner renders them on the spec's
-    host and port (the placeholders where model and version are not given)."""
-    serve, client, runs = item_parts(item)
-    where = {"host": spec.get("server_host", "127.0.0.1"), "port": int(spec["port"])}
-    return (serve.argv(model=model, **where),
-            [r.argv(client, model=model, vllm_version=vllm_version, **where) for r in runs])

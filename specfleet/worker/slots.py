@@ -3,6 +3,7 @@
 Stdlib only: part of the worker program (runner.pyz); the bastion's split and plan
 checks import the same functions, so the GPU count a configuration needs has one definition.
 
+    flag_values(argv, *names)  a flag's values in a `vllm serve` argv (the GPU count, the sampling defaults, the fit check)
     needed(argv)               GPUs one `vllm serve` argv uses: tensor x pipeline x data parallel size
     pick(free, need, groups)   the GPU set it gets: contiguous indices inside one NVLink group first
     admit(need, pin, free, ...) the admission rule (pinned GPU, else pick): the runner's pool
@@ -21,22 +22,28 @@ PARALLEL_FLAGS = {"--tensor-parallel-size": "-tp", "--pipeline-parallel-size": "
                   "--data-parallel-size": "-dp"}
 
 
+def flag_values(argv: list[str], *names: str) -> list[str]:
+    """Every value a flag (any of `names`) is given in a `vllm serve` argv, as `--flag V` or `--flag=V`,
+    in order (vLLM's argparse keeps the last); '' for a flag that ends the line."""
+    out = []
+    for i, w in enumerate(argv):
+        for name in names:
+            if w == name:
+                out.append(argv[i + 1] if i + 1 < len(argv) else "")
+            elif w.startswith(name + "="):
+                out.append(w.split("=", 1)[1])
+    return out
+
+
 def parallel_sizes(argv: list[str]) -> dict[str, int]:
     """{'--tensor-parallel-size': N, ...} as vLLM's argparse reads it (the last one wins); ValueError
-    names the flag when its value is not a positive integer."""
+    names the flag when a value is not a positive integer."""
     out: dict[str, int] = {}
-    for i, w in enumerate(argv):
-        for flag, short in PARALLEL_FLAGS.items():
-            for name in (flag, short):
-                if w == name:
-                    val = argv[i + 1] if i + 1 < len(argv) else ""
-                elif w.startswith(name + "="):
-                    val = w.split("=", 1)[1]
-                else:
-                    continue
-                if not val.isdigit() or int(val) < 1:
-                    raise ValueError(f"{flag} {val!r} is not a positive integer")
-                out[flag] = int(val)
+    for flag, short in PARALLEL_FLAGS.items():
+        for val in flag_values(argv, flag, short):
+            if not val.isdigit() or int(val) < 1:
+                raise ValueError(f"{flag} {val!r} is not a positive integer")
+            out[flag] = int(val)
     return out
 
 

@@ -1,5 +1,7 @@
-"""Small statistics without scipy: Welch's t-test with the exact Student-t CDF, its
-quantile, and the confidence interval of a ratio of means (Welch on log values).
+"""Small statistics without scipy, those the crossover search runs on the worker (the report imports
+them too): the exact Student-t CDF, its quantile, the confidence interval of a ratio of means (Welch
+on log values) and Wilson's interval of a proportion. The report's own tests built on them (TOST,
+Newcombe's difference) live with their users (results/gate.py, results/compare_slo.py).
 
 The two-sided p-value of t with df degrees of freedom is the regularized
 incomplete beta function I_x(df/2, 1/2) at x = df / (df + t^2), evaluated with
@@ -64,32 +66,6 @@ def t_two_sided_p(t: float, df: float) -> float:
     return betainc(df / 2.0, 0.5, df / (df + t * t))
 
 
-@dataclass
-class WelchResult:
-    t: float
-    df: float
-    p: float
-
-
-def welch(a: list[float], b: list[float]) -> WelchResult | None:
-    """Welch's unequal-variance t-test; None when a side has < 2 samples.
-
-    Both variances zero: p = 0 if the means differ (deterministic difference),
-    1 if they are equal.
-    """
-    if len(a) < 2 or len(b) < 2:
-        return None
-    ma, mb = statistics.fmean(a), statistics.fmean(b)
-    va, vb = statistics.variance(a), statistics.variance(b)
-    sa, sb = va / len(a), vb / len(b)
-    se2 = sa + sb
-    if se2 == 0:
-        return WelchResult(math.inf if ma != mb else 0.0, math.inf, 0.0 if ma != mb else 1.0)
-    t = (ma - mb) / math.sqrt(se2)
-    df = se2 * se2 / ((sa * sa) / (len(a) - 1) + (sb * sb) / (len(b) - 1))
-    return WelchResult(t, df, t_two_sided_p(t, df))
-
-
 def t_quantile(q: float, df: float) -> float:
     """The q-quantile of Student's t (0 < q < 1): P(T <= x) = q. df > 1e7 (or inf): the normal's."""
     if not 0.0 < q < 1.0:
@@ -130,7 +106,7 @@ class RatioInterval:
     confidence: float
 
 
-def _log_welch(a: list[float], b: list[float]) -> tuple[float, float, float] | None:
+def log_welch(a: list[float], b: list[float]) -> tuple[float, float, float] | None:
     """(mean log b - mean log a, its squared standard error, Welch-Satterthwaite df), or None when
     a side has < 2 samples or any value <= 0 (no log, no spread). df is inf when se2 is 0."""
     if len(a) < 2 or len(b) < 2 or min(a) <= 0 or min(b) <= 0:
@@ -146,7 +122,7 @@ def _log_welch(a: list[float], b: list[float]) -> tuple[float, float, float] | N
 
 def ratio_interval(a: list[float], b: list[float], confidence: float) -> RatioInterval | None:
     """None when a side has < 2 samples or any value <= 0 (no log, no spread)."""
-    w = _log_welch(a, b)
+    w = log_welch(a, b)
     if w is None:
         return None
     d, se2, df = w
@@ -155,28 +131,6 @@ def ratio_interval(a: list[float], b: list[float], confidence: float) -> RatioIn
         return RatioInterval(r, r, r, math.inf, confidence)
     half = t_quantile(1.0 - (1.0 - confidence) / 2.0, df) * math.sqrt(se2)
     return RatioInterval(math.exp(d), math.exp(d - half), math.exp(d + half), df, confidence)
-
-
-def t_cdf(x: float, df: float) -> float:
-    """P(T <= x) for Student's t."""
-    half = 0.5 * t_two_sided_p(x, df)
-    return half if x < 0 else 1.0 - half
-
-
-def tost_p(a: list[float], b: list[float], low: float, high: float) -> float | None:
-    """p-value of the two one-sided Welch t-tests on log values that low < mean(b)/mean(a) < high
-    (H0: the ratio is outside [low, high]). Equivalence at level alpha iff p < alpha, which is the
-    same as the (1 - 2 alpha) interval of `ratio_interval` lying inside [low, high]."""
-    w = _log_welch(a, b)
-    if w is None:
-        return None
-    d, se2, df = w
-    if se2 == 0:
-        return 0.0 if math.log(low) < d < math.log(high) else 1.0
-    se = math.sqrt(se2)
-    p_low = 1.0 - t_cdf((d - math.log(low)) / se, df)    # H0: ratio <= low
-    p_high = t_cdf((d - math.log(high)) / se, df)        # H0: ratio >= high
-    return max(p_low, p_high)
 
 
 # ---------------------------------------------------------------- proportions (goodput's SLO attainment)
@@ -188,13 +142,3 @@ def wilson_interval(k: int, n: int, confidence: float) -> tuple[float, float]:
     centre = (p + z2 / (2 * n)) / (1 + z2 / n)
     half = z * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / (1 + z2 / n)
     return max(0.0, centre - half), min(1.0, centre + half)
-
-
-def proportion_difference(k1: int, n1: int, k2: int, n2: int, confidence: float) -> tuple[float, float, float]:
-    """k2/n2 - k1/n1 with Newcombe's hybrid score interval (1998, method 10: built from the two Wilson
-    intervals; defined when a side is 0 % or 100 %). Treats the n trials of a side as independent."""
-    p1, p2 = k1 / n1, k2 / n2
-    l1, u1 = wilson_interval(k1, n1, confidence)
-    l2, u2 = wilson_interval(k2, n2, confidence)
-    d = p2 - p1
-    return d, d - math.sqrt((p2 - l2) ** 2 + (u1 - p1) ** 2), d + math.sqrt((u2 - p2) ** 2 + (p1 - l1) ** 2)

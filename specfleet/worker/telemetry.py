@@ -28,6 +28,8 @@ import threading
 import time
 import urllib.request
 
+from .host import smi_row
+
 GPU_FIELDS = {"index": "index", "power.draw": "power_w", "clocks.sm": "sm_mhz", "clocks.mem": "mem_mhz",
               "temperature.gpu": "temp_c", "utilization.gpu": "util_pct"}
 REASON_FIELDS = ("clocks_event_reasons.active", "clocks_throttle_reasons.active")  # newer, older drivers
@@ -52,18 +54,12 @@ def _num(v: str) -> float | int | str | None:
 
 
 def parse_smi(text: str, names: list[str]) -> list[dict]:
-    """`--format=csv,noheader,nounits` lines into one dict per GPU under the sampler's names."""
+    """`--format=csv,noheader,nounits` lines (host.smi_row) into one dict per GPU under the sampler's
+    names; a line that does not fit the query is left out."""
     out = []
-    for line in text.splitlines():
-        cells = [c.strip() for c in line.split(",")]
-        if len(cells) != len(names):
-            continue
-        row = {}
-        for n, c in zip(names, cells):
-            key = GPU_FIELDS.get(n, "clock_event_reasons" if n in REASON_FIELDS else n)
-            if (v := _num(c)) is not None:
-                row[key] = v
-        out.append(row)
+    for row in filter(None, (smi_row(line, names) for line in text.splitlines())):
+        out.append({GPU_FIELDS.get(n, "clock_event_reasons" if n in REASON_FIELDS else n): v
+                    for n, c in row.items() if (v := _num(c)) is not None})
     return out
 
 

@@ -8,8 +8,10 @@ import random
 import pytest
 
 from specfleet.worker import crossover
-from specfleet.worker.crossover import (FASTER, NO_DIFF, SLOWER, coarse_grid, crossings, fine_grid, judge,
-                                       next_points, prompts_at)
+from specfleet.worker.crossover import FASTER, NO_DIFF, SLOWER, judge, next_points
+from specfleet.plan.crossover_grid import coarse_grid, crossings, fine_grid
+from specfleet.plan import crossover_grid
+from specfleet.campaign.spec import crossover_spec
 from specfleet.plan import Equivalence, PlanError, parse_plan
 from specfleet.worker.runner import EXIT_OK
 from specfleet.results.measures import SPEEDUP_CONFIDENCE
@@ -18,7 +20,7 @@ TOL = Equivalence().tolerance_pct  # the plan's default, as the runner gets it
 
 
 def search(measure, lo, hi, budget, coarse_factor=4, per_doubling=2):
-    return crossover.search(measure, lo, hi, budget, coarse_factor, per_doubling,
+    return crossover_grid.search(measure, lo, hi, budget, coarse_factor, per_doubling,
                             confidence=SPEEDUP_CONFIDENCE, tolerance_pct=TOL)
 
 
@@ -119,9 +121,14 @@ def test_next_points_on_hand_made_points():
     assert next_points(grid, coarse_grid(1, 64, 4), pts, budget=4) == ([], "budget spent (4 of 4 concurrencies measured)")
 
 
-def test_prompts_scale_to_a_steady_state_only_when_asked():
-    assert prompts_at(80, 5, 8, True) == 80 and prompts_at(80, 5, 23, True) == 115
-    assert prompts_at(80, 5, 23, False) == 80
+def test_the_spec_carries_the_grids_and_prompts_scaled_to_a_steady_state_only_when_asked():
+    search = {"search": "crossover", "min": 1, "max": 32, "budget": 8}
+    x = crossover_spec(plan_with(search, num_prompts=80, min_prompts_per_concurrency=5), ["vanilla", "ng"])
+    assert x["grid"] == fine_grid(1, 32, 2) and x["coarse"] == coarse_grid(1, 32, 4) == [1, 4, 16, 32]
+    assert x["prompts"]["8"] == 80 and x["prompts"]["23"] == 115
+    lean = crossover_spec(plan_with(search, num_prompts=80, min_prompts_per_concurrency=5, steady_state="report-setup",
+                                    prompts_that_do_not_fit="refuse"), ["vanilla", "ng"])
+    assert set(lean["prompts"].values()) == {80}
 
 
 PLAN = {"campaign": "x", "model": {"name": "m", "candidates": ["/m"], "weights_gib": 1},
@@ -240,9 +247,9 @@ def test_a_plan_without_a_search_keeps_its_hash():
 
 
 # ---------------------------------------------------------------- metric: goodput (the highest load meeting the SLO)
-GOODPUT_X = {"min": 1, "max": 256, "coarse_factor": 4, "per_doubling": 2, "budget": 10, "metric": "goodput",
+GOODPUT_X = {"grid": fine_grid(1, 256, 2), "coarse": coarse_grid(1, 256, 4), "budget": 10, "metric": "goodput",
              "confidence": SPEEDUP_CONFIDENCE, "tolerance_pct": TOL, "baseline": "vanilla", "configs": ["eagle3"],
-             "num_prompts": 32, "min_prompts_per_concurrency": 0, "scale_prompts": False,
+             "prompts": {str(c): 32 for c in fine_grid(1, 256, 2)},
              "slo": {"limits": {"tpot_ms": 50.0}, "attainment_pct": 90.0}, "repeat": 2, "output_len": 101}
 TPOT_S = {"vanilla": 0.020, "eagle3": 0.012}   # at no load; both grow as (1 + c / 32)
 

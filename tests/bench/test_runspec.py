@@ -5,7 +5,8 @@ import shlex
 import pytest
 
 from specfleet.campaign import Paths, build_run_spec, commands_for, load_plan
-from specfleet.worker.runspec import BenchRun, Dropped, Serve, item_parts, rendered
+from specfleet.worker.runspec import BenchRun, Dropped, Serve, item_parts
+from tests.run_argv import rendered
 
 PLAN = load_plan("plans/demo.yml")
 PATHS = Paths(venv="/v", work_dir="/w", dataset="/w/q.jsonl")

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from specfleet.campaign.commands import Paths, commands_for, item_spec, server_per_repeat
-from specfleet.worker.runspec import rendered
+from tests.run_argv import rendered
 from specfleet.worker.layout import cell_result_filename as result_filename
 from specfleet.worker.fitcheck import select
 from specfleet.plan import PlanError, load_plan, parse_plan

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from e2e_helpers import PROJECT, fab, host_sh, inventory_of
-from specfleet.worker.crossover import coarse_grid, fine_grid
+from specfleet.plan.crossover_grid import coarse_grid, fine_grid
 
 pytestmark = pytest.mark.e2e
 

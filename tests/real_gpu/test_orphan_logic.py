@@ -2,7 +2,7 @@
 import json
 from pathlib import Path
 
-from specfleet.worker.runspec import rendered
+from tests.run_argv import rendered
 from testbed.realgpu import orphan, specs
 
 PLANS = Path(__file__).resolve().parents[2] / "testbed" / "realgpu" / "plans"

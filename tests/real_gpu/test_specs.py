@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from specfleet.worker.runspec import rendered
+from tests.run_argv import rendered
 from testbed.realgpu import specs
 
 PLANS = Path(__file__).resolve().parents[2] / "testbed" / "realgpu" / "plans"

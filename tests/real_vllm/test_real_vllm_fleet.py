@@ -45,7 +45,7 @@ from pathlib import Path
 import pytest
 
 from specfleet import venv_build as venv_role
-from specfleet.worker.runspec import rendered
+from tests.run_argv import rendered
 from specfleet.campaign import load_plan
 from specfleet.results.schema import SPEC_KEYS, Result
 from testbed.realvllm import build_venv as bv

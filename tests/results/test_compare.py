@@ -196,7 +196,8 @@ def test_goodput_not_compared_without_an_slo_on_both_sides(tmp_path, base):
 
 
 def test_proportion_intervals_match_newcombe():
-    from specfleet.worker.stats import proportion_difference, wilson_interval
+    from specfleet.results.compare_slo import proportion_difference
+    from specfleet.worker.stats import wilson_interval
     # Newcombe (1998), Stat. Med. 17:857 and 873: 15/148 -> [0.0624, 0.1605]; 56/70 - 48/80 -> [0.0524, 0.3339]
     assert wilson_interval(15, 148, 0.95) == pytest.approx((0.0624, 0.1605), abs=5e-5)
     d, lo, hi = proportion_difference(48, 80, 56, 70, 0.95)

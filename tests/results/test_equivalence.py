@@ -7,7 +7,8 @@ import pytest
 from specfleet.results import report_campaign
 from specfleet.results.campaign import scan_campaign
 from specfleet.results.gate import EquivalenceRule, check_equivalence
-from specfleet.worker.stats import ratio_interval, t_quantile, tost_p
+from specfleet.results.gate import tost_p
+from specfleet.worker.stats import ratio_interval, t_quantile
 
 from campaign_builder import REPORT, result_json, write_campaign
 
