@@ -66,8 +66,7 @@ class NoiseBand:
 
     @property
     def band(self) -> tuple[float, float]:
-        hi = 1.0 + self.tolerance_pct / 100.0
-        return 1.0 / hi, hi
+        return EquivalenceRule(tolerance_pct=self.tolerance_pct).band  # the gate's band, one formula
 
     def describe(self) -> str:
         lo, hi = self.band
