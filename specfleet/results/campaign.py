@@ -189,6 +189,13 @@ class Campaign:
     def concurrencies(self) -> list[int]:
         return sorted({r.conc for r in self.runs})
 
+    def groups(self) -> dict[tuple[str, str, str], list[Run]]:
+        """(cell, config, host) -> its runs (the repeats of one merged row); a plain plan's cell is conc<N>."""
+        out: dict[tuple[str, str, str], list[Run]] = {}
+        for r in self.runs:
+            out.setdefault((r.cell, r.config, r.host), []).append(r)
+        return out
+
 
 def _num(s: str) -> float:
     return float(s.replace(",", ""))

@@ -214,9 +214,7 @@ def export_cells(campaign_dir: Path, camp, tables, plan, gate_verdict: str, gate
     out_dir.mkdir(parents=True, exist_ok=True)
     nodes = {r["node"]: r for r in node_table(camp).to_dict("records")}
     results = {(r["node"], r["config"]): r for r in result_table(camp).to_dict("records")}
-    groups: dict[tuple[str, str, str], list] = {}
-    for r in camp.runs:
-        groups.setdefault((r.cell, r.config, r.host), []).append(r)
+    groups = camp.groups()
     b = plan.benchmark
     paths = []
     for row in tables.runs.to_dict("records"):
