@@ -293,14 +293,15 @@ def _env() -> jinja2.Environment:
                        keep_trailing_newline=False)
 
 
-def _md_cell(s: str) -> str:
+def md_cell(s: str) -> str:
+    """A Markdown table cell: a pipe escaped, a newline folded."""
     return s.replace("|", "\\|").replace("\n", " ")
 
 
 def write_report(out_dir: Path, model: ReportModel, tables: Tables) -> dict[str, Path]:
     out_dir = Path(out_dir)
     env = _env()
-    env.filters["mdcell"] = _md_cell
+    env.filters["mdcell"] = md_cell
     paths = {"md": out_dir / "report.md", "html": out_dir / "report.html",
              "csv": out_dir / "merged.csv", "json": out_dir / "merged.json"}
     # written as a set (bastion_io.AtomicFiles): a full disk half-way leaves the earlier report whole
