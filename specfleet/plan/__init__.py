@@ -254,10 +254,6 @@ class ConcurrencySearch(_Strict):
         from ..worker.crossover import coarse_grid
         return coarse_grid(self.min, self.max, self.coarse_factor)
 
-    def fine(self) -> list[int]:
-        from ..worker.crossover import fine_grid
-        return fine_grid(self.min, self.max, self.per_doubling)
-
 
 class Benchmark(_Strict):
     backend: Literal["openai-chat", "openai", "vllm"] = "openai-chat"

@@ -185,10 +185,6 @@ class Campaign:
     def configs(self) -> list[str]:
         return sorted({r.config for r in self.runs})
 
-    @property
-    def concurrencies(self) -> list[int]:
-        return sorted({r.conc for r in self.runs})
-
     def groups(self) -> dict[tuple[str, str, str], list[Run]]:
         """(cell, config, host) -> its runs (the repeats of one merged row); a plain plan's cell is conc<N>."""
         out: dict[tuple[str, str, str], list[Run]] = {}
