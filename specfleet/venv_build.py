@@ -83,11 +83,11 @@ class VenvSpec:
         if missing:
             raise VenvError(f"{where}, field(s) {', '.join(repr(k) for k in missing)}: inventory vars missing "
                             "for the venv (set them in the bastion's or all's vars)")
+        optional = {"verify_packages": "venv_verify_packages", "gpu_arch": "gpu_arch", "pip_timeout": "pip_timeout",
+                    "pip_retries": "pip_retries", "attempts": "pip_attempts", "wheelhouse": "wheelhouse",
+                    "fixups": "venv_fixups"}  # field -> inventory var; an unset var keeps the field's default
         return cls(path=v["venv_path"], base_python=v["base_python"], requirements=list(v["venv_requirements"]),
-                   verify_packages=list(v.get("venv_verify_packages", ["vllm"])), gpu_arch=v.get("gpu_arch"),
-                   pip_timeout=int(v.get("pip_timeout", 30)), pip_retries=int(v.get("pip_retries", 3)),
-                   attempts=int(v.get("pip_attempts", 5)), wheelhouse=v.get("wheelhouse"),
-                   fixups=v.get("venv_fixups"))
+                   **{f: v[var] for f, var in optional.items() if v.get(var) is not None})
 
     def digest(self) -> str:
         """What the venv is built from; a change means a rebuild. Local requirement dirs count by content."""

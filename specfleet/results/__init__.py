@@ -5,12 +5,7 @@ The names below load on first use (PEP 562): pandas and matplotlib come with the
 itself imports `specfleet.results.fetch` at start, which must stay light."""
 from importlib import import_module
 
-_WHERE = {
-    "Campaign": "campaign", "Quarantined": "campaign", "scan_campaign": "campaign",
-    "EquivalenceRule": "gate", "GateResult": "gate", "check_equivalence": "gate",
-    "Result": "schema", "ResultError": "schema", "load_result": "schema",
-    "ReportOutcome": "campaign_report", "report_campaign": "campaign_report", "report_plan": "campaign_report",
-}
+_WHERE = {"EquivalenceRule": "gate", "report_campaign": "campaign_report", "report_plan": "campaign_report"}
 __all__ = list(_WHERE)
 
 

@@ -9,7 +9,7 @@ Layout (docs/dev/contracts.md):
     results/<campaign>/<host>/<config>.done                done marker
     results/<campaign>/<host>/state.json                   runner state (optional)
 
-Only items of a done config (marker, or `state.json` says done) are used. A
+Only items of a done config (marker, or the runner's `state.json` says done) are used. A
 result file of a done config that does not validate is moved to
 `results/<campaign>/quarantine/<host>/` with a `<name>.reason.txt` beside it;
 nothing else is moved or deleted (`quarantine=False`, as `fab report` scans: nothing moves,
@@ -152,7 +152,7 @@ class NodeRecord:
     def item_status(self, config: str) -> tuple[str, str] | None:
         """(status, error) the runner's state.json records for an item, or None."""
         for i in (self.state or {}).get("items", []) or []:
-            if isinstance(i, dict) and (i.get("name") or i.get("config")) == config:
+            if isinstance(i, dict) and i.get("name") == config:
                 return str(i.get("status", "")), str(i.get("error") or "")
         return None
 
@@ -185,9 +185,12 @@ class Campaign:
     def configs(self) -> list[str]:
         return sorted({r.config for r in self.runs})
 
-    @property
-    def concurrencies(self) -> list[int]:
-        return sorted({r.conc for r in self.runs})
+    def groups(self) -> dict[tuple[str, str, str], list[Run]]:
+        """(cell, config, host) -> its runs (the repeats of one merged row); a plain plan's cell is conc<N>."""
+        out: dict[tuple[str, str, str], list[Run]] = {}
+        for r in self.runs:
+            out.setdefault((r.cell, r.config, r.host), []).append(r)
+        return out
 
 
 def _num(s: str) -> float:
@@ -220,47 +223,23 @@ def parse_server_log(path: Path, host: str, config: str) -> KVFacts:
     return facts
 
 
-def _done_configs_from_state(state: Any) -> set[str]:
-    """Accepted shapes: {"configs": {cfg: "done" | {"status"|"state": "done"}}},
-    {"done": [cfg, ...]}, {"items": [{"name"|"config": cfg, "status": "done"}, ...]} (the bench runner's)."""
-    done: set[str] = set()
-    if not isinstance(state, dict):
-        return done
-
-    def is_done(v: Any) -> bool:
-        if isinstance(v, str):
-            return v.lower() == "done"
-        if isinstance(v, dict):
-            return any(str(v.get(k, "")).lower() == "done" for k in ("status", "state"))
-        return v is True
-
-    configs = state.get("configs")
-    if isinstance(configs, dict):
-        done |= {c for c, v in configs.items() if is_done(v)}
-    if isinstance(state.get("done"), list):
-        done |= {str(c) for c in state["done"]}
-    items = state.get("items")
-    if isinstance(items, list):
-        for i in items:
-            if isinstance(i, dict) and is_done(i) and (i.get("name") or i.get("config")):
-                done.add(str(i.get("name") or i.get("config")))
-    return done
+def _done_items(state: Any) -> set[str]:
+    """The items the runner's state.json records as done: {"items": [{"name": cfg, "status": "done"}, ...]}."""
+    items = state.get("items") if isinstance(state, dict) else None
+    return {str(i["name"]) for i in items if isinstance(i, dict) and i.get("name") and i.get("status") == "done"} \
+        if isinstance(items, list) else set()
 
 
 def _state_provenance(state: Any) -> dict[str, str]:
-    out: dict[str, str] = {}
+    """The provenance keys the runner's state.json holds at its top level (vllm_version, model_path, ...)."""
     if not isinstance(state, dict):
-        return out
-    for src in (state, state.get("provenance"), state.get("facts"), state.get("host")):
-        if isinstance(src, dict):
-            for k in PROVENANCE_KEYS + ("gpu_name", "started_at", "finished_at", "model_path"):
-                v = src.get(k)
-                if isinstance(v, (str, int, float)) and k not in out:
-                    out[k] = str(v)
-    return out
+        return {}
+    return {k: str(v) for k in PROVENANCE_KEYS + ("gpu_name", "started_at", "finished_at", "model_path")
+            if isinstance(v := state.get(k), (str, int, float))}
 
 
-def _quarantine(root: Path, host: str, path: Path, reason: str) -> Quarantined:
+def quarantine_file(root: Path, host: str, path: Path, reason: str) -> Quarantined:
+    """Move `path` to quarantine/<host>/ (never over an earlier one) with its reason beside it."""
     qdir = root / QUARANTINE_DIR / host
     qdir.mkdir(parents=True, exist_ok=True)
     dest = qdir / path.name
@@ -271,11 +250,6 @@ def _quarantine(root: Path, host: str, path: Path, reason: str) -> Quarantined:
     shutil.move(str(path), str(dest))
     atomic_write_text(dest.with_name(dest.name + REASON_SUFFIX), reason + "\n")
     return Quarantined(host=host, source=path, dest=dest, reason=reason)
-
-
-def quarantine_file(root: Path, host: str, path: Path, reason: str) -> Quarantined:
-    """Move `path` to quarantine/<host>/ (never over an earlier one) with its reason beside it."""
-    return _quarantine(root, host, path, reason)
 
 
 def _set_aside(root: Path) -> list[SetAside]:
@@ -310,7 +284,7 @@ def scan_campaign(root: Path | str, quarantine: bool = True, expect: Expect | No
                 camp.warnings.append(f"{sp}: unreadable state file ignored ({e})")
         node.provenance.update(_state_provenance(state))
         done = {p.name.removesuffix(layout.DONE_SUFFIX) for p in hdir.glob("*" + layout.DONE_SUFFIX)} \
-            | _done_configs_from_state(state)
+            | _done_items(state)
         if state is None and not done:  # a folder of plain vLLM result files (docs/report.md): all finished
             done = {parsed[0] for f in hdir.glob("*.json") if (parsed := parse_name(f.name))}
         node.done = done
@@ -336,7 +310,7 @@ def scan_campaign(root: Path | str, quarantine: bool = True, expect: Expect | No
                 run = Run(host, cfg, conc, rep, path, res, parse_result_name(path.name)[1])
             except ResultError as e:
                 if quarantine:
-                    camp.quarantined.append(_quarantine(root, host, path, e.problem))
+                    camp.quarantined.append(quarantine_file(root, host, path, e.problem))
                 else:
                     camp.quarantined.append(Quarantined(host, path, path, e.problem))
                 continue

@@ -25,7 +25,7 @@ MERGED_FILES = ("report.md", "report.html", "merged.csv", "merged.json")
 class ReportOutcome:
     campaign_dir: Path
     gate: GateResult
-    merged: bool
+    merged: bool          # a report was written (the gate passed, or forced)
     forced: bool
     simulated: bool
     paths: dict[str, Path] = field(default_factory=dict)
@@ -40,11 +40,6 @@ class ReportOutcome:
     command: str | None = None   # what measures the cells that are not merged again
     assertions: list = field(default_factory=list)  # the plan's assertions (bench/assertions.py), checked
     campaign: Campaign | None = None   # what was scanned (the llm-d export reads its runs)
-
-    @property
-    def ok(self) -> bool:
-        """True when a report was written (gate passed, or forced)."""
-        return self.merged
 
     @property
     def not_merged_cells(self) -> list[CellState]:
@@ -141,8 +136,9 @@ def report_campaign(campaign_dir: Path | str, baseline: str = DEFAULT_BASELINE,
     # the baseline's runs on a node's other GPUs (equivalence.every_gpu) went to the gate, not the tables
     tables = build_tables(split_off_gpu_copies(camp, baseline), baseline, gpu_bandwidth_gbps, weights_gib,
                           NoiseBand(rule.tolerance_pct))
-    from .peers import add_peer_columns, add_peer_sections  # goodput under the plan's SLO (docs/slo.md)
-    tables.runs = add_peer_columns(camp, tables.runs, baseline, slo)
+    from .goodput import add_goodput  # goodput under the plan's SLO (docs/slo.md)
+    from .peers import add_peer_sections
+    tables.runs = add_goodput(camp, tables.runs, baseline, slo)
     concl = conclusions(tables, baseline)
     forced = force and not gate.passed
     model = build_model(camp.name, tables, gate, concl, baseline=baseline, simulated=camp.simulated,

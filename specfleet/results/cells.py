@@ -22,7 +22,7 @@ from pathlib import Path
 
 from ..worker.layout import RUN_SPEC, cell_result_filename
 from ..plan.sweep import Cell
-from .campaign import Campaign, parse_name
+from .campaign import NOT_HOSTS, Campaign, parse_name
 from . import untrusted
 
 PLANNED_FILE = "planned.json"
@@ -137,7 +137,7 @@ def planned_from(plan, plan_path: str, campaign_dir: Path, split_queues: dict[st
     p.host_notes.update(host_notes or {})
     p.running = dict(running or {})
     dirs = sorted(d for d in campaign_dir.iterdir() if d.is_dir() and not d.name.startswith(".")
-                  and d.name not in ("quarantine", "plots", "report")) if campaign_dir.is_dir() else []
+                  and d.name not in NOT_HOSTS) if campaign_dir.is_dir() else []
     for d in dirs:
         spec = _read_json(d / RUN_SPEC)
         if spec and spec.get("plan_hash") == p.plan_hash and isinstance(spec.get("items"), list):

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ..worker.layout import PROVENANCE
 from .comparison import IMPROVEMENT, REGRESSION, Comparison
-from .document import SIMULATED_STAMP, Section, fmt
+from .document import SIMULATED_STAMP, Section, fmt, md_cell
 from .gate import GATE_METRICS
 
 FORCED_STAMP = "FORCED: compared with --force although {why}."
@@ -169,23 +169,19 @@ def plot_svg(c: Comparison) -> str | None:
         return _svg(fig, c.simulated)
 
 
-def _md(s: str) -> str:
-    return s.replace("|", "\\|").replace("\n", " ")
-
-
 def to_markdown(c: Comparison, secs: list[Section], image: str | None) -> str:
     lines = [f"# Campaign comparison: {c.base.camp.name} -> {c.cand.camp.name}", ""]
     lines += [f"**{s}**" for s in stamps(c)] + ([""] if stamps(c) else [])
-    lines += [f"- {_md(s)}" for s in summary(c)] + [""]
+    lines += [f"- {md_cell(s)}" for s in summary(c)] + [""]
     if image:
         lines += [f"![candidate vs baseline]({image})", ""]
     for s in secs:
         lines += [f"## {s.title}", ""]
         if s.note:
-            lines += [_md(s.note), ""]
+            lines += [md_cell(s.note), ""]
         if s.rows:
-            lines += ["| " + " | ".join(map(_md, s.headers)) + " |", "|" + "---|" * len(s.headers)]
-            lines += ["| " + " | ".join(_md(x) for x in r) + " |" for r in s.rows]
+            lines += ["| " + " | ".join(map(md_cell, s.headers)) + " |", "|" + "---|" * len(s.headers)]
+            lines += ["| " + " | ".join(md_cell(x) for x in r) + " |" for r in s.rows]
             lines.append("")
         else:
             lines += ["(none)", ""]

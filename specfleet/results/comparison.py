@@ -38,7 +38,7 @@ from .gate_policy import metric_value
 from .gpu_gate import split_off_gpu_copies
 from .measures import NoiseBand
 from .merge import Tables, build_tables
-from .compare_rules import IMPROVEMENT, NO_DIFF, REGRESSION, WITHIN, decide  # noqa: F401 (the verdicts' home)
+from .compare_rules import IMPROVEMENT, NO_DIFF, REGRESSION, WITHIN, decide, ratio_verdict  # noqa: F401 (the verdicts' home)
 from .compare_slo import GoodputDiff, goodput_diffs, slo_of_both
 from .consistency import result_table
 from .provenance import NOT_RECORDED, node_table
@@ -212,14 +212,8 @@ def speedup_diffs(base: Side, cand: Side, noise: NoiseBand) -> list[SpeedupDiff]
             continue
         groups = [sb[key], sb[bkey], sa[key], sa[(base.baseline, row.cell)]]
         r, lo, hi = speedup_ratio_interval(groups, noise.confidence)
-        lo_b, hi_b = noise.band
-        if lo is None:
-            verdict = REGRESSION if r < lo_b else IMPROVEMENT if r > hi_b else NO_DIFF
-        else:
-            verdict = (REGRESSION if hi < lo_b else IMPROVEMENT if lo > hi_b else
-                       WITHIN if hi < 1 or lo > 1 else NO_DIFF)
         out.append(SpeedupDiff(row.config, row.cell, int(row.concurrency), float(old.speedup.mean()),
-                               float(new.speedup.mean()), r, lo, hi, verdict,
+                               float(new.speedup.mean()), r, lo, hi, ratio_verdict(r, lo, hi, noise)[0],
                                float(old.acceptance_rate_pct.mean()), float(new.acceptance_rate_pct.mean()),
                                float(old.acceptance_length.mean()), float(new.acceptance_length.mean())))
     return out

@@ -124,10 +124,6 @@ def facts_by_run(camp: "Campaign") -> list[tuple["Run", dict[str, list[tuple[str
     return [(r, run_facts(camp, r, provs[r.host], logv.get((r.host, r.config)))) for r in camp.runs]
 
 
-def _first(vals: list[tuple[str, str]]) -> str:
-    return vals[0][0] if vals else ""
-
-
 def _with_local_label(values: set[str]) -> dict[str, str]:
     """value -> the value it stands for: a version without a local label (`0.32.0`, as vLLM's server
     log prints itself) is the labelled build of the same release seen elsewhere (`0.32.0+cpu`, the

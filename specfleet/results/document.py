@@ -221,13 +221,15 @@ def build_model(campaign: str, tables: Tables, gate: GateResult, conclusions: li
                 quarantined: list[str] | None = None, cells: list[CellState] | None = None,
                 command: str | None = None) -> ReportModel:
     bad = [c for c in cells or [] if not c.merged]
-    unverified = gate.passed and "UNVERIFIED" in gate.verdict
-    stamps = ([SIMULATED_STAMP] if simulated else []) + \
-        ([NOT_EQUIVALENT_STAMP] if forced and not gate.nodes_equivalent
-         else []) \
-        + ([MIXED_PLANS_STAMP] if forced and gate.mixed_plans else []) \
-        + ([MIXED_PROVENANCE_STAMP] if forced and gate.mixed_provenance else []) \
-        + ([INCOMPLETE_STAMP.format(n=len(bad), total=len(cells))] if bad else [])
+    # (applies, the stamp atop every output or None, the tag in the HTML title), in the order shown
+    marks = [(simulated, SIMULATED_STAMP, "SIMULATED"),
+             (forced and not gate.nodes_equivalent, NOT_EQUIVALENT_STAMP, "NODES NOT EQUIVALENT"),
+             (gate.passed and "UNVERIFIED" in gate.verdict, None, "UNVERIFIED"),
+             (forced and gate.mixed_plans, MIXED_PLANS_STAMP, "MIXED PLANS"),
+             (forced and gate.mixed_provenance, MIXED_PROVENANCE_STAMP, "MIXED PROVENANCE"),
+             (bool(bad), INCOMPLETE_STAMP.format(n=len(bad), total=len(cells or [])), "INCOMPLETE")]
+    stamps = [stamp for on, stamp, _ in marks if on and stamp]
+    tags = [tag for on, _, tag in marks if on]
     secs = []
     for cell in cell_order(tables.runs):
         rows = tables.runs[tables.runs.cell == cell]
@@ -277,10 +279,6 @@ def build_model(campaign: str, tables: Tables, gate: GateResult, conclusions: li
                                 if flagged else "")))
     secs += [_section(title, df, cols, note) for title, df, cols, note in
              provenance_sections(tables.provenance, tables.provenance_results)]
-    tags = (["SIMULATED"] if simulated else []) + (["NODES NOT EQUIVALENT"] if forced and not gate.nodes_equivalent else []) \
-        + (["UNVERIFIED"] if unverified else []) \
-        + (["MIXED PLANS"] if forced and gate.mixed_plans else []) \
-        + (["MIXED PROVENANCE"] if forced and gate.mixed_provenance else []) + (["INCOMPLETE"] if bad else [])
     return ReportModel(campaign=campaign, baseline=baseline, stamps=stamps, tags=tags, gate=gate,
                        conclusions=conclusions, sections=secs, notes=list(tables.notes),
                        warnings=list(warnings or []), quarantined=list(quarantined or []),
@@ -295,14 +293,15 @@ def _env() -> jinja2.Environment:
                        keep_trailing_newline=False)
 
 
-def _md_cell(s: str) -> str:
+def md_cell(s: str) -> str:
+    """A Markdown table cell: a pipe escaped, a newline folded."""
     return s.replace("|", "\\|").replace("\n", " ")
 
 
 def write_report(out_dir: Path, model: ReportModel, tables: Tables) -> dict[str, Path]:
     out_dir = Path(out_dir)
     env = _env()
-    env.filters["mdcell"] = _md_cell
+    env.filters["mdcell"] = md_cell
     paths = {"md": out_dir / "report.md", "html": out_dir / "report.html",
              "csv": out_dir / "merged.csv", "json": out_dir / "merged.json"}
     # written as a set (bastion_io.AtomicFiles): a full disk half-way leaves the earlier report whole

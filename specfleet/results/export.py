@@ -36,6 +36,7 @@ from typing import Any
 
 from ..worker.slots import parallel_sizes
 from .consistency import result_table
+from .measures import PCT_KEY
 from .provenance import NOT_RECORDED, node_table
 
 BR_VERSION = "0.2"
@@ -46,7 +47,6 @@ EXPORT_DIR = Path("report") / "llm-d-v0.2"  # under the campaign folder: "report
 # vLLM's latency keys -> the schema's AggregateLatency field and units
 LATENCY = {"ttft": ("time_to_first_token", "ms"), "tpot": ("time_per_output_token", "ms/token"),
            "itl": ("inter_token_latency", "ms/token"), "e2el": ("request_latency", "ms")}
-PCT_KEY = re.compile(r"^p(\d+(?:\.\d+)?)_(ttft|tpot|itl|e2el)_ms$")
 SCHEMA_PCTS = {"0.1": "p0p1", "1": "p1", "5": "p5", "10": "p10", "25": "p25", "50": "p50", "75": "p75",
                "90": "p90", "95": "p95", "99": "p99", "99.9": "p99p9"}
 
@@ -214,9 +214,7 @@ def export_cells(campaign_dir: Path, camp, tables, plan, gate_verdict: str, gate
     out_dir.mkdir(parents=True, exist_ok=True)
     nodes = {r["node"]: r for r in node_table(camp).to_dict("records")}
     results = {(r["node"], r["config"]): r for r in result_table(camp).to_dict("records")}
-    groups: dict[tuple[str, str, str], list] = {}
-    for r in camp.runs:
-        groups.setdefault((r.cell, r.config, r.host), []).append(r)
+    groups = camp.groups()
     b = plan.benchmark
     paths = []
     for row in tables.runs.to_dict("records"):

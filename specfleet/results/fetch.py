@@ -11,6 +11,7 @@ import json
 import shlex
 import subprocess
 from pathlib import Path
+from typing import Callable
 
 from ..campaign import remote
 from ..facts.runner_state import RunnerView
@@ -73,31 +74,39 @@ def fetch(hc, plan, work_dir: str, dest: Path, refused: dict[str, list[str]], ru
         running[hc.host.name] = f"runner pid {v.runner_pid}"
     if not v.state and not v.done_markers:
         return Status.OK, "no campaign results on this host yet"
-    from .staging import refuse_unfetched
-    from .untrusted import Limits, listing_script, parse_listing
-    limits = Limits.of_plan(plan)
+    from .provenance import probe_script
     src = layout.run_dir(work_dir, plan.campaign, hc.host.name)
-    out = dest / hc.host.name
-    done = finished_items(v)
-    # the worker is untrusted: list first (find never follows a link), fetch only what passes
-    take, bad = select(parse_listing(hc.run(listing_script(q(src)), timeout=60).stdout), done, limits)
     try:
-        got = _take(hc, plan, dest, src, take, limits)
-        got.refused += refuse_unfetched(dest, hc.host.name, bad)
-        refused[hc.host.name] = got.refused
-        write_provenance(hc, v, src, done, out / layout.PROVENANCE)
+        return take_finished(
+            hc.host.name, plan, dest, v, src, lambda script: hc.run(script, timeout=60).stdout,
+            f"{hc.host.address}:{src}/", shlex.join(ssh_argv(hc.host)), refused,
+            lambda model, dataset: hc.run(probe_script(hc.host.require("venv_path"), src, model, dataset),
+                                          timeout=60).stdout)
     except OSError as e:  # the bastion's own storage: one line and its exit code (bastion_io), never a crash
         if (err := bastion_io.of_oserror(e, dest)) is None:
             raise
         raise err from None
+
+
+def take_finished(host: str, plan, dest: Path, v: RunnerView, src: str, run: Callable[[str], str], source: str,
+                  ssh: str | None, refused: dict[str, list[str]], probe: Callable[[str | None, str | None], str],
+                  **provenance) -> tuple[Status, str]:
+    """The finished items of the run folder `src` (listed by `run`, a shell on the worker or, under
+    Slurm, on the bastion), fetched from `source` and accepted (take_files), then the host's
+    provenance.json (write_provenance); the host's status and message."""
+    from .staging import refuse_unfetched
+    from .untrusted import Limits, listing_script, parse_listing
+    limits = Limits.of_plan(plan)
+    done = finished_items(v)
+    # the worker is untrusted: list first (find never follows a link), fetch only what passes
+    take, bad = select(parse_listing(run(listing_script(q(src)))), done, limits)
+    got = take_files(host, plan, dest, source, ssh, take, limits)
+    got.refused += refuse_unfetched(dest, host, bad)
+    refused[host] = got.refused
+    write_provenance(dest / host / layout.PROVENANCE, host, v, done, probe, **provenance)
     if not [f for f in got.replaced if f not in BOOKKEEPING] and not got.refused:
         return Status.OK, f"nothing new ({len(done)} finished item(s) already here)"
     return Status.CHANGED, got.summary()
-
-
-def _take(hc, plan, dest: Path, src: str, take: list[str], limits):
-    return take_files(hc.host.name, plan, dest, f"{hc.host.address}:{src}/", shlex.join(ssh_argv(hc.host)),
-                      take, limits)
 
 
 def take_files(host: str, plan, dest: Path, source: str, ssh: str | None, take: list[str], limits):
@@ -145,15 +154,15 @@ def discard_staging(dest: Path, host: str) -> None:
         pass  # another host's staging is in use, or it is gone already
 
 
-def write_provenance(hc, v: RunnerView, src: str, done: list[str], pf: Path) -> None:
-    """Probe the host (one round trip: provenance.probe_script) and write what it says to `pf`;
-    a collect that finds nothing new touches nothing."""
-    from .provenance import parse_probe, probe_script, spec_facts
+def write_provenance(pf: Path, host: str, v: RunnerView, done: list[str],
+                     probe: Callable[[str | None, str | None], str], **extra) -> None:
+    """Write what the host's probe says (`probe(model, dataset)`: one round trip, provenance.probe_script)
+    to `pf`, with `extra` keys; a collect that finds nothing new touches nothing."""
+    from .provenance import parse_probe, spec_facts
     model, (dataset, items) = (v.state or {}).get("model_path"), spec_facts(v.spec)
-    res = hc.run(probe_script(hc.host.require("venv_path"), src, model, dataset), timeout=60)
-    prov = json.dumps({"host": hc.host.name, **parse_probe(res.stdout, model, dataset), "items_facts": items,
+    prov = json.dumps({"host": host, **parse_probe(probe(model, dataset), model, dataset), "items_facts": items,
                        "plan_hash": (v.state or {}).get("plan_hash"), "items_done": done,
-                       "runner_status": (v.state or {}).get("status")}, indent=2) + "\n"
+                       "runner_status": (v.state or {}).get("status"), **extra}, indent=2) + "\n"
     if not pf.is_file() or pf.read_text() != prov:
         from .bastion_io import atomic_write_text
         atomic_write_text(pf, prov)

@@ -191,23 +191,27 @@ class GateResult:
 def baseline_samples(camp: Campaign, baseline: str) -> dict[tuple[str, str], dict[str, list[float]]]:
     """(host, bench cell) -> metric -> values over repeats, for the baseline config (a plain plan's
     cells are conc<N>; a sweep's cells at one concurrency are compared each on its own)."""
-    out: dict[tuple[str, str], dict[str, list[float]]] = {}
-    for r in camp.runs:
-        if r.config != baseline:
-            continue
-        d = out.setdefault((r.host, r.cell), {m: [] for m in GATE_METRICS})
-        for m in GATE_METRICS:
-            d[m].append(metric_value(r.result, m))
-    return out
+    return _metric_samples([r for r in camp.runs if r.config == baseline], lambda r: (r.host, r.cell))
 
 
 def _samples_by_conc(runs) -> dict[int, dict[str, list[float]]]:
-    out: dict[int, dict[str, list[float]]] = {}
+    return _metric_samples(runs, lambda r: r.conc)
+
+
+def _metric_samples(runs, key) -> dict:
+    """key(run) -> gate metric -> its values over those runs."""
+    out: dict = {}
     for r in runs:
-        d = out.setdefault(r.conc, {m: [] for m in GATE_METRICS})
+        d = out.setdefault(key(r), {m: [] for m in GATE_METRICS})
         for m in GATE_METRICS:
             d[m].append(metric_value(r.result, m))
     return out
+
+
+def _shared_cells(samples, a: str, b: str, conc_of: dict[str, int]) -> list[str]:
+    """The bench cells both nodes measured the baseline in, by concurrency."""
+    return sorted({c for (h, c) in samples if h == a} & {c for (h, c) in samples if h == b},
+                  key=lambda c: (conc_of[c], c))
 
 
 def _pct(a: float, b: float) -> float:
@@ -267,9 +271,7 @@ def check_equivalence(camp: Campaign, rule: EquivalenceRule | None = None,
     gate = GateResult(rule=rule, baseline=baseline, passed=True)
     rows = []
     for a, b in itertools.combinations(hosts, 2):
-        cells = sorted({c for (h, c) in samples if h == a} & {c for (h, c) in samples if h == b},
-                       key=lambda c: (conc_of[c], c))
-        for cell in cells:
+        for cell in _shared_cells(samples, a, b, conc_of):
             conc = conc_of[cell]
             sa, sb = samples[(a, cell)], samples[(b, cell)]
             for m, label in GATE_METRICS.items():
@@ -334,8 +336,7 @@ def other_concurrencies(camp: Campaign, rule: EquivalenceRule, samples, conc_of,
     """The rule's test at every other cell both nodes measured: a gap there is a named warning."""
     out = []
     for a, b in itertools.combinations(camp.hosts, 2):
-        for cell in sorted({c for (h, c) in samples if h == a} & {c for (h, c) in samples if h == b},
-                           key=lambda c: (conc_of[c], c)):
+        for cell in _shared_cells(samples, a, b, conc_of):
             if cell in rule_cells:
                 continue
             chk = decide(rule, samples[(a, cell)][rule.metric], samples[(b, cell)][rule.metric])

@@ -23,9 +23,6 @@ from ..plan.slo import Slo
 from ..worker.crossover import good_requests as count_good
 from .campaign import Campaign, Run
 
-COLUMNS = ("goodput_req_s", "slo_attainment_pct", "meets_slo", "goodput_speedup", "vllm_goodput_req_s")
-
-
 def good_requests(run: Run, slo: Slo) -> tuple[int, int] | None:
     """(good, succeeded) of one run, or None when its per-request arrays are missing or uneven (the
     rule is the worker's, which the goodput crossover search applies on the node)."""
@@ -34,12 +31,10 @@ def good_requests(run: Run, slo: Slo) -> tuple[int, int] | None:
 
 
 def add_goodput(camp: Campaign, runs: pd.DataFrame, baseline: str, slo: Slo | None) -> pd.DataFrame:
-    """The merged rows with the COLUMNS added (nothing added without an SLO)."""
+    """The merged rows with the columns above added (nothing added without an SLO)."""
     if slo is None or runs.empty:
         return runs
-    groups: dict[tuple[str, str, str], list[Run]] = {}
-    for r in camp.runs:
-        groups.setdefault((r.cell, r.config, r.host), []).append(r)
+    groups = camp.groups()
     gp, att, vg = [], [], []
     for _, row in runs.iterrows():
         rs = groups.get((row.cell, row.config, row.node), [])

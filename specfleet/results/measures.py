@@ -66,8 +66,7 @@ class NoiseBand:
 
     @property
     def band(self) -> tuple[float, float]:
-        hi = 1.0 + self.tolerance_pct / 100.0
-        return 1.0 / hi, hi
+        return EquivalenceRule(tolerance_pct=self.tolerance_pct).band  # the gate's band, one formula
 
     def describe(self) -> str:
         lo, hi = self.band
@@ -92,13 +91,6 @@ def evidence(r: pd.Series, noise: NoiseBand) -> str:
             f"({r.speedup_method})")
 
 
-def _samples(camp: Campaign) -> dict[tuple[str, str, str], list[float]]:
-    out: dict[tuple[str, str, str], list[float]] = {}
-    for r in camp.runs:  # keyed by bench cell: a sweep has several cells per concurrency
-        out.setdefault((r.cell, r.config, r.host), []).append(float(r.result.output_throughput))
-    return out
-
-
 def geometric_ratio(base: list[float], cfg: list[float]) -> float:
     """exp(mean log cfg - mean log base): the speedup's point, the centre of ratio_interval's log-scale
     interval (NaN when a value is not positive: no log)."""
@@ -110,7 +102,8 @@ def geometric_ratio(base: list[float], cfg: list[float]) -> float:
 def speedup_noise(camp: Campaign, runs: pd.DataFrame, baseline: str, noise: NoiseBand) -> pd.DataFrame:
     """Sets speedup to the ratio of geometric means (the interval's centre) and adds speedup_ci_low,
     speedup_ci_high, speedup_method, speedup_verdict."""
-    s = _samples(camp)
+    # keyed by bench cell: a sweep has several cells per concurrency
+    s = {k: [float(r.result.output_throughput) for r in runs] for k, runs in camp.groups().items()}
     lo_band, hi_band = noise.band
     points, lows, highs, methods, verdicts = [], [], [], [], []
     for _, r in runs.iterrows():
@@ -185,12 +178,10 @@ def latency_table(camp: Campaign, runs: pd.DataFrame) -> pd.DataFrame:
     """Per (conc, config, node): mean TTFT/E2EL and every collected percentile (means over
     repeats), with output tokens per run."""
     cols = ["mean_e2el_ms", *percentile_columns(camp)]
-    groups: dict[tuple[str, str, str], list] = {}
-    for r in camp.runs:
-        groups.setdefault((r.cell, r.config, r.host), []).append(r.result)
+    groups = camp.groups()
     rows = []
     for _, r in runs.iterrows():
-        res = groups.get((r.cell, r.config, r.node), [])
+        res = [run.result for run in groups.get((r.cell, r.config, r.node), [])]
         row = {"concurrency": r.concurrency, "cell": r.cell, "config": r.config, "node": r.node,
                "repeats": r.repeats, "output_tokens": r.output_tokens, "ttft_ms": r.ttft_ms}
         for c in cols:
@@ -250,11 +241,8 @@ def outlier_notes(camp: Campaign) -> list[str]:
     output tok/s more than OUTLIER_PCT % from the median of the others, and more than OUTLIER_SPREAD
     times the others' own largest distance from that median. It stays in the means and intervals
     (nothing is dropped); the note says which file to look at."""
-    groups: dict[tuple[str, str, str], list] = {}
-    for r in camp.runs:
-        groups.setdefault((r.cell, r.config, r.host), []).append(r)
     out = []
-    for (cell, cfg, host), runs in sorted(groups.items()):
+    for (cell, cfg, host), runs in sorted(camp.groups().items()):
         if len(runs) < 3:
             continue
         for r in runs:
@@ -290,11 +278,8 @@ REPEAT_MEANING = {
 def repeat_meaning(camp: Campaign) -> str | None:
     """What the intervals' repeats are, read from the results (benchmark.repeat_isolation), or None when
     no cell has more than one run."""
-    groups: dict[tuple[str, str, str], list] = {}
-    for r in camp.runs:
-        groups.setdefault((r.cell, r.config, r.host), []).append(r)
     seen: dict[str, int] = {}
-    for runs in groups.values():
+    for runs in camp.groups().values():
         if len(runs) > 1:
             for r in runs:
                 how = str(r.result.extra.get(ISOLATION_KEY) or "cache-reset")  # not recorded: one server start

@@ -76,14 +76,6 @@ def _std(vals: list) -> float:
     return statistics.stdev(vals) if len(vals) > 1 else math.nan
 
 
-def _groups(camp: Campaign) -> dict[tuple[str, str, str], list[Run]]:
-    """(cell, config, host) -> its runs (repeats); a plain plan's cell is conc<N>."""
-    g: dict[tuple[str, str, str], list[Run]] = {}
-    for r in camp.runs:
-        g.setdefault((r.cell, r.config, r.host), []).append(r)
-    return g
-
-
 def _spec_means(runs: list[Run]) -> dict[str, float]:
     """Spec-decode columns over repeats. A repeat without spec keys drafted nothing
     (vLLM omits the keys when no draft token was made), so it counts as 0 drafts;
@@ -112,7 +104,7 @@ def runs_table(camp: Campaign, baseline: str) -> pd.DataFrame:
     """The §4.1 table for all concurrencies: one row per (conc, config, node)."""
     order = {c: i for i, c in enumerate(config_order(camp, baseline))}
     rows = []
-    groups = _groups(camp)
+    groups = camp.groups()
     for (cell, cfg, host), runs in groups.items():
         dims = parse_cell(cell) or {}
         row = {"concurrency": runs[0].conc, "cell": cell, "output_len": dims.get("output_len"),
@@ -204,7 +196,7 @@ def category_table(camp: Campaign, baseline: str) -> tuple[pd.DataFrame | None, 
     Needs --save-detailed arrays and a per-request category list in the JSON
     (key `categories`/`request_categories`); vLLM itself records none."""
     rows = []
-    for (cell, cfg, host), runs in _groups(camp).items():
+    for (cell, cfg, host), runs in camp.groups().items():
         conc = runs[0].conc
         per: dict[str, list[float]] = {}
         for r in runs:

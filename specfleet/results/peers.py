@@ -5,12 +5,7 @@ from __future__ import annotations
 
 from ..plan.assertions import NOT_CHECKED, AssertionResult, check
 from .comparison import write_snapshot
-from .goodput import SLO_HEADERS, add_goodput, slo_lines, slo_rows
-
-
-def add_peer_columns(camp, runs, baseline: str, slo):
-    """The merged rows with the goodput columns when the plan has an SLO (slo.py)."""
-    return add_goodput(camp, runs, baseline, slo)
+from .goodput import SLO_HEADERS, slo_lines, slo_rows
 
 
 def add_peer_sections(model, camp, tables, baseline: str, slo) -> None:

@@ -342,11 +342,8 @@ def stop(plan, inv, console, wait_s: float = 180) -> int:
 def collect(fleet, inv, plan, dest: Path, refused: dict[str, list[str]]) -> list[str]:
     """Each host's finished items from the shared path (no SSH), then provenance with the job ids.
     Returns notes for the report (the Slurm job(s) of the campaign)."""
-    from ..results.fetch import BOOKKEEPING, finished_items, select, take_files
-    from ..results.staging import refuse_unfetched
-    from ..results.untrusted import Limits, listing_script, parse_listing
+    from ..results.fetch import take_finished
     cfg = inv.slurm
-    limits = Limits.of_plan(plan)
     recs = jobs(cfg, plan.campaign)
     for h in fleet.hosts:
         try:
@@ -355,18 +352,13 @@ def collect(fleet, inv, plan, dest: Path, refused: dict[str, list[str]]) -> list
                 fleet.record_local_for(h.name, "fetch results", Status.OK, "no campaign results on this node yet")
                 continue
             src = layout.run_dir(node_work_dir(cfg, plan.campaign, h.name), plan.campaign, h.name)
-            out = dest / h.name
-            done = finished_items(v)
+            eff = _read_json(os.path.join(src, "run.slurm.json")) or {}
             # the shared path is written by the nodes: untrusted as a worker is (results/untrusted.py)
-            listed = subprocess.run(["sh", "-c", listing_script(q(src))], capture_output=True, text=True).stdout
-            take, bad = select(parse_listing(listed), done, limits)
-            got = take_files(h.name, plan, dest, f"{src}/", None, take, limits)
-            got.refused += refuse_unfetched(dest, h.name, bad)
-            refused[h.name] = got.refused
-            _provenance(h, v, src, done, out / layout.PROVENANCE, recs)
-            changed = [f for f in got.replaced if f not in BOOKKEEPING] or got.refused
-            fleet.record_local_for(h.name, "fetch results", Status.CHANGED if changed else Status.OK,
-                                   got.summary() if changed else f"nothing new ({len(done)} finished item(s))")
+            status, message = take_finished(
+                h.name, plan, dest, v, src, _sh, f"{src}/", None, refused,
+                lambda *_: _read_text(Path(src, "provenance.probe")),  # the node ran it after its queue
+                slurm={**(eff.get("slurm") or {}), "jobs": [r["job_id"] for r in recs if h.name in r.get("nodes", [])]})
+            fleet.record_local_for(h.name, "fetch results", status, message)
         except BastionStorageError:
             raise  # the bastion's own disk, not this node: the task's one line and exit code
         except (UserError, OSError, StepFailed) as e:
@@ -378,19 +370,14 @@ def collect(fleet, inv, plan, dest: Path, refused: dict[str, list[str]]) -> list
         f"{r['job_id']} on {','.join(r['nodes'])} ({states.get(r['job_id'], 'earlier')})" for r in recs)]
 
 
-def _provenance(h, v: RunnerView, src: str, done: list[str], pf: Path, recs: list[dict]) -> None:
-    from ..results.provenance import parse_probe, spec_facts
-    model, (dataset, items) = (v.state or {}).get("model_path"), spec_facts(v.spec)
+def _sh(script: str) -> str:
+    """A script's output, run on the bastion (the shared path is mounted here, as on the nodes)."""
+    return subprocess.run(["sh", "-c", script], capture_output=True, text=True).stdout
+
+
+def _read_text(path: Path) -> str:
+    """A file's text, or "" when it is not there (a node's probe output before its queue ended)."""
     try:
-        probe = Path(src, "provenance.probe").read_text()
+        return path.read_text()
     except OSError:
-        probe = ""
-    eff = _read_json(os.path.join(src, "run.slurm.json")) or {}
-    prov = json.dumps({"host": h.name, **parse_probe(probe, model, dataset), "items_facts": items,
-                       "plan_hash": (v.state or {}).get("plan_hash"), "items_done": done,
-                       "runner_status": (v.state or {}).get("status"),
-                       "slurm": {**(eff.get("slurm") or {}), "jobs": [r["job_id"] for r in recs
-                                                                      if h.name in r.get("nodes", [])]}},
-                      indent=2) + "\n"
-    if not pf.is_file() or pf.read_text() != prov:
-        pf.write_text(prov)
+        return ""

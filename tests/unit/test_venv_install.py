@@ -53,3 +53,14 @@ def test_the_venv_built_from_a_wheelhouse_imports_its_packages(tmp_path, monkeyp
     out = build(spec(tmp_path, house), log=lambda m: None)
     assert out.changed and read_manifest(str(tmp_path / "venv"))["digest"] == spec(tmp_path, house).digest()
     assert (tmp_path / "venv/bin/pip").exists()  # pip stays in the venv (the fix-ups uninstall with it)
+
+
+def test_inventory_vars_set_the_spec_and_unset_ones_keep_its_defaults():
+    base = {"venv_path": "/opt/v", "base_python": "/usr/bin/python3", "venv_requirements": ["vllm==0.32.0"]}
+    plain = VenvSpec.from_vars({**base, "pip_timeout": None})  # an inventory var left unset reads as None
+    assert (plain.pip_timeout, plain.pip_retries, plain.attempts, plain.verify_packages, plain.wheelhouse) == \
+        (30, 3, 5, ["vllm"], None)
+    tuned = VenvSpec.from_vars({**base, "pip_timeout": 5, "pip_retries": 0, "pip_attempts": 2,
+                                "venv_verify_packages": ["vllm", "torch"], "wheelhouse": "/srv/wh"})
+    assert (tuned.pip_timeout, tuned.pip_retries, tuned.attempts, tuned.verify_packages, tuned.wheelhouse) == \
+        (5, 0, 2, ["vllm", "torch"], "/srv/wh")
