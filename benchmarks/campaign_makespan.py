@@ -18,8 +18,10 @@ GPUs: bounds.count_bound). Target: worst ratio <= 1.02.
 
 A one-GPU split above 1.02 x its bound is held against the optimum (makespan_optimum.py, a MILP; or
 its tighter bound where a node class is relaxed): each row's `vs floor`. There is no exact method
-for the GPU-slot schedule, so the multi-GPU series is judged against the bound only. Exit 1 when a
-fleet misses the target.
+for the GPU-slot schedule: a multi-GPU split above 1.02 x its bound is held against the GPU-packing
+floor (makespan_optimum.slot_floor: the same MILP with GPUs as the machines, a TP=k item on k of them),
+a valid bound whose slack is the TP=k items' GPUs being busy together, in one group of one node. Exit 1
+when a fleet misses the target.
 
     .venv/bin/python benchmarks/campaign_makespan.py [--trials 8] [--seed 1]
 """
