@@ -88,7 +88,7 @@ def optimum(others: list[str], classes: list[list[str]], dur: dict, base: dict, 
                         rows.append(i), cols_i.append(var), vals.append(1.0)
                     rows.append(count_row), cols_i.append(var), vals.append(1.0)
                     spans.append(base[h] + s)
-                    top.append(1.0)
+                    top.append(float(len(classes[k])))   # one set on several machines of a class: copies
                     var += 1
                 lo.append(0.0), hi.append(float(len(classes[k])))
             else:                # relaxed: one 0/1 per item that fits a node; their total within the class's room
@@ -135,7 +135,7 @@ def optimum(others: list[str], classes: list[list[str]], dur: dict, base: dict, 
     return Optimum(lo_t, best, relaxed)
 
 
-def slot_floor(plan, nodes, s) -> Optimum:
+def slot_floor(plan, nodes, s, upper: float | None = None) -> Optimum:
     """A lower bound on any GPU-slot schedule of split `s` (slotsplit.py; benchmark side): the machines
     are the GPUs. Every schedule runs each item on `need` distinct GPUs of one node for its whole
     duration, after the node's head items (the baseline, and its copies under equivalence.every_gpu) on
@@ -143,7 +143,8 @@ def slot_floor(plan, nodes, s) -> Optimum:
     (the node's item times, the GPU's head time), an item of need k covered by k distinct GPUs, is that
     packing's smallest makespan. What it leaves out is the bound's slack against the slot schedule: a
     TP=k item's k GPUs are one node's, inside one NVLink group, busy at the same time (the schedule waits
-    for k free GPUs; the floor lets the shares run apart), and the runner's queue order."""
+    for k free GPUs; the floor lets the shares run apart), and the runner's queue order. `upper`: where
+    the search stops (default the split's makespan, which the floor then never exceeds)."""
     from specfleet.campaign.gpusets import simulate
     from specfleet.campaign.slotsplit import head, need_on, node_gpus, pins_of
 
@@ -167,4 +168,5 @@ def slot_floor(plan, nodes, s) -> Optimum:
             classes.setdefault((busy[g], *(s.durations[c][n] for c in others)), []).append(gpu)
     copies = {c: min(need_on(plan, c, node) for node in nodes) for c in others}
     lower = max([s.lower_bound_s, *base.values()])
-    return optimum(others, list(classes.values()), dur, base, min(lower, s.makespan_s), s.makespan_s, copies)
+    upper = s.makespan_s if upper is None else upper
+    return optimum(others, list(classes.values()), dur, base, min(lower, upper), upper, copies)
