@@ -54,9 +54,10 @@ def columns(times: list[float], cap: float, limit: int) -> list[tuple[int, ...]]
 
 
 def optimum(others: list[str], classes: list[list[str]], dur: dict, base: dict, lower: float,
-            upper: float) -> Optimum:
+            upper: float, copies: dict[str, int] | None = None) -> Optimum:
     """The smallest makespan of `others` (each on one node) after every node's baseline, searched in
-    [lower, upper] (lower: a valid bound; upper: a split's makespan)."""
+    [lower, upper] (lower: a valid bound; upper: a split's makespan). copies[c] = k: item c runs on k
+    distinct machines at once (a TP=k server's GPUs, when the machines are GPUs); default 1."""
     import numpy as np
     from scipy.optimize import Bounds, LinearConstraint, milp
     from scipy.sparse import coo_matrix
@@ -65,10 +66,11 @@ def optimum(others: list[str], classes: list[list[str]], dur: dict, base: dict, 
     times = [[dur[c][h] for c in others] for h in heads]
     cols = [columns(t, upper - base[h], MAX_COLUMNS) for t, h in zip(times, heads)]
     relaxed = tuple(k for k, c in enumerate(cols) if c is None)
+    cover = [float((copies or {}).get(c, 1)) for c in others]
 
     def feasible(t: float):
         """None: no split under t; else the makespan of one found (inf when a class was relaxed)."""
-        rows, cols_i, vals, lo, hi, spans = [], [], [], [], [], []
+        rows, cols_i, vals, lo, hi, spans, top = [], [], [], [], [], [], []
         n_items, var = len(others), 0
         extra = n_items          # next free row after the item rows
         for k, h in enumerate(heads):
@@ -86,6 +88,7 @@ def optimum(others: list[str], classes: list[list[str]], dur: dict, base: dict, 
                         rows.append(i), cols_i.append(var), vals.append(1.0)
                     rows.append(count_row), cols_i.append(var), vals.append(1.0)
                     spans.append(base[h] + s)
+                    top.append(float(len(classes[k])))   # one set on several machines of a class: copies
                     var += 1
                 lo.append(0.0), hi.append(float(len(classes[k])))
             else:                # relaxed: one 0/1 per item that fits a node; their total within the class's room
@@ -97,15 +100,16 @@ def optimum(others: list[str], classes: list[list[str]], dur: dict, base: dict, 
                         cols_i += [var, var]
                         vals += [1.0, times[k][i]]
                         spans.append(float("inf"))
+                        top.append(cover[i])   # copies on distinct machines: the relaxation lets them share
                         var += 1
                 lo.append(-np.inf), hi.append(len(classes[k]) * room)
         if var == 0:
             return None if n_items else max(base[h] for h in heads)
         a = coo_matrix((vals, (rows, cols_i)), shape=(extra, var)).tocsr()
-        lo_all = np.r_[np.ones(n_items), lo]
-        hi_all = np.r_[np.ones(n_items), hi]
+        lo_all = np.r_[cover, lo]
+        hi_all = np.r_[cover, hi]
         res = milp(np.zeros(var), constraints=LinearConstraint(a, lo_all, hi_all), integrality=np.ones(var),
-                   bounds=Bounds(0, 1), options={"time_limit": SOLVE_LIMIT_S})
+                   bounds=Bounds(0, np.array(top)), options={"time_limit": SOLVE_LIMIT_S})
         if res.status == 2:      # infeasible
             return None
         if res.x is None:        # timed out undecided: count it feasible, so `lower` stays a bound
@@ -129,3 +133,40 @@ def optimum(others: list[str], classes: list[list[str]], dur: dict, base: dict, 
             hi_t = mid
             best = got if got != float("inf") else best
     return Optimum(lo_t, best, relaxed)
+
+
+def slot_floor(plan, nodes, s, upper: float | None = None) -> Optimum:
+    """A lower bound on any GPU-slot schedule of split `s` (slotsplit.py; benchmark side): the machines
+    are the GPUs. Every schedule runs each item on `need` distinct GPUs of one node for its whole
+    duration, after the node's head items (the baseline, and its copies under equivalence.every_gpu) on
+    the GPUs the runner gives them; so each GPU's items fit under the makespan. optimum() over GPU classes
+    (the node's item times, the GPU's head time), an item of need k covered by k distinct GPUs, is that
+    packing's smallest makespan. What it leaves out is the bound's slack against the slot schedule: a
+    TP=k item's k GPUs are one node's, inside one NVLink group, busy at the same time (the schedule waits
+    for k free GPUs; the floor lets the shares run apart), and the runner's queue order. `upper`: where
+    the search stops (default the split's makespan, which the floor then never exceeds)."""
+    from specfleet.campaign.gpusets import simulate
+    from specfleet.campaign.slotsplit import head, need_on, node_gpus, pins_of
+
+    others = [c.name for c in plan.configurations if c.name != plan.baseline]
+    dur, base, classes = {c: {} for c in others}, {}, {}
+    for node in nodes:
+        gpus, n = node_gpus(node), node.name
+        heads, pins = head(plan, gpus), pins_of(plan, gpus)
+        need = [need_on(plan, plan.baseline, node), *[1] * (len(heads) - 1)]   # copies: one GPU each
+        _, starts = simulate([(c, k, s.durations[c][n], pins.get(c)) for c, k in zip(heads, need)], gpus,
+                             node.gpu_groups, plan.packing)
+        busy = dict.fromkeys(gpus, 0.0)
+        for c in heads:
+            for g in starts[c][1]:
+                busy[g] = max(busy[g], starts[c][0] + s.durations[c][n])
+        for g in gpus:
+            gpu = f"{n}/{g}"
+            base[gpu] = busy[g]
+            for c in others:
+                dur[c][gpu] = s.durations[c][n]
+            classes.setdefault((busy[g], *(s.durations[c][n] for c in others)), []).append(gpu)
+    copies = {c: min(need_on(plan, c, node) for node in nodes) for c in others}
+    lower = max([s.lower_bound_s, *base.values()])
+    upper = s.makespan_s if upper is None else upper
+    return optimum(others, list(classes.values()), dur, base, min(lower, upper), upper, copies)
