@@ -40,7 +40,7 @@ class FileState(Fact):
     def command(self) -> str:
         p = q(self.path)
         return (f"if [ -L {p} ]; then echo link; readlink -- {p}; "
-                f"elif [ -f {p} ]; then stat -c '%a %s' -- {p}; sf_h=$(sha256sum < {p} | cut -c1-64); echo \"$sf_h\"; "
+                f"elif [ -f {p} ]; then stat -c '%a %s' -- {p}; sf_h=$(sha256sum < {p}); sf_h=${{sf_h%% *}}; echo \"$sf_h\"; "
                 f"if [ \"${{{DIFF_VAR}:-}}\" = 1 ] && [ \"$sf_h\" != {q(self.want_sha256)} ] && "
                 f"[ \"$(stat -c %s -- {p})\" -le {DIFF_MAX_BYTES} ]; then printf c; base64 -w0 -- {p}; echo; fi; "
                 f"elif [ -e {p} ]; then echo notfile; else echo absent; fi")
@@ -90,7 +90,7 @@ class LineInFileState(Fact):
         return (f"if [ -L {p} ]; then echo link; readlink -- {p}; exit 0; fi; "
                 f"if [ ! -e {p} ]; then echo absent; "
                 f"elif grep -qxF -- {q(self.line)} {p}; then echo present; else echo missing; fi; "
-                f"[ -s {p} ] && [ \"$(tail -c1 -- {p} | od -An -tx1 | tr -d ' ')\" != 0a ] && echo noeol; true")
+                f"[ -s {p} ] && [ \"$(tail -c1 -- {p}; echo .)\" != {q(chr(10) + '.')} ] && echo noeol; true")
 
     def parse(self, stdout: str, rc: int) -> LineState:
         if stdout.startswith("link\n"):
