@@ -61,7 +61,7 @@ def steps(host: Host, revert: bool = False) -> list[Step]:
         Directory(mount),
         Mount(source(host), mount, "nfs4", options),
         Assert(f"{mount} readable",
-               f"find {q(mount)}/ -maxdepth 3 -type f -readable -print -quit | grep -q .",
+               f"[ -n \"$(find {q(mount)}/ -maxdepth 3 -type f -readable -print -quit)\" ]",
                f"nothing readable under {mount}: check the export and the server"),
     ]
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ..quoting import q
-from ..shell import DIFF_VAR
+from ..shell import DIFF_VAR, read_sections, sections_script
 from .base import Fact, FactError, lines
 
 DIFF_MAX_BYTES = 64 * 1024  # --diff fetches a differing file's content only up to this size
@@ -40,10 +40,32 @@ class FileState(Fact):
     def command(self) -> str:
         p = q(self.path)
         return (f"if [ -L {p} ]; then echo link; readlink -- {p}; "
-                f"elif [ -f {p} ]; then stat -c '%a %s' -- {p}; sf_h=$(sha256sum < {p} | cut -c1-64); echo \"$sf_h\"; "
+                f"elif [ -f {p} ]; then stat -c '%a %s' -- {p}; sf_h=$(sha256sum < {p}); sf_h=${{sf_h%% *}}; echo \"$sf_h\"; "
                 f"if [ \"${{{DIFF_VAR}:-}}\" = 1 ] && [ \"$sf_h\" != {q(self.want_sha256)} ] && "
                 f"[ \"$(stat -c %s -- {p})\" -le {DIFF_MAX_BYTES} ]; then printf c; base64 -w0 -- {p}; echo; fi; "
                 f"elif [ -e {p} ]; then echo notfile; else echo absent; fi")
+
+    @classmethod
+    def merged_command(cls, facts: list["FileState"]) -> str:
+        """Several files' states in one probe: when every path is a regular file (a no-op run), one
+        `stat` and one `sha256sum` for all of them (~5 ms of CPU per file less on a host); else each
+        file's own command, its output framed in base64 (sections_script). Not under --diff (gather)."""
+        paths = " ".join(q(f.path) for f in facts)
+        regular = " && ".join(f"[ ! -L {q(f.path)} ] && [ -f {q(f.path)} ]" for f in facts)
+        return (f"if {regular}; then echo all; stat -c '%a %s' -- {paths} && sha256sum -- {paths}\n"
+                f"else echo each\n{sections_script([f.command() for f in facts])}\nfi")
+
+    @classmethod
+    def split_merged(cls, facts: list["FileState"], stdout: str, rc: int) -> list[tuple[str, int]]:
+        """merged_command's output as each fact's own command would have printed it."""
+        head, _, rest = stdout.partition("\n")
+        if head == "each":
+            return [(text, 0) for text in read_sections(rest, len(facts))]
+        got, n = rest.split("\n"), len(facts)
+        if head != "all" or rc != 0 or len(got) < 2 * n:
+            raise FactError(f"cannot read the states of {', '.join(f.path for f in facts)} (one changed while read?)")
+        # sha256sum marks a line whose name it escaped with a leading backslash
+        return [(f"{got[i]}\n{got[n + i].split(' ', 1)[0].lstrip(chr(92))}\n", 0) for i in range(n)]
 
     def parse(self, stdout: str, rc: int) -> HostFile:
         if stdout.startswith("link\n"):
@@ -90,7 +112,7 @@ class LineInFileState(Fact):
         return (f"if [ -L {p} ]; then echo link; readlink -- {p}; exit 0; fi; "
                 f"if [ ! -e {p} ]; then echo absent; "
                 f"elif grep -qxF -- {q(self.line)} {p}; then echo present; else echo missing; fi; "
-                f"[ -s {p} ] && [ \"$(tail -c1 -- {p} | od -An -tx1 | tr -d ' ')\" != 0a ] && echo noeol; true")
+                f"[ -s {p} ] && [ \"$(tail -c1 -- {p}; echo .)\" != {q(chr(10) + '.')} ] && echo noeol; true")
 
     def parse(self, stdout: str, rc: int) -> LineState:
         if stdout.startswith("link\n"):

@@ -36,11 +36,12 @@ def gather(steps: list[Step], run: RunBatch, *, diff: bool = False, token: str =
     wanted = host_facts(steps)
     known: dict[Fact, Any] = {}
     if wanted:
-        order = list(wanted)
-        batch = ProbeBatch([f.command() for f in order], diff=diff, token=token)
+        groups = _probe_groups(list(wanted), diff)
+        batch = ProbeBatch([g[0].command() if len(g) == 1 else type(g[0]).merged_command(g) for g in groups],
+                           diff=diff, token=token)
         stdout = run(batch.script(), any(wanted.values()))
-        for f, (out, rc) in zip(order, batch.parse(stdout)):
-            known[f] = _safely(lambda: f.parse(out, rc))
+        for group, (out, rc) in zip(groups, batch.parse(stdout)):
+            known.update(zip(group, _parsed(group, out, rc)))
     results: list[Values | Exception] = []
     for s in steps:
         try:
@@ -50,6 +51,28 @@ def gather(steps: list[Step], run: RunBatch, *, diff: bool = False, token: str =
         except Exception as e:  # this step fails (the fleet says how); the others go on
             results.append(e)
     return results
+
+
+def _probe_groups(facts: list[Fact], diff: bool) -> list[list[Fact]]:
+    """One probe per fact, except the facts of a class that reads several in one command
+    (`merged_command`/`split_merged`, e.g. FileState: one stat and one sha256sum for all the files):
+    those share one probe. Not under --diff, where each fact may also fetch a content of its own."""
+    groups: dict[Any, list[Fact]] = {}
+    for f in facts:
+        key = type(f) if not diff and hasattr(type(f), "merged_command") else f
+        groups.setdefault(key, []).append(f)
+    return list(groups.values())
+
+
+def _parsed(group: list[Fact], out: str, rc: int) -> list[Any]:
+    """Each fact's value (or the exception that stops its steps) from its group's probe output."""
+    if len(group) == 1:
+        return [_safely(lambda: group[0].parse(out, rc))]
+    try:
+        outs = type(group[0]).split_merged(group, out, rc)
+    except Exception as e:  # the whole group could not be read: each of its steps fails with why
+        return [e] * len(group)
+    return [_safely(lambda: f.parse(o, r)) for f, (o, r) in zip(group, outs)]
 
 
 def _safely(fn: Callable[[], Any]) -> Any:

@@ -38,7 +38,8 @@ class ShellCheck(Fact):
     test: str
 
     def command(self) -> str:
-        return f"sf_out=$( ( {self.test} ) 2>&1 ); sf_rc=$?; printf '%s\\n' \"$sf_out\" | tail -n 5; exit $sf_rc"
+        return (f"sf_out=$( {{ {self.test}\n}} 2>&1 ); sf_rc=$?; "
+                f"[ -z \"$sf_out\" ] || printf '%s\\n' \"$sf_out\" | tail -n 5; exit $sf_rc")
 
     def parse(self, stdout: str, rc: int) -> CheckResult:
         return CheckResult(rc, lines(stdout))
