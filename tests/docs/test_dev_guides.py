@@ -41,7 +41,8 @@ def page_files(page: str) -> dict[str, str]:
 def project_copy(tmp: Path, files: dict[str, str]) -> Path:
     dst = tmp / "project"
     for part in ("specfleet", "roles", "tasks", "templates"):  # the package and its top-level parts
-        shutil.copytree(ROOT / part, dst / part, ignore=shutil.ignore_patterns("__pycache__"))
+        # specfleet/'s symlinks stay links, so the copy's specfleet.roles is the copy's roles/
+        shutil.copytree(ROOT / part, dst / part, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy2(ROOT / "fabfile.py", dst / "fabfile.py")
     for rel, body in files.items():
         (dst / rel).write_text(body)
