@@ -87,12 +87,11 @@ def test_the_roles_steps_render_its_template(with_sysctl, tmp_path):
     script = textwrap.dedent(f"""\
         import json
         from specfleet.inventory import load_inventory
-        from specfleet.roles import Context, get
-        inv = load_inventory({str(inv)!r})
+        from specfleet.roles import Context, get, vars_model
+        inv = load_inventory({str(inv)!r}, vars_model=vars_model())
         role = get("sysctl")
         out = {{}}
         for name, host in inv.hosts.items():
-            role.check(host, str(inv.path))
             steps = role.steps(host, Context(inventory=inv))
             out[name] = {{"file": steps[0].path, "content": steps[0].payload.data.decode(),
                          "revert": [type(s).__name__ for s in role.revert(host, Context())]}}
@@ -105,7 +104,7 @@ def test_the_roles_steps_render_its_template(with_sysctl, tmp_path):
     lines = [ln for ln in out["w1"]["content"].splitlines() if not ln.startswith("#")]
     assert lines == ["net.core.somaxconn = 4096", "vm.max_map_count = 262144"], out["w1"]["content"]
     assert out["w1"]["content"].startswith("# written by specfleet"), out["w1"]["content"]  # the {# path #} line renders nothing
-    assert "vm.max_map_count = 262144" in out["w2"]["content"]  # the module's default
+    assert "vm.max_map_count = 262144" in out["w2"]["content"]  # the default its vars model declares
     assert out["w1"]["revert"] == ["FileContent"]
 
 
