@@ -10,6 +10,7 @@ import fnmatch
 import json
 import shlex
 import subprocess
+from dataclasses import asdict
 from pathlib import Path
 
 from ..campaign import remote
@@ -146,12 +147,14 @@ def discard_staging(dest: Path, host: str) -> None:
 
 
 def write_provenance(hc, v: RunnerView, src: str, done: list[str], pf: Path) -> None:
-    """Probe the host (one round trip: provenance.probe_script) and write what it says to `pf`;
+    """Probe the host (one round trip: the WorkerProvenance fact) and write what it says to `pf`;
     a collect that finds nothing new touches nothing."""
-    from .provenance import parse_probe, probe_script, spec_facts
+    from ..facts.worker_provenance import WorkerProvenance
+    from .provenance import spec_facts
     model, (dataset, items) = (v.state or {}).get("model_path"), spec_facts(v.spec)
-    res = hc.run(probe_script(hc.host.require("venv_path"), src, model, dataset), timeout=60)
-    prov = json.dumps({"host": hc.host.name, **parse_probe(res.stdout, model, dataset), "items_facts": items,
+    fact = WorkerProvenance(hc.host.require("venv_path"), src, model, dataset)
+    res = hc.run(fact.command(), timeout=60)
+    prov = json.dumps({"host": hc.host.name, **asdict(fact.parse(res.stdout, res.exited)), "items_facts": items,
                        "plan_hash": (v.state or {}).get("plan_hash"), "items_done": done,
                        "runner_status": (v.state or {}).get("status")}, indent=2) + "\n"
     if not pf.is_file() or pf.read_text() != prov:

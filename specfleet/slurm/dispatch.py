@@ -114,7 +114,7 @@ def place(cfg: SlurmScheduler, plan, hosts, queues, nodes: list[NodeInfo]) -> tu
         os.makedirs(os.path.dirname(dataset), exist_ok=True)
         shutil.copyfile(src, dataset)
     specs, placed = {}, {}
-    from ..results.provenance import probe_script
+    from ..facts.worker_provenance import WorkerProvenance
     by_name = {n.name: n for n in nodes}
     ran = set(_listdir(campaign_dir(cfg, plan.campaign)))  # nodes with a run folder: one listing, not 256 opens
     for h in hosts:
@@ -128,7 +128,7 @@ def place(cfg: SlurmScheduler, plan, hosts, queues, nodes: list[NodeInfo]) -> tu
         specs[h.name] = resumed(spec, _read_json(os.path.join(rdir, layout.RUN_SPEC)) if h.name in ran else None, None)
         # with the provenance probe the node runs after its queue (collect has no SSH under Slurm)
         placed[h.name] = {"run_spec": specs[h.name],
-                          "provenance_probe": probe_script(paths.venv, rdir, None, dataset) + "\n"}
+                          "provenance_probe": WorkerProvenance(paths.venv, rdir, None, dataset).command() + "\n"}
     # compact: json's C encoder (the node writes its run.json as dump_run_spec does)
     _write(os.path.join(d, SPECS), json.dumps(placed, sort_keys=True))
     gpn = min((len(n.gpus) or 1) for n in nodes) if any(n.gpus for n in nodes) else _gpus_of(cfg, nodes)
@@ -379,14 +379,17 @@ def collect(fleet, inv, plan, dest: Path, refused: dict[str, list[str]]) -> list
 
 
 def _provenance(h, v: RunnerView, src: str, done: list[str], pf: Path, recs: list[dict]) -> None:
-    from ..results.provenance import parse_probe, spec_facts
+    from ..facts.worker_provenance import WorkerProvenance
+    from ..results.provenance import spec_facts
     model, (dataset, items) = (v.state or {}).get("model_path"), spec_facts(v.spec)
     try:
         probe = Path(src, "provenance.probe").read_text()
     except OSError:
         probe = ""
     eff = _read_json(os.path.join(src, "run.slurm.json")) or {}
-    prov = json.dumps({"host": h.name, **parse_probe(probe, model, dataset), "items_facts": items,
+    # the node ran the command without the model (not known before its queue): parsed with it, as over SSH
+    found = WorkerProvenance(h.var("venv_path") or "", src, model, dataset).parse(probe, 0)
+    prov = json.dumps({"host": h.name, **dataclasses.asdict(found), "items_facts": items,
                        "plan_hash": (v.state or {}).get("plan_hash"), "items_done": done,
                        "runner_status": (v.state or {}).get("status"),
                        "slurm": {**(eff.get("slurm") or {}), "jobs": [r["job_id"] for r in recs
