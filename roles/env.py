@@ -18,7 +18,9 @@ from specfleet.roles import Role
 
 
 class EnvVars(BaseModel):
-    env_file: AbsPath = "/etc/specfleet/vllm.env"  # written here, sourced by the runner (fab bench)
+    # written here and sourced by the runner (fab bench's run spec names it); null: the runner sources
+    # none (a host whose environment the site owns, e.g. under Slurm, where this role does not run)
+    env_file: AbsPath | None = "/etc/specfleet/vllm.env"
     cuda_subdir: RelPath = "nvidia/cu13"            # CUDA_HOME inside the venv's site-packages
     cc: Text = "/usr/bin/gcc"
     extra_env: dict[EnvKey, Text | int | float | bool] = {}

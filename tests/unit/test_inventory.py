@@ -192,6 +192,8 @@ def test_a_var_no_layer_sets_has_the_default_its_role_declares(tmp_path):
     assert "env_file" in inv.bastion_vars and host.var("gpu_index") is None  # None is "not set": no default
     set_ = load_inventory(write(tmp_path, TYPED.format(var="env_file: /srv/e.env"))).hosts["w1"]
     assert set_.var("env_file") == env.steps(set_, "3.11")[0].path == "/srv/e.env"
+    none = load_inventory(write(tmp_path, TYPED.format(var="env_file: null"))).hosts["w1"]
+    assert none.var("env_file") is None  # said so: the runner sources no env file (not the default)
 
 
 def test_the_core_alone_checks_its_own_vars_and_passes_the_roles(tmp_path):
