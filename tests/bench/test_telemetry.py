@@ -67,7 +67,11 @@ def test_samples_the_servers_gpus_and_metrics(tmp_path, gpu2, metrics_url):
     out = tmp_path / "vanilla_conc8.telemetry.jsonl"
     env = {**os.environ, "SIMVLLM_GPU_DIR": str(gpu2)}
     with Sampler(str(out), [1], metrics_url, period_s=0.1, smi=str(gpu2 / "nvidia-smi"), env=env):
-        time.sleep(0.45)
+        # 3 samples take ~0.3 s idle; each is an nvidia-smi stand-in start (~65 ms of CPU), which at load
+        # 20-30 on 2 cores took over 0.45 s for 3: wait for them, up to a bound far above either
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and sum('"kind": "sample"' in x for x in out.read_text().splitlines()) < 3:
+            time.sleep(0.05)
     got = lines(out)
     head, samples, end = got[0], [g for g in got if g["kind"] == "sample"], got[-1]
     assert head["kind"] == "header" and head["problems"] == [] and "clocks_event_reasons.active" in head["query"]

@@ -52,9 +52,10 @@ def test_two_processes_share_the_units_and_the_closing_line_adds_them_up(tmp_pat
     scratch = tmp_path / "scratch"  # the driver's claims folder goes here (TMPDIR)
     scratch.mkdir()
     table = tmp_path / "unit_seconds.json"
-    p = subprocess.run([sys.executable, str(ROOT / "scripts" / "test-shards"), "--shards", "2", "--record", str(table),
+    p = subprocess.run([sys.executable, str(ROOT / "scripts" / "test-shards"), "--shards", "2",
                         "-p", "tests.sharding", "-q", str(suite)], cwd=ROOT, capture_output=True, text=True, timeout=300,
-                       env={**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(scratch)})
+                       env={**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(scratch),
+                            "SPECFLEET_TEST_RECORD": str(table)})  # as .ci/run records it (= --record)
     last = p.stdout.strip().splitlines()[-1]
     assert p.returncode == 1, p.stdout[-3000:] + p.stderr[-2000:]
     assert re.fullmatch(r"=+ 1 failed, 9 passed in [\d.]+s \(2 processes\) =+", last), last
