@@ -131,13 +131,13 @@ def contents(inv) -> dict:
         raise SystemExit("no bastion venv manifest: the converge run of fab provision should have built it")
     pyver = manifest["python_version"].rsplit(".", 1)[0]
     envs = {env.content(h, pyver) for h in hosts}
-    mods = {render("provision/nvidia-modules.conf.j2", modules=list(h.var("nvidia_modules", nvidia.MODULES)))
+    mods = {render("provision/nvidia-modules.conf.j2", modules=list(h.require("nvidia_modules")))
             for h in hosts}
     if len(envs) != 1 or len(mods) != 1:
         raise SystemExit("hosts want different env/modules files; this benchmark assumes one content")
     venv = hosts[0].require("venv_path").rstrip("/")
     return {"env": envs.pop(), "modules": mods.pop(), "venv": venv,
-            "release": f"{releases_dir(venv)}/{release_id(venv, manifest)}", "env_file": env.env_file(hosts[0]),
+            "release": f"{releases_dir(venv)}/{release_id(venv, manifest)}", "env_file": hosts[0].require("env_file"),
             "modules_file": nvidia.CONF}
 
 
@@ -403,11 +403,12 @@ def main() -> int:
     print("tools: " + "; ".join(f"{k} {v}" for k, v in versions.items()))
     work = Path(tempfile.mkdtemp(prefix="provision-vs-peers-", dir=SCRATCH))
     from specfleet.inventory import load_inventory
+    from specfleet.roles import vars_model
     times: dict[str, list[float]] = {}
     cpu: dict[str, list[tuple[float, float]]] = {}  # CPU seconds per run: (bastion, workers)
     try:
         with testbed_session(WORKERS, work / "testbed.yml") as (tb, inv_path):
-            inv = load_inventory(inv_path)
+            inv = load_inventory(inv_path, vars_model=vars_model())
             r0 = Runner(work, inv_path, inv, work / "ansible", work / "pyinfra",
                         [tb.pid(h.name) for h in inv.select("workers")])
             # converge: specfleet builds (or finds) the bastion venv and deploys it; then the peers

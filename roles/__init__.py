@@ -1,7 +1,10 @@
 """Roles: what a host should look like, one module per role, found by this registry.
 
-A role module declares one `ROLE = Role(...)`: its name, a one-line summary, the inventory
-vars it reads, its steps and (optionally) its revert. `fab provision` (--only, --revert,
+A role module declares one `ROLE = Role(...)`: its name, a one-line summary, its inventory vars
+(a pydantic model: their types and defaults), the vars of others it reads, its steps and
+(optionally) its revert. `vars_model()` puts every role's vars on top of the core's
+(specfleet.inventory.CoreVars): the tasks load the inventory with it, so each var has one type and
+one default, declared once, and every reader (role, task, core) sees the same value. `fab provision` (--only, --revert,
 --help), the CLI reference (scripts/gen-cli-reference) and `fab bench`'s placement of the
 runner files read the registry, so adding a role is adding a module (docs/dev/add-a-role.md).
 
@@ -17,10 +20,10 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, Callable
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict
 
 from specfleet.fleet import Outcomes
-from specfleet.inventory import Host, InventoryError, Vars
+from specfleet.inventory import CoreVars, Host, Line, Word
 from specfleet.step import Step
 
 ENTRY_POINTS = "specfleet.roles"
@@ -53,10 +56,10 @@ class Role:
     summary: str
     steps: StepsFn
     revert: StepsFn | None = None
-    # inventory vars the role reads whose types specfleet.inventory.Vars declares (checked at load)
-    reads: tuple[str, ...] = ()
-    # the role's own vars (a pydantic model): validated for every selected host before any work
+    # the role's own inventory vars, typed, with their defaults (a pydantic model; see vars_model)
     vars: type[BaseModel] | None = None
+    # vars declared elsewhere (the core, provision, another role) that the role reads too
+    reads: tuple[str, ...] = ()
     needs: frozenset[str] = frozenset()
     order: int = 100                       # provision runs roles by (order, name)
     bastion: Callable[[Context], None] | None = None        # runs on the bastion before the play
@@ -66,31 +69,39 @@ class Role:
         unknown = set(self.needs) - NEEDS
         if unknown:
             raise ValueError(f"role {self.name!r}: needs {sorted(unknown)} (known: {sorted(NEEDS)})")
-        typed = set(Vars.model_fields)
-        own = set(self.vars.model_fields) if self.vars else set()
-        untyped = [v for v in self.reads if v not in typed]
-        if untyped:
-            raise ValueError(f"role {self.name!r}: reads {untyped}, which specfleet.inventory.Vars does not type "
-                             "(declare them in the role's own `vars` model)")
-        if own & typed:
-            raise ValueError(f"role {self.name!r}: its vars {sorted(own & typed)} are already typed in "
-                             "specfleet.inventory.Vars (one name, one type)")
 
     @property
     def var_names(self) -> list[str]:
         return sorted(set(self.reads) | set(self.vars.model_fields if self.vars else ()))
 
-    def check(self, host: Host, where: str) -> None:
-        """The role's own vars on this host, validated: one line naming file, host and field."""
-        if not self.vars:
-            return
-        mine = {k: v for k, v in host.vars.items() if k in self.vars.model_fields}
-        try:
-            self.vars.model_validate(mine)
-        except ValidationError as e:
-            err = e.errors()[0]
-            fld = ".".join(str(p) for p in err["loc"])
-            raise InventoryError(f"{where}: host {host.name!r}, field {fld!r} (role {self.name}): {err['msg']}") from None
+
+class PlayVars(BaseModel):
+    """The vars provisioning itself reads (specfleet.roles.apply)."""
+
+    skip_roles: list[Word] | None = None  # roles this host does not run (e.g. nfs without a storage NIC)
+    datasets: list[Line] | None = None    # bastion files the configs role places on every worker
+
+
+def assemble(roles: list[Role]) -> type[BaseModel]:
+    """The type of every inventory var: the core's, provision's and each role's, each declared once.
+    Validated strictly, unknown names pass (the user's own vars)."""
+    owner = {n: "specfleet.inventory.CoreVars" for n in CoreVars.model_fields}
+    owner |= {n: "specfleet.roles.PlayVars" for n in PlayVars.model_fields}
+    models = []
+    for role in roles:
+        for name in role.vars.model_fields if role.vars else ():
+            if name in owner:
+                raise ValueError(f"role {role.name!r}: var {name!r} is already declared by {owner[name]} "
+                                 "(one name, one type, one default: read it with `reads`)")
+            owner[name] = f"role {role.name}"
+        models += [role.vars] if role.vars else []
+    for role in roles:
+        undeclared = [v for v in role.reads if v not in owner]
+        if undeclared:
+            raise ValueError(f"role {role.name!r}: reads {undeclared}, which nothing declares "
+                             "(declare them in the role's `vars` model)")
+    return type("Vars", (CoreVars, PlayVars, *models),
+                {"__module__": __name__, "model_config": ConfigDict(extra="allow", strict=True)})
 
 
 def _package_modules() -> list[str]:
@@ -118,6 +129,7 @@ def discover() -> dict[str, Role]:
 
 
 _registry: dict[str, Role] | None = None
+_vars_model: type[BaseModel] | None = None
 
 
 def registry() -> dict[str, Role]:
@@ -125,6 +137,14 @@ def registry() -> dict[str, Role]:
     if _registry is None:
         _registry = discover()
     return _registry
+
+
+def vars_model() -> type[BaseModel]:
+    """Every inventory var's type and default (`assemble` of the registry): what the tasks load with."""
+    global _vars_model
+    if _vars_model is None:
+        _vars_model = assemble(list(registry().values()))
+    return _vars_model
 
 
 def get(name: str) -> Role:

@@ -12,18 +12,23 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from specfleet.inventory import Host
+from pydantic import BaseModel
+
+from specfleet.inventory import AbsPath, Host
 from specfleet.step import Payload, Step
 from specfleet.steps.files import Directory, FileContent
 from specfleet.roles import Role
 
 from specfleet.worker.layout import RUNNER_ARTEFACT
 
-DEFAULT_HOME = "/var/lib/specfleet"
+
+
+class ConfigsVars(BaseModel):
+    specfleet_home: AbsPath = "/var/lib/specfleet"  # the runner, the datasets and (by default) the campaigns
 
 
 def home(host: Host) -> str:
-    return host.var("specfleet_home", DEFAULT_HOME)
+    return host.require("specfleet_home")
 
 
 def runner_path(host: Host) -> str:
@@ -54,7 +59,8 @@ ROLE = Role(
     summary="the bench runner and the inventory's datasets under each worker's specfleet directory",
     steps=lambda host, ctx: steps(host, ctx.datasets),
     revert=lambda host, ctx: steps(host, [], revert=True),
-    reads=("specfleet_home", "datasets"),
+    vars=ConfigsVars,
+    reads=("datasets",),
     needs=frozenset({"datasets"}),
     order=80,
 )

@@ -6,20 +6,24 @@ sourced by sh or bash and when read by the runner (host.parse_env_file).
 """
 from __future__ import annotations
 
-from specfleet.inventory import Host
+from pydantic import BaseModel
+
+from specfleet.inventory import AbsPath, EnvKey, Host, RelPath, Text
 from specfleet.quoting import env_key, env_words, q
 from specfleet.render import render
 from specfleet.step import Step
 from specfleet.steps.files import FileContent
 from specfleet.roles import Role
 
-DEFAULT_ENV_FILE = "/etc/specfleet/vllm.env"
-DEFAULT_CUDA_SUBDIR = "nvidia/cu13"
-DEFAULT_CC = "/usr/bin/gcc"
 
 
-def env_file(host: Host) -> str:
-    return host.var("env_file", DEFAULT_ENV_FILE)
+class EnvVars(BaseModel):
+    # written here and sourced by the runner (fab bench's run spec names it); null: the runner sources
+    # none (a host whose environment the site owns, e.g. under Slurm, where this role does not run)
+    env_file: AbsPath | None = "/etc/specfleet/vllm.env"
+    cuda_subdir: RelPath = "nvidia/cu13"            # CUDA_HOME inside the venv's site-packages
+    cc: Text = "/usr/bin/gcc"
+    extra_env: dict[EnvKey, Text | int | float | bool] = {}
 
 
 def lines(venv_path: str, python_version: str, cuda_subdir: str, cc: str, extra_env: dict) -> list[str]:
@@ -47,14 +51,14 @@ def _env_value(v) -> str:
 
 def content(host: Host, python_version: str) -> str:
     return render("provision/vllm.env.j2", lines=lines(
-        host.require("venv_path"), python_version, host.var("cuda_subdir", DEFAULT_CUDA_SUBDIR),
-        host.var("cc", DEFAULT_CC), host.var("extra_env", {}) or {}))
+        host.require("venv_path"), python_version, host.require("cuda_subdir"), host.require("cc"),
+        host.var("extra_env") or {}))
 
 
 def steps(host: Host, python_version: str, revert: bool = False) -> list[Step]:
     if revert:
-        return [FileContent(env_file(host), present=False)]
-    return [FileContent(env_file(host), content(host, python_version), mode="0644")]
+        return [FileContent(host.require("env_file"), present=False)]
+    return [FileContent(host.require("env_file"), content(host, python_version), mode="0644")]
 
 
 ROLE = Role(
@@ -62,7 +66,8 @@ ROLE = Role(
     summary="the environment file the bench runner sources (CUDA_HOME, PATH, CC, extra_env)",
     steps=lambda host, ctx: steps(host, ctx.manifest["python_version"].rsplit(".", 1)[0]),
     revert=lambda host, ctx: steps(host, "", revert=True),
-    reads=("venv_path", "env_file", "cuda_subdir", "cc", "extra_env"),
+    vars=EnvVars,
+    reads=("venv_path",),
     needs=frozenset({"manifest"}),
     order=30,
 )

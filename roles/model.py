@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
+from pydantic import BaseModel, Field
+
 from specfleet.fleet import Outcomes
-from specfleet.inventory import Host
+from specfleet.inventory import AbsPath, Host
 from specfleet.facts.model_files import ModelDirState, ModelFiles
 from specfleet.step import Change, Step, StepFailed, Values
 from specfleet.steps.sync import RemoteCopy
@@ -46,6 +48,11 @@ class ModelDir(Step):
         return {"model": asdict(found[0]) if found else None}
 
 
+class ModelVars(BaseModel):
+    # where a worker may find the model: local disk first, the share's path last (stage_steps copies)
+    model_candidates: list[AbsPath] | None = Field(default=None, min_length=1)
+
+
 def candidates(host: Host) -> list[str]:
     return list(host.require("model_candidates"))
 
@@ -80,7 +87,7 @@ ROLE = Role(
     name="model",
     summary="which model directory each worker will serve from (first candidate with a config.json)",
     steps=lambda host, ctx: steps(host),
-    reads=("model_candidates",),
+    vars=ModelVars,
     order=70,
     after=report_models,
 )

@@ -8,7 +8,9 @@ netplan, and only then is the share mounted.
 """
 from __future__ import annotations
 
-from specfleet.inventory import Host
+from pydantic import BaseModel
+
+from specfleet.inventory import AbsPath, Address, Host, Iface, Ipv4, Ipv4Net, MountOptions
 from specfleet.render import render
 from specfleet.step import Step
 from specfleet.steps.command import Assert
@@ -21,6 +23,17 @@ from specfleet.roles import Role
 
 NETPLAN_FILE = "/etc/netplan/60-specfleet-storage.yaml"
 MOUNT_OPTIONS = "ro,vers=4.2,hard,proto=tcp"
+
+
+class NfsVars(BaseModel):
+    mgmt_iface: Iface = "ens33"      # named in the netplan file's comment: storage never goes through it
+    storage_iface: Iface | None = None
+    storage_net: Ipv4Net | None = None
+    storage_ip: Ipv4 | None = None
+    nfs_server: Address | None = None
+    nfs_export: AbsPath | None = None
+    nfs_mount: AbsPath | None = None
+    nfs_options: MountOptions = MOUNT_OPTIONS
 
 
 def source(host: Host) -> str:
@@ -39,14 +52,14 @@ def _comment(text: str) -> str:
 
 def steps(host: Host, revert: bool = False) -> list[Step]:
     mount = host.require("nfs_mount")
-    options = host.var("nfs_options", MOUNT_OPTIONS)
+    options = host.require("nfs_options")
     netplan = FileContent(NETPLAN_FILE, render(
         "provision/netplan-storage.yaml.j2", storage_iface=yaml_str(host.require("storage_iface")),
         storage_net=yaml_str(host.require("storage_net")), storage_ip=yaml_str(host.require("storage_ip")),
         comment=_comment(f"the storage network goes through {host.require('storage_iface')}, "
-                         f"never {host.var('mgmt_iface', 'ens33')}"),
+                         f"never {host.require('mgmt_iface')}"),
         stale=_comment(f"(field report §2.4b: a stale `{host.require('storage_net')} dev "
-                       f"{host.var('mgmt_iface', 'ens33')}` route broke NFS after reboot).")),
+                       f"{host.require('mgmt_iface')}` route broke NFS after reboot).")),
         mode="0600", present=not revert)
     uses_netplan = "[ -d /etc/netplan ]"
     if revert:
@@ -71,7 +84,6 @@ ROLE = Role(
     summary="the storage route through the storage NIC, persisted, and the model share mounted read-only",
     steps=lambda host, ctx: steps(host),
     revert=lambda host, ctx: steps(host, revert=True),
-    reads=("storage_iface", "storage_net", "storage_ip", "mgmt_iface", "nfs_server", "nfs_export", "nfs_mount",
-           "nfs_options"),
+    vars=NfsVars,
     order=50,
 )

@@ -7,7 +7,9 @@ until the next reboot; /etc/modules-load.d/nvidia.conf fixed it for good.
 """
 from __future__ import annotations
 
-from specfleet.inventory import Host
+from pydantic import BaseModel, Field
+
+from specfleet.inventory import Host, ModuleName
 from specfleet.render import render
 from specfleet.shell import q
 from specfleet.facts.gpus import Gpus
@@ -18,6 +20,10 @@ from specfleet.roles import Role
 
 MODULES = ["nvidia", "nvidia_uvm", "nvidia_modeset"]
 CONF = "/etc/modules-load.d/nvidia.conf"
+
+
+class NvidiaVars(BaseModel):
+    nvidia_modules: list[ModuleName] = Field(default=MODULES, min_length=1)
 
 
 class DriverLoaded(Step):
@@ -47,7 +53,7 @@ class DriverLoaded(Step):
 
 
 def steps(host: Host, revert: bool = False) -> list[Step]:
-    modules = list(host.var("nvidia_modules", MODULES))
+    modules = list(host.require("nvidia_modules"))
     if revert:
         # revert removes the boot-time file only: unloading a driver under a
         # running workload is never what anyone wants
@@ -63,6 +69,6 @@ ROLE = Role(
     summary="the GPU kernel modules loaded now and at boot (modules-load.d)",
     steps=lambda host, ctx: steps(host),
     revert=lambda host, ctx: steps(host, revert=True),
-    reads=("nvidia_modules",),
+    vars=NvidiaVars,
     order=40,
 )

@@ -8,7 +8,12 @@ when `venv` is not chosen, the manifest of the venv already built is read instea
 """
 from __future__ import annotations
 
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
 from specfleet import venv_build
+from specfleet.inventory import AbsPath, ExecPath, PyMinor, PyModule, Requirement, Word
 from specfleet.errors import UserError
 from specfleet.step import Status, StepFailed
 
@@ -16,6 +21,26 @@ from . import Context, Role
 
 
 PROVIDED = "provided"
+
+
+class VenvVars(BaseModel):
+    """The workers' venv, built on the bastion (venv) and copied to each worker (venv-deploy); the
+    build's own defaults (pip timeouts, base python) are specfleet.venv_build.VenvSpec's."""
+
+    venv_path: ExecPath | None = None          # where the workers have it (and the bastion builds it)
+    base_python: ExecPath | None = None
+    venv_requirements: list[Requirement] | None = Field(default=None, min_length=1)
+    venv_verify_packages: list[PyModule] | None = None
+    venv_fixups: PyModule | None = None  # a module with post_install_fixups(venv), imported on the bastion
+    wheelhouse: AbsPath | None = None
+    pip_timeout: int | None = Field(default=None, ge=1)
+    pip_retries: int | None = Field(default=None, ge=0)
+    pip_attempts: int | None = Field(default=None, ge=1)
+    gpu_arch: Word | None = None
+    # bastion: build the venv and copy it; provided: the workers already have it at venv_path (a
+    # pre-built image), venv-deploy checks it instead (docs/provisioning.md "A provided venv")
+    venv_source: Literal["bastion", "provided"] | None = None
+    venv_python_version: PyMinor | None = None
 
 
 def is_provided(vars: dict) -> bool:
@@ -74,8 +99,7 @@ ROLE = Role(
     name="venv",
     summary="build the workers' venv on the bastion, at the workers' path (bastion only)",
     steps=lambda host, ctx: [],
-    reads=("venv_path", "venv_source", "venv_python_version", "base_python", "venv_requirements", "venv_verify_packages", "venv_fixups",
-           "wheelhouse", "pip_timeout", "pip_retries", "pip_attempts", "gpu_arch"),
+    vars=VenvVars,
     needs=frozenset({"manifest"}),
     order=10,
     bastion=lambda ctx: bastion_manifest(ctx, build=True),

@@ -247,7 +247,7 @@ ROLE = Role(
     summary="copy the bastion's venv to each worker as a release, switch the venv symlink to it",
     steps=lambda host, ctx: steps(host, ctx.manifest),
     revert=lambda host, ctx: steps(host, {"provided": host.var("venv_source") == PROVIDED}, revert=True),
-    reads=("venv_path", "venv_source"),
+    reads=("venv_path", "venv_source"),  # declared by the venv role
     needs=frozenset({"manifest"}),
     order=20,
 )

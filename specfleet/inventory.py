@@ -149,6 +149,12 @@ ModuleName = Annotated[str, AfterValidator(_regex(re.compile(r"^[A-Za-z0-9_-]+\Z
 PyModule = Annotated[str, AfterValidator(_regex(PY_MODULE_RE, "a Python module name"))]
 EnvKey = Annotated[str, AfterValidator(_env_key)]
 Requirement = Annotated[str, AfterValidator(_not_option)]
+Line = Annotated[str, AfterValidator(_line)]
+Ipv4Net = Annotated[str, AfterValidator(_ipv4_net)]
+Ipv4 = Annotated[str, AfterValidator(_ipv4)]
+Address = Annotated[str, AfterValidator(lambda v: check_address(v))]
+MountOptions = Annotated[str, AfterValidator(_regex(MOUNT_OPTIONS_RE, "mount options (a comma list such as ro,vers=4.2)"))]
+PyMinor = Annotated[str, AfterValidator(_regex(PY_MINOR_RE, "a Python minor version such as 3.12"))]
 
 
 class GpuEntry(BaseModel):
@@ -156,60 +162,22 @@ class GpuEntry(BaseModel):
     (or should not: a GPU left out of the campaign). Indexed in list order."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
-    name: Annotated[str, AfterValidator(_line)]
+    name: Line
     memory_mib: int = Field(gt=0)
     uuid: Word | None = None  # for CUDA_VISIBLE_DEVICES by UUID (GPU-... or MIG-...)
 
 
-class Vars(BaseModel):
-    """The type of every variable a role or task reads (docs/inventory.md), checked at load time.
-
-    A value of the wrong type fails the load with file, host and field, before
-    any host is touched: a string where a list belongs would otherwise be
-    iterated character by character. Variables not listed here are the user's
+class CoreVars(BaseModel):
+    """The vars the core and the tasks read themselves (the campaign: GPUs, where the runner works),
+    typed here with their defaults. Each role declares its own vars in its module (`Role.vars`);
+    `specfleet.roles.vars_model()` adds them all to these: the type and the default of every variable
+    (docs/inventory.md), checked when the inventory loads. Variables no model declares are the user's
     own and pass through untouched.
     """
 
     model_config = ConfigDict(extra="allow", strict=True)
-    # venv (bastion) and venv-deploy
-    venv_path: ExecPath | None = None
-    base_python: ExecPath | None = None
-    venv_requirements: list[Requirement] | None = Field(default=None, min_length=1)
-    venv_verify_packages: list[PyModule] | None = None
-    venv_fixups: PyModule | None = None  # a module with post_install_fixups(venv), imported on the bastion
-    wheelhouse: AbsPath | None = None
-    pip_timeout: int | None = Field(default=None, ge=1)
-    pip_retries: int | None = Field(default=None, ge=0)
-    pip_attempts: int | None = Field(default=None, ge=1)
-    gpu_arch: Word | None = None
-    # bastion: build the venv and copy it (venv, venv-deploy); provided: the workers already have it at
-    # venv_path (a pre-built image), venv-deploy checks it instead (docs/provisioning.md "A provided venv")
-    venv_source: Literal["bastion", "provided"] | None = None
-    venv_python_version: Annotated[str, AfterValidator(_regex(PY_MINOR_RE, "a Python minor version such as 3.12"))] | None = None
-    # roles this host does not run (e.g. nfs in a microVM without a storage NIC), shown in the recap
-    skip_roles: list[Word] | None = None
-    datasets: list[Annotated[str, AfterValidator(_line)]] | None = None
-    # env
-    env_file: AbsPath | None = None
-    cuda_subdir: RelPath | None = None
-    cc: Text | None = None
-    extra_env: dict[EnvKey, Text | int | float | bool] | None = None
-    # nvidia
-    nvidia_modules: list[ModuleName] | None = Field(default=None, min_length=1)
-    # nfs
-    mgmt_iface: Iface | None = None
-    storage_iface: Iface | None = None
-    storage_net: Annotated[str, AfterValidator(_ipv4_net)] | None = None
-    storage_ip: Annotated[str, AfterValidator(_ipv4)] | None = None
-    nfs_server: Annotated[str, AfterValidator(lambda v: check_address(v))] | None = None
-    nfs_export: AbsPath | None = None
-    nfs_mount: AbsPath | None = None
-    nfs_options: Annotated[str, AfterValidator(_regex(MOUNT_OPTIONS_RE, "mount options (a comma list such as ro,vers=4.2)"))] | None = None
-    # model, configs, bench, collect
-    model_candidates: list[AbsPath] | None = Field(default=None, min_length=1)
-    specfleet_home: AbsPath | None = None
-    bench_work_dir: AbsPath | None = None
-    runner_python: AbsPath | None = None
+    bench_work_dir: AbsPath | None = None  # None: <specfleet_home>/campaigns (tasks/bench.py)
+    runner_python: AbsPath = "/usr/bin/python3"
     gpu_index: int | None = Field(default=None, ge=0)
     gpus: list[GpuEntry] | None = Field(default=None, min_length=1)  # overrides `fab facts`' nvidia-smi list
     model_source: Literal["local", "nfs"] | None = None
@@ -224,14 +192,24 @@ class Vars(BaseModel):
         return float(v) if isinstance(v, int) and not isinstance(v, bool) else v
 
 
+def declared_defaults(model: type[BaseModel]) -> dict[str, Any]:
+    """The defaults a vars model declares (None is "not set", not a default)."""
+    out = {}
+    for name, f in model.model_fields.items():
+        value = f.get_default(call_default_factory=True)
+        if value is not None:
+            out[name] = value
+    return out
+
+
 class Connectable(BaseModel):
     """Connection settings that all, a group or a host may set."""
 
     model_config = ConfigDict(extra="forbid")
     user: Annotated[str, AfterValidator(_regex(USER_RE, "a login name (letters, digits, '_', '.', '-')"))] | None = None
     port: int | None = Field(default=None, ge=1, le=65535)
-    key: Annotated[str, AfterValidator(_line)] | None = None
-    known_hosts: Annotated[str, AfterValidator(_line)] | None = None
+    key: Line | None = None
+    known_hosts: Line | None = None
     become: bool | None = None  # escalate with sudo where a step needs root
     connect_timeout: float | None = Field(default=None, gt=0)
     command_timeout: float | None = Field(default=None, gt=0)
@@ -370,7 +348,10 @@ def _where(loc: tuple, file: Path) -> str:
     return f"{file}: field {'.'.join(str(p) for p in parts)!r}"
 
 
-def load_inventory(path: str | os.PathLike | None = None) -> Inventory:
+def load_inventory(path: str | os.PathLike | None = None, vars_model: type[BaseModel] = CoreVars) -> Inventory:
+    """The inventory at `path`, every host's and the bastion's vars checked against `vars_model` and its
+    defaults filled in. The tasks pass `specfleet.roles.vars_model()` (the core's vars and every
+    role's); the core alone knows only its own (`CoreVars`)."""
     file = resolve_path(path)
     if not file.is_file():
         hint = ""
@@ -391,10 +372,10 @@ def load_inventory(path: str | os.PathLike | None = None) -> Inventory:
     except ValidationError as e:
         loc, msg = first_error(e)
         raise InventoryError(f"{_where(loc, file)}: {msg}") from None
-    return _resolve(file, doc)
+    return _resolve(file, doc, vars_model)
 
 
-def _resolve(file: Path, doc: InventoryFile) -> Inventory:
+def _resolve(file: Path, doc: InventoryFile, model: type[BaseModel]) -> Inventory:
     for gname, group in doc.groups.items():
         if not NAME_RE.match(gname):
             raise InventoryError(f"{file}: group {gname!r}, field 'groups' (the group's name): names may use "
@@ -426,9 +407,9 @@ def _resolve(file: Path, doc: InventoryFile) -> Inventory:
                 if v is not None:
                     merged[k] = v
             vars_.update(layer.vars)
-        _check_vars(file, f"host {name!r}", vars_, [("all", doc.all.vars),
-                                                    *((f"group {g!r}", doc.groups[g].vars) for g in groups),
-                                                    (f"host {name!r}", entry.vars)])
+        vars_ = _check_vars(file, f"host {name!r}", vars_, model,
+                            [("all", doc.all.vars), *((f"group {g!r}", doc.groups[g].vars) for g in groups),
+                             (f"host {name!r}", entry.vars)])
         key = merged.get("key")
         if key:
             key_path = _expand(key, base)
@@ -457,22 +438,24 @@ def _resolve(file: Path, doc: InventoryFile) -> Inventory:
             vars=vars_,
             source=str(file),
         )
-    _check_vars(file, "bastion", {**doc.all.vars, **doc.bastion.vars},
-                [("all", doc.all.vars), ("bastion", doc.bastion.vars)])
+    bastion_vars = _check_vars(file, "bastion", {**doc.all.vars, **doc.bastion.vars}, model,
+                               [("all", doc.all.vars), ("bastion", doc.bastion.vars)])
     return Inventory(
         path=file,
         hosts=hosts,
         groups={g: list(ge.hosts) for g, ge in doc.groups.items()},
-        bastion_vars={**doc.all.vars, **doc.bastion.vars},
+        bastion_vars=bastion_vars,
         all_vars=dict(doc.all.vars),
         scheduler=doc.scheduler,
     )
 
 
-def _check_vars(file: Path, who: str, vars_: dict[str, Any], layers: list[tuple[str, dict]]) -> None:
-    """The resolved vars of one host (or the bastion) against their declared types."""
+def _check_vars(file: Path, who: str, vars_: dict[str, Any], model: type[BaseModel],
+                layers: list[tuple[str, dict]]) -> dict[str, Any]:
+    """The resolved vars of one host (or the bastion) against their declared types; returned with the
+    declared defaults of the vars it does not set."""
     try:
-        Vars.model_validate(vars_)
+        model.model_validate(vars_)
     except ValidationError as e:
         loc, msg = first_error(e)
         err = next(x for x in e.errors() if tuple(x["loc"]) == loc)
@@ -486,6 +469,7 @@ def _check_vars(file: Path, who: str, vars_: dict[str, Any], layers: list[tuple[
     bad = [k for k in vars_ if not isinstance(k, str)]
     if bad:
         raise InventoryError(f"{file}: {who}, field 'vars': variable name {bad[0]!r} is not a string")
+    return {**declared_defaults(model), **vars_}
 
 
 def _expand(p: str, base: Path) -> Path:

@@ -16,12 +16,12 @@ from specfleet import roles
 from specfleet.roles import configs
 from specfleet.errors import UserError
 from specfleet.fleet import EXIT_BAD_INPUT
-from specfleet.inventory import load_inventory
 from specfleet.shell import q
 from specfleet.step import Status
 from specfleet.steps.command import Assert
 from specfleet.steps.files import Directory, FileContent
-from specfleet.tasks.common import command_line, fleet_help, fleet_run
+from specfleet.roles import vars_model
+from specfleet.tasks.common import command_line, fleet_help, fleet_run, load
 
 DEFAULT_PLAN = "plans/qwen3-32b.yml"
 PLAN_HELP = f"the campaign's plan file (default {DEFAULT_PLAN})"
@@ -60,7 +60,7 @@ def without(inventory, hosts: str | None, exclude: str) -> str:
     """`--hosts` (default: the workers) less the hosts `--exclude` names, as a --hosts value."""
     from specfleet.slurm.hooks import chosen_hosts
     try:
-        inv = load_inventory(inventory)
+        inv = load(inventory)
         keep = [h.name for h in chosen_hosts(inv, hosts)]
     except UserError as e:
         raise Exit(f"error: {one_line(e)}", code=EXIT_BAD_INPUT) from None
@@ -103,7 +103,7 @@ def bench(c, plan=None, inventory=None, hosts=None, exclude=None, check=False, d
         raise Exit(f"error: {one_line(e)}", code=EXIT_BAD_INPUT) from None
     if exclude:
         hosts = without(inventory, hosts, exclude)
-    if on_slurm("bench", inventory, hosts, p, assign=assign, wait=wait, poll=poll, check=check,
+    if on_slurm("bench", inventory, hosts, p, vars_model(), assign=assign, wait=wait, poll=poll, check=check,
                 results=Path(results)) is not None:
         return  # the inventory's scheduler is Slurm: submitted as a job (specfleet/slurm/)
     with fleet_run("bench", inventory=inventory, hosts=hosts, check=check, diff=diff, forks=forks, serial=serial,
@@ -169,7 +169,7 @@ def bench(c, plan=None, inventory=None, hosts=None, exclude=None, check=False, d
         def start(hc):
             v = views.get(hc.host.name)
             status, message, pid = remote.start_or_reattach(
-                hc, work_dir(hc.host), p.campaign, hc.host.var("runner_python", "/usr/bin/python3"),
+                hc, work_dir(hc.host), p.campaign, hc.host.require("runner_python"),
                 configs.runner_path(hc.host), resuming=bool(v and v.state))
             if pid is not None:
                 runners[hc.host.name] = pid
@@ -218,7 +218,7 @@ def status(c, plan=None, inventory=None, hosts=None, forks=32, serial=False, acc
     from specfleet.campaign.follow import progress_line
     from specfleet.slurm.hooks import on_slurm
     p = plan_of(plan)
-    if on_slurm("status", inventory, hosts, p) is not None:
+    if on_slurm("status", inventory, hosts, p, vars_model()) is not None:
         return
     with fleet_run("status", inventory=inventory, hosts=hosts, forks=forks, serial=serial,
                    accept_new_host_keys=accept_new_host_keys, verbose=verbose, default_hosts="workers",
@@ -237,7 +237,7 @@ def stop(c, plan=None, inventory=None, hosts=None, forks=32, serial=False, accep
     from specfleet.campaign import remote
     from specfleet.slurm.hooks import on_slurm
     p = plan_of(plan)
-    if on_slurm("stop", inventory, hosts, p) is not None:
+    if on_slurm("stop", inventory, hosts, p, vars_model()) is not None:
         return
     with fleet_run("stop", inventory=inventory, hosts=hosts, forks=forks, serial=serial,
                    accept_new_host_keys=accept_new_host_keys, verbose=verbose,

@@ -67,8 +67,9 @@ def _platform_tags() -> list[str]:
 
 
 # what `pip wheel` needs to build specfleet: built from a copy holding only these, so a checkout's
-# stale build/lib (setuptools packs whatever is there) or other trees never reach the wheel
-WHEEL_SOURCES = ["pyproject.toml", "README.md", "specfleet", "roles", "tasks", "templates"]
+# stale build/lib (setuptools packs whatever is there) or other trees never reach the wheel. The copy
+# follows specfleet/'s symlinks: roles/, tasks/ and templates/ land inside it as plain folders.
+WHEEL_SOURCES = ["pyproject.toml", "README.md", "specfleet"]
 
 
 def build_wheel(dest: Path) -> Path:

@@ -22,6 +22,7 @@ from specfleet.errors import UserError, one_line
 from specfleet.events import EventLog, Redactor
 from specfleet.fleet import EXIT_BAD_INPUT, EXIT_CRASHED, EXIT_INTERRUPTED, Fleet
 from specfleet.inventory import DEFAULT_INVENTORY, INVENTORY_ENV, Inventory, load_inventory
+from specfleet.roles import vars_model
 
 FLEET_HELP = {
     "inventory": f"inventory file (default: ${INVENTORY_ENV}, else {DEFAULT_INVENTORY})",
@@ -42,7 +43,8 @@ def fleet_help(*, changes: bool = True, **extra: str) -> dict[str, str]:
 
 
 def load(inventory: str | None) -> Inventory:
-    return load_inventory(inventory)  # an InventoryError is a UserError: `guarded` words it
+    """The inventory, every var checked against its declared type and defaulted (the roles' registry)."""
+    return load_inventory(inventory, vars_model=vars_model())  # an InventoryError is a UserError: `guarded` words it
 
 
 def command_line() -> str:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from invoke import task
 
-from specfleet.roles import Context, model, registry, revertible
+from specfleet.roles import Context, model, registry, revertible, vars_model
 from specfleet.roles import apply
 from specfleet.tasks.common import fleet_help, fleet_run
 
@@ -41,7 +41,7 @@ def _on_slurm(inventory, hosts, only, revert) -> bool:
     from specfleet.fleet import EXIT_BAD_INPUT
     from specfleet.slurm.hooks import chosen_hosts, slurm_inventory
     try:
-        inv = slurm_inventory(inventory)
+        inv = slurm_inventory(inventory, vars_model())
         if inv is None:
             return False
         if only or revert:

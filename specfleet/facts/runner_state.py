@@ -9,10 +9,10 @@ base64 line (specfleet.shell.sections_script): no file content can look like the
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 
 from ..shell import q, read_sections, sections_script
+from ..untrusted_json import loads_or_none
 from ..worker import layout
 from .base import Fact
 
@@ -84,7 +84,7 @@ class CampaignView(Fact):
 
 
 def _json(text: str) -> dict | None:
-    try:
-        return json.loads(text) if text.strip() else None
-    except (ValueError, RecursionError):  # RecursionError: a hostile 1e6-deep [[[...]]] (issue 28)
-        return None  # a half-written file is never trusted (the runner writes atomically anyway)
+    """A JSON object the runner wrote, or None: a half-written or hostile file (a 1e6-deep [[[...]]],
+    issue 28) is never trusted (the runner writes atomically anyway)."""
+    value = loads_or_none(text)
+    return value if isinstance(value, dict) else None

@@ -31,7 +31,7 @@ from ..worker.layout import RESULT_RE
 from ..plan.sweep import parse_result_name
 from .provenance import simulated_signals
 from .schema import PROVENANCE_KEYS, Result, ResultError, incomplete, load_result
-from . import untrusted
+from .. import untrusted_json
 from .bastion_io import atomic_write_text
 
 QUARANTINE_DIR = "quarantine"
@@ -278,7 +278,7 @@ def scan_campaign(root: Path | str, quarantine: bool = True, expect: Expect | No
         sp = hdir / layout.STATE
         if sp.exists():
             try:
-                state = untrusted.loads(sp.read_text(encoding="utf-8"))
+                state = untrusted_json.loads(sp.read_text(encoding="utf-8"))
                 node.state = state if isinstance(state, dict) else None
             except (OSError, ValueError) as e:
                 camp.warnings.append(f"{sp}: unreadable state file ignored ({e})")

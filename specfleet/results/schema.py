@@ -21,7 +21,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
-from . import untrusted
+from .. import untrusted_json
 
 REQUIRED_KEYS = (
     "duration",
@@ -279,10 +279,10 @@ def load_result(path: Path | str) -> Result:
     if not text.strip():
         raise ResultError(path, "empty file")
     try:
-        data = untrusted.loads(text)
+        data = untrusted_json.loads(text)
     except json.JSONDecodeError as e:
         hint = " (truncated?)" if e.pos >= len(text.rstrip()) - 1 else ""
         raise ResultError(path, f"invalid JSON at line {e.lineno} column {e.colno}: {e.msg}{hint}") from None
-    except untrusted.UntrustedJSON as e:
+    except untrusted_json.UntrustedJSON as e:
         raise ResultError(path, str(e)) from None
     return parse_result(data, path)

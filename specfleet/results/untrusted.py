@@ -4,31 +4,23 @@
 the entries that pass `refusal()`: a regular file, not hard-linked elsewhere, a plain name (no `/`,
 no `..`, no control characters), within its size limit. rsync then copies links as links and no
 devices, so an entry swapped after the listing is still caught on the bastion (`staged_refusal`,
-by lstat) before anything reads it. JSON from a worker is parsed by `loads`: bounded in size and
-in nesting depth (a 1e6-deep `[[[...]]]` is refused in linear time, never a RecursionError).
+by lstat) before anything reads it. JSON from a worker is parsed by specfleet.untrusted_json.loads:
+bounded in size and in nesting depth.
 
 The size limits are the plan's `collect` fields (specfleet.plan.Collect: the defaults live
 there); `Limits.of_plan` reads them.
 """
 from __future__ import annotations
 
-import itertools
-import json
 import os
 import re
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 MB = 1024 * 1024
-JSON_MAX_DEPTH = 64  # a vLLM result nests 3 deep; state.json 4
 # one name in one folder: no '/', not '.'/'..', no control characters, not starting with '-'
 SAFE_NAME_RE = re.compile(r"^(?!\.{1,2}$)(?!-)[^/\x00-\x1f\x7f]{1,255}\Z")
-
-
-class UntrustedJSON(ValueError):
-    """JSON from a worker that breaks a bound (size or depth)."""
 
 
 @dataclass(frozen=True)
@@ -119,29 +111,3 @@ def parse_listing(out: str) -> list[tuple[str, str, int, int]]:
 def listing_script(run_dir_q: str) -> str:
     """Shell that lists a run folder's top level, one NUL-terminated record per entry (`run_dir_q` quoted)."""
     return f"find {run_dir_q} -mindepth 1 -maxdepth 1 -printf '%y %n %s %P\\0' 2>/dev/null; true"
-
-
-_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
-_BRACKETS = re.compile(r"[^\[\]{}]+")
-
-
-def json_depth(text: str) -> int:
-    """How deep arrays and objects nest in `text` (strings skipped); linear, no recursion."""
-    if text.count("[") + text.count("{") <= 1:
-        return text.count("[") + text.count("{")
-    b = _BRACKETS.sub("", _STRING.sub("", text))
-    return max(itertools.accumulate(1 if c in "[{" else -1 for c in b), default=0)
-
-
-def loads(text: str, max_bytes: int | None = None, max_depth: int = JSON_MAX_DEPTH) -> Any:
-    """json.loads within bounds: UntrustedJSON (a ValueError) for text too large or nested too deep,
-    json.JSONDecodeError (also a ValueError) for invalid JSON."""
-    if max_bytes is not None and len(text) > max_bytes:
-        raise UntrustedJSON(f"{len(text)} characters of JSON, over the {_mb(max_bytes)} limit")
-    depth = json_depth(text)
-    if depth > max_depth:
-        raise UntrustedJSON(f"JSON nested {depth} levels deep, over the limit of {max_depth}")
-    try:
-        return json.loads(text)
-    except RecursionError:  # not reached after the depth check; never let it out
-        raise UntrustedJSON(f"JSON nested too deep to parse (limit {max_depth})") from None

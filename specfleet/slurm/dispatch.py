@@ -114,7 +114,7 @@ def place(cfg: SlurmScheduler, plan, hosts, queues, nodes: list[NodeInfo]) -> tu
         os.makedirs(os.path.dirname(dataset), exist_ok=True)
         shutil.copyfile(src, dataset)
     specs, placed = {}, {}
-    from ..results.provenance import probe_script
+    from ..facts.worker_provenance import WorkerProvenance
     by_name = {n.name: n for n in nodes}
     ran = set(_listdir(campaign_dir(cfg, plan.campaign)))  # nodes with a run folder: one listing, not 256 opens
     for h in hosts:
@@ -128,7 +128,7 @@ def place(cfg: SlurmScheduler, plan, hosts, queues, nodes: list[NodeInfo]) -> tu
         specs[h.name] = resumed(spec, _read_json(os.path.join(rdir, layout.RUN_SPEC)) if h.name in ran else None, None)
         # with the provenance probe the node runs after its queue (collect has no SSH under Slurm)
         placed[h.name] = {"run_spec": specs[h.name],
-                          "provenance_probe": probe_script(paths.venv, rdir, None, dataset) + "\n"}
+                          "provenance_probe": WorkerProvenance(paths.venv, rdir, None, dataset).command() + "\n"}
     # compact: json's C encoder (the node writes its run.json as dump_run_spec does)
     _write(os.path.join(d, SPECS), json.dumps(placed, sort_keys=True))
     gpn = min((len(n.gpus) or 1) for n in nodes) if any(n.gpus for n in nodes) else _gpus_of(cfg, nodes)
@@ -342,6 +342,7 @@ def stop(plan, inv, console, wait_s: float = 180) -> int:
 def collect(fleet, inv, plan, dest: Path, refused: dict[str, list[str]]) -> list[str]:
     """Each host's finished items from the shared path (no SSH), then provenance with the job ids.
     Returns notes for the report (the Slurm job(s) of the campaign)."""
+    from ..facts.worker_provenance import WorkerProvenance
     from ..results.fetch import take_finished
     cfg = inv.slurm
     recs = jobs(cfg, plan.campaign)
@@ -356,7 +357,10 @@ def collect(fleet, inv, plan, dest: Path, refused: dict[str, list[str]]) -> list
             # the shared path is written by the nodes: untrusted as a worker is (results/untrusted.py)
             status, message = take_finished(
                 h.name, plan, dest, v, src, _sh, f"{src}/", None, refused,
-                lambda *_: _read_text(Path(src, "provenance.probe")),  # the node ran it after its queue
+                # the node ran the command after its queue, without the model (not known before it):
+                # parsed with it, as over SSH
+                lambda model, dataset: WorkerProvenance(h.var("venv_path") or "", src, model, dataset).parse(
+                    _read_text(Path(src, "provenance.probe")), 0),
                 slurm={**(eff.get("slurm") or {}), "jobs": [r["job_id"] for r in recs if h.name in r.get("nodes", [])]})
             fleet.record_local_for(h.name, "fetch results", status, message)
         except BastionStorageError:

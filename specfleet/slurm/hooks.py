@@ -8,8 +8,10 @@ from ..console import Reporter
 from ..inventory import load_inventory
 
 
-def slurm_inventory(inventory):
-    inv = load_inventory(inventory)
+def slurm_inventory(inventory, vars_model):
+    """The inventory (its vars checked against `vars_model`, specfleet.roles.vars_model() from the
+    tasks) when its scheduler is Slurm; None otherwise."""
+    inv = load_inventory(inventory, vars_model=vars_model)
     return inv if inv.slurm else None
 
 
@@ -18,9 +20,9 @@ def chosen_hosts(inv, hosts: str | None):
     return inv.select(hosts or ("workers" if "workers" in inv.groups else None))
 
 
-def on_slurm(task: str, inventory, hosts, plan, **kw):
+def on_slurm(task: str, inventory, hosts, plan, vars_model, **kw):
     """Run `task` (bench, status, stop) under Slurm if the inventory says so; None otherwise."""
-    inv = slurm_inventory(inventory)
+    inv = slurm_inventory(inventory, vars_model)
     if inv is None:
         return None
     from . import dispatch

@@ -85,8 +85,9 @@ def snapshot(dest: Path) -> str:
     with tarfile.open(dest, "w:gz") as tar:
         for rel in sorted(os.fsdecode(f) for f in files if f):
             p = REPO / rel
-            if p.is_file() and not p.is_symlink() and "__pycache__" not in rel:
-                tar.add(p, arcname=rel)
+            inside = p.is_symlink() and p.resolve().is_relative_to(REPO)  # specfleet/roles -> ../roles
+            if (inside or p.is_file() and not p.is_symlink()) and "__pycache__" not in rel:
+                tar.add(p, arcname=rel, recursive=False)
         data = (name + "\n").encode()
         info = tarfile.TarInfo("SNAPSHOT")
         info.size = len(data)

@@ -11,7 +11,8 @@ import pytest
 
 from specfleet.roles import configs
 from specfleet.plan import PlanError, load_plan
-from specfleet.inventory import Host
+from specfleet.inventory import Host, declared_defaults
+from specfleet.roles import vars_model
 
 from specfleet.tasks.bench import paths_for, worker_dataset
 
@@ -39,7 +40,8 @@ def write_plan(where: Path, dataset: str) -> Path:
 
 def host(name="w1", **vars) -> Host:
     return Host(name=name, address="10.0.0.1", user="root", port=22, key=None, known_hosts="/dev/null",
-                become=False, connect_timeout=5, command_timeout=60, groups=(), vars={"venv_path": "/v", **vars})
+                become=False, connect_timeout=5, command_timeout=60, groups=(),
+                vars={**declared_defaults(vars_model()), "venv_path": "/v", **vars})  # the defaults, as loaded
 
 
 def test_relative_path_is_relative_to_the_plan_file_not_the_cwd(tmp_path, monkeypatch):

@@ -41,7 +41,8 @@ def page_files(page: str) -> dict[str, str]:
 def project_copy(tmp: Path, files: dict[str, str]) -> Path:
     dst = tmp / "project"
     for part in ("specfleet", "roles", "tasks", "templates"):  # the package and its top-level parts
-        shutil.copytree(ROOT / part, dst / part, ignore=shutil.ignore_patterns("__pycache__"))
+        # specfleet/'s symlinks stay links, so the copy's specfleet.roles is the copy's roles/
+        shutil.copytree(ROOT / part, dst / part, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy2(ROOT / "fabfile.py", dst / "fabfile.py")
     for rel, body in files.items():
         (dst / rel).write_text(body)
@@ -86,12 +87,11 @@ def test_the_roles_steps_render_its_template(with_sysctl, tmp_path):
     script = textwrap.dedent(f"""\
         import json
         from specfleet.inventory import load_inventory
-        from specfleet.roles import Context, get
-        inv = load_inventory({str(inv)!r})
+        from specfleet.roles import Context, get, vars_model
+        inv = load_inventory({str(inv)!r}, vars_model=vars_model())
         role = get("sysctl")
         out = {{}}
         for name, host in inv.hosts.items():
-            role.check(host, str(inv.path))
             steps = role.steps(host, Context(inventory=inv))
             out[name] = {{"file": steps[0].path, "content": steps[0].payload.data.decode(),
                          "revert": [type(s).__name__ for s in role.revert(host, Context())]}}
@@ -104,7 +104,7 @@ def test_the_roles_steps_render_its_template(with_sysctl, tmp_path):
     lines = [ln for ln in out["w1"]["content"].splitlines() if not ln.startswith("#")]
     assert lines == ["net.core.somaxconn = 4096", "vm.max_map_count = 262144"], out["w1"]["content"]
     assert out["w1"]["content"].startswith("# written by specfleet"), out["w1"]["content"]  # the {# path #} line renders nothing
-    assert "vm.max_map_count = 262144" in out["w2"]["content"]  # the module's default
+    assert "vm.max_map_count = 262144" in out["w2"]["content"]  # the default its vars model declares
     assert out["w1"]["revert"] == ["FileContent"]
 
 

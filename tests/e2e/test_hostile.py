@@ -26,6 +26,7 @@ import yaml
 from e2e_helpers import PROJECT, fab, host_sh, inventory_of
 from specfleet.plan import PlanError, parse_plan
 from specfleet.inventory import InventoryError, load_inventory
+from specfleet.roles import vars_model
 
 pytestmark = pytest.mark.e2e
 
@@ -170,7 +171,7 @@ def _apply_field(doc, where, setter, h, ctx):
 def _load_one(doc, tmp: Path, name: str):
     f = tmp / f"inv-{name}.yml"
     f.write_text(yaml.safe_dump(doc, sort_keys=False, allow_unicode=True))
-    return f, load_inventory(f)
+    return f, load_inventory(f, vars_model=vars_model())  # as the tasks load it: every role's vars typed
 
 
 def _plan_one(raw, tmp: Path, name: str):

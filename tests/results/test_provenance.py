@@ -8,13 +8,15 @@ import shlex
 import shutil
 import subprocess
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
 
 from specfleet.results import report_campaign
 from specfleet.results.campaign import scan_campaign
-from specfleet.results.provenance import parse_probe, probe_script, simulated_signals, spec_facts
+from specfleet.facts.worker_provenance import WorkerProvenance
+from specfleet.results.provenance import simulated_signals, spec_facts
 from specfleet.results.document import MIXED_PLANS_STAMP, NOT_EQUIVALENT_STAMP, SIMULATED_STAMP
 
 from campaign_builder import write_campaign
@@ -47,9 +49,9 @@ def test_probe_runs_and_hashes_model_and_dataset_with_hostile_paths(tmp_path):
     run.mkdir()
     shutil.copy(SPEC_BENCH, run / "question.jsonl")
     # the dataset path is relative to the run folder; pandas stands in for torch (not installed here)
-    script = probe_script(str(venv), str(run), str(model), "question.jsonl", dists=("pandas", "torch"))
-    p = subprocess.run(["bash", "-c", script], capture_output=True, text=True, cwd=tmp_path, timeout=60)
-    facts = parse_probe(p.stdout, str(model), "question.jsonl")
+    fact = WorkerProvenance(str(venv), str(run), str(model), "question.jsonl", dists=("pandas", "torch"))
+    p = subprocess.run(["bash", "-c", fact.command()], capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    facts = asdict(fact.parse(p.stdout, p.returncode))
     assert not (tmp_path / "pwned").exists() and not (run / "pwned").exists()
     assert facts["dataset_sha256"] == hashlib.sha256(SPEC_BENCH.read_bytes()).hexdigest()
     assert facts["model_config_sha256"] == hashlib.sha256((model / "config.json").read_bytes()).hexdigest()
@@ -60,13 +62,13 @@ def test_probe_runs_and_hashes_model_and_dataset_with_hostile_paths(tmp_path):
     assert facts["model_simulated"] is False
 
 
-def test_parse_probe_reads_gpus_driver_cuda():
+def test_the_provenance_fact_reads_gpus_driver_cuda():
     smi = "".join(f"{i}, GPU-{i}, NVIDIA H200, 143771, 0, 580.159.04\n" for i in range(2))  # Gpus' query
     header = "| NVIDIA-SMI 580.159.04             Driver Version: 580.159.04     CUDA Version: 13.0     |\n"
     sections = [smi, header, "{}\n",
                 '{"vllm": "0.26.0", "torch": "2.11.0+cu130"}\n', "", '{"simvllm": {"simulated": true}}\n']
     out = "".join(base64.b64encode(x.encode()).decode() + "\n" for x in sections)  # as sections_script frames them
-    f = parse_probe(out, "/m", None)
+    f = asdict(WorkerProvenance("/v", "/r", "/m", None).parse(out, 0))
     assert (f["gpu_name"], f["gpu_count"], f["driver"], f["cuda"]) == ("NVIDIA H200", 2, "580.159.04", "13.0")
     assert f["gpu"] == "NVIDIA H200, 580.159.04, 143771 MiB"  # provenance.json's line, as it always read
     assert f["dists"]["torch"] == "2.11.0+cu130" and f["model_simulated"] is True
@@ -84,16 +86,16 @@ def test_the_probe_reads_the_testbeds_nvidia_smi_through_the_facts_parsers(tmp_p
     (tmp_path / "gpu" / "gpu.json").write_text(json.dumps(gpu_json("w1", 2)))
     (tmp_path / "gpu" / "modules").write_text("nvidia\n")
     env = {"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin", "SIMVLLM_GPU_DIR": str(tmp_path / "gpu")}
-    p = subprocess.run(["bash", "-c", probe_script(str(tmp_path / "no-venv"), str(tmp_path), None, None)],
-                       capture_output=True, text=True, env=env, timeout=60)
-    f = parse_probe(p.stdout, None, None)
+    fact = WorkerProvenance(str(tmp_path / "no-venv"), str(tmp_path))
+    p = subprocess.run(["bash", "-c", fact.command()], capture_output=True, text=True, env=env, timeout=60)
+    f = asdict(fact.parse(p.stdout, p.returncode))
     line = f"{GPU['name']}, {GPU['driver_version']}, {GPU['memory_total_mib']} MiB"
     assert (f["gpu"], f["gpus"], f["gpu_count"]) == (line, [line, line], 2), f
     assert (f["gpu_name"], f["driver"], f["cuda"]) == (GPU["name"], GPU["driver_version"], GPU["cuda_version"]), f
     (tmp_path / "gpu" / "modules").write_text("")  # no driver: no GPU and no CUDA, not an error text as a GPU
-    p = subprocess.run(["bash", "-c", probe_script(str(tmp_path / "no-venv"), str(tmp_path), None, None)],
-                       capture_output=True, text=True, env=env, timeout=60)
-    f = parse_probe(p.stdout, None, None)
+    fact = WorkerProvenance(str(tmp_path / "no-venv"), str(tmp_path))
+    p = subprocess.run(["bash", "-c", fact.command()], capture_output=True, text=True, env=env, timeout=60)
+    f = asdict(fact.parse(p.stdout, p.returncode))
     assert (f["gpu"], f["gpus"], f["gpu_count"], f["driver"], f["cuda"]) == ("", [], 0, "", ""), f
 
 

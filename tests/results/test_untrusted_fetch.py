@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from specfleet import untrusted_json
 from specfleet.results import untrusted
 from specfleet.results.fetch import discard_staging, rsync_argv, select
 from specfleet.results.schema import ResultError, load_result
@@ -114,13 +115,13 @@ def test_deep_json_is_refused_in_linear_time_not_a_recursion_error(tmp_path):
     with pytest.raises(ResultError) as e:
         load_result(f)
     assert "nested 1000000 levels deep" in e.value.problem
-    with pytest.raises(untrusted.UntrustedJSON):
-        untrusted.loads('{"a": ' * 100 + "1" + "}" * 100)
+    with pytest.raises(untrusted_json.UntrustedJSON):
+        untrusted_json.loads('{"a": ' * 100 + "1" + "}" * 100)
     # brackets inside strings do not count, an ordinary result parses
-    assert untrusted.loads(json.dumps({"s": "[" * 500, "l": [[1], [2]]})) == {"s": "[" * 500, "l": [[1], [2]]}
-    assert untrusted.json_depth(_good_result()) <= 4
-    with pytest.raises(untrusted.UntrustedJSON):
-        untrusted.loads("[1]" * 10, max_bytes=5)
+    assert untrusted_json.loads(json.dumps({"s": "[" * 500, "l": [[1], [2]]})) == {"s": "[" * 500, "l": [[1], [2]]}
+    assert untrusted_json.json_depth(_good_result()) <= 4
+    with pytest.raises(untrusted_json.UntrustedJSON):
+        untrusted_json.loads("[1]" * 10, max_bytes=5)
 
 
 def test_the_limits_are_plan_fields_not_in_the_plan_hash():

@@ -1,8 +1,9 @@
 """The import rules of pyproject.toml ([tool.importlinter]) hold: tasks -> roles -> core -> worker,
 never upward; the worker program imports nothing else of specfleet; no import cycle in any package.
 
-lint-imports reads the package as the wheel lays it out: a checkout keeps roles/, tasks/ and
-templates/ beside specfleet/ (the design card's top level), so they are copied inside it first.
+lint-imports runs on the checkout as it is, from the repository root, as a developer runs it: roles/,
+tasks/ and templates/ are seen as specfleet.roles, .tasks, .templates through the committed symlinks
+in specfleet/.
 """
 from __future__ import annotations
 
@@ -16,38 +17,46 @@ ROOT = Path(__file__).resolve().parents[2]
 LINT = str(Path(sys.executable).parent / "lint-imports")
 
 
-def wheel_layout(tmp: Path, extra: dict[str, str] | None = None) -> Path:
+def lint(root: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([LINT, "--no-cache"], cwd=root, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(root)})
+
+
+def checkout_copy(tmp: Path, extra: dict[str, str]) -> Path:
+    """The checkout's package as it lies (symlinks kept as links), plus the given files."""
     skip = shutil.ignore_patterns("__pycache__")
-    shutil.copytree(ROOT / "specfleet", tmp / "specfleet", ignore=skip)
-    for part in ("roles", "tasks", "templates"):
-        shutil.copytree(ROOT / part, tmp / "specfleet" / part, ignore=skip)
+    for part in ("specfleet", "roles", "tasks", "templates"):
+        shutil.copytree(ROOT / part, tmp / part, symlinks=True, ignore=skip)
     shutil.copy2(ROOT / "pyproject.toml", tmp / "pyproject.toml")
-    for rel, body in (extra or {}).items():
+    for rel, body in extra.items():
         (tmp / rel).write_text(body)
     return tmp
 
 
-def lint(tmp: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([LINT, "--no-cache", str(tmp / "pyproject.toml")], cwd=tmp, capture_output=True,
-                          text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(tmp)})
+def test_the_parts_at_the_top_level_are_the_packages_symlinks():
+    for part in ("roles", "tasks", "templates"):
+        link = ROOT / "specfleet" / part
+        assert link.is_symlink() and os.readlink(link) == f"../{part}", part
 
 
-def test_the_package_keeps_its_import_rules(tmp_path):
-    p = lint(wheel_layout(tmp_path))
+def test_the_checkout_keeps_its_import_rules():
+    p = lint(ROOT)
     assert p.returncode == 0, p.stdout + p.stderr
     assert "3 kept, 0 broken" in p.stdout, p.stdout
 
 
 def test_an_upward_import_a_worker_import_and_a_cycle_are_each_caught(tmp_path):
-    """The rules can fail (a check that cannot fail proves nothing), lazy imports included."""
-    p = lint(wheel_layout(tmp_path, {
+    """The rules can fail (a check that cannot fail proves nothing), lazy imports included; the upward
+    import goes into a role behind the symlink, so a part at the top level is checked too."""
+    p = lint(checkout_copy(tmp_path, {
         "specfleet/steps/extra.py": "def f():\n    from ..roles import configs\n",     # core -> roles
+        "roles/leak.py": "from specfleet.tasks import bench\n",                         # roles -> tasks
         "specfleet/worker/leak.py": "from ..plan import Plan\n",                        # worker -> plan
         "specfleet/results/loop_a.py": "from . import loop_b\n",
         "specfleet/results/loop_b.py": "def g():\n    from . import loop_a\n",        # a cycle
     }))
     assert p.returncode == 1, p.stdout
     assert "0 kept, 3 broken" in p.stdout, p.stdout
-    for edge in ("specfleet.steps.extra -> specfleet.roles.configs", "specfleet.worker.leak -> specfleet.plan",
-                 ".loop_b -> .loop_a"):
+    for edge in ("specfleet.steps.extra -> specfleet.roles.configs", "specfleet.roles.leak -> specfleet.tasks.bench",
+                 "specfleet.worker.leak -> specfleet.plan", ".loop_b -> .loop_a"):
         assert edge in p.stdout, (edge, p.stdout)

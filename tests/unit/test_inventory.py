@@ -3,7 +3,13 @@ import textwrap
 
 import pytest
 
-from specfleet.inventory import InventoryError, load_inventory
+from specfleet.inventory import InventoryError, load_inventory as load_core
+from specfleet.roles import vars_model
+
+
+def load_inventory(path):
+    """As the tasks load it (tasks/common.py): the core's vars and every role's, with their defaults."""
+    return load_core(path, vars_model=vars_model())
 
 
 def write(tmp_path, text, name="hosts.yml"):
@@ -172,6 +178,31 @@ def test_well_typed_vars_and_own_vars_load(tmp_path):
         var="nvidia_modules: [nvidia], gpu_memory_bandwidth_gbps: 1792, my_own_var: {any: [thing]}, "
             "extra_env: {HF_HUB_OFFLINE: 1, NAME: 'a b $c'}")))
     assert inv.hosts["w1"].vars["my_own_var"] == {"any": ["thing"]}
+
+
+def test_a_var_no_layer_sets_has_the_default_its_role_declares(tmp_path):
+    """One default, one place: the env file the env role writes is the one fab bench's run spec names
+    (tasks/bench.py passes host.var("env_file")), also when the inventory sets none."""
+    from specfleet.roles import env
+    inv = load_inventory(write(tmp_path, TYPED.format(var="cc: /opt/cc")))
+    host = inv.hosts["w1"]
+    assert host.var("env_file") == env.EnvVars.model_fields["env_file"].default == "/etc/specfleet/vllm.env"
+    assert env.steps(host, "3.11")[0].path == host.var("env_file")
+    assert host.var("cc") == "/opt/cc" and host.var("runner_python") == "/usr/bin/python3"
+    assert "env_file" in inv.bastion_vars and host.var("gpu_index") is None  # None is "not set": no default
+    set_ = load_inventory(write(tmp_path, TYPED.format(var="env_file: /srv/e.env"))).hosts["w1"]
+    assert set_.var("env_file") == env.steps(set_, "3.11")[0].path == "/srv/e.env"
+    none = load_inventory(write(tmp_path, TYPED.format(var="env_file: null"))).hosts["w1"]
+    assert none.var("env_file") is None  # said so: the runner sources no env file (not the default)
+
+
+def test_the_core_alone_checks_its_own_vars_and_passes_the_roles(tmp_path):
+    """The core cannot import the roles (the layer rule): without their model a role's var is the
+    user's own, a core var is still checked."""
+    inv = load_core(write(tmp_path, TYPED.format(var="nvidia_modules: nvidia")))
+    assert inv.hosts["w1"].vars["nvidia_modules"] == "nvidia" and "env_file" not in inv.hosts["w1"].vars
+    with pytest.raises(InventoryError, match="field 'vars.gpu_index'"):
+        load_core(write(tmp_path, TYPED.format(var="gpu_index: '0'")))
 
 
 def test_secret_values_at_any_depth(tmp_path):

@@ -15,7 +15,8 @@ import yaml
 from specfleet.roles import env, nfs
 from specfleet.roles.model import ModelDir
 from specfleet.worker.host import parse_env_file
-from specfleet.inventory import Host
+from specfleet.inventory import Host, declared_defaults
+from specfleet.roles import vars_model
 from specfleet.quoting import env_key, env_line, fstab_line, q, ssh_option, yaml_str
 from specfleet.render import render
 from specfleet.facts.gather import gather_here
@@ -32,7 +33,8 @@ HOSTILE = [
 
 
 def _host(**vars_):
-    return Host("w1", "10.0.0.1", "root", 22, None, "/dev/null", True, 5, 5, (), vars_)
+    return Host("w1", "10.0.0.1", "root", 22, None, "/dev/null", True, 5, 5, (),
+                {**declared_defaults(vars_model()), **vars_})  # as loaded: the declared defaults filled in
 
 
 @pytest.mark.parametrize("shell", ["bash", "dash"])

@@ -26,24 +26,34 @@ def test_only_keeps_the_registry_order_and_names_unknown_roles():
         apply.revert_role("model")
 
 
-def test_a_role_declares_only_typed_vars():
+def test_each_var_is_declared_once_and_a_read_var_somewhere():
+    from specfleet.roles import assemble
     steps = lambda host, ctx: []  # noqa: E731
-    with pytest.raises(ValueError, match="does not type"):
-        Role("x", "x", steps, reads=("no_such_var",))
+    with pytest.raises(ValueError, match=r"reads \['no_such_var'\], which nothing declares"):
+        assemble([*registry().values(), Role("x", "x", steps, reads=("no_such_var",))])
 
     class Mine(BaseModel):
-        venv_path: str | None = None  # already typed by specfleet.inventory.Vars
+        venv_path: str | None = None  # the venv role's
 
-    with pytest.raises(ValueError, match="already typed"):
-        Role("x", "x", steps, vars=Mine)
+    with pytest.raises(ValueError, match="'venv_path' is already declared by role venv"):
+        assemble([*registry().values(), Role("x", "x", steps, vars=Mine)])
+
+    class Core(BaseModel):
+        gpu_index: int = 0  # the core's
+
+    with pytest.raises(ValueError, match="already declared by specfleet.inventory.CoreVars"):
+        assemble([Role("x", "x", steps, vars=Core)])
     with pytest.raises(ValueError, match="needs"):
         Role("x", "x", steps, needs=frozenset({"gpu"}))
 
 
-def test_every_var_a_role_reads_is_typed():
-    from specfleet.inventory import Vars
+def test_every_var_a_role_reads_is_declared_with_its_type_and_default():
+    from specfleet.roles import vars_model
+    from specfleet.roles.nfs import NfsVars
+    model = vars_model()
     for role in registry().values():
-        assert set(role.reads) <= set(Vars.model_fields), role.name
+        assert set(role.var_names) <= set(model.model_fields), role.name
+    assert model.model_fields["nfs_options"].default == NfsVars.model_fields["nfs_options"].default
 
 
 def test_bench_places_the_configs_roles_files(tmp_path):

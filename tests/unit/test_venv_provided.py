@@ -10,7 +10,7 @@ import yaml
 
 from specfleet.errors import UserError
 from specfleet.inventory import InventoryError, load_inventory
-from specfleet.roles import apply, env, venv, venv_deploy
+from specfleet.roles import apply, env, vars_model, venv, venv_deploy
 from specfleet.steps.command import Assert
 
 def _inv(tmp_path: Path, **vars) -> object:
@@ -20,7 +20,7 @@ def _inv(tmp_path: Path, **vars) -> object:
            "hosts": {"w1": {"address": "127.0.0.1"}}, "groups": {"workers": {"hosts": ["w1"]}}}
     p = tmp_path / "inv.yml"
     p.write_text(yaml.safe_dump(doc))
-    return load_inventory(p)
+    return load_inventory(p, vars_model=vars_model())  # as the tasks load it
 
 
 def test_provided_mode_builds_nothing_and_checks_the_workers_venv(tmp_path):
