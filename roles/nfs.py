@@ -41,8 +41,10 @@ def source(host: Host) -> str:
 
 
 def fstab_line(host: Host) -> str:
-    # each field escaped as fstab wants it (a space is \040): a mount point with a space stays one field
-    return fstab_fields(source(host), host.require("nfs_mount"), "nfs4", f"{MOUNT_OPTIONS},_netdev,nofail", "0", "0")
+    # each field escaped as fstab wants it (a space is \040): a mount point with a space stays one field;
+    # the inventory's options, as the live mount's, so a reboot mounts the share as provision did
+    options = f"{host.require('nfs_options')},_netdev,nofail"
+    return fstab_fields(source(host), host.require("nfs_mount"), "nfs4", options, "0", "0")
 
 
 def _comment(text: str) -> str:

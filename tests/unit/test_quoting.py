@@ -110,6 +110,17 @@ def test_fstab_fields_are_escaped_as_libmount_reads_them(tmp_path):
     assert fstab_line("a b", "c") == "a\\040b c"
 
 
+def test_the_fstab_line_mounts_with_the_inventorys_options_as_the_live_mount_does():
+    """After a reboot the share is mounted from fstab: with the options provision mounted it with."""
+    host = _host(nfs_server="192.168.160.7", nfs_export="/srv/models", nfs_mount="/mnt/models",
+                 nfs_options="ro,vers=4.1,soft,timeo=600", storage_iface="ens34", storage_net="192.168.160.0/24",
+                 storage_ip="192.168.160.21")
+    live = next(s for s in nfs.steps(host) if type(s).__name__ == "Mount")
+    fields = nfs.fstab_line(host).split(" ")
+    assert fields[3].split(",")[:4] == live.options.split(",") == ["ro", "vers=4.1", "soft", "timeo=600"], fields
+    assert fields[3].endswith(",_netdev,nofail"), fields
+
+
 def test_ssh_options_read_back_by_openssh(tmp_path):
     if not shutil.which("ssh"):
         pytest.skip("ssh not installed")
