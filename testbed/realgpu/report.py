@@ -71,19 +71,21 @@ def copy_run(run_dir: Path, out_root: Path, facts: dict[str, str] | None = None)
         if p.is_file() and (p.suffix in (".json", ".log", ".done")):
             shutil.copy2(p, dst / p.name)
     if facts:
-        state.setdefault("facts", {}).update({k: v for k, v in facts.items() if k not in state["facts"]})
+        # at the state's top level, where the runner writes what it knows of its host (the report reads
+        # that one shape); what the runner recorded itself wins
+        state.update({k: v for k, v in facts.items() if k not in state})
         (dst / "state.json").write_text(json.dumps(state, indent=2) + "\n")
     return out_root / camp
 
 
 def gpu_of(camp_dir: Path) -> str | None:
-    """The GPU name the run's files record (result metadata first, then state facts)."""
+    """The GPU name the run's files record (result metadata first, then the runner's state)."""
     for p in sorted(camp_dir.glob("*/*_conc*.json")):
         g = json.loads(p.read_text()).get("gpu")
         if g:
             return str(g)
     for p in camp_dir.glob("*/state.json"):
-        g = json.loads(p.read_text()).get("facts", {}).get("gpu")
+        g = json.loads(p.read_text()).get("gpu")
         if g:
             return str(g)
     return None
