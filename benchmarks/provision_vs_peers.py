@@ -1,22 +1,20 @@
 #!/usr/bin/env python3
 """No-op provisioning of 8 workers: specfleet vs pyinfra vs Ansible, on one namespace testbed.
 
-The same work in each tool, on the same 8 testbed workers (root, same key, strict known_hosts):
-  - /etc/modules-load.d/nvidia.conf with exactly specfleet's content;
-  - the storage route: `192.168.160.0/24 dev ens35` checked, fixed with
-    `ip route del/add 192.168.160.0/24 dev ens35 scope link src <storage_ip>` when wrong;
-  - the share: `findmnt /mnt/fabrix` checked, else
-    `mount -t nfs4 -o ro,vers=4.2,hard,proto=tcp 192.168.160.7:/media/SSD-Storage/SW /mnt/fabrix`;
-  - the bastion venv /opt/vllm-venv (built by `fab provision`) rsynced to the release
-    directory specfleet deploys it to (/opt/vllm-venv.releases/<digest>-<listing hash>/), `rsync -a --delete`;
-    the "is it already there?" check is `rsync -n -i` (specfleet, pyinfra) or synchronize's own
-    itemized run (Ansible), all over OpenSSH with the same key and known_hosts;
-  - /etc/specfleet/vllm.env with exactly specfleet's content (0644).
-specfleet runs `fab provision --only venv-deploy,env,nvidia,nfs`, which does more than that list
-(base-interpreter check, release symlink, prune, venv import check, fstab line, netplan drop-in,
-GPU-visible and share-readable checks): 14 steps per host, all counted against it.
+The same job in each tool, on the same 8 testbed workers (root, same key, strict known_hosts): every
+check specfleet's `fab provision --only venv-deploy,env,nvidia,nfs` makes (14 steps per host: base
+interpreter, venv release synced, venv symlink, old releases pruned, `import vllm` once per release,
+env file, modules-load file, GPU visible, storage address and route, netplan drop-in, fstab line,
+mount point, share mounted read-only, share readable), each in the peer's own idiom (facts and guarded
+operations in pyinfra, check tasks and `when:` fixes in Ansible: benchmarks/_peer_deploys.py), with
+exactly the content specfleet renders, into the release directory specfleet deploys
+(/opt/vllm-venv.releases/<digest>-<listing hash>/, `rsync -a --delete`; the "is it already there?"
+check is a listing hash in specfleet's probe, `rsync -n -i` in pyinfra, synchronize's own itemized run
+in Ansible). `--peer-checks subset`: the smaller peer deploys of the figures before 2026-12-02.
 
-Converge first (each tool once), then time no-op runs interleaved (order rotated each round),
+Converge first: specfleet builds the bastion's venv, pyinfra provisions half of the empty workers and
+Ansible the other half, then specfleet's run on all 8 must find nothing left to do (the peers did the
+same job). Then time no-op runs interleaved (order rotated each round),
 after closing every OpenSSH ControlMaster so each run starts cold (as after > 60 s idle).
 Every timed run is checked to have changed nothing: specfleet's JSONL event log (0 changed),
 Ansible's PLAY RECAP (changed=0), pyinfra's report (every operation "No changes").
@@ -39,16 +37,15 @@ import json
 import os
 import re
 import resource
-import shlex
 import subprocess
 import sys
 import tempfile
-import textwrap
 import time
 import zipfile
 from pathlib import Path
 
 from _session import ROOT, median, spread, testbed_session
+from _peer_deploys import CHECKS, CONTROL_DIR, contents, write_ansible, write_pyinfra
 
 SCRATCH = Path("/var/tmp/specfleet-bench")  # this run's files (private under scripts/isolated)
 # the peers' installs: outside /var/tmp, which scripts/isolated makes private (and empty) per run,
@@ -59,11 +56,7 @@ COLLECTIONS = TOOLS / "collections"
 ONLY = "venv-deploy,env,nvidia,nfs"
 WORKERS = 8
 PYINFRA_TARGET, ANSIBLE_TARGET = 0.35, 0.05  # specfleet's no-op CLI run over theirs (issue 27)
-# Ansible's ControlMasters: a short directory, since a socket path (here + %C's 40 characters + ssh's
-# 17-character temporary suffix) must fit a Unix socket's 108 bytes; removed at the end
-CONTROL_DIR = Path(f"/tmp/sfb-cp-{os.getpid()}")
 CHECKOUT_CODE = ("specfleet", "roles", "tasks", "testbed", "fabfile.py")  # = scripts/setup.sh's compileall
-MOUNT_CMD = "mount -t nfs4 -o ro,vers=4.2,hard,proto=tcp 192.168.160.7:/media/SSD-Storage/SW /mnt/fabrix"
 
 
 # ---- the peers' installs ------------------------------------------------------------------
@@ -116,142 +109,6 @@ def compile_code() -> None:
     compiled on first import, which PYTHONDONTWRITEBYTECODE=1 forbids: then every run compiles again)."""
     sh([sys.executable, "-m", "compileall", "-q", *(str(ROOT / d) for d in CHECKOUT_CODE), str(COLLECTIONS)],
        check=True)
-
-
-# ---- what each tool runs ------------------------------------------------------------------
-def contents(inv) -> dict:
-    """The exact file contents and paths specfleet's roles want, so no tool undoes another's work."""
-    from specfleet.roles import env, nvidia
-    from specfleet import venv_build as venv_role
-    from specfleet.render import render
-    from specfleet.roles.venv_deploy import release_id, releases_dir  # <digest>-<listing hash>, as deployed
-    hosts = inv.select("workers")
-    manifest = venv_role.read_manifest(inv.bastion_vars.get("venv_path") or hosts[0].var("venv_path"))
-    if not manifest:
-        raise SystemExit("no bastion venv manifest: the converge run of fab provision should have built it")
-    pyver = manifest["python_version"].rsplit(".", 1)[0]
-    envs = {env.content(h, pyver) for h in hosts}
-    mods = {render("provision/nvidia-modules.conf.j2", modules=list(h.require("nvidia_modules")))
-            for h in hosts}
-    if len(envs) != 1 or len(mods) != 1:
-        raise SystemExit("hosts want different env/modules files; this benchmark assumes one content")
-    venv = hosts[0].require("venv_path").rstrip("/")
-    return {"env": envs.pop(), "modules": mods.pop(), "venv": venv,
-            "release": f"{releases_dir(venv)}/{release_id(venv, manifest)}", "env_file": hosts[0].require("env_file"),
-            "modules_file": nvidia.CONF}
-
-
-def ssh_opts(host, control_dir: Path | None) -> list[str]:
-    opts = ["-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes", "-o", f"UserKnownHostsFile={host.known_hosts}",
-            "-o", "GlobalKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR"]
-    if control_dir:
-        opts += ["-o", "ControlMaster=auto", "-o", f"ControlPath={control_dir}/%C", "-o", "ControlPersist=60"]
-    else:
-        opts += ["-o", "ControlMaster=no", "-o", "ControlPath=none"]
-    return opts
-
-
-def write_ansible(work: Path, inv, c: dict) -> Path:
-    d = work / "ansible"
-    d.mkdir(parents=True)
-    CONTROL_DIR.mkdir(mode=0o700, exist_ok=True)
-    hosts = inv.select("workers")
-    h0 = hosts[0]
-    lines = ["[workers]"] + [f"{h.name} ansible_host={h.address} storage_ip={h.var('storage_ip')}" for h in hosts]
-    lines += ["", "[workers:vars]", "ansible_user=root", f"ansible_ssh_private_key_file={h0.key}",
-              "ansible_python_interpreter=/usr/bin/python3"]
-    (d / "hosts.ini").write_text("\n".join(lines) + "\n")
-    # as written: Ansible reads ansible.cfg without interpolation, so a doubled %% reached ssh as a literal
-    # "%C" -- one ControlPath for every host, every connection multiplexed onto the first host's master
-    # (8 rsyncs into one worker's release: the rename failures, rc 23, and Ansible's figures measured one host)
-    ssh_args = " ".join(ssh_opts(h0, CONTROL_DIR))
-    (d / "ansible.cfg").write_text(textwrap.dedent(f"""\
-        [defaults]
-        forks = {len(hosts)}
-        host_key_checking = True
-        inventory = {d / 'hosts.ini'}
-        collections_path = {COLLECTIONS}
-        retry_files_enabled = False
-        [ssh_connection]
-        ssh_args = {ssh_args}
-        """))
-    (d / "modules.conf").write_text(c["modules"])
-    (d / "vllm.env").write_text(c["env"])
-    for tuned in (False, True):
-        play = [{
-            "name": "no-op provision", "hosts": "workers", "gather_facts": not tuned,
-            "tasks": [
-                {"name": "modules-load file", "ansible.builtin.copy": {
-                    "src": str(d / "modules.conf"), "dest": c["modules_file"], "mode": "0644"}},
-                {"name": "storage route (check)", "ansible.builtin.command": "ip -o -4 route show exact 192.168.160.0/24",
-                 "register": "route", "changed_when": False},
-                {"name": "storage route (fix)", "ansible.builtin.shell":
-                    "ip route del 192.168.160.0/24 2>/dev/null; "
-                    "ip route add 192.168.160.0/24 dev ens35 scope link src {{ storage_ip }}",
-                 "when": "'dev ens35' not in route.stdout"},
-                {"name": "share mounted (check)", "ansible.builtin.command": "findmnt -n --mountpoint /mnt/fabrix",
-                 "register": "mnt", "changed_when": False, "failed_when": False},
-                {"name": "share mounted (mount)", "ansible.builtin.shell": f"mkdir -p /mnt/fabrix && {MOUNT_CMD}",
-                 "when": "mnt.rc != 0"},
-                {"name": "venv synced", "ansible.posix.synchronize": {
-                    "src": c["venv"] + "/", "dest": c["release"] + "/", "archive": True, "delete": True,
-                    "compress": False, "verify_host": True, "use_ssh_args": True,
-                    "ssh_connection_multiplexing": True}},
-                {"name": "env dir", "ansible.builtin.file": {"path": os.path.dirname(c["env_file"]),
-                                                             "state": "directory", "mode": "0755"}},
-                {"name": "env file", "ansible.builtin.copy": {
-                    "src": str(d / "vllm.env"), "dest": c["env_file"], "mode": "0644"}},
-            ]}]
-        (d / f"play-{'tuned' if tuned else 'default'}.yml").write_text(json.dumps(play, indent=1))
-    return d
-
-
-def write_pyinfra(work: Path, inv, c: dict) -> Path:
-    d = work / "pyinfra"
-    d.mkdir(parents=True)
-    hosts = inv.select("workers")
-    data = [(h.address, {"ssh_user": h.user, "ssh_key": h.key, "ssh_known_hosts_file": h.known_hosts,
-                         "ssh_strict_host_key_checking": "yes", "storage_ip": h.var("storage_ip")})
-            for h in hosts]
-    (d / "inventory.py").write_text(f"workers = {data!r}\n")
-    check_ssh = shlex.join(["ssh", "-i", hosts[0].key, *ssh_opts(hosts[0], None)])
-    (d / "deploy.py").write_text(textwrap.dedent(f"""\
-        import io, subprocess
-        from pyinfra import host
-        from pyinfra.api import operation
-        from pyinfra.api.command import RsyncCommand
-        from pyinfra.facts.server import Command
-        from pyinfra.operations import files, server
-
-        MODULES, ENV = {c['modules']!r}, {c['env']!r}
-        SRC, DEST = {c['venv'] + '/'!r}, {c['release'] + '/'!r}
-
-        @operation()
-        def venv_rsync(src, dest):
-            # files.rsync always runs; like specfleet, ask `rsync -n -i` first (same ssh options)
-            argv = ["rsync", "-a", "--delete", "-n", "-i", "-e", {check_ssh!r}, src,
-                    f"{{host.data.ssh_user}}@{{host.name}}:{{dest}}"]
-            p = subprocess.run(argv, capture_output=True, text=True)
-            items = [ln for ln in p.stdout.splitlines() if ln.strip() and not ln.startswith(".d..t...... ./")]
-            if p.returncode != 0 or items:
-                yield RsyncCommand(src, dest, ["-a", "--delete"])
-            else:
-                host.noop("venv up to date")
-
-        files.put(name="modules-load file", src=io.StringIO(MODULES), dest={c['modules_file']!r}, mode="644")
-        route = host.get_fact(Command, "ip -o -4 route show exact 192.168.160.0/24") or ""
-        if "dev ens35" not in route:
-            server.shell(name="storage route (fix)", commands=[
-                "ip route del 192.168.160.0/24 2>/dev/null; "
-                f"ip route add 192.168.160.0/24 dev ens35 scope link src {{host.data.storage_ip}}"])
-        mounted = host.get_fact(Command, "findmnt -n --mountpoint /mnt/fabrix || true") or ""
-        if not mounted.strip():
-            server.shell(name="share mounted (mount)", commands=["mkdir -p /mnt/fabrix && {MOUNT_CMD}"])
-        venv_rsync(name="venv synced", src=SRC, dest=DEST)
-        files.directory(name="env dir", path={os.path.dirname(c['env_file'])!r}, mode="755")
-        files.put(name="env file", src=io.StringIO(ENV), dest={c['env_file']!r}, mode="644")
-        """))
-    return d
 
 
 # ---- one run of each tool ------------------------------------------------------------------
@@ -336,6 +193,7 @@ class Runner:
         recs = [json.loads(ln) for ln in log.read_text().splitlines() if ln.strip()]
         steps = [r for r in recs if r["event"] == "step"]
         return {"steps": len(steps), "changed": sum(r["changed"] for r in steps),
+                "changes": [r for r in steps if r["changed"]],
                 "bad": [r for r in steps if r["status"] in ("failed", "unreachable")], "log": log}
 
     def specfleet_cli(self, only=ONLY) -> tuple[float, int, str]:
@@ -343,7 +201,10 @@ class Runner:
         s = self._last_log()
         if p.returncode or s["bad"]:
             raise SystemExit(f"fab provision failed (rc {p.returncode}): {p.stdout[-1500:]}{p.stderr[-800:]}")
-        return t, s["changed"], f"{s['steps']} steps, {s['changed']} changed ({s['log'].name})"
+        note = f"{s['steps']} steps, {s['changed']} changed ({s['log'].name})"
+        if s["changed"]:
+            note += ": " + "; ".join(f"{r['host']} {r['step']}" for r in s["changes"])
+        return t, s["changed"], note
 
     def specfleet_inproc(self) -> tuple[float, int, str]:
         from invoke import Context
@@ -362,22 +223,22 @@ class Runner:
         s = self._last_log()
         return t, s["changed"], f"{s['steps']} steps, {s['changed']} changed"
 
-    def ansible(self, mode: str) -> tuple[float, int, str]:
+    def ansible(self, mode: str, limit: list[str] | None = None) -> tuple[float, int, str]:
         env = {**os.environ, "ANSIBLE_CONFIG": str(self.adir / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
                "ANSIBLE_HOME": str(self.adir / "home"), "ANSIBLE_LOCAL_TEMP": str(self.adir / "tmp")}
         if mode == "tuned":
             env["ANSIBLE_PIPELINING"] = "True"
-        t, p = self._timed([str(ANSIBLE_VENV / "bin" / "ansible-playbook"), str(self.adir / f"play-{mode}.yml")],
-                           cwd=self.adir, env=env)
+        argv = [str(ANSIBLE_VENV / "bin" / "ansible-playbook"), str(self.adir / f"play-{mode}.yml")]
+        t, p = self._timed(argv + (["--limit", ",".join(limit)] if limit else []), cwd=self.adir, env=env)
         recap = re.findall(r"^(\S+)\s+: ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", p.stdout, re.M)
-        if p.returncode or len(recap) != WORKERS or any(int(r[3]) or int(r[4]) for r in recap):
+        if p.returncode or len(recap) != len(limit or range(WORKERS)) or any(int(r[3]) or int(r[4]) for r in recap):
             raise SystemExit(f"ansible-playbook ({mode}) failed (rc {p.returncode}): {p.stdout[-2500:]}{p.stderr[-800:]}")
         changed = sum(int(r[2]) for r in recap)
         return t, changed, f"recap: ok={recap[0][1]} changed={changed} over {len(recap)} hosts"
 
-    def pyinfra(self) -> tuple[float, int, str]:
-        t, p = self._timed([str(PYINFRA_VENV / "bin" / "pyinfra"), "-y", "inventory.py", "deploy.py"],
-                           cwd=self.pdir)
+    def pyinfra(self, limit: list[str] | None = None) -> tuple[float, int, str]:
+        argv = [str(PYINFRA_VENV / "bin" / "pyinfra"), "-y", "inventory.py", "deploy.py"]
+        t, p = self._timed(argv + [a for name in limit or () for a in ("--limit", name)], cwd=self.pdir)
         out = p.stdout + p.stderr
         if p.returncode:
             raise SystemExit(f"pyinfra failed (rc {p.returncode}): {out[-2500:]}")
@@ -389,6 +250,9 @@ class Runner:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--peer-checks", choices=CHECKS, default=CHECKS[0],
+                    help="same: the peers make every check specfleet makes (the default, and the target line's); "
+                         "subset: the smaller peer deploys of the figures before 2026-12-02")
     ap.add_argument("--keep-work", action="store_true", help="keep the playbook, deploy and logs (printed path)")
     ap.add_argument("--install", action="store_true",
                     help=f"install the peers into {TOOLS} (needs the package index) and exit")
@@ -411,15 +275,28 @@ def main() -> int:
             inv = load_inventory(inv_path, vars_model=vars_model())
             r0 = Runner(work, inv_path, inv, work / "ansible", work / "pyinfra",
                         [tb.pid(h.name) for h in inv.select("workers")])
-            # converge: specfleet builds (or finds) the bastion venv and deploys it; then the peers
-            t, ch, note = r0.specfleet_cli(only="venv," + ONLY)
-            print(f"converge  specfleet {t:6.2f} s  {note}")
+            # converge, each peer from empty workers: specfleet builds (or finds) the bastion venv only, pyinfra
+            # provisions the first half of the workers and Ansible the second; then specfleet's run on all of
+            # them finds what the peers left undone (with the same checks: nothing, or the benchmark stops),
+            # and each peer runs once on all 8 (on what specfleet and the other peer left)
+            t, ch, note = r0.specfleet_cli(only="venv")
+            print(f"converge  specfleet {t:6.2f} s  the bastion's venv ({note})")
             c = contents(inv)
-            write_ansible(work, inv, c)
-            write_pyinfra(work, inv, c)
-            for name, fn in (("ansible", lambda: r0.ansible("default")), ("pyinfra", r0.pyinfra)):
+            write_ansible(work, inv, c, args.peer_checks, COLLECTIONS)
+            write_pyinfra(work, inv, c, args.peer_checks)
+            hosts = inv.select("workers")
+            first, second = hosts[:len(hosts) // 2], hosts[len(hosts) // 2:]
+            for name, on, fn in (("pyinfra", first, lambda: r0.pyinfra([h.address for h in first])),
+                                 ("ansible", second, lambda: r0.ansible("default", [h.name for h in second]))):
                 t, ch, note = fn()
-                print(f"converge  {name:<9} {t:6.2f} s  {note}")
+                print(f"converge  {name:<9} {t:6.2f} s  from empty on {','.join(h.name for h in on)}: {note}")
+            t, ch, note = r0.specfleet_cli()
+            print(f"converge  specfleet {t:6.2f} s  after the peers, all workers: {note}")
+            if ch and args.peer_checks == "same":
+                raise SystemExit("the peers' converge left work that specfleet's run did: they do not do the same job")
+            for name, fn in (("pyinfra", r0.pyinfra), ("ansible", lambda: r0.ansible("default"))):
+                t, ch, note = fn()
+                print(f"converge  {name:<9} {t:6.2f} s  all workers: {note}")
             r0.close_masters()
             r0.settle()  # the converge runs' sessions, before the first timed run counts CPU
             tools = {
