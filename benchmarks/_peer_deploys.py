@@ -125,10 +125,13 @@ def _ansible_subset(d: Path, c: dict) -> list[dict]:
     ]
 
 
-def _synchronize(c: dict) -> dict:
+def _synchronize(c: dict, mkpath: bool = False) -> dict:
+    """`mkpath`: rsync makes the releases directory (as specfleet's rsync), so a converge from an empty
+    worker works; the subset deploys converged after specfleet's, which had made it."""
     return {"name": "venv synced", "ansible.posix.synchronize": {
         "src": c["venv"] + "/", "dest": c["release"] + "/", "archive": True, "delete": True,
-        "compress": False, "verify_host": True, "use_ssh_args": True, "ssh_connection_multiplexing": True}}
+        "compress": False, "verify_host": True, "use_ssh_args": True, "ssh_connection_multiplexing": True,
+        **({"rsync_opts": ["--mkpath"]} if mkpath else {})}}
 
 
 def _ansible_same(d: Path, c: dict) -> list[dict]:
@@ -139,7 +142,7 @@ def _ansible_same(d: Path, c: dict) -> list[dict]:
     return [
         _quiet({"name": "base interpreter", "ansible.builtin.command": f"{q(c['base_python'])} -V",
                 "register": "py"}, failed_when=f"py.rc != 0 or not py.stdout.startswith('Python {c['python_minor']}.')"),
-        _synchronize(c),
+        _synchronize(c, mkpath=True),
         {"name": "venv link (check)", "ansible.builtin.stat": {"path": venv, "get_checksum": False,
                                                              "get_mime": False, "get_attributes": False},
          "register": "live"},
@@ -252,7 +255,7 @@ def venv_rsync(src, dest):
     p = subprocess.run(argv, capture_output=True, text=True)
     items = [ln for ln in p.stdout.splitlines() if ln.strip() and not ln.startswith(".d..t...... ./")]
     if p.returncode != 0 or items:
-        yield RsyncCommand(src, dest, ["-a", "--delete"])
+        yield RsyncCommand(src, dest, ["-a", "--delete", "--mkpath"])  # --mkpath: the releases dir, as specfleet
     else:
         host.noop("venv up to date")
 """
