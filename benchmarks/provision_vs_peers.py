@@ -202,8 +202,9 @@ class Runner:
         if p.returncode or s["bad"]:
             raise SystemExit(f"fab provision failed (rc {p.returncode}): {p.stdout[-1500:]}{p.stderr[-800:]}")
         note = f"{s['steps']} steps, {s['changed']} changed ({s['log'].name})"
-        if s["changed"]:
-            note += ": " + "; ".join(f"{r['host']} {r['step']}" for r in s["changes"])
+        if s["changed"]:  # what changed, the first few (a converge changes every step of every worker)
+            shown = [f"{r['host']} {r['step']}" for r in s["changes"][:4]]
+            note += ": " + "; ".join(shown) + ("; ..." if s["changed"] > len(shown) else "")
         return t, s["changed"], note
 
     def specfleet_inproc(self) -> tuple[float, int, str]:
