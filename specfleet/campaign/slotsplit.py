@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from ..plan import Plan, PlanError, gpus_needed
 from .bounds import count_bound
 from ..worker.layout import copy_of, gpu_copy
-from .gpusets import simulate
+from .gpusets import NodeSim
 from ..worker.slots import fits_ever
 
 MAX_ROUNDS = 500     # improving steps of one local search (each lowers the makespan or the spread)
@@ -176,6 +176,15 @@ class Search:
         self.memo: dict[tuple[str, frozenset], tuple[float, list[str]]] = {}
         self.hint: dict[str, list[str]] = {}   # node -> its last polished order
         self.simulations = 0
+        sims: dict[tuple, NodeSim] = {}   # one per GPU layout: twins share the admission table
+        self.sim, self.rows = {}, {}      # node -> its NodeSim; node -> {item: NodeSim row}
+        for n in names:
+            gpus, groups = node_gpus(by[n]), by[n].gpu_groups
+            sim = self.sim[n] = sims.setdefault((tuple(gpus), repr(groups)), NodeSim(gpus, groups, packing))
+            pin = gpu_pins[n]
+            self.rows[n] = {c: sim.row(need[c][n], dur[c][n], pin.get(c)) for c in dur if n in dur[c]}
+        # node -> per queue order of ORDERS, item -> its sort key (orders() sorts thousands of sets)
+        self.keys = {n: [{c: key(need[c][n], dur[c][n], c) for c in others} for key in ORDERS] for n in names}
 
     # ---------------------------------------------------------------- one node
     @property
@@ -184,17 +193,16 @@ class Search:
 
     def end(self, n: str, q: list[str]) -> float:
         self.simulations += 1
-        pin = self.gpu_pins[n]
-        return simulate([(c, self.need[c][n], self.dur[c][n], pin.get(c)) for c in q], node_gpus(self.by[n]),
-                        self.by[n].gpu_groups, self.packing, checked=True)[0]
+        rows = self.rows[n]
+        return self.sim[n].end([rows[c] for c in q])
 
     def orders(self, n: str, mine: frozenset):
-        d, need = self.dur, self.need
-        for key in ORDERS:
-            yield [*self.heads[n], *sorted(mine, key=lambda c: key(need[c][n], d[c][n], c))]
+        keys = self.keys[n]
+        for key in keys:
+            yield [*self.heads[n], *sorted(mine, key=key.__getitem__)]
         if n in self.hint:
             kept = [c for c in self.hint[n] if c in mine]
-            new = sorted(mine - set(kept), key=lambda c: ORDERS[2](need[c][n], d[c][n], c))
+            new = sorted(mine - set(kept), key=keys[2].__getitem__)
             yield [*self.heads[n], *new, *kept]
             yield [*self.heads[n], *kept, *new]
 
