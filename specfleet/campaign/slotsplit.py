@@ -24,13 +24,13 @@ from dataclasses import dataclass, field
 from ..plan import Plan, PlanError, gpus_needed
 from .bounds import count_bound
 from ..worker.layout import copy_of, gpu_copy
-from .gpusets import NodeSim
+from .gpusets import NodeSim, simulate
 from ..worker.slots import fits_ever
 
 MAX_ROUNDS = 500     # improving steps of one local search (each lowers the makespan or the spread)
-# node ends simulated per split, at most: fab bench waits on the split (~0.1-0.5 ms each on one core,
+# node ends simulated per split, at most: fab bench waits on the split (~20-60 µs each on one core,
 # by the node's size); the split is then the best found -- deterministic, not timed
-MAX_SIMULATIONS = 24_000
+MAX_SIMULATIONS = 60_000
 POLISH_SHUFFLES = 60    # random queue orders tried per polish of one node
 POLISH_SWAPS = 600      # pairwise order swaps tried after those
 PERTURB_ROUNDS = 6   # shakes of the iterated local search
@@ -176,6 +176,7 @@ class Search:
         self.memo: dict[tuple[str, frozenset], tuple[float, list[str]]] = {}
         self.hint: dict[str, list[str]] = {}   # node -> its last polished order
         self.simulations = 0
+        self.limit = MAX_SIMULATIONS   # run(): each start searches until its share of the budget
         sims: dict[tuple, NodeSim] = {}   # one per GPU layout: twins share the admission table
         self.sim, self.rows = {}, {}      # node -> its NodeSim; node -> {item: NodeSim row}
         for n in names:
@@ -189,7 +190,7 @@ class Search:
     # ---------------------------------------------------------------- one node
     @property
     def spent(self) -> bool:
-        return self.simulations >= MAX_SIMULATIONS
+        return self.simulations >= self.limit
 
     def end(self, n: str, q: list[str]) -> float:
         self.simulations += 1
@@ -365,15 +366,78 @@ class Search:
                 break
         return on
 
+    def gpu_start(self) -> dict:
+        """The second start: a list schedule at the GPU level. Every item, the widest first, then by
+        GPU-seconds, goes to the GPUs (one node's, inside one group) where it ends first, given what
+        each GPU already holds; each node's queue is then its items in order of planned start (its
+        hint, and that order's end is kept for the set)."""
+        names, allowed, dur, need = self.names, self.allowed, self.dur, self.need
+        free, plan = {}, {n: [] for n in names}   # node -> {GPU: when it comes free}; node -> (start, item)
+        for n in names:
+            sim_head = [(c, need[c][n], dur[c][n], self.gpu_pins[n].get(c)) for c in self.heads[n]]
+            t = dict.fromkeys(node_gpus(self.by[n]), 0.0)
+            for c, (start, got) in simulate(sim_head, node_gpus(self.by[n]), self.by[n].gpu_groups,
+                                           self.packing, checked=True)[1].items():
+                for g in got:
+                    t[g] = max(t[g], start + dur[c][n])
+            free[n] = t
+        firsts = {m[0] for m in self.twins}
+        items = sorted(self.others, key=lambda c: (-max(need[c][n] for n in allowed[c]),
+                                                   -min(dur[c][n] * need[c][n] for n in allowed[c] if n in firsts), c))
+        for c in items:
+            where = [self.pins[c]] if c in self.pins else allowed[c]
+            best = None
+            for n in where:
+                k, gpus = need[c][n], free[n]
+                if self.packing == "exclusive":
+                    start, got = max(gpus.values()), list(gpus)
+                else:
+                    start, got = None, None
+                    for g in self.by[n].gpu_groups or [list(gpus)]:
+                        if len(g) < k:
+                            continue
+                        early = sorted(g, key=lambda i: (gpus[i], i))[:k]
+                        s0 = max(gpus[i] for i in early)
+                        if start is None or s0 < start:
+                            start, got = s0, early
+                if got is not None and (best is None or start + dur[c][n] < best[0] - 1e-9):
+                    best = (start + dur[c][n], start, n, got)
+            end, start, n, got = best
+            for g in got:
+                free[n][g] = end
+            plan[n].append((start, -need[c][n], c))
+        on = {}
+        for n in names:
+            on[n] = frozenset(c for _, _, c in plan[n])
+            q = [*self.heads[n], *(c for _, _, c in sorted(plan[n]))]
+            self.hint[n] = q
+            t = self.end(n, q)
+            key = (n, on[n])
+            if key not in self.memo or t < self.memo[key][0] - 1e-9:
+                self.memo[key] = (t, q)
+        return on
+
     def run(self, lb: float) -> dict:
-        """Greedy, settle, then an iterated local search (shake one or two items off the critical
-        node, settle, keep the best)."""
+        """From each start (greedy, gpu_start), with its share of the budget: settle, then an iterated
+        local search (shake one or two items off the critical node, settle, keep the best); the best
+        split of both."""
         self.lb = lb
-        best = cur = self.settle(self.greedy())
+        best = None
+        for k, start in enumerate((self.greedy, self.gpu_start)):
+            self.limit = MAX_SIMULATIONS * (k + 1) // 2
+            if best is not None and (self.span(best) <= lb * 1.0001 or self.spent):
+                break
+            got = self.shaken(self.settle(start()))
+            if best is None or self.span(got) < self.span(best) - 1e-9:
+                best = got
+        return best
+
+    def shaken(self, start: dict) -> dict:
+        best = cur = start
         rng = random.Random(0)  # deterministic: the same plan always gives the same split
         movable = [c for c in self.others if c not in self.pins and len(self.allowed[c]) > 1]
         for _ in range(PERTURB_ROUNDS if movable and len(self.names) > 1 else 0):
-            if self.span(best) <= lb * 1.0001 or self.spent:
+            if self.span(best) <= self.lb * 1.0001 or self.spent:
                 break
             trial = dict(cur)
             crit = max(self.names, key=lambda n: self.node_time(n, trial[n]))
