@@ -112,3 +112,57 @@ def _pick_cached(free: tuple, need: int, groups: tuple | None) -> list[int] | No
         _PICKS[key] = None if got is None else tuple(got)
     got = _PICKS[key]
     return None if got is None else list(got)
+
+
+class NodeSim:
+    """simulate()'s busy time for one node, for the split's search, which simulates the same node
+    thousands of times: the GPU sets are bit masks, the admission rule's answer for each (free set,
+    need) is asked once (admit/pick, so the rule stays the worker's) and kept in a table, and only
+    the end is computed. Items are (need, seconds, pin mask: 0 unpinned, else the pinned GPU's bit)
+    rows (row()). The same end as simulate() on every queue (tests/bench/test_split_sim.py)."""
+
+    def __init__(self, gpus: list[int], groups: list[list[int]] | None = None, packing: str = "shared"):
+        self.indices = sorted(gpus)
+        self.bit = {g: 1 << k for k, g in enumerate(self.indices)}
+        self.full = (1 << len(self.indices)) - 1
+        self.groups = [list(g) for g in groups] if groups else None
+        self.exclusive = packing == "exclusive"
+        self.table: dict[int, int] = {}   # free mask << 8 | need -> the granted mask, 0: it waits
+
+    def row(self, need: int, seconds: float, pin: int | None = None) -> tuple[int, float, int]:
+        return need, seconds, 0 if pin is None else self.bit[pin]
+
+    def grant(self, free: int, need: int) -> int:
+        ids = [g for g in self.indices if free & self.bit[g]]
+        got = admit(need, None, ids, self.groups)
+        mask = 0 if got is None else sum(self.bit[g] for g in got)
+        self.table[free << 8 | need] = mask
+        return mask
+
+    def end(self, rows: list[tuple[int, float, int]]) -> float:
+        t, free, running, pending = 0.0, self.full, [], rows
+        table, exclusive, push, pop = self.table, self.exclusive, heapq.heappush, heapq.heappop
+        while pending or running:
+            if free and not (exclusive and running):
+                waiting = []
+                for k, it in enumerate(pending):
+                    need, seconds, pin = it
+                    if pin:
+                        got = pin & free
+                    else:
+                        got = table.get(free << 8 | need)
+                        if got is None:
+                            got = self.grant(free, need)
+                    if got:
+                        push(running, (t + seconds, got))
+                        free ^= got
+                        if not free or exclusive:
+                            waiting.extend(pending[k + 1:])
+                            break
+                    else:
+                        waiting.append(it)
+                pending = waiting
+            t = running[0][0]
+            while running and running[0][0] <= t + 1e-9:
+                free |= pop(running)[1]
+        return t

@@ -5,12 +5,17 @@ configuration says where it may run (tensor/pipeline parallel size, gpu_model, w
 busy time is what the runner's pool does with its queue (gpusets.simulate: in queue order, every item
 that fits on free GPUs starts; exclusive = one at a time). The baseline runs on every node first.
 
-Search (class Search): greedy by GPU-seconds onto the node whose simulated end grows least; moves,
-swaps and one-for-two exchanges off the critical node while the makespan (then the sum of squares)
-falls; the critical node's and its candidates' queue orders polished (shuffles, swaps) and the moves
-tried again; an iterated local search (shake one or two items off the critical node, settle, keep the
-best). Of a set of twin nodes only the TWINS_TRIED that end first are tried; a split at the lower bound
-is not searched further. At most MAX_SIMULATIONS node ends are simulated. Lower bound: max(the longest
+Search (class Search), from three starts with a third of the budget each, the best kept: greedy by
+GPU-seconds onto the node whose simulated end grows least, a GPU-level list schedule (gpu_start), and
+the greedy again with packed orders (below);
+then moves, swaps and one-for-two exchanges off the critical node while the makespan (then the sum of
+squares) falls; the critical node's and its candidates' queue orders polished (shuffles, swaps) and
+the moves tried again; an iterated local search (shake one or two items off the critical node, settle,
+keep the best). A node's end is its best under a few queue orders, and in the third start's search
+also under its packed order (Search.packed: its items packed onto its GPUs, queued by planned start).
+Simulations run on gpusets.NodeSim (bit masks, the admission rule's answers tabled). Of a set of twin
+nodes only the TWINS_TRIED that end first are tried; a split at the lower bound is not searched
+further. At most MAX_SIMULATIONS node ends are simulated (a packed order counts PACKED_COST). Lower bound: max(the longest
 baseline, every other item at its best, total GPU-seconds / all GPUs (exclusive: total seconds / nodes),
 the pigeonhole and the count bound over GPUs).
 """
@@ -24,19 +29,22 @@ from dataclasses import dataclass, field
 from ..plan import Plan, PlanError, gpus_needed
 from .bounds import count_bound
 from ..worker.layout import copy_of, gpu_copy
-from .gpusets import simulate
+from .gpusets import NodeSim, simulate
 from ..worker.slots import fits_ever
 
 MAX_ROUNDS = 500     # improving steps of one local search (each lowers the makespan or the spread)
-# node ends simulated per split, at most: fab bench waits on the split (~0.1-0.5 ms each on one core,
+# node ends simulated per split, at most: fab bench waits on the split (~20-60 µs each on one core,
 # by the node's size); the split is then the best found -- deterministic, not timed
-MAX_SIMULATIONS = 24_000
+MAX_SIMULATIONS = 60_000
 POLISH_SHUFFLES = 60    # random queue orders tried per polish of one node
 POLISH_SWAPS = 600      # pairwise order swaps tried after those
 PERTURB_ROUNDS = 6   # shakes of the iterated local search
 # of a set of twin nodes (the same GPUs, groups, durations), the least loaded tried for an item by the greedy,
 # moves, swaps and polish: the other twins can only end the item as late (the search scales with sets, not nodes)
 TWINS_TRIED = 4
+# a packed order (Search.packed) costs about as much CPU as this many node simulations: the budget
+# counts it so, and MAX_SIMULATIONS keeps bounding the split's time
+PACKED_COST = 4
 EXCHANGE_PAIRS = 6   # pairs tried per item by a one-for-two exchange (the nearest in GPU-seconds)
 SETTLE_ROUNDS = 6    # polish-then-improve rounds of one settle, at most
 # queue orders a node's end is simulated under (the best is the queue): widest first, longest first,
@@ -176,25 +184,36 @@ class Search:
         self.memo: dict[tuple[str, frozenset], tuple[float, list[str]]] = {}
         self.hint: dict[str, list[str]] = {}   # node -> its last polished order
         self.simulations = 0
+        self.use_packed = False
+        self.heads_done: dict[str, dict[int, float]] = {}
+        self.limit = MAX_SIMULATIONS   # run(): each start searches until its share of the budget
+        sims: dict[tuple, NodeSim] = {}   # one per GPU layout: twins share the admission table
+        self.sim, self.rows = {}, {}      # node -> its NodeSim; node -> {item: NodeSim row}
+        for n in names:
+            gpus, groups = node_gpus(by[n]), by[n].gpu_groups
+            sim = self.sim[n] = sims.setdefault((tuple(gpus), repr(groups)), NodeSim(gpus, groups, packing))
+            pin = gpu_pins[n]
+            self.rows[n] = {c: sim.row(need[c][n], dur[c][n], pin.get(c)) for c in dur if n in dur[c]}
+        # node -> per queue order of ORDERS, item -> its sort key (orders() sorts thousands of sets)
+        self.keys = {n: [{c: key(need[c][n], dur[c][n], c) for c in others} for key in ORDERS] for n in names}
 
     # ---------------------------------------------------------------- one node
     @property
     def spent(self) -> bool:
-        return self.simulations >= MAX_SIMULATIONS
+        return self.simulations >= self.limit
 
     def end(self, n: str, q: list[str]) -> float:
         self.simulations += 1
-        pin = self.gpu_pins[n]
-        return simulate([(c, self.need[c][n], self.dur[c][n], pin.get(c)) for c in q], node_gpus(self.by[n]),
-                        self.by[n].gpu_groups, self.packing, checked=True)[0]
+        rows = self.rows[n]
+        return self.sim[n].end([rows[c] for c in q])
 
     def orders(self, n: str, mine: frozenset):
-        d, need = self.dur, self.need
-        for key in ORDERS:
-            yield [*self.heads[n], *sorted(mine, key=lambda c: key(need[c][n], d[c][n], c))]
+        keys = self.keys[n]
+        for key in keys:
+            yield [*self.heads[n], *sorted(mine, key=key.__getitem__)]
         if n in self.hint:
             kept = [c for c in self.hint[n] if c in mine]
-            new = sorted(mine - set(kept), key=lambda c: ORDERS[2](need[c][n], d[c][n], c))
+            new = sorted(mine - set(kept), key=keys[2].__getitem__)
             yield [*self.heads[n], *new, *kept]
             yield [*self.heads[n], *kept, *new]
 
@@ -206,6 +225,15 @@ class Search:
                 t = self.end(n, q)
                 if got is None or t < got[0] - 1e-9:
                     got = (t, q)
+            # the packed order, in the third start's search (run()), where the size orders leave
+            # the node ending past both the fleet's bound and its own floor
+            if self.use_packed and got[0] > max(self.lb, self.floor(n, mine)):
+                q = self.packed(n, mine)
+                self.simulations += PACKED_COST
+                if q is not None:
+                    t = self.end(n, q)
+                    if t < got[0] - 1e-9:
+                        got = (t, q)
             self.memo[(n, mine)] = got
         return self.memo[(n, mine)]
 
@@ -357,15 +385,153 @@ class Search:
                 break
         return on
 
+    def gpu_start(self) -> dict:
+        """The second start: a list schedule at the GPU level. Every item, the widest first, then by
+        GPU-seconds, goes to the GPUs (one node's, inside one group) where it ends first, given what
+        each GPU already holds; each node's queue is then its items in order of planned start (its
+        hint, and that order's end is kept for the set)."""
+        names, allowed, dur, need = self.names, self.allowed, self.dur, self.need
+        free = {n: dict(self.head_free(n)) for n in names}   # node -> {GPU: when it comes free}
+        plan = {n: [] for n in names}                   # node -> [(start, -need, item)]
+        firsts = {m[0] for m in self.twins}
+        items = sorted(self.others, key=lambda c: (-max(need[c][n] for n in allowed[c]),
+                                                   -min(dur[c][n] * need[c][n] for n in allowed[c] if n in firsts), c))
+        for c in items:
+            where = [self.pins[c]] if c in self.pins else allowed[c]
+            best = None
+            for n in where:
+                start, got = self.earliest(n, need[c][n], free[n])
+                if got is not None and (best is None or start + dur[c][n] < best[0] - 1e-9):
+                    best = (start + dur[c][n], start, n, got)
+            end, start, n, got = best
+            for g in got:
+                free[n][g] = end
+            plan[n].append((start, -need[c][n], c))
+        on = {}
+        for n in names:
+            on[n] = frozenset(c for _, _, c in plan[n])
+            q = [*self.heads[n], *(c for _, _, c in sorted(plan[n]))]
+            self.hint[n] = q
+            t = self.end(n, q)
+            key = (n, on[n])
+            if key not in self.memo or t < self.memo[key][0] - 1e-9:
+                self.memo[key] = (t, q)
+        return on
+
+    def head_free(self, n: str) -> dict[int, float]:
+        """GPU -> when the node's head items (the baseline, its copies) leave it, as the runner runs them."""
+        if n not in self.heads_done:
+            dur, need = self.dur, self.need
+            items = [(c, need[c][n], dur[c][n], self.gpu_pins[n].get(c)) for c in self.heads[n]]
+            free = dict.fromkeys(node_gpus(self.by[n]), 0.0)
+            for c, (start, got) in simulate(items, node_gpus(self.by[n]), self.by[n].gpu_groups, self.packing,
+                                           checked=True)[1].items():
+                for g in got:
+                    free[g] = max(free[g], start + dur[c][n])
+            self.heads_done[n] = free
+        return self.heads_done[n]
+
+    def earliest(self, n: str, k: int, free: dict[int, float]) -> tuple[float | None, list[int] | None]:
+        """(start, GPUs) of the k GPUs of one group of node n that are free together first, by `free`."""
+        if self.packing == "exclusive":
+            return max(free.values()), list(free)
+        start, got = None, None
+        for g in self.by[n].gpu_groups or [list(free)]:
+            if len(g) >= k:
+                early = sorted(g, key=lambda i: (free[i], i))[:k]
+                s0 = max(free[i] for i in early)
+                if start is None or s0 < start:
+                    start, got = s0, early
+        return start, got
+
+    def packed(self, n: str, mine) -> list[str] | None:
+        """A queue order for node n from a packing of its items onto its GPUs: the wide items first,
+        each where it starts first; the one-GPU items longest first onto the GPU that frees first, then
+        moved and swapped between the busiest GPU and the others while that lowers the busiest GPU's
+        end; the queue is the plan's order of start. What the size orders miss: with three to five
+        items per GPU, longest-first leaves uneven tails."""
+        if self.packing == "exclusive":
+            return None
+        dur, need, keys = self.dur, self.need, self.keys[n]
+        free = dict(self.head_free(n))
+        plan, wide, singles = [], [], []
+        for c in mine:
+            (wide if need[c][n] > 1 else singles).append(c)
+        for c in sorted(wide, key=keys[0].__getitem__):
+            start, got = self.earliest(n, need[c][n], free)
+            for g in got:
+                free[g] = start + dur[c][n]
+            plan.append((start, c))
+        gids = list(free)
+        load = [free[g] for g in gids]
+        on = [[] for _ in gids]
+        ds = {c: dur[c][n] for c in singles}
+        for c in sorted(singles, key=keys[1].__getitem__):
+            k = load.index(min(load))
+            on[k].append(c)
+            load[k] += ds[c]
+        for _ in range(4 * len(singles)):
+            top = load.index(max(load))
+            step = None
+            for g in range(len(gids)):
+                room = load[top] - load[g] - 1e-9   # what may move from top to g: the two then both end sooner
+                if g == top or room <= 0:
+                    continue
+                for c in on[top]:
+                    dc = ds[c]
+                    if dc < room:
+                        step = (g, c, None, dc)
+                        break
+                    for x in on[g]:
+                        if 1e-9 < dc - ds[x] < room:
+                            step = (g, c, x, dc - ds[x])
+                            break
+                    if step:
+                        break
+                if step:
+                    break
+            if step is None:
+                break
+            g, c, x, delta = step
+            on[top].remove(c)
+            on[g].append(c)
+            if x is not None:
+                on[g].remove(x)
+                on[top].append(x)
+            load[top] -= delta
+            load[g] += delta
+        for k, items in enumerate(on):
+            t = free[gids[k]]
+            for c in sorted(items, key=keys[1].__getitem__):
+                plan.append((t, c))
+                t += ds[c]
+        return [*self.heads[n], *(c for _, c in sorted(plan, key=lambda x: (x[0], keys[0][x[1]])))]
+
     def run(self, lb: float) -> dict:
-        """Greedy, settle, then an iterated local search (shake one or two items off the critical
-        node, settle, keep the best)."""
+        """From each of three starts, a third of the budget each: settle, then an iterated local search
+        (shake one or two items off the critical node, settle, keep the best); the best split found.
+        The starts: greedy, gpu_start, and greedy again with the search also judging a node by its
+        packed order (best()). They explore differently: on campaign_makespan's multi-GPU trials
+        each alone misses some that another meets (benchmarks/README.md)."""
         self.lb = lb
-        best = cur = self.settle(self.greedy())
+        best = None
+        starts = ((self.greedy, False), (self.gpu_start, False), (self.greedy, True))   # (start, use_packed)
+        for k, (start, self.use_packed) in enumerate(starts):
+            self.limit = MAX_SIMULATIONS * (k + 1) // len(starts)
+            if best is not None and (self.span(best) <= lb * 1.0001 or self.spent):
+                break
+            got = self.shaken(self.settle(start()))
+            if best is None or self.span(got) < self.span(best) - 1e-9:
+                best = got
+        return best
+
+    def shaken(self, start: dict) -> dict:
+        """The iterated local search from a settled split: PERTURB_ROUNDS shakes, the best kept."""
+        best = cur = start
         rng = random.Random(0)  # deterministic: the same plan always gives the same split
         movable = [c for c in self.others if c not in self.pins and len(self.allowed[c]) > 1]
         for _ in range(PERTURB_ROUNDS if movable and len(self.names) > 1 else 0):
-            if self.span(best) <= lb * 1.0001 or self.spent:
+            if self.span(best) <= self.lb * 1.0001 or self.spent:
                 break
             trial = dict(cur)
             crit = max(self.names, key=lambda n: self.node_time(n, trial[n]))

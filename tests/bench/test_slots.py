@@ -169,8 +169,12 @@ def test_slot_split_is_deterministic_and_its_simulations_are_bounded(monkeypatch
     p = plan(many, packing="shared")
     fleet = nodes(n=2, g=8, groups=((0, 1, 2, 3), (4, 5, 6, 7)))
     counted = []
-    real = slotsplit.simulate
-    monkeypatch.setattr(slotsplit, "simulate", lambda *a, **k: counted.append(1) or real(*a, **k))
+    monkeypatch.setattr(slotsplit, "MAX_SIMULATIONS", 12_000)   # the test's CPU: the rule, not the default, is tested
+    real, packed = slotsplit.NodeSim.end, slotsplit.Search.packed
+    monkeypatch.setattr(slotsplit.NodeSim, "end", lambda *a, **k: counted.append(1) or real(*a, **k))
+    # a packed order counts as PACKED_COST simulations in the budget (its CPU)
+    monkeypatch.setattr(slotsplit.Search, "packed",
+                        lambda *a, **k: counted.extend([1] * slotsplit.PACKED_COST) or packed(*a, **k))
     a, b = split(p, fleet), split(p, fleet)
     assert a.queues == b.queues and a.makespan_s == b.makespan_s
     assert a.makespan_s <= 1.10 * a.lower_bound_s
