@@ -23,7 +23,7 @@ from collections import Counter
 
 from . import layout
 from .host import (Fatal, ItemFailed, Stopped, end_pids, engine_identity, env_without_devices, gpu_table, live_pids, log,
-                   now, parse_env_file, proc_argv0, proc_has_token)
+                   now, sourced_env, proc_argv0, proc_has_token)
 from .runspec import BenchRun, Client, Dropped, Serve
 from .slots import flag_values
 from .telemetry import sampler_for
@@ -182,7 +182,7 @@ class Lane:
         if s["env_file"]:
             if not os.path.isfile(s["env_file"]):
                 raise ItemFailed(f"env file {s['env_file']} is missing")
-            env = parse_env_file(s["env_file"], env)
+            env = sourced_env(s["env_file"], env)
         venv_bin = os.path.join(s["venv"], "bin")
         env.update(VIRTUAL_ENV=s["venv"], PATH=f"{venv_bin}:{env.get('PATH', '/usr/bin:/bin')}",
                    SPECFLEET_RUN_ID=s["run_id"], SPECFLEET_RUN_DIR=self.run_dir)

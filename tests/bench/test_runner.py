@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from specfleet.worker.host import parse_env_file
+from specfleet.worker.host import sourced_env
 from specfleet.worker.runner import EXIT_FAILED, EXIT_FATAL, EXIT_LOCKED, EXIT_OK, EXIT_STOPPED
 
 
@@ -56,7 +56,7 @@ def test_happy_path(bed):
 def test_env_file_parsing(tmp_path):
     f = tmp_path / "e"
     f.write_text('export A=/x\nexport B="$A/bin:$PATH" # c\nexport C=\'$A\'\nD=${A}/y\n# x\n')
-    env = parse_env_file(str(f), {"PATH": "/usr/bin"})
+    env = sourced_env(str(f), {"PATH": "/usr/bin"})
     assert env["B"] == "/x/bin:/usr/bin" and env["C"] == "$A" and env["D"] == "/x/y"
 
 
