@@ -28,7 +28,7 @@ import os
 import statistics
 
 from .layout import result_filename
-from .runspec import BenchRun, Client
+from .runspec import BenchRun
 
 FASTER, NO_DIFF, SLOWER = "faster", "no measurable difference", "slower"
 MEETS, MISSES = "meets the SLO", "misses the SLO"
@@ -154,49 +154,31 @@ def _runs(x: dict, config: str, conc: int, num_prompts: int) -> list[dict]:
             for rep in range(1, x["repeat"] + 1)]
 
 
-def _values(result_dir: str, x: dict, config: str, conc: int) -> list[float] | None:
-    """The metric over the repeats of one cell, or None unless every repeat's file is a result."""
-    vals = []
-    for run in _runs(x, config, conc, 0):
-        path = os.path.join(result_dir, run["result_file"])
-        try:
-            with open(path) as f:
-                v = json.load(f).get(x["metric"])
-        except (OSError, ValueError, AttributeError):
-            return None
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
-            return None
-        vals.append(float(v))
-    return vals
-
-
-def _slo_counts(result_dir: str, x: dict, config: str, conc: int, limits: dict[str, float]) -> list[tuple] | None:
-    """(good, succeeded, duration) over the repeats of one cell, or None unless every repeat's file is a
-    result with per-request arrays."""
-    out = []
-    for run in _runs(x, config, conc, 0):
-        path = os.path.join(result_dir, run["result_file"])
-        try:
-            with open(path) as f:
-                d = json.load(f)
-            counts = good_requests(d.get("ttfts"), d.get("latencies"), d.get("output_lens"), d.get("errors"), limits)
-            duration = float(d.get("duration"))
-        except (OSError, ValueError, AttributeError, TypeError):
-            return None
-        if counts is None or not duration > 0:
-            return None
-        out.append((*counts, duration))
-    return out
+def _value(x: dict, d: dict):
+    """What the search judges of one result: the metric (> 0), or for a goodput search (good,
+    succeeded, duration) from its per-request arrays; None when the result has none."""
+    if x["metric"] != GOODPUT:
+        v = d.get(x["metric"])
+        return None if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0 else float(v)
+    counts = good_requests(d.get("ttfts"), d.get("latencies"), d.get("output_lens"), d.get("errors"),
+                           x["slo"]["limits"])
+    duration = float(d.get("duration"))
+    return None if counts is None or not duration > 0 else (*counts, duration)
 
 
 def measured(x: dict, result_dir: str, config: str) -> dict[int, list]:
-    """concurrency -> values over repeats ((good, succeeded, duration) for a goodput search), for the
-    cells of `config` whose files are all there."""
+    """concurrency -> values over repeats (_value), for the cells of `config` whose every repeat's file
+    is a result."""
     out = {}
     for c in x["grid"]:
-        vals = (_slo_counts(result_dir, x, config, c, x["slo"]["limits"]) if x["metric"] == GOODPUT
-                else _values(result_dir, x, config, c))
-        if vals is not None:
+        vals = []
+        for run in _runs(x, config, c, 0):
+            try:
+                with open(os.path.join(result_dir, run["result_file"])) as f:
+                    vals.append(_value(x, json.load(f)))
+            except (OSError, ValueError, AttributeError, TypeError):
+                vals.append(None)
+        if None not in vals:
             out[c] = vals
     return out
 
@@ -241,13 +223,6 @@ def _item(base_item: dict, name: str, entries: list[dict]) -> dict:
     return item
 
 
-def server_per_repeat(x: dict, item: dict) -> bool:
-    """Whether each repeat runs on its own server start: what the item's results say of their repeats
-    (the client's `repeat_isolation` metadata, written by the bastion from the plan)."""
-    meta = dict(map(tuple, Client.from_json(item["client"]).metadata)) if "client" in item else {}
-    return x["repeat"] > 1 and meta.get("repeat_isolation") == "server-start"
-
-
 def crossover_round(spec: dict, result_dir: str, tried: dict[str, set[int]], round_no: int) -> tuple[list[dict], dict]:
     """(the next round's queue items, the decision per configuration). `tried` is updated."""
     x = spec.get("crossover")
@@ -266,7 +241,7 @@ def crossover_round(spec: dict, result_dir: str, tried: dict[str, set[int]], rou
     todo = [(cfg, concs) for cfg, concs in [(x["baseline"], base_need),
                                             *((c, v) for c, v in need.items() if c != x["baseline"])]
             if concs and cfg in by_name]
-    apart = bool(todo) and server_per_repeat(x, by_name[todo[0][0]])
+    apart = bool(x.get("server_per_repeat"))  # the plan's repeat_isolation: server-start (the bastion's)
     # server-start: one item per (repeat, configuration), repeats outermost; else one per configuration
     reps = [[r] for r in range(1, x["repeat"] + 1)] if apart else [list(range(1, x["repeat"] + 1))]
     items = []
