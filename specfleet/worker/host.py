@@ -90,7 +90,11 @@ def live_pids():
                 yield int(d), st
 
 
-def end_pids(pids: list[int], grace: float = 5.0) -> None:
+def end_pids(pids: list[int], what: str, grace: float = 5.0) -> None:
+    """SIGTERM, then SIGKILL, to `pids` (logged as `what`, by PID); nothing when there are none."""
+    if not pids:
+        return
+    log(f"ending {what} by PID: {pids}")
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for pid in pids:
             try:

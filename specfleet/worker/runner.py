@@ -414,10 +414,8 @@ class Runner:
 
     def end_previous_leftovers(self) -> None:
         """After a runner crash or kill: end what an earlier runner of this run dir left."""
-        left = [pid for pid, _ in live_pids() if proc_has_token(pid, self.token)]
-        if left:
-            log(f"ending processes an earlier runner left (by PID): {left}")
-            end_pids(left)
+        end_pids([pid for pid, _ in live_pids() if proc_has_token(pid, self.token)],
+                 "processes an earlier runner left")
 
     def on_sigterm(self, signum, frame) -> None:
         log(f"signal {signum}: stopping after cleaning up the current server")
