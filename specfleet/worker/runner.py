@@ -169,7 +169,7 @@ class Runner:
             except (OSError, ValueError):
                 r = None
             ok = isinstance(r, dict) and all(isinstance(r.get(k, 0), (int, float)) for k in RESULT_KEYS) \
-                and r.get("completed", 1) > 0 and (r.get("failed") or 0) <= self.spec.get("max_failed_requests", 0)
+                and r.get("completed", 1) > 0 and (r.get("failed") or 0) <= item.get("max_failed_requests", 0)
             if not ok:
                 log(f"[{item['name']}] done marker present but {b['result_file']} is missing or invalid: "
                     "measured again")
