@@ -24,23 +24,36 @@ PROVIDED = "provided"
 
 
 class VenvVars(BaseModel):
-    """The workers' venv, built on the bastion (venv) and copied to each worker (venv-deploy); the
-    build's own defaults (pip timeouts, base python) are specfleet.venv_build.VenvSpec's."""
+    """The workers' venv, built on the bastion (venv) and copied to each worker (venv-deploy). Its
+    defaults are the build's (`venv_spec` turns these vars into specfleet.venv_build.VenvSpec)."""
 
     venv_path: ExecPath | None = None          # where the workers have it (and the bastion builds it)
     base_python: ExecPath | None = None
     venv_requirements: list[Requirement] | None = Field(default=None, min_length=1)
-    venv_verify_packages: list[PyModule] | None = None
+    venv_verify_packages: list[PyModule] = Field(default_factory=lambda: ["vllm"])  # imported after a build
     venv_fixups: PyModule | None = None  # a module with post_install_fixups(venv), imported on the bastion
     wheelhouse: AbsPath | None = None
-    pip_timeout: int | None = Field(default=None, ge=1)
-    pip_retries: int | None = Field(default=None, ge=0)
-    pip_attempts: int | None = Field(default=None, ge=1)
+    pip_timeout: int = Field(default=30, ge=1)     # pip --timeout, seconds per network read
+    pip_retries: int = Field(default=3, ge=0)      # pip --retries
+    pip_attempts: int = Field(default=5, ge=1)     # the whole install, with exponential back-off
     gpu_arch: Word | None = None
     # bastion: build the venv and copy it; provided: the workers already have it at venv_path (a
     # pre-built image), venv-deploy checks it instead (docs/provisioning.md "A provided venv")
     venv_source: Literal["bastion", "provided"] | None = None
     venv_python_version: PyMinor | None = None
+
+
+def venv_spec(vars: dict, where: str = "bastion") -> venv_build.VenvSpec:
+    """The build's spec from the inventory's vars; a var left unset (absent or null) takes VenvVars' default."""
+    missing = [k for k in ("venv_path", "base_python", "venv_requirements") if not vars.get(k)]
+    if missing:
+        raise venv_build.VenvError(f"{where}, field(s) {', '.join(repr(k) for k in missing)}: inventory vars "
+                                   "missing for the venv (set them in the bastion's or all's vars)")
+    v = VenvVars.model_validate({k: vars[k] for k in VenvVars.model_fields if vars.get(k) is not None})
+    return venv_build.VenvSpec(path=v.venv_path, base_python=v.base_python, requirements=list(v.venv_requirements),
+                               verify_packages=list(v.venv_verify_packages), gpu_arch=v.gpu_arch,
+                               pip_timeout=v.pip_timeout, pip_retries=v.pip_retries, attempts=v.pip_attempts,
+                               wheelhouse=v.wheelhouse, fixups=v.venv_fixups)
 
 
 def is_provided(vars: dict) -> bool:
@@ -72,7 +85,7 @@ def bastion_manifest(ctx: Context, build: bool) -> None:
         console.print(f"{'venv':>12} bastion  {msg}")
         return
     try:
-        spec = venv_build.VenvSpec.from_vars(inv.bastion_vars, where=f"{inv.path}: bastion")
+        spec = venv_spec(inv.bastion_vars, where=f"{inv.path}: bastion")
         if build:
             outcome = venv_build.build(spec, check=ctx.check, log=lambda m: console.print(f"[dim]  bastion: {m}[/]"))
             status = Status.CHANGED if outcome.changed else Status.OK

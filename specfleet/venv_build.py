@@ -20,7 +20,7 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -66,28 +66,17 @@ class VenvSpec:
     path: str
     base_python: str
     requirements: list[str]
-    verify_packages: list[str] = field(default_factory=lambda: ["vllm"])
-    gpu_arch: str | None = None
-    pip_timeout: int = 30
-    pip_retries: int = 3
-    attempts: int = 5
-    wheelhouse: str | None = None
+    # the values below come from the inventory (roles/venv.py: venv_spec, with VenvVars' defaults)
+    verify_packages: list[str]
+    gpu_arch: str | None
+    pip_timeout: int
+    pip_retries: int
+    attempts: int
+    wheelhouse: str | None
     # a Python module the inventory names (venv_fixups), run after pip: the CPU vLLM build needs
     # `testbed.realvllm.build_venv` (docs/engines-real.md). It lives outside the package: it is
     # imported from the bastion's sys.path (the directory fab runs in), never shipped in the wheel.
-    fixups: str | None = None
-
-    @classmethod
-    def from_vars(cls, v: dict, where: str = "bastion") -> "VenvSpec":
-        missing = [k for k in ("venv_path", "base_python", "venv_requirements") if not v.get(k)]
-        if missing:
-            raise VenvError(f"{where}, field(s) {', '.join(repr(k) for k in missing)}: inventory vars missing "
-                            "for the venv (set them in the bastion's or all's vars)")
-        optional = {"verify_packages": "venv_verify_packages", "gpu_arch": "gpu_arch", "pip_timeout": "pip_timeout",
-                    "pip_retries": "pip_retries", "attempts": "pip_attempts", "wheelhouse": "wheelhouse",
-                    "fixups": "venv_fixups"}  # field -> inventory var; an unset var keeps the field's default
-        return cls(path=v["venv_path"], base_python=v["base_python"], requirements=list(v["venv_requirements"]),
-                   **{f: v[var] for f, var in optional.items() if v.get(var) is not None})
+    fixups: str | None
 
     def digest(self) -> str:
         """What the venv is built from; a change means a rebuild. Local requirement dirs count by content."""

@@ -17,6 +17,10 @@ inverts ratio and band, so the decision does not depend on node names).
   interval): inside, PASSED but stamped UNVERIFIED; outside, INCONCLUSIVE.
 - Every other concurrency both nodes measured is decided the same way; a gap there
   is a named warning (gate.notes), the rule's point alone decides the merge.
+- Open-loop cells (a request rate) decide only where the rule's point has no closed-loop
+  cell: their requests arrive on a schedule, so their throughput follows the schedule
+  more than the node, and a plan runs them short. Where a closed-loop cell exists they
+  are compared as other concurrencies are (a named warning at most), and a note says so.
 
 See docs/report.md, "The equivalence gate".
 """
@@ -36,6 +40,7 @@ from .consistency import mismatches
 from .gate_policy import (ALPHA, ALPHA_PER_LOOK, FAILED, INCONCLUSIVE, MERGES, METHOD as POLICY, PASSED,
                           UNVERIFIED, Decision, decide_state, metric_value)
 from .provenance import plan_hashes
+from ..plan.sweep import parse_cell
 from ..worker.stats import log_welch, ratio_interval, t_two_sided_p
 
 GATE_METRICS = {
@@ -214,6 +219,12 @@ def _shared_cells(samples, a: str, b: str, conc_of: dict[str, int]) -> list[str]
                   key=lambda c: (conc_of[c], c))
 
 
+def open_loop(cell: str) -> bool:
+    """A cell whose requests arrive at a set rate (`conc8-rate4`), not as fast as the server answers."""
+    parsed = parse_cell(cell)
+    return bool(parsed and parsed["request_rate"] is not None)
+
+
 def _pct(a: float, b: float) -> float:
     return (b - a) / a * 100.0 if a else math.nan
 
@@ -287,6 +298,12 @@ def check_equivalence(camp: Campaign, rule: EquivalenceRule | None = None,
         gate.notes.append(f"only {len(hosts)} node(s) with results: nothing to compare")
     all_cells = sorted({c for (_, c) in samples}, key=lambda c: (conc_of[c], c))
     rule_cells = [c for c in all_cells if rule.concurrency is None or conc_of[c] == rule.concurrency]
+    open_cells = [c for c in rule_cells if open_loop(c)]
+    if open_cells and len(open_cells) < len(rule_cells):
+        rule_cells = [c for c in rule_cells if c not in open_cells]
+        gate.notes.append(f"open-loop cell(s) {', '.join(open_cells)} do not decide the merge: their requests "
+                          "arrive on a schedule, so the closed-loop cell(s) " + ", ".join(rule_cells) +
+                          " at the same concurrency decide; the open-loop ones are compared as other points are")
     if rule.concurrency is not None and not rule_cells:
         rule_cells = [f"conc{rule.concurrency}"]  # nobody has it: each node's problem names it
     for h in hosts:

@@ -48,9 +48,21 @@ def test_watch_records_status_changes(tmp_path):
     state, out = tmp_path / "state.json", tmp_path / "phases.json"
     p = subprocess.Popen([sys.executable, str(Path(watch.__file__)), str(state), str(out)])
     try:
+        def recorded() -> list[str]:
+            try:
+                return [e["status"] for e in json.loads(out.read_text())[str(state)]]
+            except (OSError, ValueError, KeyError):
+                return []
         for status in ("preflight", "loading", "loading", "done"):
             state.write_text(json.dumps({"items": [{"name": "v", "status": status, "phase": ""}]}))
-            time.sleep(0.4)
+            # the watcher polls every 0.1 s and saves on a change: wait until it has the change (its start-up
+            # at load can take seconds; the bound only ends a hung test); a repeated status is no change, so
+            # it gets 4 polls to show that the watcher does not record it twice
+            if recorded()[-1:] == [status]:
+                time.sleep(0.4)
+            end = time.monotonic() + 30
+            while time.monotonic() < end and recorded()[-1:] != [status]:
+                time.sleep(0.05)
     finally:
         p.terminate()
         p.wait(10)

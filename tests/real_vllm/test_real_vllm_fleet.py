@@ -44,7 +44,8 @@ from pathlib import Path
 
 import pytest
 
-from specfleet import venv_build as venv_role
+from specfleet import venv_build
+from specfleet.roles.venv import venv_spec as role_venv_spec
 from tests.run_argv import rendered
 from specfleet.campaign import load_plan
 from specfleet.results.schema import SPEC_KEYS, Result
@@ -82,8 +83,8 @@ def bastion_vars() -> dict:
             "venv_verify_packages": ["vllm", "torch"]}
 
 
-def venv_spec() -> venv_role.VenvSpec:
-    return venv_role.VenvSpec.from_vars({"venv_path": VENV_PATH, "base_python": BASE_PYTHON,
+def venv_spec() -> venv_build.VenvSpec:
+    return role_venv_spec({"venv_path": VENV_PATH, "base_python": BASE_PYTHON,
                                          **bastion_vars()})
 
 
@@ -92,7 +93,7 @@ def ensure_wheelhouse(tmp: Path) -> str:
     if not os.path.exists(BASE_PYTHON):
         unavailable(f"base interpreter {BASE_PYTHON} is missing (apt install python3.11 python3.11-venv)")
     spec = venv_spec()
-    man = venv_role.read_manifest(VENV_PATH)
+    man = venv_build.read_manifest(VENV_PATH)
     if man and man.get("digest") == spec.digest() and Path(VENV_PATH, "bin", "python").exists():
         return f"bastion venv {VENV_PATH} is up to date ({spec.digest()}): provision skips the build"
     pyver = bv._python_version(BASE_PYTHON)
@@ -236,7 +237,7 @@ def test_provision_bench_collect_real_vllm(testbed_factory, tmp_path):
     r = fab("provision", "--only", "venv", inventory=inv, runs=runs, timeout=1800)
     TIMINGS["provision_venv_s"] = round(time.monotonic() - t0, 1)
     assert r.returncode == 0, summary(r)
-    man = venv_role.read_manifest(VENV_PATH)
+    man = venv_build.read_manifest(VENV_PATH)
     assert man and man["digest"] == venv_spec().digest(), man
     assert man["packages"]["vllm"] == bv.VLLM_VERSION and man["packages"]["torch"].endswith("+cpu"), man
     fixed = subprocess.run([f"{VENV_PATH}/bin/python", "-c",

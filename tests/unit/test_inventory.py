@@ -223,8 +223,9 @@ def test_a_missing_var_names_the_inventory_file_host_and_field(tmp_path, key):
 
 
 def test_the_bastion_venv_vars_missing_name_the_file_and_fields(tmp_path):
-    from specfleet.venv_build import VenvError, VenvSpec
+    from specfleet.roles.venv import venv_spec
+    from specfleet.venv_build import VenvError
     with pytest.raises(VenvError) as e:
-        VenvSpec.from_vars({"venv_path": "/opt/v"}, where=f"{tmp_path}/hosts.yml: bastion")
+        venv_spec({"venv_path": "/opt/v"}, where=f"{tmp_path}/hosts.yml: bastion")
     msg = str(e.value)
     assert msg.startswith(f"{tmp_path}/hosts.yml: bastion, field(s) 'base_python', 'venv_requirements': "), msg

@@ -5,11 +5,13 @@ import sys
 
 import pytest
 
-from specfleet.venv_build import VenvError, VenvSpec, fixup_module
+from specfleet.roles.venv import venv_spec
+from specfleet.venv_build import VenvError, fixup_module
 
 
 def spec(fixups):
-    return VenvSpec(path="/opt/v", base_python="/usr/bin/python3", requirements=["x"], fixups=fixups)
+    return venv_spec({"venv_path": "/opt/v", "base_python": "/usr/bin/python3", "venv_requirements": ["x"],
+                      "venv_fixups": fixups})
 
 
 def test_the_fixup_module_is_imported_by_name_and_its_content_is_in_the_digest(tmp_path, monkeypatch):

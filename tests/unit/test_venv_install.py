@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from specfleet import venv_build
+from specfleet.roles.venv import venv_spec
 from specfleet.venv_build import VenvSpec, build, install_argv, read_manifest
 
 
@@ -28,8 +29,9 @@ def wheel(wheelhouse: Path, name: str = "sfdemo", version: str = "1.0") -> None:
 
 
 def spec(tmp_path: Path, wheelhouse: Path | None) -> VenvSpec:
-    return VenvSpec(path=str(tmp_path / "venv"), base_python="/usr/bin/python3", requirements=["sfdemo==1.0"],
-                    verify_packages=["sfdemo"], wheelhouse=str(wheelhouse) if wheelhouse else None, attempts=1)
+    return venv_spec({"venv_path": str(tmp_path / "venv"), "base_python": "/usr/bin/python3",
+                      "venv_requirements": ["sfdemo==1.0"], "venv_verify_packages": ["sfdemo"],
+                      "wheelhouse": str(wheelhouse) if wheelhouse else None, "pip_attempts": 1})
 
 
 def test_a_wheelhouse_install_uses_uv_when_it_is_there_and_pip_otherwise(tmp_path, monkeypatch):
@@ -55,12 +57,12 @@ def test_the_venv_built_from_a_wheelhouse_imports_its_packages(tmp_path, monkeyp
     assert (tmp_path / "venv/bin/pip").exists()  # pip stays in the venv (the fix-ups uninstall with it)
 
 
-def test_inventory_vars_set_the_spec_and_unset_ones_keep_its_defaults():
+def test_inventory_vars_set_the_spec_and_unset_ones_take_the_vars_models_defaults():
     base = {"venv_path": "/opt/v", "base_python": "/usr/bin/python3", "venv_requirements": ["vllm==0.32.0"]}
-    plain = VenvSpec.from_vars({**base, "pip_timeout": None})  # an inventory var left unset reads as None
+    plain = venv_spec({**base, "pip_timeout": None})  # an inventory var left unset reads as None
     assert (plain.pip_timeout, plain.pip_retries, plain.attempts, plain.verify_packages, plain.wheelhouse) == \
         (30, 3, 5, ["vllm"], None)
-    tuned = VenvSpec.from_vars({**base, "pip_timeout": 5, "pip_retries": 0, "pip_attempts": 2,
+    tuned = venv_spec({**base, "pip_timeout": 5, "pip_retries": 0, "pip_attempts": 2,
                                 "venv_verify_packages": ["vllm", "torch"], "wheelhouse": "/srv/wh"})
     assert (tuned.pip_timeout, tuned.pip_retries, tuned.attempts, tuned.verify_packages, tuned.wheelhouse) == \
         (5, 0, 2, ["vllm", "torch"], "/srv/wh")
