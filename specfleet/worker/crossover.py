@@ -35,20 +35,26 @@ MEETS, MISSES = "meets the SLO", "misses the SLO"
 GOODPUT = "goodput"   # the plan's ConcurrencySearch.metric that searches for the highest load meeting the SLO
 
 
+def speedup_verdict(point: float, ri, band: tuple[float, float]) -> str:
+    """The one rule of the search and the report (results/measures.speedup_noise): faster or slower
+    only outside the band (the minimum effect of interest, with 1 run or 10) and, where there is an
+    interval (ri: stats.ratio_interval, repeats on both sides), only where it also excludes 1.00x."""
+    faster, slower = point > band[1], point < band[0]
+    if ri is not None:
+        faster, slower = faster and ri.low > 1.0, slower and ri.high < 1.0
+    return FASTER if faster else SLOWER if slower else NO_DIFF
+
+
 def judge(cfg: list[float], base: list[float], confidence: float, tolerance_pct: float) -> dict | None:
-    """The speedup mean(cfg)/mean(base) with its interval and verdict; None without data."""
+    """The speedup of cfg over base (the ratio of geometric means, as the report's) with its interval
+    and verdict (speedup_verdict, the band [1/(1+tol), 1+tol]); None without data."""
     if not cfg or not base or min(cfg + base) <= 0:
         return None
-    from .stats import ratio_interval
+    from .stats import geometric_ratio, ratio_interval
     ri = ratio_interval(base, cfg, confidence)
-    hi_band = 1.0 + tolerance_pct / 100.0
-    if ri is None:  # a single run on a side: the plain tolerance band, no interval
-        r = statistics.fmean(cfg) / statistics.fmean(base)
-        verdict = FASTER if r > hi_band else SLOWER if r < 1.0 / hi_band else NO_DIFF
-        return {"speedup": r, "low": None, "high": None, "verdict": verdict, "n": [len(cfg), len(base)]}
-    verdict = FASTER if ri.low > 1.0 else SLOWER if ri.high < 1.0 else NO_DIFF
-    return {"speedup": ri.ratio, "low": ri.low, "high": ri.high, "verdict": verdict,
-            "n": [len(cfg), len(base)]}
+    point, hi = geometric_ratio(base, cfg), 1.0 + tolerance_pct / 100.0
+    return {"speedup": point, "low": ri and ri.low, "high": ri and ri.high, "n": [len(cfg), len(base)],
+            "verdict": speedup_verdict(point, ri, (1.0 / hi, hi))}
 
 
 def good_requests(ttfts, latencies, output_lens, errors, limits: dict[str, float]) -> tuple[int, int] | None:
