@@ -2,7 +2,7 @@
 
 Every line is built by specfleet.quoting: keys are shell identifiers, values
 single-quoted words, so the file sets exactly the inventory's bytes when
-sourced by sh or bash and when read by the runner (host.parse_env_file).
+sourced by sh or bash (the runner sources it with sh: host.sourced_env).
 """
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ import time
 import zipfile
 from pathlib import Path
 
-from .commands import Paths, num_prompts, queue_items
+from .commands import Paths, num_prompts, queue_items, server_per_repeat
 from ..plan import Plan
 from .slotsplit import pins_of
 from ..worker.stats import SPEEDUP_CONFIDENCE  # the report's interval, the one default
@@ -88,6 +88,7 @@ def crossover_spec(plan: Plan, queue: list[str]) -> dict | None:
             "budget": x.budget, "metric": x.metric, "confidence": SPEEDUP_CONFIDENCE,
             "tolerance_pct": plan.equivalence.tolerance_pct, "baseline": plan.baseline,
             "configs": [n for n in queue if n != plan.baseline], "repeat": b.repeat, "output_len": b.output_len,
+            "server_per_repeat": server_per_repeat(plan),   # a round keeps its repeats apart as the plan's
             **({"slo": {"limits": b.slo.limits(), "attainment_pct": b.slo.attainment_pct}}
                if x.metric == "goodput" else {})}
 

@@ -32,7 +32,8 @@ import pandas as pd
 from .campaign import Campaign
 from .diagnosis import LOOP_SHARE_DEGENERATE
 from .gate import EquivalenceRule
-from ..worker.stats import SPEEDUP_CONFIDENCE, ratio_interval
+from ..worker.crossover import speedup_verdict
+from ..worker.stats import SPEEDUP_CONFIDENCE, geometric_ratio, ratio_interval
 
 SINGLE_RUN = "single run: plain threshold, no interval"
 INTERVAL_METHOD = "95 % CI, Welch's t on log values"
@@ -91,20 +92,11 @@ def evidence(r: pd.Series, noise: NoiseBand) -> str:
             f"({r.speedup_method})")
 
 
-def geometric_ratio(base: list[float], cfg: list[float]) -> float:
-    """exp(mean log cfg - mean log base): the speedup's point, the centre of ratio_interval's log-scale
-    interval (NaN when a value is not positive: no log)."""
-    if not base or not cfg or min(base + cfg) <= 0:
-        return math.nan
-    return math.exp(sum(map(math.log, cfg)) / len(cfg) - sum(map(math.log, base)) / len(base))
-
-
 def speedup_noise(camp: Campaign, runs: pd.DataFrame, baseline: str, noise: NoiseBand) -> pd.DataFrame:
     """Sets speedup to the ratio of geometric means (the interval's centre) and adds speedup_ci_low,
     speedup_ci_high, speedup_method, speedup_verdict."""
     # keyed by bench cell: a sweep has several cells per concurrency
     s = {k: [float(r.result.output_throughput) for r in runs] for k, runs in camp.groups().items()}
-    lo_band, hi_band = noise.band
     points, lows, highs, methods, verdicts = [], [], [], [], []
     for _, r in runs.iterrows():
         base = s.get((r.cell, baseline, r.node))
@@ -116,18 +108,10 @@ def speedup_noise(camp: Campaign, runs: pd.DataFrame, baseline: str, noise: Nois
             lows.append(math.nan), highs.append(math.nan), methods.append(""), verdicts.append("")
             continue
         ri = ratio_interval(base, cfg, noise.confidence)
-        # the minimum effect of interest (the band) applies with or without repeats: faster/slower
-        # mean the same with 1 run or 10; repeats must also show it (the interval excludes 1.00x)
-        excl_lo, excl_hi = point > hi_band, point < lo_band
-        if ri is None:
-            lo = hi = math.nan
-            method = SINGLE_RUN
-        else:
-            lo, hi = ri.low, ri.high
-            method = f"{INTERVAL_METHOD}, n={len(cfg)}/{len(base)}"
-            excl_lo, excl_hi = excl_lo and lo > 1.0, excl_hi and hi < 1.0
-        lows.append(lo), highs.append(hi), methods.append(method)
-        verdicts.append("faster" if excl_lo else "slower" if excl_hi else "no measurable difference")
+        lo, hi = (math.nan, math.nan) if ri is None else (ri.low, ri.high)
+        lows.append(lo), highs.append(hi)
+        methods.append(SINGLE_RUN if ri is None else f"{INTERVAL_METHOD}, n={len(cfg)}/{len(base)}")
+        verdicts.append(speedup_verdict(point, ri, noise.band))  # the crossover search's rule too
     out = runs.copy()
     out["speedup"] = points
     out["speedup_ci_low"], out["speedup_ci_high"] = lows, highs

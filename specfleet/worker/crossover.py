@@ -28,27 +28,33 @@ import os
 import statistics
 
 from .layout import result_filename
-from .runspec import BenchRun, Client
+from .runspec import BenchRun
 
 FASTER, NO_DIFF, SLOWER = "faster", "no measurable difference", "slower"
 MEETS, MISSES = "meets the SLO", "misses the SLO"
 GOODPUT = "goodput"   # the plan's ConcurrencySearch.metric that searches for the highest load meeting the SLO
 
 
+def speedup_verdict(point: float, ri, band: tuple[float, float]) -> str:
+    """The one rule of the search and the report (results/measures.speedup_noise): faster or slower
+    only outside the band (the minimum effect of interest, with 1 run or 10) and, where there is an
+    interval (ri: stats.ratio_interval, repeats on both sides), only where it also excludes 1.00x."""
+    faster, slower = point > band[1], point < band[0]
+    if ri is not None:
+        faster, slower = faster and ri.low > 1.0, slower and ri.high < 1.0
+    return FASTER if faster else SLOWER if slower else NO_DIFF
+
+
 def judge(cfg: list[float], base: list[float], confidence: float, tolerance_pct: float) -> dict | None:
-    """The speedup mean(cfg)/mean(base) with its interval and verdict; None without data."""
+    """The speedup of cfg over base (the ratio of geometric means, as the report's) with its interval
+    and verdict (speedup_verdict, the band [1/(1+tol), 1+tol]); None without data."""
     if not cfg or not base or min(cfg + base) <= 0:
         return None
-    from .stats import ratio_interval
+    from .stats import geometric_ratio, ratio_interval
     ri = ratio_interval(base, cfg, confidence)
-    hi_band = 1.0 + tolerance_pct / 100.0
-    if ri is None:  # a single run on a side: the plain tolerance band, no interval
-        r = statistics.fmean(cfg) / statistics.fmean(base)
-        verdict = FASTER if r > hi_band else SLOWER if r < 1.0 / hi_band else NO_DIFF
-        return {"speedup": r, "low": None, "high": None, "verdict": verdict, "n": [len(cfg), len(base)]}
-    verdict = FASTER if ri.low > 1.0 else SLOWER if ri.high < 1.0 else NO_DIFF
-    return {"speedup": ri.ratio, "low": ri.low, "high": ri.high, "verdict": verdict,
-            "n": [len(cfg), len(base)]}
+    point, hi = geometric_ratio(base, cfg), 1.0 + tolerance_pct / 100.0
+    return {"speedup": point, "low": ri and ri.low, "high": ri and ri.high, "n": [len(cfg), len(base)],
+            "verdict": speedup_verdict(point, ri, (1.0 / hi, hi))}
 
 
 def good_requests(ttfts, latencies, output_lens, errors, limits: dict[str, float]) -> tuple[int, int] | None:
@@ -154,49 +160,31 @@ def _runs(x: dict, config: str, conc: int, num_prompts: int) -> list[dict]:
             for rep in range(1, x["repeat"] + 1)]
 
 
-def _values(result_dir: str, x: dict, config: str, conc: int) -> list[float] | None:
-    """The metric over the repeats of one cell, or None unless every repeat's file is a result."""
-    vals = []
-    for run in _runs(x, config, conc, 0):
-        path = os.path.join(result_dir, run["result_file"])
-        try:
-            with open(path) as f:
-                v = json.load(f).get(x["metric"])
-        except (OSError, ValueError, AttributeError):
-            return None
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
-            return None
-        vals.append(float(v))
-    return vals
-
-
-def _slo_counts(result_dir: str, x: dict, config: str, conc: int, limits: dict[str, float]) -> list[tuple] | None:
-    """(good, succeeded, duration) over the repeats of one cell, or None unless every repeat's file is a
-    result with per-request arrays."""
-    out = []
-    for run in _runs(x, config, conc, 0):
-        path = os.path.join(result_dir, run["result_file"])
-        try:
-            with open(path) as f:
-                d = json.load(f)
-            counts = good_requests(d.get("ttfts"), d.get("latencies"), d.get("output_lens"), d.get("errors"), limits)
-            duration = float(d.get("duration"))
-        except (OSError, ValueError, AttributeError, TypeError):
-            return None
-        if counts is None or not duration > 0:
-            return None
-        out.append((*counts, duration))
-    return out
+def _value(x: dict, d: dict):
+    """What the search judges of one result: the metric (> 0), or for a goodput search (good,
+    succeeded, duration) from its per-request arrays; None when the result has none."""
+    if x["metric"] != GOODPUT:
+        v = d.get(x["metric"])
+        return None if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0 else float(v)
+    counts = good_requests(d.get("ttfts"), d.get("latencies"), d.get("output_lens"), d.get("errors"),
+                           x["slo"]["limits"])
+    duration = float(d.get("duration"))
+    return None if counts is None or not duration > 0 else (*counts, duration)
 
 
 def measured(x: dict, result_dir: str, config: str) -> dict[int, list]:
-    """concurrency -> values over repeats ((good, succeeded, duration) for a goodput search), for the
-    cells of `config` whose files are all there."""
+    """concurrency -> values over repeats (_value), for the cells of `config` whose every repeat's file
+    is a result."""
     out = {}
     for c in x["grid"]:
-        vals = (_slo_counts(result_dir, x, config, c, x["slo"]["limits"]) if x["metric"] == GOODPUT
-                else _values(result_dir, x, config, c))
-        if vals is not None:
+        vals = []
+        for run in _runs(x, config, c, 0):
+            try:
+                with open(os.path.join(result_dir, run["result_file"])) as f:
+                    vals.append(_value(x, json.load(f)))
+            except (OSError, ValueError, AttributeError, TypeError):
+                vals.append(None)
+        if None not in vals:
             out[c] = vals
     return out
 
@@ -241,13 +229,6 @@ def _item(base_item: dict, name: str, entries: list[dict]) -> dict:
     return item
 
 
-def server_per_repeat(x: dict, item: dict) -> bool:
-    """Whether each repeat runs on its own server start: what the item's results say of their repeats
-    (the client's `repeat_isolation` metadata, written by the bastion from the plan)."""
-    meta = dict(map(tuple, Client.from_json(item["client"]).metadata)) if "client" in item else {}
-    return x["repeat"] > 1 and meta.get("repeat_isolation") == "server-start"
-
-
 def crossover_round(spec: dict, result_dir: str, tried: dict[str, set[int]], round_no: int) -> tuple[list[dict], dict]:
     """(the next round's queue items, the decision per configuration). `tried` is updated."""
     x = spec.get("crossover")
@@ -266,7 +247,7 @@ def crossover_round(spec: dict, result_dir: str, tried: dict[str, set[int]], rou
     todo = [(cfg, concs) for cfg, concs in [(x["baseline"], base_need),
                                             *((c, v) for c, v in need.items() if c != x["baseline"])]
             if concs and cfg in by_name]
-    apart = bool(todo) and server_per_repeat(x, by_name[todo[0][0]])
+    apart = bool(x.get("server_per_repeat"))  # the plan's repeat_isolation: server-start (the bastion's)
     # server-start: one item per (repeat, configuration), repeats outermost; else one per configuration
     reps = [[r] for r in range(1, x["repeat"] + 1)] if apart else [list(range(1, x["repeat"] + 1))]
     items = []

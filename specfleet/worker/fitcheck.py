@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """Does every selected prompt fit the server's context? Run by the runner with the venv's python.
 
-    <venv>/bin/python runner.pyz fitcheck --model DIR --dataset question.jsonl --num-prompts N
-        --output-len L --chat-template double|single [--max-model-len 2048] [--write-kept FILE]
+    <venv>/bin/python runner.pyz fitcheck --model DIR --fit FIT_JSON [--write-kept FILE]
+
+FIT_JSON is the run spec's `fit` of one bench run (dataset, num_prompts, output_len, chat_template
+double|single, optional category and max_model_len such as 2048 or 2k).
 
 Selects the prompts as vLLM's spec_bench loader does (JSON Lines, `turns[0]`, shuffled with
 random.seed(0), first N; docs: /work/shared/notes/vllm.md A2), templates them as the server will
@@ -138,22 +140,18 @@ def model_max_len(model: str) -> int:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", required=True)
-    ap.add_argument("--dataset", required=True)
-    ap.add_argument("--num-prompts", type=int, required=True)
-    ap.add_argument("--output-len", type=int, required=True)
-    ap.add_argument("--chat-template", choices=["double", "single"], required=True)
-    ap.add_argument("--max-model-len", default=None)
-    ap.add_argument("--category", default=None, help="--spec-bench-category: only this category's prompts")
+    ap.add_argument("--fit", required=True, type=json.loads, help="the run spec's fit of one bench run (JSON)")
     ap.add_argument("--write-kept", default=None)
     a = ap.parse_args(argv)
-    limit = human_int(a.max_model_len) if a.max_model_len else model_max_len(a.model)
+    fit = a.fit
+    limit = human_int(fit["max_model_len"]) if fit.get("max_model_len") else model_max_len(a.model)
     name, template, count = tokenizer(a.model)
     too_long, kept = [], []
-    for index, (row, line) in enumerate(select(a.dataset, a.num_prompts, a.category)):
+    for index, (row, line) in enumerate(select(fit["dataset"], int(fit["num_prompts"]), fit.get("category"))):
         client = template(row["turns"][0])  # spec_bench templates on the client
         # chat endpoint: the server templates the message again; completions: sent as it is
-        n = count(template(client), False) if a.chat_template == "double" else count(client, True)
-        if n + a.output_len > limit:
+        n = count(template(client), False) if fit["chat_template"] == "double" else count(client, True)
+        if n + fit["output_len"] > limit:
             too_long.append({"index": index, "question_id": row.get("question_id"), "prompt_tokens": n,
                              "category": row.get("category")})
         else:
@@ -163,7 +161,7 @@ def main(argv=None) -> int:
         with open(tmp, "w", encoding="utf-8") as f:
             f.write("".join(ln + "\n" for ln in kept))
         os.replace(tmp, a.write_kept)
-    print(json.dumps({"tokenizer": name, "max_model_len": limit, "output_len": a.output_len,
+    print(json.dumps({"tokenizer": name, "max_model_len": limit, "output_len": fit["output_len"],
                       "selected": len(kept) + len(too_long), "kept": len(kept), "too_long": too_long}))
     return 0
 

@@ -38,93 +38,21 @@ def log(msg: str) -> None:
         pass
 
 
-def parse_env_file(path: str, env: dict) -> dict:
-    """`export K=WORD` / `K=WORD` lines, read as sh reads them when the file is sourced.
-
-    WORD is sh's: 'single' quotes literal (newlines included), "double" quotes
-    expand $VAR and ${VAR} and take backslash escapes (of backslash, quote, $, backtick), bare text expands $VAR;
-    adjacent parts make one word. Nothing is ever executed. specfleet writes
-    the file with specfleet.quoting, so each value reads back byte for byte.
-    """
-    env = dict(env)
-    with open(path, encoding="utf-8", errors="surrogateescape") as f:
-        text = f.read()
-    i, n = 0, len(text)
-    while i < n:
-        while i < n and text[i] in " \t\n;":
-            i += 1
-        if i < n and text[i] == "#":
-            i = _line_end(text, i)
-            continue
-        if text.startswith("export ", i):
-            i += 7
-            while i < n and text[i] in " \t":
-                i += 1
-        j = i
-        while j < n and (text[j].isalnum() or text[j] == "_"):
-            j += 1
-        key = text[i:j]
-        if j >= n or text[j] != "=" or not key or key[0].isdigit():
-            i = _line_end(text, i)  # not an assignment: skipped, never run
-            continue
-        value, i = _word(text, j + 1, env)
-        env[key] = value
-    return env
-
-
-def _line_end(text: str, i: int) -> int:
-    k = text.find("\n", i)
-    return len(text) if k < 0 else k + 1
-
-
-def _word(text: str, i: int, env: dict) -> tuple[str, int]:
-    out, n = [], len(text)
-    while i < n and text[i] not in " \t\n;":
-        c = text[i]
-        if c == "'":
-            k = text.find("'", i + 1)
-            k = n if k < 0 else k
-            out.append(text[i + 1:k])
-            i = k + 1
-        elif c == '"':
-            i += 1
-            while i < n and text[i] != '"':
-                if text[i] == "\\" and i + 1 < n and text[i + 1] in '\\"$`\n':
-                    out.append("" if text[i + 1] == "\n" else text[i + 1])
-                    i += 2
-                elif text[i] == "$":
-                    val, i = _var(text, i, env)
-                    out.append(val)
-                else:
-                    out.append(text[i])
-                    i += 1
-            i += 1
-        elif c == "\\" and i + 1 < n:
-            out.append("" if text[i + 1] == "\n" else text[i + 1])
-            i += 2
-        elif c == "$":
-            val, i = _var(text, i, env)
-            out.append(val)
-        else:
-            out.append(c)
-            i += 1
-    return "".join(out), i
-
-
-def _var(text: str, i: int, env: dict) -> tuple[str, int]:
-    """$NAME or ${NAME} at text[i]; a lone $ is itself."""
-    j = i + 1
-    if text[j:j + 1] == "{":
-        k = text.find("}", j)
-        if k > j + 1:
-            return env.get(text[j + 1:k], ""), k + 1
-        return "$", i + 1
-    k = j
-    while k < len(text) and (text[k].isalnum() or text[k] == "_"):
-        k += 1
-    if k == j or text[j].isdigit():
-        return "$", i + 1
-    return env.get(text[j:k], ""), k
+def sourced_env(path: str, env: dict) -> dict:
+    """`env` after `. path` in sh, every assignment exported (`set -a`): the file read as sh reads it
+    when sourced, by sh itself. specfleet writes the file with specfleet.quoting (one `export K=WORD`
+    a line), so each value reads back byte for byte; whoever can write the file already sets the
+    children's PATH and LD_PRELOAD, so sourcing it gives them nothing more."""
+    try:
+        p = subprocess.run(["/bin/sh", "-c", 'set -a && . "$1" && exec env -0', "sh", os.path.abspath(path)],
+                           env=env, capture_output=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise ItemFailed(f"env file {path} could not be read: {e}") from None
+    if p.returncode != 0:
+        raise ItemFailed(f"env file {path}: sh exit {p.returncode}: {p.stderr.decode(errors='replace').strip()[-300:]}")
+    pairs = (kv.split("=", 1) for kv in p.stdout.decode(errors="surrogateescape").split("\0") if "=" in kv)
+    sh_own = ("PWD", "OLDPWD", "SHLVL", "_")  # what sh sets itself: the caller's values stand
+    return {**{k: v for k, v in pairs if k not in sh_own}, **{k: env[k] for k in sh_own if k in env}}
 
 
 def proc_stat(pid: int):
@@ -162,7 +90,11 @@ def live_pids():
                 yield int(d), st
 
 
-def end_pids(pids: list[int], grace: float = 5.0) -> None:
+def end_pids(pids: list[int], what: str, grace: float = 5.0) -> None:
+    """SIGTERM, then SIGKILL, to `pids` (logged as `what`, by PID); nothing when there are none."""
+    if not pids:
+        return
+    log(f"ending {what} by PID: {pids}")
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for pid in pids:
             try:

@@ -23,7 +23,7 @@ from collections import Counter
 
 from . import layout
 from .host import (Fatal, ItemFailed, Stopped, end_pids, engine_identity, env_without_devices, gpu_table, live_pids, log,
-                   now, parse_env_file, proc_argv0, proc_has_token)
+                   now, sourced_env, proc_argv0, proc_has_token)
 from .runspec import BenchRun, Client, Dropped, Serve
 from .slots import flag_values
 from .telemetry import sampler_for
@@ -109,40 +109,33 @@ class Lane:
         self.token = b""                      # SPECFLEET_SERVER=<tag>: what stop_server ends as this server's
         self.held_why: str | None = None      # set when these GPUs are held by a foreign process before start
 
-    def set(self, rec: dict, status: str | None = None, phase: str | None = None, **kw) -> None:
-        self.owner.set(rec, status, phase, **kw)
-
-    def check_stop(self) -> None:
-        if self.owner.stopping:
-            raise Stopped("stopped by SIGTERM")
-
     def run_item(self, item: dict, rec: dict) -> None:
         # stop_server ends leftover VLLM:: processes carrying this token: this server's, not a neighbour's
         self.token = f"SPECFLEET_SERVER={server_tag(self.run_dir, item['name'])}".encode()
-        self.set(rec, "preflight", "checking GPU, port, model, venv, env file, prompt lengths")
+        self.owner.set(rec, "preflight", "checking GPU, port, model, venv, env file, prompt lengths")
         self.preflight(item)
         rec["model_path"] = self.model
         item = self.fit_prompts(item, rec)
         try:
             self.start_and_wait(item, rec)
-            self.set(rec, "benchmarking", "")
+            self.owner.set(rec, "benchmarking", "")
             for i, b in enumerate(item["bench"]):
                 if i > 0:
                     self.between_runs(item, rec)
-                self.set(rec, phase=f"bench {b.get('cell') or 'concurrency ' + str(b['concurrency'])} "
+                self.owner.set(rec, phase=f"bench {b.get('cell') or 'concurrency ' + str(b['concurrency'])} "
                                     f"(run {i + 1}/{len(item['bench'])})")
                 rec["results"].append(self.run_bench(item, b))
                 self.owner.save()
         finally:
             if self.server is not None:
                 try:
-                    self.set(rec, "stopping", "stopping server, waiting for GPU memory")
+                    self.owner.set(rec, "stopping", "stopping server, waiting for GPU memory")
                 finally:  # even when the state cannot be written (full disk): the server ends
                     self.stop_server()
         marker = {"item_hash": item.get("item_hash"), "run_id": self.spec["run_id"],
                   "plan_hash": self.spec["plan_hash"], "finished_at": now(), "results": rec["results"]}
         self.owner.write_marker(item, marker)
-        self.set(rec, "done", "done", finished_at=now())
+        self.owner.set(rec, "done", "done", finished_at=now())
 
     # ---------------------------------------------------------------- preflight
     def gpu_used_mib(self) -> int:
@@ -182,7 +175,7 @@ class Lane:
         if s["env_file"]:
             if not os.path.isfile(s["env_file"]):
                 raise ItemFailed(f"env file {s['env_file']} is missing")
-            env = parse_env_file(s["env_file"], env)
+            env = sourced_env(s["env_file"], env)
         venv_bin = os.path.join(s["venv"], "bin")
         env.update(VIRTUAL_ENV=s["venv"], PATH=f"{venv_bin}:{env.get('PATH', '/usr/bin:/bin')}",
                    SPECFLEET_RUN_ID=s["run_id"], SPECFLEET_RUN_DIR=self.run_dir)
@@ -276,13 +269,7 @@ class Lane:
         if key not in fits:
             kept = os.path.join(self.run_dir, layout.prompts_fit(hashlib.sha256(key.encode()).hexdigest()[:12]))
             argv = [*fitcheck_command(os.path.join(self.spec["venv"], "bin", "python")),
-                    "--model", self.model, "--dataset", fit["dataset"], "--num-prompts", str(fit["num_prompts"]),
-                    "--output-len", str(fit["output_len"]), "--chat-template", fit["chat_template"],
-                    "--write-kept", kept]
-            if fit.get("category"):
-                argv += ["--category", fit["category"]]
-            if fit.get("max_model_len"):
-                argv += ["--max-model-len", str(fit["max_model_len"])]
+                    "--model", self.model, "--fit", json.dumps(fit), "--write-kept", kept]
             try:
                 p = subprocess.run(argv, capture_output=True, text=True, timeout=600, env=self.env,
                                    cwd=self.run_dir)
@@ -349,25 +336,33 @@ class Lane:
             self.server = subprocess.Popen(argv, stdout=lf, stderr=subprocess.STDOUT,
                                            stdin=subprocess.DEVNULL, env=self.env, cwd=self.run_dir,
                                            start_new_session=True)
-        self.set(rec, "loading", f"server pid {self.server.pid}: waiting for /health", server_pid=self.server.pid)
-        url = f"http://{s['server_host']}:{self.port}/health"
-        deadline = time.monotonic() + s["health_timeout_s"]
-        while True:
+        self.owner.set(rec, "loading", f"server pid {self.server.pid}: waiting for /health", server_pid=self.server.pid)
+        url, next_poll = f"http://{s['server_host']}:{self.port}/health", 0.0
+
+        def healthy() -> bool:  # asked every health_poll_s; the server's liveness every watch step
+            nonlocal next_poll
+            if time.monotonic() < next_poll:
+                return False
+            next_poll = time.monotonic() + s["health_poll_s"]
             try:
                 with urllib.request.urlopen(url, timeout=min(5.0, s["health_poll_s"] + 1)) as r:
-                    if r.status == 200:
-                        log(f"[{item['name']}] healthy")
-                        return
+                    return r.status == 200
             except (urllib.error.URLError, OSError):
-                pass
-            next_poll = time.monotonic() + s["health_poll_s"]
-            while time.monotonic() < next_poll:
-                self.check_server(item)
-                self.check_stop()
-                if time.monotonic() >= deadline:
-                    raise ItemFailed(f"server not healthy after {s['health_timeout_s']} s; last lines of "
-                                     f"{log_path}:\n{tail(log_path)}")
-                time.sleep(0.2)
+                return False
+        self.watch(item, healthy, s["health_timeout_s"], lambda: f"server not healthy after {s['health_timeout_s']} "
+                   f"s; last lines of {log_path}:\n{tail(log_path)}")
+        log(f"[{item['name']}] healthy")
+
+    def watch(self, item: dict, done, timeout_s: float, why_late) -> None:
+        """Until done(): its server alive, no SIGTERM, within timeout_s (else ItemFailed(why_late()))."""
+        deadline = time.monotonic() + timeout_s
+        while not done():
+            self.check_server(item)
+            if self.owner.stopping:
+                raise Stopped("stopped by SIGTERM")
+            if time.monotonic() >= deadline:
+                raise ItemFailed(why_late())
+            time.sleep(0.2)
 
     def check_server(self, item: dict) -> None:
         if self.server is not None and self.server.poll() is not None:
@@ -395,10 +390,10 @@ class Lane:
             except (urllib.error.URLError, OSError) as e:
                 rec["notes"].append(f"POST /reset_prefix_cache failed ({e}); restarted the server instead")
         if s["prefix_cache"] in ("reset", "fresh-server-per-concurrency"):
-            self.set(rec, "stopping", "restarting the server for a cold prefix cache")
+            self.owner.set(rec, "stopping", "restarting the server for a cold prefix cache")
             self.stop_server()
             self.start_and_wait(item, rec)
-            self.set(rec, "benchmarking", "")
+            self.owner.set(rec, "benchmarking", "")
 
     def run_bench(self, item: dict, b: dict) -> str:
         client, run = Client.from_json(item["client"]), BenchRun.from_json(b)
@@ -414,14 +409,9 @@ class Lane:
             self.bench = subprocess.Popen(argv, stdout=lf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                           env=self.env, cwd=self.run_dir, start_new_session=True)
         tel = self.telemetry(b["result_file"]).start()  # never fails the run (telemetry.py)
-        deadline = time.monotonic() + self.spec["bench_timeout_s"]
         try:
-            while self.bench.poll() is None:
-                self.check_server(item)
-                self.check_stop()
-                if time.monotonic() > deadline:
-                    raise ItemFailed(f"bench concurrency {b['concurrency']} exceeded {self.spec['bench_timeout_s']} s")
-                time.sleep(0.2)
+            self.watch(item, lambda: self.bench.poll() is not None, self.spec["bench_timeout_s"],
+                       lambda: f"bench concurrency {b['concurrency']} exceeded {self.spec['bench_timeout_s']} s")
         finally:
             tel.stop()
             if self.bench.poll() is None:
@@ -471,11 +461,9 @@ class Lane:
             while time.monotonic() < deadline and (p.poll() is None or self.group_alive(pgid)):
                 time.sleep(0.2)
         p.wait()
-        left = [pid for pid, st in live_pids() if proc_argv0(pid).startswith("VLLM::")
-                and (st[3] == pgid or st[2] == pgid or proc_has_token(pid, self.token))]
-        if left:
-            log(f"ending leftover VLLM:: processes of this run by PID: {left}")
-            end_pids(left)
+        end_pids([pid for pid, st in live_pids() if proc_argv0(pid).startswith("VLLM::")
+                  and (st[3] == pgid or st[2] == pgid or proc_has_token(pid, self.token))],
+                 "leftover VLLM:: processes of this run")
         used = self.wait_gpu_free(self.spec["stop_timeout_s"])
         if used >= self.spec["gpu_memory_free_mib"]:
             raise Fatal(f"GPU memory still {used} MiB (>= {self.spec['gpu_memory_free_mib']}) "

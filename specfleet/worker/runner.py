@@ -30,10 +30,6 @@ from .runspec import Client, Serve, item_parts
 from .slots import admit, check_gpus, fits_ever, needed
 
 EXIT_OK, EXIT_FAILED, EXIT_SPEC, EXIT_LOCKED, EXIT_FATAL, EXIT_STOPPED = 0, 1, 2, 3, 4, 143
-DEFAULTS = {"schema": 1, "plan_hash": "", "env_file": None, "expected_vllm_version": None,
-            "server_host": "127.0.0.1", "health_timeout_s": 2400, "health_poll_s": 5,
-            "prefix_cache": "reset", "bench_timeout_s": 7200, "gpu_memory_free_mib": 5000,
-            "gpu_index": None, "stop_timeout_s": 120}
 # specfleet.results.schema.REQUIRED_KEYS (the runner is stdlib only and runs alone on the worker);
 # a truncated file, a non-number or completed 0 is redone; the full judgement is collect's
 RESULT_KEYS = ("duration", "completed", "output_throughput", "total_token_throughput", "mean_tpot_ms",
@@ -43,7 +39,10 @@ POLL_S = 0.2  # how often the pool looks for a finished server and a free GPU se
 
 REBOOT_HINT = ("the host rebooted since this campaign's last runner (boot id changed): run `fab provision` "
                "(mounts, GPU modules), then `fab bench` to resume")
-REQUIRED = ("run_id", "campaign", "host", "work_dir", "venv", "model_candidates", "port", "items")
+# every key the bastion writes (campaign.spec.build_run_spec, from the plan and its defaults: no second set here)
+REQUIRED = ("schema", "run_id", "campaign", "plan_hash", "host", "work_dir", "venv", "env_file", "model_candidates",
+            "expected_vllm_version", "server_host", "port", "health_timeout_s", "health_poll_s", "prefix_cache",
+            "bench_timeout_s", "gpu_memory_free_mib", "gpu_index", "stop_timeout_s", "items")
 
 
 def no_space(e: BaseException, fallback: str) -> str | None:
@@ -102,8 +101,7 @@ class Runner:
     crossover rounds, and the pool that runs each item in a Lane on a free GPU set."""
 
     def __init__(self, spec: dict):
-        self.spec = {**DEFAULTS, **spec}
-        s = self.spec
+        self.spec = s = spec
         self.run_dir = layout.run_dir(s["work_dir"], s["campaign"], s["host"])
         self.state_path = os.path.join(self.run_dir, layout.STATE)
         self.token = f"SPECFLEET_RUN_DIR={self.run_dir}".encode()
@@ -169,7 +167,7 @@ class Runner:
             except (OSError, ValueError):
                 r = None
             ok = isinstance(r, dict) and all(isinstance(r.get(k, 0), (int, float)) for k in RESULT_KEYS) \
-                and r.get("completed", 1) > 0 and (r.get("failed") or 0) <= self.spec.get("max_failed_requests", 0)
+                and r.get("completed", 1) > 0 and (r.get("failed") or 0) <= item.get("max_failed_requests", 0)
             if not ok:
                 log(f"[{item['name']}] done marker present but {b['result_file']} is missing or invalid: "
                     "measured again")
@@ -414,10 +412,8 @@ class Runner:
 
     def end_previous_leftovers(self) -> None:
         """After a runner crash or kill: end what an earlier runner of this run dir left."""
-        left = [pid for pid, _ in live_pids() if proc_has_token(pid, self.token)]
-        if left:
-            log(f"ending processes an earlier runner left (by PID): {left}")
-            end_pids(left)
+        end_pids([pid for pid, _ in live_pids() if proc_has_token(pid, self.token)],
+                 "processes an earlier runner left")
 
     def on_sigterm(self, signum, frame) -> None:
         log(f"signal {signum}: stopping after cleaning up the current server")

@@ -21,10 +21,6 @@ def _num(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else str(x)
 
 
-def _rate(x: float) -> str:
-    return str(int(x)) if float(x).is_integer() else repr(float(x))
-
-
 _LEAVES = (str, int, float, bool, type(None))
 
 
@@ -199,7 +195,7 @@ class BenchRun(_Json):
             # the loader filters by category before its seed-0 shuffle: the first num_prompts of that category
             *(["--spec-bench-category", self.category] if self.category else []),
             "--max-concurrency", str(self.concurrency),
-            *(["--request-rate", _rate(self.request_rate), "--burstiness", _rate(c.burstiness), "--seed", str(c.seed)]
+            *(["--request-rate", _num(self.request_rate), "--burstiness", _num(c.burstiness), "--seed", str(c.seed)]
               if self.request_rate is not None else []),
             *(["--temperature", _num(c.temperature)] if c.temperature is not None else []),
             "--percentile-metrics", ",".join(c.percentile_metrics),

@@ -106,6 +106,14 @@ class RatioInterval:
     confidence: float
 
 
+def geometric_ratio(base: list[float], cfg: list[float]) -> float:
+    """exp(mean log cfg - mean log base): the speedup's point, the centre of ratio_interval's log-scale
+    interval (NaN when a value is not positive: no log)."""
+    if not base or not cfg or min(base + cfg) <= 0:
+        return math.nan
+    return math.exp(sum(map(math.log, cfg)) / len(cfg) - sum(map(math.log, base)) / len(base))
+
+
 def log_welch(a: list[float], b: list[float]) -> tuple[float, float, float] | None:
     """(mean log b - mean log a, its squared standard error, Welch-Satterthwaite df), or None when
     a side has < 2 samples or any value <= 0 (no log, no spread). df is inf when se2 is 0."""

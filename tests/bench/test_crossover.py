@@ -4,6 +4,7 @@ import copy
 import json
 import math
 import random
+from types import SimpleNamespace
 
 import pytest
 
@@ -107,6 +108,25 @@ def test_single_runs_use_the_tolerance_band():
     assert judge([96.0], [100.0], SPEEDUP_CONFIDENCE, 3.0)["verdict"] == SLOWER
     j = judge([110.0, 111.0, 109.0], [100.0, 101.0, 99.0], SPEEDUP_CONFIDENCE, 3.0)
     assert j["verdict"] == FASTER and j["low"] < 1.1 < j["high"] and j["n"] == [3, 3]
+
+
+def test_the_search_judges_a_point_as_the_report_does():
+    """One rule (crossover.speedup_verdict, which results/measures.speedup_noise calls too): repeats
+    whose interval excludes 1.00x still make no measurable difference inside the tolerance band, and
+    a single run on one side is judged by the ratio of geometric means, the report's point."""
+    import pandas as pd
+    from specfleet.results.measures import NoiseBand, speedup_noise
+    tight = judge([101.0, 101.1, 100.9], [100.0, 100.1, 99.9], SPEEDUP_CONFIDENCE, 3.0)
+    assert tight["low"] > 1.0 and tight["verdict"] == NO_DIFF   # 1.01x: inside the ±3 % band
+    one = judge([103.2], [90.0, 110.0], SPEEDUP_CONFIDENCE, 3.0)  # arithmetic 1.032x, geometric 1.038x
+    assert one["speedup"] == pytest.approx(103.2 / math.sqrt(90.0 * 110.0)) and one["verdict"] == FASTER
+    # the report's verdicts on the same numbers (a campaign's runs, grouped by cell, config, node)
+    def runs(values):
+        return [SimpleNamespace(result=SimpleNamespace(output_throughput=v)) for v in values]
+    rows = pd.DataFrame([{"cell": "c1", "config": "cfg", "node": "w1", "speedup": 1.0}])
+    for cfg, base, j in (([101.0, 101.1, 100.9], [100.0, 100.1, 99.9], tight), ([103.2], [90.0, 110.0], one)):
+        camp = SimpleNamespace(groups=lambda c=cfg, b=base: {("c1", "cfg", "w1"): runs(c), ("c1", "base", "w1"): runs(b)})
+        assert speedup_noise(camp, rows, "base", NoiseBand(tolerance_pct=3.0)).speedup_verdict[0] == j["verdict"]
 
 
 def test_next_points_on_hand_made_points():

@@ -13,10 +13,16 @@ FITCHECK = REPO / "specfleet" / "worker" / "fitcheck.py"
 
 
 def fitcheck(tmp_path, *args):
+    """`--dataset D --num-prompts N ...` as the run spec's fit (what the runner passes as --fit)."""
     model = tmp_path / "model"
     model.mkdir(exist_ok=True)
     (model / "config.json").write_text(json.dumps({"max_position_embeddings": 40960}))
-    p = subprocess.run([sys.executable, str(FITCHECK), "--model", str(model), *args], capture_output=True, text=True,
+    opts = dict(zip(args[::2], args[1::2]))
+    kept = opts.pop("--write-kept", None)
+    fit = {k.lstrip("-").replace("-", "_"): int(v) if k in ("--num-prompts", "--output-len") else v
+           for k, v in opts.items()}
+    p = subprocess.run([sys.executable, str(FITCHECK), "--model", str(model), "--fit", json.dumps(fit),
+                        *(["--write-kept", kept] if kept else [])], capture_output=True, text=True,
                        env={**os.environ, "PYTHONPATH": str(REPO / "testbed" / "simvllm")})
     assert p.returncode == 0, p.stderr
     return json.loads(p.stdout)

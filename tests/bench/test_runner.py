@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from specfleet.worker.host import parse_env_file
+from specfleet.worker.host import sourced_env
 from specfleet.worker.runner import EXIT_FAILED, EXIT_FATAL, EXIT_LOCKED, EXIT_OK, EXIT_STOPPED
 
 
@@ -56,8 +56,27 @@ def test_happy_path(bed):
 def test_env_file_parsing(tmp_path):
     f = tmp_path / "e"
     f.write_text('export A=/x\nexport B="$A/bin:$PATH" # c\nexport C=\'$A\'\nD=${A}/y\n# x\n')
-    env = parse_env_file(str(f), {"PATH": "/usr/bin"})
+    env = sourced_env(str(f), {"PATH": "/usr/bin"})
     assert env["B"] == "/x/bin:/usr/bin" and env["C"] == "$A" and env["D"] == "/x/y"
+
+
+def test_a_done_result_within_the_items_failed_request_tolerance_is_not_measured_again(bed):
+    """The done marker stands while its results count by the item's own max_failed_requests (the
+    spec has no top-level one: a result with a tolerated failed request was measured on every resume)."""
+    from specfleet.worker.runner import Runner
+    spec = json.loads(bed.spec(bed.plan(benchmark={"max_failed_requests": 1}),
+                               queue=["vanilla"]).read_text())
+    item = spec["items"][0]
+    runner = Runner(spec)
+    rdir = Path(item["client"]["result_dir"])
+    rdir.mkdir(parents=True, exist_ok=True)
+    result = {"duration": 1.0, "completed": 15, "failed": 1, "output_throughput": 1.0, "total_token_throughput": 1.0,
+              "mean_tpot_ms": 1.0, "mean_ttft_ms": 1.0, "mean_itl_ms": 1.0}
+    for b in item["bench"]:
+        (rdir / b["result_file"]).write_text(json.dumps(result))
+    assert runner.results_valid(item)
+    (rdir / item["bench"][0]["result_file"]).write_text(json.dumps({**result, "completed": 14, "failed": 2}))
+    assert not runner.results_valid(item)
 
 
 def test_server_dies_during_load_fails_fast_next_runs(bed):

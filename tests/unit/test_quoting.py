@@ -14,7 +14,7 @@ import yaml
 
 from specfleet.roles import env, nfs
 from specfleet.roles.model import ModelDir
-from specfleet.worker.host import parse_env_file
+from specfleet.worker.host import sourced_env
 from specfleet.inventory import Host, declared_defaults
 from specfleet.roles import vars_model
 from specfleet.quoting import env_key, env_line, fstab_line, q, ssh_option, yaml_str
@@ -38,7 +38,7 @@ def _host(**vars_):
 
 
 @pytest.mark.parametrize("shell", ["bash", "dash"])
-def test_env_file_reads_back_byte_for_byte_when_sourced(tmp_path, shell):
+def test_env_file_reads_back_byte_for_byte_when_sourced(tmp_path, shell, monkeypatch):
     if not shutil.which(shell):
         pytest.skip(f"{shell} not installed")
     extra = {f"V{i}": v for i, v in enumerate(HOSTILE)}
@@ -58,10 +58,11 @@ def test_env_file_reads_back_byte_for_byte_when_sourced(tmp_path, shell):
     assert got["TRITON_PTXAS_PATH"] == f"{cuda}/bin/ptxas"
     for k, v in extra.items():
         assert got[k] == v, (k, v)
-    assert not list(tmp_path.glob("CANARY*")), "sourcing the env file ran a command"
-    # the runner reads the file without a shell: the same values
-    parsed = parse_env_file(str(f), {"PATH": "/usr/bin:/bin"})
+    # the runner sources the file with sh (set -a) from its run folder: the same values, no command run
+    monkeypatch.chdir(tmp_path)
+    parsed = sourced_env(str(f), {"PATH": "/usr/bin:/bin"})
     assert {k: parsed[k] for k in names} == got
+    assert not list(tmp_path.glob("CANARY*")), "sourcing the env file ran a command"
 
 
 def test_env_keys_must_be_identifiers():
