@@ -19,7 +19,11 @@ from e2e_helpers import fab, inventory_of
 pytestmark = pytest.mark.e2e
 
 SEEDS = [int(s) for s in os.environ.get("SPECFLEET_CHAOS_SEEDS", "11,23,37").split(",")]
-SEED_BUDGET_S = 75  # one seed: schedule, recovery and collect (3 seeds + provision: under 4 minutes)
+# One seed: schedule, recovery and collect. Measured 44-58 s per seed at load 1-5 on 2 cores (2026-12-02,
+# after the h-worker merge) and 48-76 s at load 9-10, where 75 s failed a seed whose every check held; the
+# bound ends a seed that hangs, not one slowed by other work on the machine (benchmarks/chaos_seeds.py prints
+# the times; 3 seeds + provision take ~3 minutes of the CI run)
+SEED_BUDGET_S = 150
 
 
 def test_a_chaos_run_loses_nothing(testbed_factory, tmp_path):
