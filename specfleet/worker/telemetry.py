@@ -1,19 +1,6 @@
-"""GPU and server telemetry during a bench run, sampled on the worker (docs/telemetry.md).
-
-Stdlib only: this module is part of the worker program (runner.pyz). The runner starts one Sampler
-per bench run and stops it when the run ends:
-
-    with Sampler(path, gpus=[0], metrics_url="http://127.0.0.1:8000/metrics", period_s=1.0):
-        ... vllm bench serve ...
-
-It writes `<result>.telemetry.jsonl` beside the result (layout.telemetry_file), one JSON object a
-line: first {"kind": "header", ...} (period, GPUs, the query, what cannot be read), then one
-{"kind": "sample", "t": <unix s>, "gpus": [...], "server": {...}} per period, last {"kind": "end"}.
-Per GPU (nvidia-smi --query-gpu, one call for the server's GPUs): power_w, sm_mhz, mem_mhz, temp_c,
-util_pct, and clock_event_reasons (the active clock-event / throttle reasons bit mask, under its
-driver's name: clocks_event_reasons.active, before driver 535 clocks_throttle_reasons.active).
-From vLLM's /metrics (Prometheus text): running, waiting, kv_cache_usage (0..1), preemptions and
-generation_tokens (counters, as read).
+"""GPU and server telemetry during a bench run, sampled on the worker into
+`<result>.telemetry.jsonl` (layout.telemetry_file): what is recorded, the file's lines and the
+drivers' field names are in docs/telemetry.md. Stdlib only: part of the worker program (runner.pyz).
 
 Nothing here fails a run: a command that cannot run, a field a driver does not know, a server
 without /metrics is recorded in the header (or as "errors" of a sample) and the value is left out,
@@ -42,7 +29,7 @@ SMI_TIMEOUT_S = 5.0
 
 def _num(v: str) -> float | int | str | None:
     v = v.strip()
-    if not v or v.startswith("[") or v.upper() in ("N/A", "[N/A]"):
+    if not v or v.startswith("[") or v.upper() == "N/A":
         return None
     if v.lower().startswith("0x"):
         return v  # a bit mask stays as nvidia-smi prints it
@@ -82,14 +69,13 @@ def parse_metrics(text: str) -> dict:
 
 
 class Sampler:
-    """Samples every `period_s` in a daemon thread into `path` (JSON lines); a context manager."""
+    """Samples every `period_s` in a daemon thread into `path` (JSON lines), from start() to stop()."""
 
     def __init__(self, path: str, gpus: list[int] | None, metrics_url: str | None,
                  period_s: float = DEFAULT_PERIOD_S, smi: str = "nvidia-smi", env: dict | None = None,
                  off: bool = False):
         self.path, self.gpus, self.url, self.period = path, gpus, metrics_url, max(0.1, float(period_s))
-        self.off = off
-        self.smi, self.env = smi, env
+        self.off, self.smi, self.env = off, smi, env
         self.names = list(GPU_FIELDS)
         self.problems: list[str] = []
         self._stop = threading.Event()
@@ -182,12 +168,6 @@ class Sampler:
             except OSError:
                 pass
             self._fh = None
-
-    def __enter__(self) -> "Sampler":
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
 
 
 def sampler_for(spec: dict, path: str, env: dict | None, gpus: list[int] | None) -> Sampler:

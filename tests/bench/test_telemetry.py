@@ -66,12 +66,13 @@ def lines(path: Path) -> list[dict]:
 def test_samples_the_servers_gpus_and_metrics(tmp_path, gpu2, metrics_url):
     out = tmp_path / "vanilla_conc8.telemetry.jsonl"
     env = {**os.environ, "SIMVLLM_GPU_DIR": str(gpu2)}
-    with Sampler(str(out), [1], metrics_url, period_s=0.1, smi=str(gpu2 / "nvidia-smi"), env=env):
-        # 3 samples take ~0.3 s idle; each is an nvidia-smi stand-in start (~65 ms of CPU), which at load
-        # 20-30 on 2 cores took over 0.45 s for 3: wait for them, up to a bound far above either
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and sum('"kind": "sample"' in x for x in out.read_text().splitlines()) < 3:
-            time.sleep(0.05)
+    sampler = Sampler(str(out), [1], metrics_url, period_s=0.1, smi=str(gpu2 / "nvidia-smi"), env=env).start()
+    # 3 samples take ~0.3 s idle; each is an nvidia-smi stand-in start (~65 ms of CPU), which at load
+    # 20-30 on 2 cores took over 0.45 s for 3: wait for them, up to a bound far above either
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and sum('"kind": "sample"' in x for x in out.read_text().splitlines()) < 3:
+        time.sleep(0.05)
+    sampler.stop()
     got = lines(out)
     head, samples, end = got[0], [g for g in got if g["kind"] == "sample"], got[-1]
     assert head["kind"] == "header" and head["problems"] == [] and "clocks_event_reasons.active" in head["query"]
@@ -85,8 +86,9 @@ def test_samples_the_servers_gpus_and_metrics(tmp_path, gpu2, metrics_url):
 
 def test_nothing_readable_is_recorded_as_such(tmp_path):
     out = tmp_path / "t.jsonl"
-    with Sampler(str(out), [0], "http://127.0.0.1:9/metrics", period_s=0.1, smi=str(tmp_path / "no-smi")):
-        time.sleep(0.25)
+    sampler = Sampler(str(out), [0], "http://127.0.0.1:9/metrics", period_s=0.1, smi=str(tmp_path / "no-smi")).start()
+    time.sleep(0.25)
+    sampler.stop()
     got = lines(out)
     assert got[0]["problems"][0].startswith("GPU telemetry not recorded:") and got[0]["query"] == []
     samples = [g for g in got if g["kind"] == "sample"]
