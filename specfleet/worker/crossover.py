@@ -1,24 +1,8 @@
 """The crossover search: where does a configuration stop paying? Stdlib only; part of the worker program.
-The algorithm, the plan's fields and what state.json records: docs/campaign.md, "The crossover search".
-
-Per configuration, `next_points` reads its judged points in order of concurrency and asks for the
-fine-grid point halfway between two neighbours whose verdicts differ (FASTER / NO_DIFF / SLOWER: the
-report's interval, stats.py `ratio_interval`, or with a single run on either side the tolerance band).
-Two NO_DIFF neighbours are refined only where their estimates straddle 1.00x AND a point beyond them
-is measurably on that side (else it is noise: a flat curve would spend the whole budget); pairs that
-straddle come first, then wider gaps. It stops when every change lies between neighbouring fine-grid
-points or `budget` concurrencies are measured. The grids come from the bastion (run spec `crossover`:
-grid, coarse, prompts per point; specfleet/plan/crossover_grid.py).
-
-`metric: goodput` looks for each configuration's (and the baseline's) highest concurrency that meets
-the SLO: a point MEETS when its pooled share of good requests (`good_requests`, vLLM's rule) reaches
-`attainment_pct`, with Wilson's interval (defined at 0 % and 100 %); the goodput ratio has a log
-interval only where no goodput is 0.
-
-`crossover_round` is the runner's hook where the queue runs dry: the next round's queue items (the
-baseline at the union of the new points), or []. Its repeats are kept apart as the plan's are:
-server-start gives each repeat of each configuration its own item (vanilla.round2, cfg.round2,
-vanilla.round2.r2, ...); cache-reset runs a configuration's repeats on one server start.
+The algorithm, the plan's fields, what state.json records and how a round keeps its repeats apart:
+docs/campaign.md §10 and docs/dev/worker.md. The grids and each point's prompts come from the bastion
+(run spec `crossover`; specfleet/plan/crossover_grid.py); `crossover_round` is the runner's hook where
+the queue runs dry.
 """
 from __future__ import annotations
 
@@ -29,6 +13,7 @@ import statistics
 
 from .layout import result_filename
 from .runspec import BenchRun
+from .stats import geometric_ratio, ratio_interval, wilson_interval
 
 FASTER, NO_DIFF, SLOWER = "faster", "no measurable difference", "slower"
 MEETS, MISSES = "meets the SLO", "misses the SLO"
@@ -50,7 +35,6 @@ def judge(cfg: list[float], base: list[float], confidence: float, tolerance_pct:
     and verdict (speedup_verdict, the band [1/(1+tol), 1+tol]); None without data."""
     if not cfg or not base or min(cfg + base) <= 0:
         return None
-    from .stats import geometric_ratio, ratio_interval
     ri = ratio_interval(base, cfg, confidence)
     point, hi = geometric_ratio(base, cfg), 1.0 + tolerance_pct / 100.0
     return {"speedup": point, "low": ri and ri.low, "high": ri and ri.high, "n": [len(cfg), len(base)],
@@ -86,7 +70,6 @@ def judge_slo(cfg: list[tuple[int, int, float]], base: list[tuple[int, int, floa
     good, ok = sum(g for g, _, _ in cfg), sum(n for _, n, _ in cfg)
     if not ok:
         return None
-    from .stats import ratio_interval, wilson_interval
     low, high = wilson_interval(good, ok, confidence)
     gp = [g / d for g, _, d in cfg]
     out = {"verdict": MEETS if 100.0 * good / ok >= attainment_pct else MISSES,

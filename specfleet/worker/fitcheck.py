@@ -4,16 +4,11 @@
     <venv>/bin/python runner.pyz fitcheck --model DIR --fit FIT_JSON [--write-kept FILE]
 
 FIT_JSON is the run spec's `fit` of one bench run (dataset, num_prompts, output_len, chat_template
-double|single, optional category and max_model_len such as 2048 or 2k).
-
-Selects the prompts as vLLM's spec_bench loader does (JSON Lines, `turns[0]`, shuffled with
-random.seed(0), first N; docs: /work/shared/notes/vllm.md A2), templates them as the server will
-see them (client-side chat template; `double`: the chat endpoint templates that string again),
-counts tokens with the model's tokenizer (transformers AutoTokenizer from the model directory,
-its chat template) or, when the engine's identity file names its own counter (prompt_tokens), with
-that, and compares prompt tokens + output_len with --max-model-len (vLLM's
-"maximum context length" check). Prints one JSON object. --write-kept writes the selected prompts
-that fit, in selection order, for a run with --disable-shuffle (the plan's `drop`).
+double|single, optional category and max_model_len such as 2048 or 2k). It selects, templates and
+counts the prompts as `vllm bench serve` and the server will (docs/campaign.md §9; the selection:
+/work/shared/notes/vllm.md A2), compares prompt tokens + output_len with --max-model-len and prints
+one JSON object. --write-kept writes the selected prompts that fit, in selection order, for a run
+with --disable-shuffle (the plan's `drop`).
 """
 from __future__ import annotations
 

@@ -112,12 +112,10 @@ def _alive(pid: int) -> bool:
 
 
 #: Run by <venv>/bin/python: the identity (name, version, simulated) of the `vllm` that python would
-#: import, as one JSON line, WITHOUT importing it
-#: (the real vLLM imports torch and its kernels: `vllm --version` took 21 s on an H200). `vllm
-#: --version` prints the distribution's metadata (importlib.metadata.version("vllm")), read here from
-#: the dist-info beside the package. An engine that describes itself (specfleet-engine.json beside its
-#: __init__.py: name, version, simulated, prompt_tokens; docs/engines-gpu.md) wins over any metadata:
-#: its identity is what it says, so a simulation is never recorded as a vLLM release.
+#: import, as one JSON line, WITHOUT importing it (the real vLLM imports torch: `vllm --version` took
+#: 21 s on an H200): the version `vllm --version` prints, from the dist-info beside the package. An
+#: engine that describes itself (specfleet-engine.json beside its __init__.py; docs/engines-gpu.md)
+#: wins over any metadata, so a simulation is never recorded as a vLLM release.
 ENGINE_VERSION_PY = r'''
 import importlib.metadata as md, importlib.util, json, os, sys
 spec = importlib.util.find_spec("vllm")

@@ -1,12 +1,8 @@
 """One server's lifecycle on the worker, a lane of the runner's pool (runner.py). Stdlib only.
 
-A Lane is composed with the runner that owns the queue, the state and its saving: it is handed one
-item and the GPU set (None: every GPU the node shows, the one-GPU node) and port it runs on, and
-runs preflight -> `vllm serve` in its own session -> /health wait (server liveness checked every
-poll) -> `vllm bench serve` per bench run -> stop (SIGTERM group, SIGKILL group, leftover VLLM::
-processes of this server, GPU memory below the threshold). It records through the runner
-(`owner.set`, saved under the owner's lock) and raises ItemFailed / Fatal / Stopped; the runner
-alone decides what each means for the queue (runner.Runner.ended).
+preflight -> `vllm serve` in its own session -> /health -> `vllm bench serve` per bench run -> stop.
+A Lane records through its owner (`owner.set`) and raises ItemFailed / Fatal / Stopped; the runner
+alone decides what each means for the queue (runner.Runner.ended; docs/dev/worker.md).
 """
 from __future__ import annotations
 
@@ -250,12 +246,8 @@ class Lane:
         return "greedy" if float(temp) == 0.0 else f"sampled (temperature {float(temp):g})"
 
     def fit_prompts(self, item: dict, rec: dict) -> dict:
-        """Before the model loads: every selected prompt + output_len must fit --max-model-len.
-
-        refuse: the item fails naming the prompts and the fixes. drop: the bench runs get a file of
-        the prompts that fit (selection order, --disable-shuffle, --num-prompts = how many).
-        A bench cell of a sweep can ask other prompts (its `fit`: category, num_prompts, output_len).
-        """
+        """Before the model loads: every selected prompt + output_len must fit --max-model-len
+        (docs/campaign.md §9: refuse, or drop). A bench cell of a sweep can ask other prompts (its `fit`)."""
         if not item.get("fit"):
             return item
         with self.owner.fit_lock:  # one check per distinct setup, never two lanes writing one file
@@ -288,8 +280,8 @@ class Lane:
                              f"{fit['num_prompts']} (--no-oversample would send {ans['selected']}): lower num_prompts "
                              "or use a larger dataset")
         bad = ans["too_long"]
-        rec["prompt_fit"] = {k: ans[k] for k in ("tokenizer", "max_model_len", "output_len", "selected", "kept")}
-        rec["prompt_fit"]["too_long"] = bad
+        rec["prompt_fit"] = {k: ans[k] for k in ("tokenizer", "max_model_len", "output_len", "selected", "kept",
+                                                 "too_long")}
         if not bad:
             return b
         names = ", ".join(f"question_id {b['question_id']} ({b['prompt_tokens']} + {ans['output_len']} = "
@@ -311,9 +303,6 @@ class Lane:
                                        ids=[t["question_id"] for t in bad]).to_json())
 
     # ---------------------------------------------------------------- server
-    def serve_argv(self, item: dict) -> list[str]:
-        return Serve.from_json(item["serve"]).argv(model=self.model, host=self.spec["server_host"], port=self.port)
-
     def bench_metadata(self, item: dict) -> list[list[str]]:
         """The --metadata pairs only the worker knows (a lane on a GPU set: which GPUs measured)."""
         where = [] if self.gpus is None else [
@@ -330,7 +319,7 @@ class Lane:
         s = self.spec
         log_path = self.server_log(item)
         with open(log_path, "a") as lf:
-            argv = self.serve_argv(item)
+            argv = Serve.from_json(item["serve"]).argv(model=self.model, host=s["server_host"], port=self.port)
             lf.write(f"==== specfleet {now()} run {s['run_id']}: {' '.join(argv)}\n")
             lf.flush()
             self.server = subprocess.Popen(argv, stdout=lf, stderr=subprocess.STDOUT,
@@ -408,7 +397,12 @@ class Lane:
         with open(log_path, "w") as lf:
             self.bench = subprocess.Popen(argv, stdout=lf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                           env=self.env, cwd=self.run_dir, start_new_session=True)
-        tel = self.telemetry(b["result_file"]).start()  # never fails the run (telemetry.py)
+        # the run's GPUs (a lane's set, else the spec's gpu_index, else all) and its server's /metrics;
+        # telemetry never fails the run (telemetry.py)
+        gpus = [g["index"] for g in self.gpus or []] or (
+            None if self.spec.get("gpu_index") is None else [self.spec["gpu_index"]])
+        tel = sampler_for({**self.spec, "port": self.port}, os.path.join(self.run_dir, layout.telemetry_file(
+            b["result_file"])), self.env, gpus).start()
         try:
             self.watch(item, lambda: self.bench.poll() is not None, self.spec["bench_timeout_s"],
                        lambda: f"bench concurrency {b['concurrency']} exceeded {self.spec['bench_timeout_s']} s")
@@ -441,12 +435,6 @@ class Lane:
         os.replace(partial, final)
         return final
 
-    def telemetry(self, result_file: str):
-        """The run's GPUs (a lane's set, else the spec's gpu_index, else all) and its server's /metrics."""
-        gpus = [g["index"] for g in self.gpus or []] or (
-            None if self.spec.get("gpu_index") is None else [self.spec["gpu_index"]])
-        return sampler_for({**self.spec, "port": self.port}, os.path.join(self.run_dir, layout.telemetry_file(result_file)), self.env, gpus)
-
     def stop_server(self) -> None:
         p, self.server = self.server, None
         if p is None:
@@ -458,7 +446,7 @@ class Lane:
             except ProcessLookupError:
                 pass
             deadline = time.monotonic() + grace
-            while time.monotonic() < deadline and (p.poll() is None or self.group_alive(pgid)):
+            while time.monotonic() < deadline and (p.poll() is None or any(st[2] == pgid for _, st in live_pids())):
                 time.sleep(0.2)
         p.wait()
         end_pids([pid for pid, st in live_pids() if proc_argv0(pid).startswith("VLLM::")
@@ -469,8 +457,3 @@ class Lane:
             raise Fatal(f"GPU memory still {used} MiB (>= {self.spec['gpu_memory_free_mib']}) "
                         f"{self.spec['stop_timeout_s']} s after the server stopped; not starting the next "
                         "server into an out-of-memory failure (check nvidia-smi for the holder)")
-
-    @staticmethod
-    def group_alive(pgid: int) -> bool:
-        return any(st[2] == pgid for _, st in live_pids())
-

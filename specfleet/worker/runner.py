@@ -1,14 +1,10 @@
-"""specfleet worker-side runner: one node's benchmark queue, detached from SSH. Stdlib only.
+"""The worker's runner: one node's benchmark queue, detached from SSH. Stdlib only.
 
     setsid nohup python3 runner.pyz --spec /path/run.json >runner.log 2>&1 </dev/null &
 
-The Runner owns the queue, state.json (written atomically, under its lock) and the done markers; it
-runs each item in a Lane (lane.py: one server's lifecycle), one thread per running server. Items
-marked done (`<config>.done` matching) are skipped. Which item starts where is the admission rule,
-slots.admit, in queue order; a one-GPU node is a pool of one slot (the node as the runner sees it).
-Where the queue runs dry, the crossover search's next round (crossover.py) is appended, once no
-server runs. What an item's end means for the queue is decided in one place, Runner.ended.
-Spec schema, exit codes: docs/campaign.md; the design: docs/dev/worker.md.
+The Runner owns the queue, state.json and the done markers and runs each item in a Lane (lane.py);
+what an item's end means for the queue is decided in one place, Runner.ended. The design:
+docs/dev/worker.md; the spec's keys and the exit codes: docs/campaign.md §5.
 """
 from __future__ import annotations
 
@@ -45,25 +41,7 @@ REQUIRED = ("schema", "run_id", "campaign", "plan_hash", "host", "work_dir", "ve
             "bench_timeout_s", "gpu_memory_free_mib", "gpu_index", "stop_timeout_s", "items")
 
 
-def no_space(e: BaseException, fallback: str) -> str | None:
-    """'no space left on <path>' for ENOSPC/EDQUOT, else None."""
-    if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
-        return f"no space left on {os.path.dirname(str(e.filename)) if e.filename else fallback}"
-    return None
-
-
-RESERVE_BYTES = 1 << 20
-
-
-def make_reserve(path: str) -> None:
-    """Hold RESERVE_BYTES on the run folder's file system, so a full disk can still record why."""
-    try:
-        with open(path, "wb") as f:
-            f.write(b"\0" * RESERVE_BYTES)
-            f.flush()
-            os.fsync(f.fileno())
-    except OSError:
-        pass
+RESERVE_BYTES = 1 << 20  # held on the run folder's file system, so a full disk can still record why
 
 
 def atomic_write(path: str, data: str) -> None:
@@ -138,23 +116,18 @@ class Runner:
             self.save()
         log(f"runner {status}" + (f": {error}" if error else ""))
 
-    def done_marker(self, item: dict) -> str:
-        return os.path.join(self.run_dir, layout.done_marker(item["name"]))
-
     def write_marker(self, item: dict, marker: dict) -> None:
-        atomic_write(self.done_marker(item), json.dumps(marker, indent=2) + "\n")
+        atomic_write(os.path.join(self.run_dir, layout.done_marker(item["name"])), json.dumps(marker, indent=2) + "\n")
 
-    def read_marker(self, item: dict) -> dict:
+    def done_marker(self, item: dict) -> dict | None:
+        """The item's done marker while it holds (the item's hash, its results still valid), else None."""
         try:
-            with open(self.done_marker(item)) as f:
+            with open(os.path.join(self.run_dir, layout.done_marker(item["name"]))) as f:
                 marker = json.load(f)
-            return marker if isinstance(marker, dict) else {}
         except (OSError, ValueError):
-            return {}
-
-    def is_done(self, item: dict) -> bool:
-        marker = self.read_marker(item)
-        return bool(marker) and marker.get("item_hash") == item.get("item_hash") and self.results_valid(item)
+            return None
+        ok = isinstance(marker, dict) and marker and marker.get("item_hash") == item.get("item_hash")
+        return marker if ok and self.results_valid(item) else None
 
     def results_valid(self, item: dict) -> bool:
         """A done marker counts only while each result file it stands for is still a complete result:
@@ -198,11 +171,11 @@ class Runner:
                       "vllm_version": None, "model_path": None, "current": None, "boot": boot,
                       "rebooted": REBOOT_HINT if self.rebooted else None, "items": []}
         for it in s["items"]:
-            done, prev = self.is_done(it), old.get(it["name"], {})
+            marker, prev = self.done_marker(it), old.get(it["name"], {})
+            done = marker is not None
             rec = self.new_record(it["name"], it.get("item_hash"), "done earlier" if done else "")
             rec.update(status="done" if done else "pending", attempts=prev.get("attempts", 0))
             if done:  # keep what the earlier run recorded (the done marker is the authority)
-                marker = self.read_marker(it)
                 rec.update({k: prev[k] for k in ("started_at", "server_pid", "model_path", "notes") if k in prev},
                            finished_at=marker.get("finished_at"), results=marker.get("results", []))
             elif self.rebooted and prev.get("status") not in (None, "pending", "failed", "done") \
@@ -219,7 +192,13 @@ class Runner:
         s = self.spec
         os.makedirs(self.run_dir, exist_ok=True)
         os.chdir(self.run_dir)  # relative paths in the spec (dataset) are relative to the run folder
-        make_reserve(self.reserve)
+        try:
+            with open(self.reserve, "wb") as f:
+                f.write(b"\0" * RESERVE_BYTES)
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError:
+            pass
         self.load_state()
         log(f"runner pid {os.getpid()} run {s['run_id']}: {len(s['items'])} items in {self.run_dir}")
         self.end_previous_leftovers()
@@ -285,7 +264,6 @@ class Runner:
                 if not more:
                     break
                 pending += more
-                todo = list(todo) + more
             if self.stopping:
                 if not busy:
                     break
@@ -298,26 +276,24 @@ class Runner:
                         pending.remove((item, rec))
                         rec.update(attempts=rec["attempts"] + 1, started_at=now())
                         self.set(rec, "failed", "no GPU set", finished_at=now(), error=why)
-                        continue
-                    if got is None:
-                        continue
-                    pending.remove((item, rec))
-                    self.start(item, rec, got, by_index, finished)
-                    busy[item["name"]] = got
+                    elif got is not None:
+                        pending.remove((item, rec))
+                        self.start(item, rec, got, by_index, finished)
+                        busy[item["name"]] = got
             time.sleep(POLL_S)
         if crash is not None:
             raise crash
         if stopped_at:
             self.finish("failed", stopped_at)
             return EXIT_FATAL
-        if self.stopping and (pending or any(rec["status"] == "pending" for _, rec in todo)):
+        if self.stopping and any(rec["status"] == "pending" for rec in self.state["items"]):
             self.finish("stopped", "stopped by SIGTERM")
             return EXIT_STOPPED
         if self.held:
             held = "; ".join(f"GPU {i}: {w}" for i, w in sorted(self.held.items()))
             self.finish("failed", f"GPU memory not released, these GPUs were kept out: {held}")
             return EXIT_FATAL
-        failed = any(rec["status"] == "failed" for _, rec in todo)
+        failed = any(rec["status"] == "failed" for rec in self.state["items"])
         self.finish("failed" if failed else "done", "some items failed (see items[].error)" if failed else None)
         return EXIT_FAILED if failed else EXIT_OK
 
@@ -393,7 +369,10 @@ class Runner:
             except BaseException as stop_error:  # noqa: BLE001 - record the first cause, still end the rest
                 log(f"while aborting: {stop_error}")
         self.end_previous_leftovers()  # by run token: a bench client, an engine
-        why = no_space(e, self.run_dir) or f"runner crashed: {type(e).__name__}: {e}"
+        if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+            why = f"no space left on {os.path.dirname(str(e.filename)) if e.filename else self.run_dir}"
+        else:
+            why = f"runner crashed: {type(e).__name__}: {e}"
         try:
             os.unlink(self.reserve)  # frees room on a full disk for the last state
         except OSError:

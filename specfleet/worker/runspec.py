@@ -1,12 +1,11 @@
 """The typed parts of the run spec: what one `vllm serve` and one `vllm bench serve` run are, and
 the one place their argv is rendered. Stdlib only; part of the worker program.
 
-The bastion builds these (specfleet/campaign/commands.py) and writes them as JSON into run.json
-(items[].serve, items[].client, items[].bench[]); the runner reads them back and renders the argv
-with what only the worker knows: the model folder it picked, the engine version it read, the port
-of its server (a GPU lane's, a Slurm step's), the prompts the fit check kept, and metadata of its
-own (the GPUs, the server's sampling defaults). The printed plan renders the same argv with the
-placeholders layout.MODEL and layout.VLLM_VERSION. Nothing edits an argv after it is rendered.
+The bastion builds them (specfleet/campaign/commands.py) into run.json (items[].serve, .client,
+.bench[]); the runner renders the argv with what only the worker knows (the model folder, the engine
+version, its server's port, the prompts the fit check kept, the GPUs); the printed plan renders
+the same argv with the placeholders layout.MODEL and layout.VLLM_VERSION. Nothing edits an argv
+after it is rendered.
 """
 from __future__ import annotations
 

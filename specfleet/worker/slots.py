@@ -1,21 +1,12 @@
 """GPU slots: what a configuration needs, which GPUs of a node it gets, several servers at once.
 
-Stdlib only: part of the worker program (runner.pyz); the bastion's split and plan
-checks import the same functions, so the GPU count a configuration needs has one definition.
-
-    flag_values(argv, *names)  a flag's values in a `vllm serve` argv (the GPU count, the sampling defaults, the fit check)
-    needed(argv)               GPUs one `vllm serve` argv uses: tensor x pipeline x data parallel size
-    pick(free, need, groups)   the GPU set it gets: contiguous indices inside one NVLink group first
-    admit(need, pin, free, ...) the admission rule (pinned GPU, else pick): the runner's pool
-                               (runner.Runner.place) and the bastion's simulation of it
-                               (specfleet/campaign/gpusets.simulate) both call it
-    check_gpus(want, seen)     the spec's GPUs checked against nvidia-smi's (runner.py, before any server)
-
-A node's GPUs come from the run spec's `gpus` (the inventory/facts: index, uuid, name); the runner
-checks them against nvidia-smi before anything starts. `packing: exclusive` (the plan's default):
-one server on the node at a time, on the GPUs it needs; `shared`: as many as fit on disjoint sets.
+Stdlib only: part of the worker program; the bastion's split and plan checks import the same
+functions, so the GPU count a configuration needs and the admission rule (`admit`) have one
+definition. The node's GPUs, `packing` and `gpu_groups`: docs/campaign.md §12.
 """
 from __future__ import annotations
+
+import math
 
 # flag -> (short form) the parallel sizes whose product is the number of GPUs one server uses
 PARALLEL_FLAGS = {"--tensor-parallel-size": "-tp", "--pipeline-parallel-size": "-pp",
@@ -49,10 +40,7 @@ def parallel_sizes(argv: list[str]) -> dict[str, int]:
 
 def needed(argv: list[str]) -> int:
     """How many GPUs one server with this argv uses (1 when no parallel size is given)."""
-    n = 1
-    for v in parallel_sizes(argv).values():
-        n *= v
-    return n
+    return math.prod(parallel_sizes(argv).values())
 
 
 def pick(free: list[int], need: int, groups: list[list[int]] | None = None) -> list[int] | None:

@@ -1,13 +1,12 @@
 """Small statistics without scipy, those the crossover search runs on the worker (the report imports
-them too): the exact Student-t CDF, its quantile, the confidence interval of a ratio of means (Welch
-on log values) and Wilson's interval of a proportion. The report's own tests built on them (TOST,
-Newcombe's difference) live with their users (results/gate.py, results/compare_slo.py).
+them too): Student's t (CDF, quantile), the interval of a ratio of means (Welch on log values) and
+Wilson's interval of a proportion. The report's own tests (TOST, Newcombe's difference) live with
+their users (results/gate.py, results/compare_slo.py).
 
-The two-sided p-value of t with df degrees of freedom is the regularized
-incomplete beta function I_x(df/2, 1/2) at x = df / (df + t^2), evaluated with
-the Lentz continued fraction (Numerical Recipes, `betacf`). Accurate to ~1e-10
-for the df (>= 1, fractional allowed) that Welch's formula yields. The quantile
-inverts it by bisection. tests/results/test_equivalence.py checks both against scipy.
+The two-sided p of t is the regularized incomplete beta I_x(df/2, 1/2) at x = df / (df + t^2), by
+Lentz's continued fraction (Numerical Recipes, `betacf`): ~1e-10 for the df (>= 1, fractional) that
+Welch's formula yields; the quantile inverts it by bisection. tests/results/test_equivalence.py
+checks both against scipy.
 """
 from __future__ import annotations
 
@@ -26,19 +25,14 @@ def _betacf(a: float, b: float, x: float) -> float:
     h = d
     for m in range(1, 500):
         m2 = 2 * m
-        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
-        d = 1.0 + aa * d
-        d = 1.0 / (d if abs(d) > tiny else tiny)
-        c = 1.0 + aa / c
-        c = c if abs(c) > tiny else tiny
-        h *= d * c
-        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
-        d = 1.0 + aa * d
-        d = 1.0 / (d if abs(d) > tiny else tiny)
-        c = 1.0 + aa / c
-        c = c if abs(c) > tiny else tiny
-        delta = d * c
-        h *= delta
+        # the even step, then the odd one, of the continued fraction
+        for aa in (m * (b - m) * x / ((qam + m2) * (a + m2)), -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))):
+            d = 1.0 + aa * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + aa / c
+            c = c if abs(c) > tiny else tiny
+            delta = d * c
+            h *= delta
         if abs(delta - 1.0) < eps:
             break
     return h
