@@ -1,5 +1,5 @@
-"""The comparison's decision rules, one place for `fab compare`'s per-cell metric (compare.py) and its
-goodput and SLO attainment (compare_slo.py): see compare.py's docstring and docs/compare.md."""
+"""The comparison's decision rules, one place for `fab compare`'s per-cell metric (comparison.py) and its
+goodput and SLO attainment (compare_slo.py); docs/compare.md, "The verdict"."""
 from __future__ import annotations
 
 import statistics
@@ -14,7 +14,7 @@ LOWER_IS_BETTER = {"mean_tpot_ms", "mean_itl_ms", "mean_ttft_ms", "tpot_weighted
 
 def decide(metric: str, a: list[float], b: list[float], noise: NoiseBand) -> tuple[float, float | None,
                                                                                   float | None, str, str, str]:
-    """(ratio b/a, interval low, high, method, verdict, detail) by the rule in the module docstring."""
+    """(ratio b/a, interval low, high, method, verdict, detail) by the rule of docs/compare.md."""
     ri = ratio_interval(a, b, noise.confidence)
     if ri is None:
         r, lo, hi = statistics.fmean(b) / statistics.fmean(a), None, None

@@ -1,21 +1,7 @@
-"""`fab compare` on goodput under an SLO: per bench cell, goodput and SLO attainment of the two
-campaigns, with the comparison's decision rules (docs/compare.md, "Goodput under the SLO").
-
-Compared when both campaigns' plans have `benchmark.slo`. One SLO judges both sides: the
-candidate's (goodput comes from the per-request arrays, so the baseline's requests can be judged
-by it too); when the baseline's plan had another, the output says so.
-
-- Goodput (good requests / duration, one value per run): the ratio candidate / baseline with the
-  comparison's interval (compare.decide: Welch's t on log values over the runs, the band of the
-  tolerance; a single run: the plain threshold).
-- A run with goodput 0 (no request within the SLO) has no log: such a cell's goodput is judged on
-  its SLO attainment instead, and the output says so.
-- SLO attainment (good / completed requests, pooled over a side's runs): the change in percentage
-  points with Newcombe's hybrid score interval (`proportion_difference`, 95 %),
-  defined at 0 % and 100 %. Regression / improvement when the whole interval lies beyond
-  ±tolerance_pct points; within tolerance when it excludes 0; else no measurable difference. It
-  treats the requests of a side as independent trials; requests of one run share the server's
-  load, so with runs that differ the interval is too narrow (the goodput interval over runs is not).
+"""`fab compare` on goodput and SLO attainment per bench cell, when both campaigns' plans have
+`benchmark.slo` (docs/compare.md, "Goodput under the SLO"). One SLO judges both sides, the
+candidate's: goodput comes from the per-request arrays, so the baseline's requests can be judged by
+it too. A run with goodput 0 has no log value: such a cell is judged on its SLO attainment.
 """
 from __future__ import annotations
 

@@ -1,25 +1,12 @@
-"""`fab compare`: two collected campaigns side by side, a verdict per bench cell (docs/compare.md).
+"""`fab compare`: two collected campaigns side by side, a verdict per bench cell (docs/compare.md: the
+verdicts, their interval and error rate).
 
     cmp = compare_dirs("results-0.31/qwen3", "results/qwen3")     # baseline, candidate
     cmp.regressions                                               # the cells that got worse
 
-Each side is a results folder as `fab collect` / `fab report` write it (the plan they used is in its
-plan.json, PLAN_SNAPSHOT). Cells are matched by configuration and bench cell (the cell names the
-concurrency); each side's runs of a cell are its repeats on every node (the side's own gate said its
-nodes agree). Per cell, the ratio candidate / baseline of the metric with the report's interval
-(stats.ratio_interval: 95 %, Welch's t on log values, repeats of both sides) and a verdict:
-
-- regression / improvement: the whole interval lies beyond the tolerance band [1/(1+tol), 1+tol]
-  on the worse / better side (the gate's tolerance: what two nodes may differ by is also what two
-  campaigns may differ by without it counting); with a single run on either side, the ratio itself
-  outside the band (the report's single-run rule, no interval);
-- within tolerance: the interval excludes 1.00 (measurably different, the report's "faster" /
-  "slower") but is not wholly beyond the band;
-- no measurable difference: the interval contains 1.00.
-
-The chance that an unchanged cell is called a regression is below 2.5 % per cell (one side of a
-95 % interval that must also clear the band); a cell whose true change is exactly the tolerance is
-called a regression 2.5 % of the time.
+Each side's runs of a cell are its repeats on every node: the side's own gate said its nodes agree.
+The tolerance band is the gate's: what two nodes may differ by is also what two campaigns may differ
+by without it counting.
 """
 from __future__ import annotations
 
@@ -71,10 +58,6 @@ class Side:
     baseline: str
     gate: GateResult
     tables: Tables | None
-
-    @property
-    def name(self) -> str:
-        return f"{self.label} {self.dir}"
 
 
 def load_side(label: str, path: Path | str, tolerance_pct: float | None = None) -> Side:

@@ -1,12 +1,7 @@
-"""Where a configuration stops paying: its speedup over the concurrencies measured, in words.
-
-Per configuration and node, when at least CURVE_MIN_POINTS concurrencies have a speedup (a
-crossover search, or any plan with that many concurrencies): "pays up to concurrency A, no
-measurable difference between A and B, loses from B", each edge with its speedup, interval and
-method (measures.speedup_noise: 95 % CI of Welch's t on log output tok/s over the repeats of the
-configuration and the same node's baseline; single runs: the tolerance band), and where the
-estimate crosses 1.00x. Measured points only: nothing between two measured concurrencies is
-inferred. docs/report.md, "The crossover".
+"""Where a configuration stops paying: its speedup over the concurrencies measured, in words
+(docs/report.md, "The crossover"), per configuration and node with >= CURVE_MIN_POINTS speedups.
+Each edge is judged by measures.speedup_noise; measured points only: nothing between two measured
+concurrencies is inferred.
 """
 from __future__ import annotations
 
