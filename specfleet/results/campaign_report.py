@@ -105,13 +105,9 @@ def report_campaign(campaign_dir: Path | str, baseline: str = DEFAULT_BASELINE,
                     console=None, quiet: bool = False, planned: Planned | None = None,
                     expect: Expect | None = None, quarantine: bool = True,
                     notes: list[str] | None = None, vllm_pin: str | None = None, slo=None) -> ReportOutcome:
-    """Validate (quarantine bad files), gate on node equivalence, merge, write
-    report.md / report.html / merged.csv / merged.json into `campaign_dir`, and
-    print the main tables (rich) unless quiet.
-
-    When the gate fails and not `force`: prints the equivalence table, writes
-    nothing merged (and removes a previous merged report), returns merged=False.
-    With `force` the outputs are stamped "NODES NOT EQUIVALENT".
+    """Validate (quarantine bad files), gate on node equivalence, merge, write MERGED_FILES into
+    `campaign_dir` and print the main tables unless quiet. A failed gate without `force` writes nothing
+    and removes a previous merged report: an older report must not look current.
     `planned` (the plan's cells and who was to measure them) makes the report list every cell's
     state; `expect` says when a run counts (requests completed); `quarantine=False` moves nothing.
     """
@@ -200,7 +196,7 @@ def report_plan(plan, plan_path: str, results_root: Path | str, *, force: bool =
 def add_peer_sections(model, camp, tables, baseline: str, slo) -> None:
     """The report's "Goodput under the SLO" section (after the results) when the plan has an SLO;
     "Telemetry per run" with its timeline (inlined in report.html) when any run has a telemetry file
-    (telemetry.py); and, when the gate failed, each node's telemetry beside the gate line."""
+    (telemetry_report.py); and, when the gate failed, each node's telemetry beside the gate line."""
     tel = telemetry_table(camp)
     if not model.gate.passed:
         model.gate_telemetry = node_differences(tel, baseline, model.gate.rule.concurrency)

@@ -54,8 +54,7 @@ def sections(c: Comparison) -> list[Section]:
                          "verdict", "why"],
                         [[d.config, str(d.concurrency), d.cell, fmt(d.base_mean), fmt(d.cand_mean),
                           f"{d.n_base}/{d.n_cand}", _pct(d.ratio), _pct(d.ci_low), _pct(d.ci_high),
-                          _word(d.verdict), d.detail]
-                         for d in c.cells],
+                          _word(d.verdict), d.detail] for d in c.cells],
                         f"Means over every run of the cell on every node of a side. {rule_text(c)}"))
     if c.speedups:
         secs.append(Section("Speedup vs the baseline configuration, and acceptance, per configuration",
@@ -64,9 +63,8 @@ def sections(c: Comparison) -> list[Section]:
                              "after"],
                             [[s.config, str(s.concurrency), s.cell, fmt(s.base_speedup, 3, "x"),
                               fmt(s.cand_speedup, 3, "x"), _pct(s.ratio), _pct(s.ci_low), _pct(s.ci_high),
-                              _word(s.verdict),
-                              fmt(s.base_accept_pct, 1), fmt(s.cand_accept_pct, 1), fmt(s.base_accept_len, 3),
-                              fmt(s.cand_accept_len, 3)] for s in c.speedups],
+                              _word(s.verdict), fmt(s.base_accept_pct, 1), fmt(s.cand_accept_pct, 1),
+                              fmt(s.base_accept_len, 3), fmt(s.cand_accept_len, 3)] for s in c.speedups],
                             "Speedup = output tok/s over the same campaign's baseline configuration (means over "
                             "nodes). Change = the ratio of the two speedups on geometric means, its interval "
                             "from the four groups of runs (Welch-Satterthwaite on log values); verdicts as "
@@ -86,9 +84,9 @@ def _pp(v: float) -> str:
 def goodput_section(c: Comparison) -> Section:
     rows = [[g.config, str(g.concurrency), g.cell, fmt(g.base_goodput, 3), fmt(g.cand_goodput, 3),
              f"{g.n_base}/{g.n_cand}", _pct(g.ratio), _pct(g.ci_low), _pct(g.ci_high), _word(g.verdict),
-             f"{g.base_attainment_pct:.1f} % of {g.base_requests}", f"{g.cand_attainment_pct:.1f} % of {g.cand_requests}",
-             _pp(g.attainment_change_pp), f"[{_pp(g.attainment_low_pp)}, {_pp(g.attainment_high_pp)}]",
-             _word(g.attainment_verdict),
+             f"{g.base_attainment_pct:.1f} % of {g.base_requests}",
+             f"{g.cand_attainment_pct:.1f} % of {g.cand_requests}", _pp(g.attainment_change_pp),
+             f"[{_pp(g.attainment_low_pp)}, {_pp(g.attainment_high_pp)}]", _word(g.attainment_verdict),
              ("yes" if g.base_meets else "NO") + " -> " + ("yes" if g.cand_meets else "NO"), g.method]
             for g in c.goodput]
     return Section("Goodput under the SLO, candidate / baseline",
@@ -117,7 +115,6 @@ def rule_text(c: Comparison) -> str:
 
 def summary(c: Comparison) -> list[str]:
     out = [f"baseline: {c.base.dir} ({c.base.camp.name}); candidate: {c.cand.dir} ({c.cand.camp.name})"]
-    reg = c.regressions + c.speedup_regressions
     imp = [d for d in c.cells if d.verdict == IMPROVEMENT]
     out.append(f"{len(c.cells)} cells compared on {GATE_METRICS[c.metric]}: {len(c.regressions)} regression(s), "
                f"{len(imp)} improvement(s); {len(c.speedup_regressions)} speedup regression(s)")
@@ -141,8 +138,7 @@ def summary(c: Comparison) -> list[str]:
     for a in c.assertions:
         out.append(a.line())
     out += c.unmatched + c.notes
-    reg = reg + c.goodput_regressions
-    if not reg:
+    if not (c.regressions or c.speedup_regressions or c.goodput_regressions):
         out.append("no regression")
     return out
 

@@ -106,10 +106,7 @@ def best_rows(runs: pd.DataFrame, baseline: str) -> pd.DataFrame:
 
 
 def caveats(t: Tables, baseline: str) -> list[tuple[str, str]]:
-    """(group, caveat) pairs. The verdicts (speedup, interval, faster / slower / no measurable
-    difference, best) are the summary matrix's (document.summary_section); what is here says what a
-    verdict does not: why a configuration is slower, what a flagged acceptance is, where throughput
-    follows a tail, what a speedup costs, what the repeats, the hardware and the outputs show."""
+    """(group, caveat) pairs: what a verdict of the summary matrix does not say (the module docstring)."""
     runs = t.runs
     noise = t.noise or NoiseBand()
     out: list[tuple[str, str]] = []

@@ -1,7 +1,7 @@
 """Small statistics without scipy, those the crossover search runs on the worker (the report imports
 them too): the exact Student-t CDF, its quantile, the confidence interval of a ratio of means (Welch
 on log values) and Wilson's interval of a proportion. The report's own tests built on them (TOST,
-Newcombe's difference) live with their users (results/gate.py, results/compare_slo.py).
+Newcombe's difference) live with their users (results/gate.py, results/comparison.py).
 
 The two-sided p-value of t with df degrees of freedom is the regularized
 incomplete beta function I_x(df/2, 1/2) at x = df / (df + t^2), evaluated with
