@@ -54,8 +54,7 @@ def _stat(results: list, metric: str, units: str) -> dict | None:
             st[field] = v
     keys = {k for r in results for k in (*r.extra, *type(r).model_fields) if (m := PCT_KEY.match(k)) and m[2] == metric}
     for k in sorted(keys, key=lambda k: float(PCT_KEY.match(k)[1])):  # a set: its order varies per process
-        p = PCT_KEY.match(k)[1]
-        p = p.removesuffix(".0") if p.endswith(".0") else p
+        p = PCT_KEY.match(k)[1].removesuffix(".0")
         if p in SCHEMA_PCTS and (v := _mean([getattr(r, k, None) for r in results])) is not None:
             st[SCHEMA_PCTS[p]] = v
     return st
