@@ -112,7 +112,8 @@ def decide(metric: str, a: list[float], b: list[float], noise: NoiseBand) -> tup
     return (r, lo, hi, method, *ratio_verdict(r, lo, hi, noise, better_up=metric not in LOWER_IS_BETTER))
 
 
-def ratio_verdict(r: float, lo: float | None, hi: float | None, noise: NoiseBand, better_up: bool = True) -> tuple[str, str]:
+def ratio_verdict(r: float, lo: float | None, hi: float | None, noise: NoiseBand,
+                  better_up: bool = True) -> tuple[str, str]:
     """(verdict, detail) of a ratio and its interval (None: a single run, the ratio itself judged)."""
     lo_band, hi_band = noise.band
     tol = f"±{noise.tolerance_pct:g} % band [{lo_band:.4f}, {hi_band:.4f}]"
