@@ -9,14 +9,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..fleet import EXIT_ASSERTION, EXIT_INCOMPLETE, EXIT_NOT_MERGED
+from ..plan.assertions import NOT_CHECKED, AssertionResult, check
 from .campaign import Campaign, Expect, Quarantined, scan_campaign
-from .cells import CellState, Planned, cell_states
+from .bastion_io import atomic_write_text
+from .cells import PLANNED_FILE, CellState, Planned, cell_states, planned_from
+from .comparison import write_snapshot
 from .conclusions import conclusions
 from .gate import DEFAULT_BASELINE, EquivalenceRule, GateResult, check_equivalence
+from .goodput import SLO_HEADERS, add_goodput, slo_lines, slo_rows
 from .gpu_gate import split_off_gpu_copies
 from .measures import NoiseBand
 from .merge import Tables, build_tables
-from .document import ReportModel, build_model, print_cells, print_report, write_report
+from .document import ReportModel, Section, build_model, print_cells, print_report, write_report
+from .export import export_cells, remove_stale
+from .plots import namespace_ids
+from .telemetry_report import (TELEMETRY_HEADERS, TIMELINE_IMAGE, node_differences, telemetry_rows, telemetry_table,
+                               timeline_svg)
 
 MERGED_FILES = ("report.md", "report.html", "merged.csv", "merged.json")
 
@@ -97,13 +105,9 @@ def report_campaign(campaign_dir: Path | str, baseline: str = DEFAULT_BASELINE,
                     console=None, quiet: bool = False, planned: Planned | None = None,
                     expect: Expect | None = None, quarantine: bool = True,
                     notes: list[str] | None = None, vllm_pin: str | None = None, slo=None) -> ReportOutcome:
-    """Validate (quarantine bad files), gate on node equivalence, merge, write
-    report.md / report.html / merged.csv / merged.json into `campaign_dir`, and
-    print the main tables (rich) unless quiet.
-
-    When the gate fails and not `force`: prints the equivalence table, writes
-    nothing merged (and removes a previous merged report), returns merged=False.
-    With `force` the outputs are stamped "NODES NOT EQUIVALENT".
+    """Validate (quarantine bad files), gate on node equivalence, merge, write MERGED_FILES into
+    `campaign_dir` and print the main tables unless quiet. A failed gate without `force` writes nothing
+    and removes a previous merged report: an older report must not look current.
     `planned` (the plan's cells and who was to measure them) makes the report list every cell's
     state; `expect` says when a run counts (requests completed); `quarantine=False` moves nothing.
     """
@@ -136,9 +140,7 @@ def report_campaign(campaign_dir: Path | str, baseline: str = DEFAULT_BASELINE,
     # the baseline's runs on a node's other GPUs (equivalence.every_gpu) went to the gate, not the tables
     tables = build_tables(split_off_gpu_copies(camp, baseline), baseline, gpu_bandwidth_gbps, weights_gib,
                           NoiseBand(rule.tolerance_pct))
-    from .goodput import add_goodput  # goodput under the plan's SLO (docs/slo.md)
-    from .peers import add_peer_sections
-    tables.runs = add_goodput(camp, tables.runs, baseline, slo)
+    tables.runs = add_goodput(camp, tables.runs, baseline, slo)  # goodput under the plan's SLO (docs/slo.md)
     concl = conclusions(tables, baseline)
     forced = force and not gate.passed
     model = build_model(camp.name, tables, gate, concl, baseline=baseline, simulated=camp.simulated,
@@ -171,9 +173,6 @@ def report_plan(plan, plan_path: str, results_root: Path | str, *, force: bool =
     came from: `queues_source`, cells.PLACED or cells.SPLIT) and why a host gave nothing; they are
     saved as planned.json so a later `fab report` knows them too.
     """
-    from .bastion_io import atomic_write_text
-    from .cells import PLANNED_FILE, planned_from
-
     campaign_dir = Path(results_root) / plan.campaign
     planned = planned_from(plan, plan_path, campaign_dir, split_queues, host_notes, running,
                            **({"queues_source": queues_source} if queues_source else {}))
@@ -189,6 +188,72 @@ def report_plan(plan, plan_path: str, results_root: Path | str, *, force: bool =
                           gpu_bandwidth_gbps=gpu_bandwidth_gbps, weights_gib=plan.model.weights_gib,
                           console=console, quiet=quiet, planned=planned, expect=expect,
                           quarantine=False, notes=notes, vllm_pin=plan.vllm_version, slo=plan.benchmark.slo)
-    from .peers import after_report  # fab compare's plan.json, the plan's assertions (docs/compare.md)
     after_report(out, plan, console, quiet)
     return out
+
+
+# what collect / report do after the report for the features peer tools have (issue 26)
+def add_peer_sections(model, camp, tables, baseline: str, slo) -> None:
+    """The report's "Goodput under the SLO" section (after the results) when the plan has an SLO;
+    "Telemetry per run" with its timeline (inlined in report.html) when any run has a telemetry file
+    (telemetry_report.py); and, when the gate failed, each node's telemetry beside the gate line."""
+    tel = telemetry_table(camp)
+    if not model.gate.passed:
+        model.gate_telemetry = node_differences(tel, baseline, model.gate.rule.concurrency)
+    if tel is not None:
+        svg = timeline_svg(camp, camp.simulated)
+        model.sections.append(Section(
+            "Telemetry per run", TELEMETRY_HEADERS, telemetry_rows(tel),
+            "Sampled on the worker during each vllm bench serve run (nvidia-smi --query-gpu for the server's "
+            "GPUs, the server's /metrics; docs/telemetry.md). Mean power = the run's GPUs summed, averaged over "
+            "the samples (warm-ups included); J / output token = mean power x the run's duration / its output "
+            "tokens; throttle = the clock-event reasons seen (SW/HW power cap, thermal, power brake); "
+            "'not recorded' = the worker could not read it (no nvidia-smi, a field its driver lacks). "
+            "The timeline: requests in flight, generated tokens/s and GPU power over each run at the highest "
+            "concurrency with telemetry (up to 8 runs)."
+            + (" SIMULATED: the testbed's GPU stand-in models power and clocks." if camp.simulated else ""),
+            anchor="telemetry-per-run", images=[TIMELINE_IMAGE] if svg else [],
+            figures={TIMELINE_IMAGE: namespace_ids(svg, "timeline")} if svg else {}))
+    if slo is None or "goodput_req_s" not in tables.runs:
+        return
+    lines = slo_lines(tables.runs, baseline, slo)
+    sec = Section("Goodput under the SLO", SLO_HEADERS, slo_rows(tables.runs), " ".join(lines),
+                  anchor="goodput-under-the-slo")
+    at = next((i for i, s in enumerate(model.sections) if not s.title.startswith(("Results", "Latency"))),
+              len(model.sections))
+    model.sections.insert(at, sec)
+    model.conclusions += lines[1:]
+
+
+def after_report(out, plan, console=None, quiet: bool = False) -> None:
+    """Writes plan.json beside the host folders; checks the plan's assertions into out.assertions
+    (a failed or unchecked one adds EXIT_ASSERTION to the exit code) and prints them."""
+    if out.campaign_dir.is_dir():
+        write_snapshot(out.campaign_dir, plan)
+    _stale_timeline(out)
+    if out.merged and out.tables is not None and out.campaign is not None:  # llm-d Benchmark Report v0.2
+        if files := export_cells(out.campaign_dir, out.campaign, out.tables, plan, out.model.gate_verdict,
+                                 out.gate.rule.describe()):
+            out.paths["llm-d"] = files[0].parent
+    else:
+        remove_stale(out.campaign_dir)
+    if not plan.assertions:
+        return
+    if out.merged and out.tables is not None:
+        out.assertions = check(plan.assertions, out.tables.runs.to_dict("records"))
+    else:
+        out.assertions = [AssertionResult(a, NOT_CHECKED, "nothing merged") for a in plan.assertions]
+    if not quiet:
+        from rich.console import Console
+        c = console or Console()
+        for a in out.assertions:
+            c.print(a.line(), style="green" if a.ok else "bold red", markup=False)
+
+
+def _stale_timeline(out) -> None:
+    """No timeline beside a report that does not show one (write_report writes it with the report)."""
+    if TIMELINE_IMAGE in out.paths:
+        return
+    svg_path = out.campaign_dir / TIMELINE_IMAGE
+    if svg_path.is_file():
+        svg_path.unlink()

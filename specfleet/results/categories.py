@@ -21,10 +21,7 @@ def cells_by_category(runs: pd.DataFrame, baseline: str) -> pd.DataFrame | None:
     """One row per (category cell, configuration, node) of the runs table; None without category cells."""
     if "category" not in runs or not runs.category.notna().any():
         return None
-    df = runs[runs.category.notna()].copy()
-    for c in COLS:
-        if c not in df:
-            df[c] = float("nan")
+    df = runs[runs.category.notna()].assign(**{c: float("nan") for c in COLS if c not in runs})
     df["_base"] = df.config == baseline  # the baseline's row first in each category: the reference
     df = df.sort_values(["concurrency", "output_len", "category", "_base", "config", "node"],
                         ascending=[True, True, True, False, True, True], na_position="first")

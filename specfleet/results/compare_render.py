@@ -31,6 +31,11 @@ def _pct(r: float | None) -> str:
     return "–" if r is None or (isinstance(r, float) and math.isnan(r)) else f"{(r - 1) * 100:+.2f} %"
 
 
+def _word(verdict: str) -> str:
+    """A regression shouts in the tables."""
+    return verdict.upper() if verdict == REGRESSION else verdict
+
+
 def sections(c: Comparison) -> list[Section]:
     secs = [Section("Provenance differences", ["what", "baseline", "candidate"],
                     [list(r) for r in c.provenance],
@@ -49,8 +54,7 @@ def sections(c: Comparison) -> list[Section]:
                          "verdict", "why"],
                         [[d.config, str(d.concurrency), d.cell, fmt(d.base_mean), fmt(d.cand_mean),
                           f"{d.n_base}/{d.n_cand}", _pct(d.ratio), _pct(d.ci_low), _pct(d.ci_high),
-                          d.verdict.upper() if d.verdict == REGRESSION else d.verdict, d.detail]
-                         for d in c.cells],
+                          _word(d.verdict), d.detail] for d in c.cells],
                         f"Means over every run of the cell on every node of a side. {rule_text(c)}"))
     if c.speedups:
         secs.append(Section("Speedup vs the baseline configuration, and acceptance, per configuration",
@@ -59,9 +63,8 @@ def sections(c: Comparison) -> list[Section]:
                              "after"],
                             [[s.config, str(s.concurrency), s.cell, fmt(s.base_speedup, 3, "x"),
                               fmt(s.cand_speedup, 3, "x"), _pct(s.ratio), _pct(s.ci_low), _pct(s.ci_high),
-                              s.verdict.upper() if s.verdict == REGRESSION else s.verdict,
-                              fmt(s.base_accept_pct, 1), fmt(s.cand_accept_pct, 1), fmt(s.base_accept_len, 3),
-                              fmt(s.cand_accept_len, 3)] for s in c.speedups],
+                              _word(s.verdict), fmt(s.base_accept_pct, 1), fmt(s.cand_accept_pct, 1),
+                              fmt(s.base_accept_len, 3), fmt(s.cand_accept_len, 3)] for s in c.speedups],
                             "Speedup = output tok/s over the same campaign's baseline configuration (means over "
                             "nodes). Change = the ratio of the two speedups on geometric means, its interval "
                             "from the four groups of runs (Welch-Satterthwaite on log values); verdicts as "
@@ -79,14 +82,11 @@ def _pp(v: float) -> str:
 
 
 def goodput_section(c: Comparison) -> Section:
-    def word(v: str) -> str:
-        return v.upper() if v == REGRESSION else v
-
     rows = [[g.config, str(g.concurrency), g.cell, fmt(g.base_goodput, 3), fmt(g.cand_goodput, 3),
-             f"{g.n_base}/{g.n_cand}", _pct(g.ratio), _pct(g.ci_low), _pct(g.ci_high), word(g.verdict),
-             f"{g.base_attainment_pct:.1f} % of {g.base_requests}", f"{g.cand_attainment_pct:.1f} % of {g.cand_requests}",
-             _pp(g.attainment_change_pp), f"[{_pp(g.attainment_low_pp)}, {_pp(g.attainment_high_pp)}]",
-             word(g.attainment_verdict),
+             f"{g.n_base}/{g.n_cand}", _pct(g.ratio), _pct(g.ci_low), _pct(g.ci_high), _word(g.verdict),
+             f"{g.base_attainment_pct:.1f} % of {g.base_requests}",
+             f"{g.cand_attainment_pct:.1f} % of {g.cand_requests}", _pp(g.attainment_change_pp),
+             f"[{_pp(g.attainment_low_pp)}, {_pp(g.attainment_high_pp)}]", _word(g.attainment_verdict),
              ("yes" if g.base_meets else "NO") + " -> " + ("yes" if g.cand_meets else "NO"), g.method]
             for g in c.goodput]
     return Section("Goodput under the SLO, candidate / baseline",
@@ -115,7 +115,6 @@ def rule_text(c: Comparison) -> str:
 
 def summary(c: Comparison) -> list[str]:
     out = [f"baseline: {c.base.dir} ({c.base.camp.name}); candidate: {c.cand.dir} ({c.cand.camp.name})"]
-    reg = c.regressions + c.speedup_regressions
     imp = [d for d in c.cells if d.verdict == IMPROVEMENT]
     out.append(f"{len(c.cells)} cells compared on {GATE_METRICS[c.metric]}: {len(c.regressions)} regression(s), "
                f"{len(imp)} improvement(s); {len(c.speedup_regressions)} speedup regression(s)")
@@ -139,8 +138,7 @@ def summary(c: Comparison) -> list[str]:
     for a in c.assertions:
         out.append(a.line())
     out += c.unmatched + c.notes
-    reg = reg + c.goodput_regressions
-    if not reg:
+    if not (c.regressions or c.speedup_regressions or c.goodput_regressions):
         out.append("no regression")
     return out
 

@@ -1,25 +1,15 @@
-"""`fab compare`: two collected campaigns side by side, a verdict per bench cell (docs/compare.md).
+"""`fab compare`: two collected campaigns side by side, a verdict per bench cell (docs/compare.md: the
+verdicts, their interval and error rate).
 
     cmp = compare_dirs("results-0.31/qwen3", "results/qwen3")     # baseline, candidate
     cmp.regressions                                               # the cells that got worse
 
-Each side is a results folder as `fab collect` / `fab report` write it (the plan they used is in its
-plan.json, PLAN_SNAPSHOT). Cells are matched by configuration and bench cell (the cell names the
-concurrency); each side's runs of a cell are its repeats on every node (the side's own gate said its
-nodes agree). Per cell, the ratio candidate / baseline of the metric with the report's interval
-(stats.ratio_interval: 95 %, Welch's t on log values, repeats of both sides) and a verdict:
-
-- regression / improvement: the whole interval lies beyond the tolerance band [1/(1+tol), 1+tol]
-  on the worse / better side (the gate's tolerance: what two nodes may differ by is also what two
-  campaigns may differ by without it counting); with a single run on either side, the ratio itself
-  outside the band (the report's single-run rule, no interval);
-- within tolerance: the interval excludes 1.00 (measurably different, the report's "faster" /
-  "slower") but is not wholly beyond the band;
-- no measurable difference: the interval contains 1.00.
-
-The chance that an unchanged cell is called a regression is below 2.5 % per cell (one side of a
-95 % interval that must also clear the band); a cell whose true change is exactly the tolerance is
-called a regression 2.5 % of the time.
+Each side's runs of a cell are its repeats on every node: the side's own gate said its nodes agree.
+The tolerance band is the gate's: what two nodes may differ by is also what two campaigns may differ
+by without it counting. Goodput and SLO attainment are compared when both plans have
+`benchmark.slo`, judged by one SLO, the candidate's: goodput comes from the per-request arrays, so the
+baseline's requests can be judged by it too. A run with goodput 0 has no log value: such a cell is
+judged on its SLO attainment.
 """
 from __future__ import annotations
 
@@ -31,18 +21,18 @@ from pathlib import Path
 from typing import Any
 
 from ..plan.assertions import Assertion, AssertionResult, check
+from ..plan.slo import Slo
 from ..errors import UserError
 from .campaign import Campaign, Expect, scan_campaign
 from .gate import DEFAULT_BASELINE, GATE_METRICS, PLAN_DEFAULTS, EquivalenceRule, GateResult, check_equivalence
 from .gate_policy import metric_value
+from .goodput import good_requests
 from .gpu_gate import split_off_gpu_copies
 from .measures import NoiseBand
 from .merge import Tables, build_tables
-from .compare_rules import IMPROVEMENT, NO_DIFF, REGRESSION, WITHIN, decide, ratio_verdict  # noqa: F401 (the verdicts' home)
-from .compare_slo import GoodputDiff, goodput_diffs, slo_of_both
 from .consistency import result_table
 from .provenance import NOT_RECORDED, node_table
-from ..worker.stats import t_quantile
+from ..worker.stats import ratio_interval, t_quantile, wilson_interval
 
 PLAN_SNAPSHOT = "plan.json"   # written beside the host folders by `fab collect` / `fab report`
 # plan fields that may differ between the two campaigns: what is being compared (the GPU and the date
@@ -71,10 +61,6 @@ class Side:
     baseline: str
     gate: GateResult
     tables: Tables | None
-
-    @property
-    def name(self) -> str:
-        return f"{self.label} {self.dir}"
 
 
 def load_side(label: str, path: Path | str, tolerance_pct: float | None = None) -> Side:
@@ -108,6 +94,52 @@ def load_side(label: str, path: Path | str, tolerance_pct: float | None = None) 
 
 
 # ------------------------------------------------------------------ the decision
+REGRESSION, IMPROVEMENT, WITHIN, NO_DIFF = ("regression", "improvement", "within tolerance",
+                                            "no measurable difference")
+LOWER_IS_BETTER = {"mean_tpot_ms", "mean_itl_ms", "mean_ttft_ms", "tpot_weighted_ms"}
+
+
+def decide(metric: str, a: list[float], b: list[float], noise: NoiseBand) -> tuple[float, float | None,
+                                                                                  float | None, str, str, str]:
+    """(ratio b/a, interval low, high, method, verdict, detail) by the rule of docs/compare.md."""
+    ri = ratio_interval(a, b, noise.confidence)
+    if ri is None:
+        r, lo, hi = statistics.fmean(b) / statistics.fmean(a), None, None
+        method = f"single run: plain threshold, no interval (n={len(a)}/{len(b)})"
+    else:
+        r, lo, hi = ri.ratio, ri.low, ri.high
+        method = f"{noise.confidence:.0%} CI, Welch's t on log values, n={len(a)}/{len(b)}"
+    return (r, lo, hi, method, *ratio_verdict(r, lo, hi, noise, better_up=metric not in LOWER_IS_BETTER))
+
+
+def ratio_verdict(r: float, lo: float | None, hi: float | None, noise: NoiseBand,
+                  better_up: bool = True) -> tuple[str, str]:
+    """(verdict, detail) of a ratio and its interval (None: a single run, the ratio itself judged)."""
+    lo_band, hi_band = noise.band
+    tol = f"±{noise.tolerance_pct:g} % band [{lo_band:.4f}, {hi_band:.4f}]"
+    if lo is None or hi is None:
+        worse, better = (r < lo_band, r > hi_band) if better_up else (r > hi_band, r < lo_band)
+        measurable = worse or better
+    else:
+        worse, better = (hi < lo_band, lo > hi_band) if better_up else (lo > hi_band, hi < lo_band)
+        measurable = hi < 1.0 or lo > 1.0
+    if worse:
+        return REGRESSION, f"worse beyond the {tol}"
+    if better:
+        return IMPROVEMENT, f"better beyond the {tol}"
+    if measurable:
+        word = "better" if ((lo or r) > 1.0) == better_up else "worse"
+        return WITHIN, f"measurably {word} (interval excludes 1.00) but inside the {tol}"
+    return NO_DIFF, "interval contains 1.00" if lo is not None else f"inside the {tol}"
+
+
+def difference_verdict(lo: float, hi: float, noise: NoiseBand) -> str:
+    """The same rule on a difference of proportions (higher is better): its interval [lo, hi] against
+    the band of ±tolerance_pct percentage points, and against 0."""
+    tol = noise.tolerance_pct / 100.0
+    return REGRESSION if hi < -tol else IMPROVEMENT if lo > tol else WITHIN if hi < 0 or lo > 0 else NO_DIFF
+
+
 @dataclass
 class CellDiff:
     config: str
@@ -219,6 +251,112 @@ def speedup_diffs(base: Side, cand: Side, noise: NoiseBand) -> list[SpeedupDiff]
     return out
 
 
+# ------------------------------------------------------------------ goodput under the SLO
+GOODPUT = "goodput_req_s"
+ZERO_METHOD = ("goodput 0 in a run (no log value, no ratio interval): judged on SLO attainment, "
+               "Newcombe's score interval")
+
+
+def proportion_difference(k1: int, n1: int, k2: int, n2: int, confidence: float) -> tuple[float, float, float]:
+    """k2/n2 - k1/n1 with Newcombe's hybrid score interval (1998, method 10: built from the two Wilson
+    intervals; defined when a side is 0 % or 100 %). Treats the n trials of a side as independent."""
+    p1, p2 = k1 / n1, k2 / n2
+    l1, u1 = wilson_interval(k1, n1, confidence)
+    l2, u2 = wilson_interval(k2, n2, confidence)
+    d = p2 - p1
+    return d, d - math.sqrt((p2 - l2) ** 2 + (u1 - p1) ** 2), d + math.sqrt((u2 - p2) ** 2 + (p1 - l1) ** 2)
+
+
+@dataclass
+class GoodputDiff:
+    config: str
+    cell: str
+    concurrency: int
+    base_goodput: float          # req/s, mean over runs
+    cand_goodput: float
+    n_base: int                  # runs
+    n_cand: int
+    ratio: float | None          # candidate / baseline goodput; None when the baseline's is 0
+    ci_low: float | None
+    ci_high: float | None
+    method: str
+    verdict: str                 # goodput's (attainment's when a run's goodput is 0)
+    base_attainment_pct: float
+    cand_attainment_pct: float
+    base_requests: int           # completed requests, pooled over runs
+    cand_requests: int
+    attainment_change_pp: float
+    attainment_low_pp: float
+    attainment_high_pp: float
+    attainment_verdict: str
+    base_meets: bool
+    cand_meets: bool
+
+    @property
+    def regressed(self) -> bool:
+        return REGRESSION in (self.verdict, self.attainment_verdict)
+
+
+def plan_slo(plan: dict | None) -> Slo | None:
+    raw = ((plan or {}).get("benchmark") or {}).get("slo")
+    return Slo.model_validate(raw) if raw else None
+
+
+def _per_run(camp: Campaign, slo: Slo) -> dict[tuple[str, str], list[tuple[float, int, int]]]:
+    """(config, cell) -> (goodput, good, completed) per run with per-request arrays."""
+    out: dict[tuple[str, str], list[tuple[float, int, int]]] = {}
+    for r in camp.runs:
+        if (g := good_requests(r, slo)) is not None and r.result.duration:
+            out.setdefault((r.config, r.cell), []).append((g[0] / r.result.duration, g[0], g[1]))
+    return out
+
+
+def goodput_diffs(base_camp: Campaign, cand_camp: Campaign, slo: Slo, noise: NoiseBand,
+                  conc: dict[str, int]) -> tuple[list[GoodputDiff], list[str]]:
+    """Per cell in both campaigns with per-request arrays on both sides; notes for the cells without."""
+    pa, pb = _per_run(base_camp, slo), _per_run(cand_camp, slo)
+    both = {(r.config, r.cell) for r in base_camp.runs} & {(r.config, r.cell) for r in cand_camp.runs}
+    notes = [f"{c} @ {cell}: goodput not compared (no per-request arrays on "
+             f"{'either side' if (c, cell) not in pa and (c, cell) not in pb else 'one side'}: --save-detailed)"
+             for c, cell in sorted(both - (set(pa) & set(pb)))]
+    out = []
+    for key in sorted(set(pa) & set(pb), key=lambda k: (conc.get(k[1], 0), k[1], k[0])):
+        a, b = pa[key], pb[key]
+        ga, gb = [x[0] for x in a], [x[0] for x in b]
+        ka, na = sum(x[1] for x in a), sum(x[2] for x in a)
+        kb, nb = sum(x[1] for x in b), sum(x[2] for x in b)
+        if not na or not nb:
+            notes.append(f"{key[0]} @ {key[1]}: goodput not compared (no completed request on a side)")
+            continue
+        d, lo, hi = proportion_difference(ka, na, kb, nb, noise.confidence)
+        att = difference_verdict(lo, hi, noise)
+        if min(ga + gb) > 0:
+            ratio, clo, chi, method, verdict, _ = decide(GOODPUT, ga, gb, noise)
+        else:
+            mean_a = statistics.fmean(ga)
+            ratio = statistics.fmean(gb) / mean_a if mean_a else None
+            clo = chi = None
+            method, verdict = ZERO_METHOD, att
+        out.append(GoodputDiff(key[0], key[1], conc.get(key[1], 0), statistics.fmean(ga), statistics.fmean(gb),
+                               len(ga), len(gb), ratio, clo, chi, method, verdict, 100.0 * ka / na,
+                               100.0 * kb / nb, na, nb, 100.0 * d, 100.0 * lo, 100.0 * hi, att,
+                               100.0 * ka / na >= slo.attainment_pct, 100.0 * kb / nb >= slo.attainment_pct))
+    return out, notes
+
+
+def slo_of_both(base_plan: dict | None, cand_plan: dict | None) -> tuple[Slo | None, list[str]]:
+    """The SLO both sides are judged by (the candidate's), and what to say about it; None when a side has none."""
+    a, b = plan_slo(base_plan), plan_slo(cand_plan)
+    if a is None or b is None:
+        return None, ([f"goodput not compared: only the {'candidate' if b else 'baseline'}'s plan has "
+                       "benchmark.slo"] if (a or b) else [])
+    if a != b:
+        return b, [f"the plans' SLOs differ (baseline: {a.describe()}, attainment {a.attainment_pct:g} %; "
+                   f"candidate: {b.describe()}, attainment {b.attainment_pct:g} %): both sides judged by the "
+                   "candidate's, from their per-request arrays"]
+    return b, []
+
+
 # ------------------------------------------------------------------ what else differs
 def _values(df, col: str) -> str:
     vals = sorted({str(v) for v in df[col] if str(v) not in ("", "nan")})
@@ -309,7 +447,7 @@ class Comparison:
     speedups: list[SpeedupDiff]
     assertions: list[AssertionResult]
     notes: list[str] = field(default_factory=list)
-    goodput: list[GoodputDiff] = field(default_factory=list)   # when both plans have an SLO (compare_slo.py)
+    goodput: list[GoodputDiff] = field(default_factory=list)   # when both plans have an SLO (goodput_diffs)
     slo: str = ""                                              # the SLO goodput was judged by, in words
 
     @property

@@ -1,13 +1,6 @@
-"""The report's caveats in words, computed from the merged tables (docs/report.md, "Conclusions").
-
-The verdicts are the summary matrix's (document.summary_section: speedup, interval, faster / slower
-/ no measurable difference by the noise band, best); these bullets only say what a verdict does not:
-each is 'Group: caveat', grouped, the shortest group first and the shortest caveat first in each,
-and none restates a number the matrix shows. Rules: a configuration whose acceptance is flagged
-(measures.acceptance_flag) gets one line saying what it is instead (the matrix marks it 'not a
-speedup'); a slower one gets why (speculation "rarely fires" below RARE_DRAFTS_PER_STEP drafts per
-decode step; acceptance is "low" below LOW_ACCEPT_LEN tokens per draft; the tail of a draining wave;
-a launch/overhead-bound step); the best one its TTFT cost.
+"""The report's caveats in words, computed from the merged tables (docs/report.md, "Conclusions": the
+groups and their rules). The verdicts are the summary matrix's (document.summary_section); these
+bullets only say what a verdict does not, and none restates a number the matrix shows.
 """
 from __future__ import annotations
 
@@ -113,10 +106,7 @@ def best_rows(runs: pd.DataFrame, baseline: str) -> pd.DataFrame:
 
 
 def caveats(t: Tables, baseline: str) -> list[tuple[str, str]]:
-    """(group, caveat) pairs. The verdicts (speedup, interval, faster / slower / no measurable
-    difference, best) are the summary matrix's (document.summary_section); what is here says what a
-    verdict does not: why a configuration is slower, what a flagged acceptance is, where throughput
-    follows a tail, what a speedup costs, what the repeats, the hardware and the outputs show."""
+    """(group, caveat) pairs: what a verdict of the summary matrix does not say (the module docstring)."""
     runs = t.runs
     noise = t.noise or NoiseBand()
     out: list[tuple[str, str]] = []

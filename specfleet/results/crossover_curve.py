@@ -1,14 +1,11 @@
-"""Where a configuration stops paying: its speedup over the concurrencies measured, in words.
-
-Per configuration and node, when at least CURVE_MIN_POINTS concurrencies have a speedup (a
-crossover search, or any plan with that many concurrencies): "pays up to concurrency A, no
-measurable difference between A and B, loses from B", each edge with its speedup, interval and
-method (measures.speedup_noise: 95 % CI of Welch's t on log output tok/s over the repeats of the
-configuration and the same node's baseline; single runs: the tolerance band), and where the
-estimate crosses 1.00x. Measured points only: nothing between two measured concurrencies is
-inferred. docs/report.md, "The crossover".
+"""Where a configuration stops paying: its speedup over the concurrencies measured, in words
+(docs/report.md, "The crossover"), per configuration and node with >= CURVE_MIN_POINTS speedups.
+Each edge is judged by measures.speedup_noise; measured points only: nothing between two measured
+concurrencies is inferred.
 """
 from __future__ import annotations
+
+from itertools import groupby
 
 import pandas as pd
 
@@ -21,25 +18,12 @@ FASTER, SLOWER, NO_DIFF = "faster", "slower", "no measurable difference"
 def curves(runs: pd.DataFrame, baseline: str) -> list[tuple[str, str, pd.DataFrame]]:
     """(config, node, its rows by concurrency) with >= CURVE_MIN_POINTS speedups."""
     df = runs[(runs.config != baseline) & runs.speedup.notna() & (runs.speedup_verdict != "")]
-    out = []
-    for (cfg, node), g in df.groupby(["config", "node"], sort=False):
-        if len(g) >= CURVE_MIN_POINTS:
-            out.append((cfg, node, g.sort_values("concurrency")))
-    return out
+    return [(cfg, node, g.sort_values("concurrency")) for (cfg, node), g in df.groupby(["config", "node"], sort=False)
+            if len(g) >= CURVE_MIN_POINTS]
 
 
 def _ev(r: pd.Series, noise: NoiseBand) -> str:
     return f"c={int(r.concurrency)}: {evidence(r, noise)}"
-
-
-def _segments(g: pd.DataFrame) -> list[tuple[str, list[pd.Series]]]:
-    segs: list[tuple[str, list[pd.Series]]] = []
-    for _, r in g.iterrows():
-        if segs and segs[-1][0] == r.speedup_verdict:
-            segs[-1][1].append(r)
-        else:
-            segs.append((r.speedup_verdict, [r]))
-    return segs
 
 
 def _span(rows: list[pd.Series]) -> str:
@@ -59,7 +43,8 @@ def search_status(nodes: dict) -> dict[tuple[str, str], str]:
 
 
 def statement(cfg: str, node: str, g: pd.DataFrame, noise: NoiseBand, why: str | None = None) -> str:
-    segs = _segments(g)
+    # runs of equal verdicts, by concurrency: (verdict, its rows)
+    segs = [(k, list(rows)) for k, rows in groupby((r for _, r in g.iterrows()), key=lambda r: r.speedup_verdict)]
     kinds = [k for k, _ in segs]
     lo, hi = int(g.concurrency.iloc[0]), int(g.concurrency.iloc[-1])
     head = f"Crossover of **{cfg}** on {node} (concurrency {lo}-{hi}): "

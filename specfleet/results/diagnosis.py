@@ -1,18 +1,10 @@
-"""Diagnosis read from the result files themselves (issue 23): one wave, loops, greedy divergence,
-the memory-bandwidth bound from the GPU's name.
+"""Diagnosis read from the result files themselves (issue 23): waves, loops, greedy divergence, the
+memory-bandwidth bound from the GPU's name (docs/report.md, "Conclusions": Outputs, Bound).
 
-- `waves(res)`: completed / max_concurrency. Below MIN_WAVES the run is one wave (or a few) that
-  drains: its output tok/s follows the last requests. Said for every such cell, plan or not.
-- `loops(text)`: a generated text whose tail is one phrase repeated (period <= LOOP_MAX_PERIOD words,
-  >= LOOP_MIN_REPEATS times, >= LOOP_MATCH of the tail's words equal to the word one period
-  earlier). `loop_share(runs)`: the share of requests that loop. n-gram speculation drafts from the
-  text itself, so a looping output accepts everything: such a speedup measures the loop.
-- `greedy_divergence(runs, base_runs)`: with greedy decoding on both sides, the share of requests
-  (same index, same input length: the same prompt) whose speculative output differs from the
-  baseline's. Speculative decoding is lossless under greedy decoding; differences are numerics
-  (batch-dependent kernels) or a loop.
-- `bandwidth_of(gpu name)`: the vendor's memory bandwidth for common data-centre GPUs
-  (`--gpu-bandwidth-gbps` overrides).
+A run of fewer than MIN_WAVES waves drains: its output tok/s follows the last requests. n-gram
+speculation drafts from the text itself, so a looping output accepts everything: such a speedup
+measures the loop. Speculative decoding is lossless under greedy decoding: greedy outputs that differ
+are numerics (batch-dependent kernels) or a loop.
 """
 from __future__ import annotations
 

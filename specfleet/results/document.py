@@ -68,7 +68,6 @@ class ReportModel:
     warnings: list[str] = field(default_factory=list)
     quarantined: list[str] = field(default_factory=list)
     gate_verdict: str = ""       # PASSED | FAILED | NOT CHECKED, with why when not all was checked
-    complete: bool = True
     summary: Section | None = None  # configuration x concurrency: speedup, interval, verdict (top of the report)
     gate_telemetry: list[str] = field(default_factory=list)  # a failed gate: each node's telemetry (telemetry.py)
 
@@ -282,15 +281,10 @@ def build_model(campaign: str, tables: Tables, gate: GateResult, conclusions: li
     return ReportModel(campaign=campaign, baseline=baseline, stamps=stamps, tags=tags, gate=gate,
                        conclusions=conclusions, sections=secs, notes=list(tables.notes),
                        warnings=list(warnings or []), quarantined=list(quarantined or []),
-                       gate_verdict=gate_verdict(gate, cells), complete=not bad,
+                       gate_verdict=gate_verdict(gate, cells),
                        summary=summary_section(_flag_verdicts(tables.runs), baseline, tables.repeats_note,
                                                tables.noise)
                        if not tables.runs.empty else None)
-
-
-def _env() -> jinja2.Environment:
-    return environment(TEMPLATE_DIR, autoescape=jinja2.select_autoescape(["html", "html.j2"]),
-                       keep_trailing_newline=False)
 
 
 def md_cell(s: str) -> str:
@@ -300,7 +294,8 @@ def md_cell(s: str) -> str:
 
 def write_report(out_dir: Path, model: ReportModel, tables: Tables) -> dict[str, Path]:
     out_dir = Path(out_dir)
-    env = _env()
+    env = environment(TEMPLATE_DIR, autoescape=jinja2.select_autoescape(["html", "html.j2"]),
+                      keep_trailing_newline=False)
     env.filters["mdcell"] = md_cell
     paths = {"md": out_dir / "report.md", "html": out_dir / "report.html",
              "csv": out_dir / "merged.csv", "json": out_dir / "merged.json"}
@@ -349,7 +344,7 @@ def print_report(model: ReportModel, console=None, gate_only: bool = False) -> N
             style = "bold red" if "FAIL" in row else None
             t.add_row(*row, style=style)
         console.print(t)
-    style = "green" if model.gate_verdict == "PASSED" else "yellow" if model.gate.passed else "bold red" if not model.gate.passed else "bold yellow"
+    style = "green" if model.gate_verdict == "PASSED" else "yellow" if model.gate.passed else "bold red"
     console.print(f"Node equivalence [{style}]{model.gate_verdict}[/]: {model.gate.rule.describe()}",
                   markup=True, highlight=False)
     for c in model.gate.checks:

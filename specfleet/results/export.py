@@ -1,27 +1,11 @@
-"""One file per merged cell in llm-d's Benchmark Report v0.2 (docs/export.md), beside the report:
+"""One file per merged cell in llm-d's Benchmark Report v0.2 (docs/export.md: the fields written),
 
     results/<campaign>/report/llm-d-v0.2/<config>__<cell>__<node>.json
 
-The schema is llm-d-benchmark's `benchmark_report/schema_v0_2.py` with its components in
-`schema_v0_2_components.py` (pydantic models, `extra="forbid"` at every level; read at commit
-08e0c227ecc1afe3f411f6c36fa2b1c9d71c8647 of github.com/llm-d/llm-d-benchmark). Only its fields are
-written:
-
-- `version: "0.2"`; `run`: uid (this file), eid (the campaign and plan hash, common to its files),
-  time (the runs' dates, vLLM's local time, and their summed duration);
-- `scenario.stack`: an `inference_engine` component (tool vllm, the engine version, role replica, the
-  model, the accelerator with its count and tp/pp/dp from the server flags, the server's flags as
-  native args) and a `generic` component labelled specfleet, whose standardized section (the schema
-  lets a generic one carry any fields) holds the configuration, the bench cell, the spec-decode
-  figures, the speedup with its interval and verdict, and the gate verdict; its metadata's
-  description says the same in words;
-- `scenario.load`: vllm bench serve, sampled prompts (Spec-Bench), the output length cap, the
-  concurrency and request rate;
-- `results.request_performance.aggregate`: requests, latency (TTFT in ms, TPOT and ITL in ms/token,
-  request latency in ms) and throughput, each a Statistics object. With repeats every figure is the
-  mean over runs of each run's statistic (the report's rule), and the description says so.
-
-A figure the result files do not carry is left out (the schema's fields are optional), never 0.
+against llm-d-benchmark's `benchmark_report/schema_v0_2.py` (pydantic, `extra="forbid"` at every level;
+read at commit 08e0c227ecc1afe3f411f6c36fa2b1c9d71c8647): only its fields are written. With repeats
+every figure is the mean over runs of each run's statistic (the report's rule). A figure the result
+files do not carry is left out (the schema's fields are optional), never 0.
 """
 from __future__ import annotations
 
@@ -70,8 +54,7 @@ def _stat(results: list, metric: str, units: str) -> dict | None:
             st[field] = v
     keys = {k for r in results for k in (*r.extra, *type(r).model_fields) if (m := PCT_KEY.match(k)) and m[2] == metric}
     for k in sorted(keys, key=lambda k: float(PCT_KEY.match(k)[1])):  # a set: its order varies per process
-        p = PCT_KEY.match(k)[1]
-        p = p.removesuffix(".0") if p.endswith(".0") else p
+        p = PCT_KEY.match(k)[1].removesuffix(".0")
         if p in SCHEMA_PCTS and (v := _mean([getattr(r, k, None) for r in results])) is not None:
             st[SCHEMA_PCTS[p]] = v
     return st

@@ -1,16 +1,7 @@
-"""Goodput under the plan's SLO (benchmark.slo, specfleet/plan/slo.py; docs/slo.md), per bench cell.
-
-From each result's per-request arrays (`ttfts`, `latencies`, `output_lens`, `errors`: vLLM keeps the
-first three per request with --save-detailed): a request is good when it succeeded and meets every
-limit (vLLM's rule). Per (cell, configuration, node), over repeats:
-
-- goodput_req_s: good requests / duration, mean over repeats;
-- slo_attainment_pct: good / completed requests x 100, pooled over repeats;
-- meets_slo: attainment >= the SLO's attainment_pct;
-- goodput_speedup: goodput over the same node's baseline goodput in the same cell ("speedup at the SLO");
-- vllm_goodput_req_s: the result's own `request_goodput` (vLLM's --goodput), mean, when recorded.
-
-A run without the arrays has no goodput ("not recorded", NaN), never zero.
+"""Goodput under the plan's SLO (benchmark.slo, specfleet/plan/slo.py), per bench cell: the columns
+goodput_req_s, slo_attainment_pct, meets_slo, goodput_speedup, vllm_goodput_req_s (docs/slo.md says
+what each is). A request is good when it succeeded and meets every limit (vLLM's rule), read from the
+result's per-request arrays (--save-detailed); a run without them has no goodput (NaN), never zero.
 """
 from __future__ import annotations
 

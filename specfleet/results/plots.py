@@ -21,20 +21,14 @@ RC = {"svg.fonttype": "path", "svg.hashsalt": "specfleet", "font.size": 9}
 SIM_TITLE = "SIMULATED ENGINE: not a measurement"
 
 
-def _stamp(fig, simulated: bool) -> None:
-    if not simulated:
-        return
-    for ax in fig.axes:
+def _svg(fig, simulated: bool = False) -> str:
+    for ax in fig.axes if simulated else ():
         if ax.get_label() == "<colorbar>":  # a colour scale is not a plot of its own
             continue
         ax.set_title("[SIMULATED] " + ax.get_title(), color="#b00020")
         ax.text(0.5, 0.5, "SIMULATED", transform=ax.transAxes, ha="center", va="center", rotation=20,
                 fontsize=34, color="#b00020", alpha=0.22, fontweight="bold", zorder=10,
                 gid="simulated-stamp")
-
-
-def _svg(fig, simulated: bool = False) -> str:
-    _stamp(fig, simulated)
     buf = io.StringIO()
     fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
     plt.close(fig)
@@ -91,10 +85,10 @@ def _grouped_bars(ax, df: pd.DataFrame, col: str, fmt: str, ci: tuple[str, str] 
             err = _bar_err(vals, lo, hi)
             ax.errorbar(xs, vals, yerr=err, fmt="none", ecolor="black", elinewidth=0.8, capsize=2)
         ax.bar_label(bars, labels=[fmt.format(v) if v == v else "" for v in vals], fontsize=7)
+    plain = key == "concurrency" or all(str(c)[4:].isdigit() for c in concs)  # "conc N" ticks stand upright
     ax.set_xticks(range(len(concs)), [f"conc {c[4:]}" if key == "cell" and str(c)[4:].isdigit() else
                                       f"conc {c}" if key == "concurrency" else str(c) for c in concs],
-                  rotation=0 if all(str(c)[4:].isdigit() or key == "concurrency" for c in concs) else 30,
-                  ha="center" if key == "concurrency" or all(str(c)[4:].isdigit() for c in concs) else "right")
+                  rotation=0 if plain else 30, ha="center" if plain else "right")
     ax.legend(fontsize=7, frameon=False, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     ax.margins(y=0.12)
 

@@ -1,12 +1,8 @@
 """Telemetry of each run (the worker's `<result>.telemetry.jsonl`, specfleet/worker/telemetry.py) in the
-report: per run mean power, energy per output token, throttle flags, clocks, the server's queue; a
-timeline plot; and, when the gate fails, how the nodes' telemetry differs (docs/telemetry.md).
-
-Energy per output token = mean GPU power (summed over the run's GPUs, averaged over the samples) x
-the run's duration / its output tokens. The samples span the whole `vllm bench serve` process
-(warm-ups included), the duration is the measured window's: the figure is the mean power's, not an
-integral over the window. A run without a telemetry file, or whose file has no GPU samples, is "not
-recorded"; a bad line is skipped.
+report: the table per run, a timeline plot, and, when the gate fails, how the nodes' telemetry differs
+(docs/telemetry.md: the columns). The samples span the whole `vllm bench serve` process (warm-ups
+included), the duration is the measured window's: J / output token is the mean power's, not an
+integral over the window. A run whose file has no GPU samples is "not recorded"; a bad line is skipped.
 """
 from __future__ import annotations
 

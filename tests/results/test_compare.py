@@ -133,7 +133,7 @@ def test_no_snapshot_is_said(tmp_path, base):
     assert any("no plan.json" in n and "not checked" in n for n in cmp.notes)
 
 
-# ------------------------------------------------------------------ goodput under an SLO (compare_slo.py)
+# ------------------------------------------------------------------ goodput under an SLO (comparison.py)
 SLO = {"tpot_ms": 50, "attainment_pct": 90}
 
 
@@ -196,7 +196,7 @@ def test_goodput_not_compared_without_an_slo_on_both_sides(tmp_path, base):
 
 
 def test_proportion_intervals_match_newcombe():
-    from specfleet.results.compare_slo import proportion_difference
+    from specfleet.results.comparison import proportion_difference
     from specfleet.worker.stats import wilson_interval
     # Newcombe (1998), Stat. Med. 17:857 and 873: 15/148 -> [0.0624, 0.1605]; 56/70 - 48/80 -> [0.0524, 0.3339]
     assert wilson_interval(15, 148, 0.95) == pytest.approx((0.0624, 0.1605), abs=5e-5)
