@@ -277,7 +277,9 @@ def test_after_a_reboot_the_runner_says_so_and_names_fab_provision(bed, monkeypa
     monkeypatch.setenv("FAKE_BENCH_S", "3")
     spec = bed.spec(bed.plan(), queue=["vanilla"])
     p = bed.start(spec)
-    assert wait_for(lambda: status(bed, "vanilla") == "benchmarking", 30)
+    # the status says "benchmarking" a moment before the phase names the bench run: wait for both
+    assert wait_for(lambda: status(bed, "vanilla") == "benchmarking"
+                    and bed.items()["vanilla"]["phase"].startswith("bench concurrency 1"), 60)
     os.killpg(p.pid, signal.SIGKILL)  # power off: the runner gets no word in
     p.wait()
     bed.cleanup()

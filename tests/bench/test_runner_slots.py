@@ -166,8 +166,12 @@ def test_sigterm_stops_every_server_and_resume_finishes_the_queue(bed, monkeypat
     assert runner.wait(timeout=60) == 143
     st = bed.state()
     assert st["status"] == "stopped"
-    assert {i["name"] for i in running} <= {i["name"] for i in st["items"] if i["status"] == "pending"}, \
+    # a server seen benchmarking is redone on resume; one whose last bench run had ended before the
+    # signal (its result being read, seconds at load 15) may still finish as done, never as failed
+    after = {i["name"]: i["status"] for i in st["items"]}
+    assert all(after[i["name"]] in ("pending", "done") for i in running), \
         ([(i["name"], i["status"], i["phase"], i["error"]) for i in st["items"]], bed.log()[-3000:])
+    assert "pending" in after.values()   # the queue was stopped, not finished
     assert set(per_gpu_used(bed).values()) == {0}   # every server and engine ended
     monkeypatch.setenv("FAKE_BENCH_S", "0.3")
     assert bed.run(path, timeout=120) == 0, bed.log()
