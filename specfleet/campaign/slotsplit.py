@@ -27,7 +27,7 @@ import random
 from dataclasses import dataclass, field
 
 from ..plan import Plan, PlanError, gpus_needed
-from .bounds import count_bound
+from .bounds import count_bound, pigeonhole
 from ..worker.layout import copy_of, gpu_copy
 from .gpusets import NodeSim, simulate
 from ..worker.slots import fits_ever
@@ -600,11 +600,3 @@ def lower_bound(names, by, heads, dur, need, allowed, others, packing) -> float:
         shares = [dur[c][n] for c, n in fixed for _ in range(need[c][n])] + \
             [d for c in others for d in [min(dur[c][n] for n in allowed[c])] * min(need[c][n] for n in allowed[c])]
     return max(lb, work / cap, pigeonhole(shares, cap), count_bound(shares, cap))
-
-
-def pigeonhole(shares: list[float], cap: int) -> float:
-    d, best, k = sorted(shares, reverse=True), 0.0, 1
-    while k * cap + 1 <= len(d):
-        best = max(best, sum(d[k * cap - k:k * cap + 1]))
-        k += 1
-    return best
