@@ -261,6 +261,8 @@ class Fleet:
         self.others, self.names, self.dur, self.base, self.pins = others, names, dur, base, pins
         self.lb = lb
         self.free = [c for c in others if c not in pins]
+        self.longest_first = sorted(self.free, key=lambda c: -min(dur[c].values()))
+        self.fixed = {c: pins[c] for c in others if c in pins}   # the pinned items, where they run
         self.pos = {n: i for i, n in enumerate(names)}
         self.classes = classes    # node_classes: the nodes that give every item the same duration
         self.class_of = {n: k for k, members in enumerate(self.classes) for n in members}
@@ -281,13 +283,12 @@ class Fleet:
 
     def lpt(self) -> dict[str, str]:
         """Longest item first onto the node where it ends soonest (a heap per node class)."""
-        dur = self.dur
-        assign = {c: self.pins[c] for c in self.others if c in self.pins}
+        dur, assign = self.dur, dict(self.fixed)
         load = self.loads(assign)
         heaps = [[(load[n], self.pos[n], n) for n in members] for members in self.classes]
         for h in heaps:
             heapq.heapify(h)
-        for c in sorted(self.free, key=lambda c: -min(dur[c].values())):
+        for c in self.longest_first:
             k = min(range(len(heaps)), key=lambda k: (heaps[k][0][0] + dur[c][heaps[k][0][2]], heaps[k][0][:2]))
             ld, p, n = heaps[k][0]
             heapq.heapreplace(heaps[k], (ld + dur[c][n], p, n))
@@ -361,15 +362,13 @@ class Fleet:
         """Binary search the smallest T for which best-fit-decreasing packs every item under T: each
         item onto the node where it is cheapest, then the fullest that stays under T (per class, a
         sorted row of loads and bisect)."""
-        dur = self.dur
-        free = sorted(self.free, key=lambda c: -min(dur[c].values()))
-        fixed = {c: self.pins[c] for c in self.others if c in self.pins}
+        dur, fixed = self.dur, self.fixed
         load0 = self.loads(fixed)
 
         def pack(t: float):
             assign = dict(fixed)
             rows = [sorted((load0[n], self.pos[n], n) for n in members) for members in self.classes]
-            for c in free:
+            for c in self.longest_first:
                 pick = None
                 for k, row in enumerate(rows):
                     d = dur[c][row[0][2]]
@@ -425,9 +424,7 @@ class Fleet:
     def branch_and_bound(self, start, max_expansions):
         """Exact minimum makespan, or None if the effort limit is hit first (an expansion costs one
         unit per 8 nodes: it sorts them)."""
-        dur, names = self.dur, self.names
-        fixed = {c: self.pins[c] for c in self.others if c in self.pins}
-        free = sorted(self.free, key=lambda c: -min(dur[c].values()))
+        dur, names, fixed, free = self.dur, self.names, self.fixed, self.longest_first
         load0 = self.loads(fixed)
         best_val = self.span(start)
         best = dict(start)
