@@ -4,20 +4,9 @@ split.split() hands over here when a node lists more than one GPU under `packing
 configuration says where it may run (tensor/pipeline parallel size, gpu_model, whole_node). A node's
 busy time is what the runner's pool does with its queue (gpusets.simulate: in queue order, every item
 that fits on free GPUs starts; exclusive = one at a time). The baseline runs on every node first.
-
-Search (class Search), from three starts with a third of the budget each, the best kept: greedy by
-GPU-seconds onto the node whose simulated end grows least, a GPU-level list schedule (gpu_start), and
-the greedy again with packed orders (below);
-then moves, swaps and one-for-two exchanges off the critical node while the makespan (then the sum of
-squares) falls; the critical node's and its candidates' queue orders polished (shuffles, swaps) and
-the moves tried again; an iterated local search (shake one or two items off the critical node, settle,
-keep the best). A node's end is its best under a few queue orders, and in the third start's search
-also under its packed order (Search.packed: its items packed onto its GPUs, queued by planned start).
-Simulations run on gpusets.NodeSim (bit masks, the admission rule's answers tabled). Of a set of twin
-nodes only the TWINS_TRIED that end first are tried; a split at the lower bound is not searched
-further. At most MAX_SIMULATIONS node ends are simulated (a packed order counts PACKED_COST). Lower bound: max(the longest
-baseline, every other item at its best, total GPU-seconds / all GPUs (exclusive: total seconds / nodes),
-the pigeonhole and the count bound over GPUs).
+The search (class Search: three starts, moves, swaps, exchanges, polished queue orders, an iterated
+local search) and the lower bound are described in docs/campaign.md "Nodes with several GPUs"; it
+stops after MAX_SIMULATIONS simulated node ends, so the split is deterministic and its time bounded.
 """
 from __future__ import annotations
 

@@ -10,10 +10,7 @@ where the read bandwidth depends on where the node reads the model from (`model_
 throughput at each concurrency times a per-method relative speed. Durations measured in an
 earlier campaign (e.g. the report's, REPORT_DURATIONS) replace the estimates.
 
-Search (class Fleet, over classes of nodes that give every item the same time): LPT, local
-improvement, perturbation, a bin-packing search, then exact branch and bound (bounded effort); a
-split that reaches the lower bound is exact at once. The result carries the lower bound (the largest
-of total work / nodes, baseline + largest other item, and bounds.py's).
+The search (class Fleet) and the lower bound the result carries: docs/campaign.md "4. The split".
 """
 from __future__ import annotations
 

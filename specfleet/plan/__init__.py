@@ -1,17 +1,7 @@
 """The plan file: what a benchmark campaign measures, validated before anything runs.
 
-    campaign: qwen3-32b-specdec
-    model: {name: Qwen/Qwen3-32B, candidates: [/mnt/Qwen3-32B, /mnt/models/Qwen3-32B],
-            weights_gib: 61.0, served_name: bench}
-    server: {args: [--max-model-len, "2048", ...], prefix_cache: reset}
-    configurations:
-      - {name: vanilla, speculative_config: null}
-      - {name: eagle3, speculative_config: {method: eagle3, model: /mnt/draft, num_speculative_tokens: 3}}
-    baseline: vanilla
-    benchmark: {dataset_path: ../datasets/question.jsonl, chat_template: double}
-
 Every problem is one PlanError naming the file, the configuration (if any) and the field.
-docs/campaign.md is the full reference.
+docs/campaign.md is the full reference (an example plan: plans/qwen3-32b.yml).
 """
 from __future__ import annotations
 
