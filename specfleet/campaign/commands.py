@@ -172,14 +172,9 @@ def queue_items(plan: Plan, node: str, queue: list[str], paths: Paths, gate_runs
 def cell_fit(plan: Plan, cell: Cell) -> dict:
     """What the runner's prompt-fit check needs of one cell where it differs from the item's `fit`."""
     b = plan.benchmark
-    out = {}
-    if cell.num_prompts != b.num_prompts:
-        out["num_prompts"] = cell.num_prompts
-    if cell.output_len != b.output_len:
-        out["output_len"] = cell.output_len
-    if cell.category:
-        out["category"] = cell.category
-    return out
+    own = (("num_prompts", cell.num_prompts, b.num_prompts), ("output_len", cell.output_len, b.output_len),
+           ("category", cell.category, None))
+    return {key: value for key, value, items in own if value != items}
 
 
 def max_model_len(plan: Plan, item: str) -> str | None:

@@ -196,7 +196,8 @@ def split(plan: Plan, nodes: list[NodeInfo], pins: dict[str, str] | None = None,
     pins = dict(pins or {})
     for cfg, node in pins.items():
         if not any(c.name == cfg for c in plan.configurations):
-            _bad_pin(plan, cfg)
+            known = ", ".join(c.name for c in plan.configurations)
+            raise PlanError(f"--assign {cfg}=...: the plan has no configuration {cfg!r} (have: {known})")
         if node not in names:
             raise PlanError(f"--assign {cfg}={node}: {node!r} is not a selected node ({', '.join(names)})")
         if cfg == plan.baseline:
@@ -240,11 +241,6 @@ def split(plan: Plan, nodes: list[NodeInfo], pins: dict[str, str] | None = None,
     queues = {n: [plan.baseline] + [c for c in others if assign[c] == n] for n in names}
     return Split(queues=queues, node_s=load, makespan_s=max(load.values()), lower_bound_s=lb,
                  method=method, durations=dur)
-
-
-def _bad_pin(plan: Plan, cfg: str) -> None:
-    known = ", ".join(c.name for c in plan.configurations)
-    raise PlanError(f"--assign {cfg}=...: the plan has no configuration {cfg!r} (have: {known})")
 
 
 class Fleet:

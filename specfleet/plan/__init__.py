@@ -19,6 +19,7 @@ from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fi
 from ..errors import UserError
 from .assertions import Assertion
 from .arrivals import rate_cells
+from .crossover_grid import coarse_grid, fine_grid
 from .slo import Slo
 from ..worker.layout import GPU_COPY, copy_of
 from ..worker.slots import needed, parallel_sizes
@@ -228,11 +229,9 @@ class ConcurrencySearch(_Strict):
         return self
 
     def coarse(self) -> list[int]:
-        from .crossover_grid import coarse_grid
         return coarse_grid(self.min, self.max, self.coarse_factor)
 
     def fine(self) -> list[int]:
-        from .crossover_grid import fine_grid
         return fine_grid(self.min, self.max, self.per_doubling)
 
 
