@@ -157,10 +157,8 @@ def slot_split(plan: Plan, nodes, pins: dict[str, str], item_s, durations=None):
 
 
 class Search:
-    """Which configurations go to which node, and in which queue order. A node's end is simulated
-    (gpusets.simulate) under a few queue orders: three by size, and the node's last polished order
-    adapted to the set (newcomers first or last). Polishing (random shuffles, then pairwise swaps)
-    searches one node's order further; its result is carried into later sets by that adapted order."""
+    """Which configurations go to which node, and in which queue order (docs/campaign.md "Nodes with
+    several GPUs"). A node's polished order is carried into its later sets of items (orders())."""
 
     def __init__(self, names, by, heads, others, allowed, pins, dur, need, packing, gpu_pins, twins):
         self.names, self.by, self.heads, self.others = names, by, heads, others
@@ -497,11 +495,10 @@ class Search:
         return [*self.heads[n], *(c for _, c in sorted(plan, key=lambda x: (x[0], keys[0][x[1]])))]
 
     def run(self, lb: float) -> dict:
-        """From each of three starts, a third of the budget each: settle, then an iterated local search
-        (shake one or two items off the critical node, settle, keep the best); the best split found.
-        The starts: greedy, gpu_start, and greedy again with the search also judging a node by its
-        packed order (best()). They explore differently: on campaign_makespan's multi-GPU trials
-        each alone misses some that another meets (benchmarks/README.md)."""
+        """From each of three starts (greedy, gpu_start, greedy judging nodes by their packed order too),
+        a third of the budget each: settle, then shaken(); the best split found. They explore
+        differently: on campaign_makespan's multi-GPU trials each alone misses some that another meets
+        (benchmarks/README.md)."""
         self.lb = lb
         best = None
         starts = ((self.greedy, False), (self.gpu_start, False), (self.greedy, True))   # (start, use_packed)

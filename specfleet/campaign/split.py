@@ -142,13 +142,9 @@ def bench_s(plan: Plan, config: str, measured: dict | None = None) -> float:
         else:
             tok_s1 = DECODE_EFFICIENCY * GPU_BW_GB_S / (plan.model.weights_gib * 1.073741824)
             tok_s = tok_s1 * min(conc, prompts) ** CONC_EXPONENT * METHOD_SPEED.get(c.method, 1.0)
-            one = prompts * out / tok_s / tp_speedup(gpus_needed(plan, config))
+            one = prompts * out / tok_s / gpus_needed(plan, config) ** TP_EXPONENT
         total += (one + BENCH_OVERHEAD_S) * b.repeat
     return total
-
-
-def tp_speedup(n: int) -> float:
-    return n ** TP_EXPONENT
 
 
 def item_s(plan: Plan, config: str, node: NodeInfo, durations: dict[str, dict] | None = None) -> float:
