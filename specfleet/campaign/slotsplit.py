@@ -570,19 +570,18 @@ def lower_bound(names, by, heads, dur, need, allowed, others, packing) -> float:
     copies) are counted on that node, every other item at its best node (of `allowed[c]`: one of each
     set of twins will do)."""
     fixed = [(c, n) for n in names for c in heads[n]]
-    lb = max(max(dur[c][n] for c, n in fixed), max((min(dur[c][n] for n in allowed[c]) for c in others), default=0))
+    best = {c: min(dur[c][n] for n in allowed[c]) for c in others}
+    lb = max(max(dur[c][n] for c, n in fixed), max(best.values(), default=0))
+    # pigeonhole and count over GPUs (shared) or nodes (exclusive), of one-GPU shares: a server on n
+    # GPUs counts once per GPU (its shares sit on distinct GPUs)
     if packing == "exclusive":
         cap = len(names)
-        work = sum(dur[c][n] for c, n in fixed) + sum(min(dur[c][n] for n in allowed[c]) for c in others)
+        work = sum(dur[c][n] for c, n in fixed) + sum(best.values())
+        shares = [dur[c][n] for c, n in fixed] + list(best.values())
     else:
         cap = sum(len(node_gpus(by[n])) for n in names)
         work = sum(dur[c][n] * need[c][n] for c, n in fixed) + \
             sum(min(dur[c][n] * need[c][n] for n in allowed[c]) for c in others)
-    # pigeonhole over GPUs (shared) or nodes (exclusive): of the k*cap+1 longest one-GPU shares, some
-    # GPU runs k+1 (a server on n GPUs counts once per GPU: its shares sit on distinct GPUs)
-    if packing == "exclusive":
-        shares = [dur[c][n] for c, n in fixed] + [min(dur[c][n] for n in allowed[c]) for c in others]
-    else:
         shares = [dur[c][n] for c, n in fixed for _ in range(need[c][n])] + \
-            [d for c in others for d in [min(dur[c][n] for n in allowed[c])] * min(need[c][n] for n in allowed[c])]
+            [d for c in others for d in [best[c]] * min(need[c][n] for n in allowed[c])]
     return max(lb, work / cap, pigeonhole(shares, cap), count_bound(shares, cap))
