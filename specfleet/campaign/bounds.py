@@ -1,4 +1,4 @@
-"""Lower bounds on a campaign's makespan (used by split.py to judge its split).
+"""Lower bounds on a campaign's makespan (used by split.py and slotsplit.py to judge their splits).
 
 Arguments everywhere: `others` (config names other than the baseline), `names` (node names),
 `dur[config][node]` (seconds), `base[node]` (the baseline's seconds on that node), `pins`; `classes`
@@ -65,16 +65,20 @@ def two_class_bound(others, classes, dur, base, pins, lo) -> float:
     return lo
 
 
-def pigeonhole_bound(others, names, dur, base) -> float:
-    """Of the k*m+1 longest items some node runs k+1: at least the k+1 shortest of them, each at
-    its best duration, after the smallest baseline."""
-    m, b = len(names), min(base.values())
-    d = sorted((min(dur[c].values()) for c in others), reverse=True)
-    best, k = 0.0, 1
-    while k * m + 1 <= len(d):
-        best = max(best, b + sum(d[k * m - k:k * m + 1]))
+def pigeonhole(shares: list[float], cap: int) -> float:
+    """Of the k*cap+1 longest shares some machine (GPU, or node) runs k+1: at least the k+1 shortest
+    of them; 0 when there are no more shares than machines."""
+    d, best, k = sorted(shares, reverse=True), 0.0, 1
+    while k * cap + 1 <= len(d):
+        best = max(best, sum(d[k * cap - k:k * cap + 1]))
         k += 1
     return best
+
+
+def pigeonhole_bound(others, names, dur, base) -> float:
+    """pigeonhole over the nodes, each item at its best duration, after the smallest baseline."""
+    best = [min(dur[c].values()) for c in others]
+    return min(base.values()) + pigeonhole(best, len(names)) if len(best) > len(names) else 0.0
 
 
 def count_bound(shares: list[float], cap: int, lo: float = 0.0) -> float:

@@ -34,6 +34,10 @@ class Paths:
     def result_dir(self, plan: Plan, node: str) -> str:
         return run_dir(self.work_dir, plan.campaign, node)
 
+    def dataset_of(self, plan: Plan) -> str:
+        """The dataset as the worker reads it: where fab placed it, else the plan's on_worker (or its path)."""
+        return self.dataset or plan.benchmark.on_worker or plan.benchmark.dataset_path
+
 
 def cell_prompts(plan: Plan, cell: Cell) -> int:
     """Prompts of one run of a cell: the cell's; a crossover search scales them per concurrency."""
@@ -95,7 +99,7 @@ def client_spec(plan: Plan, node: str, item: str, paths: Paths, isolation: str |
         metadata.append(["repeat_isolation", isolation])
     return Client(vllm=posixpath.join(paths.venv, "bin", "vllm"), backend=b.backend, endpoint=b.endpoint,
                   served_name=plan.model.served_name, dataset_name=b.dataset_name,
-                  dataset_path=paths.dataset or b.on_worker or b.dataset_path,
+                  dataset_path=paths.dataset_of(plan),
                   result_dir=paths.result_dir(plan, node), temperature=b.temperature,
                   percentile_metrics=list(b.percentile_metrics), metric_percentiles=list(b.metric_percentiles),
                   num_warmups=b.num_warmups, save_detailed=b.save_detailed, repeats=b.repeat,
@@ -168,14 +172,9 @@ def queue_items(plan: Plan, node: str, queue: list[str], paths: Paths, gate_runs
 def cell_fit(plan: Plan, cell: Cell) -> dict:
     """What the runner's prompt-fit check needs of one cell where it differs from the item's `fit`."""
     b = plan.benchmark
-    out = {}
-    if cell.num_prompts != b.num_prompts:
-        out["num_prompts"] = cell.num_prompts
-    if cell.output_len != b.output_len:
-        out["output_len"] = cell.output_len
-    if cell.category:
-        out["category"] = cell.category
-    return out
+    own = (("num_prompts", cell.num_prompts, b.num_prompts), ("output_len", cell.output_len, b.output_len),
+           ("category", cell.category, None))
+    return {key: value for key, value, items in own if value != items}
 
 
 def max_model_len(plan: Plan, item: str) -> str | None:
@@ -192,7 +191,7 @@ def item_spec(plan: Plan, node: str, item: str, paths: Paths, rep: int | None = 
     b = plan.benchmark
     isolation = "server-start" if rep is not None and rep > b.repeat else None
     # what the runner's prompt-fit check needs (fitcheck.py, run with the venv's python)
-    fit = {"dataset": paths.dataset or b.on_worker or b.dataset_path,
+    fit = {"dataset": paths.dataset_of(plan),
            "num_prompts": max(num_prompts(plan, c) for c in b.concurrencies),
            "output_len": b.output_len,
            "max_model_len": max_model_len(plan, item), "chat_template": b.chat_template,
@@ -212,7 +211,7 @@ def item_spec(plan: Plan, node: str, item: str, paths: Paths, rep: int | None = 
 
 def required_paths(plan: Plan, item: str, paths: Paths) -> list[str]:
     """Files the worker must be able to read before the model load starts."""
-    req = [paths.dataset or plan.benchmark.on_worker or plan.benchmark.dataset_path]
+    req = [paths.dataset_of(plan)]
     sc = plan.config(item).speculative_config or {}
     if isinstance(sc.get("model"), str) and sc["model"].startswith("/"):
         req.append(posixpath.join(sc["model"], "config.json"))

@@ -4,20 +4,9 @@ split.split() hands over here when a node lists more than one GPU under `packing
 configuration says where it may run (tensor/pipeline parallel size, gpu_model, whole_node). A node's
 busy time is what the runner's pool does with its queue (gpusets.simulate: in queue order, every item
 that fits on free GPUs starts; exclusive = one at a time). The baseline runs on every node first.
-
-Search (class Search), from three starts with a third of the budget each, the best kept: greedy by
-GPU-seconds onto the node whose simulated end grows least, a GPU-level list schedule (gpu_start), and
-the greedy again with packed orders (below);
-then moves, swaps and one-for-two exchanges off the critical node while the makespan (then the sum of
-squares) falls; the critical node's and its candidates' queue orders polished (shuffles, swaps) and
-the moves tried again; an iterated local search (shake one or two items off the critical node, settle,
-keep the best). A node's end is its best under a few queue orders, and in the third start's search
-also under its packed order (Search.packed: its items packed onto its GPUs, queued by planned start).
-Simulations run on gpusets.NodeSim (bit masks, the admission rule's answers tabled). Of a set of twin
-nodes only the TWINS_TRIED that end first are tried; a split at the lower bound is not searched
-further. At most MAX_SIMULATIONS node ends are simulated (a packed order counts PACKED_COST). Lower bound: max(the longest
-baseline, every other item at its best, total GPU-seconds / all GPUs (exclusive: total seconds / nodes),
-the pigeonhole and the count bound over GPUs).
+The search (class Search: three starts, moves, swaps, exchanges, polished queue orders, an iterated
+local search) and the lower bound are described in docs/campaign.md "Nodes with several GPUs"; it
+stops after MAX_SIMULATIONS simulated node ends, so the split is deterministic and its time bounded.
 """
 from __future__ import annotations
 
@@ -27,7 +16,7 @@ import random
 from dataclasses import dataclass, field
 
 from ..plan import Plan, PlanError, gpus_needed
-from .bounds import count_bound
+from .bounds import count_bound, pigeonhole
 from ..worker.layout import copy_of, gpu_copy
 from .gpusets import NodeSim, simulate
 from ..worker.slots import fits_ever
@@ -168,10 +157,8 @@ def slot_split(plan: Plan, nodes, pins: dict[str, str], item_s, durations=None):
 
 
 class Search:
-    """Which configurations go to which node, and in which queue order. A node's end is simulated
-    (gpusets.simulate) under a few queue orders: three by size, and the node's last polished order
-    adapted to the set (newcomers first or last). Polishing (random shuffles, then pairwise swaps)
-    searches one node's order further; its result is carried into later sets by that adapted order."""
+    """Which configurations go to which node, and in which queue order (docs/campaign.md "Nodes with
+    several GPUs"). A node's polished order is carried into its later sets of items (orders())."""
 
     def __init__(self, names, by, heads, others, allowed, pins, dur, need, packing, gpu_pins, twins):
         self.names, self.by, self.heads, self.others = names, by, heads, others
@@ -508,11 +495,10 @@ class Search:
         return [*self.heads[n], *(c for _, c in sorted(plan, key=lambda x: (x[0], keys[0][x[1]])))]
 
     def run(self, lb: float) -> dict:
-        """From each of three starts, a third of the budget each: settle, then an iterated local search
-        (shake one or two items off the critical node, settle, keep the best); the best split found.
-        The starts: greedy, gpu_start, and greedy again with the search also judging a node by its
-        packed order (best()). They explore differently: on campaign_makespan's multi-GPU trials
-        each alone misses some that another meets (benchmarks/README.md)."""
+        """From each of three starts (greedy, gpu_start, greedy judging nodes by their packed order too),
+        a third of the budget each: settle, then shaken(); the best split found. They explore
+        differently: on campaign_makespan's multi-GPU trials each alone misses some that another meets
+        (benchmarks/README.md)."""
         self.lb = lb
         best = None
         starts = ((self.greedy, False), (self.gpu_start, False), (self.greedy, True))   # (start, use_packed)
@@ -584,27 +570,18 @@ def lower_bound(names, by, heads, dur, need, allowed, others, packing) -> float:
     copies) are counted on that node, every other item at its best node (of `allowed[c]`: one of each
     set of twins will do)."""
     fixed = [(c, n) for n in names for c in heads[n]]
-    lb = max(max(dur[c][n] for c, n in fixed), max((min(dur[c][n] for n in allowed[c]) for c in others), default=0))
+    best = {c: min(dur[c][n] for n in allowed[c]) for c in others}
+    lb = max(max(dur[c][n] for c, n in fixed), max(best.values(), default=0))
+    # pigeonhole and count over GPUs (shared) or nodes (exclusive), of one-GPU shares: a server on n
+    # GPUs counts once per GPU (its shares sit on distinct GPUs)
     if packing == "exclusive":
         cap = len(names)
-        work = sum(dur[c][n] for c, n in fixed) + sum(min(dur[c][n] for n in allowed[c]) for c in others)
+        work = sum(dur[c][n] for c, n in fixed) + sum(best.values())
+        shares = [dur[c][n] for c, n in fixed] + list(best.values())
     else:
         cap = sum(len(node_gpus(by[n])) for n in names)
         work = sum(dur[c][n] * need[c][n] for c, n in fixed) + \
             sum(min(dur[c][n] * need[c][n] for n in allowed[c]) for c in others)
-    # pigeonhole over GPUs (shared) or nodes (exclusive): of the k*cap+1 longest one-GPU shares, some
-    # GPU runs k+1 (a server on n GPUs counts once per GPU: its shares sit on distinct GPUs)
-    if packing == "exclusive":
-        shares = [dur[c][n] for c, n in fixed] + [min(dur[c][n] for n in allowed[c]) for c in others]
-    else:
         shares = [dur[c][n] for c, n in fixed for _ in range(need[c][n])] + \
-            [d for c in others for d in [min(dur[c][n] for n in allowed[c])] * min(need[c][n] for n in allowed[c])]
+            [d for c in others for d in [best[c]] * min(need[c][n] for n in allowed[c])]
     return max(lb, work / cap, pigeonhole(shares, cap), count_bound(shares, cap))
-
-
-def pigeonhole(shares: list[float], cap: int) -> float:
-    d, best, k = sorted(shares, reverse=True), 0.0, 1
-    while k * cap + 1 <= len(d):
-        best = max(best, sum(d[k * cap - k:k * cap + 1]))
-        k += 1
-    return best

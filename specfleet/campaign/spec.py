@@ -67,13 +67,13 @@ def build_run_spec(plan: Plan, node: str, queue: list[str], paths: Paths, *,
     }
     if gpus and len(gpus) > 1:
         spec.update(gpus=[dict(g) for g in gpus], gpu_groups=gpu_groups, packing=plan.packing)
-        for it in spec["items"]:
-            if plan.config(it.get("config", it["name"])).whole_node:
-                it["whole_node"] = True
         pinned = pins_of(plan, [g["index"] for g in gpus])   # equivalence.every_gpu: the baseline per GPU
         for it in spec["items"]:
-            if it.get("config", it["name"]) in pinned:
-                it["gpu_pin"] = pinned[it.get("config", it["name"])]
+            config = it.get("config", it["name"])
+            if plan.config(config).whole_node:
+                it["whole_node"] = True
+            if config in pinned:
+                it["gpu_pin"] = pinned[config]
     return spec
 
 

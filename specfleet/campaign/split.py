@@ -10,10 +10,7 @@ where the read bandwidth depends on where the node reads the model from (`model_
 throughput at each concurrency times a per-method relative speed. Durations measured in an
 earlier campaign (e.g. the report's, REPORT_DURATIONS) replace the estimates.
 
-Search (class Fleet, over classes of nodes that give every item the same time): LPT, local
-improvement, perturbation, a bin-packing search, then exact branch and bound (bounded effort); a
-split that reaches the lower bound is exact at once. The result carries the lower bound (the largest
-of total work / nodes, baseline + largest other item, and bounds.py's).
+The search (class Fleet) and the lower bound the result carries: docs/campaign.md "4. The split".
 """
 from __future__ import annotations
 
@@ -145,13 +142,9 @@ def bench_s(plan: Plan, config: str, measured: dict | None = None) -> float:
         else:
             tok_s1 = DECODE_EFFICIENCY * GPU_BW_GB_S / (plan.model.weights_gib * 1.073741824)
             tok_s = tok_s1 * min(conc, prompts) ** CONC_EXPONENT * METHOD_SPEED.get(c.method, 1.0)
-            one = prompts * out / tok_s / tp_speedup(gpus_needed(plan, config))
+            one = prompts * out / tok_s / gpus_needed(plan, config) ** TP_EXPONENT
         total += (one + BENCH_OVERHEAD_S) * b.repeat
     return total
-
-
-def tp_speedup(n: int) -> float:
-    return n ** TP_EXPONENT
 
 
 def item_s(plan: Plan, config: str, node: NodeInfo, durations: dict[str, dict] | None = None) -> float:
@@ -199,7 +192,8 @@ def split(plan: Plan, nodes: list[NodeInfo], pins: dict[str, str] | None = None,
     pins = dict(pins or {})
     for cfg, node in pins.items():
         if not any(c.name == cfg for c in plan.configurations):
-            _bad_pin(plan, cfg)
+            known = ", ".join(c.name for c in plan.configurations)
+            raise PlanError(f"--assign {cfg}=...: the plan has no configuration {cfg!r} (have: {known})")
         if node not in names:
             raise PlanError(f"--assign {cfg}={node}: {node!r} is not a selected node ({', '.join(names)})")
         if cfg == plan.baseline:
@@ -245,11 +239,6 @@ def split(plan: Plan, nodes: list[NodeInfo], pins: dict[str, str] | None = None,
                  method=method, durations=dur)
 
 
-def _bad_pin(plan: Plan, cfg: str) -> None:
-    known = ", ".join(c.name for c in plan.configurations)
-    raise PlanError(f"--assign {cfg}=...: the plan has no configuration {cfg!r} (have: {known})")
-
-
 class Fleet:
     """The one-GPU split's search over `others` (config names other than the baseline) on nodes `names`,
     with dur[config][node] and base[node] seconds. Nodes that give every item the same duration
@@ -261,6 +250,8 @@ class Fleet:
         self.others, self.names, self.dur, self.base, self.pins = others, names, dur, base, pins
         self.lb = lb
         self.free = [c for c in others if c not in pins]
+        self.longest_first = sorted(self.free, key=lambda c: -min(dur[c].values()))
+        self.fixed = {c: pins[c] for c in others if c in pins}   # the pinned items, where they run
         self.pos = {n: i for i, n in enumerate(names)}
         self.classes = classes    # node_classes: the nodes that give every item the same duration
         self.class_of = {n: k for k, members in enumerate(self.classes) for n in members}
@@ -281,13 +272,12 @@ class Fleet:
 
     def lpt(self) -> dict[str, str]:
         """Longest item first onto the node where it ends soonest (a heap per node class)."""
-        dur = self.dur
-        assign = {c: self.pins[c] for c in self.others if c in self.pins}
+        dur, assign = self.dur, dict(self.fixed)
         load = self.loads(assign)
         heaps = [[(load[n], self.pos[n], n) for n in members] for members in self.classes]
         for h in heaps:
             heapq.heapify(h)
-        for c in sorted(self.free, key=lambda c: -min(dur[c].values())):
+        for c in self.longest_first:
             k = min(range(len(heaps)), key=lambda k: (heaps[k][0][0] + dur[c][heaps[k][0][2]], heaps[k][0][:2]))
             ld, p, n = heaps[k][0]
             heapq.heapreplace(heaps[k], (ld + dur[c][n], p, n))
@@ -361,15 +351,13 @@ class Fleet:
         """Binary search the smallest T for which best-fit-decreasing packs every item under T: each
         item onto the node where it is cheapest, then the fullest that stays under T (per class, a
         sorted row of loads and bisect)."""
-        dur = self.dur
-        free = sorted(self.free, key=lambda c: -min(dur[c].values()))
-        fixed = {c: self.pins[c] for c in self.others if c in self.pins}
+        dur, fixed = self.dur, self.fixed
         load0 = self.loads(fixed)
 
         def pack(t: float):
             assign = dict(fixed)
             rows = [sorted((load0[n], self.pos[n], n) for n in members) for members in self.classes]
-            for c in free:
+            for c in self.longest_first:
                 pick = None
                 for k, row in enumerate(rows):
                     d = dur[c][row[0][2]]
@@ -425,9 +413,7 @@ class Fleet:
     def branch_and_bound(self, start, max_expansions):
         """Exact minimum makespan, or None if the effort limit is hit first (an expansion costs one
         unit per 8 nodes: it sorts them)."""
-        dur, names = self.dur, self.names
-        fixed = {c: self.pins[c] for c in self.others if c in self.pins}
-        free = sorted(self.free, key=lambda c: -min(dur[c].values()))
+        dur, names, fixed, free = self.dur, self.names, self.fixed, self.longest_first
         load0 = self.loads(fixed)
         best_val = self.span(start)
         best = dict(start)

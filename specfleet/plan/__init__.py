@@ -1,17 +1,7 @@
 """The plan file: what a benchmark campaign measures, validated before anything runs.
 
-    campaign: qwen3-32b-specdec
-    model: {name: Qwen/Qwen3-32B, candidates: [/mnt/Qwen3-32B, /mnt/models/Qwen3-32B],
-            weights_gib: 61.0, served_name: bench}
-    server: {args: [--max-model-len, "2048", ...], prefix_cache: reset}
-    configurations:
-      - {name: vanilla, speculative_config: null}
-      - {name: eagle3, speculative_config: {method: eagle3, model: /mnt/draft, num_speculative_tokens: 3}}
-    baseline: vanilla
-    benchmark: {dataset_path: ../datasets/question.jsonl, chat_template: double}
-
 Every problem is one PlanError naming the file, the configuration (if any) and the field.
-docs/campaign.md is the full reference.
+docs/campaign.md is the full reference (an example plan: plans/qwen3-32b.yml).
 """
 from __future__ import annotations
 
@@ -21,13 +11,15 @@ import os
 import re
 import shlex
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, ValidationError,
+                      ValidationInfo, field_validator, model_validator)
 
 from ..errors import UserError
 from .assertions import Assertion
 from .arrivals import rate_cells
+from .crossover_grid import coarse_grid, fine_grid
 from .slo import Slo
 from ..worker.layout import GPU_COPY, copy_of
 from ..worker.slots import needed, parallel_sizes
@@ -105,6 +97,19 @@ def _check_flags(words: list[str]) -> list[str]:
     return words
 
 
+# server.args and a configuration's extra_args: CLI words, checked against the flags the plan owns
+Argv = Annotated[list[str], BeforeValidator(_argv), AfterValidator(_check_flags)]
+
+
+def _name(what: str):
+    """A NAME_RE check for a name that names `what` on disk."""
+    def check(v: str) -> str:
+        if not NAME_RE.match(v):
+            raise ValueError(f"{v!r}: names may use letters, digits, '-', '_', '.' (it names {what})")
+        return v
+    return AfterValidator(check)
+
+
 class Model(_Strict):
     name: str = Field(min_length=1)
     candidates: list[str] = Field(min_length=1)
@@ -123,23 +128,13 @@ class Model(_Strict):
 
 
 class Server(_Strict):
-    args: list[str] = Field(default_factory=list)
+    args: Argv = Field(default_factory=list)
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=1, le=65535)
     health_timeout_s: float = Field(default=2400, gt=0)
     health_poll_s: float = Field(default=5, gt=0)
     # keep: no reset between runs (the field report's setting: c=16 then reads c=1's cached prefixes)
     prefix_cache: Literal["reset", "fresh-server-per-concurrency", "disabled", "keep"] = "reset"
-
-    @field_validator("args", mode="before")
-    @classmethod
-    def _words(cls, v: Any) -> list[str]:
-        return _argv(v)
-
-    @field_validator("args")
-    @classmethod
-    def _flags(cls, v: list[str]) -> list[str]:
-        return _check_flags(v)
 
 
 def check_speculative_config(sc: dict[str, Any]) -> dict[str, Any]:
@@ -167,28 +162,16 @@ def check_speculative_config(sc: dict[str, Any]) -> dict[str, Any]:
 
 
 class Configuration(_Strict):
-    name: str
+    name: Annotated[str, _name("files")]
     # opt-in for keys newer than KNOWN_SPECULATIVE_KEYS; validation only, so not in the plan hash
     speculative_extra_keys: list[str] = Field(default_factory=list, exclude=True)
     speculative_config: dict[str, Any] | None = None
-    extra_args: list[str] = Field(default_factory=list)
+    extra_args: Argv = Field(default_factory=list)
     load_estimate_s: float | None = Field(default=None, gt=0)
     # placement (docs/campaign.md "Nodes with several GPUs"): only nodes whose GPU name contains this
     # (case-insensitive, e.g. H200); whole_node: the server has the node to itself, every GPU reserved
     gpu_model: str | None = Field(default=None, min_length=1)
     whole_node: bool = False
-
-    @field_validator("extra_args", mode="before")
-    @classmethod
-    def _words(cls, v: Any) -> list[str]:
-        return _argv(v)
-
-    @field_validator("name")
-    @classmethod
-    def _name(cls, v: str) -> str:
-        if not NAME_RE.match(v):
-            raise ValueError(f"{v!r}: names may use letters, digits, '-', '_', '.' (it names files)")
-        return v
 
     @field_validator("speculative_config")
     @classmethod
@@ -200,11 +183,6 @@ class Configuration(_Strict):
             raise ValueError(f"unknown key(s) {', '.join(map(repr, unknown))}: not a vLLM SpeculativeConfig "
                              "field (a newer vLLM's key goes in speculative_extra_keys)")
         return check_speculative_config(v)
-
-    @field_validator("extra_args")
-    @classmethod
-    def _flags(cls, v: list[str]) -> list[str]:
-        return _check_flags(v)
 
     @property
     def method(self) -> str | None:
@@ -251,11 +229,9 @@ class ConcurrencySearch(_Strict):
         return self
 
     def coarse(self) -> list[int]:
-        from .crossover_grid import coarse_grid
         return coarse_grid(self.min, self.max, self.coarse_factor)
 
     def fine(self) -> list[int]:
-        from .crossover_grid import fine_grid
         return fine_grid(self.min, self.max, self.per_doubling)
 
 
@@ -437,7 +413,7 @@ class Collect(_Strict):
 
 
 class Plan(_Strict):
-    campaign: str
+    campaign: Annotated[str, _name("a folder")]
     vllm_version: str | None = None
     model: Model
     server: Server = Field(default_factory=Server)
@@ -456,13 +432,6 @@ class Plan(_Strict):
     _file: Path = PrivateAttr(default=Path("<plan>"))  # where it was read (not part of plan_hash)
     _sweeps: dict[str, dict] = PrivateAttr(default_factory=dict)  # sweep.expand_configurations
     _by_name: tuple | None = PrivateAttr(default=None)  # (configurations, name -> configuration): config()
-
-    @field_validator("campaign")
-    @classmethod
-    def _campaign(cls, v: str) -> str:
-        if not NAME_RE.match(v):
-            raise ValueError(f"{v!r}: names may use letters, digits, '-', '_', '.' (it names a folder)")
-        return v
 
     @model_validator(mode="after")
     def _cross(self) -> "Plan":

@@ -1,20 +1,9 @@
 """A plan's `assertions:`: figures the merged report must show, checked by `fab collect`, `fab report`
-and `fab compare` (docs/compare.md, "Assertions").
+and `fab compare` (docs/compare.md, "Assertions": the fields and when one holds).
 
-    assertions:
-      - {config: eagle3, concurrency: 16, metric: speedup, min: 1.7}
-      - {config: eagle3, concurrency: 16, metric: acceptance_length, min: 2.0}
-      - {config: vanilla, concurrency: 1, metric: tpot_ms, max: 50}
-
-An assertion holds when every merged row of that configuration at that concurrency (every node; the
-bench cell named by `cell`, else every cell at that concurrency) has the metric within [min, max].
 A row without the figure, or no row at all, is "not checked" with the reason, and fails: an assertion
-that cannot be checked does not pass. With `use: ci_low` (ci_high) the bound applies to the low
-(high) end of the speedup's 95 % interval instead of its point value (a single run has none: not
-checked).
-
-Stdlib and pydantic only; the evaluator reads plain row dicts (the report's merged rows), so the
-plan side does not need pandas.
+that cannot be checked does not pass. Stdlib and pydantic only; the evaluator reads plain row dicts
+(the report's merged rows), so the plan side does not need pandas.
 """
 from __future__ import annotations
 

@@ -1,14 +1,7 @@
-"""`benchmark.slo`: the latency a request must meet to count as good (docs/slo.md).
-
-    benchmark:
-      slo: {ttft_ms: 2000, tpot_ms: 50}     # any subset of ttft_ms, tpot_ms, e2el_ms
-      # attainment_pct: 99                  # "meets the SLO" = this share of requests good (default 99)
-
-A request is good when every limit set holds for it (vLLM's `--goodput` rule, benchmarks/serve.py
-`calculate_metrics`: ttft <= ttft_ms, tpot = (latency - ttft) / (output_len - 1) <= tpot_ms (0 for a
-one-token output), latency <= e2el_ms). Goodput = good requests / run duration. The runner passes the
-same limits to `vllm bench serve --goodput`, so the result's `request_goodput` is vLLM's own figure;
-the report computes it again from the per-request arrays and says when the two disagree.
+"""`benchmark.slo`: the latency a request must meet to count as good (docs/slo.md: the fields and
+vLLM's `--goodput` rule they follow). The runner passes the same limits to `vllm bench serve
+--goodput`, so the result's `request_goodput` is vLLM's own figure; the report computes it again from
+the per-request arrays and says when the two disagree.
 
 Stdlib and pydantic only (the worker does not import it; commands.py does on the bastion).
 """

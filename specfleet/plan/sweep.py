@@ -1,23 +1,12 @@
 """Plans that sweep: server dimensions expand a configuration, bench dimensions give bench cells.
 
-Server dimensions (a configuration's `sweep:`, any speculative_config key or a `vllm serve` flag)
-turn one configuration into several, each one queue item with its own server start:
-
-    - name: eagle3
-      speculative_config: {method: eagle3, model: /mnt/draft, num_speculative_tokens: 3}
-      sweep: {num_speculative_tokens: [2, 3, 4, 5]}        # product of the lists -> eagle3-k2 ... eagle3-k5
-      # or listed points: sweep: [{num_speculative_tokens: 2}, {name: eagle3-long, --max-num-seqs: 64}]
-
-Bench dimensions (`benchmark.sweep:` output_len, category, num_prompts; `benchmark.concurrencies`
-is the concurrency dimension) give the bench cells every configuration runs on its one server:
-
-    benchmark: {concurrencies: [1, 16], sweep: {output_len: [512, 1024]}}   # conc1-out512 ... conc16-out1024
-    benchmark: {sweep: [{concurrency: 1, category: rag}, {category: summarization}]}  # listed points
-
-A cell's name is `conc<N>` followed by each swept dimension in the order out, cat, n
-(`conc16-out1024-cat_rag-n40`); a plan without bench sweeps keeps today's `conc<N>` names, so its
-result files (`<config>_conc<N>[_r<K>].json`) are unchanged. Names are a function of the cell's own
-values only: adding a value to a sweep adds cells and never renames the others.
+A configuration's `sweep:` (speculative_config keys, `vllm serve` flags) turns it into several, each
+one queue item with its own server start; `benchmark.sweep:` (output_len, category, num_prompts, beside
+`benchmark.concurrencies`) gives the bench cells every configuration runs on its one server.
+A cell's name is `conc<N>` followed by each swept dimension in the order out, cat, n; a plan without
+bench sweeps keeps today's `conc<N>` names, so its result files (`<config>_conc<N>[_r<K>].json`) are
+unchanged. Names are a function of the cell's own values only: adding a value to a sweep adds cells
+and never renames the others.
 
 docs/campaign.md "Plans that sweep" is the reference. Stdlib only (the results side parses names).
 """

@@ -88,8 +88,7 @@ def test_count_bound_never_exceeds_the_optimum_and_can_beat_work_and_pigeonhole(
     per GPU: ten GPUs must run three)."""
     import itertools
 
-    from specfleet.campaign.bounds import count_bound
-    from specfleet.campaign.slotsplit import pigeonhole
+    from specfleet.campaign.bounds import count_bound, pigeonhole
 
     rng = random.Random(3)
     for _ in range(300):
