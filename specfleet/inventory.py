@@ -1,20 +1,9 @@
-"""The inventory: which hosts exist, how to reach them, and their variables.
+"""The inventory: which hosts exist, how to reach them, and their variables (docs/inventory.md).
 
-YAML in an Ansible-like shape, validated with pydantic. Precedence of settings
-and variables: host > group (in the order the groups are listed) > all.
-
-    all:                      # connection defaults and global vars
-      user: maymust
-      key: ~/.ssh/id_ed25519
-      known_hosts: ~/.ssh/known_hosts
-      vars: {venv_path: /vllm-venv}
-    hosts:
-      w1: {address: 10.10.30.14, vars: {storage_ip: 192.168.160.179}}
-    groups:
-      workers: {hosts: [w1], vars: {gpu_arch: sm_120}}
-
-Every problem is reported as one InventoryError naming the file, the host (or
-group) and the field, before anything touches a host.
+YAML in an Ansible-like shape (all, hosts, groups, bastion), validated with pydantic. Precedence of
+settings and variables: host > group (in the order the groups are listed) > all. Every problem is
+reported as one InventoryError naming the file, the host (or group) and the field, before anything
+touches a host.
 """
 from __future__ import annotations
 
@@ -25,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from .errors import UserError
 from .scheduler import Scheduler
@@ -152,7 +141,7 @@ Requirement = Annotated[str, AfterValidator(_not_option)]
 Line = Annotated[str, AfterValidator(_line)]
 Ipv4Net = Annotated[str, AfterValidator(_ipv4_net)]
 Ipv4 = Annotated[str, AfterValidator(_ipv4)]
-Address = Annotated[str, AfterValidator(lambda v: check_address(v))]
+Address = Annotated[str, AfterValidator(check_address)]
 MountOptions = Annotated[str, AfterValidator(_regex(MOUNT_OPTIONS_RE, "mount options (a comma list such as ro,vers=4.2)"))]
 PyMinor = Annotated[str, AfterValidator(_regex(PY_MINOR_RE, "a Python minor version such as 3.12"))]
 
@@ -186,20 +175,11 @@ class CoreVars(BaseModel):
     # GPUs (by `gpus` list index) joined by NVLink/NVSwitch: a server on several GPUs stays inside one
     gpu_groups: list[list[int]] | None = None
 
-    @field_validator("model_read_mb_s", "gpu_memory_bandwidth_gbps", mode="before")
-    @classmethod
-    def _number(cls, v: Any) -> Any:
-        return float(v) if isinstance(v, int) and not isinstance(v, bool) else v
-
 
 def declared_defaults(model: type[BaseModel]) -> dict[str, Any]:
     """The defaults a vars model declares (None is "not set", not a default)."""
-    out = {}
-    for name, f in model.model_fields.items():
-        value = f.get_default(call_default_factory=True)
-        if value is not None:
-            out[name] = value
-    return out
+    defaults = {name: f.get_default(call_default_factory=True) for name, f in model.model_fields.items()}
+    return {name: value for name, value in defaults.items() if value is not None}
 
 
 class Connectable(BaseModel):
@@ -216,13 +196,11 @@ class Connectable(BaseModel):
     vars: dict[str, Any] = Field(default_factory=dict)
 
 
-class HostEntry(Connectable):
-    address: str
+CONNECTION_FIELDS = set(Connectable.model_fields) - {"vars"}
 
-    @field_validator("address")
-    @classmethod
-    def _address(cls, v: str) -> str:
-        return check_address(v)
+
+class HostEntry(Connectable):
+    address: Address
 
 
 class GroupEntry(Connectable):
@@ -331,9 +309,7 @@ def _secret_values(value: Any, secret: bool = False) -> list[str]:
 
 
 def resolve_path(path: str | os.PathLike | None) -> Path:
-    if path:
-        return Path(path)
-    return Path(os.environ.get(INVENTORY_ENV) or DEFAULT_INVENTORY)
+    return Path(path or os.environ.get(INVENTORY_ENV) or DEFAULT_INVENTORY)
 
 
 def _where(loc: tuple, file: Path) -> str:
@@ -402,10 +378,7 @@ def _resolve(file: Path, doc: InventoryFile, model: type[BaseModel]) -> Inventor
         merged: dict[str, Any] = {}
         vars_: dict[str, Any] = {}
         for layer in layers:
-            for k in ("user", "port", "key", "known_hosts", "become", "connect_timeout", "command_timeout"):
-                v = getattr(layer, k)
-                if v is not None:
-                    merged[k] = v
+            merged.update(layer.model_dump(include=CONNECTION_FIELDS, exclude_none=True))
             vars_.update(layer.vars)
         vars_ = _check_vars(file, f"host {name!r}", vars_, model,
                             [("all", doc.all.vars), *((f"group {g!r}", doc.groups[g].vars) for g in groups),
