@@ -78,7 +78,7 @@ class Outcomes(dict[str, HostOutcome]):
 
     def values_by_host(self) -> dict[str, Any]:
         """What the work returned on each host where it succeeded."""
-        return {h: o.value for h, o in self.items() if o.succeeded}
+        return {h: o.value for h, o in self.succeeded.items()}
 
 
 def _play_status(results: list[StepResult]) -> Status:
@@ -122,11 +122,14 @@ class Fleet:
     # -- running ---------------------------------------------------------
     @property
     def active(self) -> list[Host]:
-        return [h for h in self.hosts if h.name not in self.dropped]
+        return self._targets(None)
+
+    def _targets(self, hosts: list[Host] | None) -> list[Host]:
+        return [h for h in (hosts or self.hosts) if h.name not in self.dropped]
 
     def play(self, steps_for: StepsFor, hosts: list[Host] | None = None) -> Outcomes:
         """Run each host's steps in order, hosts in parallel: each host's outcome, its step results in it."""
-        targets = [h for h in (hosts or self.hosts) if h.name not in self.dropped]
+        targets = self._targets(hosts)
         out = Outcomes()
 
         def one(host: Host) -> None:
@@ -151,7 +154,7 @@ class Fleet:
         `fn` returns a status as (Status, message[, data]), or any other value (that host is ok);
         either way the value is its HostOutcome's `value`.
         """
-        targets = [h for h in (hosts or self.hosts) if h.name not in self.dropped]
+        targets = self._targets(hosts)
         out = Outcomes()
 
         def one(host: Host) -> None:
@@ -228,12 +231,10 @@ class Fleet:
                 facts = self._gather(hc, pending)
             except Unreachable as e:
                 return done + self._drop(host, pending, Status.UNREACHABLE, str(e), time.monotonic() - t0)
-            except (CommandTimeout, StepFailed) as e:
-                return done + self._drop(host, pending, Status.FAILED, f"gathering facts: {e}", time.monotonic() - t0)
             except Exception as e:
-                return done + self._drop(host, pending, Status.FAILED,
-                                         f"gathering facts: {self._unexpected(host.name, 'gathering facts', e)}",
-                                         time.monotonic() - t0)
+                known = isinstance(e, (CommandTimeout, StepFailed))
+                why = e if known else self._unexpected(host.name, "gathering facts", e)
+                return done + self._drop(host, pending, Status.FAILED, f"gathering facts: {why}", time.monotonic() - t0)
             gather_time = time.monotonic() - t0
             restart = False
             for i, step in enumerate(pending):

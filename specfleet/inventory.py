@@ -18,7 +18,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 
 from .errors import UserError
 from .scheduler import Scheduler
-from .yamlfile import YamlFileError, first_error, load_yaml
+from .yamlfile import YamlFileError, first_error, load_yaml, matching
 
 DEFAULT_INVENTORY = "inventory/hosts.yml"
 INVENTORY_ENV = "SPECFLEET_INVENTORY"
@@ -93,14 +93,6 @@ def _rel_path(v: str) -> str:
     return v
 
 
-def _regex(rx: re.Pattern, what: str):
-    def check(v: str) -> str:
-        if not rx.match(v):
-            raise ValueError(f"{v!r} is not {what}")
-        return v
-    return check
-
-
 def _ipv4_net(v: str) -> str:
     try:
         return str(ipaddress.IPv4Network(v))
@@ -132,18 +124,19 @@ Text = Annotated[str, AfterValidator(_text)]
 AbsPath = Annotated[str, AfterValidator(_abs_path)]
 ExecPath = Annotated[str, AfterValidator(_exec_path)]
 RelPath = Annotated[str, AfterValidator(_rel_path)]
-Iface = Annotated[str, AfterValidator(_regex(IFACE_RE, "a network interface name (up to 15 letters, digits, '_', '.', '-')"))]
-Word = Annotated[str, AfterValidator(_regex(WORD_RE, "one word (letters, digits, '_', '.', '+', '-')"))]
-ModuleName = Annotated[str, AfterValidator(_regex(re.compile(r"^[A-Za-z0-9_-]+\Z"), "a kernel module name"))]
-PyModule = Annotated[str, AfterValidator(_regex(PY_MODULE_RE, "a Python module name"))]
+Iface = matching(IFACE_RE, "a network interface name (up to 15 letters, digits, '_', '.', '-')")
+Word = matching(WORD_RE, "one word (letters, digits, '_', '.', '+', '-')")
+ModuleName = matching(re.compile(r"^[A-Za-z0-9_-]+\Z"), "a kernel module name")
+PyModule = matching(PY_MODULE_RE, "a Python module name")
 EnvKey = Annotated[str, AfterValidator(_env_key)]
 Requirement = Annotated[str, AfterValidator(_not_option)]
 Line = Annotated[str, AfterValidator(_line)]
 Ipv4Net = Annotated[str, AfterValidator(_ipv4_net)]
 Ipv4 = Annotated[str, AfterValidator(_ipv4)]
 Address = Annotated[str, AfterValidator(check_address)]
-MountOptions = Annotated[str, AfterValidator(_regex(MOUNT_OPTIONS_RE, "mount options (a comma list such as ro,vers=4.2)"))]
-PyMinor = Annotated[str, AfterValidator(_regex(PY_MINOR_RE, "a Python minor version such as 3.12"))]
+MountOptions = matching(MOUNT_OPTIONS_RE, "mount options (a comma list such as ro,vers=4.2)")
+PyMinor = matching(PY_MINOR_RE, "a Python minor version such as 3.12")
+Login = matching(USER_RE, "a login name (letters, digits, '_', '.', '-')")
 
 
 class GpuEntry(BaseModel):
@@ -186,7 +179,7 @@ class Connectable(BaseModel):
     """Connection settings that all, a group or a host may set."""
 
     model_config = ConfigDict(extra="forbid")
-    user: Annotated[str, AfterValidator(_regex(USER_RE, "a login name (letters, digits, '_', '.', '-')"))] | None = None
+    user: Login | None = None
     port: int | None = Field(default=None, ge=1, le=65535)
     key: Line | None = None
     known_hosts: Line | None = None

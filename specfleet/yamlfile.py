@@ -6,11 +6,12 @@ pydantic error becomes one line naming the field.
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import yaml
-from pydantic import ValidationError
+from pydantic import AfterValidator, ValidationError
 
 from .errors import UserError
 
@@ -69,6 +70,15 @@ def load_yaml(file: Path) -> Any:
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = (getattr(e, "problem", None) or str(e)).splitlines()[0]  # one line (a ReaderError has 2)
         raise YamlFileError(f"{file}: YAML syntax error{where}: {problem}") from None
+
+
+def matching(rx: re.Pattern, what: str) -> Any:
+    """A field type: a string `rx` matches, else the error "'<value>' is not <what>"."""
+    def check(v: str) -> str:
+        if not rx.match(v):
+            raise ValueError(f"{v!r} is not {what}")
+        return v
+    return Annotated[str, AfterValidator(check)]
 
 
 def first_error(e: ValidationError) -> tuple[tuple, str]:

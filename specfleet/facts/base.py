@@ -1,18 +1,11 @@
-"""A fact: the shell that gathers one small named thing about a host, and its parser.
+"""A fact: the shell that gathers one small named thing about a host, and its parser (docs/dev/add-a-fact.md).
 
 As pyinfra's facts (`command()` + `process(lines)`), with two differences: a fact is
 a frozen dataclass whose fields are its arguments, so two steps that ask for the same
 fact on a host share one probe; and every fact of every pending step of a host travels
 in ONE remote round trip (specfleet.shell.ProbeBatch frames each probe's stdout and
-exit code, so no fact needs in-band markers of its own).
-
-- `command()`: shell text, every argument quoted with specfleet.quoting.q.
-- `parse(stdout, rc)`: the typed value (its return annotation names the type, which
-  the fixture tests use to read a value from JSON). A parser that cannot make sense of
-  the output raises FactError; the step that needs the fact fails with that message.
-- `where = "bastion"`: gathered on the bastion (`gather_local()`), never over SSH;
-  a step asks for such facts in `facts()` or, when they depend on what the host said
-  (rsync -n -i only when the listings differ), in `bastion_facts()`.
+exit code, so no fact needs in-band markers of its own). `parse`'s return annotation names
+the value's type, which the fixture tests read a value from JSON as.
 """
 from __future__ import annotations
 
