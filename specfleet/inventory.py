@@ -12,11 +12,12 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Callable, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from .errors import UserError
+from .quoting import env_key
 from .scheduler import Scheduler
 from .yamlfile import YamlFileError, first_error, load_yaml, matching
 
@@ -48,14 +49,20 @@ class MissingVar(InventoryError, KeyError):
         return str(self.args[0])
 
 
+def _parsed_as(parse: Callable[[str], object], what: str) -> Callable[[str], str]:
+    """A validator: the value as `parse` (an ipaddress class) writes it, else "'<value>' is not <what>"."""
+    def check(v: str) -> str:
+        try:
+            return str(parse(v))
+        except ValueError:
+            raise ValueError(f"{v!r} is not {what}") from None
+    return check
+
+
 def check_address(value: str) -> str:
     value = str(value).strip()
     if re.fullmatch(r"[0-9.]+", value):
-        try:
-            ipaddress.IPv4Address(value)
-        except ValueError:
-            raise ValueError(f"{value!r} is not a valid IPv4 address") from None
-        return value
+        return _parsed_as(ipaddress.IPv4Address, "a valid IPv4 address")(value)
     if not HOSTNAME_RE.match(value):
         raise ValueError(f"{value!r} is not a valid IPv4 address or host name")
     return value
@@ -93,27 +100,6 @@ def _rel_path(v: str) -> str:
     return v
 
 
-def _ipv4_net(v: str) -> str:
-    try:
-        return str(ipaddress.IPv4Network(v))
-    except ValueError:
-        raise ValueError(f"{v!r} is not an IPv4 network such as 192.168.160.0/24") from None
-
-
-def _ipv4(v: str) -> str:
-    try:
-        return str(ipaddress.IPv4Address(v))
-    except ValueError:
-        raise ValueError(f"{v!r} is not an IPv4 address") from None
-
-
-def _env_key(v: str) -> str:
-    from .quoting import ENV_KEY_RE
-    if not ENV_KEY_RE.match(v):
-        raise ValueError(f"{v!r} is not a shell variable name (letters, digits, '_', not starting with a digit)")
-    return v
-
-
 def _not_option(v: str) -> str:
     if _line(v).startswith("-"):
         raise ValueError(f"{v!r} starts with '-' (an option, not a value)")
@@ -128,11 +114,11 @@ Iface = matching(IFACE_RE, "a network interface name (up to 15 letters, digits, 
 Word = matching(WORD_RE, "one word (letters, digits, '_', '.', '+', '-')")
 ModuleName = matching(re.compile(r"^[A-Za-z0-9_-]+\Z"), "a kernel module name")
 PyModule = matching(PY_MODULE_RE, "a Python module name")
-EnvKey = Annotated[str, AfterValidator(_env_key)]
+EnvKey = Annotated[str, AfterValidator(env_key)]
 Requirement = Annotated[str, AfterValidator(_not_option)]
 Line = Annotated[str, AfterValidator(_line)]
-Ipv4Net = Annotated[str, AfterValidator(_ipv4_net)]
-Ipv4 = Annotated[str, AfterValidator(_ipv4)]
+Ipv4Net = Annotated[str, AfterValidator(_parsed_as(ipaddress.IPv4Network, "an IPv4 network such as 192.168.160.0/24"))]
+Ipv4 = Annotated[str, AfterValidator(_parsed_as(ipaddress.IPv4Address, "an IPv4 address"))]
 Address = Annotated[str, AfterValidator(check_address)]
 MountOptions = matching(MOUNT_OPTIONS_RE, "mount options (a comma list such as ro,vers=4.2)")
 PyMinor = matching(PY_MINOR_RE, "a Python minor version such as 3.12")
@@ -301,10 +287,6 @@ def _secret_values(value: Any, secret: bool = False) -> list[str]:
     return [str(value)]
 
 
-def resolve_path(path: str | os.PathLike | None) -> Path:
-    return Path(path or os.environ.get(INVENTORY_ENV) or DEFAULT_INVENTORY)
-
-
 def _where(loc: tuple, file: Path) -> str:
     """Turn a pydantic error location into 'host 'w1', field 'address''."""
     parts = list(loc)
@@ -321,7 +303,7 @@ def load_inventory(path: str | os.PathLike | None = None, vars_model: type[BaseM
     """The inventory at `path`, every host's and the bastion's vars checked against `vars_model` and its
     defaults filled in. The tasks pass `specfleet.roles.vars_model()` (the core's vars and every
     role's); the core alone knows only its own (`CoreVars`)."""
-    file = resolve_path(path)
+    file = Path(path or os.environ.get(INVENTORY_ENV) or DEFAULT_INVENTORY)
     if not file.is_file():
         hint = ""
         if str(file) == DEFAULT_INVENTORY:
