@@ -349,15 +349,12 @@ def _resolve(file: Path, doc: InventoryFile, model: type[BaseModel]) -> Inventor
                 "digits, '-', '_' and '.' (no whitespace or control characters; at most 63)"
             )
         groups = [g for g, ge in doc.groups.items() if name in ge.hosts]
-        layers: list[Connectable] = [doc.all, *(doc.groups[g] for g in groups), entry]
+        layers: list[tuple[str, Connectable]] = [("all", doc.all), *((f"group {g!r}", doc.groups[g]) for g in groups),
+                                                 (f"host {name!r}", entry)]
         merged: dict[str, Any] = {}
-        vars_: dict[str, Any] = {}
-        for layer in layers:
+        for _, layer in layers:
             merged.update(layer.model_dump(include=CONNECTION_FIELDS, exclude_none=True))
-            vars_.update(layer.vars)
-        vars_ = _check_vars(file, f"host {name!r}", vars_, model,
-                            [("all", doc.all.vars), *((f"group {g!r}", doc.groups[g].vars) for g in groups),
-                             (f"host {name!r}", entry.vars)])
+        vars_ = _check_vars(file, f"host {name!r}", model, [(who, layer.vars) for who, layer in layers])
         key = merged.get("key")
         if key:
             key_path = _expand(key, base)
@@ -386,8 +383,7 @@ def _resolve(file: Path, doc: InventoryFile, model: type[BaseModel]) -> Inventor
             vars=vars_,
             source=str(file),
         )
-    bastion_vars = _check_vars(file, "bastion", {**doc.all.vars, **doc.bastion.vars}, model,
-                               [("all", doc.all.vars), ("bastion", doc.bastion.vars)])
+    bastion_vars = _check_vars(file, "bastion", model, [("all", doc.all.vars), ("bastion", doc.bastion.vars)])
     return Inventory(
         path=file,
         hosts=hosts,
@@ -398,10 +394,10 @@ def _resolve(file: Path, doc: InventoryFile, model: type[BaseModel]) -> Inventor
     )
 
 
-def _check_vars(file: Path, who: str, vars_: dict[str, Any], model: type[BaseModel],
-                layers: list[tuple[str, dict]]) -> dict[str, Any]:
-    """The resolved vars of one host (or the bastion) against their declared types; returned with the
-    declared defaults of the vars it does not set."""
+def _check_vars(file: Path, who: str, model: type[BaseModel], layers: list[tuple[str, dict]]) -> dict[str, Any]:
+    """The vars of one host (or the bastion), its layers' in order of precedence (the last wins), checked against
+    their declared types; returned with the declared defaults of the vars it does not set."""
+    vars_ = {k: v for _, layer in layers for k, v in layer.items()}
     try:
         model.model_validate(vars_)
     except ValidationError as e:
