@@ -107,9 +107,8 @@ class HostConnection:
         self.connect_kwargs = {"hostname": host.address, "port": host.port, "username": host.user,
                                "timeout": max(1, int(host.connect_timeout)),
                                "look_for_keys": not host.key, "allow_agent": not host.key,
-                               "banner_timeout": host.connect_timeout, "auth_timeout": host.connect_timeout}
-        if host.key:
-            self.connect_kwargs["key_filename"] = host.key
+                               "banner_timeout": host.connect_timeout, "auth_timeout": host.connect_timeout,
+                               "key_filename": host.key}
         self.client = client = paramiko.SSHClient()
         if Path(host.known_hosts).is_file():
             # only this host's entries, under the name paramiko checks ("[addr]:port" off port 22)

@@ -38,8 +38,9 @@ class RsyncTree(Step):
 
     def argv(self, dry_run: bool) -> list[str]:
         argv = ["rsync", "-a", "--protect-args", "--mkpath", "-e", shlex.join(ssh_argv(self.host))]
-        optional = [("--delete", self.delete), ("--checksum", self.checksum), (f"--link-dest={self.link_dest}",
-                    self.link_dest), (f"--rsync-path={self.rsync_path}", self.rsync_path)]
+        optional = [("--delete", self.delete), ("--checksum", self.checksum),
+                    (f"--link-dest={self.link_dest}", self.link_dest),
+                    (f"--rsync-path={self.rsync_path}", self.rsync_path)]
         argv += [flag for flag, wanted in optional if wanted] + [f"--exclude={pattern}" for pattern in self.excludes]
         if dry_run:
             argv += ["-n", "-i", "--out-format=%i %n%L"]
