@@ -92,11 +92,8 @@ class WorkerProvenance(Fact):
         manifest = _mapping(parts[2])
         dists = _mapping(parts[3])
         worker_python, dists_sha = dists.pop(PY_KEY, None), dists.pop(DISTS_KEY, None)
-        sums = {}
-        for ln in parts[4].splitlines():
-            digest, _, path = ln.partition("  ")
-            if len(digest) == 64:
-                sums[path.strip()] = digest
+        sums = {path.strip(): digest for digest, _, path in (ln.partition("  ") for ln in parts[4].splitlines())
+                if len(digest) == 64}
         cfg = _mapping(parts[5])
         sim_cfg = cfg.get("simvllm")
         model, dataset = self.model, self.dataset
