@@ -123,12 +123,8 @@ class HostConnection:
     def transport(self) -> paramiko.Transport | None:
         return self.client.get_transport()
 
-    @property
-    def is_connected(self) -> bool:
-        return bool(self.transport and self.transport.active)
-
     def open(self) -> None:
-        if self.is_connected:
+        if self.transport and self.transport.active:
             return
         try:
             # our own socket, TCP_NODELAY before the key exchange: with Nagle on during

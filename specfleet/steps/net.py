@@ -39,7 +39,8 @@ class Route(Step):
                    for r in routes if r not in good]
         if not good:
             want = f"{self.prefix} dev {self.dev} scope link" + (f" src {self.src}" if self.src else "")
-            src = f" src {q(self.src)}" if self.src else ""
-            cmd = f"ip route add {q(self.prefix)} dev {q(self.dev)} scope link{src}"
+            cmd = f"ip route add {q(self.prefix)} dev {q(self.dev)} scope link"
+            if self.src:
+                cmd += f" src {q(self.src)}"
             changes.append(Change(f"add route '{want}'", cmd, f"+{want}"))
         return changes
