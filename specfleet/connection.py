@@ -11,6 +11,9 @@ config clone cost ~5 ms of CPU per host, and every no-op `fab provision` opens o
 """
 from __future__ import annotations
 
+import base64
+import hashlib
+import logging
 import os
 import socket
 import tempfile
@@ -19,10 +22,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
-
-import base64
-import hashlib
-import logging
 
 import paramiko
 
@@ -61,25 +60,23 @@ class CommandTimeout(Exception):
     pass
 
 
-class RefuseUnknownHost(paramiko.MissingHostKeyPolicy):
-    def missing_host_key(self, client, hostname, key):
-        raise Unreachable(
-            f"host key for {hostname} ({key.get_name()}) is not in the known_hosts file; "
-            "verify it and add it (e.g. `ssh-keyscan -p PORT ADDRESS >> KNOWN_HOSTS`), "
-            "or run once with --accept-new-host-keys to record it"
-        )
+class UnknownHostKey(paramiko.MissingHostKeyPolicy):
+    """A key not in known_hosts is refused; with `record_to` (--accept-new-host-keys) it is recorded there,
+    like OpenSSH's StrictHostKeyChecking=accept-new. A changed key never gets here (BadHostKeyException)."""
 
-
-class AcceptNewHost(paramiko.MissingHostKeyPolicy):
-    """Like OpenSSH's StrictHostKeyChecking=accept-new: record unknown keys, never changed ones."""
-
-    def __init__(self, path: str):
-        self.path = path
+    def __init__(self, record_to: str | None = None):
+        self.record_to = record_to
 
     def missing_host_key(self, client, hostname, key):
+        if self.record_to is None:
+            raise Unreachable(
+                f"host key for {hostname} ({key.get_name()}) is not in the known_hosts file; "
+                "verify it and add it (e.g. `ssh-keyscan -p PORT ADDRESS >> KNOWN_HOSTS`), "
+                "or run once with --accept-new-host-keys to record it"
+            )
         with _known_hosts_lock:
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-            with open(self.path, "a") as f:
+            Path(self.record_to).parent.mkdir(parents=True, exist_ok=True)
+            with open(self.record_to, "a") as f:
                 f.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
 
 
@@ -106,14 +103,12 @@ class HostConnection:
 
     def __init__(self, host: Host, *, accept_new: bool = False):
         self.host = host
-        self.accept_new = accept_new
         # an inventory key means exactly that key; without one, do what ssh does (agent, ~/.ssh/id_*)
         self.connect_kwargs = {"hostname": host.address, "port": host.port, "username": host.user,
                                "timeout": max(1, int(host.connect_timeout)),
                                "look_for_keys": not host.key, "allow_agent": not host.key,
-                               "banner_timeout": host.connect_timeout, "auth_timeout": host.connect_timeout}
-        if host.key:
-            self.connect_kwargs["key_filename"] = host.key
+                               "banner_timeout": host.connect_timeout, "auth_timeout": host.connect_timeout,
+                               "key_filename": host.key}
         self.client = client = paramiko.SSHClient()
         if Path(host.known_hosts).is_file():
             # only this host's entries, under the name paramiko checks ("[addr]:port" off port 22)
@@ -121,21 +116,15 @@ class HostConnection:
             entry = _parsed_known_hosts(host.known_hosts).lookup(name)
             for keytype, key in (entry or {}).items():
                 client.get_host_keys().add(name, keytype, key)
-        client.set_missing_host_key_policy(
-            AcceptNewHost(host.known_hosts) if accept_new else RefuseUnknownHost()
-        )
+        client.set_missing_host_key_policy(UnknownHostKey(host.known_hosts if accept_new else None))
         self._lock = threading.Lock()  # one command at a time on this connection
 
     @property
     def transport(self) -> paramiko.Transport | None:
         return self.client.get_transport()
 
-    @property
-    def is_connected(self) -> bool:
-        return bool(self.transport and self.transport.active)
-
     def open(self) -> None:
-        if self.is_connected:
+        if self.transport and self.transport.active:
             return
         try:
             # our own socket, TCP_NODELAY before the key exchange: with Nagle on during
@@ -151,8 +140,6 @@ class HostConnection:
                 self.close()
                 sock.close()
                 raise
-        except Unreachable:
-            raise
         except paramiko.BadHostKeyException as e:
             raise Unreachable(
                 f"host key for {self.host.address} CHANGED (got {e.key.get_name()} {fingerprint(e.key)}, "

@@ -55,9 +55,7 @@ class Reporter:
         self._lock = threading.Lock()
 
     def __call__(self, r: StepResult) -> None:
-        if r.status is Status.OK and not self.verbose:
-            return
-        if r.status is Status.SKIPPED and not self.verbose:
+        if r.status in (Status.OK, Status.SKIPPED) and not self.verbose:
             return
         label = "would change" if (r.status is Status.CHANGED and self.check) else r.status.value
         # the console masks each string it prints; step names and summaries carry values
@@ -82,9 +80,8 @@ class Reporter:
         table.add_column("result")
         for host, c in counts.items():
             result = dropped.get(host)
-            verdict = result.value if result else "fine"
             table.add_row(host, *[_cell(s, c[s.value]) for s in Status],
-                          f"[{STYLE[result]}]{verdict}[/]" if result else "[green]fine[/]")
+                          f"[{STYLE[result]}]{result.value}[/]" if result else "[green]fine[/]")
         self.console.print(table)
 
 

@@ -78,7 +78,7 @@ class Outcomes(dict[str, HostOutcome]):
 
     def values_by_host(self) -> dict[str, Any]:
         """What the work returned on each host where it succeeded."""
-        return {h: o.value for h, o in self.items() if o.succeeded}
+        return {h: o.value for h, o in self.succeeded.items()}
 
 
 def _play_status(results: list[StepResult]) -> Status:
@@ -166,12 +166,8 @@ class Fleet:
             try:
                 hc.open()
                 value = fn(hc)
-            except Unreachable as e:
-                status, message = Status.UNREACHABLE, str(e)
-            except (StepFailed, CommandTimeout) as e:
-                status, message = Status.FAILED, str(e)
-            except Exception as e:  # anything else in one host's work fails that host only
-                status, message = Status.FAILED, self._unexpected(host.name, name, e)
+            except Exception as e:  # anything in one host's work fails (or loses) that host only
+                status, message = self._failure(host.name, name, e)
             else:
                 if isinstance(value, tuple) and value and isinstance(value[0], Status):
                     status, message, data = (list(value) + ["", {}])[:3]
@@ -226,14 +222,10 @@ class Fleet:
             self.current[host.name] = "gathering facts"
             try:
                 facts = self._gather(hc, pending)
-            except Unreachable as e:
-                return done + self._drop(host, pending, Status.UNREACHABLE, str(e), time.monotonic() - t0)
-            except (CommandTimeout, StepFailed) as e:
-                return done + self._drop(host, pending, Status.FAILED, f"gathering facts: {e}", time.monotonic() - t0)
             except Exception as e:
-                return done + self._drop(host, pending, Status.FAILED,
-                                         f"gathering facts: {self._unexpected(host.name, 'gathering facts', e)}",
-                                         time.monotonic() - t0)
+                status, why = self._failure(host.name, "gathering facts", e)
+                message = why if status is Status.UNREACHABLE else f"gathering facts: {why}"
+                return done + self._drop(host, pending, status, message, time.monotonic() - t0)
             gather_time = time.monotonic() - t0
             restart = False
             for i, step in enumerate(pending):
@@ -262,8 +254,8 @@ class Fleet:
                     continue
                 try:
                     status, message, stderr_tail = self._apply(hc, step, changes)
-                except Exception as e:  # e.g. rsync not installed on the bastion
-                    status, message, stderr_tail = Status.FAILED, self._unexpected(host.name, step.name, e), ""
+                except Exception as e:  # the connection lost, a timeout, rsync not installed on the bastion
+                    (status, message), stderr_tail = self._failure(host.name, step.name, e), ""
                 r = self._result(host.name, step.name, status, changes, message=message, stderr_tail=stderr_tail,
                                  duration=share + time.monotonic() - t1)
                 done.append(r)
@@ -289,24 +281,19 @@ class Fleet:
     def _apply(self, hc: HostConnection, step: Step, changes: list[Change]) -> tuple[Status, str, str]:
         """Make the changes: (status, message, stderr tail) for the step's result."""
         host = hc.host
-        try:
-            for scripts, payload in _commands(changes):
-                body = "set -e\n" + "\n".join(scripts)
-                self._count(host.name)
-                res = hc.run(as_root(body, sudo=step.needs_root and host.needs_sudo),
-                             stdin=payload.chunks() if payload else None)
-                if res.exited != 0:
-                    return Status.FAILED, f"exit {res.exited}: {_last_line(res.stderr)}", res.stderr[-2000:]
-            for c in changes:
-                if c.local_argv:
-                    p = subprocess.run(c.local_argv, capture_output=True, text=True)
-                    if p.returncode != 0:
-                        return (Status.FAILED, exit_status(c.local_argv[0], p.returncode)
-                                + (f": {_last_line(p.stderr)}" if p.stderr.strip() else ""), p.stderr[-2000:])
-        except Unreachable as e:
-            return Status.UNREACHABLE, str(e), ""
-        except CommandTimeout as e:
-            return Status.FAILED, str(e), ""
+        for scripts, payload in _commands(changes):
+            body = "set -e\n" + "\n".join(scripts)
+            self._count(host.name)
+            res = hc.run(as_root(body, sudo=step.needs_root and host.needs_sudo),
+                         stdin=payload.chunks() if payload else None)
+            if res.exited != 0:
+                return Status.FAILED, f"exit {res.exited}: {_last_line(res.stderr)}", res.stderr[-2000:]
+        for c in changes:
+            if c.local_argv:
+                p = subprocess.run(c.local_argv, capture_output=True, text=True)
+                if p.returncode != 0:
+                    return (Status.FAILED, exit_status(c.local_argv[0], p.returncode)
+                            + (f": {_last_line(p.stderr)}" if p.stderr.strip() else ""), p.stderr[-2000:])
         return Status.CHANGED, "", ""
 
     def _count(self, host: str) -> None:
@@ -324,6 +311,14 @@ class Fleet:
             else:
                 out.append(self._result(host.name, step.name, Status.SKIPPED, message="host dropped out earlier"))
         return out
+
+    def _failure(self, host: str, doing: str, e: Exception) -> tuple[Status, str]:
+        """What an exception in a host's work makes of it: its status and one line."""
+        if isinstance(e, Unreachable):
+            return Status.UNREACHABLE, str(e)
+        if isinstance(e, (StepFailed, CommandTimeout)):
+            return Status.FAILED, str(e)
+        return Status.FAILED, self._unexpected(host, doing, e)
 
     def _unexpected(self, host: str, step: str, e: Exception) -> str:
         """One line for the console and the step's result; the traceback goes to the event log."""

@@ -1,20 +1,9 @@
-"""The inventory: which hosts exist, how to reach them, and their variables.
+"""The inventory: which hosts exist, how to reach them, and their variables (docs/inventory.md).
 
-YAML in an Ansible-like shape, validated with pydantic. Precedence of settings
-and variables: host > group (in the order the groups are listed) > all.
-
-    all:                      # connection defaults and global vars
-      user: maymust
-      key: ~/.ssh/id_ed25519
-      known_hosts: ~/.ssh/known_hosts
-      vars: {venv_path: /vllm-venv}
-    hosts:
-      w1: {address: 10.10.30.14, vars: {storage_ip: 192.168.160.179}}
-    groups:
-      workers: {hosts: [w1], vars: {gpu_arch: sm_120}}
-
-Every problem is reported as one InventoryError naming the file, the host (or
-group) and the field, before anything touches a host.
+YAML in an Ansible-like shape (all, hosts, groups, bastion), validated with pydantic. Precedence of
+settings and variables: host > group (in the order the groups are listed) > all. Every problem is
+reported as one InventoryError naming the file, the host (or group) and the field, before anything
+touches a host.
 """
 from __future__ import annotations
 
@@ -23,13 +12,14 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Callable, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from .errors import UserError
+from .quoting import env_key
 from .scheduler import Scheduler
-from .yamlfile import YamlFileError, first_error, load_yaml
+from .yamlfile import YamlFileError, first_error, load_yaml, matching
 
 DEFAULT_INVENTORY = "inventory/hosts.yml"
 INVENTORY_ENV = "SPECFLEET_INVENTORY"
@@ -59,14 +49,20 @@ class MissingVar(InventoryError, KeyError):
         return str(self.args[0])
 
 
+def _parsed_as(parse: Callable[[str], object], what: str) -> Callable[[str], str]:
+    """A validator: the value as `parse` (an ipaddress class) writes it, else "'<value>' is not <what>"."""
+    def check(v: str) -> str:
+        try:
+            return str(parse(v))
+        except ValueError:
+            raise ValueError(f"{v!r} is not {what}") from None
+    return check
+
+
 def check_address(value: str) -> str:
     value = str(value).strip()
     if re.fullmatch(r"[0-9.]+", value):
-        try:
-            ipaddress.IPv4Address(value)
-        except ValueError:
-            raise ValueError(f"{value!r} is not a valid IPv4 address") from None
-        return value
+        return _parsed_as(ipaddress.IPv4Address, "a valid IPv4 address")(value)
     if not HOSTNAME_RE.match(value):
         raise ValueError(f"{value!r} is not a valid IPv4 address or host name")
     return value
@@ -104,35 +100,6 @@ def _rel_path(v: str) -> str:
     return v
 
 
-def _regex(rx: re.Pattern, what: str):
-    def check(v: str) -> str:
-        if not rx.match(v):
-            raise ValueError(f"{v!r} is not {what}")
-        return v
-    return check
-
-
-def _ipv4_net(v: str) -> str:
-    try:
-        return str(ipaddress.IPv4Network(v))
-    except ValueError:
-        raise ValueError(f"{v!r} is not an IPv4 network such as 192.168.160.0/24") from None
-
-
-def _ipv4(v: str) -> str:
-    try:
-        return str(ipaddress.IPv4Address(v))
-    except ValueError:
-        raise ValueError(f"{v!r} is not an IPv4 address") from None
-
-
-def _env_key(v: str) -> str:
-    from .quoting import ENV_KEY_RE
-    if not ENV_KEY_RE.match(v):
-        raise ValueError(f"{v!r} is not a shell variable name (letters, digits, '_', not starting with a digit)")
-    return v
-
-
 def _not_option(v: str) -> str:
     if _line(v).startswith("-"):
         raise ValueError(f"{v!r} starts with '-' (an option, not a value)")
@@ -143,18 +110,19 @@ Text = Annotated[str, AfterValidator(_text)]
 AbsPath = Annotated[str, AfterValidator(_abs_path)]
 ExecPath = Annotated[str, AfterValidator(_exec_path)]
 RelPath = Annotated[str, AfterValidator(_rel_path)]
-Iface = Annotated[str, AfterValidator(_regex(IFACE_RE, "a network interface name (up to 15 letters, digits, '_', '.', '-')"))]
-Word = Annotated[str, AfterValidator(_regex(WORD_RE, "one word (letters, digits, '_', '.', '+', '-')"))]
-ModuleName = Annotated[str, AfterValidator(_regex(re.compile(r"^[A-Za-z0-9_-]+\Z"), "a kernel module name"))]
-PyModule = Annotated[str, AfterValidator(_regex(PY_MODULE_RE, "a Python module name"))]
-EnvKey = Annotated[str, AfterValidator(_env_key)]
+Iface = matching(IFACE_RE, "a network interface name (up to 15 letters, digits, '_', '.', '-')")
+Word = matching(WORD_RE, "one word (letters, digits, '_', '.', '+', '-')")
+ModuleName = matching(re.compile(r"^[A-Za-z0-9_-]+\Z"), "a kernel module name")
+PyModule = matching(PY_MODULE_RE, "a Python module name")
+EnvKey = Annotated[str, AfterValidator(env_key)]
 Requirement = Annotated[str, AfterValidator(_not_option)]
 Line = Annotated[str, AfterValidator(_line)]
-Ipv4Net = Annotated[str, AfterValidator(_ipv4_net)]
-Ipv4 = Annotated[str, AfterValidator(_ipv4)]
-Address = Annotated[str, AfterValidator(lambda v: check_address(v))]
-MountOptions = Annotated[str, AfterValidator(_regex(MOUNT_OPTIONS_RE, "mount options (a comma list such as ro,vers=4.2)"))]
-PyMinor = Annotated[str, AfterValidator(_regex(PY_MINOR_RE, "a Python minor version such as 3.12"))]
+Ipv4Net = Annotated[str, AfterValidator(_parsed_as(ipaddress.IPv4Network, "an IPv4 network such as 192.168.160.0/24"))]
+Ipv4 = Annotated[str, AfterValidator(_parsed_as(ipaddress.IPv4Address, "an IPv4 address"))]
+Address = Annotated[str, AfterValidator(check_address)]
+MountOptions = matching(MOUNT_OPTIONS_RE, "mount options (a comma list such as ro,vers=4.2)")
+PyMinor = matching(PY_MINOR_RE, "a Python minor version such as 3.12")
+Login = matching(USER_RE, "a login name (letters, digits, '_', '.', '-')")
 
 
 class GpuEntry(BaseModel):
@@ -186,27 +154,18 @@ class CoreVars(BaseModel):
     # GPUs (by `gpus` list index) joined by NVLink/NVSwitch: a server on several GPUs stays inside one
     gpu_groups: list[list[int]] | None = None
 
-    @field_validator("model_read_mb_s", "gpu_memory_bandwidth_gbps", mode="before")
-    @classmethod
-    def _number(cls, v: Any) -> Any:
-        return float(v) if isinstance(v, int) and not isinstance(v, bool) else v
-
 
 def declared_defaults(model: type[BaseModel]) -> dict[str, Any]:
     """The defaults a vars model declares (None is "not set", not a default)."""
-    out = {}
-    for name, f in model.model_fields.items():
-        value = f.get_default(call_default_factory=True)
-        if value is not None:
-            out[name] = value
-    return out
+    defaults = {name: f.get_default(call_default_factory=True) for name, f in model.model_fields.items()}
+    return {name: value for name, value in defaults.items() if value is not None}
 
 
 class Connectable(BaseModel):
     """Connection settings that all, a group or a host may set."""
 
     model_config = ConfigDict(extra="forbid")
-    user: Annotated[str, AfterValidator(_regex(USER_RE, "a login name (letters, digits, '_', '.', '-')"))] | None = None
+    user: Login | None = None
     port: int | None = Field(default=None, ge=1, le=65535)
     key: Line | None = None
     known_hosts: Line | None = None
@@ -216,13 +175,11 @@ class Connectable(BaseModel):
     vars: dict[str, Any] = Field(default_factory=dict)
 
 
-class HostEntry(Connectable):
-    address: str
+CONNECTION_FIELDS = set(Connectable.model_fields) - {"vars"}
 
-    @field_validator("address")
-    @classmethod
-    def _address(cls, v: str) -> str:
-        return check_address(v)
+
+class HostEntry(Connectable):
+    address: Address
 
 
 class GroupEntry(Connectable):
@@ -330,12 +287,6 @@ def _secret_values(value: Any, secret: bool = False) -> list[str]:
     return [str(value)]
 
 
-def resolve_path(path: str | os.PathLike | None) -> Path:
-    if path:
-        return Path(path)
-    return Path(os.environ.get(INVENTORY_ENV) or DEFAULT_INVENTORY)
-
-
 def _where(loc: tuple, file: Path) -> str:
     """Turn a pydantic error location into 'host 'w1', field 'address''."""
     parts = list(loc)
@@ -352,7 +303,7 @@ def load_inventory(path: str | os.PathLike | None = None, vars_model: type[BaseM
     """The inventory at `path`, every host's and the bastion's vars checked against `vars_model` and its
     defaults filled in. The tasks pass `specfleet.roles.vars_model()` (the core's vars and every
     role's); the core alone knows only its own (`CoreVars`)."""
-    file = resolve_path(path)
+    file = Path(path or os.environ.get(INVENTORY_ENV) or DEFAULT_INVENTORY)
     if not file.is_file():
         hint = ""
         if str(file) == DEFAULT_INVENTORY:
@@ -398,18 +349,12 @@ def _resolve(file: Path, doc: InventoryFile, model: type[BaseModel]) -> Inventor
                 "digits, '-', '_' and '.' (no whitespace or control characters; at most 63)"
             )
         groups = [g for g, ge in doc.groups.items() if name in ge.hosts]
-        layers: list[Connectable] = [doc.all, *(doc.groups[g] for g in groups), entry]
+        layers: list[tuple[str, Connectable]] = [("all", doc.all), *((f"group {g!r}", doc.groups[g]) for g in groups),
+                                                 (f"host {name!r}", entry)]
         merged: dict[str, Any] = {}
-        vars_: dict[str, Any] = {}
-        for layer in layers:
-            for k in ("user", "port", "key", "known_hosts", "become", "connect_timeout", "command_timeout"):
-                v = getattr(layer, k)
-                if v is not None:
-                    merged[k] = v
-            vars_.update(layer.vars)
-        vars_ = _check_vars(file, f"host {name!r}", vars_, model,
-                            [("all", doc.all.vars), *((f"group {g!r}", doc.groups[g].vars) for g in groups),
-                             (f"host {name!r}", entry.vars)])
+        for _, layer in layers:
+            merged.update(layer.model_dump(include=CONNECTION_FIELDS, exclude_none=True))
+        vars_ = _check_vars(file, f"host {name!r}", model, [(who, layer.vars) for who, layer in layers])
         key = merged.get("key")
         if key:
             key_path = _expand(key, base)
@@ -438,8 +383,7 @@ def _resolve(file: Path, doc: InventoryFile, model: type[BaseModel]) -> Inventor
             vars=vars_,
             source=str(file),
         )
-    bastion_vars = _check_vars(file, "bastion", {**doc.all.vars, **doc.bastion.vars}, model,
-                               [("all", doc.all.vars), ("bastion", doc.bastion.vars)])
+    bastion_vars = _check_vars(file, "bastion", model, [("all", doc.all.vars), ("bastion", doc.bastion.vars)])
     return Inventory(
         path=file,
         hosts=hosts,
@@ -450,10 +394,10 @@ def _resolve(file: Path, doc: InventoryFile, model: type[BaseModel]) -> Inventor
     )
 
 
-def _check_vars(file: Path, who: str, vars_: dict[str, Any], model: type[BaseModel],
-                layers: list[tuple[str, dict]]) -> dict[str, Any]:
-    """The resolved vars of one host (or the bastion) against their declared types; returned with the
-    declared defaults of the vars it does not set."""
+def _check_vars(file: Path, who: str, model: type[BaseModel], layers: list[tuple[str, dict]]) -> dict[str, Any]:
+    """The vars of one host (or the bastion), its layers' in order of precedence (the last wins), checked against
+    their declared types; returned with the declared defaults of the vars it does not set."""
+    vars_ = {k: v for _, layer in layers for k, v in layer.items()}
     try:
         model.model_validate(vars_)
     except ValidationError as e:

@@ -1,21 +1,10 @@
 """The one place that turns values into shell words and file syntax.
 
-A value from an inventory or a plan is data, never code. Everything that puts
-a value into text another program parses goes through one function here:
-
-- shell words (`q`, `join`): POSIX sh single quoting (shlex.quote);
-- env file lines (`env_line`): `export KEY='value'`, KEY an identifier, read
-  back byte for byte by `sh`/`bash` when sourced and by the runner's parser;
-- fstab fields (`fstab_field`): octal escapes (`\\040` for a space), as
-  getmntent(3) reads them;
-- YAML scalars (`yaml_str`): a JSON string, which YAML reads as the same string;
-- ssh -o values (`ssh_option`): OpenSSH's own config-line quoting ("..."
-  with backslash escapes, `%%` for a literal `%`), so a known_hosts path with
-  a space stays one path.
-
-Each raises ValueError for what the target syntax cannot hold (a NUL byte
-anywhere, a newline in a line-based file); callers turn that into a message
-naming the field.
+A value from an inventory or a plan is data, never code. Everything that puts a value into text
+another program parses goes through one function here: shell words (`q`, `join`), env file lines
+(`env_line`, read back byte for byte by `sh` and by the runner's parser), fstab fields, YAML scalars,
+ssh -o values. Each raises ValueError for what the target syntax cannot hold (a NUL byte anywhere, a
+newline in a line-based file); callers turn that into a message naming the field.
 
 Every encoding registers how a value looks inside text it wrote (`ENCODINGS`,
 filled by the `@encoding` decorator on each function here, plus the encodings

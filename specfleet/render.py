@@ -17,7 +17,7 @@ def environment(folder: Path = TEMPLATES, *, autoescape=False, keep_trailing_new
     block tags leave no blank lines; `shquote` quotes a value for sh."""
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(folder)),
-        undefined=jinja2.StrictUndefined,  # a missing inventory var is an error, not an empty string
+        undefined=jinja2.StrictUndefined,
         keep_trailing_newline=keep_trailing_newline,
         trim_blocks=True,
         lstrip_blocks=True,

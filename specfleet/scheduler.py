@@ -1,19 +1,6 @@
-"""The inventory's `scheduler:` block: which dispatcher `fab bench` uses (ssh, the default, or slurm).
-
-    scheduler:
-      kind: slurm
-      partition: gpu
-      account: bench            # optional
-      time_limit: "02:00:00"    # sbatch --time
-      shared_dir: /shared/specfleet   # seen by the bastion and every node: run folders live here
-      slurm_conf: /etc/slurm/slurm.conf   # optional: SLURM_CONF for the clients
-      extra_args: [--qos=high]  # optional: more sbatch options, each one `--name[=value]`
-      pending_timeout_s: 600    # fab bench gives up (scancel) on a job still pending after this
-      stop_signal_s: 120        # --signal=TERM@this: the runners stop their servers before the limit
-      requeue: true             # --requeue: a preempted or requeued job resumes its cells
-      python: /usr/bin/python3  # the nodes' interpreter for the runner (stdlib only)
-
-Validated with pydantic: every error is one line naming the inventory file and the field.
+"""The inventory's `scheduler:` block: which dispatcher `fab bench` uses (ssh, the default, or slurm;
+the fields are in docs/slurm.md). Validated with pydantic: every error is one line naming the
+inventory file and the field.
 """
 from __future__ import annotations
 
@@ -21,6 +8,8 @@ import re
 from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+from .yamlfile import matching
 
 SLURM_WORD_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 # sbatch --time: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS
@@ -40,22 +29,10 @@ def _line(v: str) -> str:
     return v
 
 
-def _slurm_word(v: str) -> str:
-    if not SLURM_WORD_RE.match(v):
-        raise ValueError(f"{v!r} is not a Slurm name (letters, digits, '_', '.', '-'; not starting with '-')")
-    return v
-
-
 def _abs(v: str) -> str:
     if not _line(v).startswith("/") or ".." in v.split("/"):
         raise ValueError(f"{v!r} is not an absolute path without '..'")
     return v.rstrip("/") or "/"
-
-
-def _time(v: str) -> str:
-    if not TIME_RE.match(v):
-        raise ValueError(f"{v!r} is not a Slurm time limit (MM, HH:MM:SS, D-HH:MM:SS, ...)")
-    return v
 
 
 def _option(v: str) -> str:
@@ -67,7 +44,8 @@ def _option(v: str) -> str:
     return v
 
 
-SlurmWord = Annotated[str, AfterValidator(_slurm_word)]
+SlurmWord = matching(SLURM_WORD_RE, "a Slurm name (letters, digits, '_', '.', '-'; not starting with '-')")
+SlurmTime = matching(TIME_RE, "a Slurm time limit (MM, HH:MM:SS, D-HH:MM:SS, ...)")
 AbsPath = Annotated[str, AfterValidator(_abs)]
 
 
@@ -81,7 +59,7 @@ class SlurmScheduler(BaseModel):
     kind: Literal["slurm"]
     partition: SlurmWord
     account: SlurmWord | None = None
-    time_limit: Annotated[str, AfterValidator(_time)]
+    time_limit: SlurmTime
     shared_dir: AbsPath
     slurm_conf: AbsPath | None = None
     extra_args: list[Annotated[str, AfterValidator(_option)]] = Field(default_factory=list)

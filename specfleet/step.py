@@ -74,13 +74,11 @@ class Payload:
             hit = _digests.get(path)
         if hit and hit[0] == version:
             return cls(source=path, size=st.st_size, sha256=hit[1])
-        h = hashlib.sha256()
         with open(path, "rb") as f:
-            for chunk in iter(lambda: f.read(CHUNK), b""):
-                h.update(chunk)
+            digest = hashlib.file_digest(f, "sha256").hexdigest()
         with _digest_lock:
-            _digests[path] = (version, h.hexdigest())
-        return cls(source=path, size=st.st_size, sha256=h.hexdigest())
+            _digests[path] = (version, digest)
+        return cls(source=path, size=st.st_size, sha256=digest)
 
     def chunks(self) -> Iterator[bytes]:
         if self.data is not None:

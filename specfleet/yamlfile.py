@@ -6,11 +6,12 @@ pydantic error becomes one line naming the field.
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import yaml
-from pydantic import ValidationError
+from pydantic import AfterValidator, ValidationError
 
 from .errors import UserError
 
@@ -53,22 +54,27 @@ def load_yaml(file: Path) -> Any:
                             "is this the YAML file you meant?") from None
     except OSError as e:
         raise YamlFileError(f"{file}: cannot read it: {e.strerror or e}") from None
-    if _FastUniqueKeyLoader is not None:
+    for loader in filter(None, (_FastUniqueKeyLoader, _UniqueKeyLoader)):
         try:
-            return yaml.load(text, Loader=_FastUniqueKeyLoader)
+            return yaml.load(text, Loader=loader)
         except YamlFileError as e:
             raise YamlFileError(f"{file}: {e}") from None
-        except yaml.YAMLError:
-            pass  # worded below
-    try:
-        return yaml.load(text, Loader=_UniqueKeyLoader)
-    except YamlFileError as e:
-        raise YamlFileError(f"{file}: {e}") from None
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = (getattr(e, "problem", None) or str(e)).splitlines()[0]  # one line (a ReaderError has 2)
-        raise YamlFileError(f"{file}: YAML syntax error{where}: {problem}") from None
+        except yaml.YAMLError as e:
+            if loader is _FastUniqueKeyLoader:
+                continue  # worded by the pure-Python loader
+            mark = getattr(e, "problem_mark", None)
+            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+            problem = (getattr(e, "problem", None) or str(e)).splitlines()[0]  # one line (a ReaderError has 2)
+            raise YamlFileError(f"{file}: YAML syntax error{where}: {problem}") from None
+
+
+def matching(rx: re.Pattern, what: str) -> Any:
+    """A field type: a string `rx` matches, else the error "'<value>' is not <what>"."""
+    def check(v: str) -> str:
+        if not rx.match(v):
+            raise ValueError(f"{v!r} is not {what}")
+        return v
+    return Annotated[str, AfterValidator(check)]
 
 
 def first_error(e: ValidationError) -> tuple[tuple, str]:

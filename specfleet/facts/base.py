@@ -1,26 +1,21 @@
-"""A fact: the shell that gathers one small named thing about a host, and its parser.
+"""A fact: the shell that gathers one small named thing about a host, and its parser (docs/dev/add-a-fact.md).
 
 As pyinfra's facts (`command()` + `process(lines)`), with two differences: a fact is
 a frozen dataclass whose fields are its arguments, so two steps that ask for the same
 fact on a host share one probe; and every fact of every pending step of a host travels
 in ONE remote round trip (specfleet.shell.ProbeBatch frames each probe's stdout and
-exit code, so no fact needs in-band markers of its own).
-
-- `command()`: shell text, every argument quoted with specfleet.quoting.q.
-- `parse(stdout, rc)`: the typed value (its return annotation names the type, which
-  the fixture tests use to read a value from JSON). A parser that cannot make sense of
-  the output raises FactError; the step that needs the fact fails with that message.
-- `where = "bastion"`: gathered on the bastion (`gather_local()`), never over SSH;
-  a step asks for such facts in `facts()` or, when they depend on what the host said
-  (rsync -n -i only when the listings differ), in `bastion_facts()`.
+exit code, so no fact needs in-band markers of its own). `parse`'s return annotation names
+the value's type, which the fixture tests read a value from JSON as.
 """
 from __future__ import annotations
 
 import dataclasses
+import json
 import subprocess
-import types
 import typing
-from typing import Any, ClassVar, Union
+from typing import Any, ClassVar
+
+import pydantic
 
 from ..step import StepFailed
 
@@ -56,39 +51,7 @@ def lines(stdout: str) -> list[str]:
     return [ln.rstrip() for ln in stdout.splitlines() if ln.strip()]
 
 
-# ---------------------------------------------------------------- values from JSON (fixture tests)
 def from_json(tp: Any, data: Any) -> Any:
-    """`data` (parsed JSON) as a value of type `tp`: dataclasses, lists, tuples, dicts, Optional."""
-    if data is None:
-        return None
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if origin in (Union, types.UnionType):
-        inner = [a for a in args if a is not type(None)]
-        for a in inner:
-            try:
-                return from_json(a, data)
-            except (TypeError, ValueError, KeyError):
-                continue
-        raise ValueError(f"{data!r} is none of {inner}")
-    if dataclasses.is_dataclass(tp):
-        if not isinstance(data, dict):
-            raise TypeError(f"{tp.__name__} wants an object, not {data!r}")
-        hints = typing.get_type_hints(tp)
-        return tp(**{k: from_json(hints[k], v) for k, v in data.items()})
-    if origin is list:
-        return [from_json(args[0], x) for x in data]
-    if origin is tuple:
-        if len(args) == 2 and args[1] is Ellipsis:
-            return tuple(from_json(args[0], x) for x in data)
-        return tuple(from_json(a, x) for a, x in zip(args, data))
-    if origin is dict:
-        return {k: from_json(args[1], v) for k, v in data.items()}
-    if tp is bytes:
-        return data.encode() if isinstance(data, str) else bytes(data)
-    if tp in (int, float, str, bool):
-        if tp is float and isinstance(data, int):
-            return float(data)
-        if not isinstance(data, tp) or (tp is int and isinstance(data, bool)):
-            raise TypeError(f"{data!r} is not {tp.__name__}")
-        return data
-    return data
+    """`data` (parsed JSON, as the fixture tests hold a fact's value) as a value of type `tp`, checked as
+    strictly as JSON can say it (pydantic: dataclasses, lists, tuples, dicts, Optional, bytes)."""
+    return pydantic.TypeAdapter(tp).validate_json(json.dumps(data), strict=True)

@@ -87,8 +87,7 @@ class FileState(Fact):
 
 def _link_target(stdout: str) -> str:
     """The target after a "link" line (any bytes but the trailing newline readlink adds)."""
-    rest = stdout.partition("\n")[2]
-    return rest[:-1] if rest.endswith("\n") else rest
+    return stdout.partition("\n")[2].removesuffix("\n")
 
 
 @dataclass(frozen=True)
@@ -163,9 +162,9 @@ class Link(Fact):
                 f"elif [ -e {p} ]; then echo other; else echo absent; fi")
 
     def parse(self, stdout: str, rc: int) -> PathKind:
-        kind, _, rest = stdout.partition("\n")
+        kind = stdout.partition("\n")[0]
         if kind == "link":
-            return PathKind("link", rest[:-1] if rest.endswith("\n") else rest)
+            return PathKind("link", _link_target(stdout))
         return PathKind(kind if kind in ("dir", "other") else "absent")
 
 
@@ -183,7 +182,7 @@ class FileText(Fact):
 
     def parse(self, stdout: str, rc: int) -> str | None:
         if rc == self.LINK_RC:
-            target = stdout[:-1] if stdout.endswith("\n") else stdout
+            target = stdout.removesuffix("\n")
             raise FactError(f"{self.path} is a symlink to {target!r}; not read through (replace it by a file)")
         return stdout.rstrip("\n") if rc == 0 else None
 

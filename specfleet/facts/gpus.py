@@ -1,26 +1,7 @@
-"""The GPUs of a host: what `fab facts` shows and what GPU slot scheduling reads.
-
-Interface (stable; other modules import these names):
-
-- `Gpus()`: a host fact; its value is a `GpuList`: `.gpus` (list of `Gpu`, by index),
-  `.error` (None, or nvidia-smi's first line when it failed: no driver, no nvidia-smi),
-  `.visible` (True when nvidia-smi answered).
-- `Gpu(index, uuid, name, memory_total_mib, memory_used_mib, driver_version)`:
-  memory in MiB as nvidia-smi reports it (None where it prints "[N/A]").
-- `CudaDriverVersion()`: a host fact; the highest CUDA the driver supports ("13.0", nvidia-smi's
-  header), or None.
-- `GpuTopology()`: a host fact; its value is a `Topology` (`.links`: one `GpuLink(a, b,
-  kind)` per unordered GPU pair, kind as `nvidia-smi topo -m` writes it: "NV18" for 18
-  bonded NVLinks, "PIX", "PXB", "PHB", "NODE", "SYS"; `.kind(a, b)`, `.nvlinked(a, b)`),
-  or None when nvidia-smi has no topology to give (one GPU, no driver, an old stand-in).
-- `inventory_gpus(value)`: the inventory's `gpus` host var (a list of {name, memory_mib,
-  uuid?}, validated in specfleet/inventory.py) as `Gpu`s; `host_gpus(host, discovered)`:
-  the inventory's list where the host sets one, else what nvidia-smi reported.
-- `nvlink_groups(topology, indices)`: the NVLink groups `fab bench` schedules TP servers in
-  when the inventory gives no `gpu_groups` (None: PCIe only or no topology: no constraint).
-- `gpu_report(found, topology, override)` / `read_gpu_report(data)`: the same as the plain
-  data a step reports (StepResult.data, the event log) and back into typed values. The step
-  that gathers them is roles/host_facts.py `HostFacts` (`fab facts`).
+"""The GPUs of a host: what `fab facts` shows and what GPU slot scheduling reads. Other modules import
+these names: the facts `Gpus`, `CudaDriverVersion` and `GpuTopology`; the inventory's `gpus` as `Gpu`s;
+the NVLink groups `fab bench` schedules TP servers in; `gpu_report`, the plain data the step that gathers
+them reports (roles/host_facts.py `HostFacts`, `fab facts`).
 """
 from __future__ import annotations
 
@@ -115,9 +96,6 @@ class Topology:
         lo, hi = min(a, b), max(a, b)
         return next((ln.kind for ln in self.links if (ln.a, ln.b) == (lo, hi)), None)
 
-    def nvlinked(self, a: int, b: int) -> bool:
-        return (self.kind(a, b) or "").startswith("NV")
-
 
 @dataclass(frozen=True)
 class GpuTopology(Fact):
@@ -156,15 +134,6 @@ def inventory_gpus(value: Any) -> list[Gpu]:
     return [Gpu(i, g.get("uuid"), g["name"], int(g["memory_mib"])) for i, g in enumerate(value or [])]
 
 
-def host_gpus(host: Any, discovered: GpuList | None) -> list[Gpu]:
-    """The inventory's `gpus` where the host sets it (it wins: e.g. to leave a GPU out), else
-    what nvidia-smi reported."""
-    override = host.var("gpus")
-    if override is not None:
-        return inventory_gpus(override)
-    return list(discovered.gpus) if discovered else []
-
-
 def gpu_report(found: GpuList, topology: Topology | None, override: Any = None) -> dict:
     """The GPUs of a host as plain data: the inventory's `gpus` where set, else nvidia-smi's."""
     gpus = inventory_gpus(override) if override is not None else found.gpus
@@ -172,12 +141,6 @@ def gpu_report(found: GpuList, topology: Topology | None, override: Any = None) 
             "gpus_source": "inventory" if override is not None else "nvidia-smi",
             "gpu_error": found.error,
             "topology": [asdict(ln) for ln in topology.links] if topology else None}
-
-
-def read_gpu_report(data: dict) -> tuple[list[Gpu], Topology | None]:
-    """`gpu_report`'s data back as typed values."""
-    from .base import from_json
-    return from_json(list[Gpu], data["gpus"]), from_json(Topology | None, data["topology"] and {"links": data["topology"]})
 
 
 def nvlink_groups(topology: Topology | None, indices: list[int]) -> list[list[int]] | None:

@@ -29,10 +29,6 @@ LISTINGS = (f"{{ sf_c=$( {{ {LISTING} | tee /dev/fd/3 | sha256sum >&4; }} 3>&1 |
             f"printf '%s\\n' \"$sf_c\"; }} 4>&1")
 
 
-def _listing_command(path: str) -> str:
-    return f"cd {q(path)} 2>/dev/null || exit 3; {LISTINGS}"
-
-
 @dataclass(frozen=True)
 class Listing:
     tree: str  # every entry (what rsync -a would compare)
@@ -46,7 +42,7 @@ class TreeListing(Fact):
     path: str
 
     def command(self) -> str:
-        return _listing_command(self.path)
+        return f"cd {q(self.path)} 2>/dev/null || exit 3; {LISTINGS}"
 
     def parse(self, stdout: str, rc: int) -> Listing | None:
         got = [ln.split()[0] for ln in lines(stdout)]

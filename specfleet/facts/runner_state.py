@@ -1,11 +1,8 @@
-"""A worker's campaign as the bastion reads it: one round trip (`CampaignView`, a host fact), whose
-value is a `RunnerView`: the run spec and state.json the runner wrote, the PID in the runner's lock
-and whether that PID is a live runner, the done markers, the host's boot identity.
-
-`fab bench` reads it in the same probe batch as the GPUs (specfleet.campaign.remote.ReadWorker);
-`fab status`, `stop` and `collect` run `view_script` alone (specfleet.campaign.remote.view), and the
-Slurm path runs it on the shared folder (specfleet.slurm.dispatch.view). Each section travels as one
-base64 line (specfleet.shell.sections_script): no file content can look like the framing.
+"""A worker's campaign as the bastion reads it in one round trip: the run spec and state.json the runner
+wrote, the PID in the runner's lock and whether that PID is a live runner, the done markers, the host's
+boot identity. `fab bench` batches it as a fact (`CampaignView`) with the GPUs; `status`, `stop`, `collect`
+and the Slurm path run `view_script` alone. Each section travels as one base64 line
+(specfleet.shell.sections_script): no file content can look like the framing.
 """
 from __future__ import annotations
 

@@ -1,12 +1,9 @@
-"""Where a worker's results come from, read in one round trip (`WorkerProvenance`, a host fact):
-GPUs, driver, CUDA, the venv's manifest and package versions, sha256 of the model's config.json and
-weight index and of the dataset, the model config's simulated flag. Its value (`ProvenanceRecord`)
-is what `fab collect` writes into a node's provenance.json (specfleet.results.fetch; under Slurm the
-node runs the same command after its queue, specfleet.slurm.dispatch).
-
-Each section travels as one base64 line (specfleet.shell.sections_script): no file content can look
-like the framing. nvidia-smi is read by the GPU facts' parsers (specfleet.facts.gpus); JSON from the
-worker is parsed within bounds (specfleet.untrusted_json).
+"""Where a worker's results come from, read in one round trip (`WorkerProvenance`, a host fact): GPUs,
+driver, CUDA, the venv's manifest and package versions, sha256 of the model's config.json and weight
+index and of the dataset, the model config's simulated flag. Its value (`ProvenanceRecord`) is what
+`fab collect` writes into a node's provenance.json (under Slurm the node runs the same command). Each
+section travels as one base64 line (specfleet.shell.sections_script); JSON from the worker is parsed
+within bounds (specfleet.untrusted_json).
 """
 from __future__ import annotations
 
@@ -92,11 +89,8 @@ class WorkerProvenance(Fact):
         manifest = _mapping(parts[2])
         dists = _mapping(parts[3])
         worker_python, dists_sha = dists.pop(PY_KEY, None), dists.pop(DISTS_KEY, None)
-        sums = {}
-        for ln in parts[4].splitlines():
-            digest, _, path = ln.partition("  ")
-            if len(digest) == 64:
-                sums[path.strip()] = digest
+        sums = {path.strip(): digest for digest, _, path in (ln.partition("  ") for ln in parts[4].splitlines())
+                if len(digest) == 64}
         cfg = _mapping(parts[5])
         sim_cfg = cfg.get("simvllm")
         model, dataset = self.model, self.dataset

@@ -34,11 +34,9 @@ class Route(Step):
         if self.src and not any(a.ip == self.src for a in addrs):
             raise StepFailed(f"{self.src} is not an address of {self.dev}; check storage_ip in the inventory")
         good = [r for r in routes if r.dev == self.dev and (not self.src or r.src in (None, self.src))]
-        changes = []
-        for r in routes:
-            if r not in good:
-                changes.append(Change(f"delete stale route '{r.line}'",
-                                      f"ip route del {q(self.prefix)} dev {q(r.dev or self.dev)}", f"-{r.line}"))
+        changes = [Change(f"delete stale route '{r.line}'",
+                          f"ip route del {q(self.prefix)} dev {q(r.dev or self.dev)}", f"-{r.line}")
+                   for r in routes if r not in good]
         if not good:
             want = f"{self.prefix} dev {self.dev} scope link" + (f" src {self.src}" if self.src else "")
             cmd = f"ip route add {q(self.prefix)} dev {q(self.dev)} scope link"

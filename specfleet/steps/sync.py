@@ -38,16 +38,10 @@ class RsyncTree(Step):
 
     def argv(self, dry_run: bool) -> list[str]:
         argv = ["rsync", "-a", "--protect-args", "--mkpath", "-e", shlex.join(ssh_argv(self.host))]
-        if self.delete:
-            argv.append("--delete")
-        if self.checksum:
-            argv.append("--checksum")
-        if self.link_dest:
-            argv.append(f"--link-dest={self.link_dest}")
-        if self.rsync_path:
-            argv.append(f"--rsync-path={self.rsync_path}")
-        for pattern in self.excludes:
-            argv.append(f"--exclude={pattern}")
+        optional = [("--delete", self.delete), ("--checksum", self.checksum),
+                    (f"--link-dest={self.link_dest}", self.link_dest),
+                    (f"--rsync-path={self.rsync_path}", self.rsync_path)]
+        argv += [flag for flag, wanted in optional if wanted] + [f"--exclude={pattern}" for pattern in self.excludes]
         if dry_run:
             argv += ["-n", "-i", "--out-format=%i %n%L"]
         return argv + ["--", self.src, f"{self.host.address}:{self.dest}"]
@@ -74,11 +68,9 @@ class RsyncTree(Step):
         return {"items": self.itemize_fact()}
 
     def decide(self, facts: Values) -> list[Change]:
-        if self.in_sync(facts):
+        if self.in_sync(facts) or not facts["items"]:
             return []
         items = facts["items"]
-        if not items:
-            return []
         summary = f"sync {len(items)} item(s) to {self.dest}"
         return [Change(summary, local_argv=self.argv(dry_run=False), diff="\n".join(items[:50]) +
                        (f"\n... and {len(items) - 50} more" if len(items) > 50 else ""))]
@@ -106,6 +98,5 @@ class RemoteCopy(Step):
             raise StepFailed(f"cannot read {self.src}: {plan.error}")
         if not plan.items:
             return []
-        fact = LocalCopyPlan(self.src, self.dest)
-        return [Change(f"copy {len(plan.items)} item(s) into {self.dest}", join(fact.argv(False)),
+        return [Change(f"copy {len(plan.items)} item(s) into {self.dest}", join(self.facts()["plan"].argv(False)),
                        "\n".join(plan.items[:20]))]

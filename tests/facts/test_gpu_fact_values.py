@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 
 from specfleet.roles.host_facts import HostFacts
-from specfleet.facts.base import from_json
-from specfleet.facts.gpus import GpuTopology, Gpus, host_gpus
+from specfleet.facts.gpus import GpuTopology, Gpus
 from specfleet.inventory import InventoryError, load_inventory
 from specfleet.tasks.facts import gpu_cell
 
@@ -34,19 +33,10 @@ def inventory(tmp_path, gpus: str):
 def test_topology_of_an_hgx_node_is_all_nvlink():
     topo = fixture_value(GpuTopology(), "hgx-8x-h100")
     assert len(topo.links) == 8 * 7 // 2
-    assert topo.kind(3, 7) == topo.kind(7, 3) == "NV18" and topo.nvlinked(0, 5)
+    assert topo.kind(3, 7) == topo.kind(7, 3) == "NV18" and topo.kind(0, 5).startswith("NV")
     pcie = fixture_value(GpuTopology(), "pcie-4-gpus-2-numa")
-    assert pcie.kind(0, 1) == "PHB" and pcie.kind(1, 2) == "SYS" and not pcie.nvlinked(0, 1)
+    assert pcie.kind(0, 1) == "PHB" and pcie.kind(1, 2) == "SYS"
     assert pcie.kind(0, 9) is None
-
-
-def test_the_inventory_gpus_win_over_nvidia_smi(tmp_path):
-    inv = inventory(tmp_path, "[{name: NVIDIA H200, memory_mib: 143771, uuid: GPU-5b0c}, "
-                              "{name: NVIDIA H200, memory_mib: 143771}]")
-    found = fixture_value(Gpus(), "hgx-8x-h200")
-    w1, w2 = host_gpus(inv.hosts["w1"], found), host_gpus(inv.hosts["w2"], found)
-    assert [(g.index, g.uuid, g.memory_total_mib) for g in w1] == [(0, "GPU-5b0c", 143771), (1, None, 143771)]
-    assert len(w2) == 8 and w2[2].memory_used_mib == 120034
 
 
 @pytest.mark.parametrize("gpus, field, says", [
@@ -85,15 +75,3 @@ def test_fab_facts_says_why_no_gpu_is_visible_and_marks_an_override():
     data = HostFacts([{"name": "NVIDIA H200", "memory_mib": 143771}]).report(facts_values("driver-not-loaded", "one-gpu"))
     assert gpu_cell(data) == "0: NVIDIA H200 143771 MiB\n(from the inventory's gpus)"
     assert data["gpus_source"] == "inventory"
-
-
-def test_the_gpu_report_reads_back_as_typed_values(tmp_path):
-    from specfleet.facts.gpus import gpu_report, read_gpu_report
-    inv = inventory(tmp_path, "[{name: NVIDIA H200, memory_mib: 143771}]")
-    values = {"gpus": fixture_value(Gpus(), "hgx-8x-h200"), "topology": fixture_value(GpuTopology(), "hgx-8x-h100")}
-    gpus, topo = read_gpu_report(json.loads(json.dumps(gpu_report(values["gpus"], values["topology"], inv.hosts["w2"].var("gpus")))))
-    assert gpus == values["gpus"].gpus and topo == values["topology"]
-    gpus, topo = read_gpu_report(gpu_report(values["gpus"], values["topology"], inv.hosts["w1"].var("gpus")))
-    assert [g.name for g in gpus] == ["NVIDIA H200"] and gpus[0].uuid is None and topo.nvlinked(0, 1)
-    no_topo = {"gpus": values["gpus"], "topology": None}
-    assert read_gpu_report(gpu_report(values["gpus"], None, inv.hosts["w2"].var("gpus")))[1] is None
