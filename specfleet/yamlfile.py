@@ -71,7 +71,7 @@ def load_yaml(file: Path) -> Any:
 def matching(rx: re.Pattern, what: str) -> Any:
     """A field type: a string `rx` matches, else the error "'<value>' is not <what>"."""
     def check(v: str) -> str:
-        if not rx.match(v):
+        if not rx.fullmatch(v):   # the whole string: a pattern ending in `$` would let "name\n" through
             raise ValueError(f"{v!r} is not {what}")
         return v
     return Annotated[str, AfterValidator(check)]

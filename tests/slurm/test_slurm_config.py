@@ -38,7 +38,9 @@ def test_no_block_and_kind_ssh_mean_ssh_fan_out(tmp_path):
 @pytest.mark.parametrize("field,value,says", [
     ("partition", "gpu;rm -rf /", "is not a Slurm name"),
     ("partition", "-p", "is not a Slurm name"),
+    ("partition", "gpu\n", "is not a Slurm name"),   # `$` alone matches before a last newline
     ("account", "a b", "is not a Slurm name"),
+    ("time_limit", "01:00:00\n", "is not a Slurm time limit"),
     ("account", "$(reboot)", "is not a Slurm name"),
     ("time_limit", "1 hour", "is not a Slurm time limit"),
     ("time_limit", "01:00:00\n#SBATCH --exclusive", "is not a Slurm time limit"),
