@@ -37,23 +37,18 @@ def _on_slurm(inventory, hosts, only, revert) -> bool:
     from invoke.exceptions import Exit
 
     from specfleet.console import Reporter
-    from specfleet.errors import UserError, one_line
-    from specfleet.fleet import EXIT_BAD_INPUT
+    from specfleet.errors import UserError
     from specfleet.slurm.hooks import chosen_hosts, slurm_inventory
-    try:
-        inv = slurm_inventory(inventory, vars_model())
-        if inv is None:
-            return False
-        if only or revert:
-            raise UserError(f"{inv.path}: field 'scheduler': under Slurm fab provision only checks what the site owns "
-                            "(--only and --revert change nodes; run them over SSH, without the scheduler block)")
-        from specfleet.slurm import site_check
-        ctx = Context(inventory=inv, check=True)
-        code = site_check.provision(inv, chosen_hosts(inv, hosts), lambda h: [
-            s for name in site_check.SITE_ROLES for s in registry()[name].steps(h, ctx)],
-            Reporter(verbose=False).console)
-    except UserError as e:
-        raise Exit(f"error: {one_line(e)}", code=EXIT_BAD_INPUT) from None
+    inv = slurm_inventory(inventory, vars_model())
+    if inv is None:
+        return False
+    if only or revert:
+        raise UserError(f"{inv.path}: field 'scheduler': under Slurm fab provision only checks what the site owns "
+                        "(--only and --revert change nodes; run them over SSH, without the scheduler block)")
+    from specfleet.slurm import site_check
+    ctx = Context(inventory=inv, check=True)
+    code = site_check.provision(inv, chosen_hosts(inv, hosts), lambda h: [
+        s for name in site_check.SITE_ROLES for s in registry()[name].steps(h, ctx)], Reporter(verbose=False).console)
     if code:
         raise Exit(code=code)
     return True
