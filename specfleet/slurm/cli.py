@@ -20,13 +20,10 @@ class SlurmError(UserError):
     """A Slurm command refused or failed: one line saying which and why."""
 
 
-def env(cfg: SlurmScheduler) -> dict:
-    return {**os.environ, **({"SLURM_CONF": cfg.slurm_conf} if cfg.slurm_conf else {})}
-
-
 def run(cfg: SlurmScheduler, argv: list[str], timeout: float = 60) -> subprocess.CompletedProcess:
+    env = {**os.environ, **({"SLURM_CONF": cfg.slurm_conf} if cfg.slurm_conf else {})}
     try:
-        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env(cfg))
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env)
     except FileNotFoundError:
         raise SlurmError(f"{argv[0]} is not installed on the bastion (Debian: slurm-client)") from None
     except subprocess.TimeoutExpired:
@@ -128,18 +125,12 @@ def submit(cfg: SlurmScheduler, argv: list[str]) -> str:
 def job(cfg: SlurmScheduler, job_id: str) -> dict | None:
     """The job as `squeue --json` shows it, in any state (a finished job while slurmctld keeps it: MinJobAge).
     (`scontrol --json` exists only from Slurm 23.02; Debian 12 has 22.05.)"""
-    for argv in (["squeue", "--json", "--states=all", "--jobs", job_id],):
-        p = run(cfg, argv)
-        if p.returncode != 0:
-            continue
-        try:
-            jobs = json.loads(p.stdout).get("jobs", [])
-        except ValueError:
-            continue
-        hit = [j for j in jobs if str(j.get("job_id")) == str(job_id)]
-        if hit:
-            return hit[0]
-    return None
+    p = run(cfg, ["squeue", "--json", "--states=all", "--jobs", job_id])
+    try:
+        jobs = json.loads(p.stdout).get("jobs", []) if p.returncode == 0 else []
+    except ValueError:
+        return None
+    return next((j for j in jobs if str(j.get("job_id")) == str(job_id)), None)
 
 
 def job_state(j: dict | None) -> str:
