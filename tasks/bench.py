@@ -95,8 +95,7 @@ def bench(c, plan=None, inventory=None, hosts=None, exclude=None, check=False, d
                 results=Path(results)) is not None:
         return  # the inventory's scheduler is Slurm: submitted as a job (specfleet/slurm/)
     with fleet_run("bench", inventory=inventory, hosts=hosts, check=check, diff=diff, forks=forks, serial=serial,
-                   accept_new_host_keys=accept_new_host_keys, verbose=verbose,
-                   default_hosts="workers") as (fleet, inv, rep):
+                   accept_new_host_keys=accept_new_host_keys, verbose=verbose) as (fleet, inv, rep):
         # one probe batch per worker: its GPUs and topology (the split's slots) and its campaign's state
         # (resume, reattach), with the plan's dataset check; a host that fails here leaves the split
         reads: dict[str, remote.ReadWorker] = {}
@@ -134,7 +133,7 @@ def bench(c, plan=None, inventory=None, hosts=None, exclude=None, check=False, d
         specs = {}
         for host in [h for h in split_hosts if h in fleet.active and h.name in paths]:
             v = views.get(host.name)
-            node = next(n for n in nodes if n.name == host.name)
+            node = reads[host.name].node
             spec = build_run_spec(p, host.name, queues.queues[host.name], paths[host.name],
                                   env_file=host.var("env_file"), gpu_index=host.var("gpu_index"),
                                   gpus=list(node.gpus), gpu_groups=node.gpu_groups, gate_runs=gate_runs)
@@ -206,8 +205,7 @@ def status(c, plan=None, inventory=None, hosts=None, forks=32, serial=False, acc
     if on_slurm("status", inventory, hosts, p, vars_model()) is not None:
         return
     with fleet_run("status", inventory=inventory, hosts=hosts, forks=forks, serial=serial,
-                   accept_new_host_keys=accept_new_host_keys, verbose=verbose, default_hosts="workers",
-                   recap=False) as (fleet, inv, rep):
+                   accept_new_host_keys=accept_new_host_keys, verbose=verbose, recap=False) as (fleet, inv, rep):
         views = fleet.each("read campaign state",
                            lambda hc: remote.view(hc, work_dir(hc.host), p.campaign)).values_by_host()
         for name, v in views.items():
@@ -225,6 +223,5 @@ def stop(c, plan=None, inventory=None, hosts=None, forks=32, serial=False, accep
     if on_slurm("stop", inventory, hosts, p, vars_model()) is not None:
         return
     with fleet_run("stop", inventory=inventory, hosts=hosts, forks=forks, serial=serial,
-                   accept_new_host_keys=accept_new_host_keys, verbose=verbose,
-                   default_hosts="workers") as (fleet, inv, rep):
+                   accept_new_host_keys=accept_new_host_keys, verbose=verbose) as (fleet, inv, rep):
         fleet.each("stop runner", lambda hc: remote.stop_campaign(hc, work_dir(hc.host), p.campaign))

@@ -21,8 +21,7 @@ def provision(c, inventory=None, hosts=None, check=False, diff=False, only=None,
     if _on_slurm(inventory, hosts, only, revert):
         return  # the inventory's scheduler is Slurm: the site's nodes checked in a job, nothing changed
     with fleet_run("provision", inventory=inventory, hosts=hosts, check=check, diff=diff, forks=forks,
-                   serial=serial, accept_new_host_keys=accept_new_host_keys, verbose=verbose,
-                   default_hosts="workers") as (fleet, inv, rep):
+                   serial=serial, accept_new_host_keys=accept_new_host_keys, verbose=verbose) as (fleet, inv, rep):
         ctx = Context(inventory=inv, fleet=fleet, console=rep.console, check=check,
                       options={"remove_dup_ip": remove_dup_ip})
         if undo:
@@ -59,6 +58,5 @@ def stage_model(c, inventory=None, hosts=None, check=False, diff=False, forks=8,
                 accept_new_host_keys=False, verbose=False):
     """Copy the model from the NFS share to each worker's local disk (resumable; cuts 10-minute loads)."""
     with fleet_run("stage-model", inventory=inventory, hosts=hosts, check=check, diff=diff, forks=forks,
-                   serial=serial, accept_new_host_keys=accept_new_host_keys, verbose=verbose,
-                   default_hosts="workers") as (fleet, inv, rep):
+                   serial=serial, accept_new_host_keys=accept_new_host_keys, verbose=verbose) as (fleet, inv, rep):
         fleet.play(apply.guarded(model.stage_steps))

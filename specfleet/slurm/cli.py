@@ -36,16 +36,6 @@ def last_line(p: subprocess.CompletedProcess) -> str:
     return lines[-1] if lines else f"exit {p.returncode}"
 
 
-def _json(cfg: SlurmScheduler, argv: list[str]) -> dict:
-    p = run(cfg, argv)
-    if p.returncode != 0:
-        raise SlurmError(f"{' '.join(argv[:2])} failed: {last_line(p)}")
-    try:
-        return json.loads(p.stdout)
-    except ValueError:
-        raise SlurmError(f"{' '.join(argv[:2])} printed no JSON (Slurm 21.08 or later is needed)") from None
-
-
 @dataclass(frozen=True)
 class Node:
     name: str
@@ -70,7 +60,14 @@ def parse_nodes(doc: dict) -> dict[str, Node]:
 
 
 def nodes(cfg: SlurmScheduler) -> dict[str, Node]:
-    return parse_nodes(_json(cfg, ["sinfo", "--json"]))
+    p = run(cfg, ["sinfo", "--json"])
+    if p.returncode != 0:
+        raise SlurmError(f"sinfo --json failed: {last_line(p)}")
+    try:
+        doc = json.loads(p.stdout)
+    except ValueError:
+        raise SlurmError("sinfo --json printed no JSON (Slurm 21.08 or later is needed)") from None
+    return parse_nodes(doc)
 
 
 def partition_exists(cfg: SlurmScheduler) -> bool:
