@@ -6,6 +6,7 @@ import json
 import os
 import re
 import subprocess
+import time
 from dataclasses import dataclass
 
 from ..errors import UserError
@@ -139,6 +140,15 @@ def job_state(j: dict | None) -> str:
 
 def is_active(j: dict | None) -> bool:
     return any(s in ACTIVE for s in job_state(j).split("+"))
+
+
+def cancel_if_pending_past(inv, cfg: SlurmScheduler, job_id: str, j: dict | None, deadline: float, what: str,
+                           after: str) -> None:
+    """A job still PENDING at `deadline` (time.monotonic()) is cancelled: one line naming the field."""
+    if "PENDING" in job_state(j) and time.monotonic() > deadline:
+        cancel(cfg, job_id)
+        raise UserError(f"{inv.path}: field 'scheduler.pending_timeout_s': {what} {job_id} still PENDING after "
+                        f"{cfg.pending_timeout_s:g} s (reason: {(j or {}).get('state_reason') or '?'}); {after}")
 
 
 def cancel(cfg: SlurmScheduler, job_id: str, signal: str | None = None) -> None:

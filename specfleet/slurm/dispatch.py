@@ -247,11 +247,8 @@ def wait_started(cfg: SlurmScheduler, inv, plan, job_id: str, job: Job, console)
                             if state in ("FAILED", "COMPLETED") and "PENDING" not in state else
                             f"Slurm job {job_id} ended {state} before it started its steps "
                             f"({(j or {}).get('state_reason') or 'no reason given'})")
-        if "PENDING" in state and time.monotonic() > deadline:
-            cli.cancel(cfg, job_id)
-            raise UserError(f"{inv.path}: field 'scheduler.pending_timeout_s': Slurm job {job_id} still PENDING "
-                            f"after {cfg.pending_timeout_s:g} s (reason: {(j or {}).get('state_reason') or '?'}); "
-                            "cancelled, nothing ran; free the nodes or raise the deadline")
+        cli.cancel_if_pending_past(inv, cfg, job_id, j, deadline, "Slurm job",
+                                   "cancelled, nothing ran; free the nodes or raise the deadline")
         time.sleep(0.5)
 
 

@@ -131,9 +131,6 @@ def _wait(inv, cfg: SlurmScheduler, job_id: str, poll: float) -> None:
     """Until the check job ends; a job still pending after pending_timeout_s is cancelled."""
     deadline = time.monotonic() + cfg.pending_timeout_s
     while cli.is_active(j := cli.job(cfg, job_id)):
-        if "PENDING" in cli.job_state(j) and time.monotonic() > deadline:
-            cli.cancel(cfg, job_id)
-            raise UserError(f"{inv.path}: field 'scheduler.pending_timeout_s': the site check's Slurm job {job_id} still PENDING "
-                            f"after {cfg.pending_timeout_s:g} s (reason: {(j or {}).get('state_reason') or '?'}); "
-                            "cancelled, nothing checked")
+        cli.cancel_if_pending_past(inv, cfg, job_id, j, deadline, "the site check's Slurm job",
+                                   "cancelled, nothing checked")
         time.sleep(poll)
