@@ -83,8 +83,7 @@ def bastion_manifest(ctx: Context, build: bool) -> None:
         spec = venv_spec(inv.bastion_vars, where=f"{inv.path}: bastion")
         if build:
             outcome = venv_build.build(spec, check=ctx.check, log=lambda m: console.print(f"[dim]  bastion: {m}[/]"))
-            status = Status.CHANGED if outcome.changed else Status.OK
-            fleet.record_local_for("bastion", "venv", status, outcome.message)
+            fleet.record_local_for("bastion", "venv", Status.CHANGED if outcome.changed else Status.OK, outcome.message)
             console.print(f"{'venv':>12} bastion  {outcome.message}")
             manifest = outcome.manifest
         else:

@@ -162,8 +162,7 @@ class PruneReleases(Step):
     def decide(self, facts: Values) -> list[Change]:
         prev = facts["previous"] or ""
         rels = releases_dir(self.venv)
-        old = [f"{rels}/{name}" for name in facts["releases"]]
-        old = [p for p in old if p not in (self.keep, prev)]
+        old = [f"{rels}/{name}" for name in facts["releases"] if f"{rels}/{name}" not in (self.keep, prev)]
         if not old:
             return []
         return [Change(f"remove {len(old)} old release(s)",
