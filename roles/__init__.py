@@ -138,5 +138,9 @@ def vars_model() -> type[BaseModel]:
     return assemble(list(registry().values()))
 
 
+def get(name: str) -> Role:
+    return registry()[name]
+
+
 def revertible() -> list[str]:
     return [n for n, r in registry().items() if r.revert]
