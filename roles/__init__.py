@@ -13,6 +13,7 @@ Roles are found in this package (every module with a ROLE) and in the entry poin
 """
 from __future__ import annotations
 
+import functools
 import importlib
 import pkgutil
 from dataclasses import dataclass, field
@@ -104,15 +105,13 @@ def assemble(roles: list[Role]) -> type[BaseModel]:
                 {"__module__": __name__, "model_config": ConfigDict(extra="allow", strict=True)})
 
 
-def _package_modules() -> list[str]:
-    return [f"{__name__}.{m.name}" for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_")]
-
-
 def discover() -> dict[str, Role]:
     """Every role, in the order provision runs them; a module without ROLE is a helper, not a role."""
     found: list[Role] = []
-    for modname in _package_modules():
-        role = getattr(importlib.import_module(modname), "ROLE", None)
+    for m in pkgutil.iter_modules(__path__):
+        if m.name.startswith("_"):
+            continue
+        role = getattr(importlib.import_module(f"{__name__}.{m.name}"), "ROLE", None)
         if isinstance(role, Role):
             found.append(role)
     for ep in entry_points(group=ENTRY_POINTS):
@@ -128,31 +127,19 @@ def discover() -> dict[str, Role]:
     return out
 
 
-_registry: dict[str, Role] | None = None
-_vars_model: type[BaseModel] | None = None
-
-
+@functools.cache
 def registry() -> dict[str, Role]:
-    global _registry
-    if _registry is None:
-        _registry = discover()
-    return _registry
+    return discover()
 
 
+@functools.cache
 def vars_model() -> type[BaseModel]:
     """Every inventory var's type and default (`assemble` of the registry): what the tasks load with."""
-    global _vars_model
-    if _vars_model is None:
-        _vars_model = assemble(list(registry().values()))
-    return _vars_model
+    return assemble(list(registry().values()))
 
 
 def get(name: str) -> Role:
     return registry()[name]
-
-
-def names() -> list[str]:
-    return list(registry())
 
 
 def revertible() -> list[str]:

@@ -72,8 +72,8 @@ def guarded(steps_for):
 def provision(ctx: Context, roles: list[Role]) -> Outcomes:
     """Run the chosen roles on ctx.fleet; returns each host's outcome of the play."""
     fleet = ctx.fleet
-    for host in fleet.hosts:  # bad input stops before any work (each var's type: checked at load)
-        skipped(host, ctx, roles)
+    # bad input stops before any work (each var's type: checked at load)
+    skips = {host.name: skipped(host, ctx, roles) for host in fleet.hosts}
     if any("datasets" in r.needs for r in roles):
         ctx.datasets = datasets(ctx.inventory)
     for role in roles:
@@ -83,16 +83,12 @@ def provision(ctx: Context, roles: list[Role]) -> Outcomes:
         from .venv import bastion_manifest
         bastion_manifest(ctx, build=False)
     ready = [r for r in roles if "manifest" not in r.needs or ctx.manifest]
-    for host in fleet.hosts:  # roles the inventory skips on a host: in the recap, never silent
-        for name in skipped(host, ctx, roles):
-            fleet.record_local_for(host.name, name, Status.SKIPPED, "skipped by the inventory (skip_roles)")
-            ctx.console.print(f"[cyan]{'skipped':>12}[/] [bold]{host.name}[/]  role {name} (inventory skip_roles)")
-
-    def steps_for(host):
-        skip = set(host.var("skip_roles") or ())
-        return [s for r in ready if r.name not in skip for s in r.steps(host, ctx)]
-
-    results = fleet.play(guarded(steps_for))
+    for host, names in skips.items():  # roles the inventory skips on a host: in the recap, never silent
+        for name in names:
+            fleet.record_local_for(host, name, Status.SKIPPED, "skipped by the inventory (skip_roles)")
+            ctx.console.print(f"[cyan]{'skipped':>12}[/] [bold]{host}[/]  role {name} (inventory skip_roles)")
+    results = fleet.play(guarded(lambda host: [s for r in ready if r.name not in skips[host.name]
+                                               for s in r.steps(host, ctx)]))
     for role in roles:
         if role.after:
             role.after(ctx, results)

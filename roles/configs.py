@@ -22,7 +22,6 @@ from specfleet.roles import Role
 from specfleet.worker.layout import RUNNER_ARTEFACT
 
 
-
 class ConfigsVars(BaseModel):
     specfleet_home: AbsPath = "/var/lib/specfleet"  # the runner, the datasets and (by default) the campaigns
 
@@ -40,18 +39,13 @@ def dataset_path(host: Host, local: str | Path) -> str:
     return f"{home(host)}/datasets/{Payload.of_file(local).sha256[:16]}/{Path(local).name}"
 
 
-def dataset_step(host: Host, local: str | Path) -> Step:
-    return FileContent(dataset_path(host, local), source=local)
-
-
 def steps(host: Host, datasets: list[str], revert: bool = False) -> list[Step]:
     if revert:
         return [FileContent(runner_path(host), present=False)]
-    out: list[Step] = [Directory(home(host)), Directory(f"{home(host)}/datasets")]
     from specfleet.campaign.spec import worker_zipapp  # here: `fab provision` loads every role, not the campaign
-    out += [FileContent(runner_path(host), worker_zipapp(), mode="0755")]
-    out += [dataset_step(host, ds) for ds in datasets]
-    return out
+    return [Directory(home(host)), Directory(f"{home(host)}/datasets"),
+            FileContent(runner_path(host), worker_zipapp(), mode="0755"),
+            *(FileContent(dataset_path(host, ds), source=ds) for ds in datasets)]
 
 
 ROLE = Role(

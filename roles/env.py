@@ -16,7 +16,6 @@ from specfleet.steps.files import FileContent
 from specfleet.roles import Role
 
 
-
 class EnvVars(BaseModel):
     # written here and sourced by the runner (fab bench's run spec names it); null: the runner sources
     # none (a host whose environment the site owns, e.g. under Slurm, where this role does not run)

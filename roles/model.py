@@ -19,11 +19,11 @@ from specfleet.roles import Context, Role
 
 
 class ModelDir(Step):
+    name = "model directory"
     needs_root = False
 
     def __init__(self, candidates: list[str]):
         self.candidates = candidates
-        self.name = "model directory"
 
     def facts(self) -> dict:
         return {f"candidate {i}": ModelDirState(c) for i, c in enumerate(self.candidates)}
@@ -57,10 +57,6 @@ def candidates(host: Host) -> list[str]:
     return list(host.require("model_candidates"))
 
 
-def steps(host: Host) -> list[Step]:
-    return [ModelDir(candidates(host))]
-
-
 def stage_steps(host: Host) -> list[Step]:
     """Copy the model from the share (last candidate) to local disk (first candidate)."""
     cands = candidates(host)
@@ -86,7 +82,7 @@ def report_models(ctx: Context, outcomes: Outcomes) -> None:
 ROLE = Role(
     name="model",
     summary="which model directory each worker will serve from (first candidate with a config.json)",
-    steps=lambda host, ctx: steps(host),
+    steps=lambda host, ctx: [ModelDir(candidates(host))],
     vars=ModelVars,
     order=70,
     after=report_models,

@@ -96,11 +96,8 @@ class RemoveAddress(Step):
 
 
 def removal_steps(host: str, dups: list[Duplicate]) -> list[Step]:
-    steps = []
-    for d in dups:
-        for h, iface, prefix in d.holders:
-            if h == host:
-                steps.append(RemoveAddress(d.ip, prefix, iface))
+    steps: list[Step] = [RemoveAddress(d.ip, prefix, iface)
+                         for d in dups for h, iface, prefix in d.holders if h == host]
     if not steps:
         raise StepFailed(f"{host} holds none of the duplicate addresses")
     return steps

@@ -56,11 +56,6 @@ def venv_spec(vars: dict, where: str = "bastion") -> venv_build.VenvSpec:
                                wheelhouse=v.wheelhouse, fixups=v.venv_fixups)
 
 
-def is_provided(vars: dict) -> bool:
-    """`venv_source: provided`: the workers already have the venv at venv_path (a pre-built image)."""
-    return vars.get("venv_source") == PROVIDED
-
-
 def provided_manifest(inv) -> dict:
     """What the roles after venv read (env: the Python minor version) when nothing is built here."""
     v = inv.bastion_vars
@@ -78,7 +73,7 @@ def bastion_manifest(ctx: Context, build: bool) -> None:
     """Build (or just read) the bastion's venv into ctx.manifest; None (recorded failed) when it failed."""
     ctx.manifest_tried = True
     fleet, console, inv = ctx.fleet, ctx.console, ctx.inventory
-    if is_provided(inv.bastion_vars):
+    if inv.bastion_vars.get("venv_source") == PROVIDED:
         ctx.manifest = provided_manifest(inv)
         msg = f"venv_source: provided: nothing built here; each worker's {inv.bastion_vars['venv_path']} is checked"
         fleet.record_local_for("bastion", "venv", Status.OK, msg)
@@ -88,8 +83,7 @@ def bastion_manifest(ctx: Context, build: bool) -> None:
         spec = venv_spec(inv.bastion_vars, where=f"{inv.path}: bastion")
         if build:
             outcome = venv_build.build(spec, check=ctx.check, log=lambda m: console.print(f"[dim]  bastion: {m}[/]"))
-            status = Status.CHANGED if outcome.changed else Status.OK
-            fleet.record_local_for("bastion", "venv", status, outcome.message)
+            fleet.record_local_for("bastion", "venv", Status.CHANGED if outcome.changed else Status.OK, outcome.message)
             console.print(f"{'venv':>12} bastion  {outcome.message}")
             manifest = outcome.manifest
         else:

@@ -32,6 +32,16 @@ def releases_dir(venv: str) -> str:
     return venv.rstrip("/") + ".releases"
 
 
+def flip(venv: str, target: str) -> str:
+    """The shell that points the symlink `venv` at `target` in one rename (never a moment without it)."""
+    new = q(venv + ".specfleet-new")
+    return f"ln -sfn {q(target)} {new} && mv -Tf {new} {q(venv)}"
+
+
+def imports(manifest: dict) -> str:
+    return "; ".join(f"import {m}" for m in manifest.get("packages") or {"sys": None})
+
+
 def release_id(venv: str, manifest: dict) -> str:
     """`<build digest>-<listing hash>` of the bastion's venv: changes whenever its content does."""
     return f"{manifest['digest']}-{local_listing(venv).tree[:LISTING_ID_CHARS]}"
@@ -121,8 +131,7 @@ class CurrentRelease(Step):
 
     def decide(self, facts: Values) -> list[Change]:
         now = facts["venv"]
-        v, rel, rels = q(self.venv), q(self.release), q(releases_dir(self.venv))
-        flip = f"ln -sfn {rel} {q(self.venv + '.specfleet-new')} && mv -Tf {q(self.venv + '.specfleet-new')} {v}"
+        v, rels = q(self.venv), q(releases_dir(self.venv))
         if now.kind == "link" and now.target == self.release:
             return []
         if now.kind == "other":
@@ -135,7 +144,7 @@ class CurrentRelease(Step):
             pre = (f"mv -T {v} {rels}/manual-copy && printf '%s\\n' {q(releases_dir(self.venv) + '/manual-copy')}"
                    f" > {rels}/previous && ")
         was = f"link {now.target}" if now.kind == "link" else now.kind
-        return [Change(f"switch {self.venv} to {self.release}", pre + flip,
+        return [Change(f"switch {self.venv} to {self.release}", pre + flip(self.venv, self.release),
                        f"-{self.venv} ({was})\n+{self.venv} -> {self.release}")]
 
 
@@ -153,8 +162,7 @@ class PruneReleases(Step):
     def decide(self, facts: Values) -> list[Change]:
         prev = facts["previous"] or ""
         rels = releases_dir(self.venv)
-        old = [f"{rels}/{name}" for name in facts["releases"]]
-        old = [p for p in old if p not in (self.keep, prev)]
+        old = [f"{rels}/{name}" for name in facts["releases"] if f"{rels}/{name}" not in (self.keep, prev)]
         if not old:
             return []
         return [Change(f"remove {len(old)} old release(s)",
@@ -179,10 +187,8 @@ class Rollback(Step):
             raise StepFailed(f"no previous release of {self.venv} recorded: nothing to roll back to")
         if now == prev:
             return []
-        new = q(self.venv + ".specfleet-new")
         return [Change(f"switch {self.venv} back to {prev}",
-                       f"printf '%s\\n' {q(now)} > {q(releases_dir(self.venv))}/previous && "
-                       f"ln -sfn {q(prev)} {new} && mv -Tf {new} {q(self.venv)}",
+                       f"printf '%s\\n' {q(now)} > {q(releases_dir(self.venv))}/previous && " + flip(self.venv, prev),
                        f"-{self.venv} -> {now}\n+{self.venv} -> {prev}")]
 
 
@@ -211,10 +217,9 @@ class ProvidedVenv(Step):
 
 def provided_steps(host: Host, manifest: dict) -> list[Step]:
     venv = host.require("venv_path").rstrip("/")
-    imports = "; ".join(f"import {m}" for m in manifest.get("packages") or {"sys": None})
     return [ProvidedVenv(venv, manifest["python_version"]),
-            Assert("provided venv imports its packages", f"{q(venv)}/bin/python -c {q(imports)}",
-                   f"{venv}/bin/python cannot `{imports}` here (venv_verify_packages)")]
+            Assert("provided venv imports its packages", f"{q(venv)}/bin/python -c {q(imports(manifest))}",
+                   f"{venv}/bin/python cannot `{imports(manifest)}` here (venv_verify_packages)")]
 
 
 def steps(host: Host, manifest: dict, revert: bool = False) -> list[Step]:
@@ -228,7 +233,6 @@ def steps(host: Host, manifest: dict, revert: bool = False) -> list[Step]:
         return [interpreter, NotBuiltYet(venv)]
     release = f"{releases_dir(venv)}/{release_id(venv, manifest)}"
     rsync_path = "sudo -n rsync" if host.needs_sudo else None
-    imports = "; ".join(f"import {m}" for m in manifest.get("packages", {}) or {"sys": None})
     return [
         interpreter,
         ReleaseCopy(host, venv, release, rsync_path),
@@ -237,7 +241,7 @@ def steps(host: Host, manifest: dict, revert: bool = False) -> list[Step]:
         # imported once per release and host: a real vLLM import takes seconds, and the
         # release directory is named by content, so one success holds until it changes
         Command("venv imports its packages here",
-                f"{q(venv)}/bin/python -c {q(imports)} && touch {q(release + '.verified')}",
+                f"{q(venv)}/bin/python -c {q(imports(manifest))} && touch {q(release + '.verified')}",
                 creates=release + ".verified"),
     ]
 

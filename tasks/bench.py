@@ -11,16 +11,13 @@ from invoke import task
 from invoke.exceptions import Exit
 from rich.table import Table
 
-from specfleet.errors import one_line
-from specfleet import roles
-from specfleet.roles import configs
-from specfleet.errors import UserError
+from specfleet.errors import UserError, one_line
+from specfleet.roles import configs, vars_model
 from specfleet.fleet import EXIT_BAD_INPUT
 from specfleet.shell import q
 from specfleet.step import Status
 from specfleet.steps.command import Assert
 from specfleet.steps.files import Directory, FileContent
-from specfleet.roles import vars_model
 from specfleet.tasks.common import command_line, fleet_help, fleet_run, load
 
 DEFAULT_PLAN = "plans/qwen3-32b.yml"
@@ -28,11 +25,8 @@ PLAN_HELP = f"the campaign's plan file (default {DEFAULT_PLAN})"
 
 
 def plan_of(path: str | None):
-    from specfleet.campaign import PlanError, load_plan
-    try:
-        return load_plan(path or DEFAULT_PLAN)
-    except PlanError as e:
-        raise Exit(f"error: {one_line(e)}", code=EXIT_BAD_INPUT) from None
+    from specfleet.campaign import load_plan
+    return load_plan(path or DEFAULT_PLAN)  # a PlanError is a UserError: `guarded` words it (tasks/common.py)
 
 
 def work_dir(host) -> str:
@@ -59,11 +53,8 @@ def _dataset_on_worker(host, plan) -> Assert:
 def without(inventory, hosts: str | None, exclude: str) -> str:
     """`--hosts` (default: the workers) less the hosts `--exclude` names, as a --hosts value."""
     from specfleet.slurm.hooks import chosen_hosts
-    try:
-        inv = load(inventory)
-        keep = [h.name for h in chosen_hosts(inv, hosts)]
-    except UserError as e:
-        raise Exit(f"error: {one_line(e)}", code=EXIT_BAD_INPUT) from None
+    inv = load(inventory)
+    keep = [h.name for h in chosen_hosts(inv, hosts)]
     try:  # the names --hosts takes; the one line names the flag that gave the unknown one
         drop = {h.name for h in inv.select(exclude)}
     except UserError as e:
@@ -90,25 +81,21 @@ def without(inventory, hosts: str | None, exclude: str) -> str:
 def bench(c, plan=None, inventory=None, hosts=None, exclude=None, check=False, diff=False, assign=None, wait=True,
           poll=2.0, forks=32, serial=False, accept_new_host_keys=False, verbose=False, results="results", gate_runs=0):
     """Split the plan's configurations across the nodes and run each node's queue (resumable, reattaches)."""
-    from specfleet.campaign import PlanError, build_run_spec, commands_for, format_split, parse_pins, promptcount
+    from specfleet.campaign import build_run_spec, commands_for, format_split, parse_pins, promptcount
     from specfleet.campaign import remote, split
     from specfleet.campaign.spec import RunnerBusy, resumed
     from specfleet.slurm.hooks import on_slurm
     p = plan_of(plan)
     if gate_runs < 0:   # invoke reads an int (the default's type)
         raise Exit(f"error: --gate-runs: {gate_runs!r} is not a run count (0 or more)", code=EXIT_BAD_INPUT)
-    try:  # a missing bastion file, or one with too few prompts, stops here, before any host is touched
-        promptcount.check(p)
-    except PlanError as e:
-        raise Exit(f"error: {one_line(e)}", code=EXIT_BAD_INPUT) from None
+    promptcount.check(p)  # a missing bastion file, or one with too few prompts, stops here, before any host
     if exclude:
         hosts = without(inventory, hosts, exclude)
     if on_slurm("bench", inventory, hosts, p, vars_model(), assign=assign, wait=wait, poll=poll, check=check,
                 results=Path(results)) is not None:
         return  # the inventory's scheduler is Slurm: submitted as a job (specfleet/slurm/)
     with fleet_run("bench", inventory=inventory, hosts=hosts, check=check, diff=diff, forks=forks, serial=serial,
-                   accept_new_host_keys=accept_new_host_keys, verbose=verbose,
-                   default_hosts="workers") as (fleet, inv, rep):
+                   accept_new_host_keys=accept_new_host_keys, verbose=verbose) as (fleet, inv, rep):
         # one probe batch per worker: its GPUs and topology (the split's slots) and its campaign's state
         # (resume, reattach), with the plan's dataset check; a host that fails here leaves the split
         reads: dict[str, remote.ReadWorker] = {}
@@ -121,10 +108,7 @@ def bench(c, plan=None, inventory=None, hosts=None, exclude=None, check=False, d
         nodes = [reads[h.name].node for h in split_hosts]
         if not nodes:
             return
-        try:
-            queues = split(p, nodes, pins=parse_pins(assign or []))
-        except PlanError as e:
-            raise Exit(f"error: {one_line(e)}", code=EXIT_BAD_INPUT) from None
+        queues = split(p, nodes, pins=parse_pins(assign or []))
         rep.console.print(format_split(queues, nodes), markup=False)
         paths = {}
         for host in split_hosts:
@@ -149,7 +133,7 @@ def bench(c, plan=None, inventory=None, hosts=None, exclude=None, check=False, d
         specs = {}
         for host in [h for h in split_hosts if h in fleet.active and h.name in paths]:
             v = views.get(host.name)
-            node = next(n for n in nodes if n.name == host.name)
+            node = reads[host.name].node
             spec = build_run_spec(p, host.name, queues.queues[host.name], paths[host.name],
                                   env_file=host.var("env_file"), gpu_index=host.var("gpu_index"),
                                   gpus=list(node.gpus), gpu_groups=node.gpu_groups, gate_runs=gate_runs)
@@ -185,7 +169,7 @@ def _placement(host, plan, spec):
     d = layout.run_dir(work_dir(host), plan.campaign, host.name)
     # the configs role's own steps (runner files, the plan's dataset), then this campaign's run spec
     datasets = [] if plan.benchmark.on_worker else [plan.dataset_file()]
-    return [*roles.get("configs").steps(host, roles.Context(datasets=datasets)), Directory(d),
+    return [*configs.steps(host, datasets), Directory(d),
             FileContent(f"{d}/{layout.RUN_SPEC}", dump_run_spec(spec))]
 
 
@@ -221,8 +205,7 @@ def status(c, plan=None, inventory=None, hosts=None, forks=32, serial=False, acc
     if on_slurm("status", inventory, hosts, p, vars_model()) is not None:
         return
     with fleet_run("status", inventory=inventory, hosts=hosts, forks=forks, serial=serial,
-                   accept_new_host_keys=accept_new_host_keys, verbose=verbose, default_hosts="workers",
-                   recap=False) as (fleet, inv, rep):
+                   accept_new_host_keys=accept_new_host_keys, verbose=verbose, recap=False) as (fleet, inv, rep):
         views = fleet.each("read campaign state",
                            lambda hc: remote.view(hc, work_dir(hc.host), p.campaign)).values_by_host()
         for name, v in views.items():
@@ -240,6 +223,5 @@ def stop(c, plan=None, inventory=None, hosts=None, forks=32, serial=False, accep
     if on_slurm("stop", inventory, hosts, p, vars_model()) is not None:
         return
     with fleet_run("stop", inventory=inventory, hosts=hosts, forks=forks, serial=serial,
-                   accept_new_host_keys=accept_new_host_keys, verbose=verbose,
-                   default_hosts="workers") as (fleet, inv, rep):
+                   accept_new_host_keys=accept_new_host_keys, verbose=verbose) as (fleet, inv, rep):
         fleet.each("stop runner", lambda hc: remote.stop_campaign(hc, work_dir(hc.host), p.campaign))

@@ -25,8 +25,7 @@ def collect(c, plan=None, inventory=None, hosts=None, results="results", force=F
     dest = Path(results) / p.campaign
     storage_checked(lambda: check_writable(dest))  # a read-only or full results folder: before any host
     with fleet_run("collect", inventory=inventory, hosts=hosts, forks=forks, serial=serial,
-                   accept_new_host_keys=accept_new_host_keys, verbose=True,
-                   default_hosts="workers") as (fleet, inv, rep):
+                   accept_new_host_keys=accept_new_host_keys, verbose=True) as (fleet, inv, rep):
         refused: dict[str, list[str]] = {}
         faults: list[BastionStorageError] = []
         running: dict[str, str] = {}

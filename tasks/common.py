@@ -23,6 +23,7 @@ from specfleet.events import EventLog, Redactor
 from specfleet.fleet import EXIT_BAD_INPUT, EXIT_CRASHED, EXIT_INTERRUPTED, Fleet
 from specfleet.inventory import DEFAULT_INVENTORY, INVENTORY_ENV, Inventory, load_inventory
 from specfleet.roles import vars_model
+from specfleet.slurm.hooks import chosen_hosts
 
 FLEET_HELP = {
     "inventory": f"inventory file (default: ${INVENTORY_ENV}, else {DEFAULT_INVENTORY})",
@@ -79,13 +80,12 @@ def guarded(task):
 
 @contextlib.contextmanager
 def fleet_run(task: str, *, inventory=None, hosts=None, check=False, diff=False, forks=32, serial=False,
-              accept_new_host_keys=False, verbose=False, default_hosts: str | None = None,
+              accept_new_host_keys=False, verbose=False, all_hosts: bool = False,
               recap: bool = True) -> Iterator[tuple[Fleet, Inventory, Reporter]]:
-    """Open a fleet for a task; on the way out print the recap and exit with its code."""
+    """Open a fleet for a task (by default on the workers, `all_hosts`: on every host); on the way out
+    print the recap and exit with its code."""
     inv = load(inventory)
-    if default_hosts and default_hosts not in inv.groups:
-        default_hosts = None  # an inventory without that group: every host
-    selected = inv.select(hosts or default_hosts)
+    selected = inv.select(hosts) if all_hosts else chosen_hosts(inv, hosts)
     if not selected:
         raise UserError(f"{inv.path}: no hosts selected")
     redact = Redactor(inv.secrets())

@@ -31,7 +31,7 @@ def gpu_cell(data: dict) -> str:
 def facts(c, inventory=None, hosts=None, forks=32, serial=False, accept_new_host_keys=False, verbose=False):
     """Gather OS, kernel, interfaces, routes and GPU state from every host (one round trip each)."""
     with fleet_run("facts", inventory=inventory, hosts=hosts, forks=forks, serial=serial,
-                   accept_new_host_keys=accept_new_host_keys, verbose=verbose) as (fleet, inv, rep):
+                   accept_new_host_keys=accept_new_host_keys, verbose=verbose, all_hosts=True) as (fleet, inv, rep):
         results = fleet.play(lambda host: [HostFacts(host.var("gpus"))])
         table = Table(title="facts", title_justify="left")
         for col in ("host", "os", "kernel", "IPv4 addresses", "routes", "GPUs"):

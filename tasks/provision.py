@@ -21,8 +21,7 @@ def provision(c, inventory=None, hosts=None, check=False, diff=False, only=None,
     if _on_slurm(inventory, hosts, only, revert):
         return  # the inventory's scheduler is Slurm: the site's nodes checked in a job, nothing changed
     with fleet_run("provision", inventory=inventory, hosts=hosts, check=check, diff=diff, forks=forks,
-                   serial=serial, accept_new_host_keys=accept_new_host_keys, verbose=verbose,
-                   default_hosts="workers") as (fleet, inv, rep):
+                   serial=serial, accept_new_host_keys=accept_new_host_keys, verbose=verbose) as (fleet, inv, rep):
         ctx = Context(inventory=inv, fleet=fleet, console=rep.console, check=check,
                       options={"remove_dup_ip": remove_dup_ip})
         if undo:
@@ -37,23 +36,18 @@ def _on_slurm(inventory, hosts, only, revert) -> bool:
     from invoke.exceptions import Exit
 
     from specfleet.console import Reporter
-    from specfleet.errors import UserError, one_line
-    from specfleet.fleet import EXIT_BAD_INPUT
+    from specfleet.errors import UserError
     from specfleet.slurm.hooks import chosen_hosts, slurm_inventory
-    try:
-        inv = slurm_inventory(inventory, vars_model())
-        if inv is None:
-            return False
-        if only or revert:
-            raise UserError(f"{inv.path}: field 'scheduler': under Slurm fab provision only checks what the site owns "
-                            "(--only and --revert change nodes; run them over SSH, without the scheduler block)")
-        from specfleet.slurm import site_check
-        ctx = Context(inventory=inv, check=True)
-        code = site_check.provision(inv, chosen_hosts(inv, hosts), lambda h: [
-            s for name in site_check.SITE_ROLES for s in registry()[name].steps(h, ctx)],
-            Reporter(verbose=False).console)
-    except UserError as e:
-        raise Exit(f"error: {one_line(e)}", code=EXIT_BAD_INPUT) from None
+    inv = slurm_inventory(inventory, vars_model())
+    if inv is None:
+        return False
+    if only or revert:
+        raise UserError(f"{inv.path}: field 'scheduler': under Slurm fab provision only checks what the site owns "
+                        "(--only and --revert change nodes; run them over SSH, without the scheduler block)")
+    from specfleet.slurm import site_check
+    ctx = Context(inventory=inv, check=True)
+    code = site_check.provision(inv, chosen_hosts(inv, hosts), lambda h: [
+        s for name in site_check.SITE_ROLES for s in registry()[name].steps(h, ctx)], Reporter(verbose=False).console)
     if code:
         raise Exit(code=code)
     return True
@@ -64,6 +58,5 @@ def stage_model(c, inventory=None, hosts=None, check=False, diff=False, forks=8,
                 accept_new_host_keys=False, verbose=False):
     """Copy the model from the NFS share to each worker's local disk (resumable; cuts 10-minute loads)."""
     with fleet_run("stage-model", inventory=inventory, hosts=hosts, check=check, diff=diff, forks=forks,
-                   serial=serial, accept_new_host_keys=accept_new_host_keys, verbose=verbose,
-                   default_hosts="workers") as (fleet, inv, rep):
+                   serial=serial, accept_new_host_keys=accept_new_host_keys, verbose=verbose) as (fleet, inv, rep):
         fleet.play(apply.guarded(model.stage_steps))

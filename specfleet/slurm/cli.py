@@ -6,6 +6,7 @@ import json
 import os
 import re
 import subprocess
+import time
 from dataclasses import dataclass
 
 from ..errors import UserError
@@ -20,13 +21,10 @@ class SlurmError(UserError):
     """A Slurm command refused or failed: one line saying which and why."""
 
 
-def env(cfg: SlurmScheduler) -> dict:
-    return {**os.environ, **({"SLURM_CONF": cfg.slurm_conf} if cfg.slurm_conf else {})}
-
-
 def run(cfg: SlurmScheduler, argv: list[str], timeout: float = 60) -> subprocess.CompletedProcess:
+    env = {**os.environ, **({"SLURM_CONF": cfg.slurm_conf} if cfg.slurm_conf else {})}
     try:
-        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env(cfg))
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env)
     except FileNotFoundError:
         raise SlurmError(f"{argv[0]} is not installed on the bastion (Debian: slurm-client)") from None
     except subprocess.TimeoutExpired:
@@ -37,16 +35,6 @@ def run(cfg: SlurmScheduler, argv: list[str], timeout: float = 60) -> subprocess
 def last_line(p: subprocess.CompletedProcess) -> str:
     lines = [ln.strip() for ln in (p.stderr or p.stdout or "").splitlines() if ln.strip()]
     return lines[-1] if lines else f"exit {p.returncode}"
-
-
-def _json(cfg: SlurmScheduler, argv: list[str]) -> dict:
-    p = run(cfg, argv)
-    if p.returncode != 0:
-        raise SlurmError(f"{' '.join(argv[:2])} failed: {last_line(p)}")
-    try:
-        return json.loads(p.stdout)
-    except ValueError:
-        raise SlurmError(f"{' '.join(argv[:2])} printed no JSON (Slurm 21.08 or later is needed)") from None
 
 
 @dataclass(frozen=True)
@@ -73,7 +61,14 @@ def parse_nodes(doc: dict) -> dict[str, Node]:
 
 
 def nodes(cfg: SlurmScheduler) -> dict[str, Node]:
-    return parse_nodes(_json(cfg, ["sinfo", "--json"]))
+    p = run(cfg, ["sinfo", "--json"])
+    if p.returncode != 0:
+        raise SlurmError(f"sinfo --json failed: {last_line(p)}")
+    try:
+        doc = json.loads(p.stdout)
+    except ValueError:
+        raise SlurmError("sinfo --json printed no JSON (Slurm 21.08 or later is needed)") from None
+    return parse_nodes(doc)
 
 
 def partition_exists(cfg: SlurmScheduler) -> bool:
@@ -128,18 +123,12 @@ def submit(cfg: SlurmScheduler, argv: list[str]) -> str:
 def job(cfg: SlurmScheduler, job_id: str) -> dict | None:
     """The job as `squeue --json` shows it, in any state (a finished job while slurmctld keeps it: MinJobAge).
     (`scontrol --json` exists only from Slurm 23.02; Debian 12 has 22.05.)"""
-    for argv in (["squeue", "--json", "--states=all", "--jobs", job_id],):
-        p = run(cfg, argv)
-        if p.returncode != 0:
-            continue
-        try:
-            jobs = json.loads(p.stdout).get("jobs", [])
-        except ValueError:
-            continue
-        hit = [j for j in jobs if str(j.get("job_id")) == str(job_id)]
-        if hit:
-            return hit[0]
-    return None
+    p = run(cfg, ["squeue", "--json", "--states=all", "--jobs", job_id])
+    try:
+        jobs = json.loads(p.stdout).get("jobs", []) if p.returncode == 0 else []
+    except ValueError:
+        return None
+    return next((j for j in jobs if str(j.get("job_id")) == str(job_id)), None)
 
 
 def job_state(j: dict | None) -> str:
@@ -151,6 +140,15 @@ def job_state(j: dict | None) -> str:
 
 def is_active(j: dict | None) -> bool:
     return any(s in ACTIVE for s in job_state(j).split("+"))
+
+
+def cancel_if_pending_past(inv, cfg: SlurmScheduler, job_id: str, j: dict | None, deadline: float, what: str,
+                           after: str) -> None:
+    """A job still PENDING at `deadline` (time.monotonic()) is cancelled: one line naming the field."""
+    if "PENDING" in job_state(j) and time.monotonic() > deadline:
+        cancel(cfg, job_id)
+        raise UserError(f"{inv.path}: field 'scheduler.pending_timeout_s': {what} {job_id} still PENDING after "
+                        f"{cfg.pending_timeout_s:g} s (reason: {(j or {}).get('state_reason') or '?'}); {after}")
 
 
 def cancel(cfg: SlurmScheduler, job_id: str, signal: str | None = None) -> None:

@@ -30,11 +30,11 @@ from ..results.cells import write_placed
 from ..step import Status, StepFailed
 from . import cli
 from ..scheduler import SlurmScheduler
-from .script import (JOBS, NODE_STEP, SCRIPT, SPECS, TOKEN, Job, campaign_dir, node_work_dir, render_script,
-                     sbatch_argv, slurm_dir)
+from .script import (JOBS, NODE_STEP, SCRIPT, SPECS, TOKEN, VERDICT, Job, campaign_dir, node_work_dir, render_script,
+                     sbatch_argv, site_check_dir, slurm_dir)
 
 
-def _write(path: str, text: str | bytes, mode: int = 0o644) -> None:
+def write_atomic(path: str, text: str | bytes, mode: int = 0o644) -> None:
     """Atomically (the nodes read these files); the folder exists."""
     tmp = f"{path}.tmp"
     with open(tmp, "wb" if isinstance(text, bytes) else "w") as f:
@@ -44,11 +44,7 @@ def _write(path: str, text: str | bytes, mode: int = 0o644) -> None:
 
 
 def jobs(cfg: SlurmScheduler, campaign: str) -> list[dict]:
-    try:
-        with open(os.path.join(slurm_dir(cfg, campaign), JOBS)) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return []
+    return read_json(os.path.join(slurm_dir(cfg, campaign), JOBS)) or []
 
 
 def last_job(cfg: SlurmScheduler, campaign: str) -> dict | None:
@@ -104,9 +100,7 @@ def place(cfg: SlurmScheduler, plan, hosts, queues, nodes: list[NodeInfo]) -> tu
     (node_step.py); a node reads the whole file (about 6 KB per node)."""
     plan = _HashedOnce(plan)
     d = slurm_dir(cfg, plan.campaign)
-    os.makedirs(os.path.join(d, "bin"), exist_ok=True)
-    _write(os.path.join(d, "bin", "runner.pyz"), worker_zipapp())  # the worker program, as over SSH
-    shutil.copyfile(Path(__file__).with_name(NODE_STEP), os.path.join(d, "bin", NODE_STEP))
+    place_programs(d)
     dataset = plan.benchmark.on_worker
     if not dataset:
         src = plan.dataset_file()
@@ -125,17 +119,24 @@ def place(cfg: SlurmScheduler, plan, hosts, queues, nodes: list[NodeInfo]) -> tu
                               gpus=list(node.gpus), gpu_groups=node.gpu_groups)
         rdir = layout.run_dir(wd, plan.campaign, h.name)
         # the spec the node last ran (its step placed it in its run folder): same queue, same run_id
-        specs[h.name] = resumed(spec, _read_json(os.path.join(rdir, layout.RUN_SPEC)) if h.name in ran else None, None)
+        specs[h.name] = resumed(spec, read_json(os.path.join(rdir, layout.RUN_SPEC)) if h.name in ran else None, None)
         # with the provenance probe the node runs after its queue (collect has no SSH under Slurm)
         placed[h.name] = {"run_spec": specs[h.name],
                           "provenance_probe": WorkerProvenance(paths.venv, rdir, None, dataset).command() + "\n"}
     # compact: json's C encoder (the node writes its run.json as dump_run_spec does)
-    _write(os.path.join(d, SPECS), json.dumps(placed, sort_keys=True))
+    write_atomic(os.path.join(d, SPECS), json.dumps(placed, sort_keys=True))
     gpn = min((len(n.gpus) or 1) for n in nodes) if any(n.gpus for n in nodes) else _gpus_of(cfg, nodes)
     job = Job(plan.campaign, tuple(h.name for h in hosts), gpn, secrets.token_hex(16))
-    _write(os.path.join(d, TOKEN), job.token + "\n")
-    _write(os.path.join(d, SCRIPT), render_script(cfg, job), 0o755)
+    write_atomic(os.path.join(d, TOKEN), job.token + "\n")
+    write_atomic(os.path.join(d, SCRIPT), render_script(cfg, job), 0o755)
     return job, specs
+
+
+def place_programs(d: str) -> None:
+    """The worker program (runner.pyz, as over SSH) and node_step.py under <d>/bin, where the job steps run them."""
+    os.makedirs(os.path.join(d, "bin"), exist_ok=True)
+    write_atomic(os.path.join(d, "bin", "runner.pyz"), worker_zipapp())
+    write_atomic(os.path.join(d, "bin", NODE_STEP), Path(__file__).with_name(NODE_STEP).read_bytes())
 
 
 def _gpus_of(cfg, nodes) -> int:
@@ -150,7 +151,7 @@ def _listdir(path: str) -> list[str]:
         return []
 
 
-def _read_json(path: str):
+def read_json(path: str):
     try:
         with open(path) as f:
             return json.load(f)
@@ -175,8 +176,10 @@ def check_account(inv, cfg: SlurmScheduler, console) -> None:
 
 def without_failed_site_check(inv, cfg: SlurmScheduler, plan, hosts, console) -> list:
     """The hosts less those the last `fab provision` (site_check.py) found wrong, each said in one line."""
-    from .site_check import failed_nodes
-    failed = failed_nodes(cfg)
+    try:  # node -> why
+        failed = dict(read_json(os.path.join(site_check_dir(cfg), VERDICT)).get("failed") or {})
+    except (ValueError, AttributeError):  # no verdict (None), or not one site_check wrote
+        failed = {}
     out = [h for h in hosts if h.name not in failed]
     for h in hosts:
         if h.name in failed:
@@ -215,7 +218,7 @@ def bench(plan, inv, hosts, *, assign=None, wait=True, poll=2.0, check=False, re
     records = jobs(cfg, plan.campaign) + [{"job_id": job_id, "nodes": list(job.nodes),
                                            "gpus_per_node": job.gpus_per_node, "token": job.token,
                                            "submitted_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}]
-    _write(os.path.join(slurm_dir(cfg, plan.campaign), JOBS), json.dumps(records, indent=1) + "\n")
+    write_atomic(os.path.join(slurm_dir(cfg, plan.campaign), JOBS), json.dumps(records, indent=1) + "\n")
     console.print(f"submitted Slurm job {job_id} on {','.join(job.nodes)} ({job.gpus_per_node} GPU(s) per node)",
                   markup=False)
     wait_started(cfg, inv, plan, job_id, job, console)
@@ -228,7 +231,7 @@ def wait_started(cfg: SlurmScheduler, inv, plan, job_id: str, job: Job, console)
     deadline = time.monotonic() + cfg.pending_timeout_s
     while True:
         j = cli.job(cfg, job_id)
-        seen = {n: _read_json(os.path.join(d, "nodes", f"{n}.json")) for n in job.nodes}
+        seen = {n: read_json(os.path.join(d, "nodes", f"{n}.json")) for n in job.nodes}
         ok = [n for n, r in seen.items() if r and str(r.get("job_id")) == str(job_id)]
         if len(ok) == len(job.nodes):
             console.print(f"job {job_id} running on {','.join(ok)}: GPUs " + "; ".join(
@@ -244,11 +247,8 @@ def wait_started(cfg: SlurmScheduler, inv, plan, job_id: str, job: Job, console)
                             if state in ("FAILED", "COMPLETED") and "PENDING" not in state else
                             f"Slurm job {job_id} ended {state} before it started its steps "
                             f"({(j or {}).get('state_reason') or 'no reason given'})")
-        if "PENDING" in state and time.monotonic() > deadline:
-            cli.cancel(cfg, job_id)
-            raise UserError(f"{inv.path}: field 'scheduler.pending_timeout_s': Slurm job {job_id} still PENDING "
-                            f"after {cfg.pending_timeout_s:g} s (reason: {(j or {}).get('state_reason') or '?'}); "
-                            "cancelled, nothing ran; free the nodes or raise the deadline")
+        cli.cancel_if_pending_past(inv, cfg, job_id, j, deadline, "Slurm job",
+                                   "cancelled, nothing ran; free the nodes or raise the deadline")
         time.sleep(0.5)
 
 
@@ -353,7 +353,7 @@ def collect(fleet, inv, plan, dest: Path, refused: dict[str, list[str]]) -> list
                 fleet.record_local_for(h.name, "fetch results", Status.OK, "no campaign results on this node yet")
                 continue
             src = layout.run_dir(node_work_dir(cfg, plan.campaign, h.name), plan.campaign, h.name)
-            eff = _read_json(os.path.join(src, "run.slurm.json")) or {}
+            eff = read_json(os.path.join(src, "run.slurm.json")) or {}
             # the shared path is written by the nodes: untrusted as a worker is (results/untrusted.py)
             status, message = take_finished(
                 h.name, plan, dest, v, src, _sh, f"{src}/", None, refused,

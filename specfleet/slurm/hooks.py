@@ -16,7 +16,8 @@ def slurm_inventory(inventory, vars_model):
 
 
 def chosen_hosts(inv, hosts: str | None):
-    """--hosts, or the `workers` group (every host when the inventory has none), as fleet_run chooses."""
+    """--hosts, or the `workers` group (every host when the inventory has none): where a fleet task runs
+    (tasks/common.py: fleet_run), over SSH or under Slurm."""
     return inv.select(hosts or ("workers" if "workers" in inv.groups else None))
 
 

@@ -99,6 +99,7 @@ def render_script(cfg: SlurmScheduler, job: Job) -> str:
 # fab provision under Slurm (site_check.py): <shared_dir>/provision/ holds its job script, each node's
 # probe batch (scripts.json), their outputs (out/<node>.json) and the verdict fab bench reads
 SITE_CHECK = "provision"
+VERDICT = "verdict.json"
 
 
 def site_check_dir(cfg: SlurmScheduler) -> str:
@@ -109,7 +110,7 @@ def site_check_argv(cfg: SlurmScheduler, nodes) -> list[str]:
     """The site check's job: no GPU asked (the probes read the node), never requeued."""
     d = site_check_dir(cfg)
     return [*_common_argv(cfg, "site-check", nodes, d), "--no-requeue", *cfg.extra_args,
-            posixpath.join(d, "job.sbatch")]
+            posixpath.join(d, SCRIPT)]
 
 
 def render_site_check(cfg: SlurmScheduler) -> str:

@@ -16,9 +16,7 @@ import json
 import os
 import secrets
 import time
-from pathlib import Path
 
-from ..campaign.spec import worker_zipapp
 from ..errors import UserError
 from ..facts.gather import gather
 from ..fleet import EXIT_FAILED
@@ -26,10 +24,10 @@ from ..scheduler import SlurmScheduler
 from ..steps.command import Assert
 from ..shell import q
 from . import cli
-from .script import NODE_STEP, render_site_check, site_check_argv, site_check_dir
+from .dispatch import place_programs, read_json, write_atomic
+from .script import SCRIPT, VERDICT, render_site_check, site_check_argv, site_check_dir
 
 SITE_ROLES = ("nvidia", "nfs")   # what a site owns: drivers (modules) and mounts (route, fstab, share)
-VERDICT = "verdict.json"
 
 
 class _Batch(Exception):
@@ -77,15 +75,6 @@ def verdict(steps: list, stdout: str, token: str) -> list[str]:
     return out
 
 
-def failed_nodes(cfg: SlurmScheduler) -> dict[str, str]:
-    """The nodes the last `fab provision` found wrong (node -> why), for fab bench to leave out."""
-    try:
-        with open(os.path.join(site_check_dir(cfg), VERDICT)) as f:
-            return dict(json.load(f).get("failed") or {})
-    except (OSError, ValueError, AttributeError):
-        return {}
-
-
 def provision(inv, hosts, steps_for, console, poll: float = 0.5) -> int:
     """Check every host (`steps_for(host)`: the site roles' steps, tasks/provision.py) in one Slurm job."""
     cfg: SlurmScheduler = inv.slurm
@@ -103,15 +92,10 @@ def provision(inv, hosts, steps_for, console, poll: float = 0.5) -> int:
     todo = [h.name for h in hosts if h.name in scripts]
     job_id = None
     if todo:
-        os.makedirs(os.path.join(d, "bin"), exist_ok=True)
+        place_programs(d)
         os.makedirs(os.path.join(d, "out"), exist_ok=True)
-        for name, data in (("runner.pyz", worker_zipapp()), (NODE_STEP, Path(__file__).with_name(NODE_STEP).read_bytes()),
-                           ("scripts.json", json.dumps(scripts).encode()),
-                           ("job.sbatch", render_site_check(cfg).encode())):
-            path = os.path.join(d, "bin" if name in ("runner.pyz", NODE_STEP) else "", name)
-            with open(path + ".tmp", "wb") as f:
-                f.write(data)
-            os.replace(path + ".tmp", path)
+        write_atomic(os.path.join(d, "scripts.json"), json.dumps(scripts))
+        write_atomic(os.path.join(d, SCRIPT), render_site_check(cfg))
         try:
             job_id = cli.submit(cfg, site_check_argv(cfg, todo))
         except cli.SlurmError as e:
@@ -120,11 +104,7 @@ def provision(inv, hosts, steps_for, console, poll: float = 0.5) -> int:
                       "the venv, in check mode: nothing on the nodes is changed)", markup=False, soft_wrap=True)
         _wait(inv, cfg, job_id, poll)
         for name in todo:
-            try:
-                with open(os.path.join(d, "out", f"{name}.json")) as f:
-                    got = json.load(f)
-            except (OSError, ValueError):
-                got = {}
+            got = read_json(os.path.join(d, "out", f"{name}.json")) or {}
             if str(got.get("job_id")) != str(job_id):
                 failed[name] = (f"its check never reported (job {job_id} {cli.job_state(cli.job(cfg, job_id))}; "
                                 f"{d}/slurm-{job_id}.out says why; is {cfg.shared_dir} shared?)")
@@ -136,10 +116,9 @@ def provision(inv, hosts, steps_for, console, poll: float = 0.5) -> int:
         console.print(f"node {h.name}: " + (f"FAILED the site check: {failed[h.name]}" if h.name in failed else
                                             "ok (site check passed)"), markup=False, soft_wrap=True)
     os.makedirs(d, exist_ok=True)
-    with open(os.path.join(d, VERDICT + ".tmp"), "w") as f:
-        json.dump({"job_id": job_id, "at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "checked": [h.name for h in hosts],
-                   "failed": failed}, f, indent=1)
-    os.replace(os.path.join(d, VERDICT + ".tmp"), os.path.join(d, VERDICT))
+    write_atomic(os.path.join(d, VERDICT), json.dumps({
+        "job_id": job_id, "at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "checked": [h.name for h in hosts],
+        "failed": failed}, indent=1))
     if failed:
         console.print(f"fab bench leaves {'it' if len(failed) == 1 else 'them'} out until `fab provision` passes "
                       f"{'it' if len(failed) == 1 else 'them'}; by hand: fab bench --plan P --exclude "
@@ -152,9 +131,6 @@ def _wait(inv, cfg: SlurmScheduler, job_id: str, poll: float) -> None:
     """Until the check job ends; a job still pending after pending_timeout_s is cancelled."""
     deadline = time.monotonic() + cfg.pending_timeout_s
     while cli.is_active(j := cli.job(cfg, job_id)):
-        if "PENDING" in cli.job_state(j) and time.monotonic() > deadline:
-            cli.cancel(cfg, job_id)
-            raise UserError(f"{inv.path}: field 'scheduler.pending_timeout_s': the site check's Slurm job {job_id} still PENDING "
-                            f"after {cfg.pending_timeout_s:g} s (reason: {(j or {}).get('state_reason') or '?'}); "
-                            "cancelled, nothing checked")
+        cli.cancel_if_pending_past(inv, cfg, job_id, j, deadline, "the site check's Slurm job",
+                                   "cancelled, nothing checked")
         time.sleep(poll)
