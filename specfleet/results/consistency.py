@@ -17,7 +17,7 @@ import pandas as pd
 
 from ..worker import layout
 from .gpu_gate import where
-from .provenance import NOT_RECORDED, read_provenance, server_facts, simulated_signals
+from .provenance import NOT_RECORDED, RESULT_COLS, read_provenance, server_facts, simulated_signals
 
 if TYPE_CHECKING:
     from .campaign import Campaign, Run
@@ -216,8 +216,4 @@ def result_table(camp: "Campaign") -> pd.DataFrame:
             "engine_speculative_config": srv.get("engine_speculative_config", NOT_RECORDED),
             "server_argv": srv.get("server_argv") or " ".join(map(str, item.get("serve_argv", []))) or NOT_RECORDED,
         })
-    return pd.DataFrame(rows, columns=["node", "config", "plan_hash", "model", "model_config_sha256",
-                                       "weight_index_sha256", "dataset_sha256", "prompts", "gpus", "gpu_model",
-                                       "driver", "cuda", "torch", "vllm", "decoding", "sampling",
-                                       "server_sampling_defaults", "speculative_config",
-                                       "engine_speculative_config", "server_argv"])
+    return pd.DataFrame(rows, columns=[c for c, *_ in RESULT_COLS])

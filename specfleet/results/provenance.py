@@ -187,8 +187,7 @@ def node_table(camp: "Campaign") -> pd.DataFrame:
             "last_run": dates[-1] if dates else meta.get("finished_at", ""),
             "runs": sum(1 for r in camp.runs if r.host == host)})
     import pandas as pd  # here: the report alone needs it, and pandas takes ~1 s to import
-    return pd.DataFrame(rows, columns=["node", "engine", "vllm", "torch", "gpu", "gpus", "driver", "cuda",
-                                       "python", "venv_digest", "plan_hash", "first_run", "last_run", "runs"])
+    return pd.DataFrame(rows, columns=[c for c, *_ in NODE_COLS])
 
 
 def plan_hashes(camp: "Campaign") -> dict[str, list[str]]:

@@ -1,15 +1,10 @@
-"""Collect's second half on the bastion: files fetched into a staging folder replace the local
-copies only when they are valid, so a collect never destroys a result.
+"""Collect's second half on the bastion: files fetched into `.staging/<host>/` replace the local copies
+only when they are valid, so a collect never destroys a result (docs/report.md, "What is merged").
 
-    results/<campaign>/.staging/<host>/   what rsync brought this time (new or changed files only)
-    results/<campaign>/<host>/            the collected copies (only valid result files land here)
-    results/<campaign>/quarantine/<host>/ invalid fetched files, each with <name>.reason.txt
-
-A staged result file that validates (schema, name, completeness: campaign.check_file) replaces
-the local one atomically (same file system: os.replace). One that does not is moved to quarantine
-and the local copy, valid or absent, stays: a valid local file is never replaced by an invalid
-remote one. Other files (state.json, run.json, done markers, server logs) replace theirs as they
-are. SSH-free: `fetch.py` fetches, this decides.
+A staged result file that validates (campaign.check_file) replaces the local one atomically (same file
+system: os.replace); one that does not is moved to quarantine and the local copy, valid or absent,
+stays. Other files (state.json, run.json, done markers, server logs) replace theirs as they are.
+SSH-free: `fetch.py` fetches, this decides.
 """
 from __future__ import annotations
 

@@ -1,14 +1,9 @@
-"""What the bastion takes from a worker: a worker is untrusted input.
+"""What the bastion takes from a worker: a worker is untrusted input (docs/security.md).
 
-`fab collect` lists the worker's run folder first (find, which never follows a link) and fetches only
-the entries that pass `refusal()`: a regular file, not hard-linked elsewhere, a plain name (no `/`,
-no `..`, no control characters), within its size limit. rsync then copies links as links and no
-devices, so an entry swapped after the listing is still caught on the bastion (`staged_refusal`,
-by lstat) before anything reads it. JSON from a worker is parsed by specfleet.untrusted_json.loads:
-bounded in size and in nesting depth.
-
-The size limits are the plan's `collect` fields (specfleet.plan.Collect: the defaults live
-there); `Limits.of_plan` reads them.
+`fab collect` lists the run folder first (find never follows a link) and fetches only the entries that
+pass `refusal()`; an entry swapped after the listing is still caught on the bastion by lstat
+(`staged_refusal`) before anything reads it. The size limits are the plan's `collect` fields
+(specfleet.plan.Collect holds the defaults).
 """
 from __future__ import annotations
 
