@@ -177,16 +177,6 @@ class GateResult:
         return "\n".join(lines)
 
 
-def baseline_samples(camp: Campaign, baseline: str) -> dict[tuple[str, str], dict[str, list[float]]]:
-    """(host, bench cell) -> metric -> values over repeats, for the baseline config (a plain plan's
-    cells are conc<N>; a sweep's cells at one concurrency are compared each on its own)."""
-    return _metric_samples([r for r in camp.runs if r.config == baseline], lambda r: (r.host, r.cell))
-
-
-def _samples_by_conc(runs) -> dict[int, dict[str, list[float]]]:
-    return _metric_samples(runs, lambda r: r.conc)
-
-
 def _metric_samples(runs, key) -> dict:
     """key(run) -> gate metric -> its values over those runs."""
     out: dict = {}
@@ -265,7 +255,9 @@ def _words(d: Decision, rule: EquivalenceRule) -> str:
 def check_equivalence(camp: Campaign, rule: EquivalenceRule | None = None,
                       baseline: str = DEFAULT_BASELINE, vllm_pin: str | None = None) -> GateResult:
     rule = rule or EquivalenceRule()
-    samples = baseline_samples(camp, baseline)
+    # (host, bench cell) -> metric -> the baseline's values over repeats: a sweep's cells at one
+    # concurrency are compared each on its own
+    samples = _metric_samples([r for r in camp.runs if r.config == baseline], lambda r: (r.host, r.cell))
     conc_of = {r.cell: r.conc for r in camp.runs}
     hosts = camp.hosts
     gate = GateResult(rule=rule, baseline=baseline, passed=True)
@@ -313,7 +305,8 @@ def check_equivalence(camp: Campaign, rule: EquivalenceRule | None = None,
                              "rule": f"±{rule.tolerance_pct:g} %, " + ("plain threshold" if chk.ci_low is None else
                                                                         f"{rule.confidence:.0%} CI") if said else "",
                              "verdict": VERDICT_WORDS.get(chk.state, chk.state) if said else ""})
-    gchecks, gnotes = gpu_checks(camp, rule, baseline, decide, _samples_by_conc)  # across one node's GPUs
+    # across one node's GPUs
+    gchecks, gnotes = gpu_checks(camp, rule, baseline, decide, lambda runs: _metric_samples(runs, lambda r: r.conc))
     gate.checks += gchecks
     gate.notes += gnotes
     gate.packing = packing_of(camp)

@@ -45,10 +45,6 @@ class Limits:
         return max(self.result_bytes, self.log_bytes)
 
 
-def _mb(n: int) -> str:
-    return f"{n / MB:g} MB"
-
-
 def refusal(name: str, kind: str, nlink: int, size: int, limits: Limits) -> str | None:
     """Why a listed entry (find's %y type letter, link count, size) is not fetched; None: fetch it."""
     if not SAFE_NAME_RE.match(name):
@@ -61,7 +57,8 @@ def refusal(name: str, kind: str, nlink: int, size: int, limits: Limits) -> str 
         return f"a hard link ({nlink} names for one file): only files with one name are taken from a worker"
     limit = limits.for_name(name)
     if size > limit:
-        return f"{size} bytes, over the {_mb(limit)} limit (plan field collect.{_field(name)})"
+        field = "max_log_mb" if _is_log(name) else "max_result_mb"
+        return f"{size} bytes, over the {limit / MB:g} MB limit (plan field collect.{field})"
     return None
 
 
@@ -69,10 +66,6 @@ def _is_log(name: str) -> bool:
     """A server log or the runner's log (the larger limit)."""
     from ..worker import layout
     return name.endswith(layout.SERVER_LOG_SUFFIX) or name == layout.RUNNER_LOG
-
-
-def _field(name: str) -> str:
-    return "max_log_mb" if _is_log(name) else "max_result_mb"
 
 
 def staged_refusal(path: Path, limits: Limits) -> str | None:
