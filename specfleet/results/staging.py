@@ -97,14 +97,14 @@ def refuse_unfetched(campaign_dir: Path, host: str, bad: list[tuple[str, str]]) 
     qdir = quarantine_dir(campaign_dir, host)
     for name, why in bad:
         qdir.mkdir(parents=True, exist_ok=True)
-        shown = name if SAFE_NAME_RE.match(name) else repr(name)
-        reason = qdir / (("_" + name.encode("unicode_escape").decode().replace("/", "_"))
-                         if not SAFE_NAME_RE.match(name) else name)
-        reason = reason.with_name(reason.name + REASON_SUFFIX)
+        safe = SAFE_NAME_RE.match(name)
+        reason = qdir / ((name if safe else "_" + name.encode("unicode_escape").decode().replace("/", "_"))
+                         + REASON_SUFFIX)
         atomic_write_text(reason, f"not taken from {host}: {why}\n")
-        kept = "the copy collected earlier is kept" if (Path(campaign_dir) / host / name).is_file() and \
-            SAFE_NAME_RE.match(name) else "nothing of it was taken"
-        msgs.append(f"{host}:{shown} on the worker is refused ({why}): recorded in {reason}; {kept}")
+        kept = ("the copy collected earlier is kept" if safe and (Path(campaign_dir) / host / name).is_file()
+                else "nothing of it was taken")
+        msgs.append(f"{host}:{name if safe else repr(name)} on the worker is refused ({why}): recorded in {reason}; "
+                    f"{kept}")
     return msgs
 
 
