@@ -182,6 +182,11 @@ class Campaign:
         return out
 
 
+def at_cell(conc: int, cell: str, word: str = "concurrency") -> str:
+    """'concurrency 16', and the bench cell where it is not the plain conc<N>."""
+    return f"{word} {conc}" + ("" if not cell or cell == f"conc{conc}" else f" (cell {cell})")
+
+
 def _num(s: str) -> float:
     return float(s.replace(",", ""))
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ..worker.layout import RUN_SPEC, cell_result_filename
 from ..plan.sweep import Cell
-from .campaign import NOT_HOSTS, Campaign, parse_name
+from .campaign import NOT_HOSTS, Campaign, at_cell, parse_name
 from .. import untrusted_json
 
 PLANNED_FILE = "planned.json"
@@ -176,8 +176,7 @@ class CellState:
         return self.state == MERGED
 
     def label(self) -> str:
-        where = "" if self.cell == f"conc{self.concurrency}" else f" (cell {self.cell})"
-        return f"{self.config} @ concurrency {self.concurrency}{where} on {self.node}"
+        return f"{self.config} @ {at_cell(self.concurrency, self.cell)} on {self.node}"
 
 
 def _file_names(p: Planned, cfg: str, cell: str) -> list[str]:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from ..plan import Equivalence
-from .campaign import Campaign
+from .campaign import Campaign, at_cell
 from .gpu_gate import gpu_checks, packing_of
 from .consistency import mismatches
 from .gate_policy import (ALPHA, ALPHA_PER_LOOK, FAILED, INCONCLUSIVE, MERGES, METHOD as POLICY, PASSED,
@@ -197,11 +197,6 @@ def open_loop(cell: str) -> bool:
     """A cell whose requests arrive at a set rate (`conc8-rate4`), not as fast as the server answers."""
     parsed = parse_cell(cell)
     return bool(parsed and parsed["request_rate"] is not None)
-
-
-def at_cell(conc: int, cell: str, word: str = "concurrency") -> str:
-    """'concurrency 16', and the bench cell where it is not the plain conc<N>."""
-    return f"{word} {conc}" + ("" if not cell or cell == f"conc{conc}" else f" (cell {cell})")
 
 
 def _pct(a: float, b: float) -> float:
