@@ -8,7 +8,6 @@ server log is read (regex) for KV-cache facts and the vLLM version.
 """
 from __future__ import annotations
 
-import json
 import re
 import shutil
 from dataclasses import dataclass, field

@@ -195,12 +195,8 @@ def category_table(camp: Campaign, baseline: str) -> tuple[pd.DataFrame | None, 
     for (cell, cfg, host), runs in camp.groups().items():
         conc = runs[0].conc
         per: dict[str, list[float]] = {}
-        for r in runs:
-            t = _request_tpots(r)
-            if t is None:
-                continue
-            for cat, v in t:
-                per.setdefault(cat, []).append(v)
+        for cat, v in (x for r in runs for x in _request_tpots(r) or []):
+            per.setdefault(cat, []).append(v)
         for cat, vals in per.items():
             rows.append({"concurrency": conc, "config": cfg, "node": host, "category": cat,
                          "requests": len(vals), "tpot_ms": statistics.fmean(vals)})
