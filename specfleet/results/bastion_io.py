@@ -1,9 +1,7 @@
 """The bastion's own storage faults while collecting or reporting: a full disk, a read-only or
-unwritable results folder. Each is one line and its own exit code (fleet.EXIT_DISK_FULL,
-fleet.EXIT_NOT_WRITABLE), never a crash; the results already there stay as they were, because
-every file specfleet writes under results/ is written whole or not at all (`atomic_write_text`,
-`AtomicFiles`: a temp file beside it, then os.replace) and rsync only ever writes into the staging
-folder, which the next collect empties.
+unwritable results folder. Each is one line and its own exit code, never a crash; the results already
+there stay as they were, because every file specfleet writes under results/ is written whole or not
+at all (a temp file beside it, then os.replace) and rsync only writes into the staging folder.
 """
 from __future__ import annotations
 

@@ -1,25 +1,13 @@
-"""Scan a collected campaign directory.
+"""Scan a collected campaign directory (the layout: docs/report.md, "The result folder").
 
-Layout (docs/dev/contracts.md):
-
-    results/<campaign>/<host>/<config>_conc<N>.json        one run
-    results/<campaign>/<host>/<config>_conc<N>_r<K>.json   repeat K of it
-    results/<campaign>/<host>/<config>_<cell>[_r<K>].json  a swept bench cell (conc16-out1024-cat_rag)
-    results/<campaign>/<host>/<config>.server.log          server log
-    results/<campaign>/<host>/<config>.done                done marker
-    results/<campaign>/<host>/state.json                   runner state (optional)
-
-Only items of a done config (marker, or the runner's `state.json` says done) are used. A
-result file of a done config that does not validate is moved to
-`results/<campaign>/quarantine/<host>/` with a `<name>.reason.txt` beside it;
-nothing else is moved or deleted (`quarantine=False`, as `fab report` scans: nothing moves,
-the file is only reported). A valid file counts as a run only if its requests completed
-(`Expect`: the plan's num_prompts and max_failed_requests). Result data comes from JSON only;
-the server log is read (regex) for KV-cache facts and the vLLM version.
+Only items of a done config (marker, or the runner's `state.json` says done) are used: a running
+item's files are not results yet. A result file of a done config that does not validate is moved to
+`quarantine/<host>/` with its reason beside it (`quarantine=False`, as `fab report` scans: nothing
+moves, it is only reported); nothing else is moved or deleted. Result data comes from JSON only; the
+server log is read (regex) for KV-cache facts and the vLLM version.
 """
 from __future__ import annotations
 
-import json
 import re
 import shutil
 from dataclasses import dataclass, field
@@ -193,6 +181,11 @@ class Campaign:
         return out
 
 
+def at_cell(conc: int, cell: str, word: str = "concurrency") -> str:
+    """'concurrency 16', and the bench cell where it is not the plain conc<N>."""
+    return f"{word} {conc}" + ("" if not cell or cell == f"conc{conc}" else f" (cell {cell})")
+
+
 def _num(s: str) -> float:
     return float(s.replace(",", ""))
 
@@ -209,11 +202,9 @@ def parse_server_log(path: Path, host: str, config: str) -> KVFacts:
     if starts:
         text = text[starts[-1]:]
     if m := KV_SIZE_RE.search(text):
-        facts.device = m.group(1)
-        facts.kv_tokens = int(_num(m.group(2)))
+        facts.device, facts.kv_tokens = m.group(1), int(_num(m.group(2)))
     if m := MAX_CONC_RE.search(text):
-        facts.tokens_per_request = int(_num(m.group(1)))
-        facts.max_concurrency = _num(m.group(2))
+        facts.tokens_per_request, facts.max_concurrency = int(_num(m.group(1))), _num(m.group(2))
     if m := WEIGHTS_RE.search(text):
         facts.weights_gib = float(m.group(1))
     if m := KV_MEM_RE.search(text):
@@ -309,10 +300,8 @@ def scan_campaign(root: Path | str, quarantine: bool = True, expect: Expect | No
                 res = check_file(path, expect)
                 run = Run(host, cfg, conc, rep, path, res, parse_result_name(path.name)[1])
             except ResultError as e:
-                if quarantine:
-                    camp.quarantined.append(quarantine_file(root, host, path, e.problem))
-                else:
-                    camp.quarantined.append(Quarantined(host, path, path, e.problem))
+                camp.quarantined.append(quarantine_file(root, host, path, e.problem) if quarantine
+                                        else Quarantined(host, path, path, e.problem))
                 continue
             meta = res.metadata()
             if meta.get("node") and meta["node"] != host:

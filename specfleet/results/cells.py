@@ -1,17 +1,10 @@
 """Every planned (configuration, concurrency, node) cell and its state: merged, missing or quarantined.
 
-A report that leaves a cell out says so; the report's exit code says whether any cell is not
-merged. Which node was given which configuration comes from, in order:
-
-1. `<host>/run.json`, the queue `fab bench` placed on that worker (collect fetches it),
-   when its plan hash is the plan's;
-2. `planned.json` beside the host folders: `fab bench` writes it once, at placement, with the
-   queues it decided from the GPU facts (`placed`); `fab collect` reads those queues (it re-runs the
-   split over the inventory only for a campaign placed without one, and says so), adds why a host
-   gave nothing (unreachable, ...) and writes it back;
-3. a host folder with results but neither of those: the baseline plus the configurations it has.
-
-A configuration no queue holds is one cell with node "–", missing.
+A report that leaves a cell out says so; the report's exit code says whether any cell is not merged.
+Which node was given which configuration comes from, in order: `<host>/run.json` (the queue `fab
+bench` placed on that worker) when its plan hash is the plan's, `planned.json` (written by `fab
+bench` at placement; `fab collect` adds why a host gave nothing), else the result files of a host
+folder. docs/report.md, "Planned cells and completeness", says it in full.
 """
 from __future__ import annotations
 
@@ -22,7 +15,7 @@ from pathlib import Path
 
 from ..worker.layout import RUN_SPEC, cell_result_filename
 from ..plan.sweep import Cell
-from .campaign import NOT_HOSTS, Campaign, parse_name
+from .campaign import NOT_HOSTS, Campaign, at_cell, parse_name
 from .. import untrusted_json
 
 PLANNED_FILE = "planned.json"
@@ -183,8 +176,7 @@ class CellState:
         return self.state == MERGED
 
     def label(self) -> str:
-        where = "" if self.cell == f"conc{self.concurrency}" else f" (cell {self.cell})"
-        return f"{self.config} @ concurrency {self.concurrency}{where} on {self.node}"
+        return f"{self.config} @ {at_cell(self.concurrency, self.cell)} on {self.node}"
 
 
 def _file_names(p: Planned, cfg: str, cell: str) -> list[str]:

@@ -11,13 +11,14 @@ recorded (the simulated engine has no vLLM version: not checked there, said so).
 from __future__ import annotations
 
 import json
+from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
 from ..worker import layout
 from .gpu_gate import where
-from .provenance import NOT_RECORDED, read_provenance, server_facts, simulated_signals
+from .provenance import NOT_RECORDED, RESULT_COLS, read_provenance, server_facts, simulated_signals
 
 if TYPE_CHECKING:
     from .campaign import Campaign, Run
@@ -136,30 +137,23 @@ def mismatches(camp: "Campaign", vllm_pin: str | None = None) -> list[str]:
     """One line per field whose runs disagree (across nodes or within one), and per pin broken."""
     sim_hosts = {s.split(":", 1)[0] for s in simulated_signals(camp)}
     facts = facts_by_run(camp)
+    # the simulator's versions name the simulator, not a vLLM
+    real = [(r, f) for r, f in facts if r.host not in sim_hosts]
+    vllm_stands = _with_local_label({v for _, f in real for v, _ in f["vllm"]})
     out: list[str] = []
     for field, label in FIELDS.items():
         where: dict[str, dict[str, set[str]]] = {}   # value -> host -> "config (source)"
-        for run, f in facts:
-            if field == "vllm" and run.host in sim_hosts:
-                continue  # the simulator's versions name the simulator, not a vLLM
+        for run, f in real if field == "vllm" else facts:
             for value, source in f[field]:
-                where.setdefault(value, {}).setdefault(run.host, set()).add(f"{run.config}, {source}")
-        if field == "vllm":
-            merged: dict[str, dict[str, set[str]]] = {}
-            for value, stands in _with_local_label(set(where)).items():
-                for h, srcs in where[value].items():
-                    merged.setdefault(stands, {}).setdefault(h, set()).update(srcs)
-            where = merged
+                stands = vllm_stands[value] if field == "vllm" else value
+                where.setdefault(stands, {}).setdefault(run.host, set()).add(f"{run.config}, {source}")
         if len(where) > 1:
-            hosts_per_value = {v: set(h) for v, h in where.items()}
-            within = sorted({h for v in where for h in where[v]
-                             if sum(h in hs for hs in hosts_per_value.values()) > 1})
+            within = sorted(h for h, n in Counter(h for hs in where.values() for h in hs).items() if n > 1)
             say = "; ".join(f"{v} on " + ", ".join(f"{h} ({'; '.join(sorted(srcs))})" for h, srcs in sorted(hs.items()))
                             for v, hs in sorted(where.items()))
             scope = f"within {', '.join(within)}" if within else "across nodes"
             out.append(f"{label} differs {scope}: {say}")
     if vllm_pin:
-        real = [(r, f) for r, f in facts if r.host not in sim_hosts]
         seen = {v for _, f in real for v, _ in f["vllm"]} | {vllm_pin}
         stands = _with_local_label(seen)
         off = sorted({f"{r.host} ran {v} ({src})" for r, f in real for v, src in f["vllm"]
@@ -216,8 +210,4 @@ def result_table(camp: "Campaign") -> pd.DataFrame:
             "engine_speculative_config": srv.get("engine_speculative_config", NOT_RECORDED),
             "server_argv": srv.get("server_argv") or " ".join(map(str, item.get("serve_argv", []))) or NOT_RECORDED,
         })
-    return pd.DataFrame(rows, columns=["node", "config", "plan_hash", "model", "model_config_sha256",
-                                       "weight_index_sha256", "dataset_sha256", "prompts", "gpus", "gpu_model",
-                                       "driver", "cuda", "torch", "vllm", "decoding", "sampling",
-                                       "server_sampling_defaults", "speculative_config",
-                                       "engine_speculative_config", "server_argv"])
+    return pd.DataFrame(rows, columns=[c for c, *_ in RESULT_COLS])

@@ -171,8 +171,7 @@ def write_provenance(pf: Path, host: str, v: RunnerView, done: list[str],
                        "plan_hash": (v.state or {}).get("plan_hash"), "items_done": done,
                        "runner_status": (v.state or {}).get("status"), **extra}, indent=2) + "\n"
     if not pf.is_file() or pf.read_text() != prov:
-        from .bastion_io import atomic_write_text
-        atomic_write_text(pf, prov)
+        bastion_io.atomic_write_text(pf, prov)
 
 
 def host_notes(results) -> dict[str, str]:

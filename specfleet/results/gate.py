@@ -1,28 +1,12 @@
 """Node equivalence: may results measured on different nodes be merged?
 
-Every node also runs the baseline configuration. For every pair of nodes and
-every concurrency both measured, the baseline's output tok/s, total tok/s,
-TPOT, ITL and TTFT are compared. One rule decides: at the rule's concurrency the
-rule's metric must be *shown* equivalent within +-tolerance_pct, as a ratio
-B/A inside the band [1/(1 + tol), 1 + tol] (symmetric: swapping the nodes
-inverts ratio and band, so the decision does not depend on node names).
-
-- Repeats on both nodes (>= 2 runs each): an equivalence test, TOST with two
-  one-sided Welch t-tests on log values, as a group-sequential design with its
-  error spending stated (gate_policy.py): PASSED when the interval lies inside the
-  band, FAILED when it lies entirely outside, else INCONCLUSIVE with how far the
-  data can show equivalence and how many more runs the next look needs. More noise
-  never passes a bigger difference.
-- A single run on either node: the plain threshold on the ratio (no spread, no
-  interval): inside, PASSED but stamped UNVERIFIED; outside, INCONCLUSIVE.
-- Every other concurrency both nodes measured is decided the same way; a gap there
-  is a named warning (gate.notes), the rule's point alone decides the merge.
-- Open-loop cells (a request rate) decide only where the rule's point has no closed-loop
-  cell: their requests arrive on a schedule, so their throughput follows the schedule
-  more than the node, and a plan runs them short. Where a closed-loop cell exists they
-  are compared as other concurrencies are (a named warning at most), and a note says so.
-
-See docs/report.md, "The equivalence gate".
+Every node also runs the baseline; for every pair of nodes the baseline's metric at the rule's point
+must be *shown* equivalent: the ratio B/A inside [1/(1 + tol), 1 + tol], symmetric, so the decision
+does not depend on node names (the policy, its states and error rates: gate_policy.py). A gap at
+another concurrency is a named warning (gate.notes). Open-loop cells (a request rate) decide only
+where the rule's point has no closed-loop cell: their throughput follows their schedule more than the
+node. The GPUs of one node are compared the same way (gpu_gate.py). docs/report.md, "The
+equivalence gate", states the method in full.
 """
 from __future__ import annotations
 
@@ -34,7 +18,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from ..plan import Equivalence
-from .campaign import Campaign
+from .campaign import Campaign, at_cell
 from .gpu_gate import gpu_checks, packing_of
 from .consistency import mismatches
 from .gate_policy import (ALPHA, ALPHA_PER_LOOK, FAILED, INCONCLUSIVE, MERGES, METHOD as POLICY, PASSED,
@@ -53,6 +37,7 @@ GATE_METRICS = {
 }
 METHOD = "TOST: two one-sided Welch t-tests on log values"
 SINGLE_RUN = "single run: plain threshold, no interval: UNVERIFIED"
+VERDICT_WORDS = {PASSED: "pass", UNVERIFIED: "pass (UNVERIFIED)"}  # the table's verdict column
 # The rule's defaults are the plan's (a plan without `equivalence:`): one source for both.
 PLAN_DEFAULTS = Equivalence()
 # The baseline of a campaign folder reported without its plan (a plan names its own).
@@ -140,8 +125,7 @@ class PairCheck:
 
     @property
     def where(self) -> str:
-        plain = not self.cell or self.cell == f"conc{self.conc}"
-        return f"conc {self.conc}" + ("" if plain else f" (cell {self.cell})")
+        return at_cell(self.conc, self.cell, "conc")
 
 
 @dataclass
@@ -171,14 +155,14 @@ class GateResult:
             return FAILED
         if INCONCLUSIVE in states:
             within = max((c.within_pct for c in self.checks if c.within_pct is not None), default=None)
-            more = [c.more_runs for c in self.checks if c.state == INCONCLUSIVE]
+            undecided = [c for c in self.checks if c.state == INCONCLUSIVE]
             how = (f"the data can show equivalence only within ±{within:.1f} %" if within is not None else
                    "the data cannot show equivalence")
-            nxt = max((min(c.n_a, c.n_b) + c.more_runs for c in self.checks if c.state == INCONCLUSIVE and c.more_runs), default=0)
-            add = (f"; {max(m for m in more if m is not None)} more run(s) of the baseline per node for the "
-                   f"next look (fab bench --gate-runs {nxt}; docs/report.md, \"Adding repeats\")"
-                   if any(m for m in more if m is not None) else
-                   "; the run budget is spent" if more and all(m is None for m in more) else "")
+            more = [c for c in undecided if c.more_runs]
+            nxt = max((min(c.n_a, c.n_b) + c.more_runs for c in more), default=0)
+            add = (f"; {max(c.more_runs for c in more)} more run(s) of the baseline per node for the "
+                   f"next look (fab bench --gate-runs {nxt}; docs/report.md, \"Adding repeats\")" if more else
+                   "; the run budget is spent" if all(c.more_runs is None for c in undecided) else "")
             return f"{INCONCLUSIVE}: {how} (margin ±{self.rule.tolerance_pct:g} %){add}"
         if UNVERIFIED in states:
             return f"{PASSED} ({UNVERIFIED}: a single run on a node shows no spread, nothing is verified)"
@@ -191,16 +175,6 @@ class GateResult:
         lines += [f"  problem: {p}" for p in self.problems]
         lines += [f"  note: {n}" for n in self.notes]
         return "\n".join(lines)
-
-
-def baseline_samples(camp: Campaign, baseline: str) -> dict[tuple[str, str], dict[str, list[float]]]:
-    """(host, bench cell) -> metric -> values over repeats, for the baseline config (a plain plan's
-    cells are conc<N>; a sweep's cells at one concurrency are compared each on its own)."""
-    return _metric_samples([r for r in camp.runs if r.config == baseline], lambda r: (r.host, r.cell))
-
-
-def _samples_by_conc(runs) -> dict[int, dict[str, list[float]]]:
-    return _metric_samples(runs, lambda r: r.conc)
 
 
 def _metric_samples(runs, key) -> dict:
@@ -276,24 +250,12 @@ def _words(d: Decision, rule: EquivalenceRule) -> str:
 def check_equivalence(camp: Campaign, rule: EquivalenceRule | None = None,
                       baseline: str = DEFAULT_BASELINE, vllm_pin: str | None = None) -> GateResult:
     rule = rule or EquivalenceRule()
-    samples = baseline_samples(camp, baseline)
+    # (host, bench cell) -> metric -> the baseline's values over repeats: a sweep's cells at one
+    # concurrency are compared each on its own
+    samples = _metric_samples([r for r in camp.runs if r.config == baseline], lambda r: (r.host, r.cell))
     conc_of = {r.cell: r.conc for r in camp.runs}
     hosts = camp.hosts
     gate = GateResult(rule=rule, baseline=baseline, passed=True)
-    rows = []
-    for a, b in itertools.combinations(hosts, 2):
-        for cell in _shared_cells(samples, a, b, conc_of):
-            conc = conc_of[cell]
-            sa, sb = samples[(a, cell)], samples[(b, cell)]
-            for m, label in GATE_METRICS.items():
-                ri = ratio_interval(sa[m], sb[m], rule.confidence)
-                ma, mb = statistics.fmean(sa[m]), statistics.fmean(sb[m])
-                rows.append({"concurrency": conc, "cell": cell, "metric": label, "node_a": a, "node_b": b,
-                             "value_a": ma, "value_b": mb, "diff_pct": _pct(ma, mb),
-                             "n_a": len(sa[m]), "n_b": len(sb[m]),
-                             "ci_low_pct": (ri.low - 1) * 100 if ri else math.nan,
-                             "ci_high_pct": (ri.high - 1) * 100 if ri else math.nan,
-                             "rule": "", "verdict": ""})
     if len(hosts) < 2:
         gate.notes.append(f"only {len(hosts)} node(s) with results: nothing to compare")
     all_cells = sorted({c for (_, c) in samples}, key=lambda c: (conc_of[c], c))
@@ -309,27 +271,37 @@ def check_equivalence(camp: Campaign, rule: EquivalenceRule | None = None,
     for h in hosts:
         for cell in rule_cells:
             if len(hosts) > 1 and (h, cell) not in samples:
-                conc = conc_of.get(cell, rule.concurrency)
-                gate.problems.append(f"node {h} has no valid '{baseline}' run at concurrency {conc}"
-                                     f"{'' if cell == f'conc{conc}' else f' (cell {cell})'}: "
+                gate.problems.append(f"node {h} has no valid '{baseline}' run at "
+                                     f"{at_cell(conc_of.get(cell, rule.concurrency), cell)}: "
                                      "equivalence cannot be verified")
     if len(hosts) > 1 and not rule_cells:
         gate.problems.append(f"no node has a valid '{baseline}' run: equivalence cannot be verified")
+    rows = []
     for a, b in itertools.combinations(hosts, 2):
-        for cell in rule_cells:
-            if (a, cell) not in samples or (b, cell) not in samples:
-                continue
-            chk = decide(rule, samples[(a, cell)][rule.metric], samples[(b, cell)][rule.metric])
+        for cell in _shared_cells(samples, a, b, conc_of):
+            sa, sb = samples[(a, cell)], samples[(b, cell)]
+            chk = decide(rule, sa[rule.metric], sb[rule.metric])
             chk.node_a, chk.node_b, chk.conc, chk.cell = a, b, conc_of[cell], cell
-            gate.checks.append(chk)
-            for row in rows:
-                if (row["node_a"], row["node_b"], row["cell"]) == (a, b, cell) \
-                        and row["metric"] == GATE_METRICS[rule.metric]:
-                    row["rule"] = (f"±{rule.tolerance_pct:g} %, " +
-                                   ("plain threshold" if chk.ci_low is None else f"{rule.confidence:.0%} CI"))
-                    row["verdict"] = {PASSED: "pass", UNVERIFIED: "pass (UNVERIFIED)"}.get(chk.state, chk.state)
-    gate.notes += other_concurrencies(camp, rule, samples, conc_of, rule_cells)
-    gchecks, gnotes = gpu_checks(camp, rule, baseline, decide, _samples_by_conc)  # across one node's GPUs
+            if cell in rule_cells:
+                gate.checks.append(chk)
+            elif chk.state in (FAILED, INCONCLUSIVE) or abs(chk.diff_pct) > rule.tolerance_pct:
+                # the rule's test at every other cell both nodes measured: a gap there is a named warning
+                gate.notes.append(f"WARNING: {a} vs {b} at {at_cell(chk.conc, cell)} (not the rule's point): "
+                                 f"baseline {GATE_METRICS[rule.metric]} {chk.reason}")
+            for m, label in GATE_METRICS.items():  # the table: every metric; the rule's carries the verdict
+                ri = ratio_interval(sa[m], sb[m], rule.confidence)
+                ma, mb = statistics.fmean(sa[m]), statistics.fmean(sb[m])
+                said = cell in rule_cells and m == rule.metric
+                rows.append({"concurrency": chk.conc, "cell": cell, "metric": label, "node_a": a, "node_b": b,
+                             "value_a": ma, "value_b": mb, "diff_pct": _pct(ma, mb),
+                             "n_a": len(sa[m]), "n_b": len(sb[m]),
+                             "ci_low_pct": (ri.low - 1) * 100 if ri else math.nan,
+                             "ci_high_pct": (ri.high - 1) * 100 if ri else math.nan,
+                             "rule": f"±{rule.tolerance_pct:g} %, " + ("plain threshold" if chk.ci_low is None else
+                                                                        f"{rule.confidence:.0%} CI") if said else "",
+                             "verdict": VERDICT_WORDS.get(chk.state, chk.state) if said else ""})
+    # across one node's GPUs
+    gchecks, gnotes = gpu_checks(camp, rule, baseline, decide, lambda runs: _metric_samples(runs, lambda r: r.conc))
     gate.checks += gchecks
     gate.notes += gnotes
     gate.packing = packing_of(camp)
@@ -348,17 +320,3 @@ def check_equivalence(camp: Campaign, rule: EquivalenceRule | None = None,
     gate.table = pd.DataFrame(rows, columns=cols)
     return gate
 
-
-def other_concurrencies(camp: Campaign, rule: EquivalenceRule, samples, conc_of, rule_cells) -> list[str]:
-    """The rule's test at every other cell both nodes measured: a gap there is a named warning."""
-    out = []
-    for a, b in itertools.combinations(camp.hosts, 2):
-        for cell in _shared_cells(samples, a, b, conc_of):
-            if cell in rule_cells:
-                continue
-            chk = decide(rule, samples[(a, cell)][rule.metric], samples[(b, cell)][rule.metric])
-            if chk.state in (FAILED, INCONCLUSIVE) or abs(chk.diff_pct) > rule.tolerance_pct:
-                where = f"concurrency {conc_of[cell]}" + ("" if cell == f"conc{conc_of[cell]}" else f" (cell {cell})")
-                out.append(f"WARNING: {a} vs {b} at {where} (not the rule's point): baseline "
-                           f"{GATE_METRICS[rule.metric]} {chk.reason}")
-    return out

@@ -1,35 +1,17 @@
-"""The gate's policy: a group-sequential equivalence test with stated error rates (issue 23).
+"""The gate's policy in one place: a group-sequential equivalence test with stated error rates (issue 23).
 
-Metric: the baseline's token-weighted TPOT (`tpot_weighted_ms`, `token_weighted_tpot`): the decode
-time of all requests over all their decode tokens, sum(latency - TTFT) / sum(output_len - 1), from
-the per-request arrays (`--save-detailed`); vLLM's mean_tpot_ms (the unweighted mean over requests)
-when a file has no arrays. It is the gate's default because it does not follow the tail of a wave
-that drains (output tok/s does: one late request moves it).
-
-Rule: TOST on log values (gate.decide -> stats.ratio_interval) with margin +-tolerance_pct (3 %):
-pass when the interval of the ratio B/A lies inside [1/(1+tol), 1+tol]. Repeats are looked at after
-LOOKS runs per node (3, 5, 8, 12, 16, 20: the runner adds runs of the baseline's gate cell until a
-look decides or BUDGET_RUNS is spent). Error spending: Bonferroni over the K = len(LOOKS) looks, each
-one-sided test at ALPHA / K, so the interval at every look is the (1 - 2 ALPHA / K) one (98.3 %) and
-the chance to pass nodes whose true difference is beyond the margin is <= ALPHA (5 %) at any noise,
-whatever look the data stop at (the union bound needs no independence). States:
-
-- PASSED: the interval inside the band (n >= 2 on both nodes).
-- FAILED: the interval entirely outside the band: shown to differ by more than the margin.
-- INCONCLUSIVE: neither; the report says within what the data show equivalence (+-X %: the
-  interval's farther end) and how many runs per node the next look needs, or that the budget is spent.
-- UNVERIFIED: a single run on a node, point ratio inside the band: merged, stamped UNVERIFIED
-  (no spread, no interval: nothing is shown). A single run outside the band is INCONCLUSIVE.
-
-benchmarks/gate_power.py simulates this policy through gate.decide and prints its pass rates;
-docs/report.md, "The equivalence gate", lists them.
+TOST on log values (gate.decide -> stats.ratio_interval) looks after LOOKS runs per node, each look
+at ALPHA / len(LOOKS) (Bonferroni): by the union bound the chance to pass nodes whose true difference
+is beyond the margin stays <= ALPHA at any noise, whatever look the data stop at. The default metric
+is the token-weighted TPOT because it does not follow the tail of a wave that drains (output tok/s
+does: one late request moves it). docs/report.md, "The equivalence gate", states the metric, the
+states and the pass rates benchmarks/gate_power.py measures through gate.decide.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-LOOKS = (3, 5, 8, 12, 16, 20)       # runs per node at which the sequential test looks
-BUDGET_RUNS = LOOKS[-1]
+LOOKS = (3, 5, 8, 12, 16, 20)       # runs per node at which the sequential test looks; the last is the budget
 ALPHA = 0.05                          # overall chance to pass nodes beyond the margin (one-sided, per side)
 ALPHA_PER_LOOK = ALPHA / len(LOOKS)   # Bonferroni spending
 PASSED, FAILED, INCONCLUSIVE, UNVERIFIED = "PASSED", "FAILED", "INCONCLUSIVE", "UNVERIFIED"

@@ -47,11 +47,6 @@ def packing_of(camp: "Campaign") -> str:
     return "; ".join(say.get(s, s) for s in seen) + (" -- MIXED across results" if len(seen) > 1 else "")
 
 
-def is_baseline(config: str, baseline: str) -> bool:
-    """The baseline, or its run on another GPU (equivalence.every_gpu)."""
-    return config == baseline or copy_of(config, baseline) is not None
-
-
 def split_off_gpu_copies(camp: "Campaign", baseline: str) -> "Campaign":
     """The campaign without the baseline's runs on other GPUs: they serve the GPU check, not the tables
     (the baseline's own runs are the node's reference)."""
@@ -68,7 +63,8 @@ def gpu_checks(camp: "Campaign", rule, baseline: str, decide, samples_of) -> tup
         sets = sorted({s for s in map(gpu_set, runs) if s})
         if len(sets) < 2:
             continue
-        base_runs = [r for r in runs if is_baseline(r.config, baseline)]
+        # the baseline, or its runs on other GPUs (equivalence.every_gpu)
+        base_runs = [r for r in runs if r.config == baseline or copy_of(r.config, baseline) is not None]
         base_sets = sorted({gpu_set(r) for r in base_runs if gpu_set(r)})
         if len(base_sets) < 2:
             notes.append(f"equivalence across the GPUs of {host}: not checked -- its configurations ran on "

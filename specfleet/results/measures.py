@@ -1,30 +1,15 @@
-"""Columns that say what they mean, added to the merged runs table.
-
-- The speedup and its noise band, one method: the point is the ratio of the geometric means of
-  the configuration's and the same node's baseline's output tok/s (the mean of the log values:
-  exactly the centre, on the log scale, of the interval); with repeats of both, the 95 %
-  confidence interval of that ratio (Welch's t on log values, the same method as the gate), which
-  therefore always holds its point; with a single run on either side, the plain tolerance band
-  [1/(1+tol), 1+tol] and no interval (a single run's geometric mean is the run).
-  `speedup_verdict` is "faster" / "slower" only when the interval (or, for single
-  runs, the band) excludes 1.0, otherwise "no measurable difference".
-- How often speculation fires: drafts per decode step = drafts / (output tokens -
-  accepted tokens). A step emits one token plus the tokens accepted in it, so
-  output - accepted counts the (request, step) pairs; field report n-gram 6/4-6:
-  429 / (8,159 - 670) = 5.7 % of steps.
-- Whether the acceptance means anything (`acceptance_flag`, the rule below: ACCEPTANCE_FLAGS):
-  DEGENERATE ACCEPTANCE when every drafted token is kept, NEAR-ZERO ACCEPTANCE when almost none
-  is. Such a speedup measures the model or the drafter, not speculative decoding; the
-  conclusions never call it faster or best.
-- Latency percentiles (TTFT, TPOT, ITL, E2EL) as the result files carry them
-  (`p<P>_<metric>_ms`, `--metric-percentiles`), for every configuration.
-
-docs/report.md explains every column.
+"""Columns that say what they mean, added to the merged runs table: the speedup and its noise band
+(the point is the ratio of geometric means, the centre of its interval on the log scale, so the
+interval always holds it), drafts per decode step, the acceptance flag, latency percentiles,
+outliers and what a repeat is. docs/report.md explains every column ("The noise band",
+"Degenerate acceptance").
 """
 from __future__ import annotations
 
 import math
 import re
+import statistics
+from collections import Counter
 from dataclasses import dataclass
 
 import pandas as pd
@@ -120,8 +105,9 @@ def speedup_noise(camp: Campaign, runs: pd.DataFrame, baseline: str, noise: Nois
 
 
 def drafts_per_step(runs: pd.DataFrame) -> pd.Series:
-    """drafts / (output tokens - accepted tokens): the share of (request, decode step) pairs
-    that drafted; NaN without spec keys or output token counts."""
+    """drafts / (output tokens - accepted tokens): the share of (request, decode step) pairs that
+    drafted (a step emits one token plus those accepted in it, so output - accepted counts the steps;
+    field report n-gram 6/4-6: 429 / (8,159 - 670) = 5.7 %); NaN without spec keys or output tokens."""
     steps = (runs["output_tokens"] - runs["accepted_tokens"].fillna(0)).where(lambda x: x > 0)
     return runs["drafts"] / steps
 
@@ -230,9 +216,8 @@ def outlier_notes(camp: Campaign) -> list[str]:
         if len(runs) < 3:
             continue
         for r in runs:
-            others = sorted(float(x.result.output_throughput) for x in runs if x is not r)
-            mid = len(others) // 2
-            med = others[mid] if len(others) % 2 else (others[mid - 1] + others[mid]) / 2
+            others = [float(x.result.output_throughput) for x in runs if x is not r]
+            med = statistics.median(others)
             if med <= 0:
                 continue
             dev = abs(float(r.result.output_throughput) / med - 1) * 100
@@ -262,12 +247,8 @@ REPEAT_MEANING = {
 def repeat_meaning(camp: Campaign) -> str | None:
     """What the intervals' repeats are, read from the results (benchmark.repeat_isolation), or None when
     no cell has more than one run."""
-    seen: dict[str, int] = {}
-    for runs in camp.groups().values():
-        if len(runs) > 1:
-            for r in runs:
-                how = str(r.result.extra.get(ISOLATION_KEY) or "cache-reset")  # not recorded: one server start
-                seen[how] = seen.get(how, 0) + 1
+    seen = Counter(str(r.result.extra.get(ISOLATION_KEY) or "cache-reset")  # not recorded: one server start
+                   for runs in camp.groups().values() if len(runs) > 1 for r in runs)
     if not seen:
         return None
     if len(seen) == 1:

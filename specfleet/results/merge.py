@@ -96,13 +96,9 @@ def _spec_means(runs: list[Run]) -> dict[str, float]:
             "drafts": drafts / n, "draft_tokens": dtok / n, "accepted_tokens": acc / n}
 
 
-def config_order(camp: Campaign, baseline: str) -> list[str]:
-    return [baseline] * (baseline in camp.configs) + [c for c in camp.configs if c != baseline]
-
-
 def runs_table(camp: Campaign, baseline: str) -> pd.DataFrame:
     """The §4.1 table for all concurrencies: one row per (conc, config, node)."""
-    order = {c: i for i, c in enumerate(config_order(camp, baseline))}
+    order = {c: i for i, c in enumerate(sorted(camp.configs, key=lambda c: c != baseline))}  # the baseline first
     rows = []
     groups = camp.groups()
     for (cell, cfg, host), runs in groups.items():
@@ -199,12 +195,8 @@ def category_table(camp: Campaign, baseline: str) -> tuple[pd.DataFrame | None, 
     for (cell, cfg, host), runs in camp.groups().items():
         conc = runs[0].conc
         per: dict[str, list[float]] = {}
-        for r in runs:
-            t = _request_tpots(r)
-            if t is None:
-                continue
-            for cat, v in t:
-                per.setdefault(cat, []).append(v)
+        for cat, v in (x for r in runs for x in _request_tpots(r) or []):
+            per.setdefault(cat, []).append(v)
         for cat, vals in per.items():
             rows.append({"concurrency": conc, "config": cfg, "node": host, "category": cat,
                          "requests": len(vals), "tpot_ms": statistics.fmean(vals)})
@@ -227,9 +219,9 @@ def build_tables(camp: Campaign, baseline: str, gpu_bandwidth_gbps: float | None
                provenance=node_table(camp), latency=latency_table(camp, runs), noise=noise,
                provenance_results=result_table(camp), search=search_status(camp.nodes),
                outliers=outlier_notes(camp), repeats_note=repeat_meaning(camp))
+    measured = runs[runs.config == baseline]
     missing = sorted({f"{n}@{c}" for n, c in zip(runs.node, runs.cell)} -
-                     {f"{n}@{c}" for n, c in zip(runs[runs.config == baseline].node,
-                                                   runs[runs.config == baseline].cell)})
+                     {f"{n}@{c}" for n, c in zip(measured.node, measured.cell)})
     if missing:
         t.notes.append(f"no '{baseline}' run on {', '.join(missing)}: speedup there is not computed")
     if weights_gib is None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..untrusted_json import loads_or_none
 from ..worker import layout
@@ -113,34 +113,25 @@ def simulated_signals(camp: "Campaign") -> list[str]:
     """Why these inputs count as simulated ([] = no sign of the simulator). Results that carry the
     engine the worker observed (engine_of) are judged by it alone; the signs below are read only for
     a host whose results lack it (plain vLLM files, a campaign of an older runner)."""
-    found: list[str] = []
-
-    def add(host: str, what: str) -> None:
-        s = f"{host}: {what}"
-        if s not in found:
-            found.append(s)
-
-    for r in camp.runs:
-        for s in _sim_result(r.result):
-            add(r.host, f"{r.path.name} {s}")
+    found = [f"{r.host}: {r.path.name} {s}" for r in camp.runs for s in _sim_result(r.result)]
     observed = {r.host for r in camp.runs if engine_of(r.result) is not None}
     for host in [h for h in camp.nodes if h not in observed]:
         p = read_provenance(camp.root / host)
         if p.get("venv_simulated"):
-            add(host, "venv manifest says simulated")
+            found.append(f"{host}: venv manifest says simulated")
         if any("simvllm" in str(k) for k in {**(p.get("venv") or {}), **(p.get("dists") or {})}):
-            add(host, "the venv holds specfleet-simvllm")
+            found.append(f"{host}: the venv holds specfleet-simvllm")
         if p.get("model_simulated"):
-            add(host, "the model's config.json has the simulated flag")
+            found.append(f"{host}: the model's config.json has the simulated flag")
         for log in sorted((camp.root / host).glob("*" + layout.SERVER_LOG_SUFFIX)):
             try:
                 head = log.read_text(encoding="utf-8", errors="replace")[:20000]
             except OSError:
                 continue
             if "specfleet-simvllm" in head or "SIMULATED" in head:
-                add(host, f"{log.name} is a simulated server's log")
+                found.append(f"{host}: {log.name} is a simulated server's log")
                 break
-    return found
+    return list(dict.fromkeys(found))  # each sign once
 
 
 def engine_name(res_meta: dict, prov: dict, simulated: bool) -> str:
@@ -187,8 +178,7 @@ def node_table(camp: "Campaign") -> pd.DataFrame:
             "last_run": dates[-1] if dates else meta.get("finished_at", ""),
             "runs": sum(1 for r in camp.runs if r.host == host)})
     import pandas as pd  # here: the report alone needs it, and pandas takes ~1 s to import
-    return pd.DataFrame(rows, columns=["node", "engine", "vllm", "torch", "gpu", "gpus", "driver", "cuda",
-                                       "python", "venv_digest", "plan_hash", "first_run", "last_run", "runs"])
+    return pd.DataFrame(rows, columns=[c for c, *_ in NODE_COLS])
 
 
 def plan_hashes(camp: "Campaign") -> dict[str, list[str]]:

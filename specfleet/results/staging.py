@@ -1,15 +1,10 @@
-"""Collect's second half on the bastion: files fetched into a staging folder replace the local
-copies only when they are valid, so a collect never destroys a result.
+"""Collect's second half on the bastion: files fetched into `.staging/<host>/` replace the local copies
+only when they are valid, so a collect never destroys a result (docs/report.md, "What is merged").
 
-    results/<campaign>/.staging/<host>/   what rsync brought this time (new or changed files only)
-    results/<campaign>/<host>/            the collected copies (only valid result files land here)
-    results/<campaign>/quarantine/<host>/ invalid fetched files, each with <name>.reason.txt
-
-A staged result file that validates (schema, name, completeness: campaign.check_file) replaces
-the local one atomically (same file system: os.replace). One that does not is moved to quarantine
-and the local copy, valid or absent, stays: a valid local file is never replaced by an invalid
-remote one. Other files (state.json, run.json, done markers, server logs) replace theirs as they
-are. SSH-free: `fetch.py` fetches, this decides.
+A staged result file that validates (campaign.check_file) replaces the local one atomically (same file
+system: os.replace); one that does not is moved to quarantine and the local copy, valid or absent,
+stays. Other files (state.json, run.json, done markers, server logs) replace theirs as they are.
+SSH-free: `fetch.py` fetches, this decides.
 """
 from __future__ import annotations
 
@@ -102,14 +97,14 @@ def refuse_unfetched(campaign_dir: Path, host: str, bad: list[tuple[str, str]]) 
     qdir = quarantine_dir(campaign_dir, host)
     for name, why in bad:
         qdir.mkdir(parents=True, exist_ok=True)
-        shown = name if SAFE_NAME_RE.match(name) else repr(name)
-        reason = qdir / (("_" + name.encode("unicode_escape").decode().replace("/", "_"))
-                         if not SAFE_NAME_RE.match(name) else name)
-        reason = reason.with_name(reason.name + REASON_SUFFIX)
+        safe = SAFE_NAME_RE.match(name)
+        reason = qdir / ((name if safe else "_" + name.encode("unicode_escape").decode().replace("/", "_"))
+                         + REASON_SUFFIX)
         atomic_write_text(reason, f"not taken from {host}: {why}\n")
-        kept = "the copy collected earlier is kept" if (Path(campaign_dir) / host / name).is_file() and \
-            SAFE_NAME_RE.match(name) else "nothing of it was taken"
-        msgs.append(f"{host}:{shown} on the worker is refused ({why}): recorded in {reason}; {kept}")
+        kept = ("the copy collected earlier is kept" if safe and (Path(campaign_dir) / host / name).is_file()
+                else "nothing of it was taken")
+        msgs.append(f"{host}:{name if safe else repr(name)} on the worker is refused ({why}): recorded in {reason}; "
+                    f"{kept}")
     return msgs
 
 

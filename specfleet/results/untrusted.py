@@ -1,14 +1,9 @@
-"""What the bastion takes from a worker: a worker is untrusted input.
+"""What the bastion takes from a worker: a worker is untrusted input (docs/security.md).
 
-`fab collect` lists the worker's run folder first (find, which never follows a link) and fetches only
-the entries that pass `refusal()`: a regular file, not hard-linked elsewhere, a plain name (no `/`,
-no `..`, no control characters), within its size limit. rsync then copies links as links and no
-devices, so an entry swapped after the listing is still caught on the bastion (`staged_refusal`,
-by lstat) before anything reads it. JSON from a worker is parsed by specfleet.untrusted_json.loads:
-bounded in size and in nesting depth.
-
-The size limits are the plan's `collect` fields (specfleet.plan.Collect: the defaults live
-there); `Limits.of_plan` reads them.
+`fab collect` lists the run folder first (find never follows a link) and fetches only the entries that
+pass `refusal()`; an entry swapped after the listing is still caught on the bastion by lstat
+(`staged_refusal`) before anything reads it. The size limits are the plan's `collect` fields
+(specfleet.plan.Collect holds the defaults).
 """
 from __future__ import annotations
 
@@ -50,10 +45,6 @@ class Limits:
         return max(self.result_bytes, self.log_bytes)
 
 
-def _mb(n: int) -> str:
-    return f"{n / MB:g} MB"
-
-
 def refusal(name: str, kind: str, nlink: int, size: int, limits: Limits) -> str | None:
     """Why a listed entry (find's %y type letter, link count, size) is not fetched; None: fetch it."""
     if not SAFE_NAME_RE.match(name):
@@ -66,7 +57,8 @@ def refusal(name: str, kind: str, nlink: int, size: int, limits: Limits) -> str 
         return f"a hard link ({nlink} names for one file): only files with one name are taken from a worker"
     limit = limits.for_name(name)
     if size > limit:
-        return f"{size} bytes, over the {_mb(limit)} limit (plan field collect.{_field(name)})"
+        field = "max_log_mb" if _is_log(name) else "max_result_mb"
+        return f"{size} bytes, over the {limit / MB:g} MB limit (plan field collect.{field})"
     return None
 
 
@@ -74,10 +66,6 @@ def _is_log(name: str) -> bool:
     """A server log or the runner's log (the larger limit)."""
     from ..worker import layout
     return name.endswith(layout.SERVER_LOG_SUFFIX) or name == layout.RUNNER_LOG
-
-
-def _field(name: str) -> str:
-    return "max_log_mb" if _is_log(name) else "max_result_mb"
 
 
 def staged_refusal(path: Path, limits: Limits) -> str | None:
