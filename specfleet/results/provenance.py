@@ -213,7 +213,7 @@ def provenance_sections(nodes: pd.DataFrame, results: pd.DataFrame | None) -> li
                     "(first 12 hex digits) of its config.json and weight index, dataset sha256, the prompts "
                     "each run sent (and those dropped as too long for the context), the GPU(s) it ran on "
                     "(UUID and name, from the result metadata), GPU model, driver, CUDA, torch and vLLM as every source "
-                    "recorded them (result metadata, {layout.PROVENANCE}, server log; 'a | b (MIXED)' when they differ), "
+                    f"recorded them (result metadata, {layout.PROVENANCE}, server log; 'a | b (MIXED)' when they differ), "
                     "decoding (greedy / sampled, the runner's `decoding`), sampling "
                     "parameters (result metadata, else the run spec's bench command), the server's own "
                     "sampling defaults (server log), the speculative config on the command line and as the "
