@@ -150,6 +150,8 @@ def test_report_shows_provenance_per_node_and_per_result(tmp_path):
     assert res.loc["vanilla"].speculative_config == "none"
     md = (root / "report.md").read_text()
     assert "## Provenance per result" in md and "2.11.0+cu130" in md and "NVIDIA H200" in md
+    # the notes name the files, never a placeholder (one lacked its f prefix: "{layout.PROVENANCE}")
+    assert "(result metadata, provenance.json, server log;" in md and "{layout." not in md
 
 
 def test_mixed_plan_hashes_are_refused_unless_forced(tmp_path):
