@@ -176,8 +176,15 @@ def test_collect_while_running_then_merge_quarantine_and_nothing_new(testbed_fac
                     and "ngram_conc8.json" in worker_files(tb, h):
                 return h, "ngram"
     host, running = wait_for(caught, 180, "a second item benchmarking at concurrency 1")
-    partial = collect(inv, results, tmp_path / "runs-partial")
-    st = worker_state(tb, host)
+    # its server is held still (SIGSTOP to its process group) while collect runs: the run lasts
+    # 5-10 s, and on a loaded machine collect took longer, so the item finished under it
+    pgid = next(i for i in worker_state(tb, host)["items"] if i["name"] == running)["server_pid"]
+    assert host_sh(tb, host, f"kill -STOP -- -{int(pgid)}").returncode == 0
+    try:
+        partial = collect(inv, results, tmp_path / "runs-partial")
+        st = worker_state(tb, host)
+    finally:
+        assert host_sh(tb, host, f"kill -CONT -- -{int(pgid)}").returncode == 0
     assert next(i for i in st["items"] if i["name"] == running)["status"] != "done", \
         "the item finished during the collect: the plan's runs are too short for this test"
     assert partial.returncode in (16, 24), out(partial)  # the running items' cells are missing
