@@ -176,9 +176,9 @@ def check_account(inv, cfg: SlurmScheduler, console) -> None:
 
 def without_failed_site_check(inv, cfg: SlurmScheduler, plan, hosts, console) -> list:
     """The hosts less those the last `fab provision` (site_check.py) found wrong, each said in one line."""
-    try:  # node -> why
-        failed = dict(read_json(os.path.join(site_check_dir(cfg), VERDICT)).get("failed") or {})
-    except (ValueError, AttributeError):  # no verdict (None), or not one site_check wrote
+    verdict = read_json(os.path.join(site_check_dir(cfg), VERDICT))  # None: no site check yet
+    failed = verdict.get("failed") if isinstance(verdict, dict) else None  # node -> why
+    if not isinstance(failed, dict):  # absent, or a file site_check.py did not write
         failed = {}
     out = [h for h in hosts if h.name not in failed]
     for h in hosts:

@@ -3,10 +3,18 @@ the batch gather sends over SSH, run here by the local bash as the node's job st
 verdict is check mode's: a change or a failed check fails the node, nothing is applied."""
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import sys
+from pathlib import Path
+from types import SimpleNamespace
 
+from rich.console import Console
+
+from specfleet.scheduler import SlurmScheduler
+from specfleet.slurm.dispatch import without_failed_site_check
+from specfleet.slurm.script import VERDICT, site_check_dir
 from specfleet.slurm.site_check import batch_of, verdict
 from specfleet.steps.command import Assert
 from specfleet.steps.files import FileContent
@@ -57,3 +65,28 @@ def test_the_node_step_runs_its_own_script_and_writes_its_output(tmp_path, monke
     p = subprocess.run([sys.executable, "-m", "specfleet.slurm.node_step", "site-check", "--dir", str(tmp_path)],
                        env=env, capture_output=True, text=True)
     assert p.returncode == 2 and "node w8 has no site check" in p.stderr
+
+
+def test_fab_bench_reads_the_verdict_file_as_written_and_ignores_one_it_did_not_write(tmp_path):
+    """dispatch.without_failed_site_check: a node the last site check failed is left out, named on the
+    terminal; a verdict that is absent, not JSON or of another shape leaves every node in."""
+    cfg = SlurmScheduler(kind="slurm", partition="gpu", time_limit="01:00:00", shared_dir=str(tmp_path))
+    hosts = [SimpleNamespace(name="w1"), SimpleNamespace(name="w2")]
+    inv = SimpleNamespace(path="inventory.yml")
+    path = Path(site_check_dir(cfg)) / VERDICT
+
+    def kept(text: str | None) -> tuple[list[str], str]:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if text is None:
+            path.unlink(missing_ok=True)
+        else:
+            path.write_text(text)
+        console = Console(file=io.StringIO(), width=200)
+        names = [h.name for h in without_failed_site_check(inv, cfg, None, hosts, console)]
+        return names, console.file.getvalue()
+
+    names, said = kept(json.dumps({"job_id": "7", "failed": {"w2": "no venv on the node"}}))
+    assert names == ["w1"] and "node w2 left out: it failed the site check" in said and "no venv" in said
+    for other in (None, "", "{half", "null", "[1, 2]", '{"failed": ["w2"]}', '{"failed": null}', '{"job_id": 7}',
+                  '{"failed": 5}', '{"failed": [["w2", "why"]]}'):
+        assert kept(other) == (["w1", "w2"], ""), other
