@@ -288,6 +288,7 @@ def check_equivalence(camp: Campaign, rule: EquivalenceRule | None = None,
                 # the rule's test at every other cell both nodes measured: a gap there is a named warning
                 gate.notes.append(f"WARNING: {a} vs {b} at {at_cell(chk.conc, cell)} (not the rule's point): "
                                  f"baseline {GATE_METRICS[rule.metric]} {chk.reason}")
+            method = "plain threshold" if chk.ci_low is None else f"{rule.confidence:.0%} CI"
             for m, label in GATE_METRICS.items():  # the table: every metric; the rule's carries the verdict
                 ri = ratio_interval(sa[m], sb[m], rule.confidence)
                 ma, mb = statistics.fmean(sa[m]), statistics.fmean(sb[m])
@@ -297,8 +298,7 @@ def check_equivalence(camp: Campaign, rule: EquivalenceRule | None = None,
                              "n_a": len(sa[m]), "n_b": len(sb[m]),
                              "ci_low_pct": (ri.low - 1) * 100 if ri else math.nan,
                              "ci_high_pct": (ri.high - 1) * 100 if ri else math.nan,
-                             "rule": f"±{rule.tolerance_pct:g} %, " + ("plain threshold" if chk.ci_low is None else
-                                                                        f"{rule.confidence:.0%} CI") if said else "",
+                             "rule": f"±{rule.tolerance_pct:g} %, {method}" if said else "",
                              "verdict": VERDICT_WORDS.get(chk.state, chk.state) if said else ""})
     # across one node's GPUs
     gchecks, gnotes = gpu_checks(camp, rule, baseline, decide, lambda runs: _metric_samples(runs, lambda r: r.conc))
