@@ -15,9 +15,8 @@ import dataclasses
 import random
 from dataclasses import dataclass, field
 
-from ..plan import Plan, PlanError, gpus_needed
+from ..plan import Plan, PlanError, copy_of, gpu_copy, gpus_needed
 from .bounds import count_bound, pigeonhole
-from ..worker.layout import copy_of, gpu_copy
 from .gpusets import NodeSim, simulate
 from ..worker.slots import fits_ever
 

@@ -21,7 +21,6 @@ from .assertions import Assertion
 from .arrivals import rate_cells
 from .crossover_grid import coarse_grid, fine_grid
 from .slo import Slo
-from ..worker.layout import GPU_COPY, copy_of
 from ..worker.slots import needed, parallel_sizes
 from ..yamlfile import YamlFileError, first_error, load_yaml
 from .sweep import Cell, SweepError, bench_cells, expand_configurations
@@ -396,11 +395,27 @@ class Benchmark(_Strict):
         return self
 
 
+# equivalence.every_gpu: the baseline's run on GPU <N> of a node, a configuration name of the bastion's
+# (its own item, results and done marker; the report's GPU check reads it, its tables leave it out; the
+# worker sees only the item's gpu_pin). Plans may not name a configuration so.
+GPU_COPY = "{baseline}.gpu{index}"
+
+
+def gpu_copy(baseline: str, index: int) -> str:
+    return GPU_COPY.format(baseline=baseline, index=index)
+
+
+def copy_of(name: str, baseline: str) -> int | None:
+    """The GPU index when `name` is the baseline's run on another GPU (gpu_copy), else None."""
+    m = re.fullmatch(re.escape(baseline) + r"\.gpu(\d+)", name)
+    return int(m.group(1)) if m else None
+
+
 class Equivalence(_Strict):
     metric: str = "tpot_weighted_ms"   # the gate policy's metric (results/gate_policy.py)
     concurrency: int = Field(default=16, ge=1)
     tolerance_pct: float = Field(default=3.0, gt=0)
-    # packing shared on nodes with several GPUs: the baseline runs once on every GPU (layout.gpu_copy),
+    # packing shared on nodes with several GPUs: the baseline runs once on every GPU (gpu_copy),
     # so the gate compares the GPUs of a node as it compares nodes (one more baseline run per GPU)
     every_gpu: bool = False
 
@@ -464,7 +479,7 @@ class Plan(_Strict):
         return self
 
     def config(self, name: str) -> Configuration:
-        """The configuration named `name`; the baseline's run on another GPU (layout.gpu_copy) is the
+        """The configuration named `name`; the baseline's run on another GPU (gpu_copy) is the
         baseline's."""
         if self.equivalence.every_gpu and copy_of(name, self.baseline) is not None:
             name = self.baseline

@@ -4,7 +4,7 @@ the same trap as a slow node. gate.check_equivalence calls gpu_checks after its 
 Each result says where it ran (`gpu_uuids`, `gpu_names`, `packing` in its metadata: the runner's slot
 pool adds them on nodes with several GPUs). On a node whose configurations ran on more than one GPU set,
 the baseline's runs on each set are compared pairwise with the node rule (gate.decide): with
-`equivalence.every_gpu` the baseline ran once per GPU (layout.gpu_copy names those runs). Where the
+`equivalence.every_gpu` the baseline ran once per GPU (plan.gpu_copy names those runs). Where the
 baseline ran on one set only, the check says "not checked" and why.
 """
 from __future__ import annotations
@@ -13,7 +13,7 @@ import dataclasses
 import itertools
 from typing import TYPE_CHECKING
 
-from ..worker.layout import copy_of
+from ..plan import copy_of
 
 if TYPE_CHECKING:
     from .campaign import Campaign

@@ -22,16 +22,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from .. import untrusted_json
+from ..worker.runner import RESULT_KEYS  # every result's required keys: the runner checks them too
 
-REQUIRED_KEYS = (
-    "duration",
-    "completed",
-    "output_throughput",
-    "total_token_throughput",
-    "mean_tpot_ms",
-    "mean_ttft_ms",
-    "mean_itl_ms",
-)
 SPEC_KEYS = (
     "spec_decode_acceptance_rate",
     "spec_decode_acceptance_length",
@@ -165,14 +157,14 @@ def parse_result(data: Any, path: Path | str = "<memory>") -> Result:
     """Validate an already-decoded JSON value."""
     if not isinstance(data, dict):
         raise ResultError(path, f"top level is {type(data).__name__}, expected a JSON object")
-    missing = [k for k in REQUIRED_KEYS if k not in data]
+    missing = [k for k in RESULT_KEYS if k not in data]
     if missing:
         raise ResultError(path, "missing required key(s): " + ", ".join(missing))
     try:
         res = Result.model_validate(data)
     except ValidationError as e:
         raise ResultError(path, _describe(e)) from None
-    for k in REQUIRED_KEYS:
+    for k in RESULT_KEYS:
         v = getattr(res, k)
         if not math.isfinite(v) or v < 0:
             raise ResultError(path, f"key '{k}' is {v!r}, expected a finite number >= 0")

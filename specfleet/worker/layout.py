@@ -52,21 +52,6 @@ CELL_PART = r"conc(?P<conc>\d+)(?:-out(?P<out>\d+))?(?:-cat_(?P<cat>[A-Za-z][A-Z
 RESULT_RE = re.compile(rf"^(?P<config>.+?)_(?P<cell>{CELL_PART})(?:_r(?P<rep>\d+))?\.json\Z")
 
 
-# equivalence.every_gpu: the baseline's run on GPU <N> of a node (its own item, results and done marker;
-# the report's GPU check reads it, its tables leave it out). Plans may not name a configuration so.
-GPU_COPY = "{baseline}.gpu{index}"
-
-
-def gpu_copy(baseline: str, index: int) -> str:
-    return GPU_COPY.format(baseline=baseline, index=index)
-
-
-def copy_of(name: str, baseline: str) -> int | None:
-    """The GPU index when `name` is the baseline's run on another GPU (gpu_copy), else None."""
-    m = re.fullmatch(re.escape(baseline) + r"\.gpu(\d+)", name)
-    return int(m.group(1)) if m else None
-
-
 def run_dir(root: str, campaign: str, host: str) -> str:
     """A host's run folder under the worker's work_dir (or the bastion's results folder)."""
     return posixpath.join(root, campaign, host)
