@@ -39,10 +39,11 @@ def test_rows_and_sums_by_issue(tmp_path):
     git(repo, "checkout", "-q", "main")
     git(repo, "merge", "-q", "--no-ff", "-m", "Merge branch 'h-worker' into integration", "h-worker")
     commit_lines(repo, "roles/r.py", 5, "a commit nobody labelled")
+    commit_lines(repo, "specfleet/a.py", 60, "a commit that says its issue\n\nwhy, at length\n\nIssue: 22")
 
     out = subprocess.run([sys.executable, str(ROOT / "scripts/package-growth"), "--repo", str(repo), base],
                          capture_output=True, text=True, check=True).stdout
     table = out.split("\n\n")[0].splitlines()[2:]  # under the heading and the (from) row
     rows = [tuple(ln.split()[1:4]) for ln in table]
-    assert rows == [("26", "+40", "140"), ("22", "-30", "110"), ("?", "+5", "115")], out
-    assert "the house (issue 22) -30; the same behaviour as at" in out and out.rstrip().endswith(": 70 lines"), out
+    assert rows == [("26", "+40", "140"), ("22", "-30", "110"), ("?", "+5", "115"), ("22", "-10", "105")], out
+    assert "the house (issue 22) -40; the same behaviour as at" in out and out.rstrip().endswith(": 60 lines"), out
