@@ -40,7 +40,7 @@ SIGMAS = (0.5, 1.0, 2.0, 4.0)
 #: Run-to-run noise of the gate's metric (token-weighted TPOT) measured on the lent H200 on 2026-12-02
 #: (one GPU, vLLM 0.26.0, dummy Qwen3-8B shape, 16 Spec-Bench prompts, output 128, greedy, 5 repeats
 #: per server start, prefix cache reset between runs; docs/engines-gpu.md "Run-to-run noise, measured",
-#: printed by testbed/realgpu/noise.py, files in docs/examples/h200-fleet/): (cell, CV on one server
+#: printed by testbed/realgpu/noise.py, files in docs/examples/h200-fleet/ at b2ba9e9): (cell, CV on one server
 #: start in %, spread across server starts in %, seconds one more run costs there, the ~10 s
 #: `vllm bench serve` client start included). An n-gram cell as the baseline is the worst case.
 REALISTIC_NOISE = (
