@@ -363,11 +363,24 @@ def _values(df, col: str) -> str:
     return ", ".join(vals) if vals else NOT_RECORDED
 
 
+def same_json(text: str) -> str:
+    """A JSON object as one canonical text (keys sorted, compact), other text as it is. The worker of
+    issue 22 renders --speculative-config from run.json (sorted keys), the bastion before it in the
+    plan's order: the same configuration, recorded in two spellings."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return text
+    return json.dumps(value, sort_keys=True, separators=(",", ":")) if isinstance(value, dict) else text
+
+
 def provenance_diffs(base: Side, cand: Side) -> list[tuple[str, str, str]]:
     """(what, baseline value, candidate value) for every node fact that differs, then the run dates."""
     na, nb = node_table(base.camp), node_table(cand.camp)
     out = [(f, _values(na, f), _values(nb, f)) for f in NODE_FACTS if _values(na, f) != _values(nb, f)]
     ra, rb = result_table(base.camp), result_table(cand.camp)
+    for df in (ra, rb):
+        df["speculative_config"] = df["speculative_config"].map(lambda v: same_json(str(v)))
     for f in ("model", "model_config_sha256", "dataset_sha256", "sampling", "speculative_config"):
         if _values(ra, f) != _values(rb, f):
             out.append((f, _values(ra, f), _values(rb, f)))

@@ -204,3 +204,24 @@ def test_proportion_intervals_match_newcombe():
     assert d == pytest.approx(0.2) and (lo, hi) == pytest.approx((0.0524, 0.3339), abs=5e-5)
     lo0, hi0 = wilson_interval(0, 16, 0.95)
     assert lo0 == 0 and 0.19 < hi0 < 0.20   # defined at 0 %, where a log interval is not
+
+
+def _server_logs(camp: Path, speculative: dict[str, str]) -> None:
+    """Each host's <config>.server.log with one start line, as the runner writes it."""
+    for host in (d for d in camp.iterdir() if d.is_dir()):
+        for cfg, text in speculative.items():
+            argv = f"/v/bin/vllm serve /m --served-model-name bench --port 8000 --speculative-config {text}"
+            (host / f"{cfg}.server.log").write_text(f"==== specfleet 2026-12-03T07:11:10Z run r1: {argv}\n")
+
+
+def test_a_speculative_config_spelled_with_other_key_order_is_the_same(tmp_path, base):
+    """The worker of issue 22 records --speculative-config with sorted keys, the bastion before it in the
+    plan's order (seen on the H200, docs/engines-gpu.md): fab compare does not call that a difference;
+    another value is one."""
+    _server_logs(base, {"ngram": '{"method":"ngram","num_speculative_tokens":4,"prompt_lookup_min":2,"prompt_lookup_max":128}'})
+    cand = campaign(tmp_path / "new", plan_raw(), seed=3)
+    _server_logs(cand, {"ngram": '{"method":"ngram","num_speculative_tokens":4,"prompt_lookup_max":128,"prompt_lookup_min":2}'})
+    assert "speculative_config" not in [k for k, *_ in compare_dirs(base, cand).provenance]
+    _server_logs(cand, {"ngram": '{"method":"ngram","num_speculative_tokens":5,"prompt_lookup_max":128,"prompt_lookup_min":2}'})
+    diffs = {k: (a, b) for k, a, b in compare_dirs(base, cand).provenance}
+    assert "speculative_config" in diffs and '"num_speculative_tokens":5' in diffs["speculative_config"][1]
