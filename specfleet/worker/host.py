@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+from contextlib import suppress
 import secrets
 import signal
 import subprocess
@@ -32,10 +33,14 @@ def now() -> str:
 
 
 def log(msg: str) -> None:
-    try:
+    with suppress(OSError):  # runner.log on a full disk: the state file (reserve below) still says what happened
         print(f"{now()} {msg}", flush=True)
-    except OSError:  # runner.log on a full disk: the state file (reserve below) still says what happened
-        pass
+
+
+def kill(pid: int, sig: int, group: bool = False) -> None:
+    """Signal a process (`group`: its process group) that may have ended already."""
+    with suppress(ProcessLookupError):
+        (os.killpg if group else os.kill)(pid, sig)
 
 
 def sourced_env(path: str, env: dict) -> dict:
@@ -97,10 +102,7 @@ def end_pids(pids: list[int], what: str, grace: float = 5.0) -> None:
     log(f"ending {what} by PID: {pids}")
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for pid in pids:
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
+            kill(pid, sig)
         deadline = time.monotonic() + grace
         while time.monotonic() < deadline and any(_alive(p) for p in pids):
             time.sleep(0.1)

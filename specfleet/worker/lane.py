@@ -18,8 +18,8 @@ import urllib.request
 from collections import Counter
 
 from . import layout
-from .host import (Fatal, ItemFailed, Stopped, end_pids, engine_identity, env_without_devices, gpu_table, live_pids, log,
-                   now, sourced_env, proc_argv0, proc_has_token)
+from .host import (Fatal, ItemFailed, Stopped, end_pids, engine_identity, env_without_devices, gpu_table, kill,
+                   live_pids, log, now, sourced_env, proc_argv0, proc_has_token)
 from .runspec import BenchRun, Client, Dropped, Serve
 from .slots import flag_values
 from .telemetry import sampler_for
@@ -151,10 +151,7 @@ class Lane:
         """Ends its bench client and server at once (the runner is aborting), then stops as ever."""
         for p in (self.bench, self.server):
             if p is not None and p.poll() is None:
-                try:
-                    os.killpg(p.pid, signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
+                kill(p.pid, signal.SIGTERM, group=True)
         self.stop_server()
 
     def wait_gpu_free(self, timeout: float) -> int:
@@ -409,10 +406,7 @@ class Lane:
         finally:
             tel.stop()
             if self.bench.poll() is None:
-                try:
-                    os.killpg(self.bench.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+                kill(self.bench.pid, signal.SIGKILL, group=True)
                 self.bench.wait()
         rc, self.bench = self.bench.returncode, None
         # the client exits 0 even when the server died under it (its requests just count as failed)
@@ -441,10 +435,7 @@ class Lane:
             return
         pgid, grace = p.pid, min(30.0, self.spec["stop_timeout_s"] / 2)
         for sig in (signal.SIGTERM, signal.SIGKILL):
-            try:
-                os.killpg(pgid, sig)
-            except ProcessLookupError:
-                pass
+            kill(pgid, sig, group=True)
             deadline = time.monotonic() + grace
             while time.monotonic() < deadline and (p.poll() is None or any(st[2] == pgid for _, st in live_pids())):
                 time.sleep(0.2)

@@ -17,6 +17,7 @@ import signal
 import sys
 import threading
 import time
+from contextlib import suppress
 
 from . import layout
 from .host import (Fatal, ItemFailed, Stopped, boot_identity, end_pids, env_without_devices, gpu_table, live_pids, log,
@@ -373,10 +374,8 @@ class Runner:
             why = f"no space left on {os.path.dirname(str(e.filename)) if e.filename else self.run_dir}"
         else:
             why = f"runner crashed: {type(e).__name__}: {e}"
-        try:
+        with suppress(OSError):
             os.unlink(self.reserve)  # frees room on a full disk for the last state
-        except OSError:
-            pass
         cur = next((r for r in self.state.get("items", []) if r["name"] == self.state.get("current")), None)
         if cur is not None and cur["status"] != "done":
             cur.update(status="failed", phase="queue stopped", error=why, finished_at=now())
@@ -384,10 +383,8 @@ class Runner:
             self.finish("failed", why)
         except OSError as e2:
             log(f"cannot record the state ({e2}): {why}")
-        try:
+        with suppress(OSError):
             print(f"specfleet runner: {why}", file=sys.stderr, flush=True)
-        except OSError:
-            pass
 
     def end_previous_leftovers(self) -> None:
         """After a runner crash or kill: end what an earlier runner of this run dir left."""

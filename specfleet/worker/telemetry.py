@@ -14,6 +14,7 @@ import subprocess
 import threading
 import time
 import urllib.request
+from contextlib import suppress
 
 from .host import smi_row
 
@@ -163,10 +164,8 @@ class Sampler:
             self._thread.join(timeout=SMI_TIMEOUT_S + 3)
         if self._fh is not None:
             self._write({"kind": "end", "t": round(time.time(), 3)})
-            try:
+            with suppress(OSError):
                 self._fh.close()
-            except OSError:
-                pass
             self._fh = None
 
 
