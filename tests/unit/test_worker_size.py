@@ -1,0 +1,31 @@
+"""The worker's size budget (docs/dev/worker.md, "Its size"): the program that travels to every
+worker does not grow unnoticed. A change that needs more lines raises WORKER_LINES in the same
+commit and says in its message which behaviour the lines buy."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+WORKER_LINES = 2_300  # all lines, as scripts/package-lines counts them; 2,288 on 2026-12-03
+
+
+def worker_lines(folder: Path) -> int:
+    out = subprocess.run([sys.executable, str(ROOT / "scripts/package-lines"), str(folder)],
+                         capture_output=True, text=True, check=True).stdout
+    return int(out.splitlines()[-1].split()[1].replace(",", ""))
+
+
+def test_the_worker_stays_within_its_budget():
+    lines = worker_lines(ROOT / "specfleet" / "worker")
+    assert lines <= WORKER_LINES, (f"specfleet/worker has {lines} lines, over its budget of {WORKER_LINES}: "
+                                   "cut, or raise WORKER_LINES and say which behaviour the lines buy")
+
+
+def test_the_count_sees_a_file_that_grows(tmp_path):
+    # the budget's count is the one scripts/package-lines gives: a line added is a line counted
+    (tmp_path / "a.py").write_text("x = 1\n" * 10)
+    before = worker_lines(tmp_path)
+    (tmp_path / "b.py").write_text('"""Doc."""\n\n# why\ny = 2\n')
+    assert (before, worker_lines(tmp_path)) == (10, 14)
