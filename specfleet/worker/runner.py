@@ -62,9 +62,11 @@ def atomic_write(path: str, data: str) -> None:
 def load_spec(path: str) -> dict:
     with open(path) as f:
         spec = json.load(f)
-    missing = [k for k in REQUIRED if k not in spec]
+    missing = [k for k in REQUIRED if k not in spec] if isinstance(spec, dict) else ["(not a JSON object)"]
     if missing:
         raise ValueError(f"missing keys {missing}")
+    if not isinstance(spec["items"], list) or not all(isinstance(it, dict) for it in spec["items"]):
+        raise ValueError("items is not a list of objects")
     for it in spec["items"]:
         if not {"name", "serve", "client", "bench"} <= set(it):
             raise ValueError(f"item {it.get('name')!r} needs name, serve, client, bench")

@@ -349,3 +349,16 @@ def test_done_item_whose_result_is_invalid_is_measured_again(bed):
     assert it["vanilla"]["attempts"] == 1 and it["ngram"]["attempts"] == 2, it
     assert f"{bad.name} is missing or invalid: measured again" in bed.log()
     assert isinstance(json.loads(bad.read_text()), dict)
+
+
+@pytest.mark.parametrize("spec", ["[1, 2]", '{"items": []}', "ITEMS5", "ITEMSX"])
+def test_a_malformed_run_spec_is_refused_with_exit_2_and_one_line(tmp_path, spec):
+    from specfleet.worker.runner import EXIT_SPEC, REQUIRED
+    full = {k: None for k in REQUIRED}
+    text = {"ITEMS5": json.dumps({**full, "items": 5}), "ITEMSX": json.dumps({**full, "items": ["x"]})}.get(spec, spec)
+    path = tmp_path / "run.json"
+    path.write_text(text)
+    p = subprocess.run([sys.executable, "-m", "specfleet.worker", "--spec", str(path)], capture_output=True,
+                       text=True, cwd=Path(__file__).resolve().parents[2], timeout=60)
+    assert p.returncode == EXIT_SPEC, p.stderr
+    assert p.stderr.startswith(f"specfleet runner: bad run spec {path}: ") and p.stderr.count("\n") == 1, p.stderr
