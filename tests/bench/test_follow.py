@@ -228,3 +228,16 @@ def test_resume_keeps_the_campaigns_identity():
         assert str(e) == "a runner for another plan or queue is running (pid 42); `fab stop` it first"
     else:
         raise AssertionError("a runner of another queue was replaced")
+
+
+def test_a_placed_run_spec_without_its_run_id_is_replaced_not_a_crash():
+    """run.json on the worker with this plan's hash but no run_id (or not a string), or no items: fab bench
+    stopped for every host with a KeyError; now it is placed anew (the done items keep their item_hash,
+    so nothing is measured twice), or refused while a runner runs it."""
+    spec = {"run_id": "c-new", "plan_hash": "h1", "items": [{"name": "vanilla"}, {"name": "ngram"}]}
+    for placed in ({"plan_hash": "h1", "items": spec["items"]}, {"run_id": 7, "plan_hash": "h1",
+                                                                  "items": spec["items"]},
+                   {"run_id": "c-old", "plan_hash": "h1"}):
+        assert resumed(spec, placed, None) is spec
+        with pytest.raises(RunnerBusy):
+            resumed(spec, placed, 42)
