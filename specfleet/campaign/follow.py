@@ -43,7 +43,7 @@ class Fail:
 
 def progress_line(name: str, v: RunnerView) -> str:
     if not v.state:
-        return f"{name}: runner starting"
+        return f"{name}: {'; '.join(v.problems) or 'runner starting'}"
     done, failed, left = v.counts()
     cur = next((i for i in v.state["items"] if i["name"] == v.state.get("current")), None)
     where = f"{cur['name']}: {cur['status']} ({cur.get('phase') or ''})" if cur else v.state.get("status")

@@ -107,8 +107,8 @@ def resumed(spec: dict, placed: dict | None, running_pid: int | None) -> dict:
     The same plan hash and queue is the same campaign: it resumes under its run_id (the runner keeps
     the done items, collect their results). Anything else replaces the placed spec, unless a runner
     still runs it: RunnerBusy (stop it first)."""
-    if placed and placed.get("plan_hash") == spec["plan_hash"] and \
-            [i["name"] for i in placed["items"]] == [i["name"] for i in spec["items"]]:
+    if placed and placed.get("plan_hash") == spec["plan_hash"] and isinstance(placed.get("run_id"), str) and \
+            [i["name"] for i in placed.get("items", [])] == [i["name"] for i in spec["items"]]:
         return {**spec, "run_id": placed["run_id"]}
     if running_pid is not None:
         raise RunnerBusy(f"a runner for another plan or queue is running (pid {running_pid}); `fab stop` it first")

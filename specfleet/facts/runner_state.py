@@ -6,6 +6,7 @@ and the Slurm path run `view_script` alone. Each section travels as one base64 l
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 
 from ..shell import q, read_sections, sections_script
@@ -24,6 +25,7 @@ class RunnerView:
     alive: bool = False
     done_markers: list[str] = field(default_factory=list)
     boot: str | None = None  # the host's boot identity now (worker host.boot_identity)
+    problems: list[str] = field(default_factory=list)  # a run.json or state.json not read, and why
 
     @property
     def rebooted(self) -> bool:
@@ -60,9 +62,39 @@ def view_script(work_dir: str, campaign: str, host: str) -> str:
 def parse_view(stdout: str) -> RunnerView:
     parts = read_sections(stdout, 5)
     pid_lines = parts[2].split()
-    return RunnerView(spec=_json(parts[0]), state=_json(parts[1]),
+    (spec, spec_why), (state, state_why) = (_shaped(_json(parts[i]), fields) for i, fields in
+                                            ((0, ("name",)), (1, ("name", "status"))))
+    return RunnerView(spec=spec, state=state,
                       runner_pid=int(pid_lines[0]) if pid_lines and pid_lines[0].isdigit() else None,
-                      alive="ALIVE" in pid_lines, done_markers=parts[3].split(), boot=parts[4].strip() or None)
+                      alive="ALIVE" in pid_lines, done_markers=parts[3].split(), boot=parts[4].strip() or None,
+                      problems=[f"{name}: {why}: not read" for name, why in
+                                ((layout.RUN_SPEC, spec_why), (layout.STATE, state_why)) if why])
+
+
+def items_problem(doc: dict, fields: tuple[str, ...] = ("name", "status")) -> str | None:
+    """Why a run.json or state.json that parses is not of the shape the bastion reads (`items` a list of
+    objects, each with these string fields, and an `error` that is a string or null), or None."""
+    items = doc.get("items", [])
+    if not isinstance(items, list):
+        return f"items is {json.dumps(items)[:40]}, not a list of objects"
+    for k, item in enumerate(items):
+        if not isinstance(item, dict):
+            return f"items[{k}] is {json.dumps(item)[:40]}, not an object"
+        for f in fields:
+            if f not in item:
+                return f"items[{k}] has no {f}"
+            if not isinstance(item[f], str):
+                return f"items[{k}].{f} is {json.dumps(item[f])[:40]}, not a string"
+        if not isinstance(item.get("error"), (str, type(None))):
+            return f"items[{k}].error is {json.dumps(item['error'])[:40]}, not a string"
+    return None
+
+
+def _shaped(doc: dict | None, fields: tuple[str, ...]) -> tuple[dict | None, str | None]:
+    """`doc`, or (None, why) when its items are not of the runner's shape: a file read by its shape
+    is never half trusted (a hostile or damaged file reads as absent, named in one line)."""
+    why = items_problem(doc, fields) if doc is not None else None
+    return (None, why) if why else (doc, None)
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..facts.runner_state import items_problem
 from ..worker import layout
 from ..worker.layout import RESULT_RE
 from ..plan.sweep import parse_result_name
@@ -273,6 +274,9 @@ def scan_campaign(root: Path | str, quarantine: bool = True, expect: Expect | No
                 node.state = state if isinstance(state, dict) else None
             except (OSError, ValueError) as e:
                 camp.warnings.append(f"{sp}: unreadable state file ignored ({e})")
+            if node.state is not None and (why := items_problem(node.state)):  # the worker wrote it: its shape too
+                camp.warnings.append(f"{sp}: {why}: not read (the done markers decide)")
+                state = node.state = None
         node.provenance.update(_state_provenance(state))
         done = {p.name.removesuffix(layout.DONE_SUFFIX) for p in hdir.glob("*" + layout.DONE_SUFFIX)} \
             | _done_items(state)

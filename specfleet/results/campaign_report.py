@@ -126,6 +126,8 @@ def report_campaign(campaign_dir: Path | str, baseline: str = DEFAULT_BASELINE,
     command = out.command = planned.command() if planned and not planned.running else None
     if planned and planned.running_note():
         out.warnings.append(planned.running_note())
+    if planned and planned.problem:
+        out.warnings.append(planned.problem)
     if not camp.runs:
         out.error = f"{campaign_dir}: no valid, done result files to merge"
         _remove_stale(campaign_dir)

@@ -52,6 +52,7 @@ class Planned:
     cells: list[str] = field(default_factory=list)               # bench cell names (sweep.py); [] = conc<N>
     running: dict[str, str] = field(default_factory=dict)        # node -> its live runner (collect saw it)
     placed: dict[str, list[str]] = field(default_factory=dict)   # the queues fab bench placed (kept as written)
+    problem: str | None = None                                   # planned.json not read, and why
 
     def cell_names(self) -> list[tuple[str, int]]:
         """(cell name, its concurrency) in plan order."""
@@ -120,6 +121,8 @@ def planned_from(plan, plan_path: str, campaign_dir: Path, split_queues: dict[st
                 repeat=b.repeat, baseline=plan.baseline, plan_hash=plan.plan_hash(), plan_path=plan_path,
                 cells=[c.name for c in b.cells])
     saved = _read_json(campaign_dir / PLANNED_FILE)
+    if saved and (why := _planned_problem(saved)):  # edited by hand: read as absent, said once
+        p.problem, saved = f"{campaign_dir / PLANNED_FILE}: {why}: not read", None
     p.placed = placed_queues(plan, campaign_dir) or {}  # kept through collect's rewrites of the file
     if saved and saved.get("plan_hash") == p.plan_hash and split_queues is None:
         p.queues = {h: list(q) for h, q in (saved.get("queues") or {}).items()}
@@ -147,6 +150,21 @@ def planned_from(plan, plan_path: str, campaign_dir: Path, split_queues: dict[st
         if p.sources.get(h) != RUN_SPEC:
             p.queues[h] = [c for c in q if c == p.baseline or c not in held]
     return p
+
+
+def _planned_problem(saved: dict) -> str | None:
+    """Why planned.json's queues, sources or host notes are not of the shape to_json writes, or None."""
+    for key in ("queues", "sources", "host_notes"):
+        value = saved.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, dict):
+            return f"field '{key}' is not an object"
+        names = key == "queues"   # host -> its configurations; the others: host -> a line
+        for h, v in value.items():
+            if not (isinstance(v, list) and all(isinstance(c, str) for c in v) if names else isinstance(v, str)):
+                return f"field '{key}.{h}' is {json.dumps(v)[:40]}, not {'a list of names' if names else 'a string'}"
+    return None
 
 
 def _read_json(path: Path) -> dict | None:

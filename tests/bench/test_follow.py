@@ -2,8 +2,12 @@
 
 The same situations run for real on the testbed in tests/e2e/test_bench.py and test_faults.py
 (reboot, dropped SSH, killed runner); here each reading and its answer is spelled out."""
+import base64
+
+import pytest
+
 from specfleet.campaign.follow import DEAD_GRACE_S, REBOOTED, Fail, Follow, Say, follow, progress_line
-from specfleet.facts.runner_state import RunnerView
+from specfleet.facts.runner_state import RunnerView, parse_view
 from specfleet.campaign.spec import RunnerBusy, resumed
 from specfleet.connection import Unreachable
 from specfleet.step import Status
@@ -122,6 +126,25 @@ def test_progress_before_the_runner_wrote_its_state():
     assert progress_line("w2", RunnerView(alive=True)) == "w2: runner starting"
 
 
+def view_of(state_text: str, spec_text: str = "") -> RunnerView:
+    """A live runner's view as the bastion reads it over SSH (parse_view of the probe's sections)."""
+    sections = [spec_text, state_text, "100\nALIVE\n", "vanilla\n", "boot-A\n"]
+    return parse_view("".join(base64.b64encode(s.encode()).decode() + "\n" for s in sections))
+
+
+@pytest.mark.parametrize("items", ['null', '5', '["x"]', '[{"name": "vanilla"}]', '[{"name": ["a"], "status": "done"}]',
+                                   '[{"name": "vanilla", "status": "failed", "error": 5}]'])
+def test_a_state_json_of_another_shape_is_one_line_and_following_goes_on(items):
+    """A worker's state.json that parses but is not the runner's shape (fab status, fab bench's follow:
+    a TypeError or KeyError stopped every host) is named in one line; nothing of it is trusted."""
+    v = view_of('{"status": "running", "runner_pid": 100, "items": %s}' % items)
+    line = progress_line("w1", v)
+    assert line.startswith("w1: state.json: ") and "items" in line and "not read" in line
+    f = Follow(runners={"w1": 100})
+    assert says(f.read("w1", v, 0.0, RUN_DIR)) == [line]
+    assert v.counts() == (0, 0, 0) and fails(f.verdicts()) == []
+
+
 class Host:
     def __init__(self, name):
         self.name = name
@@ -205,3 +228,16 @@ def test_resume_keeps_the_campaigns_identity():
         assert str(e) == "a runner for another plan or queue is running (pid 42); `fab stop` it first"
     else:
         raise AssertionError("a runner of another queue was replaced")
+
+
+def test_a_placed_run_spec_without_its_run_id_is_replaced_not_a_crash():
+    """run.json on the worker with this plan's hash but no run_id (or not a string), or no items: fab bench
+    stopped for every host with a KeyError; now it is placed anew (the done items keep their item_hash,
+    so nothing is measured twice), or refused while a runner runs it."""
+    spec = {"run_id": "c-new", "plan_hash": "h1", "items": [{"name": "vanilla"}, {"name": "ngram"}]}
+    for placed in ({"plan_hash": "h1", "items": spec["items"]}, {"run_id": 7, "plan_hash": "h1",
+                                                                  "items": spec["items"]},
+                   {"run_id": "c-old", "plan_hash": "h1"}):
+        assert resumed(spec, placed, None) is spec
+        with pytest.raises(RunnerBusy):
+            resumed(spec, placed, 42)

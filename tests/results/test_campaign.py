@@ -1,7 +1,12 @@
 import json
 import shutil
+from pathlib import Path
 
+import pytest
+
+from specfleet.plan import load_plan
 from specfleet.results.campaign import parse_server_log, scan_campaign
+from specfleet.results.cells import MISSING, cell_states, planned_from
 
 from campaign_builder import FIXTURES, REPORT, write_campaign
 
@@ -106,3 +111,20 @@ def test_appended_server_log_uses_last_start(tmp_path):
     log.write_text("==== specfleet t1 run r1: vllm serve\nGPU KV cache size: 1,000 tokens\n"
                    "==== specfleet t2 run r2: vllm serve\nGPU KV cache size: 2,000 tokens\n")
     assert parse_server_log(log, "w1", "x").kv_tokens == 2000
+
+
+@pytest.mark.parametrize("items", ["5", '["x"]', '[{"name": "eagle3"}]', '[{"name": ["a"], "status": "done"}]'])
+def test_a_state_json_of_another_shape_is_one_warning_and_the_markers_decide(campaign, items):
+    """A host's state.json (fetched from the worker as it is) whose items are not the runner's shape:
+    one warning naming the file and the field, the done markers decide, and the planned cells are still
+    listed (a TypeError in the missing cell's reason stopped fab collect and fab report for every host)."""
+    (campaign / "w2" / "eagle3.done").unlink()
+    (campaign / "w2" / "state.json").write_text('{"status": "running", "items": %s}' % items)
+    camp = scan_campaign(campaign, quarantine=False)
+    plan = load_plan(Path(__file__).resolve().parents[2] / "plans" / "qwen3-32b.yml")  # the report's four configurations
+    states = {(c.config, c.node, c.cell): c for c in cell_states(camp, planned_from(plan, "p.yml", campaign))}
+    [warning] = [w for w in camp.warnings if "state.json" in w]
+    assert str(campaign / "w2" / "state.json") in warning and "items" in warning and "not read" in warning
+    assert camp.nodes["w2"].state is None and camp.nodes["w2"].done == {"vanilla"}
+    assert states[("eagle3", "w2", "conc16")].state == MISSING
+    assert "'eagle3' has no done marker on w2" in states[("eagle3", "w2", "conc16")].why

@@ -190,3 +190,23 @@ def test_the_queues_fab_bench_placed_are_what_collect_and_report_plan_with(tmp_p
     assert placed_queues(other, camp) is None
     planned_json(camp, QUEUES)
     assert json.loads((camp / "planned.json").read_text())["sources"]["w1"] == SPLIT and placed_queues(plan, camp) is None
+
+
+@pytest.mark.parametrize("fields", [{"queues": []}, {"queues": {"w2": 5}}, {"sources": ["w1"]},
+                                    {"host_notes": [["w2"]]}, {"queues": {"w2": "vanilla"}}])
+def test_a_planned_json_of_another_shape_is_one_warning_and_the_host_folders_plan(tmp_path, fields):
+    """planned.json damaged (edited by hand: a field of another type) is not read: one warning names the
+    file and the field, and the queues come from the host folders as without one (was a traceback, or a
+    queue read letter by letter)."""
+    from specfleet.plan import parse_plan
+    from specfleet.results.campaign_report import report_plan
+    camp = write_campaign(tmp_path / "results" / CAMPAIGN)
+    plan = parse_plan(PLAN)
+    (camp / "planned.json").write_text(json.dumps({"plan_hash": plan.plan_hash(), "queues": QUEUES,
+                                                   "sources": {}, "host_notes": {}, **fields}))
+    o = report_plan(plan, "plan.yml", tmp_path / "results", quiet=True)
+    [warning] = [w for w in o.warnings if "planned.json" in w]
+    key = next(iter(fields))
+    assert str(camp / "planned.json") in warning and f"'{key}" in warning and "not read" in warning, warning
+    assert o.exit_code == 0 and {(c.config, c.node) for c in o.cells} == {
+        (cfg, h) for h, q in QUEUES.items() for cfg in q}
