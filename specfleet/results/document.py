@@ -356,8 +356,8 @@ def print_report(model: ReportModel, console=None, gate_only: bool = False) -> N
     if not gate_only:
         for c in model.conclusions:
             console.print("• " + c.replace("**", ""), markup=False)
-    for q in model.quarantined:
-        console.print(q, style="yellow", markup=False)
+    for m in model.quarantined + [f"warning: {w}" for w in model.warnings]:  # as report.md lists them
+        console.print(m, style="yellow", markup=False)
     if cells is not None:
         _print_cell_rows(cells, console)
 
