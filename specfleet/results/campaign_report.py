@@ -13,7 +13,6 @@ from ..plan.assertions import NOT_CHECKED, AssertionResult, check
 from .campaign import Campaign, Expect, Quarantined, scan_campaign
 from .bastion_io import atomic_write_text
 from .cells import PLANNED_FILE, CellState, Planned, cell_states, planned_from
-from .comparison import write_snapshot
 from .conclusions import conclusions
 from .gate import DEFAULT_BASELINE, EquivalenceRule, GateResult, check_equivalence
 from .goodput import SLO_HEADERS, add_goodput, slo_lines, slo_rows
@@ -22,6 +21,8 @@ from .measures import NoiseBand
 from .merge import Tables, build_tables
 from .document import ReportModel, Section, build_model, print_cells, print_report, write_report
 from .export import export_cells, remove_stale
+from .plan_snapshot import plan_drift, write_snapshot
+from .provenance import plan_hashes
 from .plots import namespace_ids
 from .telemetry_report import (TELEMETRY_HEADERS, TIMELINE_IMAGE, node_differences, telemetry_rows, telemetry_table,
                                timeline_svg)
@@ -48,6 +49,8 @@ class ReportOutcome:
     command: str | None = None   # what measures the cells that are not merged again
     assertions: list = field(default_factory=list)  # the plan's assertions (bench/assertions.py), checked
     campaign: Campaign | None = None   # what was scanned (the llm-d export reads its runs)
+    measured_plan: str | None = None   # the plan hash(es) the results carry where the plan's is not one
+    measurement_changed: bool = False  # ...and the plan now measures something else (or unknown)
 
     @property
     def not_merged_cells(self) -> list[CellState]:
@@ -128,6 +131,10 @@ def report_campaign(campaign_dir: Path | str, baseline: str = DEFAULT_BASELINE,
         out.warnings.append(planned.running_note())
     if planned and planned.problem:
         out.warnings.append(planned.problem)
+    hashes = plan_hashes(camp)
+    if planned and (drift := plan_drift(campaign_dir, hashes, planned.plan_hash, planned.fields, planned.plan_path)):
+        out.warnings.append(drift[0])
+        out.measured_plan, out.measurement_changed = ", ".join(sorted(hashes)), drift[1]
     if not camp.runs:
         out.error = f"{campaign_dir}: no valid, done result files to merge"
         _remove_stale(campaign_dir)
@@ -228,14 +235,15 @@ def add_peer_sections(model, camp, tables, baseline: str, slo) -> None:
 
 
 def after_report(out, plan, console=None, quiet: bool = False) -> None:
-    """Writes plan.json beside the host folders; checks the plan's assertions into out.assertions
+    """Writes plan.json beside the host folders (while the results carry the plan's hash); checks the plan's assertions into out.assertions
     (a failed or unchecked one adds EXIT_ASSERTION to the exit code) and prints them."""
-    if out.campaign_dir.is_dir():
+    if out.campaign_dir.is_dir() and out.measured_plan is None:  # plan.json: the plan the results measured
         write_snapshot(out.campaign_dir, plan)
     _stale_timeline(out)
-    if out.merged and out.tables is not None and out.campaign is not None:  # llm-d Benchmark Report v0.2
+    if out.merged and out.tables is not None and out.campaign is not None and not out.measurement_changed:
+        # llm-d Benchmark Report v0.2, stamped with the plan hash the results carry
         if files := export_cells(out.campaign_dir, out.campaign, out.tables, plan, out.model.gate_verdict,
-                                 out.gate.rule.describe()):
+                                 out.gate.rule.describe(), out.measured_plan or plan.plan_hash()):
             out.paths["llm-d"] = files[0].parent
     else:
         remove_stale(out.campaign_dir)

@@ -53,6 +53,7 @@ class Planned:
     running: dict[str, str] = field(default_factory=dict)        # node -> its live runner (collect saw it)
     placed: dict[str, list[str]] = field(default_factory=dict)   # the queues fab bench placed (kept as written)
     problem: str | None = None                                   # planned.json not read, and why
+    fields: dict = field(default_factory=dict)  # the plan as hashed (Plan.canonical_json): what changed since
 
     def cell_names(self) -> list[tuple[str, int]]:
         """(cell name, its concurrency) in plan order."""
@@ -119,7 +120,7 @@ def planned_from(plan, plan_path: str, campaign_dir: Path, split_queues: dict[st
     b = plan.benchmark
     p = Planned(configs=[c.name for c in plan.configurations], concurrencies=list(b.concurrencies),
                 repeat=b.repeat, baseline=plan.baseline, plan_hash=plan.plan_hash(), plan_path=plan_path,
-                cells=[c.name for c in b.cells])
+                cells=[c.name for c in b.cells], fields=json.loads(plan.canonical_json()))
     saved = _read_json(campaign_dir / PLANNED_FILE)
     if saved and (why := _planned_problem(saved)):  # edited by hand: read as absent, said once
         p.problem, saved = f"{campaign_dir / PLANNED_FILE}: {why}: not read", None

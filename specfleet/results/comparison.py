@@ -31,24 +31,14 @@ from .gpu_gate import split_off_gpu_copies
 from .measures import NoiseBand
 from .merge import Tables, build_tables
 from .consistency import result_table
+from .plan_snapshot import PLAN_SNAPSHOT, field_diffs
 from .provenance import NOT_RECORDED, node_table
 from ..worker.stats import ratio_interval, t_quantile, wilson_interval
 
-PLAN_SNAPSHOT = "plan.json"   # written beside the host folders by `fab collect` / `fab report`
 # plan fields that may differ between the two campaigns: what is being compared (the GPU and the date
 # are not plan fields; they show among the provenance differences)
 COMPARED_FIELDS = ("vllm_version", "campaign", "server.args")
 NODE_FACTS = ("engine", "vllm", "torch", "gpu", "gpus", "driver", "cuda", "python", "venv_digest")
-
-
-def write_snapshot(campaign_dir: Path, plan) -> None:
-    """plan.json: the plan as hashed, with its assertions (not hashed), for `fab compare`."""
-    data = {"plan_hash": plan.plan_hash(), "plan": json.loads(plan.canonical_json()),
-            "assertions": [a.model_dump(exclude_none=True) for a in plan.assertions]}
-    text = json.dumps(data, indent=1, sort_keys=True) + "\n"
-    p = Path(campaign_dir) / PLAN_SNAPSHOT
-    if not p.is_file() or p.read_text(encoding="utf-8") != text:
-        p.write_text(text, encoding="utf-8")
 
 
 @dataclass
@@ -389,33 +379,14 @@ def provenance_diffs(base: Side, cand: Side) -> list[tuple[str, str, str]]:
     return out
 
 
-def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(d, dict):
-        out: dict[str, Any] = {}
-        for k, v in d.items():
-            out.update(_flatten(v, f"{prefix}.{k}" if prefix else str(k)))
-        return out
-    return {prefix: d}
-
-
-def _by_name(plan: dict) -> dict:
-    p = dict(plan)
-    p["configurations"] = {c.get("name"): {k: v for k, v in c.items() if k != "name"}
-                           for c in plan.get("configurations") or []}
-    return p
-
-
 def plan_diffs(base: Side, cand: Side) -> tuple[list[tuple[str, str, str]], list[tuple[str, str, str]]]:
     """(compared, other): the plan fields that differ, split into what a comparison is for (the vLLM
     version, the campaign's name, server flags) and everything else (named: it may be what moved)."""
     if base.plan is None or cand.plan is None:
         return [], []
-    fa, fb = _flatten(_by_name(base.plan)), _flatten(_by_name(cand.plan))
     compared, other = [], []
-    for k in sorted(set(fa) | set(fb)):
-        if fa.get(k, "<absent>") == fb.get(k, "<absent>"):
-            continue
-        row = (k, json.dumps(fa.get(k, "<absent>")), json.dumps(fb.get(k, "<absent>")))
+    for row in field_diffs(base.plan, cand.plan):
+        k = row[0]
         flag = k in COMPARED_FIELDS or (k.startswith("configurations.") and k.endswith(".extra_args"))
         (compared if flag else other).append(row)
     return compared, other

@@ -189,9 +189,11 @@ def _version() -> str:
         return "unknown"
 
 
-def export_cells(campaign_dir: Path, camp, tables, plan, gate_verdict: str, gate_rule: str) -> list[Path]:
-    """Write one file per merged row (a file whose content is the same is left as it is; files of rows
-    no longer merged are removed); returns their paths."""
+def export_cells(campaign_dir: Path, camp, tables, plan, gate_verdict: str, gate_rule: str,
+                 plan_hash: str) -> list[Path]:
+    """Write one file per merged row, stamped with `plan_hash`, the plan hash its results carry (a file
+    whose content is the same is left as it is; files of rows no longer merged are removed); returns
+    their paths."""
     from ..campaign.commands import Paths, serve_argv
     out_dir = Path(campaign_dir) / EXPORT_DIR
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -209,7 +211,7 @@ def export_cells(campaign_dir: Path, camp, tables, plan, gate_verdict: str, gate
         except KeyError:
             argv = []
         doc = cell_report(row, runs, nodes.get(row["node"], {}), results.get((row["node"], row["config"]), {}),
-                          campaign=plan.campaign, plan_hash=plan.plan_hash(), model_name=plan.model.name,
+                          campaign=plan.campaign, plan_hash=plan_hash, model_name=plan.model.name,
                           gate_verdict=gate_verdict, gate_rule=gate_rule, simulated=bool(row.get("simulated")),
                           serve_argv=argv, bench={"output_len": _num(row.get("output_len")) or b.output_len})
         safe = lambda s: re.sub(r"[^A-Za-z0-9_.-]", "_", str(s))  # noqa: E731

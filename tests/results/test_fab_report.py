@@ -210,3 +210,44 @@ def test_a_planned_json_of_another_shape_is_one_warning_and_the_host_folders_pla
     assert str(camp / "planned.json") in warning and f"'{key}" in warning and "not read" in warning, warning
     assert o.exit_code == 0 and {(c.config, c.node) for c in o.cells} == {
         (cfg, h) for h, q in QUEUES.items() for cfg in q}
+
+
+def test_results_of_another_version_of_the_plan_say_so_and_what_changed(tmp_path):
+    """Every result records the plan hash it was measured with. A plan edited since (here the output
+    length) would otherwise label them with what they did not measure: the report names both hashes
+    and the changed fields (from plan.json, the measured plan, which it keeps), writes no llm-d export,
+    and tells how to measure again; a change of the report's rule alone leaves the results standing."""
+    from specfleet.plan import parse_plan
+    from specfleet.results.export import EXPORT_DIR
+    measured = parse_plan(PLAN).plan_hash()
+    camp = write_campaign(tmp_path / "results" / CAMPAIGN, extra={"plan_hash": measured})
+    first = fab_report(tmp_path)
+    assert first.returncode == 0 and "carry plan hash" not in first.stdout, out(first)
+    assert json.loads((camp / "plan.json").read_text())["plan_hash"] == measured
+    assert len(list((camp / EXPORT_DIR).glob("*.json"))) == 10
+
+    longer = {**PLAN, "benchmark": {**PLAN["benchmark"], "output_len": 256}}
+    r = fab_report(tmp_path, plan=longer)
+    said = flat(r.stdout)
+    now = parse_plan(longer).plan_hash()
+    assert r.returncode == 0, out(r)
+    assert f"the results carry plan hash {measured}; {tmp_path / 'plan.yml'} hashes {now} now" in said, out(r)
+    assert "benchmark.output_len 512 -> 256" in said and "no llm-d export" in said, out(r)
+    assert "benchmark.output_len 512 -> 256" in flat((camp / "report.md").read_text())
+    assert json.loads((camp / "plan.json").read_text())["plan_hash"] == measured   # the measured plan stays
+    assert list((camp / EXPORT_DIR).glob("*.json")) == []
+
+    stricter = {**PLAN, "equivalence": {"tolerance_pct": 5}}
+    r = fab_report(tmp_path, plan=stricter)
+    assert r.returncode == 0 and "equivalence.tolerance_pct 3.0 -> 5.0" in flat(r.stdout), out(r)
+    assert "Only how the report judges or places them changed: the results stand" in flat(r.stdout), out(r)
+    docs = [json.loads(f.read_text()) for f in (camp / EXPORT_DIR).glob("*.json")]
+    assert len(docs) == 10 and {d["scenario"]["stack"][1]["standardized"]["plan_hash"] for d in docs} == {measured}
+
+    (camp / "plan.json").unlink()
+    r = fab_report(tmp_path, plan=longer)
+    assert "what changed is not known (plan.json does not hold the plan of that hash)" in flat(r.stdout), out(r)
+    assert not (camp / "plan.json").exists()
+    again = fab_report(tmp_path)
+    assert again.returncode == 0 and "carry plan hash" not in again.stdout, out(again)
+    assert json.loads((camp / "plan.json").read_text())["plan_hash"] == measured
