@@ -135,13 +135,14 @@ def report_campaign(campaign_dir: Path | str, baseline: str = DEFAULT_BASELINE,
     if planned and (drift := plan_drift(campaign_dir, hashes, planned.plan_hash, planned.fields, planned.plan_path)):
         out.warnings.append(drift[0])
         out.measured_plan, out.measurement_changed = ", ".join(sorted(hashes)), drift[1]
+    own = [w for w in out.warnings if w not in (notes or [])]  # on the terminal: the caller says its notes itself
     if not camp.runs:
         out.error = f"{campaign_dir}: no valid, done result files to merge"
         _remove_stale(campaign_dir)
         if not quiet:
             from rich.console import Console
             c = console or Console()
-            for m in qmsgs + out.warnings:
+            for m in qmsgs + own:
                 c.print(m, style="yellow", markup=False)
             print_cells(out.cells, command, c)
             c.print(out.error, style="bold red", markup=False)
@@ -160,12 +161,12 @@ def report_campaign(campaign_dir: Path | str, baseline: str = DEFAULT_BASELINE,
     if not gate.passed and not force:
         _remove_stale(campaign_dir)
         if not quiet:
-            print_report(model, console, gate_only=True)
+            print_report(model, console, gate_only=True, warnings=own)
         return out
     out.paths = write_report(campaign_dir, model, tables)
     out.merged = True
     if not quiet:
-        print_report(model, console)
+        print_report(model, console, warnings=own)
     return out
 
 

@@ -323,8 +323,9 @@ def write_report(out_dir: Path, model: ReportModel, tables: Tables) -> dict[str,
     return paths
 
 
-def print_report(model: ReportModel, console=None, gate_only: bool = False) -> None:
-    """The main tables on the terminal (rich)."""
+def print_report(model: ReportModel, console=None, gate_only: bool = False, warnings: list[str] | None = None) -> None:
+    """The main tables on the terminal (rich); `warnings`: those to print (default: all the model's;
+    the caller says its own notes itself)."""
     from rich.console import Console
     from rich.table import Table
 
@@ -356,7 +357,7 @@ def print_report(model: ReportModel, console=None, gate_only: bool = False) -> N
     if not gate_only:
         for c in model.conclusions:
             console.print("• " + c.replace("**", ""), markup=False)
-    for m in model.quarantined + [f"warning: {w}" for w in model.warnings]:  # as report.md lists them
+    for m in model.quarantined + [f"warning: {w}" for w in (model.warnings if warnings is None else warnings)]:
         console.print(m, style="yellow", markup=False)
     if cells is not None:
         _print_cell_rows(cells, console)
