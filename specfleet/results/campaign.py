@@ -65,12 +65,23 @@ def parse_name(name: str) -> tuple[str, int, int | None] | None:
     return (m["config"], int(m["conc"]), int(m["rep"]) if m["rep"] is not None else None) if m else None
 
 
-def check_file(path: Path, expect: Expect | None = None) -> Result:
-    """Load and judge one result file: schema, name vs content, completeness. Raises ResultError."""
+def check_file(path: Path, expect: Expect | None = None, host: str | None = None) -> Result:
+    """Load and judge one result file of `host`'s folder: schema, name and folder vs content,
+    completeness. Raises ResultError."""
     res = load_result(path)
     parsed = parse_name(path.name)
     if parsed and res.max_concurrency is not None and res.max_concurrency != parsed[1]:
         raise ResultError(path, f"max_concurrency is {res.max_concurrency} but the file name says conc{parsed[1]}")
+    # the runner writes node and config into the result it names and places: a file that says another
+    # is a copy, and merged it would be counted as what it did not measure (another node's run passing
+    # the equivalence gate against itself)
+    meta = res.metadata()
+    if parsed and meta.get("config", parsed[0]) != parsed[0]:
+        raise ResultError(path, f"its metadata says configuration '{meta['config']}', its name '{parsed[0]}': "
+                                "a copy of another configuration's result")
+    if host is not None and meta.get("node", host) != host:
+        raise ResultError(path, f"its metadata says node '{meta['node']}', its folder '{host}': "
+                                "a copy of another node's result")
     expect = expect or Expect()
     if why := incomplete(res, expect.asked(path.name), expect.max_failed_requests):
         raise ResultError(path, why)
@@ -301,18 +312,13 @@ def scan_campaign(root: Path | str, quarantine: bool = True, expect: Expect | No
                 camp.warnings.append(f"{path}: config '{cfg}' on {host} has no done marker, not merged")
                 continue
             try:
-                res = check_file(path, expect)
+                res = check_file(path, expect, host)
                 run = Run(host, cfg, conc, rep, path, res, parse_result_name(path.name)[1])
             except ResultError as e:
                 camp.quarantined.append(quarantine_file(root, host, path, e.problem) if quarantine
                                         else Quarantined(host, path, path, e.problem))
                 continue
-            meta = res.metadata()
-            if meta.get("node") and meta["node"] != host:
-                camp.warnings.append(f"{path}: metadata node '{meta['node']}' differs from directory '{host}'")
-            if meta.get("config") and meta["config"] != cfg:
-                camp.warnings.append(f"{path}: metadata config '{meta['config']}' differs from file name '{cfg}'")
-            for k, v in meta.items():
+            for k, v in res.metadata().items():
                 if k not in ("node", "config"):
                     node.provenance.setdefault(k, v)
             if res.date:

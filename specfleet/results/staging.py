@@ -78,7 +78,7 @@ def accept(campaign_dir: Path, host: str, expect: Expect | None = None, limits: 
             continue
         if parse_name(f.name):
             try:
-                check_file(f, expect)
+                check_file(f, expect, host)
             except ResultError as e:
                 out.refused.append(_refuse(campaign_dir, host, f, dest, e.problem, expect))
                 continue
@@ -118,7 +118,7 @@ def _remove(p: Path) -> None:
 def _refuse(campaign_dir: Path, host: str, staged: Path, dest: Path, problem: str, expect: Expect | None) -> str:
     if dest.is_file():
         try:
-            check_file(dest, expect)
+            check_file(dest, expect, host)
             kept = "the valid copy collected earlier is kept and merged"
         except ResultError:
             kept = "the copy collected earlier is not valid either"

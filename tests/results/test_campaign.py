@@ -72,6 +72,23 @@ def test_mislabelled_concurrency_is_quarantined(campaign):
         "max_concurrency is 4 but the file name says conc16"]
 
 
+
+def test_a_result_whose_metadata_names_another_node_or_configuration_is_a_copy_not_merged(campaign):
+    """The runner writes node and config into every result it names: w1's file copied into w2's folder
+    would otherwise pass the equivalence gate against itself, and eagle3's run copied as ngram_improved
+    would be reported as ngram_improved (they were warnings, and merged)."""
+    shutil.copy(campaign / "w1" / "vanilla_conc16.json", campaign / "w2" / "vanilla_conc16.json")
+    d = json.loads((campaign / "w2" / "eagle3_conc1.json").read_text())
+    (campaign / "w1" / "ngram_improved_conc1.json").write_text(json.dumps({**d, "node": "w1"}))
+    camp = scan_campaign(campaign, quarantine=False)
+    assert sorted((q.host, q.source.name, q.reason) for q in camp.quarantined) == [
+        ("w1", "ngram_improved_conc1.json", "its metadata says configuration 'eagle3', its name 'ngram_improved': "
+                                            "a copy of another configuration's result"),
+        ("w2", "vanilla_conc16.json", "its metadata says node 'w1', its folder 'w2': a copy of another node's result")]
+    assert ("w2", "vanilla", 16) not in {(r.host, r.config, r.conc) for r in camp.runs}
+    assert len(camp.runs) == len(REPORT) - 2
+
+
 def test_repeats_are_separate_runs(tmp_path):
     root = tmp_path / "c"
     write_campaign(root)

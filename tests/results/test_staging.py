@@ -66,3 +66,15 @@ def test_a_crashed_collects_staging_is_not_taken(tmp_path):
     stage = fresh_staging(camp, "w1")  # the next collect starts from an empty staging folder
     assert not any(stage.iterdir())
     assert accept(camp, "w1", EXPECT).replaced == []
+
+
+def test_a_fetched_result_that_names_another_node_is_refused_and_the_local_copy_stays(tmp_path):
+    camp = tmp_path / "c"
+    (camp / "w1").mkdir(parents=True)
+    (camp / "w1" / "vanilla_conc1.json").write_text(good())
+    stage = fresh_staging(camp, "w1")
+    (stage / "vanilla_conc1.json").write_text(good(node="w2"))
+    got = accept(camp, "w1", EXPECT)
+    [msg] = got.refused
+    assert "its metadata says node 'w2', its folder 'w1'" in msg and "valid copy collected earlier is kept" in msg
+    assert (camp / "w1" / "vanilla_conc1.json").read_text() == good()
