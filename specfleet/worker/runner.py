@@ -177,13 +177,15 @@ class Runner:
             marker, prev = self.done_marker(it), old.get(it["name"], {})
             done = marker is not None
             rec = self.new_record(it["name"], it.get("item_hash"), "done earlier" if done else "")
-            rec.update(status="done" if done else "pending", attempts=prev.get("attempts", 0))
+            n = prev.get("attempts")  # the earlier runner's record: a damaged one is not a crash
+            rec.update(status="done" if done else "pending", attempts=n if type(n) is int else 0)
             if done:  # keep what the earlier run recorded (the done marker is the authority)
                 rec.update({k: prev[k] for k in ("started_at", "server_pid", "model_path", "notes") if k in prev},
                            finished_at=marker.get("finished_at"), results=marker.get("results", []))
             elif self.rebooted and prev.get("status") not in (None, "pending", "failed", "done") \
                     or self.rebooted and "SIGTERM" in str(prev.get("error")):
-                rec["interrupted"] = ("host rebooted while it ran (the shutdown stopped it)" if prev["status"] == "pending"
+                rec["interrupted"] = ("host rebooted while it ran (the shutdown stopped it)"
+                                      if prev.get("status") in (None, "pending")
                                       else f"host rebooted during {prev['status']} ({prev.get('phase') or ''})")
             elif prev.get("interrupted"):  # keep the record until the item is done
                 rec["interrupted"] = prev["interrupted"]

@@ -362,3 +362,16 @@ def test_a_malformed_run_spec_is_refused_with_exit_2_and_one_line(tmp_path, spec
                        text=True, cwd=Path(__file__).resolve().parents[2], timeout=60)
     assert p.returncode == EXIT_SPEC, p.stderr
     assert p.stderr.startswith(f"specfleet runner: bad run spec {path}: ") and p.stderr.count("\n") == 1, p.stderr
+
+
+@pytest.mark.parametrize("old", [{"items": [{"name": "vanilla", "attempts": None}]},
+                                 {"boot": "an-earlier-boot/0", "items": [{"name": "vanilla", "error": "SIGTERM"}]}])
+def test_a_state_json_with_items_of_wrong_types_is_not_a_crash(bed, old):
+    """state.json is only the earlier runner's record: an item without a status or with a non-number
+    of attempts (a hand edit, a damaged file) must not crash every resume (before: TypeError in the
+    pool, KeyError 'status' after a reboot; exit 4)."""
+    spec = bed.spec(bed.plan(), queue=["vanilla"])
+    bed.run_dir.mkdir(parents=True)
+    (bed.run_dir / "state.json").write_text(json.dumps(old))
+    assert bed.run(spec) == EXIT_OK, bed.log()
+    assert bed.items()["vanilla"]["status"] == "done" and bed.items()["vanilla"]["attempts"] == 1
