@@ -142,7 +142,8 @@ class Runner:
                     r = json.load(f)
             except (OSError, ValueError):
                 r = None
-            ok = isinstance(r, dict) and all(isinstance(r.get(k, 0), (int, float)) for k in RESULT_KEYS) \
+            nums = [r.get(k, 0) for k in RESULT_KEYS] + [r.get("failed") or 0] if isinstance(r, dict) else [None]
+            ok = all(isinstance(v, (int, float)) for v in nums) \
                 and r.get("completed", 1) > 0 and (r.get("failed") or 0) <= item.get("max_failed_requests", 0)
             if not ok:
                 log(f"[{item['name']}] done marker present but {b['result_file']} is missing or invalid: "

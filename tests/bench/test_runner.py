@@ -78,6 +78,9 @@ def test_a_done_result_within_the_items_failed_request_tolerance_is_not_measured
     assert runner.results_valid(item)
     (rdir / item["bench"][0]["result_file"]).write_text(json.dumps({**result, "completed": 14, "failed": 2}))
     assert not runner.results_valid(item)
+    # a damaged count is an invalid result, measured again, not a crash of every resume (before: TypeError)
+    (rdir / item["bench"][0]["result_file"]).write_text(json.dumps({**result, "failed": "1"}))
+    assert not runner.results_valid(item)
 
 
 def test_server_dies_during_load_fails_fast_next_runs(bed):
