@@ -381,9 +381,9 @@ class Runner:
             why = f"runner crashed: {type(e).__name__}: {e}"
         with suppress(OSError):
             os.unlink(self.reserve)  # frees room on a full disk for the last state
-        cur = next((r for r in self.state.get("items", []) if r["name"] == self.state.get("current")), None)
-        if cur is not None and cur["status"] != "done":
-            cur.update(status="failed", phase="queue stopped", error=why, finished_at=now())
+        for rec in self.state.get("items", []):  # the item(s) it ran in; a lane the pool stopped is pending
+            if rec["status"] in RUNNING_STATUSES:
+                rec.update(status="failed", phase="queue stopped", error=why, finished_at=now())
         try:
             self.finish("failed", why)
         except OSError as e2:

@@ -263,3 +263,38 @@ def test_an_item_pinned_to_a_gpu_kept_out_fails_alone_and_says_why(bed, monkeypa
     assert rc == 4, bed.log()
     assert items["vanilla"]["gpus"][0]["index"] == 0 and "GPU memory still" in items["vanilla"]["error"]
     assert items["ngram5"]["status"] == "failed" and "pinned to GPU 0, which is kept out" in items["ngram5"]["error"]
+
+
+def test_a_runner_bug_in_one_lane_fails_that_item_and_leaves_the_stopped_one_pending(bed, monkeypatch):
+    """A lane that ends with anything but ItemFailed / Stopped / Fatal (a runner bug) while another
+    lane runs: the pool stops the other lane, then abort records the crash on the item it happened
+    in (before: on state["current"], the item started last, while the crashed one stayed
+    'benchmarking' in a finished state)."""
+    from specfleet.worker.host import Stopped
+    from specfleet.worker.lane import Lane
+    from specfleet.worker.runner import Runner
+    s = json.loads(spec(bed, four_gpus(bed, tp2=False), ["vanilla", "ngram"]).read_text())
+    runner = Runner(s)
+    os.makedirs(runner.run_dir)
+    runner.load_state()
+
+    def run_item(lane, item, rec):   # vanilla crashes once ngram runs beside it; ngram runs until stopped
+        runner.set(rec, "benchmarking", "bench")
+        while item["name"] == "vanilla" and runner.state["items"][1]["status"] != "benchmarking":
+            time.sleep(0.01)
+        if item["name"] == "vanilla":
+            raise RuntimeError("a runner bug")
+        while not runner.stopping:
+            time.sleep(0.01)
+        raise Stopped("stopped")
+    monkeypatch.setattr(Lane, "run_item", run_item)
+    gpus = [{"index": i, **g} for i, g in enumerate(GPUS)]
+    with pytest.raises(RuntimeError) as crash:
+        runner.pool(list(zip(s["items"], runner.state["items"])), gpus)
+    runner.abort(crash.value)
+    st = json.loads((bed.run_dir / "state.json").read_text())
+    items = {i["name"]: i for i in st["items"]}
+    assert st["status"] == "failed" and "runner crashed: RuntimeError: a runner bug" in st["error"]
+    assert items["vanilla"]["status"] == "failed", items
+    assert "RuntimeError: a runner bug" in items["vanilla"]["error"]
+    assert items["ngram"]["status"] == "pending", items
