@@ -265,6 +265,8 @@ class Lane:
                 ans = json.loads(p.stdout.strip().splitlines()[-1]) if p.returncode == 0 else None
             except (OSError, subprocess.TimeoutExpired, ValueError, IndexError) as e:
                 raise ItemFailed(f"the prompt-length check could not run: {e}") from None
+            if ans is None and self.signalled(p.returncode):
+                raise Stopped(f"stopped by SIGTERM (the prompt-length check exited with code {p.returncode})")
             if ans is None:
                 raise ItemFailed(f"the prompt-length check failed (exit {p.returncode}): "
                                  f"{(p.stdout + p.stderr).strip()[-500:]}")
@@ -353,16 +355,19 @@ class Lane:
     def check_server(self, item: dict) -> None:
         if self.server is not None and self.server.poll() is not None:
             log_path = self.server_log(item)
-            if self.server.returncode in (0, -signal.SIGTERM, -signal.SIGINT):
-                # ended from outside with a clean stop: a shutdown (reboot) signals us too, a moment later
-                deadline = time.monotonic() + 3.0
-                while not self.owner.stopping and time.monotonic() < deadline:
-                    time.sleep(0.05)
-                if self.owner.stopping:
-                    raise Stopped(f"stopped by SIGTERM (its server had exited with code {self.server.returncode}: "
-                                  "a host shutdown?)")
+            if self.signalled(self.server.returncode):
+                raise Stopped(f"stopped by SIGTERM (its server had exited with code {self.server.returncode}: "
+                              "a host shutdown?)")
             raise ItemFailed(f"vllm serve exited with code {self.server.returncode}; last 40 lines of "
                              f"{log_path}:\n{tail(log_path)}")
+
+    def signalled(self, rc: int) -> bool:
+        """A child ended from outside with a clean stop (0, SIGTERM, SIGINT) while the runner is stopping:
+        a shutdown (reboot) or Slurm's scancel signals every process, the runner a moment later (3 s)."""
+        deadline = time.monotonic() + 3.0
+        while rc in (0, -signal.SIGTERM, -signal.SIGINT) and not self.owner.stopping and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return rc in (0, -signal.SIGTERM, -signal.SIGINT) and self.owner.stopping
 
     def between_runs(self, item: dict, rec: dict) -> None:
         s = self.spec

@@ -378,3 +378,19 @@ def test_a_state_json_with_items_of_wrong_types_is_not_a_crash(bed, old):
     (bed.run_dir / "state.json").write_text(json.dumps(old))
     assert bed.run(spec) == EXIT_OK, bed.log()
     assert bed.items()["vanilla"]["status"] == "done" and bed.items()["vanilla"]["attempts"] == 1
+
+
+def test_sigterm_to_every_process_during_the_fit_check_leaves_the_item_pending(bed):
+    """A shutdown or Slurm's scancel signals every process, the fit check (a child in the runner's
+    own process group) too: the item is interrupted, not failed (before: 'the prompt-length check
+    failed (exit -15)', the runner 'failed', exit 1)."""
+    started = bed.tmp / "fitcheck-started"
+    py = bed.venv / "bin" / "python"
+    head, rest = py.read_text().split("\n", 1)
+    py.write_text(f'{head}\ncase "$*" in *fitcheck*) touch {started}; sleep 30;; esac\n{rest}')
+    p = bed.start(bed.spec(bed.plan(), queue=["vanilla"]))
+    assert wait_for(started.exists, 30), bed.log()
+    os.killpg(p.pid, signal.SIGTERM)
+    assert p.wait(timeout=60) == EXIT_STOPPED, bed.log()
+    it = bed.items()["vanilla"]
+    assert it["status"] == "pending" and "SIGTERM" in it["error"], it
