@@ -226,7 +226,7 @@ class Runner:
         """The crossover search's next round, if the plan has one (crossover.py: its items are
         appended to the spec and the state). It reads what every finished server measured, so the
         pool asks only when no server runs. [] when the search is done."""
-        if not self.spec.get("crossover") or self.stopping:
+        if not self.spec.get("crossover"):
             return []
         from .crossover import crossover_round
         self.rounds += 1
@@ -266,7 +266,8 @@ class Runner:
                         self.stopping = True
                 self.note_running()
             if not pending and not busy:
-                more = [] if self.stopping else self.next_round()
+                # after SIGTERM too: a search with rounds left is stopped, its next round pending, not done
+                more = [] if crash is not None or stopped_at else self.next_round()
                 if not more:
                     break
                 pending += more

@@ -298,3 +298,32 @@ def test_a_runner_bug_in_one_lane_fails_that_item_and_leaves_the_stopped_one_pen
     assert items["vanilla"]["status"] == "failed", items
     assert "RuntimeError: a runner bug" in items["vanilla"]["error"]
     assert items["ngram"]["status"] == "pending", items
+
+
+def test_sigterm_as_a_crossover_round_ends_stops_the_runner_with_the_next_round_pending(bed, monkeypatch):
+    """fab stop while the last server of a round stops: the search is not finished, so the runner is
+    stopped (143) with the next round pending for the resume (before: 'done', exit 0, with the
+    search's rounds never run)."""
+    from specfleet.worker.lane import Lane
+    from specfleet.worker.runner import EXIT_STOPPED, Runner
+    raw = bed.plan(benchmark={"concurrencies": {"search": "crossover", "min": 1, "max": 32, "coarse_factor": 4,
+                                                "per_doubling": 2, "budget": 8},
+                              "num_prompts": 8, "min_prompts_per_concurrency": 0.5}).model_dump(mode="json")
+    s = json.loads(bed.spec(parse_plan(raw, bed.tmp / "plan.yml"), queue=["vanilla", "ngram"]).read_text())
+    runner = Runner(s)
+    os.makedirs(runner.run_dir)
+    runner.load_state()
+
+    def run_item(lane, item, rec):   # results as tests/bench/fakes' FAKE_CROSSOVER=ngram:12 measures them
+        for b in item["bench"]:
+            c = b["concurrency"]
+            tput = 100.0 * c * ((12 / c) ** 0.5 if item["name"].startswith("ngram") else 1.0)
+            with open(os.path.join(item["client"]["result_dir"], b["result_file"]), "w") as f:
+                json.dump({"output_throughput": tput, "completed": b["num_prompts"]}, f)
+        runner.stopping = runner.stopping or item["name"] == "ngram"   # SIGTERM as ngram's server stops
+        runner.set(rec, "done", "done")
+    monkeypatch.setattr(Lane, "run_item", run_item)
+    assert runner.pool(list(zip(s["items"], runner.state["items"])), None) == EXIT_STOPPED
+    st = json.loads((bed.run_dir / "state.json").read_text())
+    assert st["status"] == "stopped", st
+    assert [i["status"] for i in st["items"] if ".round" in i["name"]] == ["pending", "pending"], st["items"]
