@@ -110,7 +110,7 @@ class Lane:
         self.token = f"SPECFLEET_SERVER={server_tag(self.run_dir, item['name'])}".encode()
         self.owner.set(rec, "preflight", "checking GPU, port, model, venv, env file, prompt lengths")
         self.preflight(item)
-        rec["model_path"] = self.model
+        self.owner.set(rec, model_path=self.model)
         item = self.fit_prompts(item, rec)
         try:
             self.start_and_wait(item, rec)
@@ -212,7 +212,8 @@ class Lane:
             want = s["expected_vllm_version"]
             if want and ident["version"] != want:
                 raise ItemFailed(f"the venv has vLLM {ident['version']}, the plan pins {want}")
-            self.owner.state.update(vllm_version=ident["version"], engine=ident)  # every result carries it
+            with self.owner.lock:
+                self.owner.state.update(vllm_version=ident["version"], engine=ident)  # every result carries it
         self.sampling = self.server_sampling(item)
 
     def server_sampling(self, item: dict) -> dict:
@@ -279,8 +280,8 @@ class Lane:
                              f"{fit['num_prompts']} (--no-oversample would send {ans['selected']}): lower num_prompts "
                              "or use a larger dataset")
         bad = ans["too_long"]
-        rec["prompt_fit"] = {k: ans[k] for k in ("tokenizer", "max_model_len", "output_len", "selected", "kept",
-                                                 "too_long")}
+        self.owner.set(rec, prompt_fit={k: ans[k] for k in ("tokenizer", "max_model_len", "output_len", "selected",
+                                                            "kept", "too_long")})
         if not bad:
             return b
         names = ", ".join(f"question_id {b['question_id']} ({b['prompt_tokens']} + {ans['output_len']} = "

@@ -325,8 +325,10 @@ class Runner:
         """The item's Lane on `got`, in its own thread; its end is appended to `finished`."""
         gpus = None if got == [None] else [by_index[i] for i in got][:needed(Serve.from_json(item["serve"]).options())]
         lane = Lane(self, gpus, int(self.spec["port"]) + (gpus[0]["index"] if gpus else 0))
-        rec.update(attempts=rec["attempts"] + 1, started_at=now(), error=None, notes=[],
-                   **({"gpus": gpus, "port": lane.port} if gpus else {}))
+        with self.lock:  # a record changes under the lock only: another lane may be writing the state
+            rec.update(attempts=rec["attempts"] + 1, started_at=now(), error=None, notes=[],
+                       **({"gpus": gpus, "port": lane.port} if gpus else {}))
+            self.state["current"] = item["name"]
         self.lanes[item["name"]] = lane
 
         def go() -> None:
@@ -336,8 +338,6 @@ class Runner:
             except BaseException as e:  # noqa: BLE001 - the runner decides what it means (ended)
                 outcome = e
             finished.append((item, rec, outcome))
-        with self.lock:
-            self.state["current"] = item["name"]
         self.note_running(list(self.lanes))
         threading.Thread(target=go, daemon=True, name=item["name"]).start()
 

@@ -327,3 +327,45 @@ def test_sigterm_as_a_crossover_round_ends_stops_the_runner_with_the_next_round_
     st = json.loads((bed.run_dir / "state.json").read_text())
     assert st["status"] == "stopped", st
     assert [i["status"] for i in st["items"] if ".round" in i["name"]] == ["pending", "pending"], st["items"]
+
+
+
+def test_a_lane_writing_the_state_while_the_pool_starts_another_never_crashes(bed, monkeypatch):
+    """Every change to state.json's records is made under Runner.lock: json's indented encoder
+    iterates each record, and one that gains a key meanwhile (the pool giving an item its GPUs and
+    port) raised 'dictionary changed size during iteration' in the lane that was writing, a runner
+    crash (exit 4). The record's walk is slowed to meet that interleaving every time."""
+    import threading
+
+    from specfleet.worker import runner as runner_mod
+    from specfleet.worker.lane import Lane
+
+    class SlowRecord(dict):   # the encoder walks it in ~60 ms instead of microseconds
+        def items(self):
+            for kv in dict.items(self):
+                time.sleep(0.005)
+                yield kv
+    s = json.loads(spec(bed, four_gpus(bed, tp2=False), ["vanilla", "ngram"]).read_text())
+    runner = runner_mod.Runner(s)
+    os.makedirs(runner.run_dir)
+    runner.load_state()
+    vanilla, ngram = runner.state["items"]
+    runner.state["items"][1] = ngram = SlowRecord(ngram)
+    errors, stop = [], threading.Event()
+
+    def run_item(lane, item, rec):   # the first lane records its phase over and over, as lanes do
+        while item["name"] == "vanilla" and not stop.is_set():
+            try:
+                runner.set(rec, phase="bench")
+            except RuntimeError as e:
+                errors.append(e)
+                return
+    monkeypatch.setattr(Lane, "run_item", run_item)
+    by_index = {i: {"index": i, **g} for i, g in enumerate(GPUS)}
+    try:
+        runner.start(s["items"][0], vanilla, [0], by_index, [])
+        time.sleep(0.2)   # vanilla's lane is writing the state, walking ngram's record
+        runner.start(s["items"][1], ngram, [1], by_index, [])
+    finally:
+        stop.set()
+    assert not errors, errors
