@@ -110,7 +110,7 @@ class Lane:
         self.token = f"SPECFLEET_SERVER={server_tag(self.run_dir, item['name'])}".encode()
         self.owner.set(rec, "preflight", "checking GPU, port, model, venv, env file, prompt lengths")
         self.preflight(item)
-        rec["model_path"] = self.model
+        self.owner.set(rec, model_path=self.model)
         item = self.fit_prompts(item, rec)
         try:
             self.start_and_wait(item, rec)
@@ -212,7 +212,8 @@ class Lane:
             want = s["expected_vllm_version"]
             if want and ident["version"] != want:
                 raise ItemFailed(f"the venv has vLLM {ident['version']}, the plan pins {want}")
-            self.owner.state.update(vllm_version=ident["version"], engine=ident)  # every result carries it
+            with self.owner.lock:
+                self.owner.state.update(vllm_version=ident["version"], engine=ident)  # every result carries it
         self.sampling = self.server_sampling(item)
 
     def server_sampling(self, item: dict) -> dict:
@@ -265,6 +266,8 @@ class Lane:
                 ans = json.loads(p.stdout.strip().splitlines()[-1]) if p.returncode == 0 else None
             except (OSError, subprocess.TimeoutExpired, ValueError, IndexError) as e:
                 raise ItemFailed(f"the prompt-length check could not run: {e}") from None
+            if ans is None and self.signalled(p.returncode):
+                raise Stopped(f"stopped by SIGTERM (the prompt-length check exited with code {p.returncode})")
             if ans is None:
                 raise ItemFailed(f"the prompt-length check failed (exit {p.returncode}): "
                                  f"{(p.stdout + p.stderr).strip()[-500:]}")
@@ -277,8 +280,8 @@ class Lane:
                              f"{fit['num_prompts']} (--no-oversample would send {ans['selected']}): lower num_prompts "
                              "or use a larger dataset")
         bad = ans["too_long"]
-        rec["prompt_fit"] = {k: ans[k] for k in ("tokenizer", "max_model_len", "output_len", "selected", "kept",
-                                                 "too_long")}
+        self.owner.set(rec, prompt_fit={k: ans[k] for k in ("tokenizer", "max_model_len", "output_len", "selected",
+                                                            "kept", "too_long")})
         if not bad:
             return b
         names = ", ".join(f"question_id {b['question_id']} ({b['prompt_tokens']} + {ans['output_len']} = "
@@ -353,16 +356,19 @@ class Lane:
     def check_server(self, item: dict) -> None:
         if self.server is not None and self.server.poll() is not None:
             log_path = self.server_log(item)
-            if self.server.returncode in (0, -signal.SIGTERM, -signal.SIGINT):
-                # ended from outside with a clean stop: a shutdown (reboot) signals us too, a moment later
-                deadline = time.monotonic() + 3.0
-                while not self.owner.stopping and time.monotonic() < deadline:
-                    time.sleep(0.05)
-                if self.owner.stopping:
-                    raise Stopped(f"stopped by SIGTERM (its server had exited with code {self.server.returncode}: "
-                                  "a host shutdown?)")
+            if self.signalled(self.server.returncode):
+                raise Stopped(f"stopped by SIGTERM (its server had exited with code {self.server.returncode}: "
+                              "a host shutdown?)")
             raise ItemFailed(f"vllm serve exited with code {self.server.returncode}; last 40 lines of "
                              f"{log_path}:\n{tail(log_path)}")
+
+    def signalled(self, rc: int) -> bool:
+        """A child ended from outside with a clean stop (0, SIGTERM, SIGINT) while the runner is stopping:
+        a shutdown (reboot) or Slurm's scancel signals every process, the runner a moment later (3 s)."""
+        deadline = time.monotonic() + 3.0
+        while rc in (0, -signal.SIGTERM, -signal.SIGINT) and not self.owner.stopping and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return rc in (0, -signal.SIGTERM, -signal.SIGINT) and self.owner.stopping
 
     def between_runs(self, item: dict, rec: dict) -> None:
         s = self.spec

@@ -142,7 +142,8 @@ class Runner:
                     r = json.load(f)
             except (OSError, ValueError):
                 r = None
-            ok = isinstance(r, dict) and all(isinstance(r.get(k, 0), (int, float)) for k in RESULT_KEYS) \
+            nums = [r.get(k, 0) for k in RESULT_KEYS] + [r.get("failed") or 0] if isinstance(r, dict) else [None]
+            ok = all(isinstance(v, (int, float)) for v in nums) \
                 and r.get("completed", 1) > 0 and (r.get("failed") or 0) <= item.get("max_failed_requests", 0)
             if not ok:
                 log(f"[{item['name']}] done marker present but {b['result_file']} is missing or invalid: "
@@ -177,13 +178,15 @@ class Runner:
             marker, prev = self.done_marker(it), old.get(it["name"], {})
             done = marker is not None
             rec = self.new_record(it["name"], it.get("item_hash"), "done earlier" if done else "")
-            rec.update(status="done" if done else "pending", attempts=prev.get("attempts", 0))
+            n = prev.get("attempts")  # the earlier runner's record: a damaged one is not a crash
+            rec.update(status="done" if done else "pending", attempts=n if type(n) is int else 0)
             if done:  # keep what the earlier run recorded (the done marker is the authority)
                 rec.update({k: prev[k] for k in ("started_at", "server_pid", "model_path", "notes") if k in prev},
                            finished_at=marker.get("finished_at"), results=marker.get("results", []))
             elif self.rebooted and prev.get("status") not in (None, "pending", "failed", "done") \
                     or self.rebooted and "SIGTERM" in str(prev.get("error")):
-                rec["interrupted"] = ("host rebooted while it ran (the shutdown stopped it)" if prev["status"] == "pending"
+                rec["interrupted"] = ("host rebooted while it ran (the shutdown stopped it)"
+                                      if prev.get("status") in (None, "pending")
                                       else f"host rebooted during {prev['status']} ({prev.get('phase') or ''})")
             elif prev.get("interrupted"):  # keep the record until the item is done
                 rec["interrupted"] = prev["interrupted"]
@@ -223,7 +226,7 @@ class Runner:
         """The crossover search's next round, if the plan has one (crossover.py: its items are
         appended to the spec and the state). It reads what every finished server measured, so the
         pool asks only when no server runs. [] when the search is done."""
-        if not self.spec.get("crossover") or self.stopping:
+        if not self.spec.get("crossover"):
             return []
         from .crossover import crossover_round
         self.rounds += 1
@@ -263,7 +266,8 @@ class Runner:
                         self.stopping = True
                 self.note_running()
             if not pending and not busy:
-                more = [] if self.stopping else self.next_round()
+                # after SIGTERM too: a search with rounds left is stopped, its next round pending, not done
+                more = [] if crash is not None or stopped_at else self.next_round()
                 if not more:
                     break
                 pending += more
@@ -321,8 +325,10 @@ class Runner:
         """The item's Lane on `got`, in its own thread; its end is appended to `finished`."""
         gpus = None if got == [None] else [by_index[i] for i in got][:needed(Serve.from_json(item["serve"]).options())]
         lane = Lane(self, gpus, int(self.spec["port"]) + (gpus[0]["index"] if gpus else 0))
-        rec.update(attempts=rec["attempts"] + 1, started_at=now(), error=None, notes=[],
-                   **({"gpus": gpus, "port": lane.port} if gpus else {}))
+        with self.lock:  # a record changes under the lock only: another lane may be writing the state
+            rec.update(attempts=rec["attempts"] + 1, started_at=now(), error=None, notes=[],
+                       **({"gpus": gpus, "port": lane.port} if gpus else {}))
+            self.state["current"] = item["name"]
         self.lanes[item["name"]] = lane
 
         def go() -> None:
@@ -332,8 +338,6 @@ class Runner:
             except BaseException as e:  # noqa: BLE001 - the runner decides what it means (ended)
                 outcome = e
             finished.append((item, rec, outcome))
-        with self.lock:
-            self.state["current"] = item["name"]
         self.note_running(list(self.lanes))
         threading.Thread(target=go, daemon=True, name=item["name"]).start()
 
@@ -378,9 +382,9 @@ class Runner:
             why = f"runner crashed: {type(e).__name__}: {e}"
         with suppress(OSError):
             os.unlink(self.reserve)  # frees room on a full disk for the last state
-        cur = next((r for r in self.state.get("items", []) if r["name"] == self.state.get("current")), None)
-        if cur is not None and cur["status"] != "done":
-            cur.update(status="failed", phase="queue stopped", error=why, finished_at=now())
+        for rec in self.state.get("items", []):  # the item(s) it ran in; a lane the pool stopped is pending
+            if rec["status"] in RUNNING_STATUSES:
+                rec.update(status="failed", phase="queue stopped", error=why, finished_at=now())
         try:
             self.finish("failed", why)
         except OSError as e2:

@@ -78,6 +78,9 @@ def test_a_done_result_within_the_items_failed_request_tolerance_is_not_measured
     assert runner.results_valid(item)
     (rdir / item["bench"][0]["result_file"]).write_text(json.dumps({**result, "completed": 14, "failed": 2}))
     assert not runner.results_valid(item)
+    # a damaged count is an invalid result, measured again, not a crash of every resume (before: TypeError)
+    (rdir / item["bench"][0]["result_file"]).write_text(json.dumps({**result, "failed": "1"}))
+    assert not runner.results_valid(item)
 
 
 def test_server_dies_during_load_fails_fast_next_runs(bed):
@@ -362,3 +365,32 @@ def test_a_malformed_run_spec_is_refused_with_exit_2_and_one_line(tmp_path, spec
                        text=True, cwd=Path(__file__).resolve().parents[2], timeout=60)
     assert p.returncode == EXIT_SPEC, p.stderr
     assert p.stderr.startswith(f"specfleet runner: bad run spec {path}: ") and p.stderr.count("\n") == 1, p.stderr
+
+
+@pytest.mark.parametrize("old", [{"items": [{"name": "vanilla", "attempts": None}]},
+                                 {"boot": "an-earlier-boot/0", "items": [{"name": "vanilla", "error": "SIGTERM"}]}])
+def test_a_state_json_with_items_of_wrong_types_is_not_a_crash(bed, old):
+    """state.json is only the earlier runner's record: an item without a status or with a non-number
+    of attempts (a hand edit, a damaged file) must not crash every resume (before: TypeError in the
+    pool, KeyError 'status' after a reboot; exit 4)."""
+    spec = bed.spec(bed.plan(), queue=["vanilla"])
+    bed.run_dir.mkdir(parents=True)
+    (bed.run_dir / "state.json").write_text(json.dumps(old))
+    assert bed.run(spec) == EXIT_OK, bed.log()
+    assert bed.items()["vanilla"]["status"] == "done" and bed.items()["vanilla"]["attempts"] == 1
+
+
+def test_sigterm_to_every_process_during_the_fit_check_leaves_the_item_pending(bed):
+    """A shutdown or Slurm's scancel signals every process, the fit check (a child in the runner's
+    own process group) too: the item is interrupted, not failed (before: 'the prompt-length check
+    failed (exit -15)', the runner 'failed', exit 1)."""
+    started = bed.tmp / "fitcheck-started"
+    py = bed.venv / "bin" / "python"
+    head, rest = py.read_text().split("\n", 1)
+    py.write_text(f'{head}\ncase "$*" in *fitcheck*) touch {started}; sleep 30;; esac\n{rest}')
+    p = bed.start(bed.spec(bed.plan(), queue=["vanilla"]))
+    assert wait_for(started.exists, 30), bed.log()
+    os.killpg(p.pid, signal.SIGTERM)
+    assert p.wait(timeout=60) == EXIT_STOPPED, bed.log()
+    it = bed.items()["vanilla"]
+    assert it["status"] == "pending" and "SIGTERM" in it["error"], it

@@ -263,3 +263,109 @@ def test_an_item_pinned_to_a_gpu_kept_out_fails_alone_and_says_why(bed, monkeypa
     assert rc == 4, bed.log()
     assert items["vanilla"]["gpus"][0]["index"] == 0 and "GPU memory still" in items["vanilla"]["error"]
     assert items["ngram5"]["status"] == "failed" and "pinned to GPU 0, which is kept out" in items["ngram5"]["error"]
+
+
+def test_a_runner_bug_in_one_lane_fails_that_item_and_leaves_the_stopped_one_pending(bed, monkeypatch):
+    """A lane that ends with anything but ItemFailed / Stopped / Fatal (a runner bug) while another
+    lane runs: the pool stops the other lane, then abort records the crash on the item it happened
+    in (before: on state["current"], the item started last, while the crashed one stayed
+    'benchmarking' in a finished state)."""
+    from specfleet.worker.host import Stopped
+    from specfleet.worker.lane import Lane
+    from specfleet.worker.runner import Runner
+    s = json.loads(spec(bed, four_gpus(bed, tp2=False), ["vanilla", "ngram"]).read_text())
+    runner = Runner(s)
+    os.makedirs(runner.run_dir)
+    runner.load_state()
+
+    def run_item(lane, item, rec):   # vanilla crashes once ngram runs beside it; ngram runs until stopped
+        runner.set(rec, "benchmarking", "bench")
+        while item["name"] == "vanilla" and runner.state["items"][1]["status"] != "benchmarking":
+            time.sleep(0.01)
+        if item["name"] == "vanilla":
+            raise RuntimeError("a runner bug")
+        while not runner.stopping:
+            time.sleep(0.01)
+        raise Stopped("stopped")
+    monkeypatch.setattr(Lane, "run_item", run_item)
+    gpus = [{"index": i, **g} for i, g in enumerate(GPUS)]
+    with pytest.raises(RuntimeError) as crash:
+        runner.pool(list(zip(s["items"], runner.state["items"])), gpus)
+    runner.abort(crash.value)
+    st = json.loads((bed.run_dir / "state.json").read_text())
+    items = {i["name"]: i for i in st["items"]}
+    assert st["status"] == "failed" and "runner crashed: RuntimeError: a runner bug" in st["error"]
+    assert items["vanilla"]["status"] == "failed", items
+    assert "RuntimeError: a runner bug" in items["vanilla"]["error"]
+    assert items["ngram"]["status"] == "pending", items
+
+
+def test_sigterm_as_a_crossover_round_ends_stops_the_runner_with_the_next_round_pending(bed, monkeypatch):
+    """fab stop while the last server of a round stops: the search is not finished, so the runner is
+    stopped (143) with the next round pending for the resume (before: 'done', exit 0, with the
+    search's rounds never run)."""
+    from specfleet.worker.lane import Lane
+    from specfleet.worker.runner import EXIT_STOPPED, Runner
+    raw = bed.plan(benchmark={"concurrencies": {"search": "crossover", "min": 1, "max": 32, "coarse_factor": 4,
+                                                "per_doubling": 2, "budget": 8},
+                              "num_prompts": 8, "min_prompts_per_concurrency": 0.5}).model_dump(mode="json")
+    s = json.loads(bed.spec(parse_plan(raw, bed.tmp / "plan.yml"), queue=["vanilla", "ngram"]).read_text())
+    runner = Runner(s)
+    os.makedirs(runner.run_dir)
+    runner.load_state()
+
+    def run_item(lane, item, rec):   # results as tests/bench/fakes' FAKE_CROSSOVER=ngram:12 measures them
+        for b in item["bench"]:
+            c = b["concurrency"]
+            tput = 100.0 * c * ((12 / c) ** 0.5 if item["name"].startswith("ngram") else 1.0)
+            with open(os.path.join(item["client"]["result_dir"], b["result_file"]), "w") as f:
+                json.dump({"output_throughput": tput, "completed": b["num_prompts"]}, f)
+        runner.stopping = runner.stopping or item["name"] == "ngram"   # SIGTERM as ngram's server stops
+        runner.set(rec, "done", "done")
+    monkeypatch.setattr(Lane, "run_item", run_item)
+    assert runner.pool(list(zip(s["items"], runner.state["items"])), None) == EXIT_STOPPED
+    st = json.loads((bed.run_dir / "state.json").read_text())
+    assert st["status"] == "stopped", st
+    assert [i["status"] for i in st["items"] if ".round" in i["name"]] == ["pending", "pending"], st["items"]
+
+
+
+def test_a_lane_writing_the_state_while_the_pool_starts_another_never_crashes(bed, monkeypatch):
+    """Every change to state.json's records is made under Runner.lock: json's indented encoder
+    iterates each record, and one that gains a key meanwhile (the pool giving an item its GPUs and
+    port) raised 'dictionary changed size during iteration' in the lane that was writing, a runner
+    crash (exit 4). The record's walk is slowed to meet that interleaving every time."""
+    import threading
+
+    from specfleet.worker import runner as runner_mod
+    from specfleet.worker.lane import Lane
+
+    class SlowRecord(dict):   # the encoder walks it in ~60 ms instead of microseconds
+        def items(self):
+            for kv in dict.items(self):
+                time.sleep(0.005)
+                yield kv
+    s = json.loads(spec(bed, four_gpus(bed, tp2=False), ["vanilla", "ngram"]).read_text())
+    runner = runner_mod.Runner(s)
+    os.makedirs(runner.run_dir)
+    runner.load_state()
+    vanilla, ngram = runner.state["items"]
+    runner.state["items"][1] = ngram = SlowRecord(ngram)
+    errors, stop = [], threading.Event()
+
+    def run_item(lane, item, rec):   # the first lane records its phase over and over, as lanes do
+        while item["name"] == "vanilla" and not stop.is_set():
+            try:
+                runner.set(rec, phase="bench")
+            except RuntimeError as e:
+                errors.append(e)
+                return
+    monkeypatch.setattr(Lane, "run_item", run_item)
+    by_index = {i: {"index": i, **g} for i, g in enumerate(GPUS)}
+    try:
+        runner.start(s["items"][0], vanilla, [0], by_index, [])
+        time.sleep(0.2)   # vanilla's lane is writing the state, walking ngram's record
+        runner.start(s["items"][1], ngram, [1], by_index, [])
+    finally:
+        stop.set()
+    assert not errors, errors
