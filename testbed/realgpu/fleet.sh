@@ -149,7 +149,7 @@ case "${1:-}" in
     fab facts $INV --accept-new-host-keys || { pack; exit 1; }
     fab provision $INV || { pack; exit 1; }
     fab provision $INV        # the second run: nothing to change
-    fab bench $INV --hosts w1 --plan "$PLAN" --no-wait || { pack; exit 1; }
+    fab bench $INV --hosts w1 --plan "$PLAN" --results "$CTL/results" --no-wait || { pack; exit 1; }
     while (( $(left) > 40 )); do   # the runner goes on detached; show its progress now and then
       sleep 20
       [[ -f /tmp/sfgpu/campaigns/$CAMPAIGN/w1/state.json ]] && "$PY" -c "import json, sys
@@ -162,7 +162,7 @@ sys.exit(0 if s.get('items') and all(i['status'] in ('done', 'failed') for i in 
     pack ;;
   finish)
     verify; tools; sshd_up; controller; sampler
-    fab bench $INV --hosts w1 --plan "$PLAN"
+    fab bench $INV --hosts w1 --plan "$PLAN" --results "$CTL/results"  # planned.json where collect reads it
     fab collect $INV --hosts w1 --plan "$PLAN" --results "$CTL/results"
     fab report --plan "$PLAN" --results "$CTL/results" --gpu-bandwidth-gbps 4800
     pack ;;
