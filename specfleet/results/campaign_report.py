@@ -236,8 +236,9 @@ def add_peer_sections(model, camp, tables, baseline: str, slo) -> None:
 
 
 def after_report(out, plan, console=None, quiet: bool = False) -> None:
-    """Writes plan.json beside the host folders (while the results carry the plan's hash); checks the plan's assertions into out.assertions
-    (a failed or unchecked one adds EXIT_ASSERTION to the exit code) and prints them."""
+    """Writes plan.json beside the host folders (while the results carry the plan's hash); checks the
+    plan's assertions into out.assertions (a failed or unchecked one adds EXIT_ASSERTION to the exit
+    code) and prints them."""
     if out.campaign_dir.is_dir() and out.measured_plan is None:  # plan.json: the plan the results measured
         write_snapshot(out.campaign_dir, plan)
     _stale_timeline(out)
