@@ -15,7 +15,7 @@ from specfleet.plan import crossover_grid
 from specfleet.campaign.spec import crossover_spec
 from specfleet.plan import Equivalence, PlanError, parse_plan
 from specfleet.worker.runner import EXIT_OK
-from specfleet.results.measures import SPEEDUP_CONFIDENCE
+from specfleet.report.tables.measures import SPEEDUP_CONFIDENCE
 
 TOL = Equivalence().tolerance_pct  # the plan's default, as the runner gets it
 
@@ -115,7 +115,7 @@ def test_the_search_judges_a_point_as_the_report_does():
     whose interval excludes 1.00x still make no measurable difference inside the tolerance band, and
     a single run on one side is judged by the ratio of geometric means, the report's point."""
     import pandas as pd
-    from specfleet.results.measures import NoiseBand, speedup_noise
+    from specfleet.report.tables.measures import NoiseBand, speedup_noise
     tight = judge([101.0, 101.1, 100.9], [100.0, 100.1, 99.9], SPEEDUP_CONFIDENCE, 3.0)
     assert tight["low"] > 1.0 and tight["verdict"] == NO_DIFF   # 1.01x: inside the ±3 % band
     one = judge([103.2], [90.0, 110.0], SPEEDUP_CONFIDENCE, 3.0)  # arithmetic 1.032x, geometric 1.038x

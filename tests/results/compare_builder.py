@@ -10,7 +10,7 @@ from pathlib import Path
 
 from campaign_builder import REPORT, SPEC, result_json
 from specfleet.plan import parse_plan
-from specfleet.results.plan_snapshot import write_snapshot
+from specfleet.report.scan.plan_snapshot import write_snapshot
 from specfleet.yamlfile import load_yaml
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,8 +10,8 @@ from compare_builder import campaign, plan_raw
 from specfleet.plan.assertions import FAILED, NOT_CHECKED, PASSED, Assertion, check
 from specfleet.plan import PlanError, parse_plan
 from specfleet.fleet import EXIT_ASSERTION
-from specfleet.results.plan_snapshot import PLAN_SNAPSHOT
-from specfleet.results.campaign_report import report_plan
+from specfleet.report.scan.plan_snapshot import PLAN_SNAPSHOT
+from specfleet.report.build import report_plan
 
 
 @pytest.mark.parametrize("entry, error", [

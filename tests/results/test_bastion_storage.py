@@ -15,7 +15,7 @@ from campaign_builder import write_campaign
 from test_fab_report import CAMPAIGN, fab_report, out
 
 from specfleet.fleet import EXIT_DISK_FULL, EXIT_NOT_WRITABLE
-from specfleet.results import bastion_io
+from specfleet import bastion_io
 
 
 @pytest.fixture
@@ -118,7 +118,7 @@ def test_collect_during_a_running_bench_does_not_advise_measuring_again(tmp_path
     from campaign_builder import REPORT
     from test_fab_report import PLAN
     from specfleet.plan import parse_plan
-    from specfleet.results.campaign_report import report_plan
+    from specfleet.report.build import report_plan
     camp = write_campaign(tmp_path / "results" / CAMPAIGN, data={k: v for k, v in REPORT.items()
                                                                  if k[1] != "ngram"}, done=False, logs=False)
     plan = parse_plan(PLAN)

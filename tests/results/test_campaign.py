@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 
 from specfleet.plan import load_plan
-from specfleet.results.campaign import parse_server_log, scan_campaign
-from specfleet.results.cells import MISSING, cell_states, planned_from
+from specfleet.report.scan.folder import parse_server_log, scan_campaign
+from specfleet.report.scan.cells import MISSING, cell_states, planned_from
 
 from campaign_builder import FIXTURES, REPORT, write_campaign
 

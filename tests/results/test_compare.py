@@ -11,10 +11,10 @@ from invoke.exceptions import Exit
 from compare_builder import campaign, plan_raw
 from specfleet.errors import UserError
 from specfleet.fleet import EXIT_ASSERTION, EXIT_REGRESSION
-from specfleet.results.comparison import (IMPROVEMENT, NO_DIFF, PLAN_SNAPSHOT, REGRESSION, WITHIN, compare_dirs,
+from specfleet.report.compare.comparison import (IMPROVEMENT, NO_DIFF, PLAN_SNAPSHOT, REGRESSION, WITHIN, compare_dirs,
                                        decide)
-from specfleet.results.compare_render import write_outputs
-from specfleet.results.measures import NoiseBand
+from specfleet.report.compare.compare_render import write_outputs
+from specfleet.report.tables.measures import NoiseBand
 
 
 @pytest.fixture
@@ -196,7 +196,7 @@ def test_goodput_not_compared_without_an_slo_on_both_sides(tmp_path, base):
 
 
 def test_proportion_intervals_match_newcombe():
-    from specfleet.results.comparison import proportion_difference
+    from specfleet.report.compare.comparison import proportion_difference
     from specfleet.worker.stats import wilson_interval
     # Newcombe (1998), Stat. Med. 17:857 and 873: 15/148 -> [0.0624, 0.1605]; 56/70 - 48/80 -> [0.0524, 0.3339]
     assert wilson_interval(15, 148, 0.95) == pytest.approx((0.0624, 0.1605), abs=5e-5)

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from specfleet.results.campaign import scan_campaign
+from specfleet.report.scan.folder import scan_campaign
 
 from campaign_builder import write_campaign
 

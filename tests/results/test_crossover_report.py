@@ -1,8 +1,8 @@
-"""The report's crossover statement and curve (specfleet/results/crossover_curve.py, plots.crossover_svg)."""
+"""The report's crossover statement and curve (specfleet/report/tables/crossover_curve.py, plots.crossover_svg)."""
 import json
 import re
 
-from specfleet.results import report_campaign
+from specfleet.report import report_campaign
 
 from campaign_builder import REPORT, result_json
 

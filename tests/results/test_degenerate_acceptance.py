@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from specfleet.results import report_campaign
-from specfleet.results.measures import (DEGENERATE, DEGENERATE_RATE_PCT, NEAR_ZERO, NEAR_ZERO_RATE_PCT,
+from specfleet.report import report_campaign
+from specfleet.report.tables.measures import (DEGENERATE, DEGENERATE_RATE_PCT, NEAR_ZERO, NEAR_ZERO_RATE_PCT,
                                         acceptance_flag)
 
 import campaign_builder

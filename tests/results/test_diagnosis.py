@@ -6,8 +6,8 @@ import json
 import shutil
 from pathlib import Path
 
-from specfleet.results import report_campaign
-from specfleet.results.diagnosis import bandwidth_of, loops
+from specfleet.report import report_campaign
+from specfleet.report.tables.diagnosis import bandwidth_of, loops
 
 from campaign_builder import write_campaign
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from specfleet.results import report_campaign
+from specfleet.report import report_campaign
 
 from campaign_builder import REPORT, result_json, write_campaign
 

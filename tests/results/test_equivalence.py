@@ -4,10 +4,10 @@ import math
 
 import pytest
 
-from specfleet.results import report_campaign
-from specfleet.results.campaign import scan_campaign
-from specfleet.results.gate import EquivalenceRule, check_equivalence
-from specfleet.results.gate import tost_p
+from specfleet.report import report_campaign
+from specfleet.report.scan.folder import scan_campaign
+from specfleet.report.gates.gate import EquivalenceRule, check_equivalence
+from specfleet.report.gates.gate import tost_p
 from specfleet.worker.stats import ratio_interval, t_quantile
 
 from campaign_builder import REPORT, result_json, write_campaign

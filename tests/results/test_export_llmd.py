@@ -12,8 +12,8 @@ import pytest
 
 from compare_builder import campaign, plan_raw
 from specfleet.plan import parse_plan
-from specfleet.results.export import EXPORT_DIR
-from specfleet.results.campaign_report import report_plan
+from specfleet.report.render.export import EXPORT_DIR
+from specfleet.report.build import report_plan
 
 NUM = {"type": ["number", "integer"]}
 STR = {"type": "string"}
@@ -152,7 +152,7 @@ from pathlib import Path
 sys.path[:0] = [sys.argv[2]]
 import compare_builder as cb
 from specfleet.plan import parse_plan
-from specfleet.results.campaign_report import report_plan
+from specfleet.report.build import report_plan
 root = Path(sys.argv[1])
 raw = cb.plan_raw()
 d = cb.campaign(root, raw, seed=1)

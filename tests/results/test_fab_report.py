@@ -71,7 +71,7 @@ def cells(camp: Path) -> dict[tuple[str, int, str], tuple[str, str]]:
 
 
 def planned_json(camp: Path, queues: dict, notes: dict | None = None) -> None:
-    """What `fab collect` records beside the host folders (specfleet.results.cells.Planned.to_json)."""
+    """What `fab collect` records beside the host folders (specfleet.report.scan.cells.Planned.to_json)."""
     from specfleet.plan import parse_plan
     (camp / "planned.json").write_text(json.dumps({
         "plan_hash": parse_plan(PLAN).plan_hash(), "queues": queues,
@@ -172,7 +172,7 @@ def test_bad_results_folder_is_one_line_exit_1(tmp_path):
 def test_the_queues_fab_bench_placed_are_what_collect_and_report_plan_with(tmp_path):
     """planned.json written at placement (tasks/bench.py) is read back instead of a second split."""
     from specfleet.plan import parse_plan
-    from specfleet.results.cells import PLACED, SPLIT, placed, placed_queues, planned_from
+    from specfleet.report.scan.cells import PLACED, SPLIT, placed, placed_queues, planned_from
     plan = parse_plan(PLAN)
     camp = tmp_path / "results" / CAMPAIGN
     camp.mkdir(parents=True)
@@ -199,7 +199,7 @@ def test_a_planned_json_of_another_shape_is_one_warning_and_the_host_folders_pla
     file and the field, and the queues come from the host folders as without one (was a traceback, or a
     queue read letter by letter)."""
     from specfleet.plan import parse_plan
-    from specfleet.results.campaign_report import report_plan
+    from specfleet.report.build import report_plan
     camp = write_campaign(tmp_path / "results" / CAMPAIGN)
     plan = parse_plan(PLAN)
     (camp / "planned.json").write_text(json.dumps({"plan_hash": plan.plan_hash(), "queues": QUEUES,
@@ -218,7 +218,7 @@ def test_results_of_another_version_of_the_plan_say_so_and_what_changed(tmp_path
     and the changed fields (from plan.json, the measured plan, which it keeps), writes no llm-d export,
     and tells how to measure again; a change of the report's rule alone leaves the results standing."""
     from specfleet.plan import parse_plan
-    from specfleet.results.export import EXPORT_DIR
+    from specfleet.report.render.export import EXPORT_DIR
     measured = parse_plan(PLAN).plan_hash()
     camp = write_campaign(tmp_path / "results" / CAMPAIGN, extra={"plan_hash": measured})
     first = fab_report(tmp_path)

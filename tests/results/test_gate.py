@@ -2,8 +2,8 @@ import json
 
 import pytest
 
-from specfleet.results.campaign import scan_campaign
-from specfleet.results.gate import EquivalenceRule, check_equivalence
+from specfleet.report.scan.folder import scan_campaign
+from specfleet.report.gates.gate import EquivalenceRule, check_equivalence
 
 from campaign_builder import REPORT, result_json, write_campaign
 

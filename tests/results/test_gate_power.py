@@ -7,10 +7,10 @@ import json
 import random
 from pathlib import Path
 
-from specfleet.results.campaign import scan_campaign
-from specfleet.results.gate import EquivalenceRule, check_equivalence, decide
-from specfleet.results.gate_policy import token_weighted_tpot
-from specfleet.results.schema import load_result
+from specfleet.report.scan.folder import scan_campaign
+from specfleet.report.gates.gate import EquivalenceRule, check_equivalence, decide
+from specfleet.report.gates.gate_policy import token_weighted_tpot
+from specfleet.resultfile.schema import load_result
 
 ROOT = Path(__file__).resolve().parents[2]
 H200 = ROOT / "tests/fixtures/vllm-0.26.0-cuda-h200/h200-smollm2/h200"

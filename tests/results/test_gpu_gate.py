@@ -1,9 +1,9 @@
 """Equivalence across the GPUs of one node, and the packing/GPU provenance the report states."""
 import json
 
-from specfleet.results.campaign import scan_campaign
-from specfleet.results.gate import EquivalenceRule, check_equivalence
-from specfleet.results.consistency import result_table
+from specfleet.report.scan.folder import scan_campaign
+from specfleet.report.gates.gate import EquivalenceRule, check_equivalence
+from specfleet.report.gates.consistency import result_table
 
 from campaign_builder import REPORT, result_json, write_campaign
 
@@ -63,7 +63,7 @@ def every_gpu_campaign(tmp_path, gpu_b_factor):
 
 
 def test_every_gpu_copies_feed_the_gpu_check_and_stay_out_of_the_tables(tmp_path):
-    from specfleet.results.campaign_report import report_campaign
+    from specfleet.report.build import report_campaign
     same = every_gpu_campaign(tmp_path / "same", 1.004)
     g = check_equivalence(scan_campaign(same), RULE)
     gpu = [c for c in g.checks if c.node_a.startswith("w1 [")]

@@ -7,8 +7,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from specfleet.results import report_campaign
-from specfleet.results.measures import NoiseBand
+from specfleet.report import report_campaign
+from specfleet.report.tables.measures import NoiseBand
 
 from campaign_builder import REPORT, SPEC, matrix, result_json, write_campaign
 

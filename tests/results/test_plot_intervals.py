@@ -1,6 +1,6 @@
 """A speedup's point and its interval are one method (issue 23): the point is the ratio of geometric
 means, the centre of the log-scale Welch interval, so it always lies inside it, and the plots draw
-its error bars as they are (specfleet/results/measures.py, plots.py)."""
+its error bars as they are (specfleet/report/tables/measures.py, plots.py)."""
 import json
 import math
 
@@ -8,7 +8,8 @@ import matplotlib
 import pandas as pd
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from specfleet.results import plots, report_campaign
+from specfleet.report import report_campaign
+from specfleet.report.render import plots
 
 from campaign_builder import REPORT, result_json
 

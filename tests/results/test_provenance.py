@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from specfleet.results import report_campaign
-from specfleet.results.campaign import scan_campaign
+from specfleet.report import report_campaign
+from specfleet.report.scan.folder import scan_campaign
 from specfleet.facts.worker_provenance import WorkerProvenance
-from specfleet.results.provenance import simulated_signals, spec_facts
-from specfleet.results.document import MIXED_PLANS_STAMP, NOT_EQUIVALENT_STAMP, SIMULATED_STAMP
+from specfleet.report.scan.provenance import simulated_signals, spec_facts
+from specfleet.report.render.document import MIXED_PLANS_STAMP, NOT_EQUIVALENT_STAMP, SIMULATED_STAMP
 
 from campaign_builder import write_campaign
 
@@ -212,7 +212,7 @@ def test_simulated_engine_names_itself(tmp_path):
 
 def test_the_engine_the_worker_observed_is_the_answer_and_nothing_is_sniffed():
     from types import SimpleNamespace
-    from specfleet.results.provenance import _sim_result, engine_name, engine_of
+    from specfleet.report.scan.provenance import _sim_result, engine_name, engine_of
     sim = json.dumps({"name": "specfleet-simvllm", "version": "simvllm 1.0 (simulated vLLM)", "simulated": True})
     real = json.dumps({"name": "vllm", "version": "0.26.0", "simulated": False})
     as_result = lambda **extra: SimpleNamespace(extra=extra, simulated=extra.get("simulated") is True)  # noqa: E731

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from specfleet.results import report_campaign
-from specfleet.results.document import MIXED_PROVENANCE_STAMP
+from specfleet.report import report_campaign
+from specfleet.report.render.document import MIXED_PROVENANCE_STAMP
 
 from campaign_builder import REPORT, write_campaign
 
@@ -83,7 +83,7 @@ def test_torchs_cuda_build_is_not_compared_with_the_drivers_cuda(tmp_path):
 def test_a_build_label_the_server_log_leaves_out_is_the_same_release(tmp_path):
     """vLLM's server log prints its release (0.32.0) while the dist and the result say the build
     (0.32.0+cpu): one release, no mismatch and the pin holds; another release still refuses."""
-    from specfleet.results.consistency import _with_local_label
+    from specfleet.report.gates.consistency import _with_local_label
     assert _with_local_label({"0.32.0", "0.32.0+cpu"}) == {"0.32.0": "0.32.0+cpu", "0.32.0+cpu": "0.32.0+cpu"}
     assert _with_local_label({"0.32.0", "0.32.0+cpu", "0.32.0+cu128"})["0.32.0"] == "0.32.0"  # which one? not guessed
     root = _camp(tmp_path, {"w1": {"vllm_version": "0.32.0+cpu"}, "w2": {"vllm_version": "0.32.0"}})

@@ -7,8 +7,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from specfleet.results import report_campaign  # noqa: E402
-from specfleet.results.plots import _grouped_bars, _labels, palette  # noqa: E402
+from specfleet.report import report_campaign  # noqa: E402
+from specfleet.report.render.plots import _grouped_bars, _labels, palette  # noqa: E402
 
 from campaign_builder import write_campaign  # noqa: E402
 
@@ -51,7 +51,7 @@ def test_every_plot_of_a_report_draws_a_configuration_in_one_colour(tmp_path, mo
     same colour in every plot that shows it, the baseline present in some and absent in others."""
     from matplotlib.colors import to_hex
 
-    from specfleet.results import plots
+    from specfleet.report.render import plots
     seen: dict[str, set[str]] = {}
     shown: list[int] = []
     real = plots._svg

@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from specfleet.results import report_campaign
+from specfleet.report import report_campaign
 
 from campaign_builder import FIXTURES
 

@@ -4,8 +4,8 @@ import re
 import pandas as pd
 import pytest
 
-from specfleet.results import EquivalenceRule, report_campaign
-from specfleet.results.document import NOT_EQUIVALENT_STAMP, SIMULATED_STAMP
+from specfleet.report import EquivalenceRule, report_campaign
+from specfleet.report.render.document import NOT_EQUIVALENT_STAMP, SIMULATED_STAMP
 
 from campaign_builder import FIXTURES, REPORT, write_campaign
 

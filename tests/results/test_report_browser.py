@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from matplotlib import image as mpimg
 
-from specfleet.results import report_campaign
+from specfleet.report import report_campaign
 
 from campaign_builder import write_campaign
 

@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from specfleet.results.schema import ResultError, load_result, parse_result
+from specfleet.resultfile.schema import ResultError, load_result, parse_result
 
 from campaign_builder import FIXTURES
 

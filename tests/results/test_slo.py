@@ -12,7 +12,7 @@ from compare_builder import plan_raw
 from specfleet.campaign.commands import Paths, bench_argv
 from specfleet.plan import PlanError, parse_plan
 from specfleet.plan.slo import Slo
-from specfleet.results.campaign_report import report_campaign
+from specfleet.report.build import report_campaign
 
 
 def arrays(tpot_s: list[float], ttft_s: float = 0.1, out: int = 101) -> dict:

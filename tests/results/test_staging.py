@@ -1,12 +1,12 @@
-"""Collect's staging (specfleet.results.staging): a fetched file replaces the local copy only when
+"""Collect's staging (specfleet.collect.staging): a fetched file replaces the local copy only when
 it is valid; an invalid one is quarantined and the local copy, valid or not, stays. No SSH here:
 tests/e2e/test_collect.py runs the same through rsync from a testbed worker."""
 from __future__ import annotations
 
 import json
 
-from specfleet.results.campaign import Expect
-from specfleet.results.staging import accept, fresh_staging
+from specfleet.report.scan.folder import Expect
+from specfleet.collect.staging import accept, fresh_staging
 
 from campaign_builder import REPORT, result_json
 

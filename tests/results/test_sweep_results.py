@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from specfleet.results.campaign import Expect, scan_campaign
-from specfleet.results.gate import EquivalenceRule, check_equivalence
-from specfleet.results.merge import build_tables
-from specfleet.results.plots import category_plots
+from specfleet.report.scan.folder import Expect, scan_campaign
+from specfleet.report.gates.gate import EquivalenceRule, check_equivalence
+from specfleet.report.tables.merge import build_tables
+from specfleet.report.render.plots import category_plots
 
 from campaign_builder import GPU_LOG, result_json
 
@@ -88,13 +88,13 @@ def test_a_cell_that_asks_other_prompts_is_judged_by_its_own_count(tmp_path):
 
 
 def test_conclusions_compare_each_cell_with_its_own_baseline(tmp_path):
-    from specfleet.results.conclusions import conclusions
+    from specfleet.report.tables.conclusions import conclusions
     t = build_tables(scan_campaign(write(tmp_path / "c")), "vanilla")
     text = "\n".join(conclusions(t, "vanilla"))
     # rag: ngram 25 vs its own cell's 10 tok/s -> 2.50x; pairing with summarization's 20 would say 1.25x
     rag = t.runs[(t.runs.config == "ngram") & (t.runs.cell == "conc1-cat_rag")].iloc[0]
     assert rag.speedup == pytest.approx(2.5) and rag.speedup_verdict == "faster"
-    from specfleet.results.document import summary_section
+    from specfleet.report.render.document import summary_section
     sec = summary_section(t.runs, "vanilla")
     col = sec.headers.index("concurrency 1, cell conc1-cat_rag")
     ngram = next(row for row in sec.rows if row[0] == "ngram")

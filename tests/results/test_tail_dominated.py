@@ -4,7 +4,7 @@ import math
 
 import pandas as pd
 
-from specfleet.results.conclusions import tail_dominated
+from specfleet.report.tables.conclusions import tail_dominated
 
 
 def row(config, tok_s, tpot_ms, conc=16, weighted=math.nan):

@@ -8,8 +8,8 @@ import json
 import pytest
 
 from campaign_builder import REPORT, write_campaign
-from specfleet.results.campaign_report import report_plan
-from specfleet.results.telemetry_report import TIMELINE_IMAGE, telemetry_table
+from specfleet.report.build import report_plan
+from specfleet.report.render.telemetry_report import TIMELINE_IMAGE, telemetry_table
 
 from compare_builder import campaign, plan_raw
 from specfleet.plan import parse_plan
@@ -30,7 +30,7 @@ def test_per_run_power_energy_and_throttle(tmp_path):
     tel_file(camp / "w1" / "vanilla_conc16.telemetry.jsonl", [300, 310, 320])
     tel_file(camp / "w2" / "eagle3_conc16.telemetry.jsonl", [400, 400], mask="0x0000000000000004")
     tel_file(camp / "w2" / "vanilla_conc16.telemetry.jsonl", [None, None], problems=["GPU telemetry not recorded: x"])
-    from specfleet.results.campaign import scan_campaign
+    from specfleet.report.scan.folder import scan_campaign
     df = telemetry_table(scan_campaign(camp, quarantine=False)).set_index(["config", "node", "concurrency"])
     v = df.loc[("vanilla", "w1", 16)]
     out, dur = REPORT[("w1", "vanilla", 16)][0], REPORT[("w1", "vanilla", 16)][5]
@@ -95,8 +95,8 @@ def test_simulated_timeline_is_stamped_in_the_report(tmp_path):
     camp = write_campaign(tmp_path / "c", extra={"simulated": True, "engine": "specfleet-simvllm"})
     for f in camp.glob("w*/*_conc16.json"):
         tel_file(f.with_name(f.name.removesuffix(".json") + ".telemetry.jsonl"), [300, 300, 300])
-    from specfleet.results.plots import SIM_TITLE
-    from specfleet.results.campaign_report import report_campaign
+    from specfleet.report.render.plots import SIM_TITLE
+    from specfleet.report.build import report_campaign
     out = report_campaign(camp, quiet=True)
     assert out.merged and out.simulated
     page = (camp / "report.html").read_text()

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from specfleet import untrusted_json
-from specfleet.results import untrusted
-from specfleet.results.fetch import discard_staging, rsync_argv, select
-from specfleet.results.schema import ResultError, load_result
-from specfleet.results.staging import STAGING_DIR, accept, fresh_staging, refuse_unfetched
-from specfleet.results.untrusted import Limits, listing_script, parse_listing
+from specfleet.collect import untrusted
+from specfleet.collect.fetch import discard_staging, rsync_argv, select
+from specfleet.resultfile.schema import ResultError, load_result
+from specfleet.collect.staging import STAGING_DIR, accept, fresh_staging, refuse_unfetched
+from specfleet.collect.untrusted import Limits, listing_script, parse_listing
 from specfleet.quoting import q
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures"

@@ -18,10 +18,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from ..worker.slots import parallel_sizes
-from .consistency import result_table
-from .measures import PCT_KEY
-from .provenance import NOT_RECORDED, node_table
+from ...worker.slots import parallel_sizes
+from ..gates.consistency import result_table
+from ..tables.measures import PCT_KEY
+from ..scan.provenance import NOT_RECORDED, node_table
 
 BR_VERSION = "0.2"
 # merged.json / merged.csv: every row carries it; docs/schemas/merged.schema.json describes that version
@@ -194,7 +194,7 @@ def export_cells(campaign_dir: Path, camp, tables, plan, gate_verdict: str, gate
     """Write one file per merged row, stamped with `plan_hash`, the plan hash its results carry (a file
     whose content is the same is left as it is; files of rows no longer merged are removed); returns
     their paths."""
-    from ..campaign.commands import Paths, serve_argv
+    from ...campaign.commands import Paths, serve_argv
     out_dir = Path(campaign_dir) / EXPORT_DIR
     out_dir.mkdir(parents=True, exist_ok=True)
     nodes = {r["node"]: r for r in node_table(camp).to_dict("records")}

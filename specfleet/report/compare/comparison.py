@@ -20,20 +20,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..plan.assertions import Assertion, AssertionResult, check
-from ..plan.slo import Slo
-from ..errors import UserError
-from .campaign import Campaign, Expect, scan_campaign
-from .gate import DEFAULT_BASELINE, GATE_METRICS, PLAN_DEFAULTS, EquivalenceRule, GateResult, check_equivalence
-from .gate_policy import metric_value
-from .goodput import good_requests
-from .gpu_gate import split_off_gpu_copies
-from .measures import NoiseBand
-from .merge import Tables, build_tables
-from .consistency import result_table
-from .plan_snapshot import PLAN_SNAPSHOT, field_diffs
-from .provenance import NOT_RECORDED, node_table
-from ..worker.stats import ratio_interval, t_quantile, wilson_interval
+from ...plan.assertions import Assertion, AssertionResult, check
+from ...plan.slo import Slo
+from ...errors import UserError
+from ..scan.folder import Campaign, Expect, scan_campaign
+from ..gates.gate import DEFAULT_BASELINE, GATE_METRICS, PLAN_DEFAULTS, EquivalenceRule, GateResult, check_equivalence
+from ..gates.gate_policy import metric_value
+from ..render.goodput import good_requests
+from ..gates.gpu_gate import split_off_gpu_copies
+from ..tables.measures import NoiseBand
+from ..tables.merge import Tables, build_tables
+from ..gates.consistency import result_table
+from ..scan.plan_snapshot import PLAN_SNAPSHOT, field_diffs
+from ..scan.provenance import NOT_RECORDED, node_table
+from ...worker.stats import ratio_interval, t_quantile, wilson_interval
 
 # plan fields that may differ between the two campaigns: what is being compared (the GPU and the date
 # are not plan fields; they show among the provenance differences)

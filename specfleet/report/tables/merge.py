@@ -14,15 +14,15 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from ..plan.sweep import parse_cell
-from .campaign import Campaign, Run
+from ...plan.sweep import parse_cell
+from ..scan.folder import Campaign, Run
 from .categories import cells_by_category
 from .crossover_curve import search_status
 from .diagnosis import MIN_WAVES, OVERHEAD_BOUND_FRACTION, bandwidth_of, greedy_divergence, loop_share, waves
-from .gate_policy import metric_value
+from ..gates.gate_policy import metric_value
 from .measures import NoiseBand, add_measures, latency_table, outlier_notes, repeat_meaning
-from .consistency import result_table
-from .provenance import node_table
+from ..gates.consistency import result_table
+from ..scan.provenance import node_table
 
 RUN_METRICS = {
     "output_throughput": "output_tok_s",

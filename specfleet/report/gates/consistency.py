@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from ..worker import layout
+from ...worker import layout
 from .gpu_gate import where
-from .provenance import NOT_RECORDED, RESULT_COLS, read_provenance, server_facts, simulated_signals
+from ..scan.provenance import NOT_RECORDED, RESULT_COLS, read_provenance, server_facts, simulated_signals
 
 if TYPE_CHECKING:
-    from .campaign import Campaign, Run
+    from ..scan.folder import Campaign, Run
 
 # "cuda" is torch's CUDA build (the runner's cuda_version), "driver_cuda" the highest CUDA the driver
 # supports (nvidia-smi, provenance.json): they differ legitimately (a cu128 torch on a 13.0 driver),

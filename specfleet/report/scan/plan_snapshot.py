@@ -10,7 +10,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from .. import untrusted_json
+from ... import untrusted_json
 
 PLAN_SNAPSHOT = "plan.json"
 # plan fields that change how the report judges or where a cell is placed, never what a run measures

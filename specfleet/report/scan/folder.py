@@ -14,14 +14,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..facts.runner_state import items_problem
-from ..worker import layout
-from ..worker.layout import RESULT_RE
-from ..plan.sweep import parse_result_name
+from ...facts.runner_state import items_problem
+from ...worker import layout
+from ...worker.layout import RESULT_RE
+from ...plan.sweep import parse_result_name
 from .provenance import simulated_signals
-from .schema import PROVENANCE_KEYS, Result, ResultError, incomplete, load_result
-from .. import untrusted_json
-from .bastion_io import atomic_write_text
+from ...resultfile.schema import PROVENANCE_KEYS, Result, ResultError, incomplete, load_result
+from ... import untrusted_json
+from ...bastion_io import atomic_write_text
 
 QUARANTINE_DIR = "quarantine"
 # run.json: the worker's queue as `fab bench` gave it (collect fetches it); provenance.json: read by provenance.py

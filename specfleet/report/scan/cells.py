@@ -13,10 +13,10 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..worker.layout import RUN_SPEC, cell_result_filename
-from ..plan.sweep import Cell
-from .campaign import NOT_HOSTS, Campaign, at_cell, parse_name
-from .. import untrusted_json
+from ...worker.layout import RUN_SPEC, cell_result_filename
+from ...plan.sweep import Cell
+from .folder import NOT_HOSTS, Campaign, at_cell, parse_name
+from ... import untrusted_json
 
 PLANNED_FILE = "planned.json"
 PLACED = "placed by fab bench"   # the source of the queues `fab bench` wrote
@@ -90,7 +90,7 @@ def placed(plan, queues: dict[str, list[str]]) -> str:
 def write_placed(plan, queues: dict[str, list[str]], campaign_dir: Path) -> None:
     """planned.json with the queues this placement decided, before any runner starts (fab bench over
     SSH and under Slurm): a full or read-only results disk stops fab bench there, with its exit code."""
-    from .bastion_io import atomic_write_text, storage_checked
+    from ...bastion_io import atomic_write_text, storage_checked
 
     def write() -> None:
         campaign_dir.mkdir(parents=True, exist_ok=True)

@@ -17,14 +17,14 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..untrusted_json import loads_or_none
-from ..worker import layout
-from ..worker.runspec import item_parts
+from ...untrusted_json import loads_or_none
+from ...worker import layout
+from ...worker.runspec import item_parts
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from .campaign import Campaign
+    from .folder import Campaign
 
 NOT_RECORDED = "not recorded"
 SIM_WORDS = re.compile(r"simvllm|simulated", re.I)

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..worker import layout
-from .campaign import Campaign, Run
+from ...worker import layout
+from ..scan.folder import Campaign, Run
 
 NOT_RECORDED = "not recorded"
 # nvidia-smi clock-event reasons (nvml.h, nvmlClocksEventReason*): the ones that slow a GPU down

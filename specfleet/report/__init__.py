@@ -2,10 +2,10 @@
 equivalence, merge, and report. Entry points: `report_plan` (from a plan), `report_campaign`.
 
 The names below load on first use (PEP 562): pandas and matplotlib come with them, and `fab`
-itself imports `specfleet.results.fetch` at start, which must stay light."""
+itself imports `specfleet.collect.fetch` at start, which must stay light."""
 from importlib import import_module
 
-_WHERE = {"EquivalenceRule": "gate", "report_campaign": "campaign_report", "report_plan": "campaign_report"}
+_WHERE = {"EquivalenceRule": "gates.gate", "report_campaign": "build", "report_plan": "build"}
 __all__ = list(_WHERE)
 
 

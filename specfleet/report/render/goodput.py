@@ -10,9 +10,9 @@ import statistics
 
 import pandas as pd
 
-from ..plan.slo import Slo
-from ..worker.crossover import good_requests as count_good
-from .campaign import Campaign, Run
+from ...plan.slo import Slo
+from ...worker.crossover import good_requests as count_good
+from ..scan.folder import Campaign, Run
 
 def good_requests(run: Run, slo: Slo) -> tuple[int, int] | None:
     """(good, succeeded) of one run, or None when its per-request arrays are missing or uneven (the

@@ -11,10 +11,10 @@ import math
 from dataclasses import asdict
 from pathlib import Path
 
-from ..worker.layout import PROVENANCE
+from ...worker.layout import PROVENANCE
 from .comparison import IMPROVEMENT, REGRESSION, Comparison
-from .document import SIMULATED_STAMP, Section, fmt, md_cell
-from .gate import GATE_METRICS
+from ..render.document import SIMULATED_STAMP, Section, fmt, md_cell
+from ..gates.gate import GATE_METRICS
 
 FORCED_STAMP = "FORCED: compared with --force although {why}."
 
@@ -146,7 +146,7 @@ def summary(c: Comparison) -> list[str]:
 def plot_svg(c: Comparison) -> str | None:
     if not c.cells:
         return None
-    from .plots import RC, _svg, plt  # matplotlib, Agg, the report's SVG settings and SIMULATED stamp
+    from ..render.plots import RC, _svg, plt  # matplotlib, Agg, the report's SVG settings and SIMULATED stamp
 
     with plt.rc_context(RC):
         fig, ax = plt.subplots(figsize=(7, 0.35 * len(c.cells) + 1.2))

@@ -13,9 +13,9 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .campaign import QUARANTINE_DIR, REASON_SUFFIX, Expect, check_file, parse_name, quarantine_file
-from .schema import ResultError
-from .bastion_io import atomic_write_text
+from ..report.scan.folder import QUARANTINE_DIR, REASON_SUFFIX, Expect, check_file, parse_name, quarantine_file
+from ..resultfile.schema import ResultError
+from ..bastion_io import atomic_write_text
 from .untrusted import SAFE_NAME_RE, Limits, staged_refusal
 
 STAGING_DIR = ".staging"

@@ -13,10 +13,10 @@ import dataclasses
 import itertools
 from typing import TYPE_CHECKING
 
-from ..plan import copy_of
+from ...plan import copy_of
 
 if TYPE_CHECKING:
-    from .campaign import Campaign
+    from ..scan.folder import Campaign
 
 ONE_GPU = "not recorded (the one-GPU runner: the node's GPU)"
 

@@ -10,8 +10,8 @@ import os
 import tempfile
 from pathlib import Path
 
-from ..fleet import EXIT_DISK_FULL, EXIT_NOT_WRITABLE
-from ..step import StepFailed
+from .fleet import EXIT_DISK_FULL, EXIT_NOT_WRITABLE
+from .step import StepFailed
 
 FULL = {errno.ENOSPC: "No space left on device", errno.EDQUOT: "Disk quota exceeded"}
 NOT_WRITABLE = {errno.EROFS: "Read-only file system", errno.EACCES: "Permission denied",

@@ -17,17 +17,17 @@ from typing import Any
 import jinja2
 import pandas as pd
 
-from ..render import TEMPLATES, environment
-from .cells import CellState
-from .gate import GateResult
-from .categories import heatmap_grid
+from ...render import TEMPLATES, environment
+from ..scan.cells import CellState
+from ..gates.gate import GateResult
+from ..tables.categories import heatmap_grid
 from .export import MERGED_SCHEMA_VERSION
-from .conclusions import best_rows
-from .measures import ACCEPTANCE_FLAGS, NoiseBand, cell_order, cell_title, latency_sections
-from .merge import Tables
+from ..tables.conclusions import best_rows
+from ..tables.measures import ACCEPTANCE_FLAGS, NoiseBand, cell_order, cell_title, latency_sections
+from ..tables.merge import Tables
 from .plots import all_plots, category_plots
-from .provenance import provenance_sections
-from .bastion_io import AtomicFiles
+from ..scan.provenance import provenance_sections
+from ...bastion_io import AtomicFiles
 
 TEMPLATE_DIR = TEMPLATES / "report"
 SIMULATED_STAMP = ("SIMULATED ENGINE: inputs come from the simulated vLLM (specfleet-simvllm), "

@@ -10,21 +10,21 @@ from pathlib import Path
 
 from ..fleet import EXIT_ASSERTION, EXIT_INCOMPLETE, EXIT_NOT_MERGED
 from ..plan.assertions import NOT_CHECKED, AssertionResult, check
-from .campaign import Campaign, Expect, Quarantined, scan_campaign
-from .bastion_io import atomic_write_text
-from .cells import PLANNED_FILE, CellState, Planned, cell_states, planned_from
-from .conclusions import conclusions
-from .gate import DEFAULT_BASELINE, EquivalenceRule, GateResult, check_equivalence
-from .goodput import SLO_HEADERS, add_goodput, slo_lines, slo_rows
-from .gpu_gate import split_off_gpu_copies
-from .measures import NoiseBand
-from .merge import Tables, build_tables
-from .document import ReportModel, Section, build_model, print_cells, print_report, write_report
-from .export import export_cells, remove_stale
-from .plan_snapshot import plan_drift, write_snapshot
-from .provenance import plan_hashes
-from .plots import namespace_ids
-from .telemetry_report import (TELEMETRY_HEADERS, TIMELINE_IMAGE, node_differences, telemetry_rows, telemetry_table,
+from .scan.folder import Campaign, Expect, Quarantined, scan_campaign
+from ..bastion_io import atomic_write_text
+from .scan.cells import PLANNED_FILE, CellState, Planned, cell_states, planned_from
+from .tables.conclusions import conclusions
+from .gates.gate import DEFAULT_BASELINE, EquivalenceRule, GateResult, check_equivalence
+from .render.goodput import SLO_HEADERS, add_goodput, slo_lines, slo_rows
+from .gates.gpu_gate import split_off_gpu_copies
+from .tables.measures import NoiseBand
+from .tables.merge import Tables, build_tables
+from .render.document import ReportModel, Section, build_model, print_cells, print_report, write_report
+from .render.export import export_cells, remove_stale
+from .scan.plan_snapshot import plan_drift, write_snapshot
+from .scan.provenance import plan_hashes
+from .render.plots import namespace_ids
+from .render.telemetry_report import (TELEMETRY_HEADERS, TIMELINE_IMAGE, node_differences, telemetry_rows, telemetry_table,
                                timeline_svg)
 
 MERGED_FILES = ("report.md", "report.html", "merged.csv", "merged.json")

@@ -115,8 +115,8 @@ def speedup_svg(runs: pd.DataFrame, baseline: str, simulated: bool = False,
 def crossover_svg(runs: pd.DataFrame, baseline: str, simulated: bool = False,
                   band: tuple[float, float] | None = None, colours: dict[str, str] | None = None) -> str | None:
     """Speedup vs concurrency (log x), one line per configuration (and node), the measured points
-    with their intervals; only where a curve has >= 3 points (specfleet/results/crossover_curve.py)."""
-    from .crossover_curve import curves
+    with their intervals; only where a curve has >= 3 points (specfleet/report/tables/crossover_curve.py)."""
+    from ..tables.crossover_curve import curves
     found = curves(runs, baseline)
     if not found:
         return None
@@ -206,7 +206,7 @@ def namespace_ids(svg: str, prefix: str) -> str:
 
 def category_plots(categories: pd.DataFrame | None, baseline: str, simulated: bool = False) -> list[tuple[str, str]]:
     """One heatmap per (concurrency, output_len) of the per-category cells (categories.heatmap_grid)."""
-    from .categories import heatmap_grid
+    from ..tables.categories import heatmap_grid
     if categories is None or "acceptance_length" not in categories:
         return []
     acc = dict(heatmap_grid(categories, baseline, "acceptance_length"))

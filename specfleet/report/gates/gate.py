@@ -17,15 +17,15 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from ..plan import Equivalence
-from .campaign import Campaign, at_cell
+from ...plan import Equivalence
+from ..scan.folder import Campaign, at_cell
 from .gpu_gate import gpu_checks, packing_of
 from .consistency import mismatches
 from .gate_policy import (ALPHA, ALPHA_PER_LOOK, FAILED, INCONCLUSIVE, MERGES, METHOD as POLICY, PASSED,
                           UNVERIFIED, Decision, decide_state, metric_value)
-from .provenance import plan_hashes
-from ..plan.sweep import parse_cell
-from ..worker.stats import log_welch, ratio_interval, t_two_sided_p
+from ..scan.provenance import plan_hashes
+from ...plan.sweep import parse_cell
+from ...worker.stats import log_welch, ratio_interval, t_two_sided_p
 
 GATE_METRICS = {
     "tpot_weighted_ms": "token-weighted TPOT ms",

@@ -20,7 +20,7 @@ from ..worker import layout
 from ..connection import ssh_argv
 from ..quoting import q
 from ..step import Status, StepFailed
-from . import bastion_io
+from .. import bastion_io
 
 if TYPE_CHECKING:
     from ..facts.worker_provenance import ProvenanceRecord
@@ -69,7 +69,7 @@ def finished_items(v: RunnerView) -> list[str]:
 
 def fetch(hc, plan, work_dir: str, dest: Path, refused: dict[str, list[str]], running: dict[str, str] | None = None):
     """rsync the finished items of `hc`'s run folder under `work_dir` into a staging folder, then let
-    only valid result files replace the local copies in `dest`/<host> (specfleet.results.staging);
+    only valid result files replace the local copies in `dest`/<host> (specfleet.collect.staging);
     invalid ones are quarantined and listed in `refused`. Writes the host's provenance.json.
     A host whose runner is still alive is named in `running` (the report then does not advise
     measuring its unfinished cells again)."""
@@ -120,7 +120,7 @@ def take_files(host: str, plan, dest: Path, source: str, ssh: str | None, take: 
     """rsync `take` from `source` (a worker over `ssh`, or a local folder: Slurm's shared path) into
     the host's staging folder and let staging.accept place what is valid; the staging folder is gone
     afterwards, whatever happened."""
-    from .campaign import Expect
+    from ..report.scan.folder import Expect
     from .staging import accept, fresh_staging, quarantine_dir
     out = dest / host
     out.mkdir(parents=True, exist_ok=True)
@@ -165,7 +165,7 @@ def write_provenance(pf: Path, host: str, v: RunnerView, done: list[str],
                      probe: Callable[[str | None, str | None], ProvenanceRecord], **extra) -> None:
     """Write what the host's probe says (`probe(model, dataset)`: the WorkerProvenance fact, one round
     trip) to `pf`, with `extra` keys; a collect that finds nothing new touches nothing."""
-    from .provenance import spec_facts
+    from ..report.scan.provenance import spec_facts
     model, (dataset, items) = (v.state or {}).get("model_path"), spec_facts(v.spec)
     prov = json.dumps({"host": host, **asdict(probe(model, dataset)), "items_facts": items,
                        "plan_hash": (v.state or {}).get("plan_hash"), "items_done": done,

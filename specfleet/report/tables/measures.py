@@ -14,11 +14,11 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from .campaign import Campaign
+from ..scan.folder import Campaign
 from .diagnosis import LOOP_SHARE_DEGENERATE
-from .gate import EquivalenceRule
-from ..worker.crossover import speedup_verdict
-from ..worker.stats import SPEEDUP_CONFIDENCE, geometric_ratio, ratio_interval
+from ..gates.gate import EquivalenceRule
+from ...worker.crossover import speedup_verdict
+from ...worker.stats import SPEEDUP_CONFIDENCE, geometric_ratio, ratio_interval
 
 SINGLE_RUN = "single run: plain threshold, no interval"
 INTERVAL_METHOD = "95 % CI, Welch's t on log values"
