@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Callable
 from ..campaign import remote
 from ..facts.runner_state import RunnerView
 from ..worker import layout
+from ..worker.runspec import item_parts
 from ..connection import ssh_argv
 from ..quoting import q
 from ..step import Status, StepFailed
@@ -120,7 +121,7 @@ def take_files(host: str, plan, dest: Path, source: str, ssh: str | None, take: 
     """rsync `take` from `source` (a worker over `ssh`, or a local folder: Slurm's shared path) into
     the host's staging folder and let staging.accept place what is valid; the staging folder is gone
     afterwards, whatever happened."""
-    from ..report.scan.folder import Expect
+    from ..resultfile.check import Expect
     from .staging import accept, fresh_staging, quarantine_dir
     out = dest / host
     out.mkdir(parents=True, exist_ok=True)
@@ -161,11 +162,26 @@ def discard_staging(dest: Path, host: str) -> None:
         pass  # another host's staging is in use, or it is gone already
 
 
+def spec_facts(spec: dict | None) -> tuple[str | None, dict[str, dict]]:
+    """(dataset path, {item: {"sampling": {...}, "serve_argv": [...]}}) from the worker's run spec:
+    what the client sends and the server's command line as the printed plan shows it (runspec.py)."""
+    dataset, items = None, {}
+    for it in (spec or {}).get("items", []) if isinstance(spec, dict) else []:
+        try:
+            serve, client, _ = item_parts(it)
+        except (KeyError, TypeError, ValueError):  # an older spec (argv lists) or a damaged one: not recorded
+            continue
+        dataset = dataset or client.dataset_path
+        items[it["name"]] = {"sampling": client.sampling(),
+                             "serve_argv": serve.argv(model=None, host=spec.get("server_host", ""),
+                                                      port=spec.get("port", 0))}
+    return dataset, items
+
+
 def write_provenance(pf: Path, host: str, v: RunnerView, done: list[str],
                      probe: Callable[[str | None, str | None], ProvenanceRecord], **extra) -> None:
     """Write what the host's probe says (`probe(model, dataset)`: the WorkerProvenance fact, one round
     trip) to `pf`, with `extra` keys; a collect that finds nothing new touches nothing."""
-    from ..report.scan.provenance import spec_facts
     model, (dataset, items) = (v.state or {}).get("model_path"), spec_facts(v.spec)
     prov = json.dumps({"host": host, **asdict(probe(model, dataset)), "items_facts": items,
                        "plan_hash": (v.state or {}).get("plan_hash"), "items_done": done,

@@ -13,7 +13,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..report.scan.folder import QUARANTINE_DIR, REASON_SUFFIX, Expect, check_file, parse_name, quarantine_file
+from ..resultfile.check import QUARANTINE_DIR, REASON_SUFFIX, Expect, check_file, parse_name, quarantine_file
 from ..resultfile.schema import ResultError
 from ..bastion_io import atomic_write_text
 from .untrusted import SAFE_NAME_RE, Limits, staged_refusal

@@ -16,7 +16,8 @@ import pytest
 from specfleet.report import report_campaign
 from specfleet.report.scan.folder import scan_campaign
 from specfleet.facts.worker_provenance import WorkerProvenance
-from specfleet.report.scan.provenance import simulated_signals, spec_facts
+from specfleet.collect.fetch import spec_facts
+from specfleet.report.scan.provenance import simulated_signals
 from specfleet.report.render.document import MIXED_PLANS_STAMP, NOT_EQUIVALENT_STAMP, SIMULATED_STAMP
 
 from campaign_builder import write_campaign

@@ -6,7 +6,7 @@ import json
 
 from specfleet.facts.runner_state import RunnerView, parse_view
 from specfleet.collect.fetch import finished_items, wanted
-from specfleet.report.scan.provenance import spec_facts
+from specfleet.collect.fetch import spec_facts
 
 RUN_FOLDER = {
     # done

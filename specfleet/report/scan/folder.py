@@ -9,83 +9,29 @@ server log is read (regex) for KV-cache facts and the vLLM version.
 from __future__ import annotations
 
 import re
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ...facts.runner_state import items_problem
 from ...worker import layout
-from ...worker.layout import RESULT_RE
 from ...plan.sweep import parse_result_name
 from .provenance import simulated_signals
-from ...resultfile.schema import PROVENANCE_KEYS, Result, ResultError, incomplete, load_result
+from ...resultfile.check import (QUARANTINE_DIR, REASON_SUFFIX, Expect, Quarantined, check_file, parse_name,
+                                 quarantine_file)
+from ...resultfile.schema import PROVENANCE_KEYS, Result, ResultError
 from ... import untrusted_json
-from ...bastion_io import atomic_write_text
 
-QUARANTINE_DIR = "quarantine"
 # run.json: the worker's queue as `fab bench` gave it (collect fetches it); provenance.json: read by provenance.py
 OTHER_JSON = {layout.STATE, layout.RUN_SPEC, layout.PROVENANCE}
 # Directories under the campaign that are not hosts.
 NOT_HOSTS = {QUARANTINE_DIR, "plots", "report"}  # and every name starting with "." (collect's staging)
-REASON_SUFFIX = ".reason.txt"
 
 KV_SIZE_RE = re.compile(r"\b(?:(GPU|CPU|XPU|TPU|HPU)\s+)?KV cache size:\s*([\d,]+)\s*tokens")
 MAX_CONC_RE = re.compile(r"Maximum concurrency for\s*([\d,]+)\s*tokens per request:\s*([\d,.]+)x")
 WEIGHTS_RE = re.compile(r"Model loading took\s*([\d.]+)\s*GiB")
 KV_MEM_RE = re.compile(r"Available KV cache memory:\s*([\d.]+)\s*GiB")
 LOG_VERSION_RE = re.compile(r"Initializing a V1 LLM engine \(v([^)\s]+)\)|\bversion\s+(\d+\.\d+\.\d+\S*)")
-
-
-@dataclass(frozen=True)
-class Expect:
-    """What a run must show to count: `num_prompts` asked (None: the file's own), at most
-    `max_failed_requests` of them not completed (the plan's benchmark fields)."""
-
-    num_prompts: int | None = None
-    max_failed_requests: int = 0
-    cell_prompts: dict[str, int] | None = None  # a bench cell that asks another count (sweep.py)
-
-    @classmethod
-    def of_plan(cls, plan) -> "Expect":
-        """What a specfleet.campaign Plan asks of its runs, per bench cell."""
-        b = plan.benchmark
-        return cls(b.num_prompts, b.max_failed_requests,
-                   {c.name: c.num_prompts for c in b.cells if c.num_prompts != b.num_prompts} or None)
-
-    def asked(self, file_name: str) -> int | None:
-        parsed = parse_result_name(file_name)
-        return (self.cell_prompts or {}).get(parsed[1] if parsed else "", self.num_prompts)
-
-
-def parse_name(name: str) -> tuple[str, int, int | None] | None:
-    """(config, concurrency, repeat or None) from `<config>_<cell>[_r<K>].json`, else None
-    (the cell name: parse_result_name)."""
-    m = RESULT_RE.match(name)
-    return (m["config"], int(m["conc"]), int(m["rep"]) if m["rep"] is not None else None) if m else None
-
-
-def check_file(path: Path, expect: Expect | None = None, host: str | None = None) -> Result:
-    """Load and judge one result file of `host`'s folder: schema, name and folder vs content,
-    completeness. Raises ResultError."""
-    res = load_result(path)
-    parsed = parse_name(path.name)
-    if parsed and res.max_concurrency is not None and res.max_concurrency != parsed[1]:
-        raise ResultError(path, f"max_concurrency is {res.max_concurrency} but the file name says conc{parsed[1]}")
-    # the runner writes node and config into the result it names and places: a file that says another
-    # is a copy, and merged it would be counted as what it did not measure (another node's run passing
-    # the equivalence gate against itself)
-    meta = res.metadata()
-    if parsed and meta.get("config", parsed[0]) != parsed[0]:
-        raise ResultError(path, f"its metadata says configuration '{meta['config']}', its name '{parsed[0]}': "
-                                "a copy of another configuration's result")
-    if host is not None and meta.get("node", host) != host:
-        raise ResultError(path, f"its metadata says node '{meta['node']}', its folder '{host}': "
-                                "a copy of another node's result")
-    expect = expect or Expect()
-    if why := incomplete(res, expect.asked(path.name), expect.max_failed_requests):
-        raise ResultError(path, why)
-    return res
 
 
 @dataclass
@@ -100,19 +46,6 @@ class Run:
 
     def __post_init__(self) -> None:
         self.cell = self.cell or f"conc{self.conc}"
-
-
-@dataclass
-class Quarantined:
-    host: str
-    source: Path
-    dest: Path
-    reason: str
-
-    def message(self) -> str:
-        if self.dest == self.source:
-            return f"not merged (invalid, left in place) {self.source}: {self.reason}"
-        return f"quarantined {self.source} -> {self.dest}: {self.reason}"
 
 
 @dataclass
@@ -239,20 +172,6 @@ def _state_provenance(state: Any) -> dict[str, str]:
         return {}
     return {k: str(v) for k in PROVENANCE_KEYS + ("gpu_name", "started_at", "finished_at", "model_path")
             if isinstance(v := state.get(k), (str, int, float))}
-
-
-def quarantine_file(root: Path, host: str, path: Path, reason: str) -> Quarantined:
-    """Move `path` to quarantine/<host>/ (never over an earlier one) with its reason beside it."""
-    qdir = root / QUARANTINE_DIR / host
-    qdir.mkdir(parents=True, exist_ok=True)
-    dest = qdir / path.name
-    k = 1
-    while dest.exists():
-        dest = qdir / f"{path.name}.{k}"
-        k += 1
-    shutil.move(str(path), str(dest))
-    atomic_write_text(dest.with_name(dest.name + REASON_SUFFIX), reason + "\n")
-    return Quarantined(host=host, source=path, dest=dest, reason=reason)
 
 
 def _set_aside(root: Path) -> list[SetAside]:

@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING
 
 from ...untrusted_json import loads_or_none
 from ...worker import layout
-from ...worker.runspec import item_parts
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -31,22 +30,6 @@ SIM_WORDS = re.compile(r"simvllm|simulated", re.I)
 SERVE_LINE = re.compile(r"^==== specfleet \S+ run \S+: (.*)$", re.M)
 ENGINE_SPEC = re.compile(r"speculative_config=(SpeculativeConfig\([^)]*\)|None)")
 SERVER_SAMPLING = re.compile(r"default (?:chat |completion )?sampling params from model: (\{[^}]*\})", re.I)
-
-
-def spec_facts(spec: dict | None) -> tuple[str | None, dict[str, dict]]:
-    """(dataset path, {item: {"sampling": {...}, "serve_argv": [...]}}) from the worker's run spec:
-    what the client sends and the server's command line as the printed plan shows it (runspec.py)."""
-    dataset, items = None, {}
-    for it in (spec or {}).get("items", []) if isinstance(spec, dict) else []:
-        try:
-            serve, client, _ = item_parts(it)
-        except (KeyError, TypeError, ValueError):  # an older spec (argv lists) or a damaged one: not recorded
-            continue
-        dataset = dataset or client.dataset_path
-        items[it["name"]] = {"sampling": client.sampling(),
-                             "serve_argv": serve.argv(model=None, host=spec.get("server_host", ""),
-                                                      port=spec.get("port", 0))}
-    return dataset, items
 
 
 # ------------------------------------------------------------------ local reading
