@@ -18,7 +18,6 @@ import math
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from ...plan.assertions import Assertion, AssertionResult, check
 from ...plan.slo import Slo
