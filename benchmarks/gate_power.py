@@ -6,7 +6,7 @@ Measurement model: the baseline's gate metric on node A is exp(N(0, sigma)) per 
 the plan's default repeats (3 runs per node) first; while the gate says INCONCLUSIVE with runs left
 in the budget, runs are added per node up to the next look (gate_policy.LOOKS) and the gate is asked
 again. Every decision is `specfleet.report.gates.gate.decide` with the plan's default rule, the function
-`check_equivalence` (the report's gate) calls for every node pair; tests/results/test_gate_power.py
+`check_equivalence` (the report's gate) calls for every node pair; tests/report/test_gate_power.py
 checks that a written campaign gives the same decision through the report.
 
 Per (sigma, diff) it prints `gate-power sigma=<s>% diff=<d>% pass=<rate> mean_runs=<n>`: the share of

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import json
 
-from specfleet.report.scan.folder import Expect
+from specfleet.resultfile.check import Expect
 from specfleet.collect.staging import accept, fresh_staging
 
-from campaign_builder import REPORT, result_json
+from tests.report.campaign_builder import REPORT, result_json
 
 EXPECT = Expect(num_prompts=16)
 

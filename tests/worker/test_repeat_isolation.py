@@ -11,7 +11,7 @@ from specfleet.plan import parse_plan
 from specfleet.worker.runner import EXIT_OK
 from specfleet.worker.runspec import item_parts
 
-from .test_plan import MINI
+from plan.test_plan import MINI
 
 PATHS = Paths(venv="/v", work_dir="/w", dataset="/w/q.jsonl")
 

@@ -1,5 +1,5 @@
 """The runner on a node with several GPUs: servers at once on disjoint GPU sets (slots.py), real
-processes, the fake vllm/nvidia-smi of tests/bench/fakes (4 GPUs listed in gpus.json)."""
+processes, the fake vllm/nvidia-smi of tests/worker/fakes (4 GPUs listed in gpus.json)."""
 import json
 import os
 import signal
@@ -206,7 +206,7 @@ def test_a_server_stop_never_ends_a_neighbour_runners_engine_of_the_same_name(be
 
 def test_crossover_rounds_run_on_a_node_with_several_gpus_once_every_slot_is_idle(bed, monkeypatch):
     """Before: the GPU pool ran the spec's items and returned, the refinement rounds never ran there."""
-    monkeypatch.setenv("FAKE_CROSSOVER", "ngram:12")   # ngram pays below c=12, loses above (tests/bench/fakes)
+    monkeypatch.setenv("FAKE_CROSSOVER", "ngram:12")   # ngram pays below c=12, loses above (tests/worker/fakes)
     monkeypatch.setenv("FAKE_BENCH_S", "0.05")
     monkeypatch.setenv("FAKE_LOAD_S", "0.3")
     (bed.gpu / "gpus.json").write_text(json.dumps(GPUS))
@@ -314,7 +314,7 @@ def test_sigterm_as_a_crossover_round_ends_stops_the_runner_with_the_next_round_
     os.makedirs(runner.run_dir)
     runner.load_state()
 
-    def run_item(lane, item, rec):   # results as tests/bench/fakes' FAKE_CROSSOVER=ngram:12 measures them
+    def run_item(lane, item, rec):   # results as tests/worker/fakes' FAKE_CROSSOVER=ngram:12 measures them
         for b in item["bench"]:
             c = b["concurrency"]
             tput = 100.0 * c * ((12 / c) ** 0.5 if item["name"].startswith("ngram") else 1.0)
