@@ -15,10 +15,11 @@ from specfleet.worker.fitcheck import select
 from specfleet.plan import PlanError, load_plan, parse_plan
 from specfleet.campaign.split import NodeInfo, item_s, split
 from specfleet.plan.sweep import parse_cell, parse_result_name
+from tests.shared_data import SPEC_BENCH
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "plans/demo.yml"
-FULL = Path("/work/shared/datasets/spec_bench/question.jsonl")
+FULL = SPEC_BENCH
 PATHS = Paths(venv="/opt/v", work_dir="/w", dataset="/w/q.jsonl")
 SPEC_AT = {"server_host": "127.0.0.1", "port": 8000}  # where the runner renders the argv (runspec.rendered)
 

@@ -11,8 +11,9 @@ from specfleet.report import report_campaign
 from specfleet.report.tables.measures import NoiseBand
 
 from campaign_builder import REPORT, SPEC, matrix, result_json, write_campaign
+from tests.shared_data import SHARED
 
-H200 = Path("/work/shared/fixtures/vllm-0.26.0-cuda-h200/h200-dummy8b/h200")
+H200 = SHARED / "fixtures" / "vllm-0.26.0-cuda-h200" / "h200-dummy8b" / "h200"
 
 
 def _campaign(root: Path, runs: dict[tuple[str, int], list[float]], spec=None) -> Path:

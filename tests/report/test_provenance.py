@@ -21,10 +21,10 @@ from specfleet.report.scan.provenance import simulated_signals
 from specfleet.report.render.document import MIXED_PLANS_STAMP, NOT_EQUIVALENT_STAMP, SIMULATED_STAMP
 
 from campaign_builder import write_campaign
+from tests.shared_data import SHARED, SPEC_BENCH
 
 REPO = Path(__file__).resolve().parents[2]
-SPEC_BENCH = Path("/work/shared/datasets/spec_bench/question.jsonl")
-H200 = Path("/work/shared/fixtures/vllm-0.26.0-cuda-h200/h200-smollm2/h200")
+H200 = SHARED / "fixtures" / "vllm-0.26.0-cuda-h200" / "h200-smollm2" / "h200"
 
 
 def _venv(tmp_path) -> Path:

@@ -6,9 +6,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests.shared_data import SPEC_BENCH
 
 REPO = Path(__file__).resolve().parents[2]
-REAL = Path("/work/shared/datasets/spec_bench/question.jsonl")
+REAL = SPEC_BENCH
 FITCHECK = REPO / "specfleet" / "worker" / "fitcheck.py"
 
 
