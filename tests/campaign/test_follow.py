@@ -158,7 +158,7 @@ class Conn:
         self.closed += 1
 
 
-class Fleet:
+class FakeFleet:
     """The three things follow() uses of a Fleet: active hosts, their connections, records."""
 
     def __init__(self, *names):
@@ -186,7 +186,7 @@ class Console:
 
 def test_follow_loop_reads_until_every_host_is_done_or_given_up():
     """w1 drops its SSH once and then finishes; w2's runner is gone: given up after the grace."""
-    fleet, console, clock = Fleet("w1", "w2"), Console(), [0.0]
+    fleet, console, clock = FakeFleet("w1", "w2"), Console(), [0.0]
     w1 = iter([running(), Unreachable("banner timeout"),
                RunnerView(state=state("done", None, (("vanilla", "done"), ("ngram", "done"))), alive=False)])
     w2_dead = RunnerView(state=state(), alive=False)
