@@ -13,7 +13,7 @@ from rich.table import Table
 
 from specfleet.errors import UserError, one_line
 from specfleet.roles import configs, vars_model
-from specfleet.fleet import EXIT_BAD_INPUT
+from specfleet.exits import EXIT_BAD_INPUT
 from specfleet.shell import q
 from specfleet.step import Status
 from specfleet.steps.command import Assert

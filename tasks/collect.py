@@ -6,7 +6,7 @@ from pathlib import Path
 from invoke import task
 from invoke.exceptions import Exit
 
-from specfleet.fleet import EXIT_ASSERTION
+from specfleet.exits import EXIT_ASSERTION, EXIT_INCOMPLETE, EXIT_NOT_MERGED
 from specfleet.tasks.bench import DEFAULT_PLAN, PLAN_HELP, plan_of, work_dir
 from specfleet.tasks.common import fleet_help, fleet_run
 
@@ -80,10 +80,9 @@ def say(fleet, rep, outcome) -> None:
     if outcome.merged:
         rep.console.print(f"[bold green]report:[/] {outcome.paths.get('html')}")
     else:
-        fleet.not_merged(outcome.not_merged_message)
+        fleet.verdict(EXIT_NOT_MERGED, outcome.not_merged_message)
     if outcome.incomplete_message:
-        fleet.incomplete(outcome.incomplete_message)
+        fleet.verdict(EXIT_INCOMPLETE, outcome.incomplete_message)
     for a in outcome.assertions:  # the plan's assertions (docs/compare.md): one failed or unchecked adds 32
         if not a.ok:
-            fleet.extra_exit |= EXIT_ASSERTION
-            fleet.warn(a.line())
+            fleet.verdict(EXIT_ASSERTION, a.line())

@@ -7,7 +7,7 @@ from invoke import task
 from invoke.exceptions import Exit
 
 from specfleet.errors import UserError
-from specfleet.fleet import EXIT_ASSERTION, EXIT_REGRESSION
+from specfleet.exits import EXIT_ASSERTION, EXIT_REGRESSION
 
 FAIL_ON = ("regression", "never")
 

@@ -142,8 +142,8 @@ def take_files(host: str, plan, dest: Path, source: str, ssh: str | None, take: 
 
 
 def rsync_failure(host: str, code: int, stderr: str) -> str:
-    """One line for a failed rsync; a signal is named (fleet.exit_status), never `exit -9`."""
-    from ..fleet import exit_status
+    """One line for a failed rsync; a signal is named (exits.exit_status), never `exit -9`."""
+    from ..exits import exit_status
     tail = " ".join(stderr.split())[-300:]
     if code < 0:
         return (f"{exit_status(f'rsync from {host}', code)} (nothing of it was taken; `fab collect` again "

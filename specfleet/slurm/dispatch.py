@@ -23,7 +23,7 @@ from ..campaign.spec import resumed, worker_zipapp
 from ..campaign.split import NodeInfo
 from ..worker import layout
 from ..errors import UserError
-from ..fleet import EXIT_FAILED
+from ..exits import EXIT_FAILED
 from ..quoting import q
 from ..bastion_io import BastionStorageError
 from ..report.scan.cells import write_placed

@@ -10,7 +10,7 @@ from invoke.exceptions import Exit
 
 from compare_builder import campaign, plan_raw
 from specfleet.errors import UserError
-from specfleet.fleet import EXIT_ASSERTION, EXIT_REGRESSION
+from specfleet.exits import EXIT_ASSERTION, EXIT_REGRESSION
 from specfleet.report.compare.comparison import (IMPROVEMENT, NO_DIFF, PLAN_SNAPSHOT, REGRESSION, WITHIN, compare_dirs,
                                        decide)
 from specfleet.report.compare.compare_render import write_outputs
