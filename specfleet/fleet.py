@@ -25,7 +25,7 @@ from .exits import EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE, exit_status
 from .inventory import Host
 from .facts.gather import gather
 from .shell import as_root
-from .step import Change, Payload, Status, Step, StepFailed, StepResult
+from .step import Change, HostStatus, Payload, Status, Step, StepFailed, StepResult
 
 StepsFor = Callable[[Host], Iterable[Step]]
 _DROPPED = (Status.FAILED, Status.UNREACHABLE)
@@ -135,8 +135,8 @@ class Fleet:
     def each(self, name: str, fn: Callable[[HostConnection], Any], hosts: list[Host] | None = None) -> Outcomes:
         """Run `fn(connection)` per host in parallel; an exception fails that host only.
 
-        `fn` returns a status as (Status, message[, data]), or any other value (that host is ok);
-        either way the value is its HostOutcome's `value`.
+        `fn` returns a HostStatus (its status, message and data are recorded), or any other value
+        (that host is ok); either way the value is its HostOutcome's `value`.
         """
         targets = [h for h in (hosts or self.hosts) if h.name not in self.dropped]
         out = Outcomes()
@@ -156,8 +156,8 @@ class Fleet:
             except Exception as e:  # anything in one host's work fails (or loses) that host only
                 status, message = self._failure(host.name, name, e)
             else:
-                if isinstance(value, tuple) and value and isinstance(value[0], Status):
-                    status, message, data = (list(value) + ["", {}])[:3]
+                if isinstance(value, HostStatus):
+                    status, message, data = value.status, value.message, value.data
             r = self._result(host.name, name, status, message=message, data=data or {}, duration=time.monotonic() - t0)
             return HostOutcome(host.name, status, value, r.message, [r])
 
