@@ -412,7 +412,7 @@ def copy_of(name: str, baseline: str) -> int | None:
 
 
 class Equivalence(_Strict):
-    metric: str = "tpot_weighted_ms"   # the gate policy's metric (results/gate_policy.py)
+    metric: str = "tpot_weighted_ms"   # the gate policy's metric (report/gates/gate_policy.py)
     concurrency: int = Field(default=16, ge=1)
     tolerance_pct: float = Field(default=3.0, gt=0)
     # packing shared on nodes with several GPUs: the baseline runs once on every GPU (gpu_copy),

@@ -354,7 +354,7 @@ def collect(fleet, inv, plan, dest: Path, refused: dict[str, list[str]]) -> list
                 continue
             src = layout.run_dir(node_work_dir(cfg, plan.campaign, h.name), plan.campaign, h.name)
             eff = read_json(os.path.join(src, "run.slurm.json")) or {}
-            # the shared path is written by the nodes: untrusted as a worker is (results/untrusted.py)
+            # the shared path is written by the nodes: untrusted as a worker is (collect/untrusted.py)
             status, message = take_finished(
                 h.name, plan, dest, v, src, _sh, f"{src}/", None, refused,
                 # the node ran the command after its queue, without the model (not known before it):

@@ -2,8 +2,8 @@
 result files' metadata and the server log's first line, as two report tables.
 
 The worker half is one host fact (specfleet.facts.worker_provenance.WorkerProvenance, run by
-fetch.py): GPUs, driver, CUDA, the venv's package versions, sha256 of the model's config.json and
-weight index and of the dataset. The local half (`node_table`, `result_table`) reads what is on disk
+specfleet.collect.fetch): GPUs, driver, CUDA, the venv's package versions, sha256 of the model's
+config.json and weight index and of the dataset. The local half (`node_table`, `result_table`) reads what is on disk
 and leaves a value out ("not recorded") rather than guess it.
 
 Simulated inputs are detected from several independent signals (`simulated_signals`): the
