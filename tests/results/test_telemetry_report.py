@@ -105,3 +105,21 @@ def test_simulated_timeline_is_stamped_in_the_report(tmp_path):
     assert f"<title>{SIM_TITLE}</title>" in fig and 'id="timeline-simulated-stamp' in fig
     assert 'href="http' not in fig and "<image" not in fig  # nothing fetched from outside
     assert f"<title>{SIM_TITLE}</title>" in (camp / TIMELINE_IMAGE).read_text()
+
+
+def test_nesting_bomb_line_is_refused_and_the_report_still_made(tmp_path):
+    # one hostile line among good ones: the report is made (was RecursionError, exit 70 of every
+    # fab collect and fab report), the good samples count and the note names the refused line
+    raw = plan_raw()
+    d = campaign(tmp_path / "results", raw, seed=1)
+    for f in d.glob("w*/*_conc16_r*.json"):
+        tel_file(f.with_name(f.name.removesuffix(".json") + ".telemetry.jsonl"), [300, 300])
+    bombed = sorted(d.glob("w1/vanilla_conc16_r*.telemetry.jsonl"))[0]
+    bombed.write_text(bombed.read_text() + "[" * 100_000 + "]" * 100_000 + "\n")
+    out = report_plan(parse_plan(raw, "plans/demo.yml"), "plans/demo.yml", tmp_path / "results", quiet=True)
+    assert out.merged
+    md = (d / "report.md").read_text()
+    assert f"{bombed.name} line 5 refused: JSON nested 100000 levels deep" in md
+    from specfleet.results.campaign import scan_campaign
+    df = telemetry_table(scan_campaign(d, quarantine=False))
+    assert (df.power_w == 300).all()
