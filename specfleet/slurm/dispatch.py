@@ -28,6 +28,7 @@ from ..quoting import q
 from ..results.bastion_io import BastionStorageError
 from ..results.cells import write_placed
 from ..step import Status, StepFailed
+from .. import untrusted_json
 from . import cli
 from ..scheduler import SlurmScheduler
 from .script import (JOBS, NODE_STEP, SCRIPT, SPECS, TOKEN, VERDICT, Job, campaign_dir, node_work_dir, render_script,
@@ -152,10 +153,11 @@ def _listdir(path: str) -> list[str]:
 
 
 def read_json(path: str):
+    """A file on the shared path (nodes write there too): None when absent, not JSON or out of bounds."""
     try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError):
+        with open(path, encoding="utf-8") as f:
+            return untrusted_json.loads(f.read())
+    except (OSError, ValueError):  # UnicodeDecodeError and UntrustedJSON are ValueErrors
         return None
 
 
@@ -291,9 +293,10 @@ def failed_nodes(cfg: SlurmScheduler, plan, hosts) -> dict[str, str]:
     """Slurm node name -> why its queue did not finish (its state.json on the shared path)."""
     out = {}
     for h in hosts:
-        st = view(cfg, plan, h.name, False).state
-        if st is None:
-            out[h.name] = "its runner never started (the job's output, slurm-<job>.out, says why)"
+        v = view(cfg, plan, h.name, False)
+        st = v.state
+        if st is None:  # no state.json, or one refused (named)
+            out[h.name] = "; ".join(v.problems) or "its runner never started (the job's output, slurm-<job>.out, says why)"
         elif st.get("status") != "done":
             bad = next((i for i in st.get("items", []) if i.get("status") == "failed"), None)
             out[h.name] = (f"runner {st.get('status')}" +
