@@ -53,8 +53,10 @@ def last_job(cfg: SlurmScheduler, campaign: str) -> dict | None:
     return js[-1] if js else None
 
 
-def slurm_nodes(cfg: SlurmScheduler, inv, hosts) -> list[NodeInfo]:
-    """NodeInfo per host from Slurm: the node must exist in the partition; its GPUs are its `gpu` GRES."""
+def slurm_nodes(cfg: SlurmScheduler, inv, hosts, plan) -> list[NodeInfo]:
+    """NodeInfo per host from Slurm: the node must exist in the partition and be usable (not drained or
+    down: named with its state, reason and the `--exclude` that runs without it); its GPUs are its
+    `gpu` GRES."""
     known = cli.nodes(cfg)
     if not cli.partition_exists(cfg):
         parts = sorted({p for n in known.values() for p in n.partitions})
@@ -73,6 +75,13 @@ def slurm_nodes(cfg: SlurmScheduler, inv, hosts) -> list[NodeInfo]:
         gpus = tuple({"index": i, "name": "slurm gres gpu"} for i in range(n.gpus)) if n.gpus > 1 else ()
         out.append(dataclasses.replace(base, gpus=gpus, gpus_source=f"slurm (gres gpu:{n.gpus})",
                                        groups_source="none: Slurm allocates the GPUs"))
+    if bad := [known[h.name] for h in hosts if known[h.name].unusable]:
+        said = "; ".join(f"Slurm node {n.name} is {'+'.join(n.unusable)} (sinfo: state {n.state}, reason: "
+                         f"{n.reason or 'none given'})" for n in bad)
+        raise UserError(f"{inv.path}: host {bad[0].name!r}: {said}: Slurm allocates nothing there; "
+                        f"{exclude_hint(plan, [n.name for n in bad])}, or run again once the site resumes "
+                        f"{'it' if len(bad) == 1 else 'them'} (`scontrol update nodename={','.join(n.name for n in bad)} "
+                        "state=resume`)")
     return out
 
 
@@ -202,7 +211,7 @@ def bench(plan, inv, hosts, *, assign=None, wait=True, poll=2.0, check=False, re
                       f"(`fab stop --plan ...` cancels it)", markup=False)
         return follow(cfg, plan, inv, hosts, prev["job_id"], poll, console) if wait else 0
     hosts = without_failed_site_check(inv, cfg, plan, hosts, console)
-    nodes = slurm_nodes(cfg, inv, hosts)
+    nodes = slurm_nodes(cfg, inv, hosts, plan)
     check_account(inv, cfg, console)
     queues = split(plan, nodes, pins=parse_pins(assign or []))
     console.print(format_split(queues, nodes), markup=False)
