@@ -123,3 +123,19 @@ def test_nesting_bomb_line_is_refused_and_the_report_still_made(tmp_path):
     from specfleet.results.campaign import scan_campaign
     df = telemetry_table(scan_campaign(d, quarantine=False))
     assert (df.power_w == 300).all()
+
+
+def test_a_workers_escape_codes_and_html_never_reach_the_report_raw(tmp_path):
+    """Text a worker wrote (here its telemetry header's problems; a result's fields go the same way)
+    reached report.md raw: terminal escape codes and HTML, which a Markdown viewer renders. Every value
+    leaves the templates through one finalize: controls shown as escapes, '<' as '&lt;' in Markdown."""
+    raw = plan_raw()
+    d = campaign(tmp_path / "results", raw, seed=1)
+    hostile = "\x1b[2J\x1b[31mpwned\x1b[0m \x07<img src=x onerror=alert(1)>"
+    for f in d.glob("w*/*_conc16_r*.json"):
+        tel_file(f.with_name(f.name.removesuffix(".json") + ".telemetry.jsonl"), [None], problems=[hostile])
+    report_plan(parse_plan(raw, "plans/demo.yml"), "plans/demo.yml", tmp_path / "results", quiet=True)
+    md, page = (d / "report.md").read_text(), (d / "report.html").read_text()
+    assert "\\x1b[2J\\x1b[31mpwned\\x1b[0m \\x07&lt;img src=x onerror=alert(1)>" in md
+    assert "\x1b" not in md + page and "\x07" not in md + page and "<img" not in md + page
+    assert "\\x1b[31mpwned" in page and "&lt;img src=x" in page
