@@ -125,6 +125,19 @@ def test_deep_json_is_refused_in_linear_time_not_a_recursion_error(tmp_path):
         untrusted_json.loads("[1]" * 10, max_bytes=5)
 
 
+def test_a_nesting_bomb_inside_a_results_text_field_is_not_a_recursion_error(tmp_path):
+    """A result file within bounds whose text fields hold JSON the report parses again (sampling_params,
+    engine_identity, speculative_config): a 100,000-deep string there made every fab report exit 70."""
+    import sys
+    sys.path.insert(0, str(Path(__file__).parent))
+    from campaign_builder import write_campaign
+    from specfleet.results.campaign_report import report_campaign
+    bomb = "[" * 100_000 + "]" * 100_000
+    camp = write_campaign(tmp_path / "c", extra={"sampling_params": bomb, "engine_identity": bomb})
+    out = report_campaign(camp, quiet=True)
+    assert out.merged and (camp / "report.md").is_file()
+
+
 def test_the_limits_are_plan_fields_not_in_the_plan_hash():
     from specfleet.plan import parse_plan
     import yaml
