@@ -107,6 +107,25 @@ def placed_queues(plan, campaign_dir: Path) -> dict[str, list[str]] | None:
     return {h: [str(c) for c in q] for h, q in queues.items() if isinstance(q, list)} or None
 
 
+def placed_missing(plan, campaign_dir: Path) -> str:
+    """Why `placed_queues` found none, in words naming the file (collect says it before it falls back on
+    the split): an unreadable file is not one that "holds no queues"."""
+    path = Path(campaign_dir) / PLANNED_FILE
+    try:
+        saved = untrusted_json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return f"{path} does not exist (fab bench writes it when it places the queues)"
+    except OSError as e:
+        return f"{path} cannot be read ({e.strerror or e})"
+    except ValueError as e:  # not UTF-8, not JSON, or out of bounds
+        return f"{path} is not readable JSON ({str(e)[:120]})"
+    if not isinstance(saved, dict):
+        return f"{path} is not a JSON object"
+    if saved.get("plan_hash") != plan.plan_hash():
+        return f"{path} was placed for another version of the plan (plan hash {str(saved.get('plan_hash'))[:16]})"
+    return f"{path} holds no queues placed by fab bench for this plan"
+
+
 def planned_from(plan, plan_path: str, campaign_dir: Path, split_queues: dict[str, list[str]] | None = None,
                  host_notes: dict[str, str] | None = None, running: dict[str, str] | None = None,
                  queues_source: str = SPLIT) -> Planned:

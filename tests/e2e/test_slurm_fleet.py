@@ -101,7 +101,7 @@ def test_demo_plan_runs_as_a_slurm_job_and_collect_merges_every_cell(slurm_bed, 
 
     r = fab("collect", "--plan", PLAN, "--results", str(results), inventory=inv, runs=tmp_path / "runs-collect")
     assert r.returncode == 0, out(r)
-    assert "holds no queues placed by fab bench" not in r.stdout + r.stderr, out(r)  # read, not re-split
+    assert "come from the split over the inventory" not in r.stdout + r.stderr, out(r)  # read, not re-split
     camp = results / CAMPAIGN
     rows = json.loads((camp / "merged.json").read_text())
     planned = {(h, c, conc) for h, q in queues.items() for c in q for conc in (8, 1)}

@@ -192,6 +192,30 @@ def test_the_queues_fab_bench_placed_are_what_collect_and_report_plan_with(tmp_p
     assert json.loads((camp / "planned.json").read_text())["sources"]["w1"] == SPLIT and placed_queues(plan, camp) is None
 
 
+def test_why_no_placed_queues_is_said_as_it_is(tmp_path):
+    """collect's warning when it falls back on the split: an unreadable planned.json was reported as one
+    that "holds no queues"; each cause is said as it is, naming the file."""
+    from specfleet.plan import parse_plan
+    from specfleet.results.cells import placed, placed_missing
+    plan = parse_plan(PLAN)
+    camp = tmp_path / "results" / CAMPAIGN
+    camp.mkdir(parents=True)
+    f = camp / "planned.json"
+    assert placed_missing(plan, camp) == f"{f} does not exist (fab bench writes it when it places the queues)"
+    f.mkdir()
+    assert placed_missing(plan, camp) == f"{f} cannot be read (Is a directory)"
+    f.rmdir()
+    f.write_bytes(b"\xff\xfe{")
+    assert placed_missing(plan, camp).startswith(f"{f} is not readable JSON (")
+    f.write_text("[" * 100_000 + "]" * 100_000)
+    assert placed_missing(plan, camp).startswith(f"{f} is not readable JSON (JSON nested 100000 levels deep")
+    other = parse_plan({**PLAN, "benchmark": {**PLAN["benchmark"], "num_prompts": 32}})
+    f.write_text(placed(other, QUEUES))
+    assert placed_missing(plan, camp).startswith(f"{f} was placed for another version of the plan (plan hash ")
+    f.write_text(json.dumps({"plan_hash": plan.plan_hash()}))
+    assert placed_missing(plan, camp) == f"{f} holds no queues placed by fab bench for this plan"
+
+
 @pytest.mark.parametrize("fields", [{"queues": []}, {"queues": {"w2": 5}}, {"sources": ["w1"]},
                                     {"host_notes": [["w2"]]}, {"queues": {"w2": "vanilla"}}])
 def test_a_planned_json_of_another_shape_is_one_warning_and_the_host_folders_plan(tmp_path, fields):
