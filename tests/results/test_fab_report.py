@@ -192,6 +192,26 @@ def test_the_queues_fab_bench_placed_are_what_collect_and_report_plan_with(tmp_p
     assert json.loads((camp / "planned.json").read_text())["sources"]["w1"] == SPLIT and placed_queues(plan, camp) is None
 
 
+def test_a_host_left_out_of_the_bench_is_named_in_the_report(tmp_path):
+    """fab bench --hosts w1,w2,w3 with w3 unreachable places w1 and w2 only: w3 has no cell to be
+    missing, and the report no longer named it. planned.json records it at placement, collect's
+    rewrite keeps it, and collect's report and a later fab report name it with why."""
+    from specfleet.plan import parse_plan
+    from specfleet.results.campaign_report import report_plan
+    from specfleet.results.cells import PLACED, placed_queues, write_placed
+    plan = parse_plan(PLAN)
+    camp = write_campaign(tmp_path / "results" / CAMPAIGN)
+    why = "unreachable: cannot connect to 10.10.30.13:22: timed out"
+    write_placed(plan, QUEUES, camp, {"w3": why})
+    said = f"w3 was left out of fab bench at placement ({why})"
+    got = report_plan(plan, "plan.yml", tmp_path / "results", split_queues=placed_queues(plan, camp),
+                      queues_source=PLACED, quiet=True)  # as collect calls it
+    assert got.merged and said in (camp / "report.md").read_text()
+    assert json.loads((camp / "planned.json").read_text())["left_out"] == {"w3": why}
+    r = fab_report(tmp_path)
+    assert said in flat(r.stdout) and said in (camp / "report.md").read_text(), out(r)
+
+
 def test_why_no_placed_queues_is_said_as_it_is(tmp_path):
     """collect's warning when it falls back on the split: an unreadable planned.json was reported as one
     that "holds no queues"; each cause is said as it is, naming the file."""
