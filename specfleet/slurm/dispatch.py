@@ -78,10 +78,11 @@ def slurm_nodes(cfg: SlurmScheduler, inv, hosts, plan) -> list[NodeInfo]:
     if bad := [known[h.name] for h in hosts if known[h.name].unusable]:
         said = "; ".join(f"Slurm node {n.name} is {'+'.join(n.unusable)} (sinfo: state {n.state}, reason: "
                          f"{n.reason or 'none given'})" for n in bad)
+        names = [n.name for n in bad]
         raise UserError(f"{inv.path}: host {bad[0].name!r}: {said}: Slurm allocates nothing there; "
-                        f"{exclude_hint(plan, [n.name for n in bad])}, or run again once the site resumes "
-                        f"{'it' if len(bad) == 1 else 'them'} (`scontrol update nodename={','.join(n.name for n in bad)} "
-                        "state=resume`)")
+                        f"{exclude_hint(plan, names)}, or run again once the site resumes "
+                        f"{'it' if len(bad) == 1 else 'them'} "
+                        f"(`scontrol update nodename={','.join(names)} state=resume`)")
     return out
 
 
@@ -305,7 +306,8 @@ def failed_nodes(cfg: SlurmScheduler, plan, hosts) -> dict[str, str]:
         v = view(cfg, plan, h.name, False)
         st = v.state
         if st is None:  # no state.json, or one refused (named)
-            out[h.name] = "; ".join(v.problems) or "its runner never started (the job's output, slurm-<job>.out, says why)"
+            out[h.name] = ("; ".join(v.problems)
+                           or "its runner never started (the job's output, slurm-<job>.out, says why)")
         elif st.get("status") != "done":
             bad = next((i for i in st.get("items", []) if i.get("status") == "failed"), None)
             out[h.name] = (f"runner {st.get('status')}" +

@@ -482,8 +482,8 @@ def test_two_collects_at_once_both_succeed(testbed_factory, tmp_path):
         (results / CAMPAIGN).mkdir(parents=True)
         shutil.copy(placed, results / CAMPAIGN / "planned.json")
         got = {}
-        both = [threading.Thread(target=lambda k=k: got.__setitem__(k, collect(inv, results, tmp_path / f"runs-{rnd}-{k}")))
-                for k in range(2)]
+        both = [threading.Thread(target=lambda k=k: got.__setitem__(
+            k, collect(inv, results, tmp_path / f"runs-{rnd}-{k}"))) for k in range(2)]
         for t in both:
             t.start()
         for t in both:
