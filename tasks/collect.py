@@ -47,12 +47,12 @@ def collect(c, plan=None, inventory=None, hosts=None, results="results", force=F
             fleet.each("fetch results", fetch_one)
         if faults:  # the bastion's disk, not a host: one line, its own exit code, no report attempted
             raise Exit(f"error: {faults[0]}", code=faults[0].code)
-        from specfleet.report.scan.cells import PLACED, PLANNED_FILE, SPLIT, placed_queues
+        from specfleet.report.scan.cells import PLACED, SPLIT, placed_missing, placed_queues
         queues, source = placed_queues(p, dest), PLACED
         if queues is None:  # a campaign placed without planned.json: the split over the inventory, said so
             source = SPLIT
-            fleet.warn(f"{dest / PLANNED_FILE} holds no queues placed by fab bench for this plan: the planned "
-                       f"queues of hosts without a {layout.RUN_SPEC} come from the split over the inventory")
+            fleet.warn(f"{placed_missing(p, dest)}: the planned queues of hosts without a {layout.RUN_SPEC} "
+                       "come from the split over the inventory")
             try:
                 queues = split(p, [NodeInfo.from_vars(h.name, h.vars) for h in fleet.hosts]).queues
             except PlanError as e:

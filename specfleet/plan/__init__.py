@@ -234,6 +234,11 @@ class ConcurrencySearch(_Strict):
         return fine_grid(self.min, self.max, self.per_doubling)
 
 
+# each rate is a cell at every concurrency, run by every configuration on every node: a plan that
+# lists thousands would queue runs for years (and a plan file is input, hostile or mistyped)
+MAX_REQUEST_RATES = 32
+
+
 class Benchmark(_Strict):
     backend: Literal["openai-chat", "openai", "vllm"] = "openai-chat"
     endpoint: str = "/v1/chat/completions"
@@ -282,7 +287,7 @@ class Benchmark(_Strict):
     slo: Slo | None = None
     # open-loop cells beside the concurrencies (arrivals.py); None = closed loop only, and with it
     # burstiness and seed are not in the plan hash
-    request_rates: list[float] | None = Field(default=None, min_length=1)
+    request_rates: list[float] | None = Field(default=None, min_length=1, max_length=MAX_REQUEST_RATES)
     burstiness: float = Field(default=1.0, gt=0)
     seed: int = Field(default=0, ge=0)
     _cells: list[Cell] = PrivateAttr(default_factory=list)

@@ -131,6 +131,7 @@ def report_campaign(campaign_dir: Path | str, baseline: str = DEFAULT_BASELINE,
         out.warnings.append(planned.running_note())
     if planned and planned.problem:
         out.warnings.append(planned.problem)
+    out.warnings += planned.left_out_notes() if planned else []
     hashes = plan_hashes(camp)
     if planned and (drift := plan_drift(campaign_dir, hashes, planned.plan_hash, planned.fields, planned.plan_path)):
         out.warnings.append(drift[0])

@@ -282,3 +282,42 @@ def test_a_venv_changed_in_place_gets_a_new_release_and_a_killed_copy_leaves_the
         assert host_sh(tb, "w1", f"test -d {r1}").returncode != 0  # pruned: only current and previous stay
     finally:
         subprocess.run(["rm", "-rf", VENV], check=False)
+
+
+# ---------------------------------------------------------------- a channel refused while following
+def test_a_channel_refused_while_following_is_lost_for_that_poll_not_a_crash(testbed_factory):
+    """fab bench's follow on a loaded host: sshd opens no channel for one read (paramiko's
+    "Timeout opening channel." crashed the command, exit 70). Here sshd's MaxSessions is reached for
+    real: the read is lost for that poll, said once, and the next poll reads the runner again."""
+    from specfleet.campaign import remote
+    from specfleet.campaign.follow import follow
+    from specfleet.worker import layout
+    tb = testbed_factory(workers=1)
+    fleet = Fleet(list(load_inventory(inventory_of(tb)).hosts.values()))
+    hc = fleet.connections["w1"]
+    work = hc.run("mktemp -d").stdout.strip()
+    state = {"status": "done", "runner_pid": 1, "items": [{"name": "vanilla", "status": "done", "error": None}]}
+    d = layout.run_dir(work, "c", "w1")
+    hc.run(f"mkdir -p {shlex.quote(d)} && cat > {shlex.quote(d)}/{layout.STATE}", stdin=json.dumps(state).encode())
+    held = []
+    while True:  # every session sshd allows on this connection (the testbed's MaxSessions), held open
+        try:
+            held.append(hc.transport.open_session(timeout=5))
+        except Exception:
+            break
+    assert len(held) >= 10
+
+    class Console:
+        lines: list[str] = []
+
+        def print(self, text, markup=True):
+            self.lines.append(text)
+    try:
+        views = follow(fleet, lambda c: remote.view(c, work, "c"), lambda h: d, Console(), poll=0.1)
+    finally:
+        hc.run(f"rm -rf {shlex.quote(work)}")
+        fleet.close()
+    assert "connection lost" in Console.lines[0] and "no channel opened" in Console.lines[0], Console.lines
+    assert "retrying" in Console.lines[0]
+    assert views["w1"].state["status"] == "done" and Console.lines[1].startswith("w1: done | done 1"), Console.lines
+    assert fleet.dropped == {}

@@ -12,12 +12,11 @@ venv manifest and packages, the model config's `simulated` flag, the server log'
 """
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ...untrusted_json import loads_or_none
+from ...untrusted_json import loads, loads_or_none
 from ...worker import layout
 
 if TYPE_CHECKING:
@@ -64,8 +63,8 @@ def server_facts(log: Path) -> dict[str, str]:
 
 def _observed(raw) -> dict | None:
     try:
-        ident = json.loads(raw or "null")
-    except (TypeError, ValueError):
+        ident = loads(raw) if isinstance(raw, str) else None  # a worker's text: a nesting bomb is a ValueError
+    except ValueError:
         return None
     return ident if isinstance(ident, dict) and "simulated" in ident and ident.get("version") else None
 
