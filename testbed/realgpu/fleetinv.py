@@ -70,13 +70,10 @@ def gpu_line() -> str:
     except (OSError, subprocess.SubprocessError) as e:
         return f"GPU: not read ({e})"
     names = [n.strip() for n in names if n.strip()]
-    try:
-        from specfleet.report.diagnosis import bandwidth_of  # type: ignore[import-not-found]
+    try:  # the controller's snapshot of specfleet (fleet.sh puts it on PYTHONPATH)
+        from specfleet.report.tables.diagnosis import bandwidth_of
     except ImportError:
-        try:
-            from specfleet.results.diagnosis import bandwidth_of  # type: ignore[import-not-found,no-redef]
-        except ImportError:
-            bandwidth_of = None  # type: ignore[assignment]
+        bandwidth_of = None  # type: ignore[assignment]
     looked = [bandwidth_of(n) if bandwidth_of else None for n in names]
     said = [f"{n}: {f'{b[0]:g} GB/s ({b[1]})' if b else 'not in the look-up'}" for n, b in zip(names, looked)]
     return "GPU: " + ("; ".join(said) if said else "none listed by nvidia-smi")

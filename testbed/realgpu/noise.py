@@ -25,8 +25,8 @@ from pathlib import Path
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from specfleet.results.gate_policy import ALPHA_PER_LOOK, token_weighted_tpot  # noqa: E402
-from specfleet.results.schema import Result  # noqa: E402
+from specfleet.report.gates.gate_policy import ALPHA_PER_LOOK, token_weighted_tpot  # noqa: E402
+from specfleet.resultfile.schema import Result  # noqa: E402
 from specfleet.worker.stats import ratio_interval  # noqa: E402
 
 #: the gate's per-look confidence (two one-sided tests at gate_policy's alpha per look): the report's interval

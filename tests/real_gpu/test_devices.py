@@ -53,5 +53,5 @@ def test_one_payload_serves_the_lent_h100_and_h200():
     assert payload_key(H100) == payload_key(H200)                # same image, same sm_90: the same bytes
     assert serves(H100) == serves(H200) == ["NVIDIA H100 80GB HBM3", "NVIDIA H200"]
     # each profile's GPU name is what the report's bandwidth look-up knows
-    from specfleet.results.diagnosis import bandwidth_of
+    from specfleet.report.tables.diagnosis import bandwidth_of
     assert bandwidth_of(H100.gpu_name)[0] == 3350 and bandwidth_of(H200.gpu_name)[0] == 4800
