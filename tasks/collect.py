@@ -58,12 +58,12 @@ def collect(c, plan=None, inventory=None, hosts=None, results="results", force=F
             except PlanError as e:
                 queues = {}
                 fleet.warn(f"cannot work out the planned queues of hosts without a {layout.RUN_SPEC}: {e}")
-        bandwidth = next((h.var("gpu_memory_bandwidth_gbps") for h in fleet.hosts
-                          if h.var("gpu_memory_bandwidth_gbps")), None)
         from specfleet.report.build import report_plan  # heavy: pandas, matplotlib
         msgs = slurm_notes + [m for h in sorted(refused) for m in refused[h]]
         outcome = storage_checked(lambda: report_plan(
-            p, plan or DEFAULT_PLAN, results, force=force, gpu_bandwidth_gbps=float(bandwidth) if bandwidth else None,
+            # each host's gpu_memory_bandwidth_gbps went into its provenance.json (fetch.bandwidth_given):
+            # the report reads it from there per host, as a later `fab report` does
+            p, plan or DEFAULT_PLAN, results, force=force,
             split_queues=queues, queues_source=source, host_notes=host_notes(fleet.results), notes=msgs,
             console=rep.console,
             running=running), dest)

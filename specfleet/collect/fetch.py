@@ -90,7 +90,8 @@ def fetch(hc, plan, work_dir: str, dest: Path, refused: dict[str, list[str]],
     try:
         return HostStatus(*take_finished(
             hc.host.name, plan, dest, v, src, lambda script: hc.run(script, timeout=60).stdout,
-            f"{hc.host.address}:{src}/", shlex.join(ssh_argv(hc.host)), refused, probe))
+            f"{hc.host.address}:{src}/", shlex.join(ssh_argv(hc.host)), refused, probe,
+            **bandwidth_given(hc.host.var("gpu_memory_bandwidth_gbps"))))
     except OSError as e:  # the bastion's own storage: one line and its exit code (bastion_io), never a crash
         if (err := bastion_io.of_oserror(e, dest)) is None:
             raise
@@ -189,6 +190,12 @@ def write_provenance(pf: Path, host: str, v: RunnerView, done: list[str],
                        "runner_status": (v.state or {}).get("status"), **extra}, indent=2) + "\n"
     if not pf.is_file() or pf.read_text() != prov:
         bastion_io.atomic_write_text(pf, prov)
+
+
+def bandwidth_given(value) -> dict:
+    """The host's inventory gpu_memory_bandwidth_gbps for its provenance.json (layout.GIVEN_BANDWIDTH;
+    nothing when the inventory sets none): kept per host, read back by provenance.given_bandwidths."""
+    return {layout.GIVEN_BANDWIDTH: float(value)} if value else {}
 
 
 def host_notes(results) -> dict[str, str]:

@@ -357,7 +357,7 @@ def collect(fleet, inv, plan, dest: Path, refused: dict[str, list[str]]) -> list
     """Each host's finished items from the shared path (no SSH), then provenance with the job ids.
     Returns notes for the report (the Slurm job(s) of the campaign)."""
     from ..facts.worker_provenance import WorkerProvenance
-    from ..collect.fetch import take_finished
+    from ..collect.fetch import bandwidth_given, take_finished
     cfg = inv.slurm
     recs = jobs(cfg, plan.campaign)
     for h in fleet.hosts:
@@ -375,7 +375,8 @@ def collect(fleet, inv, plan, dest: Path, refused: dict[str, list[str]]) -> list
                 # parsed with it, as over SSH
                 lambda model, dataset: WorkerProvenance(h.var("venv_path") or "", src, model, dataset).parse(
                     _read_text(Path(src, "provenance.probe")), 0),
-                slurm={**(eff.get("slurm") or {}), "jobs": [r["job_id"] for r in recs if h.name in r.get("nodes", [])]})
+                slurm={**(eff.get("slurm") or {}), "jobs": [r["job_id"] for r in recs if h.name in r.get("nodes", [])]},
+                **bandwidth_given(h.var("gpu_memory_bandwidth_gbps")))
             fleet.record_local_for(h.name, "fetch results", status, message)
         except BastionStorageError:
             raise  # the bastion's own disk, not this node: the task's one line and exit code

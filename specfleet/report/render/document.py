@@ -140,6 +140,8 @@ KV_COLS = [("node", "node", -1, ""), ("config", "config", -1, ""), ("device", "d
 BW_COLS = [("concurrency", "conc", 0, ""), ("config", "config", -1, ""), ("node", "node", -1, ""),
            ("tpot_ms", "TPOT ms", 2, ""), ("bound_tpot_ms", "bound TPOT ms", 2, ""),
            ("fraction_of_bound", "bound / TPOT", 2, "")]
+BW_GIVEN_COLS = [("bandwidth_gbps", "GB/s used", 0, ""), ("datasheet_gbps", "GB/s datasheet", 0, ""),
+                 ("datasheet_bound_tpot_ms", "datasheet bound ms", 2, ""), ("datasheet_fraction", "datasheet bound / TPOT", 2, "")]
 BW_FLAG_COL = ("acceptance_flag", "flag", -1, "")   # shown only when a row is flagged (measures.acceptance_flag)
 CAT_COLS = [("concurrency", "conc", 0, ""), ("category", "category", -1, ""), ("config", "config", -1, ""),
             ("node", "node", -1, ""), ("requests", "requests", 0, ""), ("tpot_ms", "TPOT ms", 2, ""),
@@ -272,10 +274,17 @@ def build_model(campaign: str, tables: Tables, gate: GateResult, conclusions: li
     if tables.bandwidth is not None:
         bw = tables.bandwidth
         flagged = "acceptance_flag" in bw and bw.acceptance_flag.isin(ACCEPTANCE_FLAGS).any()
-        secs.append(_section("Memory-bandwidth bound", bw, BW_COLS + ([BW_FLAG_COL] if flagged else []),
-                             f"Lowest TPOT if each decode step reads all weights once: "
-                             f"{fmt(tables.min_tpot_ms)} ms. bound / TPOT > 1 means more than one token "
+        conflict = "datasheet_gbps" in bw
+        per_node = "; ".join(f"{n} {b.gbps:g} GB/s ({b.source})" for n, b in sorted(tables.bandwidths.items()))
+        secs.append(_section("Memory-bandwidth bound", bw, BW_COLS + (BW_GIVEN_COLS if conflict else [])
+                             + ([BW_FLAG_COL] if flagged else []),
+                             "Lowest TPOT if each decode step reads all weights once: "
+                             + (f"{fmt(tables.min_tpot_ms)} ms" if tables.min_tpot_ms is not None and not conflict
+                                else f"per node, in the table (bandwidth: {per_node})")
+                             + ". bound / TPOT > 1 means more than one token "
                              "per weight read (speculative decoding)."
+                             + (" WARNING: a given bandwidth contradicts its GPU's datasheet: both bounds are shown "
+                                "(see the warnings)." if conflict else "")
                              + (" A flagged row's figure is not one of speculative decoding (see its flag)."
                                 if flagged else "")))
     secs += [_section(title, df, cols, note) for title, df, cols, note in

@@ -38,6 +38,17 @@ def read_provenance(hdir: Path) -> dict:
     return data if isinstance(data, dict) else {}
 
 
+def given_bandwidths(camp: "Campaign") -> dict[str, float]:
+    """node -> the GPU memory bandwidth (GB/s) its inventory gave, as `fab collect` saved it in the node's
+    provenance.json (layout.GIVEN_BANDWIDTH): `fab report` later uses what collect used, per node."""
+    out = {}
+    for host in sorted(camp.nodes):
+        v = read_provenance(camp.root / host).get(layout.GIVEN_BANDWIDTH)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0:
+            out[host] = float(v)
+    return out
+
+
 def server_facts(log: Path) -> dict[str, str]:
     """From the last server start in a runner-written log: the exact argv, the speculative config
     on the command line and as the engine logged it, the server's own sampling defaults."""
