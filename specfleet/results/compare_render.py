@@ -68,6 +68,15 @@ def sections(c: Comparison) -> list[Section]:
                               _p(d.judged.p_worse), _p(d.judged.p_adjusted), _word(d.verdict),
                               _detectable(d.judged.detectable_pct, d.metric not in LOWER_IS_BETTER), d.detail] for d in rows],
                             f"Means over every run of the cell on every node of a side. {rule_text(c)}"))
+    if c.rates:
+        secs.append(Section("Open-loop cells: offered vs achieved rate",
+                            ["config", "cell", "baseline achieved", "baseline sustained", "candidate achieved",
+                             "candidate sustained"], c.rates,
+                            "At a set request rate output tok/s is the offered load on both sides below "
+                            "saturation: these cells are judged on TTFT and the per-token metric (and goodput "
+                            "with an SLO), not on throughput. Achieved = completed / duration; a run sustained "
+                            "its rate when it ended within 10 % of its arrivals' span plus one unloaded request "
+                            "(docs/report.md, \"Open-loop cells\"); one that did not measured a growing queue."))
     if c.speedups:
         secs.append(Section("Speedup vs the baseline configuration, and acceptance, per configuration",
                             ["config", "conc", "cell", "speedup before", "speedup after", "change", "CI low",
@@ -274,6 +283,8 @@ def to_json(c: Comparison) -> str:
                                                   attainment_verdict=g.attainment_verdict) for g in c.goodput],
         "assertions": [{"assertion": a.assertion.describe(), "state": a.state, "detail": a.detail}
                        for a in c.assertions],
+        "open_loop_rates": [dict(zip(("config", "cell", "baseline_achieved", "baseline_sustained",
+                                      "candidate_achieved", "candidate_sustained"), r)) for r in c.rates],
         "notes": c.notes}
     return json.dumps(_no_nan(data), indent=1, allow_nan=False, default=str) + "\n"
 

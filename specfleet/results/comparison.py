@@ -30,7 +30,7 @@ from .compare_policy import (FAMILY_ALPHA, LOWER_IS_BETTER, UNDECIDABLE, OneSide
                              judged_metrics, one_sided, ratio_test)
 from .goodput import good_requests
 from .gpu_gate import split_off_gpu_copies
-from .measures import NoiseBand
+from .measures import NoiseBand, rate_check, speed
 from .merge import Tables, build_tables
 from .consistency import result_table
 from .plan_snapshot import PLAN_SNAPSHOT, field_diffs
@@ -297,6 +297,16 @@ def speedup_ratio_interval(groups: list[list[float]], confidence: float) -> tupl
     return math.exp(d), math.exp(d - half), math.exp(d + half)
 
 
+def _speeds(camp: Campaign, nodes: set[str]) -> dict[tuple[str, str], list[float]]:
+    """(config, cell) -> what the report's speedup is a ratio of (measures.speed: output tok/s, per token
+    in an open-loop cell), over the runs on `nodes`."""
+    out: dict[tuple[str, str], list[float]] = {}
+    for r in camp.runs:
+        if r.host in nodes and (v := speed(r.result, r.cell)) == v:
+            out.setdefault((r.config, r.cell), []).append(v)
+    return out
+
+
 def speedup_diffs(base: Side, cand: Side, noise: NoiseBand) -> tuple[list[SpeedupDiff], list[_Figure]]:
     """Per configuration and cell: each side's speedup over its own baseline on the same node(s) (the
     report's pairing), and the change with its interval and test."""
@@ -305,8 +315,8 @@ def speedup_diffs(base: Side, cand: Side, noise: NoiseBand) -> tuple[list[Speedu
     for _, row in rb[(rb.config != cand.baseline) & rb.speedup.notna()].drop_duplicates(["config", "cell"]).iterrows():
         old = ra[(ra.config == row.config) & (ra.cell == row.cell) & ra.speedup.notna()]
         new = rb[(rb.config == row.config) & (rb.cell == row.cell) & rb.speedup.notna()]
-        sa = _samples(base.camp, "output_throughput", set(old.node))
-        sb = _samples(cand.camp, "output_throughput", set(new.node))
+        sa = _speeds(base.camp, set(old.node))
+        sb = _speeds(cand.camp, set(new.node))
         key, bkey = (row.config, row.cell), (cand.baseline, row.cell)
         if old.empty or key not in sa or (base.baseline, row.cell) not in sa or bkey not in sb:
             continue
@@ -468,6 +478,29 @@ def slo_of_both(base_plan: dict | None, cand_plan: dict | None) -> tuple[Slo | N
     return b, []
 
 
+# ------------------------------------------------------------------ open-loop cells: offered vs achieved
+def rate_rows(base: Side, cand: Side) -> list[list[str]]:
+    """Per open-loop cell in both campaigns: each side's offered and achieved rate and how many of its
+    runs sustained the rate (measures.rate_check); a side that did not is judged on a growing queue."""
+    rows = []
+    keys = sorted({(r.config, r.cell) for r in base.camp.runs} & {(r.config, r.cell) for r in cand.camp.runs})
+    for cfg, cell in keys:
+        if not open_loop(cell):
+            continue
+        row = [cfg, cell]
+        for s in (base, cand):
+            checks = [c for r in s.camp.runs if (r.config, r.cell) == (cfg, cell) and (c := rate_check(r.result))]
+            if not checks:
+                row += ["not recorded", ""]
+                continue
+            held = sum(c.sustained for c in checks)
+            row += [f"{statistics.fmean(c.achieved for c in checks):.3g} of {checks[0].offered:g} req/s",
+                    f"{held} of {len(checks)} runs" + ("" if held == len(checks) else " (NOT SUSTAINED)")
+                    + (f"; client cap {checks[0].capped} (coordinated omission)" if checks[0].capped else "")]
+        rows.append(row)
+    return rows
+
+
 # ------------------------------------------------------------------ what else differs
 def _values(df, col: str) -> str:
     vals = sorted({str(v) for v in df[col] if str(v) not in ("", "nan")})
@@ -555,6 +588,7 @@ class Comparison:
     goodput: list[GoodputDiff] = field(default_factory=list)   # when both plans have an SLO (goodput_diffs)
     slo: str = ""                                              # the SLO goodput was judged by, in words
     family: int = 0                                            # figures tested together (Holm)
+    rates: list[list[str]] = field(default_factory=list)       # open-loop cells: rate_rows
     single_run_threshold: bool = False                         # single runs judged on the plain threshold
 
     @property
@@ -632,6 +666,9 @@ def compare_dirs(baseline: Path | str, candidate: Path | str, *, metric: str | l
         figures += gfig
         cmp.slo, cmp.notes = f"{slo.describe()}; meets it: >= {slo.attainment_pct:g} % of requests good", cmp.notes + missing
     cmp.family = settle(figures, noise, single_run_threshold)
+    cmp.rates = rate_rows(base, cand)
+    cmp.notes += [f"{r[0]} @ {r[1]}: a side did not sustain its offered rate (baseline {r[3]}, candidate {r[5]}): "
+                  "its TTFT and TPOT measure a growing queue" for r in cmp.rates if "NOT SUSTAINED" in r[3] + r[5]]
     for g in cmp.goodput:
         if g.method == ZERO_METHOD:
             g.judged = g.attainment

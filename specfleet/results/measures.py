@@ -16,7 +16,8 @@ import pandas as pd
 
 from .campaign import Campaign
 from .diagnosis import LOOP_SHARE_DEGENERATE
-from .gate import EquivalenceRule
+from .gate import EquivalenceRule, open_loop
+from .gate_policy import metric_value
 from ..worker.crossover import speedup_verdict
 from ..worker.stats import SPEEDUP_CONFIDENCE, geometric_ratio, ratio_interval
 
@@ -77,11 +78,24 @@ def evidence(r: pd.Series, noise: NoiseBand) -> str:
             f"({r.speedup_method})")
 
 
+#: an open-loop cell's speedup: at a set request rate output tok/s is the offered load on both sides
+#: (~1.00x whatever the speed below saturation), so the speedup there is the per-token one
+OPEN_LOOP_SPEEDUP = "open loop: baseline / configuration token-weighted TPOT (output tok/s is the offered load)"
+
+
+def speed(res, cell: str) -> float:
+    """The figure a speedup is the ratio of: output tok/s, or 1 / token-weighted TPOT in an open-loop cell."""
+    if open_loop(cell):
+        tpot = metric_value(res, "tpot_weighted_ms")
+        return 1000.0 / tpot if tpot and tpot > 0 else math.nan
+    return float(res.output_throughput)
+
+
 def speedup_noise(camp: Campaign, runs: pd.DataFrame, baseline: str, noise: NoiseBand) -> pd.DataFrame:
     """Sets speedup to the ratio of geometric means (the interval's centre) and adds speedup_ci_low,
-    speedup_ci_high, speedup_method, speedup_verdict."""
+    speedup_ci_high, speedup_method, speedup_verdict. An open-loop cell's is per token (speed)."""
     # keyed by bench cell: a sweep has several cells per concurrency
-    s = {k: [float(r.result.output_throughput) for r in runs] for k, runs in camp.groups().items()}
+    s = {k: [speed(r.result, k[0]) for r in runs] for k, runs in camp.groups().items()}
     points, lows, highs, methods, verdicts = [], [], [], [], []
     for _, r in runs.iterrows():
         base = s.get((r.cell, baseline, r.node))
@@ -95,7 +109,8 @@ def speedup_noise(camp: Campaign, runs: pd.DataFrame, baseline: str, noise: Nois
         ri = ratio_interval(base, cfg, noise.confidence)
         lo, hi = (math.nan, math.nan) if ri is None else (ri.low, ri.high)
         lows.append(lo), highs.append(hi)
-        methods.append(SINGLE_RUN if ri is None else f"{INTERVAL_METHOD}, n={len(cfg)}/{len(base)}")
+        methods.append((SINGLE_RUN if ri is None else f"{INTERVAL_METHOD}, n={len(cfg)}/{len(base)}")
+                       + (f"; {OPEN_LOOP_SPEEDUP}" if open_loop(r.cell) else ""))
         verdicts.append(speedup_verdict(point, ri, noise.band))  # the crossover search's rule too
     out = runs.copy()
     out["speedup"] = points
@@ -258,3 +273,66 @@ def repeat_meaning(camp: Campaign) -> str | None:
                       for how, n in sorted(seen.items()))
     return (f"Repeats isolated in more than one way (added gate runs are server starts of their own): {parts}. "
             "An interval over both mixes the two meanings.")
+
+
+#: an open-loop run kept up with its rate when it ended within this share of the time a server that
+#: keeps up takes (its arrivals' span, then one unloaded request); beyond it a backlog grew
+SUSTAIN_SLACK = 0.10
+
+
+@dataclass(frozen=True)
+class RateCheck:
+    """Offered vs achieved rate of one open-loop run (docs/report.md, "Open-loop cells")."""
+    offered: float          # requests/s asked for (--request-rate)
+    achieved: float         # completed / duration
+    duration_s: float
+    expected_s: float       # what a server that keeps up takes: the arrivals' span + one unloaded request
+    sustained: bool
+    how: str                # where the span came from
+    capped: int | None      # a client cap (--max-concurrency) the run had: its queueing is outside TTFT
+
+    def describe(self) -> str:
+        word = "sustained" if self.sustained else "NOT SUSTAINED"
+        return (f"{word}: achieved {self.achieved:.3g} of {self.offered:g} req/s offered, run {self.duration_s:.1f} s "
+                f"vs {self.expected_s:.1f} s for a server that keeps up ({self.how})")
+
+
+def rate_check(res) -> RateCheck | None:
+    """None for a closed-loop run. The arrivals' span is the measured one (start_times) where the client
+    had no cap, else the 97.5 % upper end of the gamma arrivals' span ((n-1)/rate x (1 + 2 / sqrt((n-1)
+    x burstiness)), so chance alone does not read as a backlog); one unloaded request is the fastest
+    request of the run (latencies), else its TPOT x output tokens."""
+    rate = res.request_rate
+    if rate is None or not math.isfinite(rate) or rate <= 0 or not res.completed or not res.duration:
+        return None
+    n = res.completed + (res.failed or 0)
+    starts = [t for t in (res.start_times or []) if isinstance(t, (int, float))]
+    if len(starts) >= 2 and not res.max_concurrency:
+        span, how = max(starts) - min(starts), "arrival span measured"
+    else:
+        shape = res.burstiness or 1.0
+        span = (n - 1) / rate * (1 + 2 / math.sqrt((n - 1) * shape)) if n > 1 else 0.0
+        how = "arrival span: upper 97.5 % of the arrival process"
+    lat = [x for x in (res.latencies or []) if isinstance(x, (int, float)) and x > 0]
+    one = min(lat) if lat else res.mean_tpot_ms * max((res.total_output_tokens or 0) / res.completed - 1, 0) / 1000
+    expected = span + one
+    return RateCheck(float(rate), res.completed / res.duration, float(res.duration), expected,
+                     res.duration <= expected * (1 + SUSTAIN_SLACK), how, res.max_concurrency or None)
+
+
+def rate_notes(camp: Campaign) -> list[str]:
+    """One line per open-loop run that could not sustain its rate, or whose client capped its
+    requests in flight (results from before the cap was dropped: coordinated omission)."""
+    out = []
+    for r in sorted(camp.runs, key=lambda r: (r.cell, r.config, r.host, r.path.name)):
+        chk = rate_check(r.result)
+        if chk is None:
+            continue
+        if not chk.sustained:
+            out.append(f"{r.path.name} on {r.host} ({r.config}, {r.cell}): {chk.describe()}: its latencies "
+                       "measure a growing queue, not the latency at that rate")
+        if chk.capped:
+            out.append(f"{r.path.name} on {r.host} ({r.config}, {r.cell}): the client capped requests in flight "
+                       f"at {chk.capped} (--max-concurrency with --request-rate): a request held back waited "
+                       "outside its TTFT (coordinated omission), so TTFT is too low where the cap was reached")
+    return out

@@ -307,3 +307,56 @@ def test_compare_power_benchmark_runs_the_shipped_policy():
     plain = sum(mod.one_trial(0.02, 1, (), rng, figures=4, single_run_threshold=True)[0] for _ in range(200)) / 200
     from specfleet.results.compare_policy import single_run_false_alarm
     assert abs(plain - single_run_false_alarm(3.0, 0.02, 4)[1]) < 0.1   # stated 47 %
+
+
+# ------------------------------------------------------------------ open-loop (request-rate) cells
+def with_rate_cells(d: Path, tpot_factor: float = 1.0, duration: float | None = None) -> Path:
+    """A conc16-rate4 cell beside every conc16 one: the same files at a set rate of 4 req/s, output tok/s
+    left as it is (the offered load), TPOT and ITL x tpot_factor, the run's duration set."""
+    for f in list(d.glob("w*/*_conc16_r*.json")):
+        r = json.loads(f.read_text())
+        r.update(request_rate=4.0, burstiness=1.0, max_concurrency=None,
+                 mean_tpot_ms=r["mean_tpot_ms"] * tpot_factor, mean_itl_ms=r["mean_itl_ms"] * tpot_factor)
+        r["duration"] = duration or r["duration"]
+        r.pop("start_times", None), r.pop("latencies", None)  # the c=1 fixture's arrays: not these arrivals
+        f.with_name(f.name.replace("_conc16_", "_conc16-rate4_")).write_text(json.dumps(r))
+    return d
+
+
+def test_open_loop_cells_are_judged_on_latency_and_their_rate_is_checked(tmp_path, base):
+    """Issue 39: at a set rate output tok/s is the offered load (~1.00x whatever the speed): a candidate
+    30 % slower per token at equal throughput is a regression on TPOT there, and no throughput verdict
+    is given; a side whose run took far longer than its arrivals says it did not sustain the rate."""
+    with_rate_cells(base)
+    cand = with_rate_cells(campaign(tmp_path / "new", plan_raw(), seed=2), tpot_factor=1.3, duration=60.0)
+    cmp = compare_dirs(base, cand)
+    rate = [d for d in cmp.cells if d.cell == "conc16-rate4"]
+    assert {d.metric for d in rate} == {"mean_ttft_ms", "tpot_weighted_ms"}
+    assert {(d.config, d.metric) for d in cmp.regressions} == {(c, "tpot_weighted_ms") for c in
+                                                               ("vanilla", "ngram", "ngram_improved", "eagle3")}
+    assert all(d.cell == "conc16-rate4" for d in cmp.regressions)
+    # the report's speedup of a rate cell is per token (both sides equally slower: unchanged)
+    assert all(s.verdict != REGRESSION for s in cmp.speedups)
+    row = {(r[0], r[1]): r for r in cmp.rates}[("vanilla", "conc16-rate4")]
+    assert row[3] == "6 of 6 runs" and "NOT SUSTAINED" in row[5] and row[4].endswith("of 4 req/s")
+    assert any("did not sustain its offered rate" in n for n in cmp.notes)
+    md = write_outputs(cmp, tmp_path / "out")["md"].read_text()
+    assert "## Open-loop cells: offered vs achieved rate" in md
+
+
+def test_rate_check_and_the_reports_open_loop_speedup(tmp_path):
+    from specfleet.results.measures import rate_check
+    from specfleet.results.schema import Result
+    base = dict(duration=30.0, completed=16, failed=0, output_throughput=100.0, total_token_throughput=120.0,
+                mean_ttft_ms=100.0, mean_tpot_ms=50.0, mean_itl_ms=50.0, total_output_tokens=16 * 101,
+                request_rate=4.0, burstiness=1.0)
+    ok = rate_check(Result(**base))          # span <= 15/4 x 1.52 = 5.7 s, one request 5 s: 10.7 s
+    assert ok and not ok.sustained and "NOT SUSTAINED" in ok.describe()
+    fine = rate_check(Result(**dict(base, duration=9.0)))
+    assert fine.sustained and fine.achieved == pytest.approx(16 / 9.0)
+    measured = rate_check(Result(**dict(base, duration=9.0, start_times=[i * 0.25 for i in range(16)],
+                                        latencies=[5.0] * 16)))
+    assert measured.sustained and measured.expected_s == pytest.approx(3.75 + 5.0)
+    capped = rate_check(Result(**dict(base, duration=9.0, max_concurrency=4)))
+    assert capped.capped == 4
+    assert rate_check(Result(**dict(base, request_rate=float("inf")))) is None
