@@ -23,7 +23,7 @@ from .gate import GateResult
 from .categories import heatmap_grid
 from .export import MERGED_SCHEMA_VERSION
 from .conclusions import best_rows
-from .measures import ACCEPTANCE_FLAGS, NoiseBand, cell_order, cell_title, latency_sections
+from .measures import ACCEPTANCE_FLAGS, NEAR_ZERO, NoiseBand, cell_order, cell_title, latency_sections
 from .merge import Tables
 from .plots import all_plots, category_plots
 from .provenance import provenance_sections
@@ -159,13 +159,19 @@ def _flag_verdicts(rows: pd.DataFrame) -> pd.DataFrame:
         return rows
     out = rows.copy()
     hit = out.acceptance_flag.isin(ACCEPTANCE_FLAGS)
-    out.loc[hit, "speedup_verdict"] = out.loc[hit, "acceptance_flag"] + ": not a speedup"
+    out.loc[hit, "speedup_verdict"] = out.loc[hit, "acceptance_flag"].map(flag_words)
     return out
+
+
+def flag_words(flag: str) -> str:
+    """What a flagged row is instead of faster/slower: NEAR-ZERO acceptance only costs (each step drafts
+    and verifies for ~1 token), so it is a loss."""
+    return f"{flag}: a loss, not a speedup" if flag == NEAR_ZERO else f"{flag}: not a speedup"
 
 
 def _verdict_cell(r: pd.Series, best: bool = False) -> str:
     if r.get("acceptance_flag") in ACCEPTANCE_FLAGS:
-        return f"{fmt(r.speedup, 2, 'x')} {r.acceptance_flag}: not a speedup"
+        return f"{fmt(r.speedup, 2, 'x')} {flag_words(r.acceptance_flag)}"
     if r.speedup != r.speedup:
         return "no same-node baseline"
     lo, hi = r.get("speedup_ci_low"), r.get("speedup_ci_high")

@@ -40,6 +40,11 @@ DEGENERATE_LENGTH_SLACK = 0.02
 #: EAGLE-3 drafter with random weights: 0 %); fewer than 1 drafted token in 20 kept is no
 #: speculator at work, so its speed figure is the cost of drafting for nothing.
 NEAR_ZERO_RATE_PCT = 5.0
+#: DEGENERATE from the counters alone, whatever the texts: not one drafted token rejected over at least
+#: this many, with whole drafts kept. A drafter that keeps 99 % of tokens (beyond any trained one) rejects
+#: none of 300 with probability 0.99^300 = 4.9 %, so no trained drafter does it; a loop does, whether or
+#: not the saved texts happen to show the loop (issue 39: 100 % at length k + 1 over 1,100 drafts).
+NEVER_REJECTED_MIN_TOKENS = 300
 DEGENERATE, NEAR_ZERO = "DEGENERATE ACCEPTANCE", "NEAR-ZERO ACCEPTANCE"
 ACCEPTANCE_FLAGS = (DEGENERATE, NEAR_ZERO)
 
@@ -138,10 +143,12 @@ def acceptance_flag(r: pd.Series | dict) -> str:
         return ""
     if rate < NEAR_ZERO_RATE_PCT:
         return NEAR_ZERO
-    if not math.isnan(loops):  # the outputs are there: a loop is read from them, not guessed from the rate
-        return DEGENERATE if loops >= 100 * LOOP_SHARE_DEGENERATE else ""
     k = dtok / drafts
-    if rate >= DEGENERATE_RATE_PCT and alen >= (k + 1) * (1 - DEGENERATE_LENGTH_SLACK):
+    whole = alen >= (k + 1) * (1 - DEGENERATE_LENGTH_SLACK)
+    if not math.isnan(loops):  # the outputs are there: a loop is read from them, and the counters count too
+        never_rejected = rate >= 100.0 - 1e-9 and dtok >= NEVER_REJECTED_MIN_TOKENS and whole
+        return DEGENERATE if loops >= 100 * LOOP_SHARE_DEGENERATE or never_rejected else ""
+    if rate >= DEGENERATE_RATE_PCT and whole:
         return DEGENERATE
     return ""
 
