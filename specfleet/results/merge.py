@@ -63,6 +63,7 @@ class Tables:
     outliers: list[str] = field(default_factory=list)  # measures.outlier_notes
     overhead_bound: dict[str, str] = field(default_factory=dict)  # node -> why decode is launch/overhead-bound
     waves_note: str | None = None
+    setup_note: str | None = None     # the runner's steady_state=report-setup stamp, said at the top
     repeats_note: str | None = None   # measures.repeat_meaning: what the intervals' repeats are
 
 
@@ -258,6 +259,12 @@ def build_tables(camp: Campaign, baseline: str, gpu_bandwidth_gbps: float | None
                         f"{MIN_WAVES:g}: the run is a wave that drains, its output tok/s follows the last requests; "
                         "judge by token-weighted TPOT, or measure a steady state (more prompts per concurrency)")
         t.notes.append(t.waves_note)
+    stamped = [r for r in camp.runs if str(r.result.extra.get("steady_state") or "") == "report-setup"]
+    if stamped:
+        t.setup_note = (f"REPORT SETUP: the runner stamped steady_state=report-setup on {len(stamped)} of "
+                        f"{len(camp.runs)} runs: the plan reproduced the field report's prompts per concurrency "
+                        "on purpose, so a cell of few waves is its choice, and its output tok/s still follows "
+                        "the last requests of a wave that drains")
     t.categories, note = category_table(camp, baseline)
     if t.categories is None:  # per-category bench cells (--spec-bench-category): exact server counters
         t.categories, note = cells_by_category(runs, baseline), note if not runs.category.notna().any() else None

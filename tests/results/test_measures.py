@@ -183,3 +183,21 @@ def test_an_open_loop_cells_speedup_is_per_token_and_a_backlog_is_said(tmp_path)
     notes = " ".join(out.tables.notes)
     assert "eagle3_conc16-rate4.json on w2" in notes and "NOT SUSTAINED" in notes
     assert "on w1" not in notes
+
+
+def test_one_wave_and_the_report_setup_stamp_are_said_at_the_top(tmp_path):
+    """Issue 39: 16 prompts at c=16 (1 wave, read from the files: completed / max_concurrency < 5) and the
+    runner's steady_state=report-setup stamp were said only in the notes at the bottom and a provenance
+    column; the summary at the top now marks the cell and says both."""
+    root = write_campaign(tmp_path / "c")
+    out = report_campaign(root, quiet=True)
+    s = out.model.summary
+    assert s.headers[1:] == ["concurrency 1", "concurrency 16 (1.0 wave)"]
+    assert s.note.startswith("Few waves: conc16 (1.0 waves) -- completed requests / max concurrency below 5")
+    assert "REPORT SETUP" not in s.note
+    md = (root / "report.md").read_text()
+    assert md.index("Few waves: conc16") < md.index("## Results at concurrency 1")   # the top, not the notes
+    stamped = write_campaign(tmp_path / "d", extra={"steady_state": "report-setup"})
+    s = report_campaign(stamped, quiet=True).model.summary
+    assert s.note.startswith("REPORT SETUP: the runner stamped steady_state=report-setup on 10 of 10 runs")
+    assert "Few waves: conc16" in s.note
