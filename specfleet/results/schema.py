@@ -253,6 +253,9 @@ def incomplete(res: Result, asked: int | None = None, max_failed: int = 0) -> st
     sent = len(res.errors) if res.errors is not None else \
         (res.completed + res.failed if res.failed is not None else None)
     if asked is not None and sent is not None and sent < asked and sent - res.completed <= max_failed:
+        if res.num_prompts == sent:  # vLLM records the CLI's --num-prompts: the run itself asked for fewer
+            return (f"{asked - sent} of {asked} requests were never sent: the run asked for {sent} (its "
+                    f"num_prompts; completed {res.completed}) where the plan asks {asked}")
         return (f"{asked - sent} of {asked} requests were never sent: the client made {sent} (completed "
                 f"{res.completed}), so the dataset had {sent} prompts for this run where the plan asks "
                 f"{asked} (--no-oversample sends each prompt once): give num_prompts <= the dataset's prompts, "

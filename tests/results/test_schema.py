@@ -100,6 +100,9 @@ def test_a_dataset_smaller_than_the_plans_num_prompts_is_said_not_called_failure
     assert "the dataset had 16 prompts for this run where the plan asks 80" in why and "failed" not in why
     # failed known, no errors array (vLLM >= 0.30 without --save-detailed): the same
     assert "were never sent" in incomplete(Result(**base, completed=16, failed=0), asked=80)
+    # the run itself asked for 16 (vLLM records the CLI's --num-prompts): said so, not the dataset
+    assert "the run asked for 16 (its num_prompts" in incomplete(Result(**dict(base, num_prompts=16), completed=16,
+                                                                       failed=0), asked=80)
     # real failures beyond the plan's allowance are still failures, with their cause
     why = incomplete(Result(**base, completed=10, failed=6, errors=[""] * 10 + ["timeout"] * 6), asked=16)
     assert why.startswith("6 of 16 requests failed or were not sent") and "timeout" in why
