@@ -19,7 +19,7 @@ from .diagnosis import LOOP_SHARE_DEGENERATE
 from .gate import EquivalenceRule, open_loop
 from .gate_policy import metric_value
 from ..worker.crossover import speedup_verdict
-from ..worker.stats import SPEEDUP_CONFIDENCE, geometric_ratio, ratio_interval
+from ..worker.stats import SPEEDUP_CONFIDENCE, geometric_ratio, log_welch, ratio_interval, t_two_sided_p
 
 SINGLE_RUN = "single run: plain threshold, no interval"
 INTERVAL_METHOD = "95 % CI, Welch's t on log values"
@@ -101,7 +101,7 @@ def speedup_noise(camp: Campaign, runs: pd.DataFrame, baseline: str, noise: Nois
     speedup_ci_high, speedup_method, speedup_verdict. An open-loop cell's is per token (speed)."""
     # keyed by bench cell: a sweep has several cells per concurrency
     s = {k: [speed(r.result, k[0]) for r in runs] for k, runs in camp.groups().items()}
-    points, lows, highs, methods, verdicts = [], [], [], [], []
+    points, lows, highs, methods, verdicts, pvalues = [], [], [], [], [], []
     for _, r in runs.iterrows():
         base = s.get((r.cell, baseline, r.node))
         cfg = s.get((r.cell, r.config, r.node))
@@ -110,7 +110,9 @@ def speedup_noise(camp: Campaign, runs: pd.DataFrame, baseline: str, noise: Nois
         points.append(point)
         if r.config == baseline or not base or not cfg or point != point:
             lows.append(math.nan), highs.append(math.nan), methods.append(""), verdicts.append("")
+            pvalues.append(math.nan)
             continue
+        pvalues.append(speedup_p(base, cfg))
         ri = ratio_interval(base, cfg, noise.confidence)
         lo, hi = (math.nan, math.nan) if ri is None else (ri.low, ri.high)
         lows.append(lo), highs.append(hi)
@@ -121,7 +123,21 @@ def speedup_noise(camp: Campaign, runs: pd.DataFrame, baseline: str, noise: Nois
     out["speedup"] = points
     out["speedup_ci_low"], out["speedup_ci_high"] = lows, highs
     out["speedup_method"], out["speedup_verdict"] = methods, verdicts
+    out["speedup_p"] = pvalues
     return out
+
+
+def speedup_p(base: list[float], cfg: list[float]) -> float:
+    """Two-sided p of "speedup = 1.00x" (Welch's t on log values, the interval's own test: p < 0.05 iff
+    the 95 % interval excludes 1.00x); NaN with one run a side. The crossover's Holm correction over a
+    sweep's points reads it (crossover_curve.holm_verdicts)."""
+    w = log_welch(base, cfg)
+    if w is None:
+        return math.nan
+    d, se2, df = w
+    if se2 == 0:
+        return 0.0 if d != 0 else 1.0
+    return t_two_sided_p(d / math.sqrt(se2), df)
 
 
 def drafts_per_step(runs: pd.DataFrame) -> pd.Series:
