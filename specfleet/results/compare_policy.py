@@ -21,6 +21,7 @@ import math
 import statistics
 from dataclasses import dataclass
 
+from .measures import NoiseBand
 from ..worker.stats import log_welch, t_two_sided_p, t_quantile
 
 FAMILY_ALPHA = 0.05   # family-wise false-alarm rate over every regression test of one comparison
@@ -116,3 +117,79 @@ def single_run_statement(tolerance_pct: float, tests: int) -> str:
                       for s in SINGLE_RUN_NOISES for p, f in [single_run_false_alarm(tolerance_pct, s, tests)])
     return (f"plain threshold on single runs (no noise estimate, no family-wise control): chance to call "
             f"pure noise a regression {rates}")
+
+
+# ------------------------------------------------------------------ the verdicts of one comparison
+REGRESSION, IMPROVEMENT, WITHIN, NO_DIFF = ("regression", "improvement", "within tolerance",
+                                            "no measurable difference")
+
+
+def plain_threshold(r: float, noise: NoiseBand, better_up: bool = True) -> tuple[str, str]:
+    """(verdict, detail) of a single run's ratio judged against the band (no noise estimate)."""
+    lo_band, hi_band = noise.band
+    tol = f"±{noise.tolerance_pct:g} % band [{lo_band:.4f}, {hi_band:.4f}]"
+    worse, better = (r < lo_band, r > hi_band) if better_up else (r > hi_band, r < lo_band)
+    if worse:
+        return REGRESSION, f"single run: plain threshold, worse beyond the {tol}"
+    if better:
+        return IMPROVEMENT, f"single run: plain threshold, better beyond the {tol}"
+    return NO_DIFF, f"single run: plain threshold, inside the {tol}"
+
+
+@dataclass
+class Judged:
+    """What the family's correction (settle: Holm over every figure of the comparison) fills in for one
+    judged figure; a figure without a test (one run on a side) is UNDECIDABLE."""
+    verdict: str = ""
+    detail: str = ""
+    p_worse: float | None = None          # one-sided p of "no worse than the band", this figure alone
+    p_adjusted: float | None = None       # Holm-adjusted over the comparison's family
+    detectable_pct: float | None = None   # the change (worse side, %) found with 80 % power at its noise
+
+
+@dataclass
+class Figure:
+    """One figure of the family, as settle reads it: its tests, and where its verdict goes."""
+    judged: Judged
+    test: OneSided | None        # None: no noise estimate (or no log value: goodput 0)
+    point: float | None          # the ratio, for the plain threshold of single runs (None: not testable)
+    better_up: bool
+    excludes_one: int            # the 95 % interval: -1 wholly worse than no change, +1 better, 0 neither
+
+
+def settle(figures: list[Figure], noise: NoiseBand, single_run_threshold: bool) -> int:
+    """Verdicts for a comparison's family: Holm over every tested figure's one-sided p (regressions, and
+    separately improvements) at FAMILY_ALPHA; the untested by the plain threshold when accepted, else
+    UNDECIDABLE. Returns the family's size."""
+    tested = [f for f in figures if f.test is not None]
+    m = len(tested)
+    worse, better = holm([f.test.p_worse for f in tested]), holm([f.test.p_better for f in tested])
+    tol = noise.tolerance_pct
+    for f, aw, ab in zip(tested, worse, better):
+        j = f.judged
+        j.p_worse, j.p_adjusted = f.test.p_worse, aw
+        if not math.isnan(f.test.se):   # (SLO attainment's score test has no standard error)
+            j.detectable_pct = 100.0 * detectable_change(f.test, tol, m, f.better_up)
+        holm_words = f"Holm over {m} figure(s), family-wise alpha {FAMILY_ALPHA:g}"
+        if aw <= FAMILY_ALPHA:
+            j.verdict, j.detail = REGRESSION, (f"worse beyond the ±{tol:g} % band: p={f.test.p_worse:.2g}, "
+                                               f"adjusted p={aw:.2g} ({holm_words})")
+        elif ab <= FAMILY_ALPHA:
+            j.verdict, j.detail = IMPROVEMENT, (f"better beyond the ±{tol:g} % band: adjusted p={ab:.2g} "
+                                                f"({holm_words})")
+        elif f.excludes_one:
+            word = "better" if f.excludes_one > 0 else "worse"
+            j.verdict, j.detail = WITHIN, (f"measurably {word} (interval excludes no change) but not beyond the "
+                                           f"±{tol:g} % band (adjusted p={min(aw, ab):.2g}, {holm_words})")
+        else:
+            j.verdict, j.detail = NO_DIFF, f"interval contains no change (adjusted p={min(aw, ab):.2g})"
+    for f in figures:
+        if f.test is not None or f.point is None:
+            continue
+        if single_run_threshold:
+            f.judged.verdict, f.judged.detail = plain_threshold(f.point, noise, f.better_up)
+        else:
+            f.judged.verdict, f.judged.detail = UNDECIDABLE, (
+                "one run on a side: no noise estimate, no test (--single-run-threshold judges the ratio "
+                "against the band, at the false-alarm rate the output states)")
+    return m

@@ -12,8 +12,9 @@ from dataclasses import asdict
 from pathlib import Path
 
 from ..worker.layout import PROVENANCE
-from .compare_policy import FAMILY_ALPHA, LOWER_IS_BETTER, POWER, UNDECIDABLE, single_run_statement
-from .comparison import IMPROVEMENT, REGRESSION, Comparison
+from .compare_policy import (FAMILY_ALPHA, IMPROVEMENT, LOWER_IS_BETTER, POWER, REGRESSION, UNDECIDABLE,
+                             single_run_statement)
+from .comparison import Comparison
 from .document import SIMULATED_STAMP, Section, fmt, md_cell
 from .gate import GATE_METRICS
 

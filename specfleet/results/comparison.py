@@ -26,8 +26,8 @@ from .campaign import Campaign, Expect, scan_campaign
 from .gate import (DEFAULT_BASELINE, GATE_METRICS, PLAN_DEFAULTS, EquivalenceRule, GateResult, check_equivalence,
                    open_loop)
 from .gate_policy import metric_value
-from .compare_policy import (FAMILY_ALPHA, LOWER_IS_BETTER, UNDECIDABLE, OneSided, detectable_change, holm,
-                             judged_metrics, one_sided, ratio_test)
+from .compare_policy import (LOWER_IS_BETTER, REGRESSION, UNDECIDABLE, Figure, Judged, OneSided, judged_metrics,
+                             one_sided, ratio_test, settle)
 from .goodput import good_requests
 from .gpu_gate import split_off_gpu_copies
 from .measures import NoiseBand, rate_check, speed
@@ -85,79 +85,7 @@ def load_side(label: str, path: Path | str, tolerance_pct: float | None = None) 
     return Side(label, path, camp, plan, asserts, baseline, gate, tables)
 
 
-# ------------------------------------------------------------------ the decision
-REGRESSION, IMPROVEMENT, WITHIN, NO_DIFF = ("regression", "improvement", "within tolerance",
-                                            "no measurable difference")
-
-
-def plain_threshold(r: float, noise: NoiseBand, better_up: bool = True) -> tuple[str, str]:
-    """(verdict, detail) of a single run's ratio judged against the band (no noise estimate)."""
-    lo_band, hi_band = noise.band
-    tol = f"±{noise.tolerance_pct:g} % band [{lo_band:.4f}, {hi_band:.4f}]"
-    worse, better = (r < lo_band, r > hi_band) if better_up else (r > hi_band, r < lo_band)
-    if worse:
-        return REGRESSION, f"single run: plain threshold, worse beyond the {tol}"
-    if better:
-        return IMPROVEMENT, f"single run: plain threshold, better beyond the {tol}"
-    return NO_DIFF, f"single run: plain threshold, inside the {tol}"
-
-
-@dataclass
-class Judged:
-    """What the family's correction fills in for one judged figure (compare_policy: Holm over every
-    figure of the comparison); a figure without a test (one run on a side) is UNDECIDABLE."""
-    verdict: str = ""
-    detail: str = ""
-    p_worse: float | None = None          # one-sided p of "no worse than the band", this figure alone
-    p_adjusted: float | None = None       # Holm-adjusted over the comparison's family
-    detectable_pct: float | None = None   # the change (worse side, %) found with 80 % power at its noise
-
-
-@dataclass
-class _Figure:
-    judged: Judged
-    test: OneSided | None        # None: no noise estimate (or no log value: goodput 0)
-    point: float | None          # the ratio, for the plain threshold of single runs (None: not testable)
-    better_up: bool
-    excludes_one: int            # the 95 % interval: -1 wholly worse than no change, +1 better, 0 neither
-
-
-def settle(figures: list[_Figure], noise: NoiseBand, single_run_threshold: bool) -> int:
-    """Verdicts for a comparison's family: Holm over every tested figure's one-sided p (regressions, and
-    separately improvements) at FAMILY_ALPHA; the untested by the plain threshold when accepted, else
-    UNDECIDABLE. Returns the family's size."""
-    tested = [f for f in figures if f.test is not None]
-    m = len(tested)
-    worse, better = holm([f.test.p_worse for f in tested]), holm([f.test.p_better for f in tested])
-    tol = noise.tolerance_pct
-    for f, aw, ab in zip(tested, worse, better):
-        j = f.judged
-        j.p_worse, j.p_adjusted = f.test.p_worse, aw
-        if not math.isnan(f.test.se):   # (SLO attainment's score test has no standard error)
-            j.detectable_pct = 100.0 * detectable_change(f.test, tol, m, f.better_up)
-        holm_words = f"Holm over {m} figure(s), family-wise alpha {FAMILY_ALPHA:g}"
-        if aw <= FAMILY_ALPHA:
-            j.verdict, j.detail = REGRESSION, f"worse beyond the ±{tol:g} % band: p={f.test.p_worse:.2g}, adjusted p={aw:.2g} ({holm_words})"
-        elif ab <= FAMILY_ALPHA:
-            j.verdict, j.detail = IMPROVEMENT, f"better beyond the ±{tol:g} % band: adjusted p={ab:.2g} ({holm_words})"
-        elif f.excludes_one:
-            word = "better" if f.excludes_one > 0 else "worse"
-            j.verdict, j.detail = WITHIN, (f"measurably {word} (interval excludes no change) but not beyond the "
-                                           f"±{tol:g} % band (adjusted p={min(aw, ab):.2g}, {holm_words})")
-        else:
-            j.verdict, j.detail = NO_DIFF, f"interval contains no change (adjusted p={min(aw, ab):.2g})"
-    for f in figures:
-        if f.test is not None or f.point is None:
-            continue
-        if single_run_threshold:
-            f.judged.verdict, f.judged.detail = plain_threshold(f.point, noise, f.better_up)
-        else:
-            f.judged.verdict, f.judged.detail = UNDECIDABLE, (
-                "one run on a side: no noise estimate, no test (--single-run-threshold judges the ratio "
-                "against the band, at the false-alarm rate the output states)")
-    return m
-
-
+# ------------------------------------------------------------------ the cells
 @dataclass
 class CellDiff:
     config: str
@@ -206,7 +134,7 @@ def _conc(camp: Campaign) -> dict[str, int]:
 
 
 def cell_diff(key: tuple[str, str], conc: int, metric: str, a: list[float], b: list[float],
-              noise: NoiseBand) -> tuple[CellDiff, _Figure]:
+              noise: NoiseBand) -> tuple[CellDiff, Figure]:
     """One cell on one metric: its ratio, interval and test (compare_policy.ratio_test)."""
     up = metric not in LOWER_IS_BETTER
     ri = ratio_interval(a, b, noise.confidence)
@@ -219,11 +147,11 @@ def cell_diff(key: tuple[str, str], conc: int, metric: str, a: list[float], b: l
                   "against the band")
     d = CellDiff(key[0], key[1], conc, metric, statistics.fmean(a), statistics.fmean(b), len(a), len(b),
                  r, lo, hi, method)
-    return d, _Figure(d.judged, ratio_test(a, b, noise.tolerance_pct, up), r, up, _excludes_one(lo, hi, up))
+    return d, Figure(d.judged, ratio_test(a, b, noise.tolerance_pct, up), r, up, _excludes_one(lo, hi, up))
 
 
 def cell_diffs(base: Side, cand: Side, metrics: list[str] | None, plan_metric: str | None,
-               noise: NoiseBand) -> tuple[list[CellDiff], list[_Figure], list[str]]:
+               noise: NoiseBand) -> tuple[list[CellDiff], list[Figure], list[str]]:
     """Every cell in both campaigns on each metric it is judged on (compare_policy.judged_metrics)."""
     conc = {**_conc(base.camp), **_conc(cand.camp)}
     keys_a = {(r.config, r.cell) for r in base.camp.runs}
@@ -307,7 +235,7 @@ def _speeds(camp: Campaign, nodes: set[str]) -> dict[tuple[str, str], list[float
     return out
 
 
-def speedup_diffs(base: Side, cand: Side, noise: NoiseBand) -> tuple[list[SpeedupDiff], list[_Figure]]:
+def speedup_diffs(base: Side, cand: Side, noise: NoiseBand) -> tuple[list[SpeedupDiff], list[Figure]]:
     """Per configuration and cell: each side's speedup over its own baseline on the same node(s) (the
     report's pairing), and the change with its interval and test."""
     out, figs = [], []
@@ -329,7 +257,7 @@ def speedup_diffs(base: Side, cand: Side, noise: NoiseBand) -> tuple[list[Speedu
                         float(old.acceptance_length.mean()), float(new.acceptance_length.mean()))
         test = None if se2 is None else one_sided(d, se2, df, noise.tolerance_pct, True)
         out.append(s)
-        figs.append(_Figure(s.judged, test, r, True, _excludes_one(lo, hi)))
+        figs.append(Figure(s.judged, test, r, True, _excludes_one(lo, hi)))
     return out, figs
 
 
@@ -424,7 +352,7 @@ def _per_run(camp: Campaign, slo: Slo) -> dict[tuple[str, str], list[tuple[float
 
 
 def goodput_diffs(base_camp: Campaign, cand_camp: Campaign, slo: Slo, noise: NoiseBand,
-                  conc: dict[str, int]) -> tuple[list[GoodputDiff], list[_Figure], list[str]]:
+                  conc: dict[str, int]) -> tuple[list[GoodputDiff], list[Figure], list[str]]:
     """Per cell in both campaigns with per-request arrays on both sides, the figures judged; notes for
     the cells without."""
     pa, pb = _per_run(base_camp, slo), _per_run(cand_camp, slo)
@@ -458,9 +386,9 @@ def goodput_diffs(base_camp: Campaign, cand_camp: Campaign, slo: Slo, noise: Noi
         out.append(g)
         # goodput 0 has no log value: not a figure of its own, its verdict is the attainment's (compare_dirs)
         if not zero:
-            figs.append(_Figure(g.judged, ratio_test(ga, gb, noise.tolerance_pct, True), ratio, True,
+            figs.append(Figure(g.judged, ratio_test(ga, gb, noise.tolerance_pct, True), ratio, True,
                                 _excludes_one(clo, chi)))
-        figs.append(_Figure(g.attainment, attainment_test(ka, na, kb, nb, noise.tolerance_pct), None, True,
+        figs.append(Figure(g.attainment, attainment_test(ka, na, kb, nb, noise.tolerance_pct), None, True,
                             0 if lo <= 0 <= hi else (1 if lo > 0 else -1)))
     return out, figs, notes
 
@@ -651,6 +579,10 @@ def compare_dirs(baseline: Path | str, candidate: Path | str, *, metric: str | l
     metrics = judged_metrics(plan_metric, narrowed, False)
     noise = NoiseBand(cand.gate.rule.tolerance_pct)
     cells, figures, unmatched = cell_diffs(base, cand, narrowed, plan_metric, noise)
+    unjudged = sorted({r.cell for r in cand.camp.runs if open_loop(r.cell)} - {d.cell for d in cells})
+    if unjudged:
+        unmatched.append(f"open-loop cell(s) {', '.join(unjudged)} not judged: --metric names only throughput, "
+                         "which is the offered load there (judge them on TTFT or the per-token metric)")
     speedups, sfig = speedup_diffs(base, cand, noise)
     compared, other = plan_diffs(base, cand)
     cmp = Comparison(base, cand, metrics, noise, force and bool(refused or not base.gate.passed or not cand.gate.passed),

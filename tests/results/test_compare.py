@@ -11,9 +11,8 @@ from invoke.exceptions import Exit
 from compare_builder import campaign, plan_raw
 from specfleet.errors import UserError
 from specfleet.fleet import EXIT_ASSERTION, EXIT_REGRESSION, EXIT_UNDECIDABLE
-from specfleet.results.compare_policy import UNDECIDABLE, holm
-from specfleet.results.comparison import (IMPROVEMENT, NO_DIFF, PLAN_SNAPSHOT, REGRESSION, WITHIN, cell_diff,
-                                       compare_dirs, settle)
+from specfleet.results.compare_policy import IMPROVEMENT, NO_DIFF, REGRESSION, UNDECIDABLE, WITHIN, holm, settle
+from specfleet.results.comparison import PLAN_SNAPSHOT, cell_diff, compare_dirs
 from specfleet.results.compare_render import write_outputs
 from specfleet.results.measures import NoiseBand
 
@@ -360,3 +359,12 @@ def test_rate_check_and_the_reports_open_loop_speedup(tmp_path):
     capped = rate_check(Result(**dict(base, duration=9.0, max_concurrency=4)))
     assert capped.capped == 4
     assert rate_check(Result(**dict(base, request_rate=float("inf")))) is None
+
+
+def test_metric_narrowed_to_throughput_says_open_loop_cells_are_not_judged(tmp_path, base):
+    with_rate_cells(base)
+    cand = with_rate_cells(campaign(tmp_path / "new", plan_raw(), seed=2))
+    cmp = compare_dirs(base, cand, metric="output_throughput")
+    assert not any(d.cell == "conc16-rate4" for d in cmp.cells)
+    assert any(u.startswith("open-loop cell(s) conc16-rate4 not judged: --metric names only throughput")
+               for u in cmp.unmatched)
