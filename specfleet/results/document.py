@@ -254,7 +254,8 @@ def build_model(campaign: str, tables: Tables, gate: GateResult, conclusions: li
                                        f"the plain ratio)"
                                        f"{'' if plain else ' in this bench cell'}. CI low/high and "
                                        f"'vs baseline': {tables.noise.describe() if tables.noise else ''}."
-                                       + (f" {tables.repeats_note}" if tables.repeats_note else "")))
+                                       + (f" {tables.repeats_note}" if tables.repeats_note else "")
+                                       + (f" {tables.rates[cell]}" if cell in tables.rates else "")))
     secs += [_section(title, df, cols, note) for title, df, cols, note in latency_sections(tables.latency)]
     if not tables.spec.empty:
         swept = int("cell" in tables.spec and bool((tables.spec.cell != "conc" + tables.spec.concurrency.astype(str)).any()))

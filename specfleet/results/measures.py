@@ -359,3 +359,20 @@ def rate_notes(camp: Campaign) -> list[str]:
                        f"at {chk.capped} (--max-concurrency with --request-rate): a request held back waited "
                        "outside its TTFT (coordinated omission), so TTFT is too low where the cap was reached")
     return out
+
+
+def rate_summary(camp: Campaign) -> dict[str, str]:
+    """Open-loop cell -> offered vs achieved rate over its runs, for the cell's Results table note."""
+    by_cell: dict[str, list[RateCheck]] = {}
+    for r in camp.runs:
+        if (chk := rate_check(r.result)) is not None:
+            by_cell.setdefault(r.cell, []).append(chk)
+    out = {}
+    for cell, checks in by_cell.items():
+        short = sum(not c.sustained for c in checks)
+        out[cell] = (f"Open loop: offered {checks[0].offered:g} req/s, achieved {min(c.achieved for c in checks):.3g}-"
+                     f"{max(c.achieved for c in checks):.3g} req/s over {len(checks)} run(s); "
+                     + (f"{short} NOT SUSTAINED (see the notes)" if short else "every run sustained its rate")
+                     + "; the speedup here is per token (output tok/s is the offered load).")
+    return out
+

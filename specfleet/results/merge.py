@@ -20,7 +20,8 @@ from .categories import cells_by_category
 from .crossover_curve import search_status
 from .diagnosis import MIN_WAVES, OVERHEAD_BOUND_FRACTION, bandwidth_of, greedy_divergence, loop_share, waves
 from .gate_policy import metric_value
-from .measures import NoiseBand, add_measures, latency_table, outlier_notes, rate_notes, repeat_meaning
+from .measures import (NoiseBand, add_measures, latency_table, outlier_notes, rate_notes, rate_summary,
+                       repeat_meaning)
 from .consistency import result_table
 from .provenance import node_table
 
@@ -64,6 +65,7 @@ class Tables:
     overhead_bound: dict[str, str] = field(default_factory=dict)  # node -> why decode is launch/overhead-bound
     waves_note: str | None = None
     setup_note: str | None = None     # the runner's steady_state=report-setup stamp, said at the top
+    rates: dict[str, str] = field(default_factory=dict)  # open-loop cell -> offered vs achieved (measures.rate_summary)
     repeats_note: str | None = None   # measures.repeat_meaning: what the intervals' repeats are
 
 
@@ -219,7 +221,8 @@ def build_tables(camp: Campaign, baseline: str, gpu_bandwidth_gbps: float | None
     t = Tables(runs=runs, spec=spec_table(runs, baseline), kv=kv_table(camp),
                provenance=node_table(camp), latency=latency_table(camp, runs), noise=noise,
                provenance_results=result_table(camp), search=search_status(camp.nodes),
-               outliers=outlier_notes(camp), repeats_note=repeat_meaning(camp), notes=rate_notes(camp))
+               outliers=outlier_notes(camp), repeats_note=repeat_meaning(camp), notes=rate_notes(camp),
+               rates=rate_summary(camp))
     measured = runs[runs.config == baseline]
     missing = sorted({f"{n}@{c}" for n, c in zip(runs.node, runs.cell)} -
                      {f"{n}@{c}" for n, c in zip(measured.node, measured.cell)})

@@ -183,6 +183,9 @@ def test_an_open_loop_cells_speedup_is_per_token_and_a_backlog_is_said(tmp_path)
     notes = " ".join(out.tables.notes)
     assert "eagle3_conc16-rate4.json on w2" in notes and "NOT SUSTAINED" in notes
     assert "on w1" not in notes
+    # the cell's Results table says offered vs achieved for every open-loop cell
+    sec = next(x for x in out.model.sections if x.title.startswith("Results") and "conc16-rate4" in x.title)
+    assert "Open loop: offered 4 req/s, achieved" in sec.note and "NOT SUSTAINED (see the notes)" in sec.note
 
 
 def test_one_wave_and_the_report_setup_stamp_are_said_at_the_top(tmp_path):
