@@ -4,9 +4,9 @@
 Measurement model: a comparison judges FIGURES figures (the demo plan: 8 cells x 3 metrics, what
 users feel); each figure's value per run is exp(N(0, sigma)) on the baseline and (1 - slow) x
 exp(N(0, sigma)) on the candidate (lognormal run-to-run noise, independent runs, n runs a side).
-Every verdict is the shipped one: `specfleet.results.comparison.cell_diff` (the ratio, its interval
+Every verdict is the shipped one: `specfleet.report.compare.comparison.cell_diff` (the ratio, its interval
 and one-sided test) for each figure, then `compare_policy.settle` (Holm over the family at
-FAMILY_ALPHA) over all of them, as `compare_dirs` does; tests/results/test_compare.py
+FAMILY_ALPHA) over all of them, as `compare_dirs` does; tests/report/test_compare.py
 checks a small run of it.
 
 Per (sigma, n) two kinds of trial: every figure unchanged (the false alarm: any figure called a
@@ -34,10 +34,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from specfleet.results.compare_policy import (FAMILY_ALPHA, REGRESSION, UNDECIDABLE, settle,  # noqa: E402
+from specfleet.report.tables.compare_policy import (FAMILY_ALPHA, REGRESSION, UNDECIDABLE, settle,  # noqa: E402
                                               single_run_false_alarm)
-from specfleet.results.comparison import cell_diff  # noqa: E402
-from specfleet.results.measures import NoiseBand  # noqa: E402
+from specfleet.report.compare.comparison import cell_diff  # noqa: E402
+from specfleet.report.tables.measures import NoiseBand  # noqa: E402
 
 FIGURES = 24                      # the demo plan: 8 cells x (output tok/s, TTFT, token-weighted TPOT)
 TOLERANCE_PCT = 3.0               # the plan's default equivalence.tolerance_pct
