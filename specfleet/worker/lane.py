@@ -18,8 +18,9 @@ import urllib.request
 from collections import Counter
 
 from . import layout
-from .host import (Fatal, ItemFailed, Stopped, end_pids, engine_identity, env_without_devices, gpu_table, kill,
+from .host import (Fatal, ItemFailed, Stopped, atomic_write, end_pids, engine_identity, env_without_devices, gpu_table, kill,
                    live_pids, log, now, sourced_env, proc_argv0, proc_has_token)
+from .record import RunCell, RunRecord
 from .runspec import BenchRun, Client, Dropped, Serve
 from .slots import flag_values
 from .telemetry import sampler_for
@@ -104,6 +105,9 @@ class Lane:
         self.sampling: dict | None = None     # the server's generation defaults, read in preflight
         self.token = b""                      # SPECFLEET_SERVER=<tag>: what stop_server ends as this server's
         self.held_why: str | None = None      # set when these GPUs are held by a foreign process before start
+        self.serve_argv: list[str] | None = None  # the running server's argv and start id (its run records)
+        self.server_start: str | None = None
+        self.starts = 0
 
     def run_item(self, item: dict, rec: dict) -> None:
         # stop_server ends leftover VLLM:: processes carrying this token: this server's, not a neighbour's
@@ -320,6 +324,8 @@ class Lane:
         log_path = self.server_log(item)
         with open(log_path, "a") as lf:
             argv = Serve.from_json(item["serve"]).argv(model=self.model, host=s["server_host"], port=self.port)
+            self.starts += 1
+            self.serve_argv, self.server_start = argv, f"{s['run_id']}/{item['name']}/{self.starts}"
             lf.write(f"==== specfleet {now()} run {s['run_id']}: {' '.join(argv)}\n")
             lf.flush()
             self.server = subprocess.Popen(argv, stdout=lf, stderr=subprocess.STDOUT,
@@ -397,6 +403,7 @@ class Lane:
         if os.path.exists(partial):
             os.unlink(partial)
         log_path = os.path.join(self.run_dir, layout.bench_log(b["result_file"]))
+        started = now()
         with open(log_path, "w") as lf:
             self.bench = subprocess.Popen(argv, stdout=lf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                           env=self.env, cwd=self.run_dir, start_new_session=True)
@@ -414,7 +421,7 @@ class Lane:
             if self.bench.poll() is None:
                 kill(self.bench.pid, signal.SIGKILL, group=True)
                 self.bench.wait()
-        rc, self.bench = self.bench.returncode, None
+        rc, self.bench, finished = self.bench.returncode, None, now()
         # the client exits 0 even when the server died under it (its requests just count as failed)
         self.check_server(item)
         if rc != 0:
@@ -432,8 +439,30 @@ class Lane:
         if why:  # the cause goes last: fab's table shows the end of the error
             raise ItemFailed(f"bench concurrency {b['concurrency']} (run {b.get('rep', 1)}) does not count, result "
                              f"kept as {partial}, log {log_path}: {why}")
+        # the record first: a result in place always has its record (the report reads the run from it)
+        atomic_write(os.path.join(client.result_dir, layout.record_file(run.result_file)),
+                     json.dumps(self.run_record(item, client, run, started, finished).to_json(), indent=1) + "\n")
         os.replace(partial, final)
         return final
+
+    def run_record(self, item: dict, client: Client, run: BenchRun, started: str, finished: str) -> RunRecord:
+        """What this bench run was, from what the lane knows; the bastion's own words (isolation) from
+        the client's --metadata (commands.client_spec)."""
+        d, tel = run.dropped, layout.telemetry_file(run.result_file)
+        return RunRecord(
+            node=self.spec["host"], configuration=item.get("config", item["name"]), result_file=run.result_file,
+            cell=RunCell(run.cell or f"conc{run.concurrency}", run.concurrency, run.output_len, run.category,
+                         run.request_rate, run.num_prompts),
+            repeat=run.rep if client.repeats > 1 or run.rep > 1 else None, repeats=client.repeats,
+            isolation=dict(client.metadata).get("repeat_isolation"), campaign=self.spec["campaign"],
+            run_id=self.spec["run_id"], plan_hash=self.spec["plan_hash"], server_start=self.server_start,
+            engine=self.owner.state.get("engine"), serve_argv=self.serve_argv,
+            gpus=None if self.gpus is None else [{k: g.get(k) for k in ("index", "uuid", "name")} for g in self.gpus],
+            packing=None if self.gpus is None else self.spec.get("packing", "exclusive"),
+            prompts_sent=run.prompts(), prompts_dropped=d.ids if d else [], prompts_selected=d.selected if d else None,
+            sampling_sent={} if client.temperature is None else {"temperature": client.temperature}, server_sampling=self.sampling, decoding=self.decoding(item),
+            bench_started_at=started, bench_finished_at=finished,
+            telemetry_file=tel if os.path.exists(os.path.join(self.run_dir, tel)) else None)
 
     def stop_server(self) -> None:
         p, self.server = self.server, None

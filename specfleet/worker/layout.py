@@ -12,6 +12,7 @@ by the same names. tests/unit/test_layout.py keeps every other module from spell
         <config>.done                                 done marker: item_hash, results (done_marker)
         <config>.server.log                           `vllm serve` output (server_log)
         <config>_conc<N>[_r<K>].json                  one bench result (result_filename)
+        <config>_conc<N>[_r<K>].record.json           what the run was (record_file; record.RunRecord)
         <config>_conc<N>[_r<K>].bench.log             `vllm bench serve` output (bench_log)
         <config>_conc<N>[_r<K>].telemetry.jsonl       GPU and /metrics samples of the run (telemetry_file)
         prompts-fit-<digest>.jsonl                    the prompts that fit (prompts_fit)
@@ -44,6 +45,7 @@ DONE_SUFFIX = ".done"
 SERVER_LOG_SUFFIX = ".server.log"
 BENCH_LOG_SUFFIX = ".bench.log"
 TELEMETRY_SUFFIX = ".telemetry.jsonl"
+RECORD_SUFFIX = ".record.json"
 PARTIAL_SUFFIX = ".partial"  # a result being written; renamed to its final name once it counts
 
 # What the printed plan shows where the runner renders what it found on the worker (runspec.py):
@@ -101,6 +103,11 @@ def result_glob(config: str) -> str:
 
 def bench_log(result_file: str) -> str:
     return result_file.removesuffix(".json") + BENCH_LOG_SUFFIX
+
+
+def record_file(result_file: str) -> str:
+    """The run record beside a result (record.RunRecord): what the run was, as the worker knew it."""
+    return result_file.removesuffix(".json") + RECORD_SUFFIX
 
 
 def telemetry_file(result_file: str) -> str:

@@ -20,8 +20,8 @@ import time
 from contextlib import suppress
 
 from . import layout
-from .host import (Fatal, ItemFailed, Stopped, boot_identity, end_pids, env_without_devices, gpu_table, live_pids, log,
-                   now, proc_has_token)
+from .host import (Fatal, ItemFailed, Stopped, atomic_write, boot_identity, end_pids, env_without_devices, gpu_table,
+                   live_pids, log, now, proc_has_token)
 from .lane import Lane
 from .runspec import Client, Serve, item_parts
 from .slots import admit, check_gpus, fits_ever, needed
@@ -43,20 +43,6 @@ REQUIRED = ("schema", "run_id", "campaign", "plan_hash", "host", "work_dir", "ve
 
 
 RESERVE_BYTES = 1 << 20  # held on the run folder's file system, so a full disk can still record why
-
-
-def atomic_write(path: str, data: str) -> None:
-    tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "w") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    dfd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
 
 
 def load_spec(path: str) -> dict:
