@@ -14,9 +14,11 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..resultfile.check import QUARANTINE_DIR, REASON_SUFFIX, Expect, check_file, parse_name, quarantine_file
+from ..resultfile.check import (QUARANTINE_DIR, REASON_SUFFIX, Expect, check_file, is_record, load_record, parse_name,
+                                quarantine_file)
 from ..resultfile.schema import ResultError
 from ..bastion_io import atomic_write_text
+from ..worker.layout import record_file
 from .untrusted import SAFE_NAME_RE, Limits, staged_refusal
 
 STAGING_DIR = ".staging"
@@ -91,15 +93,22 @@ def accept(campaign_dir: Path, host: str, expect: Expect | None = None, limits: 
     limits = limits or Limits.default()
     for f in sorted(stage.iterdir()) if stage.is_dir() else []:
         dest = local / f.name
+        if not os.path.lexists(f):  # the record of a refused result, removed with it
+            continue
         if why := staged_refusal(f, limits):
             out.refused += refuse_unfetched(campaign_dir, host, [(f.name, why)])
             _remove(f)
             continue
-        if parse_name(f.name):
-            try:
-                check_file(f, expect, host)
+        rec = f.with_name(record_file(f.name))
+        if not is_record(f.name) and not rec.exists() and (local / rec.name).is_file():
+            shutil.copy2(local / rec.name, rec)  # unchanged, so not fetched (--compare-dest): judged with its result
+        if parse_name(f.name) or is_record(f.name) or rec.is_file():
+            try:  # a record is judged alone here, and with its result (staged beside it) by check_file
+                load_record(f) if is_record(f.name) else check_file(f, expect, host)
             except ResultError as e:
                 out.refused.append(_refuse(campaign_dir, host, f, dest, e.problem, expect))
+                if not is_record(f.name) and rec.is_file():  # the local result keeps its own record
+                    _remove(rec)
                 continue
         dest.parent.mkdir(parents=True, exist_ok=True)
         os.replace(f, dest)
@@ -137,7 +146,7 @@ def _remove(p: Path) -> None:
 def _refuse(campaign_dir: Path, host: str, staged: Path, dest: Path, problem: str, expect: Expect | None) -> str:
     if dest.is_file():
         try:
-            check_file(dest, expect, host)
+            load_record(dest) if is_record(dest.name) else check_file(dest, expect, host)
             kept = "the valid copy collected earlier is kept and merged"
         except ResultError:
             kept = "the copy collected earlier is not valid either"

@@ -400,6 +400,15 @@ def test_gate_runs_add_baseline_runs_on_their_own_server_starts_and_measure_noth
     camp = results / "collect-repeats"
     report = (camp / "report.md").read_text()
     assert "Repeats: server-start, each repeat on its own server start" in report
+    # every result came with its run record, and the report read the run from it (issue 40)
+    from specfleet.report.scan.folder import scan_campaign
+    runs = scan_campaign(camp, quarantine=False).runs
+    assert runs and all(r.path.with_name(r.path.name.removesuffix(".json") + ".record.json").is_file() for r in runs)
+    assert all(r.record.run_id and r.record.serve_argv and r.record.engine["simulated"] is True for r in runs)
+    for h in HOSTS:
+        vanilla = [r.record for r in runs if r.host == h and r.config == "vanilla"]
+        assert sorted(v.repeat for v in vanilla) == [1, 2, 3] and {v.isolation for v in vanilla} == {"server-start"}
+        assert len({v.server_start for v in vanilla}) == 3   # a server start per repeat, as the record says
     stamp = {h: host_sh(tb, h, f"stat -c '%n %Y' {camp_dir}/{h}/*_r[123].json").stdout for h in HOSTS}
 
     more = fab("bench", "--hosts", ",".join(HOSTS), "--plan", REPEATS_PLAN, "--gate-runs", "5", inventory=inv,

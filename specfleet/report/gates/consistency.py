@@ -10,6 +10,7 @@ recorded (the simulated engine has no vLLM version: not checked there, said so).
 """
 from __future__ import annotations
 
+import json
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
@@ -18,7 +19,7 @@ import pandas as pd
 from ...untrusted_json import loads
 from ...worker import layout
 from .gpu_gate import where
-from ..scan.provenance import NOT_RECORDED, RESULT_COLS, read_provenance, server_facts, simulated_signals
+from ..scan.provenance import NOT_RECORDED, RESULT_COLS, argv_facts, read_provenance, server_facts, simulated_signals
 
 if TYPE_CHECKING:
     from ..scan.folder import Campaign, Run
@@ -42,7 +43,8 @@ def _short(h: Any) -> str:
 def _sampling(runs, prov_item: dict) -> str:
     """From the result metadata when recorded there (the runner's `sampling_params`, what the client
     sent, or --metadata sampling keys), else from the run spec's bench argv."""
-    sent = sorted({str(r.result.extra["sampling_params"]) for r in runs if r.result.extra.get("sampling_params")})
+    sent = sorted({json.dumps(r.record.sampling_sent, sort_keys=True, separators=(",", ":"))
+                   for r in runs if r.record and r.record.sampling_sent is not None})
     if sent:
         return "sent " + " | ".join(s if s != "{}" else "nothing (the server's generation defaults)" for s in sent)
     for r in runs:
@@ -57,12 +59,12 @@ def _sampling(runs, prov_item: dict) -> str:
 
 def _prompts(runs) -> str:
     """Prompts each run measured: dropped ones (too long for the context) and a one-wave stamp said."""
-    x = runs[0].result
+    x, rec = runs[0].result, runs[0].record
     sent = x.num_prompts if x.num_prompts is not None else NOT_RECORDED
     out = str(sent)
-    if str(x.extra.get("prompts_dropped") or "0") not in ("0", ""):
-        out = (f"{sent} of {x.extra.get('prompts_selected', '?')} (dropped, too long for the context: "
-               f"question_id {x.extra.get('prompts_dropped_ids', '?')})")
+    if rec and rec.prompts_dropped:
+        out = (f"{sent} of {rec.prompts_selected if rec.prompts_selected is not None else '?'} (dropped, too long "
+               f"for the context: question_id {','.join(map(str, rec.prompts_dropped))})")
     if x.extra.get("steady_state") == "report-setup":
         out += "; one wave by the plan's choice (steady_state: report-setup)"
     return out
@@ -115,7 +117,8 @@ def run_facts(camp: "Campaign", run: "Run", prov: dict | None = None, log_versio
     add("vllm", ex.get("vllm_version"), "result metadata")
     add("vllm", dists.get("vllm") or (prov.get("venv") or {}).get("vllm"), layout.PROVENANCE)
     add("vllm", log_version, "server log")
-    add("decoding", decoding_of(ex), "result metadata")
+    add("decoding", run.record.decoding if run.record and run.record.decoding else decoding_of(ex),
+        "run record" if run.record and run.record.decoding else "result metadata")
     return out
 
 
@@ -187,6 +190,9 @@ def result_table(camp: "Campaign") -> pd.DataFrame:
         cv = column_values(camp, runs)
         item = (p.get("items_facts") or {}).get(cfg, {})
         srv = server_facts(camp.root / host / layout.server_log(cfg))
+        argv = next((r.record.serve_argv for r in reversed(runs) if r.record and r.record.serve_argv), None)
+        if argv:  # the record's list, not the log's line split on spaces
+            srv = {k: v for k, v in srv.items() if k not in ("server_argv", "speculative_config")} | argv_facts(argv)
         hashes = sorted({str(r.result.extra["plan_hash"]) for r in runs if r.result.extra.get("plan_hash")})
         spec_cmd = srv.get("speculative_config")
         if spec_cmd is None and srv.get("server_argv"):

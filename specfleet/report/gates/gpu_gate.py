@@ -1,8 +1,8 @@
 """Equivalence across the GPUs of one node (issue 15): a GPU with a lower clock or a thermal limit is
 the same trap as a slow node. gate.check_equivalence calls gpu_checks after its node pairs.
 
-Each result says where it ran (`gpu_uuids`, `gpu_names`, `packing` in its metadata: the runner's slot
-pool adds them on nodes with several GPUs). On a node whose configurations ran on more than one GPU set,
+Each run's record says where it ran (`gpus`, `packing`: the runner's slot pool fills them on nodes
+with several GPUs; older results: their metadata, through resultfile/legacy.py). On a node whose configurations ran on more than one GPU set,
 the baseline's runs on each set are compared pairwise with the node rule (gate.decide): with
 `equivalence.every_gpu` the baseline ran once per GPU (plan.gpu_copy names those runs). Where the
 baseline ran on one set only, the check says "not checked" and why.
@@ -22,8 +22,8 @@ ONE_GPU = "not recorded (the one-GPU runner: the node's GPU)"
 
 
 def gpu_set(run) -> str | None:
-    v = run.result.extra.get("gpu_uuids")
-    return str(v) if v else None
+    gpus = run.record.gpus if run.record else None
+    return ",".join(str(g.get("uuid")) for g in gpus) if gpus else None
 
 
 def where(run) -> str:
@@ -31,14 +31,14 @@ def where(run) -> str:
     uuids = gpu_set(run)
     if not uuids:
         return ONE_GPU
-    names = str(run.result.extra.get("gpu_names") or "").split(",")
+    names = [str(g.get("name") or "") for g in run.record.gpus]
     return ", ".join(f"{u} ({n})" if n else u for u, n in itertools.zip_longest(uuids.split(","), names[:len(
         uuids.split(","))], fillvalue=""))
 
 
 def packing_of(camp: "Campaign") -> str:
     """What the report says about packing: the results' stamp, or the one-GPU runner's one server."""
-    seen = sorted({str(r.result.extra["packing"]) for r in camp.runs if r.result.extra.get("packing")})
+    seen = sorted({r.record.packing for r in camp.runs if r.record and r.record.packing})
     if not seen:
         return "exclusive (one server per node at a time: the one-GPU runner)"
     say = {"exclusive": "exclusive (one server per node at a time)",

@@ -3,8 +3,10 @@
 Only items of a done config (marker, or the runner's `state.json` says done) are used: a running
 item's files are not results yet. A result file of a done config that does not validate is moved to
 `quarantine/<host>/` with its reason beside it (`quarantine=False`, as `fab report` scans: nothing
-moves, it is only reported); nothing else is moved or deleted. Result data comes from JSON only; the
-server log is read (regex) for KV-cache facts and the vLLM version.
+moves, it is only reported); nothing else is moved or deleted. Result data comes from JSON only; what
+each run was (configuration, cell, repeat) from its run record (`<stem>.record.json`,
+resultfile.check.check_run; a result without one: the legacy converter), never from the file's name;
+the server log is read (regex) for KV-cache facts and the vLLM version.
 """
 from __future__ import annotations
 
@@ -15,10 +17,10 @@ from typing import Any
 
 from ...facts.runner_state import items_problem
 from ...worker import layout
-from ...plan.sweep import parse_result_name
+from ...worker.record import RunRecord
 from .provenance import simulated_signals
-from ...resultfile.check import (QUARANTINE_DIR, REASON_SUFFIX, Expect, Quarantined, check_file, parse_name,
-                                 quarantine_file)
+from ...resultfile.check import (QUARANTINE_DIR, REASON_SUFFIX, Expect, Quarantined, check_run, is_record, named_config,
+                                 parse_name, quarantine_file)
 from ...resultfile.schema import PROVENANCE_KEYS, Result, ResultError
 from ... import untrusted_json
 
@@ -43,6 +45,7 @@ class Run:
     path: Path
     result: Result
     cell: str = ""    # the bench cell (sweep.py): conc<N> for a plan without bench sweeps
+    record: RunRecord | None = None  # what the run was (its record, or the legacy converter's)
 
     def __post_init__(self) -> None:
         self.cell = self.cell or f"conc{self.conc}"
@@ -220,19 +223,22 @@ def scan_campaign(root: Path | str, quarantine: bool = True, expect: Expect | No
                 camp.kv.append(parse_server_log(log, host, cfg))
 
         for path in sorted(hdir.glob("*.json")):
-            parsed = parse_name(path.name)
-            if not parsed:
-                if path.name not in OTHER_JSON:
-                    camp.warnings.append(f"{path}: not named <config>_conc<N>[-<dims>][_r<K>].json, ignored")
+            if path.name in OTHER_JSON or is_record(path.name):
                 continue
-            cfg, conc, rep = parsed
+            cfg = named_config(path)
+            if cfg is None:
+                camp.warnings.append(f"{path}: not named <config>_conc<N>[-<dims>][_r<K>].json and no run record, "
+                                     "ignored")
+                continue
             if cfg not in done:
                 camp.pending.append(path)
                 camp.warnings.append(f"{path}: config '{cfg}' on {host} has no done marker, not merged")
                 continue
             try:
-                res = check_file(path, expect, host)
-                run = Run(host, cfg, conc, rep, path, res, parse_result_name(path.name)[1])
+                res, rec = check_run(path, expect, host)
+                if rec is None:  # named_config read a record that check_run did not: raced; judged next time
+                    raise ResultError(path, "its run record disappeared while it was read")
+                run = Run(host, rec.configuration, rec.cell.concurrency, rec.repeat, path, res, rec.cell.name, rec)
             except ResultError as e:
                 camp.quarantined.append(quarantine_file(root, host, path, e.problem) if quarantine
                                         else Quarantined(host, path, path, e.problem))

@@ -1,5 +1,7 @@
-"""Where each result comes from: the node's `provenance.json` (written by `fab collect`), the
-result files' metadata and the server log's first line, as two report tables.
+"""Where each result comes from: the node's `provenance.json` (written by `fab collect`), each run's
+record (worker/record.RunRecord: the engine, the serve argv as a list; results without one: the
+legacy converter, resultfile/legacy.py), the result files' metadata and the server log, as two
+report tables.
 
 The worker half is one host fact (specfleet.facts.worker_provenance.WorkerProvenance, run by
 specfleet.collect.fetch): GPUs, driver, CUDA, the venv's package versions, sha256 of the model's
@@ -13,10 +15,12 @@ venv manifest and packages, the model config's `simulated` flag, the server log'
 from __future__ import annotations
 
 import re
+import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ...untrusted_json import loads, loads_or_none
+from ...resultfile.legacy import engine_identity
+from ...untrusted_json import loads_or_none
 from ...worker import layout
 
 if TYPE_CHECKING:
@@ -49,9 +53,18 @@ def given_bandwidths(camp: "Campaign") -> dict[str, float]:
     return out
 
 
+def argv_facts(argv: list[str]) -> dict[str, str]:
+    """The server's command line (shell-quoted) and its --speculative-config, from a run record's argv."""
+    out = {"server_argv": shlex.join(argv)}
+    if "--speculative-config" in argv[:-1]:
+        out["speculative_config"] = argv[argv.index("--speculative-config") + 1]
+    return out
+
+
 def server_facts(log: Path) -> dict[str, str]:
-    """From the last server start in a runner-written log: the exact argv, the speculative config
-    on the command line and as the engine logged it, the server's own sampling defaults."""
+    """From the last server start in a runner-written log: the speculative config as the engine
+    logged it, the server's own sampling defaults; and, for runs without a record (legacy), the argv
+    as the log's header line wrote it, read by word (a word holding a space is misread there)."""
     try:
         text = log.read_text(encoding="utf-8", errors="replace")
     except OSError:
@@ -72,22 +85,18 @@ def server_facts(log: Path) -> dict[str, str]:
     return out
 
 
-def _observed(raw) -> dict | None:
-    try:
-        ident = loads(raw) if isinstance(raw, str) else None  # a worker's text: a nesting bomb is a ValueError
-    except ValueError:
-        return None
+def engine_of(run) -> dict | None:
+    """The engine the worker observed for this run (its record: name, version, simulated), or None
+    for a run without it (a plain vLLM file, an older runner)."""
+    return engine_identity_of(run.record.engine) if run.record else None
+
+
+def engine_identity_of(ident) -> dict | None:
     return ident if isinstance(ident, dict) and "simulated" in ident and ident.get("version") else None
 
 
-def engine_of(res) -> dict | None:
-    """The engine the worker observed for this result (runner.bench_metadata: name, version,
-    simulated), or None for a result without it (a plain vLLM file, an older runner)."""
-    return _observed(res.extra.get("engine_identity"))
-
-
-def _sim_result(res) -> list[str]:
-    ident = engine_of(res)
+def _sim_result(run) -> list[str]:
+    res, ident = run.result, engine_of(run)
     if ident is not None:  # the worker's observation is the answer; nothing is guessed
         return [f"the worker observed {ident.get('name')} {ident.get('version')!r} (simulated)"] \
             if ident["simulated"] is True else []
@@ -106,8 +115,8 @@ def simulated_signals(camp: "Campaign") -> list[str]:
     """Why these inputs count as simulated ([] = no sign of the simulator). Results that carry the
     engine the worker observed (engine_of) are judged by it alone; the signs below are read only for
     a host whose results lack it (plain vLLM files, a campaign of an older runner)."""
-    found = [f"{r.host}: {r.path.name} {s}" for r in camp.runs for s in _sim_result(r.result)]
-    observed = {r.host for r in camp.runs if engine_of(r.result) is not None}
+    found = [f"{r.host}: {r.path.name} {s}" for r in camp.runs for s in _sim_result(r)]
+    observed = {r.host for r in camp.runs if engine_of(r) is not None}
     for host in [h for h in camp.nodes if h not in observed]:
         p = read_provenance(camp.root / host)
         if p.get("venv_simulated"):
@@ -127,9 +136,10 @@ def simulated_signals(camp: "Campaign") -> list[str]:
     return list(dict.fromkeys(found))  # each sign once
 
 
-def engine_name(res_meta: dict, prov: dict, simulated: bool) -> str:
-    """'simvllm 1.0 (simulated vLLM)' for the simulator (never a bare vLLM version), else 'vLLM X'."""
-    seen = _observed(res_meta.get("engine_identity"))  # the worker's observation wins; the rest: results without it
+def engine_name(res_meta: dict, prov: dict, simulated: bool, seen: dict | None = None) -> str:
+    """'simvllm 1.0 (simulated vLLM)' for the simulator (never a bare vLLM version), else 'vLLM X'.
+    `seen`: the engine a run record holds (the worker's observation wins; the rest: runs without it)."""
+    seen = engine_identity_of(seen) or engine_identity(res_meta.get("engine_identity"))
     if seen:
         name = str(seen["version"]) if seen.get("simulated") is True else f"vLLM {seen['version']}"
         return f"{name}, {res_meta['engine']}" if res_meta.get("engine") and not seen.get("simulated") else name
@@ -154,7 +164,9 @@ def node_table(camp: "Campaign") -> pd.DataFrame:
         dists = p.get("dists") or {}
         dates = sorted(n.run_dates)
         rows.append({
-            "node": host, "engine": engine_name(meta, p, host in sim_hosts),
+            "node": host, "engine": engine_name(meta, p, host in sim_hosts,
+                                                next((e for r in camp.runs if r.host == host and (e := engine_of(r))),
+                                                     None)),
             "vllm": " | ".join(dict.fromkeys(v for v in [*(str(r.result.extra.get("vllm_version") or "") for r in
                                                              camp.runs if r.host == host),
                                                            dists.get("vllm") or (p.get("venv") or {}).get("vllm") or ""]
@@ -178,7 +190,7 @@ def plan_hashes(camp: "Campaign") -> dict[str, list[str]]:
     """plan hash -> the 'node/config' items that carry it (results without one are left out)."""
     out: dict[str, list[str]] = {}
     for r in camp.runs:
-        h = r.result.extra.get("plan_hash")
+        h = r.record.plan_hash if r.record else r.result.extra.get("plan_hash")
         if h:
             key = f"{r.host}/{r.config}"
             if key not in out.setdefault(str(h), []):

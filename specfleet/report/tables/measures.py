@@ -268,9 +268,8 @@ def outlier_notes(camp: Campaign) -> list[str]:
     return out
 
 
-#: how a result says its repeat was kept apart from the others (commands.client_spec writes it where a
-#: cell has more than one run); results from before the field ran every repeat on one server start
-ISOLATION_KEY = "repeat_isolation"
+#: what a run's isolation (its record's, RunRecord.isolation: how a repeat was kept apart from the
+#: others; results without a record: resultfile/legacy.py) means for an interval
 REPEAT_MEANING = {
     "server-start": "each repeat on its own server start, the baseline and the configurations interleaved "
                     "(baseline r1, configuration r1, baseline r2, ...): the interval holds run-to-run, "
@@ -285,7 +284,7 @@ REPEAT_MEANING = {
 def repeat_meaning(camp: Campaign) -> str | None:
     """What the intervals' repeats are, read from the results (benchmark.repeat_isolation), or None when
     no cell has more than one run."""
-    seen = Counter(str(r.result.extra.get(ISOLATION_KEY) or "cache-reset")  # not recorded: one server start
+    seen = Counter(str(r.record.isolation if r.record and r.record.isolation else "not recorded")
                    for runs in camp.groups().values() if len(runs) > 1 for r in runs)
     if not seen:
         return None
