@@ -216,7 +216,11 @@ def test_the_engine_the_worker_observed_is_the_answer_and_nothing_is_sniffed():
     from specfleet.report.scan.provenance import _sim_result, engine_name, engine_of
     sim = json.dumps({"name": "specfleet-simvllm", "version": "simvllm 1.0 (simulated vLLM)", "simulated": True})
     real = json.dumps({"name": "vllm", "version": "0.26.0", "simulated": False})
-    as_result = lambda **extra: SimpleNamespace(extra=extra, simulated=extra.get("simulated") is True)  # noqa: E731
+    from specfleet.resultfile.legacy import engine_identity
+
+    def as_result(**extra):  # a run without a record: the legacy converter reads its engine_identity
+        return SimpleNamespace(result=SimpleNamespace(extra=extra, simulated=extra.get("simulated") is True),
+                               record=SimpleNamespace(engine=engine_identity(extra.get("engine_identity"))))
     assert engine_of(as_result(engine_identity=real)) == json.loads(real)
     assert _sim_result(as_result(engine_identity=sim)) and not _sim_result(as_result(engine_identity=real))
     # observed: a real engine is not called simulated for a word in its other keys
