@@ -100,7 +100,7 @@ def test_runner_starts_a_server_per_repeat_and_a_later_gate_run_measures_only_th
         for rep in (1, 2):
             res = json.loads((bed.run_dir / f"{cfg}_conc16_r{rep}.json").read_text())
             assert res["repeat_isolation"] == "server-start" and res["repeat"] == str(rep)
-    measured = {f.name: f.stat().st_mtime_ns for f in bed.run_dir.glob("*_r*.json")}
+    measured = {f.name: f.stat().st_mtime_ns for f in bed.run_dir.glob("*_r[0-9].json")}  # results, not records
     # the gate was INCONCLUSIVE: two more runs of the baseline's gate cell (fab bench --gate-runs 4)
     spec = build_run_spec(plan, "w1", ["vanilla", "ngram"], Paths(venv=str(bed.venv), work_dir=str(bed.work)),
                           env_file=str(bed.env_file), run_id="test-run-2", gate_runs=4)

@@ -345,7 +345,7 @@ def test_done_item_whose_result_is_invalid_is_measured_again(bed):
     resuming measures that item again, and only that item."""
     spec = bed.spec(bed.plan(), queue=["vanilla", "ngram"])
     assert bed.run(spec) == EXIT_OK, bed.log()
-    bad = next(bed.run_dir.glob("ngram_conc*.json"))
+    bad = next(p for p in bed.run_dir.glob("ngram_conc*.json") if not p.name.endswith(".record.json"))
     bad.write_text(bad.read_text()[:40])  # a half-written copy
     assert bed.run(spec) == EXIT_OK, bed.log()
     it = bed.items()

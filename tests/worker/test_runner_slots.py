@@ -224,7 +224,7 @@ def test_crossover_rounds_run_on_a_node_with_several_gpus_once_every_slot_is_idl
     assert {i["name"].split(".")[0] for i in rounds} == {"vanilla", "ngram"}
     for c in x["points"]:   # every refined cell measured by both, the baseline on the same node
         for cfg in ("vanilla", "ngram"):
-            assert json.loads(next(bed.run_dir.glob(f"{cfg}_conc{c}.json")).read_text())["max_concurrency"] == int(c)
+            assert json.loads((bed.run_dir / f"{cfg}_conc{c}.json").read_text())["max_concurrency"] == int(c)
     # a round starts only when no server runs: its items begin after every earlier item ended
     first = [i for i in st["items"] if ".round" not in i["name"]]
     assert min(span(i)[0] for i in rounds) >= max(span(i)[1] for i in first)
@@ -246,7 +246,8 @@ def test_every_gpu_runs_the_baseline_on_each_gpu_by_its_pin(bed):
     assert rc == 0, bed.log()
     assert [items[n]["gpus"][0]["uuid"] for n in queue[:4]] == [g["uuid"] for g in GPUS]
     for n in queue[:4]:   # each copy wrote its own result, stamped with the GPU it ran on
-        res = json.loads(next(bed.run_dir.glob(f"{n}_conc*.json")).read_text())
+        res = json.loads(next(p for p in bed.run_dir.glob(f"{n}_conc*.json") if not p.name.endswith(".record.json")
+                              ).read_text())
         assert res["gpu_uuids"] == items[n]["gpus"][0]["uuid"] and res["config"] == n
     assert all(i["status"] == "done" for i in items.values())
 
