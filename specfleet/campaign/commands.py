@@ -18,6 +18,7 @@ from ..worker.layout import cell_result_filename, run_dir
 from ..worker.runspec import BenchRun, Client, Serve
 from ..worker.slots import flag_values
 from ..plan import Plan
+from ..plan.releases import refusals
 from ..plan.sweep import Cell
 
 
@@ -206,6 +207,11 @@ def item_spec(plan: Plan, node: str, item: str, paths: Paths, rep: int | None = 
     if out["name"] != item:   # its server log is the configuration's (a header per start), as a crossover round's
         out.update(config=item, log_name=item)
     out["item_hash"] = hashlib.sha256(json.dumps(out, sort_keys=True).encode()).hexdigest()[:12]
+    # after the hash: the releases of the matrix that refuse this item (the worker refuses it under the
+    # version its venv reports, before the server starts); the same measurement whatever the matrix says
+    refused = refusals(plan, item)
+    if refused:
+        out["release_refusals"] = refused
     return out
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from ..fleet import EXIT_ASSERTION, EXIT_INCOMPLETE, EXIT_NOT_MERGED
 from ..plan.assertions import NOT_CHECKED, AssertionResult, check
+from ..plan.releases import not_checked
 from .campaign import Campaign, Expect, Quarantined, scan_campaign
 from .bastion_io import atomic_write_text
 from .cells import PLANNED_FILE, CellState, Planned, cell_states, planned_from
@@ -197,7 +198,8 @@ def report_plan(plan, plan_path: str, results_root: Path | str, *, force: bool =
     out = report_campaign(campaign_dir, baseline=plan.baseline, rule=rule, force=force,
                           gpu_bandwidth_gbps=gpu_bandwidth_gbps, weights_gib=plan.model.weights_gib,
                           console=console, quiet=quiet, planned=planned, expect=expect,
-                          quarantine=False, notes=notes, vllm_pin=plan.vllm_version, slo=plan.benchmark.slo)
+                          quarantine=False, notes=[*(notes or []), *not_checked(plan)], vllm_pin=plan.vllm_version,
+                          slo=plan.benchmark.slo)
     after_report(out, plan, console, quiet)
     return out
 

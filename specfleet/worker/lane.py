@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -214,7 +215,17 @@ class Lane:
                 raise ItemFailed(f"the venv has vLLM {ident['version']}, the plan pins {want}")
             with self.owner.lock:
                 self.owner.state.update(vllm_version=ident["version"], engine=ident)  # every result carries it
+        self.check_release(item)
         self.sampling = self.server_sampling(item)
+
+    def check_release(self, item: dict) -> None:
+        """The bastion checked the item against every vLLM release of its matrix (release_refusals: the
+        one line each refusing release gives); refused here under the release the venv reports."""
+        version = str(self.owner.state.get("vllm_version") or "")
+        m = re.match(r"\d+\.\d+\.\d+", version)
+        line = (item.get("release_refusals") or {}).get(m.group(0) if m else "")
+        if line:
+            raise ItemFailed(f"{line} (the venv reports vLLM {version}; nothing was started)")
 
     def server_sampling(self, item: dict) -> dict:
         """The sampling defaults the server applies to what the client does not send.

@@ -166,8 +166,8 @@ def test_unknown_speculative_key_is_refused_unless_the_plan_opts_in(tmp_path):
     typo = MINI.replace("num_speculative_tokens: 4,", "num_speculative_tokens: 4, num_spec_tokens: 4,")
     msg = err(tmp_path, typo)
     assert msg == (f"{tmp_path / 'p.yml'}: configuration 'ng', field 'speculative_config': unknown key(s) "
-                   "'num_spec_tokens': not a vLLM SpeculativeConfig field (a newer vLLM's key goes in "
-                   "speculative_extra_keys)")
+                   "'num_spec_tokens': a SpeculativeConfig field of no vLLM release in docs/vllm-releases.md (a newer "
+                   "vLLM's key goes in speculative_extra_keys)")
     opted = typo.replace("{name: ng, ", "{name: ng, speculative_extra_keys: [num_spec_tokens], ")
     p = load_plan(write(tmp_path, opted, "ok.yml"))
     assert p.config("ng").speculative_config["num_spec_tokens"] == 4
