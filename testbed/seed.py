@@ -223,13 +223,30 @@ def export_tree(disk: Path) -> Path:
     for k in range(1, 4):  # a few tiny placeholders; the real checkpoint has 17 shards
         write(m / f"model-{k:05d}-of-00017.safetensors", b"SIMULATED placeholder shard\n")
     spec = root / "models" / "Qwen3-32B-speculator.eagle3"
-    write(spec / "config.json", json.dumps({
-        "architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama",
-        "speculators_model_type": "eagle3", "hidden_size": 5120, "num_hidden_layers": 1,
-        "draft_vocab_size": 32000, "vocab_size": 151936, "base_model": "Qwen/Qwen3-32B",
-        "simvllm": {"weights_gib": 1.44, "simulated": True}}, indent=2) + "\n")
+    write(spec / "config.json", json.dumps(eagle3_speculator(cfg, "Qwen/Qwen3-32B"), indent=2) + "\n")
     write(root / "README", f"exported by sf-nfs ({NFS_IP}:{NFS_EXPORT}); simulated model files\n")
     return root
+
+
+def eagle3_speculator(target: dict, verifier: str, k: int = 3) -> dict:
+    """An EAGLE-3 drafter's config.json in the speculators layout (vllm-project/speculators
+    `Eagle3SpeculatorConfig`, as RedHatAI/Qwen3-32B-speculator.eagle3 publishes it): a 1-layer Llama
+    draft of the target's width and vocabulary, trained for `verifier`, proposing k tokens."""
+    layers = target["num_hidden_layers"]
+    layer = {k_: target[k_] for k_ in ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
+                                       "head_dim", "max_position_embeddings", "vocab_size", "rms_norm_eps", "rope_theta")}
+    return {
+        "architectures": ["Eagle3Speculator"], "speculators_model_type": "eagle3", "speculators_version": "0.1.0.dev13",
+        "transformer_layer_config": {**layer, "model_type": "llama", "architectures": ["LlamaForCausalLM"],
+                                     "num_hidden_layers": 1, "hidden_act": "silu", "torch_dtype": "bfloat16"},
+        "draft_vocab_size": 32000, "target_hidden_size": None, "norm_before_residual": False,
+        "eagle_aux_hidden_state_layer_ids": [2, layers // 2, layers - 3], "torch_dtype": "bfloat16",
+        "speculators_config": {
+            "algorithm": "eagle3", "default_proposal_method": "greedy",
+            "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": k, "verifier_accept_k": 1,
+                                  "accept_tolerance": 0.0}],
+            "verifier": {"name_or_path": verifier, "architectures": list(target["architectures"])}},
+        "simvllm": {"weights_gib": 1.44, "simulated": True}}
 
 
 def inventory(path: Path, run_dir: Path, workers: list[str], scheduler: dict | None = None) -> Path:

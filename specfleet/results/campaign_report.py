@@ -21,6 +21,7 @@ from .gpu_gate import split_off_gpu_copies
 from .measures import NoiseBand
 from .merge import Tables, build_tables
 from .document import ReportModel, Section, build_model, print_cells, print_report, write_report
+from .drafter_report import add_drafter_section
 from .export import export_cells, remove_stale
 from .plan_snapshot import plan_drift, write_snapshot
 from .provenance import plan_hashes
@@ -158,6 +159,7 @@ def report_campaign(campaign_dir: Path | str, baseline: str = DEFAULT_BASELINE,
                         forced=forced, warnings=out.warnings, quarantined=qmsgs, cells=out.cells,
                         command=command)
     add_peer_sections(model, camp, tables, baseline, slo)
+    add_drafter_section(model, camp)
     out.tables, out.model, out.conclusions, out.forced = tables, model, concl, forced
     if not gate.passed and not force:
         _remove_stale(campaign_dir)

@@ -18,7 +18,7 @@ import urllib.error
 import urllib.request
 from collections import Counter
 
-from . import layout
+from . import drafter, layout
 from .host import (Fatal, ItemFailed, Stopped, end_pids, engine_identity, env_without_devices, gpu_table, kill,
                    live_pids, log, now, sourced_env, proc_argv0, proc_has_token)
 from .runspec import BenchRun, Client, Dropped, Serve
@@ -103,6 +103,7 @@ class Lane:
         self.env: dict | None = None
         self.model: str | None = None
         self.sampling: dict | None = None     # the server's generation defaults, read in preflight
+        self.drafter: dict | None = None      # the drafter check's warnings and notes, read in preflight
         self.token = b""                      # SPECFLEET_SERVER=<tag>: what stop_server ends as this server's
         self.held_why: str | None = None      # set when these GPUs are held by a foreign process before start
 
@@ -216,6 +217,7 @@ class Lane:
             with self.owner.lock:
                 self.owner.state.update(vllm_version=ident["version"], engine=ident)  # every result carries it
         self.check_release(item)
+        self.drafter = self.check_drafter(item)
         self.sampling = self.server_sampling(item)
 
     def check_release(self, item: dict) -> None:
@@ -226,6 +228,25 @@ class Lane:
         line = (item.get("release_refusals") or {}).get(m.group(0) if m else "")
         if line:
             raise ItemFailed(f"{line} (the venv reports vLLM {version}; nothing was started)")
+
+    def check_drafter(self, item: dict) -> dict | None:
+        """A trained drafter against the model, from their config.json (drafter.py): a mismatch fails the
+        item before its server starts; warnings and notes go into every result (drafter_check)."""
+        sc = Serve.from_json(item["serve"]).speculative_config or {}
+        draft = sc.get("model")
+        if not isinstance(draft, str) or not draft.startswith("/"):
+            return None
+        try:
+            with open(os.path.join(draft, "config.json")) as f, open(os.path.join(self.model, "config.json")) as g:
+                d, m = json.load(f), json.load(g)
+            refusal, warnings, notes = drafter.check(d, m, method=str(sc.get("method")),
+                                                     k=sc.get("num_speculative_tokens"), model_dir=self.model,
+                                                     draft_dir=draft)
+        except (OSError, ValueError, TypeError, AttributeError, KeyError, IndexError) as e:
+            return {"warnings": [], "notes": [f"the drafter {draft} was not checked against the model: {e}"]}
+        if refusal:
+            raise ItemFailed(f"{refusal}; nothing was started")
+        return {"warnings": warnings, "notes": notes}
 
     def server_sampling(self, item: dict) -> dict:
         """The sampling defaults the server applies to what the client does not send.
@@ -321,6 +342,7 @@ class Lane:
             ["packing", self.spec.get("packing", "exclusive")]]
         return [*where, ["generation_config", json.dumps(self.sampling or {}, sort_keys=True)],
                 ["decoding", self.decoding(item)],
+                *([["drafter_check", json.dumps(self.drafter, sort_keys=True)]] if self.drafter else []),
                 ["engine_identity", json.dumps(self.owner.state.get("engine") or {}, sort_keys=True, separators=(",", ":"))]]
 
     def server_log(self, item: dict) -> str:
