@@ -227,7 +227,9 @@ class ConcurrencySearch(_Strict):
 class Benchmark(_Strict):
     backend: Literal["openai-chat", "openai", "vllm"] = "openai-chat"
     endpoint: str = "/v1/chat/completions"
-    dataset_name: Literal["spec_bench"] = "spec_bench"
+    # spec_bench: Spec-Bench's question.jsonl; custom: the user's own JSONL, one {"prompt": ...} a line
+    # (vLLM's CustomDataset), sent in its file's order (docs/campaign.md "Your own prompts")
+    dataset_name: Literal["spec_bench", "custom"] = "spec_bench"
     dataset_path: str | OnWorker    # DATASET_RULE; docs/campaign.md "Where the dataset lives"
     num_prompts: int = Field(default=80, ge=1)  # 5 x the default top concurrency 16: a steady state
     output_len: int = Field(default=512, ge=1)
@@ -338,6 +340,14 @@ class Benchmark(_Strict):
                                      self.request_rates)
         except SweepError as e:
             raise ValueError(str(e).removeprefix("benchmark.")) from None
+        if self.dataset_name == "custom":
+            if any(c.category for c in self._cells):
+                raise ValueError("sweep: a category cell is Spec-Bench's (--spec-bench-category); a custom dataset "
+                                 "has no categories")
+            path = self.on_worker or self.dataset_path
+            if not str(path).endswith(".jsonl"):
+                raise ValueError(f"dataset_path: {path} must end in .jsonl: vLLM's custom dataset reads JSON Lines "
+                                 "files by that name only")
         if self.request_rates is not None:
             if len(set(self.request_rates)) != len(self.request_rates) or not all(r > 0 for r in self.request_rates):
                 raise ValueError("request_rates: must be distinct rates > 0 (requests/s; inf = closed loop)")

@@ -640,3 +640,29 @@ def test_a_4096_eagle3_drafter_for_the_5120_model_is_refused_before_a_server_sta
     assert "## Drafter checked against the model" in md, out_of(coll)
     assert (f"Drafter: other on w2: the drafter {root}/other was trained for verifier 'Qwen/Qwen3-14B', the served "
             "model is 'Qwen3-32B'") in md
+
+
+# ---------------------------------------------------------------- the user's own prompts
+def test_a_campaign_on_a_custom_jsonl_runs_end_to_end(tb, tmp_path):
+    """dataset_name: custom (the report's follow-up 3 on the user's own file): fab bench places the
+    bastion's JSONL on every worker, the simulated vLLM's bench reads it as vLLM's CustomDataset, in
+    file order; fab collect reports it."""
+    sample = PROJECT / "datasets" / "sample" / "summarize-rag.jsonl"
+
+    def edit(doc):
+        doc["benchmark"].update(dataset_name="custom", dataset_path=str(sample))
+        doc["configurations"] = [c for c in doc["configurations"] if c["name"] in ("vanilla", "ngram_improved")]
+    plan = plan_variant(tmp_path, edit)
+    out = bench(tb, tmp_path, "--assign", "ngram_improved=w1", plan=plan)
+    assert out.returncode == 0, out_of(out)
+    assert_results(tb, "w1", ["vanilla", "ngram_improved"])
+    assert_results(tb, "w2", ["vanilla"])
+    # the file has no `turns`: read as spec_bench, the bench would have failed ("must contain a 'turns' column")
+    r = host_json(tb, "w1", f"{run_dir('w1')}/ngram_improved_conc1.json")
+    assert len(r["input_lens"]) == 4 and all(n > 50 for n in r["input_lens"])   # the documents, templated
+    spec = host_json(tb, "w1", f"{run_dir('w1')}/run.json")
+    assert {i["client"]["dataset_name"] for i in spec["items"]} == {"custom"}
+    coll = fab("collect", "--plan", str(plan), "--results", str(tmp_path / "results"), inventory=inventory_of(tb),
+               runs=tmp_path / "runs-collect")
+    assert coll.returncode == 0, out_of(coll)
+    assert (tmp_path / "results" / CAMPAIGN / "report.md").is_file()
