@@ -10,7 +10,6 @@ from pathlib import Path
 
 from .commands import Paths, num_prompts, queue_items, server_per_repeat
 from ..plan import Plan
-from ..plan.releases import releases
 from .slotsplit import pins_of
 from ..worker.stats import SPEEDUP_CONFIDENCE  # the report's interval, the one default
 
@@ -54,7 +53,6 @@ def build_run_spec(plan: Plan, node: str, queue: list[str], paths: Paths, *,
         "env_file": env_file,
         "model_candidates": list(plan.model.candidates),
         "expected_vllm_version": plan.vllm_version,
-        "release_matrix": list(releases()),   # the releases items' release_refusals were checked against
         "server_host": plan.server.host,
         "port": plan.server.port,
         "health_timeout_s": plan.server.health_timeout_s,
