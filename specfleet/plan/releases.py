@@ -74,6 +74,8 @@ def _flag(word: str) -> str | None:
     if not word.startswith("-") or _NUMBER.fullmatch(word):
         return None
     name = word.split("=", 1)[0]
+    if name.startswith("-O"):  # vLLM's parser turns -O3, -O 3, -O=3 into --optimization-level (argparse_utils)
+        return "--optimization-level"
     if name.startswith("--"):  # vLLM accepts --a_b for --a-b, and --config.key for a sub-key
         return "--" + name[2:].split(".", 1)[0].replace("_", "-")
     return name

@@ -80,7 +80,8 @@ def test_a_flag_or_dataset_the_release_lacks_is_refused():
     raw["vllm_version"] = "0.33.0"
     parse_plan(raw, "p.yml")
     # underscores and a short flag with its value attached are the flags vLLM reads
-    ok = plan_with(vllm_version="0.26.0", server={"args": ["--max_model_len=4096", "-tp", "1"]})
+    ok = plan_with(vllm_version="0.26.0", server={"args": ["--max_model_len=4096", "-tp", "1", "-O3",
+                                                          "--compilation-config.mode", "3"]})
     parse_plan(ok, "p.yml")
 
 
