@@ -421,7 +421,7 @@ class Equivalence(_Strict):
 
 
 class Collect(_Strict):
-    """What `fab collect` takes from a worker (specfleet.results.untrusted): each file's size limit.
+    """What `fab collect` takes from a worker (specfleet.collect.untrusted): each file's size limit.
     Not part of the plan hash: it changes nothing that is measured."""
     max_result_mb: float = Field(default=8, gt=0)   # a result, state.json, run.json, a done marker
     max_log_mb: float = Field(default=64, gt=0)     # a server log (vLLM is verbose at start)
