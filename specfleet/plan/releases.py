@@ -147,3 +147,11 @@ def not_checked(plan: Plan) -> list[str]:
             out.append(f"configuration {c.name!r}: speculative-config key(s) {', '.join(keys)} in no vLLM release "
                        "of the matrix (opted in by speculative_extra_keys): not checked against the release")
     return out
+
+
+def unchecked_releases(versions) -> list[str]:
+    """One line per vLLM version the results ran that the matrix does not hold (real engines only:
+    the caller leaves out the simulated): nothing the plan uses was checked against it."""
+    return [f"the results ran vLLM {v}, which the release matrix (docs/vllm-releases.md) does not hold: the "
+            "plan's flags, speculative keys, methods and dataset were not checked against it"
+            for v in sorted(set(versions)) if v and release_of(v) is None]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ..fleet import EXIT_ASSERTION, EXIT_INCOMPLETE, EXIT_NOT_MERGED
 from ..plan.assertions import NOT_CHECKED, AssertionResult, check
-from ..plan.releases import not_checked
+from ..plan.releases import not_checked, unchecked_releases
 from .scan.folder import Campaign, Expect, Quarantined, scan_campaign
 from ..bastion_io import atomic_write_text
 from .scan.cells import PLANNED_FILE, CellState, Planned, cell_states, planned_from
@@ -123,6 +123,8 @@ def report_campaign(campaign_dir: Path | str, baseline: str = DEFAULT_BASELINE,
     out = ReportOutcome(campaign_dir=campaign_dir, gate=gate, merged=False, forced=False,
                          simulated=camp.simulated, quarantined=list(camp.quarantined),
                          pending=list(camp.pending), warnings=list(notes or []) + list(camp.warnings))
+    out.warnings += unchecked_releases(str(r.result.extra.get("vllm_version") or "") for r in camp.runs
+                                       if not r.result.simulated)
     out.cells = cell_states(camp, planned) if planned else []
     out.campaign = camp
     qmsgs = [q.message() for q in camp.quarantined]

@@ -72,3 +72,14 @@ def test_the_report_says_what_was_not_checked_against_a_vllm_release(tmp_path):
     assert "configuration 'eagle3': speculative method 'eagle9' is in no vLLM release of the matrix (opted in by " \
            "speculative_extra_methods): not checked against the release" in out.warnings
     assert any(w.startswith("the plan pins vLLM 0.99.0, which the release matrix") for w in out.warnings)
+
+
+def test_the_report_says_a_real_vllm_outside_the_matrix_was_not_checked(tmp_path):
+    from campaign_builder import write_campaign
+    from specfleet.report.build import report_campaign
+    camp = write_campaign(tmp_path / "c", extra={"vllm_version": "0.29.0"})
+    out = report_campaign(camp, quiet=True)
+    assert ("the results ran vLLM 0.29.0, which the release matrix (docs/vllm-releases.md) does not hold: the plan's "
+            "flags, speculative keys, methods and dataset were not checked against it") in out.warnings
+    other = write_campaign(tmp_path / "d")   # 0.28.0: in the matrix
+    assert not [w for w in report_campaign(other, quiet=True).warnings if "release matrix" in w]
