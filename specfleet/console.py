@@ -8,6 +8,7 @@ from __future__ import annotations
 import threading
 
 from rich.console import Console
+from rich.markup import escape as _escape
 from rich.table import Table
 
 from .events import Redactor
@@ -72,7 +73,10 @@ class Reporter:
             if r.message and r.status in (Status.FAILED, Status.UNREACHABLE):
                 self.console.print(f"{'':>14}{r.message}", style=STYLE[r.status], markup=False)
 
-    def recap(self, counts: dict[str, dict[str, int]], dropped: dict[str, Status], title: str = "RECAP") -> None:
+    def recap(self, counts: dict[str, dict[str, int]], dropped: dict[str, Status], title: str = "RECAP",
+              not_ready: dict[str, str] | None = None) -> None:
+        """One row per host; its result: failed/unreachable, else why it is not ready, else fine."""
+        not_ready = not_ready or {}
         table = Table(title=title, title_justify="left")
         table.add_column("host")
         for s in Status:
@@ -80,8 +84,9 @@ class Reporter:
         table.add_column("result")
         for host, c in counts.items():
             result = dropped.get(host)
-            table.add_row(host, *[_cell(s, c[s.value]) for s in Status],
-                          f"[{STYLE[result]}]{result.value}[/]" if result else "[green]fine[/]")
+            verdict = (f"[{STYLE[result]}]{result.value}[/]" if result else
+                       f"[yellow]not ready: {_escape(not_ready[host])}[/]" if host in not_ready else "[green]fine[/]")
+            table.add_row(host, *[_cell(s, c[s.value]) for s in Status], verdict)
         self.console.print(table)
 
 
