@@ -5,6 +5,7 @@ after rendering, a secret may be wrapped across lines or split by styles.
 """
 from __future__ import annotations
 
+import os
 import threading
 
 from rich.console import Console
@@ -15,8 +16,15 @@ from .events import Redactor
 from .step import Status, StepResult
 
 
+# Without a terminal (a log file, CI, a pipe) rich takes 80 columns and cuts every wider table to
+# `│ v… │ w1 │ 2… │`; there, a table is as wide as its content and a line is never folded (COLUMNS,
+# when set, still wins).
+NO_TERMINAL_WIDTH = 100_000
+
+
 class MaskedConsole(Console):
-    """A rich Console that masks secrets in what it is given, before rendering.
+    """A rich Console that masks secrets in what it is given, before rendering; without a terminal,
+    as wide as what it prints (NO_TERMINAL_WIDTH).
 
     Strings are masked directly; a Table's cells and title are masked as the
     table is printed (rich keeps them as strings until then).
@@ -24,6 +32,8 @@ class MaskedConsole(Console):
 
     def __init__(self, *args, redact: Redactor | None = None, **kwargs):
         super().__init__(*args, **kwargs)
+        if "width" not in kwargs and not self.is_terminal and not os.environ.get("COLUMNS"):
+            self.width = NO_TERMINAL_WIDTH
         self.redact = redact or Redactor()
 
     def print(self, *objects, **kwargs):  # noqa: A003 (rich's name)

@@ -25,7 +25,7 @@ def compare(c, baseline, candidate, out=None, metric=None, tolerance_pct=None, f
     """Compare two collected campaigns: per cell ratio with its interval and a verdict; provenance first."""
     if fail_on not in FAIL_ON:
         raise UserError(f"--fail-on {fail_on!r}: one of {', '.join(FAIL_ON)}")
-    from rich.console import Console
+    from specfleet.console import MaskedConsole
 
     from specfleet.results.comparison import compare_dirs  # heavy: pandas, matplotlib
     from specfleet.results.compare_render import stamps, summary, write_outputs
@@ -35,7 +35,7 @@ def compare(c, baseline, candidate, out=None, metric=None, tolerance_pct=None, f
     b, k = Path(baseline), Path(candidate)
     dest = Path(out) if out else k.resolve().parent / f"compare-{b.resolve().name}-vs-{k.resolve().name}"
     paths = write_outputs(cmp, dest)
-    console = Console(width=200, highlight=False)
+    console = MaskedConsole(highlight=False)
     for s in stamps(cmp):
         console.print(f"[bold white on red] {s} [/]")
     for what, a, bb in cmp.provenance:
