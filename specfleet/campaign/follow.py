@@ -146,11 +146,11 @@ class Follow:
     def _say(self, host: str, text: str, lost: bool = False, extra: str = "", now: float | None = None) -> list[Say]:
         """A line is printed when `text` changes, and (with `extra`, the part that changes every poll:
         requests, elapsed, ETA) at least every HEARTBEAT_S."""
-        if self._last.get(host) == text and (not extra or now - self._printed.get(host, now) < HEARTBEAT_S):
+        beat = extra and now is not None and now - self._printed.get(host, now) >= HEARTBEAT_S
+        if self._last.get(host) == text and not beat:
             return []
         self._last[host] = text
-        if now is not None:
-            self._printed[host] = now
+        self._printed[host] = now if now is not None else self._printed.get(host, 0.0)
         return [Say(host, extra or text, lost)]
 
     def timing(self, host: str, v: RunnerView, now: float) -> str:
@@ -177,7 +177,8 @@ class Follow:
         self.views[host] = v
         line = progress_line(host, v, requests=False)  # what it does: a change is printed at once
         full = progress_line(host, v, self.timing(host, v, now)) if v.state else line
-        out: list[Say | Fail] = list(self._say(host, line, extra=full if full != line else "", now=now))
+        out: list[Say | Fail] = list(self._say(host, line, extra=full if full != line else "",
+                                               now=None if v.finished else now))  # a finished host: once
         if v.alive or self.finished(host):
             self._dead_since.pop(host, None)
         elif now - self._dead_since.setdefault(host, now) >= self.grace_s:

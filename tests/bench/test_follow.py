@@ -290,3 +290,13 @@ def test_before_anything_finished_the_eta_is_the_plans_and_an_untimed_item_says_
 def test_a_request_count_of_the_wrong_shape_is_not_shown():
     items = [{"name": "ngram", "status": "benchmarking", "phase": "p", "error": None, "requests": {"done": "x"}}]
     assert "requests" not in progress_line("w1", RunnerView(state=timed_state(items, "ngram"), alive=True))
+
+
+def test_a_finished_host_is_printed_once_not_at_every_heartbeat():
+    items = [{"name": "vanilla", "status": "done", "phase": "done", "error": None,
+              "started_at": "2026-12-06T10:00:00Z", "finished_at": "2026-12-06T10:06:00Z"}]
+    st = dict(timed_state(items, None), status="done", finished_at="2026-12-06T10:06:00Z")
+    v = RunnerView(state=st, runner_pid=None, alive=False, boot="boot-A")
+    f = Follow(estimates={"w1": {"vanilla": 240.0}})
+    assert says(f.read("w1", v, 0.0, RUN_DIR)) == ["w1: done | done 1, failed 0, left 0, elapsed 6m00s"]
+    assert says(f.read("w1", v, 10 * HEARTBEAT_S, RUN_DIR)) == []
