@@ -22,7 +22,7 @@ from .cells import CellState
 from .gate import GateResult
 from .categories import heatmap_grid
 from .export import MERGED_SCHEMA_VERSION
-from .conclusions import best_rows
+from .conclusions import answer, best_rows
 from .measures import ACCEPTANCE_FLAGS, NoiseBand, cell_order, cell_title, latency_sections
 from .merge import Tables
 from .plots import all_plots, category_plots
@@ -70,6 +70,7 @@ class ReportModel:
     gate_verdict: str = ""       # PASSED | FAILED | NOT CHECKED, with why when not all was checked
     summary: Section | None = None  # configuration x concurrency: speedup, interval, verdict (top of the report)
     gate_telemetry: list[str] = field(default_factory=list)  # a failed gate: each node's telemetry (telemetry.py)
+    answer: list[str] = field(default_factory=list)  # the report's first lines (conclusions.answer)
 
 
 def gate_verdict(gate: GateResult, cells: list[CellState] | None = None) -> str:
@@ -278,10 +279,11 @@ def build_model(campaign: str, tables: Tables, gate: GateResult, conclusions: li
                                 if flagged else "")))
     secs += [_section(title, df, cols, note) for title, df, cols, note in
              provenance_sections(tables.provenance, tables.provenance_results)]
+    verdict = gate_verdict(gate, cells)
     return ReportModel(campaign=campaign, baseline=baseline, stamps=stamps, tags=tags, gate=gate,
                        conclusions=conclusions, sections=secs, notes=list(tables.notes),
                        warnings=list(warnings or []), quarantined=list(quarantined or []),
-                       gate_verdict=gate_verdict(gate, cells),
+                       gate_verdict=verdict, answer=answer(tables.runs, baseline, verdict) if not tables.runs.empty else [],
                        summary=summary_section(_flag_verdicts(tables.runs), baseline, tables.repeats_note,
                                                tables.noise)
                        if not tables.runs.empty else None)
@@ -357,6 +359,10 @@ def print_report(model: ReportModel, console=None, gate_only: bool = False, warn
     if not gate_only:
         for c in model.conclusions:
             console.print("• " + c.replace("**", ""), markup=False)
+        if model.answer:  # the answer last on the terminal, where the eye lands (first in report.md/html)
+            console.print("[bold]Answer[/]")
+            for a in model.answer:
+                console.print("  " + a.replace("**", ""), markup=False)
     for m in model.quarantined + [f"warning: {w}" for w in (model.warnings if warnings is None else warnings)]:
         console.print(m, style="yellow", markup=False)
     if cells is not None:

@@ -84,7 +84,8 @@ def test_report_section_plot_and_gate_differences(tmp_path):
     assert any("telemetry w2" in ln and "HW thermal" in ln for ln in after), printed[at:at + 6]
     out = report_plan(plan, "plans/demo.yml", tmp_path / "results", quiet=True, force=True)
     md = (d / "report.md").read_text()
-    head = md[md.index("Node equivalence:"):md.index("## ")]
+    at = md.index("Node equivalence:")  # under the answer, before the next section
+    head = md[at:md.index("## ", at)]
     assert "telemetry w2" in head and "HW thermal" in head
     page = (d / "report.html").read_text()
     assert page.index('id="gate-telemetry"') < page.index('id="summary"')
