@@ -118,9 +118,7 @@ class Lane:
             for i, b in enumerate(item["bench"]):
                 if i > 0:
                     self.between_runs(item, rec)
-                # "run 1/2" read as "repeat 1 of 2": say which repeat, and which bench run of this server
-                reps = int(item["client"].get("repeats") or 1)
-                k = b.get("rep", 1)
+                reps, k = int(item["client"].get("repeats") or 1), b.get("rep", 1)  # "run 1/2" read as a repeat
                 rep = f", gate run {k}" if k > reps else f", repeat {k} of {reps}" if reps > 1 else ""
                 self.owner.set(rec, phase=f"bench {b.get('cell') or 'concurrency ' + str(b['concurrency'])}{rep} "
                                     f"(bench run {i + 1} of {len(item['bench'])} on this server)", requests=None)
@@ -392,16 +390,15 @@ class Lane:
             self.owner.set(rec, "benchmarking", "")
 
     def requests_counter(self, rec: dict, client: Client, run: BenchRun):
-        """on_server for the run's telemetry: rec["requests"] = {done, of}, the server's finished requests
-        since the run began less the client's warm-ups (fab bench's progress line)."""
+        """The telemetry's on_server: rec["requests"], the server's finished requests since the run began
+        less the client's warm-ups (fab bench's progress line)."""
         of, first = run.prompts(), []
 
-        def on_server(metrics: dict) -> None:
-            if "requests_finished" not in metrics:
-                return
-            first[:] = first or [metrics["requests_finished"]]
-            done = int(min(of, max(0, metrics["requests_finished"] - first[0] - client.num_warmups)))
-            if (rec.get("requests") or {}).get("done") != done:
+        def on_server(m: dict) -> None:
+            first[:] = first or [m.get("requests_finished")]
+            done = None if None in (first[0], m.get("requests_finished")) else \
+                int(min(of, max(0, m["requests_finished"] - first[0] - client.num_warmups)))
+            if done is not None and (rec.get("requests") or {}).get("done") != done:
                 self.owner.set(rec, requests={"done": done, "of": of})
         return on_server
 

@@ -77,8 +77,7 @@ class Sampler:
                  period_s: float = DEFAULT_PERIOD_S, smi: str = "nvidia-smi", env: dict | None = None,
                  off: bool = False, on_server=None):
         self.path, self.gpus, self.url, self.period = path, gpus, metrics_url, max(0.1, float(period_s))
-        self.on_server = on_server  # called with each sample's server metrics (the runner's request count)
-        self.off, self.smi, self.env = off, smi, env
+        self.off, self.smi, self.env, self.on_server = off, smi, env, on_server  # on_server(each sample's metrics)
         self.names = list(GPU_FIELDS)
         self.problems: list[str] = []
         self._stop = threading.Event()
@@ -142,11 +141,9 @@ class Sampler:
     def _loop(self) -> None:
         nxt = time.monotonic()
         while not self._stop.is_set():
-            s = self.sample()
-            self._write(s)
-            if self.on_server and "server" in s:
-                with suppress(Exception):  # progress display only: never the run's failure
-                    self.on_server(s["server"])
+            self._write(s := self.sample())
+            with suppress(Exception):  # the runner's request count: a display, never the run's failure
+                self.on_server and "server" in s and self.on_server(s["server"])
             nxt += self.period
             self._stop.wait(max(0.0, nxt - time.monotonic()))
 
@@ -177,8 +174,7 @@ class Sampler:
 
 def sampler_for(spec: dict, path: str, env: dict | None, gpus: list[int] | None, on_server=None) -> Sampler:
     """The runner's one call: the sampler of one bench run into `path` (spec keys server_host, port,
-    telemetry_period_s; 0 turns it off: a Sampler that records nothing); `on_server(metrics)` after
-    each sample that read the server."""
+    telemetry_period_s; 0 turns it off: a Sampler that records nothing), calling on_server(metrics)."""
     url = f"http://{spec.get('server_host') or '127.0.0.1'}:{spec.get('port', 8000)}/metrics"
     period = spec.get("telemetry_period_s", DEFAULT_PERIOD_S)
     env = {k: v for k, v in (env or os.environ).items() if k != "CUDA_VISIBLE_DEVICES"}  # --id picks them

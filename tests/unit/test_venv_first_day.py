@@ -4,7 +4,6 @@ retried pip_attempts times (specfleet/venv_build.py, roles/venv.py)."""
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import pytest
 
