@@ -284,7 +284,7 @@ def test_report_campaign_with_the_automatic_split(tb, tmp_path):
     progress = [ln for ln in out.stdout.splitlines() if ln.startswith(("w1: ", "w2: ")) and "elapsed " in ln]
     assert progress and any(", ETA " in ln for ln in progress), out.stdout
     assert any("(bench run 1 of 2 on this server" in ln for ln in out.stdout.splitlines()), out.stdout
-    # ... and wrote it once, at placement, for collect and report (results/cells.py)
+    # ... and wrote it once, at placement, for collect and report (report/scan/cells.py)
     planned = json.loads((tmp_path / "results" / yaml.safe_load(FAST.read_text())["campaign"] / "planned.json").read_text())
     assert planned["queues"] == queues and set(planned["sources"].values()) == {"placed by fab bench"}
 
