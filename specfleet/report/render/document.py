@@ -324,6 +324,9 @@ def md_cell(s: str) -> str:
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # all but tab and newline: ESC starts a terminal's codes
 
 
+_HTML_OPEN = re.compile(r"<(?=[A-Za-z/!?])")
+
+
 def shown(value: Any) -> Any:
     """A value as the report shows it: its control characters (a worker's terminal escape codes) as
     visible escapes (`\\x1b[31m`). Every `{{ }}` of both templates goes through here (Jinja's
@@ -334,10 +337,12 @@ def shown(value: Any) -> Any:
 
 
 def shown_md(value: Any) -> Any:
-    """`shown`, and `<` as `&lt;`: report.md is rendered as Markdown, which passes HTML through (a
-    worker's `<script>` or `<img>` reads as text; report.html is autoescaped by Jinja)."""
+    """`shown`, and a `<` that could open HTML (a tag, comment, declaration or autolink: `<` before a
+    letter, `/`, `!` or `?`) as `&lt;`: report.md is rendered as Markdown, which passes HTML through (a
+    worker's `<script>` or `<img>` reads as text; report.html is autoescaped by Jinja). A `<` that
+    cannot open HTML (`TPOT <= 50 ms`) stays as written, readable in the plain file."""
     value = shown(value)
-    return value.replace("<", "&lt;") if isinstance(value, str) else value
+    return _HTML_OPEN.sub("&lt;", value) if isinstance(value, str) else value
 
 
 def write_report(out_dir: Path, model: ReportModel, tables: Tables) -> dict[str, Path]:
