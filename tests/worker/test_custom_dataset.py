@@ -97,3 +97,18 @@ def test_the_fit_check_counts_a_custom_prompt(tmp_path):
     assert p.returncode == 0, p.stderr
     ans = json.loads(p.stdout.splitlines()[-1])
     assert ans["selected"] == 2 and ans["kept"] == 1 and [t["question_id"] for t in ans["too_long"]] == ["record 2"]
+
+
+def test_every_prompt_of_the_sample_fits_the_follow_up_plan(tmp_path):
+    """The shipped plan's fit check on its sample (the simulated engine's tokenizer; Qwen3's own is not on
+    this machine: not checked): every selected prompt + output_len fits its --max-model-len."""
+    plan = load_plan(PLAN)
+    fit = dict(item_spec(plan, "w1", "ngram", Paths(venv="/v", work_dir="/w"))["fit"], dataset=str(SAMPLE))
+    model = tmp_path / "m"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"max_position_embeddings": 40960}))
+    sim = PROJECT / "testbed" / "simvllm"
+    p = subprocess.run([sys.executable, str(PROJECT / "specfleet/worker/fitcheck.py"), "--model", str(model),
+                        "--fit", json.dumps(fit)], capture_output=True, text=True, env={"PYTHONPATH": str(sim)})
+    ans = json.loads(p.stdout.splitlines()[-1])
+    assert ans["selected"] == plan.benchmark.num_prompts == 20 and ans["too_long"] == [], ans
