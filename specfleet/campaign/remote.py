@@ -106,7 +106,7 @@ class ReadWorker(Step):
 
     def decide(self, facts) -> list:
         from ..plan import PlanError
-        from .split import NodeInfo
+        from .schedule.split import NodeInfo
         try:
             self.node = NodeInfo.from_facts(self.host.name, self.host.vars, facts["gpus"], facts["topology"])
         except PlanError as e:
