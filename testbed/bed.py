@@ -136,6 +136,8 @@ class Testbed:
         try:
             self._prepare_dirs(st)
             self._seed(names, speed, kmod, int(gpus), login)
+            st["login_uid"] = seed.login_ids(Path("/etc/passwd").read_text(), Path("/etc/group").read_text())
+            self._save(st)
             self._build_network(names, st)
             self._start_nfs(st)
             for i, n in enumerate(names, 1):
@@ -144,9 +146,13 @@ class Testbed:
             self._wait_ready(names)
             sched = None
             if scheduler == "slurm":
+                os.chmod(self.run_dir, 0o711)  # any bastion user reaches slurm.conf and munge's socket
                 slurm.SlurmCluster(self.run_dir).up(names, int(gpus), st["pids"],
-                                                    {n: self.address(n) for n in names}, st, self._save)
+                                                    {n: self.address(n) for n in names}, st, self._save,
+                                                    users=self.users_dir)
                 sched = slurm.inventory_block(self.run_dir, self.disk_dir)
+                if login != "root":  # the site's scratch: the submitting user's
+                    os.chown(sched["shared_dir"], st["login_uid"], st["login_uid"])
             inv = Path(inventory_path) if inventory_path else self.project_root / "inventory" / "testbed.yml"
             st["inventory"] = str(seed.inventory(inv, self.run_dir, names, scheduler=sched, login=login))
             st["up_seconds"] = round(time.monotonic() - t0, 3)
@@ -179,6 +185,20 @@ class Testbed:
             st["created_run_sshd"] = True
         self._save(st)
 
+    @property
+    def users_dir(self) -> Path:
+        """The workers' /etc/passwd and /etc/group (the login user in them), for the bastion's side."""
+        return self.run_dir / "users"
+
+    def as_login(self, argv: list[str]) -> list[str]:
+        """`argv` run on the bastion as the workers' login user (`maymust`), as the site's login node runs
+        a user's `fab`: in a private mount namespace whose /etc/passwd and /etc/group are the workers'
+        (so the name resolves, for Slurm too), with that uid and gid. The machine's files stay as they are."""
+        uid = self.state()["login_uid"]
+        binds = " && ".join(f"mount -n --bind {self.users_dir / f} /etc/{f}" for f in ("passwd", "group"))
+        return ["unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c",
+                f'{binds} && exec setpriv --reuid={uid} --regid={uid} --init-groups -- "$@"', "as-login", *argv]
+
     def _seed(self, names: list[str], speed: dict[str, float], kmod: bool, gpus: int = 1,
               login: str = seed.LOGIN) -> None:
         seed.client_files(self.run_dir, login)
@@ -188,6 +208,10 @@ class Testbed:
         for n in names:
             seed.host_disk(self.disk_dir, self.run_dir, n, int(n[1:]), float(speed.get(n, 1.0)), kmod, gpus)
         shutil.copy(seed.HOST_SRC / "host-init", self.run_dir / "host-init")
+        upper = self.disk_dir / "hosts" / names[0] / "ovl" / "_etc" / "upper"  # every worker's are the same
+        self.users_dir.mkdir(mode=0o755, exist_ok=True)
+        for f in ("passwd", "group"):
+            shutil.copy(upper / f, self.users_dir / f)
 
     def _build_network(self, names: list[str], st: dict) -> None:
         # The guard route goes in first, so there is never a moment where the
