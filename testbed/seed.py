@@ -235,6 +235,8 @@ def host_disk(disk: Path, run_dir: Path, name: str, i: int, speed: float,
     login_user(h / "ovl" / "_etc" / "upper", h / "home", run_dir)
     state = h / "ovl" / "_var_lib" / "upper" / "specfleet-testbed"
     write(state / "sim.json", json.dumps({"speed_factor": speed, "noise": 0.0, "fault": None}) + "\n")
+    # the simulated engine counts its server starts here (simenv.start_noise_seed), as whatever user runs it
+    write(state / "noise-starts", "", 0o666)
     write(state / "host.json", json.dumps({
         "name": name, "export_root": str(disk / "export"), "storage_net": str(STOR_NET),
         "nfs_server": NFS_IP, "run_dir": str(run_dir)}, indent=1) + "\n")

@@ -1,7 +1,8 @@
 """Privilege escalation only where a step needs it: a non-root login with passwordless sudo.
 
 The worker's /etc is private to it, so the user and its sudoers file exist on
-that worker only.
+that worker only. The testbed's own login is such a user (`maymust`, docs/testbed.md): a whole
+campaign runs as it, the runner too (issue 37).
 """
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ from testbed import seed
 pytestmark = pytest.mark.e2e
 
 USER = "sfops"
+NONROOT_PLAN = "tests/e2e/plans/nonroot.yml"  # vanilla, n-gram, EAGLE-3 at concurrency 16 and 1
+WORK = "/var/lib/specfleet/campaigns"
 
 
 def add_user(tb, host, sudo: bool):
@@ -53,6 +56,13 @@ def test_root_steps_use_sudo_and_others_do_not(testbed_factory, tmp_path):
     assert bad == []
     # the read-only model check needed no root: it ran as the login user on w1
     assert any(r["host"] == "w1" and r["step"] == "model directory" and r["status"] == "ok" for r in recs)
+    # fab bench on the worker where sudo would ask a password: the same one-line refusal, no runner started
+    out = fab("bench", "--hosts", "w2", "--plan", NONROOT_PLAN, inventory=inv, runs=tmp_path / "rb")
+    assert out.returncode == 2, out.stdout
+    failed = [r for r in events(tmp_path / "rb") if r.get("event") == "step" and r["status"] == "failed"]
+    assert failed and all(r["host"] == "w2" for r in failed)
+    assert "NOPASSWD" in failed[0]["message"] and "\n" not in failed[0]["message"], failed[0]
+    assert not any(r["step"] == "start runner" for r in failed)
 
 
 def test_without_become_root_steps_fail_clearly(testbed_factory, tmp_path):
@@ -64,9 +74,6 @@ def test_without_become_root_steps_fail_clearly(testbed_factory, tmp_path):
     assert host_sh(tb, "w1", "test -e /etc/modules-load.d/nvidia.conf").returncode != 0
     assert "Permission denied" in out.stdout or "permission" in out.stdout.lower()
 
-
-NONROOT_PLAN = "tests/e2e/plans/nonroot.yml"  # vanilla, n-gram, EAGLE-3 at concurrency 16 and 1
-WORK = "/var/lib/specfleet/campaigns"
 
 
 def said(r) -> str:
