@@ -157,7 +157,8 @@ def own_etc(etc: Path, name: str, i: int, kmod: bool) -> None:
     else:
         whiteout(etc / "modules")
     write(etc / "fstab", DEBIAN_FSTAB)
-    write(etc / "hosts", f"127.0.0.1\tlocalhost\n127.0.1.1\t{name}\n"
+    # the kernel's hostname is sf-<name> (host-init): sudo resolves it, and warns on every call when it cannot
+    write(etc / "hosts", f"127.0.0.1\tlocalhost\n127.0.1.1\tsf-{name} {name}\n"
                          f"{mgmt_ip(i)}\t{name}\n")
     write(etc / "hostname", f"{name}\n")
     write(etc / "netplan" / "50-testbed.yaml", netplan_yaml(i), 0o600)

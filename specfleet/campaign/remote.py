@@ -107,16 +107,22 @@ def stop_campaign(hc: HostConnection, work_dir: str, campaign: str) -> tuple[Sta
     v = view(hc, work_dir, campaign)
     if not v.alive:
         return Status.OK, "no runner running"
-    if not stop(hc, v.runner_pid):
+    stopped = stop(hc, v.runner_pid)
+    if stopped is None:
+        return Status.FAILED, (f"runner pid {v.runner_pid} is another user's, not {hc.host.user}'s (started by "
+                               "another login): stop it as that user")
+    if not stopped:
         return Status.FAILED, f"runner pid {v.runner_pid} did not exit within the timeout"
     return Status.CHANGED, f"stopped runner pid {v.runner_pid}"
 
 
-def stop(hc: HostConnection, pid: int, wait_s: float = 180) -> bool:
-    """SIGTERM the runner (it stops its server cleanly) and wait for it to exit."""
-    cmd = (f"kill -TERM {pid} 2>/dev/null || exit 0; "
+def stop(hc: HostConnection, pid: int, wait_s: float = 180) -> bool | None:
+    """SIGTERM the runner (it stops its server cleanly) and wait for it to exit; None when the login user may not
+    signal it (another user's runner: the signal was refused, never read as "already gone")."""
+    cmd = (f"kill -TERM {pid} 2>/dev/null || {{ [ -d /proc/{pid} ] && exit 3; exit 0; }}; "
            f"for i in $(seq {int(wait_s * 5)}); do kill -0 {pid} 2>/dev/null || exit 0; sleep 0.2; done; exit 1")
-    return hc.run(cmd, timeout=wait_s + 30).exited == 0
+    rc = hc.run(cmd, timeout=wait_s + 30).exited
+    return None if rc == 3 else rc == 0
 
 
 class RunFolder(Step):

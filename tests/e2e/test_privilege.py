@@ -137,3 +137,26 @@ def test_a_runner_that_cannot_start_says_why_and_status_says_it_is_dead(testbed_
     fails = [e for e in events(tmp_path / "r-bench2") if e.get("event") == "step" and e["status"] == "failed"]
     msg = next(e["message"] for e in fails if e["step"] == "start runner")
     assert msg.startswith("could not start the runner as maymust: ") and "Is a directory" in msg, msg
+
+
+def test_fab_stop_of_another_users_runner_says_so_and_stops_nothing(testbed_factory, tmp_path):
+    """A runner a root login started, stopped by maymust: kill is refused, and `fab stop` said "stopped runner"
+    (the refusal read as "already gone") while the runner went on. Now it fails in one line; root stops it."""
+    tb = testbed_factory(workers=1)
+    inv = inventory_of(tb)
+    as_root = derived_inventory(tb, tmp_path, lambda doc: doc["all"].update(user="root"))
+    assert fab("provision", inventory=inv, runs=tmp_path / "r-provision").returncode == 0
+    r = fab("bench", "--hosts", "w1", "--plan", NONROOT_PLAN, "--no-wait", inventory=as_root, runs=tmp_path / "r-b")
+    assert r.returncode == 0, said(r)
+    lock = f"{WORK}/.specfleet-runner.lock"
+    pid = host_sh(tb, "w1", f"sed -n 's/^pid=\\([0-9]*\\).*/\\1/p' {lock}").stdout.strip()
+    assert pid and host_sh(tb, "w1", f"stat -c %U /proc/{pid}").stdout.strip() == "root"
+    r = fab("stop", "--plan", NONROOT_PLAN, inventory=inv, runs=tmp_path / "r-stop")
+    assert r.returncode == 2, said(r)
+    failed = [e for e in events(tmp_path / "r-stop") if e.get("event") == "step" and e["status"] == "failed"]
+    assert [e["message"] for e in failed] == [f"runner pid {pid} is another user's, not maymust's (started by "
+                                             "another login): stop it as that user"], said(r)
+    assert host_sh(tb, "w1", f"test -d /proc/{pid}").returncode == 0  # still running
+    r = fab("stop", "--plan", NONROOT_PLAN, inventory=as_root, runs=tmp_path / "r-stop-root")
+    assert r.returncode == 0 and f"stopped runner pid {pid}" in r.stdout + "".join(
+        e.get("message", "") for e in events(tmp_path / "r-stop-root")), said(r)
