@@ -69,7 +69,7 @@ def up(c, workers=8, speed=None, inventory=None, gpus=1, scheduler="ssh", login=
 
     Each worker wI is namespace sf-wI: ens33 = 10.10.30.(13+I) (ssh), ens35 =
     192.168.160.(13+I) (storage), sshd in its own mount+UTS namespace with
-    private /etc, /var/lib, /usr/sbin, /opt, /mnt, /root and /tmp. Waits until
+    private /etc, /var/lib, /usr/sbin, /opt, /mnt, /root, /home and /tmp. Waits until
     every sshd accepts connections. Refuses if a testbed is already up.
     """
     factors = _parse_speed(speed)
