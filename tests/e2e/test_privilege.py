@@ -112,6 +112,13 @@ def test_a_campaign_as_the_testbeds_ordinary_login_with_passwordless_sudo(testbe
     assert r.returncode == 0, said(r)
     assert "w3: no runner (this campaign was not placed here)" in r.stdout, said(r)
     assert "runner starting" not in r.stdout and "runner dead" not in r.stdout, said(r)
+    # a second bench finds everything in place: the folders the user's already, nothing measured again
+    r = fab("bench", "--hosts", "w1,w2", "--plan", NONROOT_PLAN, "--results", str(results),
+            inventory=inv, runs=tmp_path / "r-bench2")
+    assert r.returncode == 0, said(r)
+    steps = [e for e in events(tmp_path / "r-bench2") if e.get("event") == "step"
+             and e["step"].startswith("run folder ")]
+    assert sorted((e["host"], e["status"]) for e in steps) == [("w1", "ok"), ("w2", "ok")], steps
 
 
 def test_a_runner_that_cannot_start_says_why_and_status_says_it_is_dead(testbed_factory, tmp_path):
