@@ -14,16 +14,17 @@ from pathlib import Path
 import pytest
 import yaml
 
-from specfleet.fleet import EXIT_FAILED, Fleet
+from specfleet.exits import EXIT_FAILED
+from specfleet.fleet import Fleet
 from specfleet.inventory import load_inventory
 from specfleet.step import Status
 from specfleet.steps.files import FileContent
 
 from e2e_helpers import PROJECT, derived_inventory, events, fab, host_sh, inventory_of
 from test_privilege import add_user, as_user
+from tests.shared_data import SPEC_BENCH
 
 pytestmark = pytest.mark.e2e
-SPEC_BENCH = Path("/work/shared/datasets/spec_bench/question.jsonl")
 FAST = PROJECT / "tests/e2e/plans/fast.yml"
 
 
