@@ -157,15 +157,19 @@ class RunFolder(Step):
             raise StepFailed(f"{self.lock} exists and is not a regular file")
         owner = q(f"{self.user}:")  # `user:` is the user and its login group
         changes = []
+        # the work_dir may be a folder of the user's choosing (bench_work_dir): its mode is set only when made here
+        keep_mode = {self.dirs[0]} if dirs[0].kind != "absent" else set()
         wrong = [p for p, got in zip(self.dirs, dirs) if got.kind == "absent" or got.owner != self.user
-                 or got.mode.lstrip("0") != self.MODE.lstrip("0")]
+                 or (p not in keep_mode and got.mode.lstrip("0") != self.MODE.lstrip("0"))]
         if wrong:
             paths = " ".join(q(p) for p in wrong)
+            moded = " ".join(q(p) for p in wrong if p not in keep_mode)
             changes.append(Change(f"make {', '.join(wrong)} owned by {self.user}, mode {self.MODE}",
-                                  f"mkdir -p -- {paths} && chown -- {owner} {paths} && chmod {self.MODE} -- {paths}",
+                                  f"mkdir -p -- {paths} && chown -- {owner} {paths}"
+                                  + (f" && chmod {self.MODE} -- {moded}" if moded else ""),
                                   "\n".join(f"{p}: {got.kind if got.kind == 'absent' else f'{got.owner} {got.mode}'}"
-                                            f" -> {self.user} {self.MODE}" for p, got in zip(self.dirs, dirs)
-                                            if p in wrong)))
+                                            f" -> {self.user}" + ("" if p in keep_mode else f" {self.MODE}")
+                                            for p, got in zip(self.dirs, dirs) if p in wrong)))
         if lock.kind == "file" and lock.owner != self.user:
             changes.append(Change(f"hand {self.lock} to {self.user}", f"chown -- {owner} {q(self.lock)}",
                                   f"{self.lock}: {lock.owner} -> {self.user}"))

@@ -163,14 +163,14 @@ class CampaignFolders(Fact):
     tree: str
 
     def command(self) -> str:
-        each = "; ".join(
-            f"if [ -L {q(p)} ]; then echo link; elif [ -d {q(p)} ]; then echo \"dir $(stat -c '%U %a' -- {q(p)})\"; "
-            f"elif [ -f {q(p)} ]; then echo \"file $(stat -c '%U %a' -- {q(p)})\"; elif [ -e {q(p)} ]; then echo other; "
-            "else echo absent; fi" for p in self.paths)
+        probes = [f"if [ -L {q(p)} ]; then echo link; elif [ -d {q(p)} ]; then echo \"dir $(stat -c '%U %a' -- {q(p)})\"; "
+                  f"elif [ -f {q(p)} ]; then echo \"file $(stat -c '%U %a' -- {q(p)})\"; "
+                  f"elif [ -e {q(p)} ]; then echo other; else echo absent; fi" for p in self.paths]
         # `-user` needs a name the host knows: an unknown user makes every entry foreign (find fails)
-        return (f"{each}; [ -d {q(self.tree)} ] && [ ! -L {q(self.tree)} ] && "
-                f"{{ find {q(self.tree)} -mindepth 1 ! -user {q(self.user)} -print -quit 2>/dev/null || echo '?'; }} "
-                "| head -n 1 | sed 's/^/foreign /'; true")
+        probes.append(f"[ -d {q(self.tree)} ] && [ ! -L {q(self.tree)} ] && "
+                      f"{{ find {q(self.tree)} -mindepth 1 ! -user {q(self.user)} -print -quit 2>/dev/null || echo '?'; }} "
+                      "| head -n 1 | sed 's/^/foreign /'; true")
+        return "; ".join(probes)
 
     def parse(self, stdout: str, rc: int) -> "FolderOwners":
         rows = stdout.split("\n")

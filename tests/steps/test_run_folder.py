@@ -23,7 +23,7 @@ def test_root_owned_folders_and_their_files_are_handed_to_the_login_user():
     step, changes = decide(root_dir, root_dir, root_dir, root_file, foreign=f"{WD}/demo/w1/runner.log")
     scripts = [c.script for c in changes]
     assert scripts == [f"mkdir -p -- {WD} {WD}/demo {WD}/demo/w1 && chown -- maymust: {WD} {WD}/demo {WD}/demo/w1 "
-                       f"&& chmod 0755 -- {WD} {WD}/demo {WD}/demo/w1",
+                       f"&& chmod 0755 -- {WD}/demo {WD}/demo/w1",
                        f"chown -- maymust: {WD}/.specfleet-runner.lock",
                        f"chown -R -- maymust: {WD}/demo/w1"]
     assert step.needs_root  # made as root: the work_dir is under the root-owned specfleet home
@@ -36,6 +36,16 @@ def test_folders_the_user_owns_need_nothing_and_absent_ones_are_made():
     _, changes = decide(mine, absent, absent, absent)
     assert [c.script for c in changes] == [f"mkdir -p -- {WD}/demo {WD}/demo/w1 && chown -- maymust: {WD}/demo "
                                            f"{WD}/demo/w1 && chmod 0755 -- {WD}/demo {WD}/demo/w1"]
+
+
+def test_a_work_dir_of_the_users_choosing_keeps_its_mode():
+    """bench_work_dir may name the user's own 0700 folder: handed over if need be, its mode left alone."""
+    mine = FolderOwner("dir", "maymust", "755")
+    assert decide(FolderOwner("dir", "maymust", "700"), mine, mine, FolderOwner("absent"))[1] == []
+    _, changes = decide(FolderOwner("dir", "root", "700"), mine, mine, FolderOwner("absent"))
+    assert [c.script for c in changes] == [f"mkdir -p -- {WD} && chown -- maymust: {WD}"]
+    _, changes = decide(*[FolderOwner("absent")] * 4)  # made here: 0755
+    assert changes[0].script.endswith(f"chmod 0755 -- {WD} {WD}/demo {WD}/demo/w1")
 
 
 def test_a_root_login_keeps_root_owned_folders():
