@@ -6,7 +6,7 @@ from pathlib import Path
 from invoke import task
 from invoke.exceptions import Exit
 
-from specfleet.fleet import EXIT_BAD_INPUT
+from specfleet.exits import EXIT_BAD_INPUT
 from specfleet.tasks.bench import DEFAULT_PLAN, PLAN_HELP, plan_of
 
 

@@ -235,6 +235,11 @@ class ConcurrencySearch(_Strict):
         return fine_grid(self.min, self.max, self.per_doubling)
 
 
+# each rate is a cell at every concurrency, run by every configuration on every node: a plan that
+# lists thousands would queue runs for years (and a plan file is input, hostile or mistyped)
+MAX_REQUEST_RATES = 32
+
+
 def steady_state_refusal(cell, min_per_conc: float, field_: str) -> str:
     """Why a cell is no steady state: its waves counted (prompts / concurrency: each wave one batch of
     `concurrency` requests, the last of which drains), and every honest way out (docs/campaign.md §8)."""
@@ -301,7 +306,7 @@ class Benchmark(_Strict):
     slo: Slo | None = None
     # open-loop cells beside the concurrencies (arrivals.py); None = closed loop only, and with it
     # burstiness and seed are not in the plan hash
-    request_rates: list[float] | None = Field(default=None, min_length=1)
+    request_rates: list[float] | None = Field(default=None, min_length=1, max_length=MAX_REQUEST_RATES)
     burstiness: float = Field(default=1.0, gt=0)
     seed: int = Field(default=0, ge=0)
     _cells: list[Cell] = PrivateAttr(default_factory=list)
@@ -425,7 +430,7 @@ def copy_of(name: str, baseline: str) -> int | None:
 
 
 class Equivalence(_Strict):
-    metric: str = "tpot_weighted_ms"   # the gate policy's metric (results/gate_policy.py)
+    metric: str = "tpot_weighted_ms"   # the gate policy's metric (report/gates/gate_policy.py)
     concurrency: int = Field(default=16, ge=1)
     tolerance_pct: float = Field(default=3.0, gt=0)
     # packing shared on nodes with several GPUs: the baseline runs once on every GPU (gpu_copy),

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..fleet import EXIT_ASSERTION, EXIT_INCOMPLETE, EXIT_NOT_MERGED
+from ..exits import EXIT_ASSERTION, EXIT_INCOMPLETE, EXIT_NOT_MERGED
 from ..plan.assertions import NOT_CHECKED, AssertionResult, check
 from .scan.folder import Campaign, Expect, Quarantined, scan_campaign
 from ..bastion_io import atomic_write_text
@@ -131,6 +131,7 @@ def report_campaign(campaign_dir: Path | str, baseline: str = DEFAULT_BASELINE,
         out.warnings.append(planned.running_note())
     if planned and planned.problem:
         out.warnings.append(planned.problem)
+    out.warnings += planned.left_out_notes() if planned else []
     hashes = plan_hashes(camp)
     if planned and (drift := plan_drift(campaign_dir, hashes, planned.plan_hash, planned.fields, planned.plan_path)):
         out.warnings.append(drift[0])

@@ -480,3 +480,30 @@ def test_more_gate_runs_turn_an_inconclusive_gate_into_a_decision(testbed_factor
     logs = {h: host_sh(tb, h, f"cat {camp_dir}/{h}/vanilla.server.log").stdout for h in HOSTS}
     levels = {h: re.findall(r"steps take x([0-9.]+)", logs[h]) for h in HOSTS}
     assert all(len(set(v)) == len(v) > 3 for v in levels.values()), levels   # a draw per start
+
+
+def test_two_collects_at_once_both_succeed(testbed_factory, tmp_path):
+    """The SRE's round: two `fab collect` of one campaign at once, one crashed in 2 of 3 rounds (a temp
+    file name shared by both writers of report.md, and one .staging/<host> emptied under the other).
+    Three rounds, each into a fresh results folder: both exit 0 and the report is whole."""
+    import shutil
+    import threading
+    tb, inv = provisioned(testbed_factory, tmp_path)
+    bench(inv, tmp_path)
+    placed = tmp_path / "results" / CAMPAIGN / "planned.json"
+    for rnd in range(3):
+        results = tmp_path / f"results-{rnd}"
+        (results / CAMPAIGN).mkdir(parents=True)
+        shutil.copy(placed, results / CAMPAIGN / "planned.json")
+        got = {}
+        both = [threading.Thread(target=lambda k=k: got.__setitem__(
+            k, collect(inv, results, tmp_path / f"runs-{rnd}-{k}"))) for k in range(2)]
+        for t in both:
+            t.start()
+        for t in both:
+            t.join()
+        for r in got.values():
+            assert r.returncode == 0 and "Traceback" not in r.stdout + r.stderr, out(r)
+        camp = results / CAMPAIGN
+        assert not (camp / ".staging").exists() and not list(camp.glob(".*.tmp"))
+        check_merged_matches_files(camp)

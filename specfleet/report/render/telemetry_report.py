@@ -6,7 +6,6 @@ integral over the window. A run whose file has no GPU samples is "not recorded";
 """
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from dataclasses import dataclass, field
@@ -14,6 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from ... import untrusted_json
 from ...worker import layout
 from ..scan.folder import Campaign, Run
 
@@ -58,9 +58,12 @@ def read_run(path: Path) -> RunTelemetry | None:
     t = RunTelemetry()
     power, sm, temp, util, run_, wait, kv, pre, masks = [], [], [], [], [], [], [], [], 0
     prev_tokens = None
-    for ln in lines:
+    for n, ln in enumerate(lines, 1):
         try:
-            d = json.loads(ln)
+            d = untrusted_json.loads(ln)
+        except untrusted_json.UntrustedJSON as e:  # hostile, not half-written: say so, read on
+            t.problems.append(f"{path.name} line {n} refused: {e}")
+            continue
         except ValueError:
             continue
         if not isinstance(d, dict):
