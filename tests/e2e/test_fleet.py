@@ -121,9 +121,16 @@ def test_failed_and_unreachable_hosts_do_not_stop_the_others(testbed_factory, tm
 
 def test_cli_exit_codes_and_recap(testbed_factory, tmp_path):
     tb = testbed_factory(workers=2)
+    # w1 has its venv (a python that runs at venv_path), w2 has none: reachable, but not ready for a campaign
+    assert host_sh(tb, "w1", "mkdir -p /opt/vllm-venv/bin && ln -s /usr/bin/python3 /opt/vllm-venv/bin/python"
+                   ).returncode == 0
     ok = fab("facts", inventory=inventory_of(tb), runs=tmp_path / "runs")
     assert ok.returncode == 0, ok.stderr
     assert "RECAP facts" in ok.stdout and "w1" in ok.stdout and "ens35" in ok.stdout
+    recap = ok.stdout[ok.stdout.index("RECAP facts"):]
+    row = {h: next(ln for ln in recap.splitlines() if f" {h} " in ln) for h in ("w1", "w2")}
+    assert "fine" in row["w1"] and "not ready: no venv at /opt/vllm-venv" in row["w2"], recap
+    assert "MISSING: /opt/vllm-venv" in ok.stdout and "/opt/vllm-venv (Python 3." in ok.stdout, ok.stdout
     # each worker's GPU, from the nvidia-smi stand-in: index, name, memory (the table may fold the name)
     assert ok.stdout.count("0: NVIDIA RTX PRO") == len(tb.workers) and "97887" in ok.stdout, ok.stdout
     commands = [e for e in events(tmp_path / "runs") if e.get("event") == "commands"]
