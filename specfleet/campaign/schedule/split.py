@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from ...facts.gpus import GpuList, Topology, nvlink_groups
 from .bounds import count_bound, pigeonhole_bound, two_class_bound
-from .commands import server_per_repeat
+from ..commands import server_per_repeat
 from ...plan import NGRAM_METHODS, Plan, PlanError, gpus_needed
 from .gpusets import parse_gpus, parse_groups
 from .slotsplit import Split, durations_by_twin, needs_slots, slot_split
