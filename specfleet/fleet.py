@@ -261,7 +261,8 @@ class Fleet:
             self._count(hc.host.name)
             res = hc.run(as_root(script, sudo=root and hc.host.needs_sudo))
             if res.exited != 0 and "sudo" in res.stderr:
-                raise StepFailed(f"sudo failed on {hc.host.name}: {res.stderr.strip()[-300:]} "
+                # sudo's last line is its refusal ("a password is required"); a warning may come before it
+                raise StepFailed(f"sudo failed on {hc.host.name}: {_last_line(res.stderr)[-300:]} "
                                  "(specfleet needs passwordless sudo: `NOPASSWD` for this user)")
             return res.stdout
         return gather(steps, run, diff=self.diff)

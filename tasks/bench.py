@@ -17,7 +17,6 @@ from specfleet.exits import EXIT_BAD_INPUT
 from specfleet.shell import q
 from specfleet.step import HostStatus, Status
 from specfleet.steps.command import Assert
-from specfleet.steps.files import Directory, FileContent
 from specfleet.tasks.common import command_line, fleet_help, fleet_run, load
 
 DEFAULT_PLAN = "plans/qwen3-32b.yml"
@@ -184,12 +183,14 @@ def _left_out(fleet, split_hosts) -> dict[str, str]:
 
 def _placement(host, plan, spec):
     from specfleet.campaign import dump_run_spec
+    from specfleet.campaign.remote import RunFolder, RunSpecFile
     from specfleet.worker import layout
     d = layout.run_dir(work_dir(host), plan.campaign, host.name)
-    # the configs role's own steps (runner files, the plan's dataset), then this campaign's run spec
+    # the configs role's own steps (runner files, the plan's dataset), then this campaign's run folder,
+    # owned by the login user the runner runs as, and its run spec
     datasets = [] if plan.benchmark.on_worker else [plan.dataset_file()]
-    return [*configs.steps(host, datasets), Directory(d),
-            FileContent(f"{d}/{layout.RUN_SPEC}", dump_run_spec(spec))]
+    return [*configs.steps(host, datasets), RunFolder(host.user, work_dir(host), plan.campaign, host.name),
+            RunSpecFile(f"{d}/{layout.RUN_SPEC}", dump_run_spec(spec))]
 
 
 def _follow(fleet, plan, rep, poll, runners: dict[str, int] | None = None, estimates=None):

@@ -54,15 +54,24 @@ def _requests(cur: dict | None) -> str:
 
 
 def progress_line(name: str, v: RunnerView, timing: str = "", requests: bool = True) -> str:
-    """One host's line: its current item and phase, the requests done in the current bench run, its items
-    done/failed/left, then `timing` (elapsed, ETA: Follow.timing)."""
+    """One host's campaign in one line, saying only what is true: no runner (nothing placed), runner dead
+    (with its log's last line), runner starting (alive, no state yet), running (its current item and
+    phase, the requests done in the current bench run, its items done/failed/left, then `timing`:
+    elapsed, ETA from Follow.timing), or finished."""
+    said = f" ({layout.RUNNER_LOG}: {v.log_tail})" if v.log_tail else ""
     if not v.state:
-        return f"{name}: {'; '.join(v.problems) or 'runner starting'}"
+        if v.problems:
+            return f"{name}: {'; '.join(v.problems)}"
+        if v.alive:
+            return f"{name}: runner starting" + (f" (pid {v.runner_pid})" if v.runner_pid else "")
+        if v.spec is None:
+            return f"{name}: no runner (this campaign was not placed here)"
+        return f"{name}: runner dead before its first state (never started, or exited at once){said}"
     done, failed, left = v.counts()
     cur = next((i for i in v.state["items"] if i["name"] == v.state.get("current")), None)
     where = (f"{cur['name']}: {cur['status']} ({cur.get('phase') or ''}{_requests(cur) if requests else ''})" if cur
              else v.state.get("status"))
-    alive = "" if v.alive or v.finished else " [runner not running: run `fab bench` again to resume]"
+    alive = "" if v.alive or v.finished else f" [runner dead{said}: run `fab bench` again to resume]"
     return f"{name}: {where} | done {done}, failed {failed}, left {left}{timing}{alive}"
 
 

@@ -76,7 +76,7 @@ def test_a_stalled_runner_is_given_up_after_the_grace():
     dead = RunnerView(state=state(), alive=False, runner_pid=100, boot="boot-A")
     first = f.read("w1", dead, 100.0, RUN_DIR)
     assert says(first) == ["w1: ngram: benchmarking (bench concurrency 1) | done 1, failed 0, left 1 "
-                           "[runner not running: run `fab bench` again to resume]"]
+                           "[runner dead: run `fab bench` again to resume]"]
     assert fails(f.read("w1", dead, 100.0 + DEAD_GRACE_S - 1, RUN_DIR)) == []
     gone = f.read("w1", dead, 100.0 + DEAD_GRACE_S, RUN_DIR)
     assert fails(gone) == [("w1", "follow runner", "the runner is not running and its queue is unfinished "
@@ -123,7 +123,27 @@ def test_failed_items_are_recorded_at_the_end():
 
 
 def test_progress_before_the_runner_wrote_its_state():
-    assert progress_line("w2", RunnerView(alive=True)) == "w2: runner starting"
+    assert progress_line("w2", RunnerView(alive=True, runner_pid=7)) == "w2: runner starting (pid 7)"
+
+
+def test_status_says_no_runner_dead_starting_or_running_as_it_is():
+    """`fab status` said "runner starting" for a host where no runner ran, even one the bench never placed
+    (issue 37): each state is named as it is, a dead runner with the last line of its log."""
+    assert progress_line("w2", RunnerView()) == "w2: no runner (this campaign was not placed here)"
+    dead = RunnerView(spec={"name": "c", "items": []}, log_tail="PermissionError: [Errno 13] Permission denied")
+    assert progress_line("w1", dead) == ("w1: runner dead before its first state (never started, or exited at "
+                                         "once) (runner.log: PermissionError: [Errno 13] Permission denied)")
+    dead_midway = RunnerView(state=state(), alive=False, runner_pid=100, log_tail="Killed")
+    assert progress_line("w1", dead_midway).endswith("[runner dead (runner.log: Killed): run `fab bench` again "
+                                                     "to resume]")
+    live = RunnerView(state=state(), alive=True, runner_pid=100)
+    assert progress_line("w1", live) == "w1: ngram: benchmarking (bench concurrency 1) | done 1, failed 0, left 1"
+
+
+def test_the_view_reads_the_last_line_of_the_runner_log():
+    sections = ["", "", "", "", "boot-A\n", "started\nTraceback ...\nPermissionError: denied \x1b[31m\n\n"]
+    v = parse_view("".join(base64.b64encode(s.encode()).decode() + "\n" for s in sections))
+    assert v.log_tail == "PermissionError: denied ?[31m" and not v.alive and v.spec is None
 
 
 def view_of(state_text: str, spec_text: str = "") -> RunnerView:
@@ -164,7 +184,7 @@ def test_a_state_json_without_items_or_hostile_is_named_not_a_crash(text, why):
 
 
 def test_a_state_json_not_written_yet_is_no_problem():
-    assert view_of("").problems == [] and progress_line("w1", view_of("")) == "w1: runner starting"
+    assert view_of("").problems == [] and progress_line("w1", view_of("")) == "w1: runner starting (pid 100)"
 
 
 class Host:

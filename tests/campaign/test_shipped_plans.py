@@ -13,7 +13,7 @@ import yaml
 
 from specfleet.campaign import load_plan, promptcount, split
 from specfleet.campaign.commands import Paths, item_spec
-from specfleet.campaign.split import NodeInfo
+from specfleet.campaign.schedule.split import NodeInfo
 from specfleet.plan import PlanError
 from specfleet.worker.slots import needed
 from tests.shared_data import SPEC_BENCH as SHARED_SPEC_BENCH

@@ -59,7 +59,8 @@ def run(inv_path, steps_for, **kw):
 
 
 def test_every_step_converges_then_changes_nothing(testbed_factory, src_tree):
-    tb = testbed_factory(workers=4)
+    # as root: RsyncTree runs rsync as the login user, into a root-owned /opt (the root-login case)
+    tb = testbed_factory(workers=4, login="root")
     tb.fault("w1", "stale-route")
     inv = inventory_of(tb)
     first = run(inv, lambda h: every_step(h, src_tree))
@@ -204,7 +205,7 @@ def test_event_log_records_every_step_and_masks_secrets(testbed_factory, tmp_pat
 
 
 def test_rsync_check_lists_and_second_sync_transfers_nothing(testbed_factory, src_tree):
-    tb = testbed_factory(workers=2)
+    tb = testbed_factory(workers=2, login="root")  # rsync as the login user into /opt
     inv = load_inventory(inventory_of(tb))
     host = inv.hosts["w1"]
     step = RsyncTree(host, str(src_tree), "/opt/tree-copy")

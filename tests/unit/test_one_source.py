@@ -7,7 +7,7 @@ import yaml
 
 from specfleet.plan import NGRAM_METHODS, Equivalence, parse_plan
 from specfleet.plan.releases import known_methods
-from specfleet.campaign.split import METHOD_SPEED
+from specfleet.campaign.schedule.split import METHOD_SPEED
 from specfleet.report.gates.gate import DEFAULT_BASELINE, EquivalenceRule
 
 REPO = Path(__file__).resolve().parents[2]
