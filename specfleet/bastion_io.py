@@ -10,7 +10,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from .fleet import EXIT_DISK_FULL, EXIT_NOT_WRITABLE
+from .exits import EXIT_DISK_FULL, EXIT_NOT_WRITABLE
 from .step import StepFailed
 
 FULL = {errno.ENOSPC: "No space left on device", errno.EDQUOT: "Disk quota exceeded"}

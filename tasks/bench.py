@@ -13,9 +13,9 @@ from rich.table import Table
 
 from specfleet.errors import UserError, one_line
 from specfleet.roles import configs, vars_model
-from specfleet.fleet import EXIT_BAD_INPUT
+from specfleet.exits import EXIT_BAD_INPUT
 from specfleet.shell import q
-from specfleet.step import Status
+from specfleet.step import HostStatus, Status
 from specfleet.steps.command import Assert
 from specfleet.steps.files import Directory, FileContent
 from specfleet.tasks.common import command_line, fleet_help, fleet_run, load
@@ -157,7 +157,7 @@ def bench(c, plan=None, inventory=None, hosts=None, exclude=None, check=False, d
                 configs.runner_path(hc.host), resuming=bool(v and v.state))
             if pid is not None:
                 runners[hc.host.name] = pid
-            return status, message
+            return HostStatus(status, message)
         fleet.each("start runner", start, hosts=[h for h in fleet.active if h.name in specs])
         if wait:
             _follow(fleet, p, rep, poll, runners)

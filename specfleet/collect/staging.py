@@ -1,7 +1,7 @@
 """Collect's second half on the bastion: files fetched into `.staging/<host>/` replace the local copies
 only when they are valid, so a collect never destroys a result (docs/report.md, "What is merged").
 
-A staged result file that validates (campaign.check_file) replaces the local one atomically (same file
+A staged result file that validates (resultfile.check.check_file) replaces the local one atomically (same file
 system: os.replace); one that does not is moved to quarantine and the local copy, valid or absent,
 stays. Other files (state.json, run.json, done markers, server logs) replace theirs as they are.
 SSH-free: `fetch.py` fetches, this decides.

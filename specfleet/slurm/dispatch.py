@@ -23,7 +23,7 @@ from ..campaign.spec import resumed, worker_zipapp
 from ..campaign.split import NodeInfo
 from ..worker import layout
 from ..errors import UserError
-from ..fleet import EXIT_FAILED
+from ..exits import EXIT_FAILED
 from ..quoting import q
 from ..bastion_io import BastionStorageError
 from ..report.scan.cells import write_placed
@@ -357,7 +357,7 @@ def collect(fleet, inv, plan, dest: Path, refused: dict[str, list[str]]) -> list
     """Each host's finished items from the shared path (no SSH), then provenance with the job ids.
     Returns notes for the report (the Slurm job(s) of the campaign)."""
     from ..facts.worker_provenance import WorkerProvenance
-    from ..collect.fetch import take_finished
+    from ..collect.fetch import bandwidth_given, take_finished
     cfg = inv.slurm
     recs = jobs(cfg, plan.campaign)
     for h in fleet.hosts:
@@ -368,14 +368,15 @@ def collect(fleet, inv, plan, dest: Path, refused: dict[str, list[str]]) -> list
                 continue
             src = layout.run_dir(node_work_dir(cfg, plan.campaign, h.name), plan.campaign, h.name)
             eff = read_json(os.path.join(src, "run.slurm.json")) or {}
-            # the shared path is written by the nodes: untrusted as a worker is (results/untrusted.py)
+            # the shared path is written by the nodes: untrusted as a worker is (collect/untrusted.py)
             status, message = take_finished(
                 h.name, plan, dest, v, src, _sh, f"{src}/", None, refused,
                 # the node ran the command after its queue, without the model (not known before it):
                 # parsed with it, as over SSH
                 lambda model, dataset: WorkerProvenance(h.var("venv_path") or "", src, model, dataset).parse(
                     _read_text(Path(src, "provenance.probe")), 0),
-                slurm={**(eff.get("slurm") or {}), "jobs": [r["job_id"] for r in recs if h.name in r.get("nodes", [])]})
+                slurm={**(eff.get("slurm") or {}), "jobs": [r["job_id"] for r in recs if h.name in r.get("nodes", [])]},
+                **bandwidth_given(h.var("gpu_memory_bandwidth_gbps")))
             fleet.record_local_for(h.name, "fetch results", status, message)
         except BastionStorageError:
             raise  # the bastion's own disk, not this node: the task's one line and exit code

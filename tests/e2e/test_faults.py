@@ -18,7 +18,7 @@ import pytest
 from e2e_helpers import FAB, PROJECT, derived_inventory, events, fab, host_sh, inventory_of
 from specfleet.fleet import Fleet
 from specfleet.inventory import load_inventory
-from specfleet.step import Status
+from specfleet.step import HostStatus, Status
 
 pytestmark = pytest.mark.e2e
 
@@ -139,10 +139,12 @@ def test_a_bad_var_or_broken_state_on_one_host_fails_it_alone(testbed_factory, t
     def start(hc):
         if hc.host.name == "w1":
             raise RuntimeError("could not start the runner: exec format error")
-        return Status.CHANGED, "started"
+        return HostStatus(Status.CHANGED, "started")
     out = fleet.each("start runner", start)
     fleet.close()
     assert fleet.dropped == {"w1": Status.FAILED} and set(out.succeeded) == {"w2"} and set(out.failed) == {"w1"}
+    # the HostStatus the work returned is what the fleet records (not sniffed from a tuple)
+    assert (out["w2"].status, out["w2"].message) == (Status.CHANGED, "started")
     assert [r.message for r in fleet.results if r.host == "w1"] == \
         ["RuntimeError: could not start the runner: exec format error"]
     stop = fab("stop", "--plan", str(FAST), "--hosts", "w1", inventory=inventory_of(tb), runs=tmp_path / "runs-stop")

@@ -9,7 +9,7 @@ import pytest
 from compare_builder import campaign, plan_raw
 from specfleet.plan.assertions import FAILED, NOT_CHECKED, PASSED, Assertion, check
 from specfleet.plan import PlanError, parse_plan
-from specfleet.fleet import EXIT_ASSERTION
+from specfleet.exits import EXIT_ASSERTION
 from specfleet.report.scan.plan_snapshot import PLAN_SNAPSHOT
 from specfleet.report.build import report_plan
 

@@ -14,7 +14,7 @@ import pytest
 from campaign_builder import write_campaign
 from test_fab_report import CAMPAIGN, fab_report, out
 
-from specfleet.fleet import EXIT_DISK_FULL, EXIT_NOT_WRITABLE
+from specfleet.exits import EXIT_DISK_FULL, EXIT_NOT_WRITABLE
 from specfleet import bastion_io
 
 
