@@ -118,9 +118,11 @@ class Lane:
             for i, b in enumerate(item["bench"]):
                 if i > 0:
                     self.between_runs(item, rec)
-                self.owner.set(rec, phase=f"bench {b.get('cell') or 'concurrency ' + str(b['concurrency'])} "
-                                    f"(run {i + 1}/{len(item['bench'])})")
-                rec["results"].append(self.run_bench(item, b))
+                reps, k = int(item["client"].get("repeats") or 1), b.get("rep", 1)  # "run 1/2" read as a repeat
+                rep = f", gate run {k}" if k > reps else f", repeat {k} of {reps}" if reps > 1 else ""
+                self.owner.set(rec, phase=f"bench {b.get('cell') or 'concurrency ' + str(b['concurrency'])}{rep} "
+                                    f"(bench run {i + 1} of {len(item['bench'])} on this server)", requests=None)
+                rec["results"].append(self.run_bench(item, b, rec))
                 self.owner.save()
         finally:
             if self.server is not None:
@@ -387,7 +389,20 @@ class Lane:
             self.start_and_wait(item, rec)
             self.owner.set(rec, "benchmarking", "")
 
-    def run_bench(self, item: dict, b: dict) -> str:
+    def requests_counter(self, rec: dict, client: Client, run: BenchRun):
+        """The telemetry's on_server: rec["requests"], the server's finished requests since the run began
+        less the client's warm-ups (fab bench's progress line)."""
+        of, first = run.prompts(), []
+
+        def on_server(m: dict) -> None:
+            first[:] = first or [m.get("requests_finished")]
+            done = None if None in (first[0], m.get("requests_finished")) else \
+                int(min(of, max(0, m["requests_finished"] - first[0] - client.num_warmups)))
+            if done is not None and (rec.get("requests") or {}).get("done") != done:
+                self.owner.set(rec, requests={"done": done, "of": of})
+        return on_server
+
+    def run_bench(self, item: dict, b: dict, rec: dict | None = None) -> str:
         client, run = Client.from_json(item["client"]), BenchRun.from_json(b)
         final = os.path.join(client.result_dir, run.result_file)
         partial = final + layout.PARTIAL_SUFFIX
@@ -405,7 +420,8 @@ class Lane:
         gpus = [g["index"] for g in self.gpus or []] or (
             None if self.spec.get("gpu_index") is None else [self.spec["gpu_index"]])
         tel = sampler_for({**self.spec, "port": self.port}, os.path.join(self.run_dir, layout.telemetry_file(
-            b["result_file"])), self.env, gpus).start()
+            b["result_file"])), self.env, gpus,
+            on_server=self.requests_counter(rec, client, run) if rec is not None and run.prompts() else None).start()
         try:
             self.watch(item, lambda: self.bench.poll() is not None, self.spec["bench_timeout_s"],
                        lambda: f"bench concurrency {b['concurrency']} exceeded {self.spec['bench_timeout_s']} s")

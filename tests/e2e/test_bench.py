@@ -277,9 +277,13 @@ def test_report_campaign_with_the_automatic_split(tb, tmp_path):
         assert [(i["name"], i["status"], i["attempts"]) for i in st["items"]] == [(n, "done", 1) for n in queue]
         assert_results(tb, host, queue)
         assert_idle(tb, host)
-    # fab printed the split it ran
+    # fab printed the split it ran, and no command line (--verbose prints them), then progress with times
     for host, queue in queues.items():
         assert f"{host}: " + " -> ".join(queue) in out.stdout
+    assert "bin/vllm " not in out.stdout and "--verbose or --check prints" in out.stdout, out.stdout
+    progress = [ln for ln in out.stdout.splitlines() if ln.startswith(("w1: ", "w2: ")) and "elapsed " in ln]
+    assert progress and any(", ETA " in ln for ln in progress), out.stdout
+    assert any("(bench run 1 of 2 on this server" in ln for ln in out.stdout.splitlines()), out.stdout
     # ... and wrote it once, at placement, for collect and report (report/scan/cells.py)
     planned = json.loads((tmp_path / "results" / yaml.safe_load(FAST.read_text())["campaign"] / "planned.json").read_text())
     assert planned["queues"] == queues and set(planned["sources"].values()) == {"placed by fab bench"}

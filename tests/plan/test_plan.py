@@ -133,7 +133,7 @@ def test_commands_for_report_plan():
     serve = shlex.split(lines[0])
     assert serve[:3] == ["/vllm-venv/bin/vllm", "serve", "@MODEL@"]
     sc = serve[serve.index("--speculative-config") + 1]
-    assert sc == '{"method":"eagle3","model":"/mnt/Qwen3-32B-speculator.eagle3","num_speculative_tokens":3}'
+    assert sc == '{"method":"eagle3","model":"/mnt/fabrix/models/Qwen3-32B-speculator.eagle3","num_speculative_tokens":3}'
     assert "'{" in lines[0]  # the JSON is quoted for the shell
     for w in ("--max-model-len", "2048", "--gpu-memory-utilization", "0.95", "--no-enable-log-requests"):
         assert w in serve

@@ -6,7 +6,7 @@ from pathlib import Path
 import yaml
 
 from specfleet.plan import KNOWN_METHODS, NGRAM_METHODS, Equivalence, parse_plan
-from specfleet.campaign.split import METHOD_SPEED
+from specfleet.campaign.schedule.split import METHOD_SPEED
 from specfleet.report.gates.gate import DEFAULT_BASELINE, EquivalenceRule
 
 REPO = Path(__file__).resolve().parents[2]
