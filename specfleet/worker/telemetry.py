@@ -23,7 +23,8 @@ GPU_FIELDS = {"index": "index", "power.draw": "power_w", "clocks.sm": "sm_mhz", 
 REASON_FIELDS = ("clocks_event_reasons.active", "clocks_throttle_reasons.active")  # newer, older drivers
 SERVER_METRICS = {"vllm:num_requests_running": "running", "vllm:num_requests_waiting": "waiting",
                   "vllm:kv_cache_usage_perc": "kv_cache_usage", "vllm:gpu_cache_usage_perc": "kv_cache_usage",
-                  "vllm:num_preemptions_total": "preemptions", "vllm:generation_tokens_total": "generation_tokens"}
+                  "vllm:num_preemptions_total": "preemptions", "vllm:generation_tokens_total": "generation_tokens",
+                  "vllm:request_success_total": "requests_finished"}
 DEFAULT_PERIOD_S = 1.0
 SMI_TIMEOUT_S = 5.0
 
@@ -74,9 +75,9 @@ class Sampler:
 
     def __init__(self, path: str, gpus: list[int] | None, metrics_url: str | None,
                  period_s: float = DEFAULT_PERIOD_S, smi: str = "nvidia-smi", env: dict | None = None,
-                 off: bool = False):
+                 off: bool = False, on_server=None):
         self.path, self.gpus, self.url, self.period = path, gpus, metrics_url, max(0.1, float(period_s))
-        self.off, self.smi, self.env = off, smi, env
+        self.off, self.smi, self.env, self.on_server = off, smi, env, on_server  # on_server(each sample's metrics)
         self.names = list(GPU_FIELDS)
         self.problems: list[str] = []
         self._stop = threading.Event()
@@ -140,7 +141,9 @@ class Sampler:
     def _loop(self) -> None:
         nxt = time.monotonic()
         while not self._stop.is_set():
-            self._write(self.sample())
+            self._write(s := self.sample())
+            with suppress(Exception):  # the runner's request count: a display, never the run's failure
+                self.on_server and "server" in s and self.on_server(s["server"])
             nxt += self.period
             self._stop.wait(max(0.0, nxt - time.monotonic()))
 
@@ -169,10 +172,10 @@ class Sampler:
             self._fh = None
 
 
-def sampler_for(spec: dict, path: str, env: dict | None, gpus: list[int] | None) -> Sampler:
+def sampler_for(spec: dict, path: str, env: dict | None, gpus: list[int] | None, on_server=None) -> Sampler:
     """The runner's one call: the sampler of one bench run into `path` (spec keys server_host, port,
-    telemetry_period_s; 0 turns it off: a Sampler that records nothing)."""
+    telemetry_period_s; 0 turns it off: a Sampler that records nothing), calling on_server(metrics)."""
     url = f"http://{spec.get('server_host') or '127.0.0.1'}:{spec.get('port', 8000)}/metrics"
     period = spec.get("telemetry_period_s", DEFAULT_PERIOD_S)
     env = {k: v for k, v in (env or os.environ).items() if k != "CUDA_VISIBLE_DEVICES"}  # --id picks them
-    return Sampler(path, gpus, url, float(period or DEFAULT_PERIOD_S), env=env, off=not period)
+    return Sampler(path, gpus, url, float(period or DEFAULT_PERIOD_S), env=env, off=not period, on_server=on_server)

@@ -8,9 +8,10 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-# all lines, as scripts/package-lines counts them (2,300 on 2026-12-03; 2,450 on 2026-12-06: the run
-# record, worker/record.py and Lane.run_record, issue 40)
-WORKER_LINES = 2_450
+WORKER_LINES = 2_625  # all lines, as scripts/package-lines counts them (2,300 on 2026-12-03; main 2,304 on 2026-12-06,
+# then 2,323 with issue 37's request count of the running bench and the phase's "repeat K of R" wording, then
+# 2,482 with issue 38's drafter check, release refusal, TTFT + ITL latency and custom dataset prompts, then
+# 2,622 with issue 40's run record: worker/record.py and Lane.run_record, what each run was, written beside its result)
 
 
 def worker_lines(folder: Path) -> int:

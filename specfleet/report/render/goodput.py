@@ -1,7 +1,9 @@
 """Goodput under the plan's SLO (benchmark.slo, specfleet/plan/slo.py), per bench cell: the columns
 goodput_req_s, slo_attainment_pct, meets_slo, goodput_speedup, vllm_goodput_req_s (docs/slo.md says
 what each is). A request is good when it succeeded and meets every limit (vLLM's rule), read from the
-result's per-request arrays (--save-detailed); a run without them has no goodput (NaN), never zero.
+result's per-request arrays (--save-detailed; a request's latency is its TTFT plus its ITLs where the
+file has no `latencies`, as vLLM 0.26-0.29 write it); a run without them has no goodput (NaN), never
+zero, and the report says why (worker/crossover.why_no_goodput).
 """
 from __future__ import annotations
 
@@ -11,14 +13,20 @@ import statistics
 import pandas as pd
 
 from ...plan.slo import Slo
-from ...worker.crossover import good_requests as count_good
+from ...worker.crossover import good_requests as count_good, why_no_goodput
 from ..scan.folder import Campaign, Run
 
 def good_requests(run: Run, slo: Slo) -> tuple[int, int] | None:
     """(good, succeeded) of one run, or None when its per-request arrays are missing or uneven (the
     rule is the worker's, which the goodput crossover search applies on the node)."""
     res = run.result
-    return count_good(res.ttfts, res.latencies, res.output_lens, res.errors, slo.limits())
+    return count_good(res.ttfts, res.latencies, res.output_lens, res.errors, slo.limits(), res.itls)
+
+
+def why_not(run: Run) -> str | None:
+    """Why one run has no goodput (None: it has one)."""
+    res = run.result
+    return why_no_goodput({k: getattr(res, k) for k in ("ttfts", "latencies", "itls", "output_lens", "errors")})
 
 
 def add_goodput(camp: Campaign, runs: pd.DataFrame, baseline: str, slo: Slo | None) -> pd.DataFrame:
@@ -26,10 +34,11 @@ def add_goodput(camp: Campaign, runs: pd.DataFrame, baseline: str, slo: Slo | No
     if slo is None or runs.empty:
         return runs
     groups = camp.groups()
-    gp, att, vg = [], [], []
+    gp, att, vg, why = [], [], [], []
     for _, row in runs.iterrows():
         rs = groups.get((row.cell, row.config, row.node), [])
         counted = [(r, g) for r in rs if (g := good_requests(r, slo)) is not None]
+        why.append(next((w for r in rs if (w := why_not(r))), None if rs else "no run"))
         if not counted or len(counted) < len(rs):
             gp.append(math.nan), att.append(math.nan)
         else:
@@ -40,6 +49,8 @@ def add_goodput(camp: Campaign, runs: pd.DataFrame, baseline: str, slo: Slo | No
         vg.append(statistics.fmean(own) if own else math.nan)
     out = runs.copy()
     out["goodput_req_s"], out["slo_attainment_pct"], out["vllm_goodput_req_s"] = gp, att, vg
+    # why a cell has no goodput, for slo_lines: kept out of the columns (merged.json's schema)
+    out.attrs["goodput_missing"] = {(c, n, cell): w for c, n, cell, w in zip(out.config, out.node, out.cell, why) if w}
     out["meets_slo"] = [None if math.isnan(a) else a >= slo.attainment_pct for a in att]
     base = out[out.config == baseline].set_index(["node", "cell"])["goodput_req_s"]
     out["goodput_speedup"] = [g / b if (b := base.get((n, c), math.nan)) and b == b and b > 0 else math.nan
@@ -66,8 +77,11 @@ def slo_lines(runs: pd.DataFrame, baseline: str, slo: Slo) -> list[str]:
         return []
     out = [f"SLO: {slo.describe()}; a cell meets it when >= {slo.attainment_pct:g} % of its requests are good "
            "(goodput = good requests / duration, from the per-request arrays)."]
+    missing = runs.attrs.get("goodput_missing", {})
     if runs.goodput_req_s.isna().all():
-        return out + ["Goodput not recorded: the result files have no per-request arrays (--save-detailed)."]
+        return out + [f"Goodput not recorded: {'; '.join(dict.fromkeys(missing.values())) or 'not measured'}."]
+    for (cfg, node, cell), why in missing.items():
+        out.append(f"{cfg} on {node} at {cell}: goodput not recorded: {why}.")
     for (cfg, node), conc in highest_meeting(runs).items():
         at = "no concurrency measured meets it" if conc is None else f"highest concurrency meeting it: {conc}"
         sp = runs[(runs.config == cfg) & (runs.node == node) & runs.goodput_speedup.notna()]
