@@ -43,7 +43,7 @@ def campaign(root: Path, raw: dict, seed: int, scale: dict | None = None, noise:
             f = (scale or {}).get(cfg, 1.0) * (1 + rnd.gauss(0, noise))
             v = (vals[0] * f, vals[1] * f, vals[2] / f, *vals[3:5], vals[5] / f)
             meta = {"node": host, "config": cfg, "vllm_version": vllm, "plan_hash": plan.plan_hash(),
-                    "repeat": str(rep)}
+                    "repeat": str(rep), "repeat_isolation": plan.benchmark.repeat_isolation}  # as the runner writes
             (h / f"{cfg}_conc{conc}_r{rep}.json").write_text(json.dumps(result_json(v, SPEC.get((cfg, conc)), conc, meta)))
         (h / f"{cfg}.done").write_text("")
     write_snapshot(d, plan)
