@@ -19,7 +19,7 @@ from .goodput import SLO_HEADERS, add_goodput, slo_lines, slo_rows
 from .gpu_gate import split_off_gpu_copies
 from .measures import NoiseBand
 from .merge import Tables, build_tables
-from .document import ReportModel, Section, build_model, print_cells, print_report, write_report
+from .document import ReportModel, Section, build_model, fmt, print_cells, print_report, write_report
 from .export import export_cells, remove_stale
 from .plan_snapshot import plan_drift, write_snapshot
 from .provenance import plan_hashes
@@ -213,7 +213,7 @@ def add_peer_sections(model, camp, tables, baseline: str, slo) -> None:
     if tel is not None:
         svg = timeline_svg(camp, camp.simulated)
         model.sections.append(Section(
-            "Telemetry per run", TELEMETRY_HEADERS, telemetry_rows(tel),
+            "Telemetry per run", TELEMETRY_HEADERS, telemetry_rows(tel, fmt),
             "Sampled on the worker during each vllm bench serve run (nvidia-smi --query-gpu for the server's "
             "GPUs, the server's /metrics; docs/telemetry.md). Mean power = the run's GPUs summed, averaged over "
             "the samples (client start-up and warm-ups included); J / output token = the GPUs' energy over the "

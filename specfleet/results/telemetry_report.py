@@ -291,8 +291,9 @@ TELEMETRY_HEADERS = ["config", "conc", "cell", "node", "run", "samples", "mean p
                      "max KV usage", "preemptions", "note"]
 
 
-def telemetry_rows(df: pd.DataFrame) -> list[list[str]]:
-    from .document import fmt
+def telemetry_rows(df: pd.DataFrame, fmt) -> list[list[str]]:
+    """The table's cells; `fmt` is the report's number format (document.fmt: passed in, since the
+    document imports the export, which reads the telemetry's request windows)."""
     # r["repeat"], not r.repeat: on a pandas row that is the Series.repeat method
     energy = lambda v: NOT_MEASURABLE if math.isnan(v) else fmt(v, 3)  # noqa: E731 (the reason: the note)
     return [[r.config, str(r.concurrency), r.cell, r.node, str(r["repeat"]), str(r.samples), fmt(r.power_w, 1),

@@ -151,7 +151,8 @@ def test_energy_per_token_of_the_h200_example_is_the_integral_over_the_measured_
     c16 = df[df.concurrency == 16]
     assert len(c16) == 15 and c16.j_per_token.isna().all()
     assert all("energy not measurable:" in n and "(at least 10 needed; 1 s samples)" in n for n in c16.note)
-    rows = telemetry_rows(c16)
+    from specfleet.results.document import fmt
+    rows = telemetry_rows(c16, fmt)
     assert all(row[TELEMETRY_HEADERS.index("J / output token")] == "not measurable" for row in rows)
 
 
