@@ -83,6 +83,8 @@ def read_run(path: Path) -> RunTelemetry | None:
             continue
         if d.get("kind") == "end":
             t.end_t = _f(d.get("t"))
+        if d.get("kind") == "problem":  # the sampler's word on what it could not record (the power stream)
+            t.problems.append(str(d.get("problem")))
         if d.get("kind") == "power":
             _add_power(fast, d)
         if d.get("kind") != "sample":

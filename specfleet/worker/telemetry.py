@@ -175,7 +175,11 @@ class Sampler:
     def _start_power(self) -> None:
         if not self.fast_ms:
             return
-        master, slave = pty.openpty()
+        try:
+            master, slave = pty.openpty()
+        except OSError as e:  # no pseudo-terminal in this container: no power stream, the run goes on
+            self._write({"kind": "problem", "t": round(time.time(), 3), "problem": f"power stream not recorded: {e}"})
+            return
         try:
             self._proc = subprocess.Popen(self._argv(self.fast_names) + [f"--loop-ms={self.fast_ms}"], stdout=slave,
                                           stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, env=self.env)

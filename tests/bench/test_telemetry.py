@@ -141,3 +141,21 @@ def test_power_stream_is_fast_and_on_the_monotonic_clock(tmp_path, gpu2):
     assert (e[-1] - e[0]) / (monos[-1] - monos[0]) == pytest.approx(300, rel=0.25)
     # the nvidia-smi loop ended with the sampler (no process left behind)
     assert sampler._proc.poll() is not None
+
+
+def test_no_pseudo_terminal_no_power_stream_and_the_run_goes_on(tmp_path, gpu2, monkeypatch):
+    import pty
+
+    def none():
+        raise OSError("out of pty devices")
+    monkeypatch.setattr(pty, "openpty", none)
+    out = tmp_path / "t.jsonl"
+    env = {**os.environ, "SIMVLLM_GPU_DIR": str(gpu2)}
+    sampler = Sampler(str(out), [1], None, period_s=0.1, smi=str(gpu2 / "nvidia-smi"), env=env).start()
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and sum('"kind": "sample"' in x for x in out.read_text().splitlines()) < 2:
+        time.sleep(0.05)
+    sampler.stop()
+    got = lines(out)
+    assert [g["problem"] for g in got if g["kind"] == "problem"] == ["power stream not recorded: out of pty devices"]
+    assert sum(g["kind"] == "sample" for g in got) >= 2 and not any(g["kind"] == "power" for g in got)
