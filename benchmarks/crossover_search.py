@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 
 from specfleet.plan.crossover_grid import coarse_grid, crossings, fine_grid, search  # noqa: E402
 from specfleet.plan import Equivalence, load_plan  # noqa: E402
-from specfleet.results.measures import SPEEDUP_CONFIDENCE  # noqa: E402
+from specfleet.report.tables.measures import SPEEDUP_CONFIDENCE  # noqa: E402
 
 SIM_MODEL = ROOT / "testbed" / "simvllm" / "vllm" / "model.py"
 LO, HI, COARSE, PER_DOUBLING = 1, 256, 4, 4   # the default search (budget: half its fine grid)

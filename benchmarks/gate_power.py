@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
-"""The error rates of the shipped gate policy (specfleet/results/gate_policy.py), by simulation.
+"""The error rates of the shipped gate policy (specfleet/report/gates/gate_policy.py), by simulation.
 
 Measurement model: the baseline's gate metric on node A is exp(N(0, sigma)) per run, on node B
 (1 + diff) x exp(N(0, sigma)) (lognormal run-to-run noise, independent runs). The policy as it ships:
 the plan's default repeats (3 runs per node) first; while the gate says INCONCLUSIVE with runs left
 in the budget, runs are added per node up to the next look (gate_policy.LOOKS) and the gate is asked
-again. Every decision is `specfleet.results.gate.decide` with the plan's default rule, the function
-`check_equivalence` (the report's gate) calls for every node pair; tests/results/test_gate_power.py
+again. Every decision is `specfleet.report.gates.gate.decide` with the plan's default rule, the function
+`check_equivalence` (the report's gate) calls for every node pair; tests/report/test_gate_power.py
 checks that a written campaign gives the same decision through the report.
 
 Per (sigma, diff) it prints `gate-power sigma=<s>% diff=<d>% pass=<rate> mean_runs=<n>`: the share of
@@ -36,8 +36,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from specfleet.plan import Benchmark  # noqa: E402
-from specfleet.results.gate import EquivalenceRule, decide  # noqa: E402
-from specfleet.results.gate_policy import INCONCLUSIVE, MERGES, PASSED, next_look  # noqa: E402
+from specfleet.report.gates.gate import EquivalenceRule, decide  # noqa: E402
+from specfleet.report.gates.gate_policy import INCONCLUSIVE, MERGES, PASSED, next_look  # noqa: E402
 
 SIGMAS = (0.5, 1.0, 2.0, 4.0)
 #: Run-to-run noise of the gate's metric (token-weighted TPOT) measured on the lent H200 on 2026-12-02

@@ -31,7 +31,8 @@ from specfleet.inventory import load_inventory
 from specfleet.step import Status
 from specfleet.steps.files import FileContent
 
-SPEC_BENCH = Path("/work/shared/datasets/spec_bench/question.jsonl")
+# the full Spec-Bench file is never committed: in shared/ beside the checkout (tests/shared_data.py)
+SPEC_BENCH = Path(__file__).resolve().parents[1].parent / "shared/datasets/spec_bench/question.jsonl"
 TARGET_DIR = "/var/lib/specfleet/datasets/bench-payload"
 
 

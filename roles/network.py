@@ -121,7 +121,7 @@ def report_duplicates(ctx: Context, outcomes: Outcomes) -> None:
         for d in dups:
             table.add_row(d.ip, ", ".join(f"{h} ({i})" for h, i, _ in d.holders))
         ctx.console.print(table)
-        fleet.warn(f"duplicate IPv4 addresses: " + "; ".join(
+        fleet.warn("duplicate IPv4 addresses: " + "; ".join(
             f"{d.ip} on {', '.join(h for h, _, _ in d.holders)}" for d in dups))
     if remove_host:
         targets = [h for h in fleet.hosts if h.name == remove_host]

@@ -7,7 +7,7 @@ config clone cost ~5 ms of CPU per host, and every no-op `fab provision` opens o
   explicit accept-new), and a changed key is always refused;
 - no ~/.ssh/config is read: the inventory is the single source of truth;
 - TCP_NODELAY is set on the socket: without it each command on a warm
-  connection waits ~40 ms for Nagle's algorithm (notes/testbed.md).
+  connection waits ~40 ms for Nagle's algorithm (docs/concepts.md).
 """
 from __future__ import annotations
 

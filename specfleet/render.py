@@ -1,5 +1,5 @@
 """Rendering templates: the files specfleet places on hosts (templates/provision/) and the report's
-pages (templates/report/, specfleet.results.document) come from Jinja environments made here only."""
+pages (templates/report/, specfleet.report.render.document) come from Jinja environments made here only."""
 from __future__ import annotations
 
 import shlex

@@ -11,7 +11,7 @@ import binascii
 import secrets
 from dataclasses import dataclass
 
-from .quoting import join, q  # noqa: F401  (re-exported: shell.q is the name roles use)
+from .quoting import q  # shell.q: the name roles use
 
 
 def as_root(script: str, *, sudo: bool) -> str:

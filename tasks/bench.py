@@ -127,7 +127,7 @@ def bench(c, plan=None, inventory=None, hosts=None, exclude=None, check=False, d
                                   markup=False)
         if check:
             return
-        from specfleet.results.cells import write_placed  # here: fab's start-up stays lean
+        from specfleet.report.scan.cells import write_placed  # here: fab's start-up stays lean
         write_placed(p, queues.queues, Path(results) / p.campaign)
         views = {h.name: reads[h.name].view for h in split_hosts}
         specs = {}

@@ -18,8 +18,8 @@ def collect(c, plan=None, inventory=None, hosts=None, results="results", force=F
     """Fetch finished results, check the nodes agree on the baseline, merge and write the report."""
     # here, not at the top: every `fab` command loads this module for its task list (tasks/bench.py)
     from specfleet.campaign import NodeInfo, PlanError, split
-    from specfleet.results.bastion_io import BastionStorageError, check_writable, storage_checked
-    from specfleet.results.fetch import fetch, host_notes
+    from specfleet.bastion_io import BastionStorageError, check_writable, storage_checked
+    from specfleet.collect.fetch import fetch, host_notes
     from specfleet.worker import layout
     p = plan_of(plan)
     dest = Path(results) / p.campaign
@@ -47,7 +47,7 @@ def collect(c, plan=None, inventory=None, hosts=None, results="results", force=F
             fleet.each("fetch results", fetch_one)
         if faults:  # the bastion's disk, not a host: one line, its own exit code, no report attempted
             raise Exit(f"error: {faults[0]}", code=faults[0].code)
-        from specfleet.results.cells import PLACED, PLANNED_FILE, SPLIT, placed_queues
+        from specfleet.report.scan.cells import PLACED, PLANNED_FILE, SPLIT, placed_queues
         queues, source = placed_queues(p, dest), PLACED
         if queues is None:  # a campaign placed without planned.json: the split over the inventory, said so
             source = SPLIT
@@ -60,14 +60,14 @@ def collect(c, plan=None, inventory=None, hosts=None, results="results", force=F
                 fleet.warn(f"cannot work out the planned queues of hosts without a {layout.RUN_SPEC}: {e}")
         bandwidth = next((h.var("gpu_memory_bandwidth_gbps") for h in fleet.hosts
                           if h.var("gpu_memory_bandwidth_gbps")), None)
-        from specfleet.results.campaign_report import report_plan  # heavy: pandas, matplotlib
+        from specfleet.report.build import report_plan  # heavy: pandas, matplotlib
         msgs = slurm_notes + [m for h in sorted(refused) for m in refused[h]]
         outcome = storage_checked(lambda: report_plan(
             p, plan or DEFAULT_PLAN, results, force=force, gpu_bandwidth_gbps=float(bandwidth) if bandwidth else None,
             split_queues=queues, queues_source=source, host_notes=host_notes(fleet.results), notes=msgs,
             console=rep.console,
             running=running), dest)
-        from specfleet.results.cells import running_note
+        from specfleet.report.scan.cells import running_note
         for m in msgs[len(slurm_notes):] + ([running_note(running, plan or DEFAULT_PLAN)] if running else []):
             fleet.warn(m)
         for m in slurm_notes:

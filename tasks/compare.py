@@ -27,8 +27,8 @@ def compare(c, baseline, candidate, out=None, metric=None, tolerance_pct=None, f
         raise UserError(f"--fail-on {fail_on!r}: one of {', '.join(FAIL_ON)}")
     from rich.console import Console
 
-    from specfleet.results.comparison import compare_dirs  # heavy: pandas, matplotlib
-    from specfleet.results.compare_render import stamps, summary, write_outputs
+    from specfleet.report.compare.comparison import compare_dirs  # heavy: pandas, matplotlib
+    from specfleet.report.compare.compare_render import stamps, summary, write_outputs
 
     cmp = compare_dirs(baseline, candidate, metric=metric, force=force,
                        tolerance_pct=float(tolerance_pct) if tolerance_pct else None)

@@ -24,9 +24,9 @@ def report(c, plan=None, results="results", force=False, gpu_bandwidth_gbps=None
                    f"{p.campaign}/<host>/<config>_conc<N>.json)", code=EXIT_BAD_INPUT)
     from rich.console import Console
 
-    from specfleet.results.campaign_report import report_plan  # heavy: pandas, matplotlib
+    from specfleet.report.build import report_plan  # heavy: pandas, matplotlib
     console = Console(width=200, highlight=False)
-    from specfleet.results.bastion_io import check_writable, storage_checked
+    from specfleet.bastion_io import check_writable, storage_checked
     storage_checked(lambda: check_writable(camp))
     outcome = storage_checked(lambda: report_plan(
         p, plan or DEFAULT_PLAN, results, force=force,

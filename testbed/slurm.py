@@ -16,7 +16,7 @@ log, pid and seed files on its command line, and clients get SLURM_CONF (`client
 - GPUs are `gpu` GRES, one character device per simulated GPU (c 195 N, as /dev/nvidiaN), so
   slurmd sets CUDA_VISIBLE_DEVICES per step from the allocation; the simulated engine honours it.
 
-Traps met on Debian 12 (../shared/notes/slurm.md): the daemons must be started under the names
+Traps met on Debian 12: the daemons must be started under the names
 `slurmctld` / `slurmd` (Debian's `*-wlm` names silently drop GRES), and a node declares more
 CPUs than the machine has only with `SlurmdParameters=config_overrides`.
 """

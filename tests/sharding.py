@@ -41,7 +41,7 @@ UNIT_SECONDS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "unit_se
 TESTBED_TIERS = ("tests/real_vllm", "tests/e2e", "tests/docs")
 # seconds per test of the tiers of the last whole run (docs/dev/testing.md, 2,576 s: e2e 2,777 s for 98
 # tests, docs 279 s for 29, bench 555 s for 190; real_vllm's one fleet test about 800 s of its 990 s)
-DEFAULT_TEST_S = {"tests/real_vllm": 800.0, "tests/e2e": 28.0, "tests/docs": 10.0, "tests/bench": 3.0}  # else 1 s
+DEFAULT_TEST_S = {"tests/real_vllm": 800.0, "tests/e2e": 28.0, "tests/docs": 10.0, "tests/worker": 3.0}  # else 1 s
 # outcomes of tests (TestReport); a collection report (a module skipped or broken at import) is the
 # same in every process and counted once, by the driver
 OUTCOMES = ("passed", "failed", "skipped", "error", "xfailed", "xpassed")

@@ -2,7 +2,7 @@
 
 `Follow` is the decision part, pure: fed one host's RunnerView (or a lost connection) at a time
 with the time it was read, it answers what to print (Say) and what to record (Fail).
-tests/bench/test_follow.py drives it with sequences of views (a rebooted worker, a dropped SSH
+tests/campaign/test_follow.py drives it with sequences of views (a rebooted worker, a dropped SSH
 connection, a finished queue, a stalled runner). `follow` is the loop around it: it reads
 each host through the fleet's connections, prints and records what `Follow` answers.
 """

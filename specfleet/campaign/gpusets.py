@@ -119,7 +119,7 @@ class NodeSim:
     thousands of times: the GPU sets are bit masks, the admission rule's answer for each (free set,
     need) is asked once (admit/pick, so the rule stays the worker's) and kept in a table, and only
     the end is computed. Items are (need, seconds, pin mask: 0 unpinned, else the pinned GPU's bit)
-    rows (row()). The same end as simulate() on every queue (tests/bench/test_split_sim.py)."""
+    rows (row()). The same end as simulate() on every queue (tests/campaign/test_split_sim.py)."""
 
     def __init__(self, gpus: list[int], groups: list[list[int]] | None = None, packing: str = "shared"):
         self.indices = sorted(gpus)

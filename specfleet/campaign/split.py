@@ -10,7 +10,7 @@ where the read bandwidth depends on where the node reads the model from (`model_
 throughput at each concurrency times a per-method relative speed. Durations measured in an
 earlier campaign (e.g. the report's, REPORT_DURATIONS) replace the estimates.
 
-The search (class Fleet) and the lower bound the result carries: docs/campaign.md "4. The split".
+The search (class OneGpuSearch) and the lower bound the result carries: docs/campaign.md "4. The split".
 """
 from __future__ import annotations
 
@@ -218,7 +218,7 @@ def split(plan: Plan, nodes: list[NodeInfo], pins: dict[str, str] | None = None,
              # every node runs its baseline before its items: after the smallest one, the items alone by count
              # (35 items of 14-20 min on 8 nodes: 3 nodes run 5, at least the 15 shortest / 3 after the baseline)
              min(base.values()) + count_bound(list(best.values()), len(names)))
-    f = Fleet(others, names, classes, dur, base, pins, lb)
+    f = OneGpuSearch(others, names, classes, dur, base, pins, lb)
     assign = f.improve(f.lpt())
     method = "heuristic"
     if f.span(assign) > lb + 1e-9:
@@ -239,7 +239,7 @@ def split(plan: Plan, nodes: list[NodeInfo], pins: dict[str, str] | None = None,
                  method=method, durations=dur)
 
 
-class Fleet:
+class OneGpuSearch:
     """The one-GPU split's search over `others` (config names other than the baseline) on nodes `names`,
     with dur[config][node] and base[node] seconds. Nodes that give every item the same duration
     (and the same baseline) form a class: within a class only the least-loaded node is worth trying,

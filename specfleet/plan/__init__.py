@@ -45,9 +45,9 @@ REMOVED_FLAGS = {
 DRAFT_MODEL_METHODS = {"eagle", "eagle3", "draft_model", "medusa", "mlp_speculator"}
 NGRAM_METHODS = {"ngram", "[ngram]", "ngram_gpu"}  # prompt lookup: no draft model, k and the lookup window
 KNOWN_METHODS = DRAFT_MODEL_METHODS | NGRAM_METHODS | {"mtp", "suffix"}
-# The user-settable keys of vLLM's SpeculativeConfig (vllm/config/speculative.py): the 0.32.0 keys
-# of /work/shared/notes/vllm.md (method, model, num_speculative_tokens, prompt_lookup_min/max,
-# draft_tensor_parallel_size) and the other fields of that dataclass on vLLM main after 0.32.0.
+# The user-settable keys of vLLM's SpeculativeConfig (vllm/config/speculative.py): those of 0.32.0
+# (method, model, num_speculative_tokens, prompt_lookup_min/max, draft_tensor_parallel_size) and
+# the other fields of that dataclass on vLLM main after 0.32.0.
 # A misspelt key (num_spec_tokens) would otherwise be found by vLLM only after a model load; a key
 # newer than this list is allowed per configuration by `speculative_extra_keys`.
 KNOWN_SPECULATIVE_KEYS = {
@@ -421,7 +421,7 @@ class Equivalence(_Strict):
 
 
 class Collect(_Strict):
-    """What `fab collect` takes from a worker (specfleet.results.untrusted): each file's size limit.
+    """What `fab collect` takes from a worker (specfleet.collect.untrusted): each file's size limit.
     Not part of the plan hash: it changes nothing that is measured."""
     max_result_mb: float = Field(default=8, gt=0)   # a result, state.json, run.json, a done marker
     max_log_mb: float = Field(default=64, gt=0)     # a server log (vLLM is verbose at start)

@@ -1,5 +1,5 @@
 """The crossover search's concurrency grids, read from the plan's `concurrencies: {search: crossover,
-...}`, and the search run without a runner (benchmarks/crossover_search.py, tests/bench).
+...}`, and the search run without a runner (benchmarks/crossover_search.py, tests/worker/test_crossover.py).
 
 The bastion puts the grids and each grid point's prompts into the run spec (campaign/spec.py
 `crossover_spec`); the runner's rounds (specfleet/worker/crossover.py) only read them.

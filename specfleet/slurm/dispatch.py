@@ -25,8 +25,8 @@ from ..worker import layout
 from ..errors import UserError
 from ..fleet import EXIT_FAILED
 from ..quoting import q
-from ..results.bastion_io import BastionStorageError
-from ..results.cells import write_placed
+from ..bastion_io import BastionStorageError
+from ..report.scan.cells import write_placed
 from ..step import Status, StepFailed
 from . import cli
 from ..scheduler import SlurmScheduler
@@ -343,7 +343,7 @@ def collect(fleet, inv, plan, dest: Path, refused: dict[str, list[str]]) -> list
     """Each host's finished items from the shared path (no SSH), then provenance with the job ids.
     Returns notes for the report (the Slurm job(s) of the campaign)."""
     from ..facts.worker_provenance import WorkerProvenance
-    from ..results.fetch import take_finished
+    from ..collect.fetch import take_finished
     cfg = inv.slurm
     recs = jobs(cfg, plan.campaign)
     for h in fleet.hosts:

@@ -4,8 +4,7 @@ from __future__ import annotations
 import shlex
 
 from ..connection import ssh_argv
-from ..facts.rsync import LISTING, Listing, LocalCopyPlan, LocalListing, RsyncItemize, TreeListing  # noqa: F401
-from ..facts.rsync import _local_listings  # noqa: F401  (a run's cache; tests clear it)
+from ..facts.rsync import Listing, LocalCopyPlan, LocalListing, RsyncItemize, TreeListing
 from ..inventory import Host
 from ..quoting import join
 from ..step import Change, Step, StepFailed, Values

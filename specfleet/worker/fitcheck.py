@@ -6,8 +6,8 @@
 FIT_JSON is the run spec's `fit` of one bench run (dataset, num_prompts, output_len, chat_template
 double|single, optional category and max_model_len such as 2048 or 2k). It selects, templates and
 counts the prompts as `vllm bench serve` and the server will (docs/campaign.md §9; the selection:
-/work/shared/notes/vllm.md A2), compares prompt tokens + output_len with --max-model-len and prints
-one JSON object. --write-kept writes the selected prompts that fit, in selection order, for a run
+vLLM's spec_bench loader, vllm/benchmarks/datasets/datasets.py), compares prompt tokens +
+output_len with --max-model-len and prints one JSON object. --write-kept writes the selected prompts that fit, in selection order, for a run
 with --disable-shuffle (the plan's `drop`).
 """
 from __future__ import annotations

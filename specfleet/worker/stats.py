@@ -5,7 +5,7 @@ their users (results/gate.py, results/comparison.py).
 
 The two-sided p of t is the regularized incomplete beta I_x(df/2, 1/2) at x = df / (df + t^2), by
 Lentz's continued fraction (Numerical Recipes, `betacf`): ~1e-10 for the df (>= 1, fractional) that
-Welch's formula yields; the quantile inverts it by bisection. tests/results/test_equivalence.py
+Welch's formula yields; the quantile inverts it by bisection. tests/report/test_equivalence.py
 checks both against scipy.
 """
 from __future__ import annotations

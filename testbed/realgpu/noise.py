@@ -22,8 +22,8 @@ from pathlib import Path
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from specfleet.results.gate_policy import token_weighted_tpot  # noqa: E402
-from specfleet.results.schema import Result  # noqa: E402
+from specfleet.report.gates.gate_policy import token_weighted_tpot  # noqa: E402
+from specfleet.resultfile.schema import Result  # noqa: E402
 
 
 def runs(folder: Path) -> dict[tuple[str, int], list[dict]]:

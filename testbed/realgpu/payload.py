@@ -48,7 +48,8 @@ from testbed.realgpu.devices import MIB, PROFILES, PinError, Profile, check_pin 
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
-DATASET = Path(os.environ.get("SPECFLEET_SPEC_BENCH_JSONL", "/work/shared/datasets/spec_bench/question.jsonl"))
+# the full Spec-Bench file is never committed: in shared/ beside the checkout (tests/shared_data.py)
+DATASET = Path(os.environ.get("SPECFLEET_SPEC_BENCH_JSONL") or REPO.parent / "shared/datasets/spec_bench/question.jsonl")
 
 #: What `vllm serve` / `vllm bench serve` import that the H200 image lacks, pinned to the versions
 #: that ran there (2026-12-01). GPU-kernel extras (flashinfer, cutlass-dsl, tilelang, quack,

@@ -9,7 +9,7 @@ OUT_ROOT/<campaign>/<host>/ and merged there by specfleet's own report code
 (specfleet.results.report_campaign), unchanged. What this tier adds:
 
 - the GPU's memory bandwidth, looked up by the GPU name in the run's provenance
-  (specfleet.results.diagnosis.bandwidth_of), so the decode bound (weights / bandwidth) is computed without a flag;
+  (specfleet.report.tables.diagnosis.bandwidth_of), so the decode bound (weights / bandwidth) is computed without a flag;
 - for runs made before device.sh stamped the provenance into the result files (the fixtures of
   2026-12-01), --env takes GPU, driver and torch from that run's env.txt (nvidia-smi's CSV and
   torch's version line, read on the device) into the copied state.json's `facts`;
@@ -17,7 +17,7 @@ OUT_ROOT/<campaign>/<host>/ and merged there by specfleet's own report code
   the model's weights (random or real: random weights make timings meaningful, acceptance not),
   and the decode bound against the measured TPOT.
 
-Degenerate and near-zero acceptance are flagged by the core's conclusions (specfleet.results.measures
+Degenerate and near-zero acceptance are flagged by the core's conclusions (specfleet.report.tables.measures
 .acceptance_flag), as in every `fab report`; nothing here judges acceptance.
 """
 from __future__ import annotations
@@ -31,7 +31,7 @@ from pathlib import Path
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from specfleet.results.diagnosis import bandwidth_of  # noqa: E402
+from specfleet.report.tables.diagnosis import bandwidth_of  # noqa: E402
 from testbed.realgpu.specs import ENGINE  # noqa: E402
 
 #: vanilla below this fraction of the decode bound is not memory-bound.
@@ -134,7 +134,7 @@ def report(run_dir: Path | list[Path], out_root: Path, env: Path | None = None, 
            quiet: bool = True):
     """`run_dir`: one runner folder, or several of one campaign (the two-GPU run: one per worker,
     merged after specfleet's equivalence gate on their baselines)."""
-    from specfleet.results import report_campaign
+    from specfleet.report import report_campaign
     facts = facts_from_env(env.read_text()) if env else None
     runs = run_dir if isinstance(run_dir, list) else [run_dir]
     camps = {copy_run(r, out_root, facts) for r in runs}
@@ -142,7 +142,7 @@ def report(run_dir: Path | list[Path], out_root: Path, env: Path | None = None, 
         raise ValueError(f"the run folders belong to different campaigns: {sorted(c.name for c in camps)}")
     camp_dir = camps.pop()
     gpu = gpu_of(camp_dir)
-    known = bandwidth_of(gpu)  # the one table: specfleet.results.diagnosis.BANDWIDTH_GBPS
+    known = bandwidth_of(gpu)  # the one table: specfleet.report.tables.diagnosis.BANDWIDTH_GBPS
     bandwidth = known[0] if known else None
     outcome = report_campaign(camp_dir, gpu_bandwidth_gbps=bandwidth, weights_gib=weights_gib, quiet=quiet)
     if outcome.merged:

@@ -16,7 +16,7 @@ CUDA_VISIBLE_DEVICES shows the server that one GPU). device.sh `pair` runs the t
 `stamp`: the runner records no GPU facts, and the device is the only place that knows them, so
 before the runner starts, device.sh adds `gpu=`, `driver=`, `torch_version=`, `cuda_version=` and
 `engine=` to every `vllm bench serve --metadata` list of the spec. vLLM writes them into each result
-file, and specfleet's report reads them into its provenance table (specfleet/results/schema.py
+file, and specfleet's report reads them into its provenance table (specfleet/resultfile/schema.py
 PROVENANCE_KEYS). Values are read on the device (nvidia-smi, torch), never typed in.
 """
 from __future__ import annotations

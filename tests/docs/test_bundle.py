@@ -80,7 +80,7 @@ def test_fab_needs_the_bundles_directory(installed):
 def test_installed_package_has_its_templates(installed):
     script = ("from specfleet.render import render\n"
               "print(render('provision/nvidia-modules.conf.j2', modules=['nvidia']))\n"
-              "from specfleet.results import document as r\n"
+              "from specfleet.report.render import document as r\n"
               "import os; print(sorted(os.listdir(r.TEMPLATE_DIR)))\n")
     p = subprocess.run([str(installed / ".venv/bin/python"), "-c", script], cwd="/", env=offline_env(),
                        capture_output=True, text=True, timeout=60)

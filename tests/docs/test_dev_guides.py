@@ -170,9 +170,9 @@ def test_the_report_column_appears_in_the_report(tmp_path, monkeypatch):
     import importlib
     sys.path.insert(0, str(ROOT / "tests" / "results"))
     from campaign_builder import write_campaign
-    from specfleet.results import report_campaign
+    from specfleet.report import report_campaign
     edits = guide_edits("add-a-report-column.md")
-    assert [t for t, _, _ in edits] == ["specfleet.results.merge.RUN_METRICS", "specfleet.results.document.RUN_COLS"]
+    assert [t for t, _, _ in edits] == ["specfleet.report.tables.merge.RUN_METRICS", "specfleet.report.render.document.RUN_COLS"]
     for target, after, entry in edits:
         mod, _, name = target.rpartition(".")
         current = getattr(importlib.import_module(mod), name)

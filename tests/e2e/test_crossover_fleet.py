@@ -189,7 +189,7 @@ def test_goodput_search_finds_the_highest_concurrency_meeting_the_slo(testbed_fa
             assert pts[grid[grid.index(tops[cfg]) + 1]]["verdict"] == MISSES, (cfg, pts)
     # (on this testbed the simulated engine's TTFTs met the SLO at every concurrency up to 32 in the runs
     # of 2026-12-02, so the boundary was not inside the range; locating it within one grid step is
-    # tests/bench/test_crossover.py's goodput test, on synthetic files)
+    # tests/worker/test_crossover.py's goodput test, on synthetic files)
     assert tops["vanilla"] is not None, (slo, st["crossover"])
 
     results = tmp_path / "results"

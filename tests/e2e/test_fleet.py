@@ -17,7 +17,7 @@ from specfleet.step import Status
 from specfleet.steps.command import Assert, Command
 from specfleet.steps.files import Directory, FileContent, LineInFile
 from specfleet.steps.net import Route
-from specfleet.steps import sync
+from specfleet.facts import rsync
 from specfleet.steps.sync import RsyncTree, local_listing
 
 from e2e_helpers import derived_inventory, events, fab, host_sh, inventory_of
@@ -211,7 +211,7 @@ def test_rsync_check_lists_and_second_sync_transfers_nothing(testbed_factory, sr
     values = {"listing": listing, "local_listing": local_listing(step.src)}
     assert step.in_sync(values) and step.bastion_facts(values) == {} and step.decide(values) == []
     shutil.rmtree(src_tree / "sub")
-    sync._local_listings.clear()
+    rsync._local_listings.clear()
     values["local_listing"] = local_listing(step.src)  # the bastion's tree changed: rsync -n itemizes it
     values.update({k: f.gather_local() for k, f in step.bastion_facts(values).items()})
     again = step.decide(values)

@@ -39,7 +39,7 @@ def test_rate_cells_goodput_and_export(testbed_factory, tmp_path):
     doc["benchmark"].update(dataset_path=str(PROJECT / "datasets" / "sample" / "question.jsonl"),
                             concurrencies=[8], request_rates=["inf", 4], seed=5,
                             slo={"ttft_ms": 600000, "tpot_ms": 600000})
-    # the node gate is not what this test checks (tests/e2e/test_collect.py and tests/results/test_gate.py do):
+    # the node gate is not what this test checks (tests/e2e/test_collect.py and tests/report/test_gate.py do):
     # the rate cell's one ~2 s run per node differed by 20.3 % in a CI run at load (79f9628), which made the gate
     # INCONCLUSIVE and collect merge nothing. The gate now lets the closed-loop cell decide, but that is one short
     # run per node too: a wide band keeps this single-run gate a pass at any load

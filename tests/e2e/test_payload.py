@@ -21,9 +21,9 @@ from specfleet.steps.files import FileContent
 
 from e2e_helpers import PROJECT, derived_inventory, events, fab, host_sh, inventory_of
 from test_privilege import add_user, as_user
+from tests.shared_data import SPEC_BENCH
 
 pytestmark = pytest.mark.e2e
-SPEC_BENCH = Path("/work/shared/datasets/spec_bench/question.jsonl")
 FAST = PROJECT / "tests/e2e/plans/fast.yml"
 
 

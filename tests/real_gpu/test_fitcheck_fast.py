@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.shared_data import SPEC_BENCH as SHARED_SPEC_BENCH
+
 REPO = Path(__file__).resolve().parents[2]
-SPEC_BENCH = Path(os.environ.get("SPECFLEET_SPEC_BENCH_JSONL", "/work/shared/datasets/spec_bench/question.jsonl"))
+SPEC_BENCH = Path(os.environ.get("SPECFLEET_SPEC_BENCH_JSONL") or SHARED_SPEC_BENCH)
 TOK = REPO / ".realgpu" / "stage" / "smollm2-tok"
 PY = os.environ.get("SPECFLEET_TOK_PYTHON", str(REPO / ".realgpu" / "tokvenv" / "bin" / "python"))
 

@@ -89,7 +89,7 @@ def test_no_conclusion_calls_a_slower_configuration_best(smollm2):
 
 
 def test_the_wrapper_keeps_no_acceptance_rule_of_its_own():
-    """The rule lives in the core (specfleet.results.measures.acceptance_flag), once."""
+    """The rule lives in the core (specfleet.report.tables.measures.acceptance_flag), once."""
     assert not [n for n in ("degenerate", "near_zero", "mark_conclusions", "DEGENERATE_RATE_PCT",
                             "NEAR_ZERO_RATE_PCT") if hasattr(rg, n)]
     rows = [{"config": "eagle3", "concurrency": 1, "acceptance_rate_pct": 0.4, "acceptance_length": 1.01, "tpot_ms": 6.0}]

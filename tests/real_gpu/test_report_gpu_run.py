@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from specfleet.results.measures import DEGENERATE_RATE_PCT, NEAR_ZERO_RATE_PCT
+from specfleet.report.tables.measures import DEGENERATE_RATE_PCT, NEAR_ZERO_RATE_PCT
 from testbed.realgpu import orphan, report as rg, specs, watch
 
 REPO = Path(__file__).resolve().parents[2]

@@ -48,7 +48,7 @@ from specfleet import venv_build
 from specfleet.roles.venv import venv_spec as role_venv_spec
 from tests.run_argv import rendered
 from specfleet.campaign import load_plan
-from specfleet.results.schema import SPEC_KEYS, Result
+from specfleet.resultfile.schema import SPEC_KEYS, Result
 from testbed.realvllm import build_venv as bv
 from testbed.seed import NFS_EXPORT, NFS_MOUNT
 from tests.e2e.e2e_helpers import PROJECT, derived_inventory, fab

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from simvllm_helpers import BASE_PYTHON, SAMPLE_DATASET, SIMVLLM, Server
+from tests.shared_data import SPEC_BENCH
 
 @pytest.fixture(scope="session")
 def simvenv(tmp_path_factory) -> Path:
@@ -50,7 +51,7 @@ def gpu_dir(tmp_path) -> Path:
 
 @pytest.fixture
 def dataset() -> Path:
-    shared = Path("/work/shared/datasets/spec_bench/question.jsonl")
+    shared = SPEC_BENCH
     return SAMPLE_DATASET if SAMPLE_DATASET.exists() else shared
 
 

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from simvllm_helpers import REPO, run_bench
+from tests.shared_data import SPEC_BENCH
 
 STANDIN = REPO / "testbed" / "host" / "gpu-standin"
-SPEC_BENCH = Path("/work/shared/datasets/spec_bench/question.jsonl")
 MIB = int(0.95 * 97887)
 
 

@@ -9,8 +9,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "testbed" / "simvllm"))
 from vllm import model as M  # noqa: E402
+from tests.shared_data import SPEC_BENCH
 
-SPEC_BENCH = Path("/work/shared/datasets/spec_bench/question.jsonl")
 SAMPLE = Path(__file__).resolve().parents[2] / "datasets" / "sample" / "question.jsonl"
 CONCS = [1, 2, 4, 8, 16, 32, 64, 96, 128, 192, 256]
 

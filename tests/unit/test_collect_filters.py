@@ -5,8 +5,8 @@ import base64
 import json
 
 from specfleet.facts.runner_state import RunnerView, parse_view
-from specfleet.results.fetch import finished_items, wanted
-from specfleet.results.provenance import spec_facts
+from specfleet.collect.fetch import finished_items, wanted
+from specfleet.collect.fetch import spec_facts
 
 RUN_FOLDER = {
     # done

@@ -281,8 +281,8 @@ def test_release_id_changes_when_the_venv_changes_in_place(tmp_path):
     first = release_id(str(venv), {"digest": "abc"})
     (venv / "lib" / "mod.py").write_text("x = 22\n")  # same digest, new content
     os.utime(venv / "lib" / "mod.py", (1, 1))
-    from specfleet.steps import sync
-    sync._local_listings.clear()  # one fab run lists the bastion's venv once (its cache lives a run)
+    from specfleet.facts import rsync
+    rsync._local_listings.clear()  # one fab run lists the bastion's venv once (its cache lives a run)
     second = release_id(str(venv), {"digest": "abc"})
     assert first.startswith("abc-") and second.startswith("abc-") and first != second
 

@@ -3,7 +3,7 @@ import signal
 import subprocess
 
 from specfleet.fleet import exit_status
-from specfleet.results.fetch import rsync_failure
+from specfleet.collect.fetch import rsync_failure
 
 
 def test_a_killed_program_is_named_with_its_signal():

@@ -16,8 +16,8 @@ from specfleet.step import Change, Payload, StepFailed
 from specfleet.steps.files import DIFF_MAX_BYTES, FileContent
 
 from test_steps import converge, facts_of, sh
+from tests.shared_data import SPEC_BENCH
 
-SPEC_BENCH = Path("/work/shared/datasets/spec_bench/question.jsonl")
 
 
 def sha(data: bytes) -> str:

@@ -1,5 +1,7 @@
 """The import rules of pyproject.toml ([tool.importlinter]) hold: tasks -> roles -> core -> worker,
-never upward; the worker program imports nothing else of specfleet; no import cycle in any package.
+never upward; the worker program imports nothing else of specfleet; collect and report never import
+each other; the report's rooms never import upward; the campaign imports neither collect nor report;
+no import cycle in any package.
 
 lint-imports runs on the checkout as it is, from the repository root, as a developer runs it: roles/,
 tasks/ and templates/ are seen as specfleet.roles, .tasks, .templates through the committed symlinks
@@ -42,21 +44,27 @@ def test_the_parts_at_the_top_level_are_the_packages_symlinks():
 def test_the_checkout_keeps_its_import_rules():
     p = lint(ROOT)
     assert p.returncode == 0, p.stdout + p.stderr
-    assert "3 kept, 0 broken" in p.stdout, p.stdout
+    assert "6 kept, 0 broken" in p.stdout, p.stdout
 
 
-def test_an_upward_import_a_worker_import_and_a_cycle_are_each_caught(tmp_path):
+def test_an_upward_import_a_worker_import_a_crossing_and_a_cycle_are_each_caught(tmp_path):
     """The rules can fail (a check that cannot fail proves nothing), lazy imports included; the upward
     import goes into a role behind the symlink, so a part at the top level is checked too."""
     p = lint(checkout_copy(tmp_path, {
         "specfleet/steps/extra.py": "def f():\n    from ..roles import configs\n",     # core -> roles
         "roles/leak.py": "from specfleet.tasks import bench\n",                         # roles -> tasks
         "specfleet/worker/leak.py": "from ..plan import Plan\n",                        # worker -> plan
-        "specfleet/results/loop_a.py": "from . import loop_b\n",
-        "specfleet/results/loop_b.py": "def g():\n    from . import loop_a\n",        # a cycle
+        "specfleet/report/scan/loop_a.py": "from . import loop_b\n",
+        "specfleet/report/scan/loop_b.py": "def g():\n    from . import loop_a\n",        # a cycle
+        "specfleet/collect/leak.py": "def h():\n    from ..report.scan import folder\n",   # collect -> report
+        "specfleet/report/gates/up.py": "def u():\n    from ..render import document\n",  # a room upward
+        "specfleet/campaign/leak.py": "from ..report.scan import cells\n",                 # campaign -> report
     }))
     assert p.returncode == 1, p.stdout
-    assert "0 kept, 3 broken" in p.stdout, p.stdout
+    assert "0 kept, 6 broken" in p.stdout, p.stdout
     for edge in ("specfleet.steps.extra -> specfleet.roles.configs", "specfleet.roles.leak -> specfleet.tasks.bench",
-                 "specfleet.worker.leak -> specfleet.plan", ".loop_b -> .loop_a"):
+                 "specfleet.worker.leak -> specfleet.plan", ".loop_b -> .loop_a",
+                 "specfleet.collect.leak -> specfleet.report.scan.folder",
+                 "specfleet.report.gates.up -> specfleet.report.render.document",
+                 "specfleet.campaign.leak -> specfleet.report.scan.cells"):
         assert edge in p.stdout, (edge, p.stdout)

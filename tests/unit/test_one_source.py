@@ -7,7 +7,7 @@ import yaml
 
 from specfleet.plan import KNOWN_METHODS, NGRAM_METHODS, Equivalence, parse_plan
 from specfleet.campaign.split import METHOD_SPEED
-from specfleet.results.gate import DEFAULT_BASELINE, EquivalenceRule
+from specfleet.report.gates.gate import DEFAULT_BASELINE, EquivalenceRule
 
 REPO = Path(__file__).resolve().parents[2]
 CODE = [p for d in ("specfleet", "tasks", "roles") if (REPO / d).is_dir() for p in sorted((REPO / d).rglob("*.py"))]
@@ -35,7 +35,7 @@ def literal_defaults(tree, arg: str):
 
 def test_the_baseline_default_is_named_once():
     found = {str(p.relative_to(REPO)): v for p, t in trees() for v in literal_defaults(t, "baseline")}
-    assert found == {}, f"use specfleet.results.gate.DEFAULT_BASELINE: {found}"
+    assert found == {}, f"use specfleet.report.gates.gate.DEFAULT_BASELINE: {found}"
     strings = Counter(n.value for _, t in trees() for n in ast.walk(t) if isinstance(n, ast.Constant))
     assert strings[DEFAULT_BASELINE] <= 2  # gate.DEFAULT_BASELINE and split.REPORT_DURATIONS' data
 

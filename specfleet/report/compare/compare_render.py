@@ -1,0 +1,250 @@
+"""`fab compare`'s outputs: compare.md, compare.html (the plot inlined), compare.svg, compare.json.
+
+One list of sections (title, headers, rows of formatted strings, note) feeds Markdown and HTML, as in
+the report (document.py), so they never disagree. Simulated inputs stamp every output and the plot.
+"""
+from __future__ import annotations
+
+import html
+import json
+import math
+from dataclasses import asdict
+from pathlib import Path
+
+from ...worker.layout import PROVENANCE
+from .comparison import IMPROVEMENT, REGRESSION, Comparison
+from ..render.document import SIMULATED_STAMP, Section, fmt, md_cell
+from ..gates.gate import GATE_METRICS
+
+FORCED_STAMP = "FORCED: compared with --force although {why}."
+
+
+def stamps(c: Comparison) -> list[str]:
+    out = [SIMULATED_STAMP] if c.simulated else []
+    if c.forced:
+        why = "; ".join(c.refused) or "a side's node-equivalence gate failed"
+        out.append(FORCED_STAMP.format(why=why))
+    return out
+
+
+def _pct(r: float | None) -> str:
+    return "–" if r is None or (isinstance(r, float) and math.isnan(r)) else f"{(r - 1) * 100:+.2f} %"
+
+
+def _word(verdict: str) -> str:
+    """A regression shouts in the tables."""
+    return verdict.upper() if verdict == REGRESSION else verdict
+
+
+def sections(c: Comparison) -> list[Section]:
+    secs = [Section("Provenance differences", ["what", "baseline", "candidate"],
+                    [list(r) for r in c.provenance],
+                    f"Node facts (result metadata, {PROVENANCE}) and result facts that differ between the "
+                    "campaigns, values over every node of a side; the run dates always.")]
+    if c.plan_compared or c.plan_other or c.base.plan is None or c.cand.plan is None:
+        rows = [[k, a, b, "compared (vLLM version, name, server flag)"] for k, a, b in c.plan_compared]
+        rows += [[k, a, b, "OTHER: not what a comparison is for"] for k, a, b in c.plan_other]
+        secs.append(Section("Plan differences", ["field", "baseline", "candidate", "kind"], rows,
+                            "From each side's plan.json; assertions are not part of the plan hash and not "
+                            "listed. An OTHER difference may be what moved the figures."
+                            if c.base.plan and c.cand.plan else "not checked: a side has no plan.json"))
+    label = GATE_METRICS[c.metric]
+    secs.append(Section(f"Per cell: {label}, candidate / baseline",
+                        ["config", "conc", "cell", "baseline", "candidate", "n", "change", "CI low", "CI high",
+                         "verdict", "why"],
+                        [[d.config, str(d.concurrency), d.cell, fmt(d.base_mean), fmt(d.cand_mean),
+                          f"{d.n_base}/{d.n_cand}", _pct(d.ratio), _pct(d.ci_low), _pct(d.ci_high),
+                          _word(d.verdict), d.detail] for d in c.cells],
+                        f"Means over every run of the cell on every node of a side. {rule_text(c)}"))
+    if c.speedups:
+        secs.append(Section("Speedup vs the baseline configuration, and acceptance, per configuration",
+                            ["config", "conc", "cell", "speedup before", "speedup after", "change", "CI low",
+                             "CI high", "verdict", "acceptance % before", "after", "acceptance length before",
+                             "after"],
+                            [[s.config, str(s.concurrency), s.cell, fmt(s.base_speedup, 3, "x"),
+                              fmt(s.cand_speedup, 3, "x"), _pct(s.ratio), _pct(s.ci_low), _pct(s.ci_high),
+                              _word(s.verdict), fmt(s.base_accept_pct, 1), fmt(s.cand_accept_pct, 1),
+                              fmt(s.base_accept_len, 3), fmt(s.cand_accept_len, 3)] for s in c.speedups],
+                            "Speedup = output tok/s over the same campaign's baseline configuration (means over "
+                            "nodes). Change = the ratio of the two speedups on geometric means, its interval "
+                            "from the four groups of runs (Welch-Satterthwaite on log values); verdicts as "
+                            "per cell. Acceptance from the spec_decode_* keys, pooled per side."))
+    if c.goodput:
+        secs.append(goodput_section(c))
+    if c.assertions:
+        secs.append(Section("Assertions (the candidate's plan)", ["assertion", "state", "detail"],
+                            [[a.assertion.describe(), a.state, a.detail] for a in c.assertions]))
+    return secs
+
+
+def _pp(v: float) -> str:
+    return f"{v:+.1f} pp"
+
+
+def goodput_section(c: Comparison) -> Section:
+    rows = [[g.config, str(g.concurrency), g.cell, fmt(g.base_goodput, 3), fmt(g.cand_goodput, 3),
+             f"{g.n_base}/{g.n_cand}", _pct(g.ratio), _pct(g.ci_low), _pct(g.ci_high), _word(g.verdict),
+             f"{g.base_attainment_pct:.1f} % of {g.base_requests}",
+             f"{g.cand_attainment_pct:.1f} % of {g.cand_requests}", _pp(g.attainment_change_pp),
+             f"[{_pp(g.attainment_low_pp)}, {_pp(g.attainment_high_pp)}]", _word(g.attainment_verdict),
+             ("yes" if g.base_meets else "NO") + " -> " + ("yes" if g.cand_meets else "NO"), g.method]
+            for g in c.goodput]
+    return Section("Goodput under the SLO, candidate / baseline",
+                   ["config", "conc", "cell", "goodput req/s before", "after", "n", "change", "CI low", "CI high",
+                    "goodput verdict", "within SLO before", "after", "attainment change", "95 % interval",
+                    "attainment verdict", "meets SLO", "method"], rows,
+                   f"SLO: {c.slo}. Goodput = good requests / duration per run, from the per-request arrays, both "
+                   "sides judged by this SLO; its change and verdict by the per-cell rule. A run with goodput 0 has "
+                   "no log value: that cell's goodput verdict is its attainment's. Attainment = good / completed "
+                   "requests pooled over a side's runs; change in percentage points with Newcombe's hybrid score "
+                   f"interval ({c.noise.confidence:.0%}, defined at 0 % and 100 %); regression / improvement when "
+                   f"the interval lies wholly beyond ±{c.noise.tolerance_pct:g} points, within tolerance when it "
+                   "excludes 0. It treats requests as independent trials, which requests sharing a server under "
+                   "load are not: with runs that differ it is too narrow.")
+
+
+def rule_text(c: Comparison) -> str:
+    lo, hi = c.noise.band
+    return (f"Verdict: regression / improvement when the {c.noise.confidence:.0%} interval of the ratio "
+            f"(Welch's t on log values, repeats of both sides) lies wholly outside the ±{c.noise.tolerance_pct:g} % "
+            f"band [{lo:.4f}, {hi:.4f}] on the worse / better side; with a single run on either side, the ratio "
+            "itself outside the band (plain threshold, no interval); 'within tolerance' when the interval "
+            "excludes 1.00 but not the band; otherwise no measurable difference. Error rate: an unchanged "
+            "cell is called a regression with probability below 2.5 %.")
+
+
+def summary(c: Comparison) -> list[str]:
+    out = [f"baseline: {c.base.dir} ({c.base.camp.name}); candidate: {c.cand.dir} ({c.cand.camp.name})"]
+    imp = [d for d in c.cells if d.verdict == IMPROVEMENT]
+    out.append(f"{len(c.cells)} cells compared on {GATE_METRICS[c.metric]}: {len(c.regressions)} regression(s), "
+               f"{len(imp)} improvement(s); {len(c.speedup_regressions)} speedup regression(s)")
+    for d in c.regressions:
+        out.append(f"REGRESSION: {d.config} @ {d.cell}: {_pct(d.ratio)} ({d.method}, interval "
+                   f"[{_pct(d.ci_low)}, {_pct(d.ci_high)}])")
+    for s in c.speedup_regressions:
+        out.append(f"REGRESSION: {s.config} @ {s.cell}: speedup {s.base_speedup:.3f}x -> {s.cand_speedup:.3f}x "
+                   f"({_pct(s.ratio)}, interval [{_pct(s.ci_low)}, {_pct(s.ci_high)}])")
+    if c.goodput:
+        out.append(f"{len(c.goodput)} cells compared on goodput under the SLO ({c.slo}): "
+                   f"{len(c.goodput_regressions)} regression(s)")
+    for g in c.goodput_regressions:
+        what = [f"goodput {_pct(g.ratio)}" + (f" (interval [{_pct(g.ci_low)}, {_pct(g.ci_high)}])"
+                                               if g.ci_low is not None else f" ({g.method})")] \
+            if g.verdict == REGRESSION else []
+        if g.attainment_verdict == REGRESSION:
+            what.append(f"SLO attainment {g.base_attainment_pct:.1f} % -> {g.cand_attainment_pct:.1f} % "
+                        f"(interval [{_pp(g.attainment_low_pp)}, {_pp(g.attainment_high_pp)}])")
+        out.append(f"REGRESSION: {g.config} @ {g.cell} under the SLO: {'; '.join(what)}")
+    for a in c.assertions:
+        out.append(a.line())
+    out += c.unmatched + c.notes
+    if not (c.regressions or c.speedup_regressions or c.goodput_regressions):
+        out.append("no regression")
+    return out
+
+
+def plot_svg(c: Comparison) -> str | None:
+    if not c.cells:
+        return None
+    from ..render.plots import RC, _svg, plt  # matplotlib, Agg, the report's SVG settings and SIMULATED stamp
+
+    with plt.rc_context(RC):
+        fig, ax = plt.subplots(figsize=(7, 0.35 * len(c.cells) + 1.2))
+        ys = list(range(len(c.cells)))[::-1]
+        vals = [(d.ratio - 1) * 100 for d in c.cells]
+        lo = [0 if d.ci_low is None else (d.ratio - d.ci_low) * 100 for d in c.cells]
+        hi = [0 if d.ci_high is None else (d.ci_high - d.ratio) * 100 for d in c.cells]
+        colours = ["#b00020" if d.verdict == REGRESSION else "#1b7a2b" if d.verdict == IMPROVEMENT else "#555"
+                   for d in c.cells]
+        ax.barh(ys, vals, color=colours, height=0.6)
+        ax.errorbar(vals, ys, xerr=[lo, hi], fmt="none", ecolor="black", elinewidth=0.8, capsize=2)
+        b_lo, b_hi = c.noise.band
+        ax.axvspan((b_lo - 1) * 100, (b_hi - 1) * 100, color="grey", alpha=0.25, lw=0)
+        ax.axvline(0, color="black", lw=0.8)
+        ax.set_yticks(ys, [f"{d.config} @ {d.cell}" for d in c.cells])
+        ax.set_xlabel(f"{GATE_METRICS[c.metric]}: candidate vs baseline, %")
+        ax.set_title("Candidate vs baseline per cell (bars: 95 % CI; grey: tolerance band)")
+        return _svg(fig, c.simulated)
+
+
+def to_markdown(c: Comparison, secs: list[Section], image: str | None) -> str:
+    lines = [f"# Campaign comparison: {c.base.camp.name} -> {c.cand.camp.name}", ""]
+    lines += [f"**{s}**" for s in stamps(c)] + ([""] if stamps(c) else [])
+    lines += [f"- {md_cell(s)}" for s in summary(c)] + [""]
+    if image:
+        lines += [f"![candidate vs baseline]({image})", ""]
+    for s in secs:
+        lines += [f"## {s.title}", ""]
+        if s.note:
+            lines += [md_cell(s.note), ""]
+        if s.rows:
+            lines += ["| " + " | ".join(map(md_cell, s.headers)) + " |", "|" + "---|" * len(s.headers)]
+            lines += ["| " + " | ".join(md_cell(x) for x in r) + " |" for r in s.rows]
+            lines.append("")
+        else:
+            lines += ["(none)", ""]
+    return "\n".join(lines)
+
+
+def to_html(c: Comparison, secs: list[Section], svg: str | None) -> str:
+    e = html.escape
+    body = [f"<h1>Campaign comparison: {e(c.base.camp.name)} &rarr; {e(c.cand.camp.name)}</h1>"]
+    body += [f'<p class="stamp">{e(s)}</p>' for s in stamps(c)]
+    body.append("<ul>" + "".join(f"<li>{e(s)}</li>" for s in summary(c)) + "</ul>")
+    if svg:
+        body.append(f'<figure id="compare-plot">{svg}</figure>')
+    for s in secs:
+        body.append(f"<h2>{e(s.title)}</h2>" + (f"<p>{e(s.note)}</p>" if s.note else ""))
+        if s.rows:
+            head = "".join(f"<th>{e(h)}</th>" for h in s.headers)
+            rows = "".join("<tr>" + "".join(f"<td>{e(x)}</td>" for x in r) + "</tr>" for r in s.rows)
+            body.append(f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>")
+        else:
+            body.append("<p>(none)</p>")
+    style = ("body{font-family:sans-serif;margin:2em;max-width:1400px}table{border-collapse:collapse;font-size:90%}"
+             "td,th{border:1px solid #ccc;padding:2px 6px;text-align:left}"
+             ".stamp{background:#b00020;color:#fff;padding:4px 8px;font-weight:bold}")
+    title = ("[SIMULATED] " if c.simulated else "") + f"compare {c.base.camp.name} -> {c.cand.camp.name}"
+    return (f"<!doctype html><html><head><meta charset=\"utf-8\"><title>{e(title)}</title>"
+            f"<style>{style}</style></head><body>{''.join(body)}</body></html>\n")
+
+
+def _no_nan(v):
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, dict):
+        return {k: _no_nan(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_no_nan(x) for x in v]
+    return v
+
+
+def to_json(c: Comparison) -> str:
+    """compare.json: the same figures for machines (NaN written as null)."""
+    data = {
+        "schema_version": 1, "baseline": str(c.base.dir), "candidate": str(c.cand.dir), "metric": c.metric,
+        "simulated": c.simulated, "forced": c.forced, "stamps": stamps(c), "refused": c.refused,
+        "tolerance_pct": c.noise.tolerance_pct, "confidence": c.noise.confidence,
+        "provenance_differences": [dict(zip(("what", "baseline", "candidate"), r)) for r in c.provenance],
+        "plan_differences": [dict(zip(("field", "baseline", "candidate"), r), kind=k)
+                             for k, rows in (("compared", c.plan_compared), ("other", c.plan_other)) for r in rows],
+        "cells": [asdict(d) for d in c.cells], "unmatched": c.unmatched,
+        "speedups": [asdict(s) for s in c.speedups],
+        "slo": c.slo or None, "goodput": [dict(asdict(g), regressed=g.regressed) for g in c.goodput],
+        "assertions": [{"assertion": a.assertion.describe(), "state": a.state, "detail": a.detail}
+                       for a in c.assertions],
+        "notes": c.notes}
+    return json.dumps(_no_nan(data), indent=1, allow_nan=False, default=str) + "\n"
+
+
+def write_outputs(c: Comparison, out_dir: Path) -> dict[str, Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    secs, svg = sections(c), plot_svg(c)
+    paths = {"md": out_dir / "compare.md", "html": out_dir / "compare.html", "json": out_dir / "compare.json"}
+    if svg:
+        paths["svg"] = out_dir / "compare.svg"
+        paths["svg"].write_text(svg, encoding="utf-8")
+    paths["md"].write_text(to_markdown(c, secs, "compare.svg" if svg else None), encoding="utf-8")
+    paths["html"].write_text(to_html(c, secs, svg), encoding="utf-8")
+    paths["json"].write_text(to_json(c), encoding="utf-8")
+    return paths

@@ -1,0 +1,227 @@
+"""fab compare: two campaigns of real-shaped result files (compare_builder.py); eagle3 15 % slower in one
+candidate, noise only in another."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from invoke.exceptions import Exit
+
+from compare_builder import campaign, plan_raw
+from specfleet.errors import UserError
+from specfleet.fleet import EXIT_ASSERTION, EXIT_REGRESSION
+from specfleet.report.compare.comparison import (IMPROVEMENT, NO_DIFF, PLAN_SNAPSHOT, REGRESSION, WITHIN, compare_dirs,
+                                       decide)
+from specfleet.report.compare.compare_render import write_outputs
+from specfleet.report.tables.measures import NoiseBand
+
+
+@pytest.fixture
+def base(tmp_path) -> Path:
+    return campaign(tmp_path / "old", plan_raw(), seed=1)
+
+
+def test_eagle3_fifteen_percent_slower_is_a_regression(tmp_path, base):
+    cand = campaign(tmp_path / "new", plan_raw(vllm_version="0.32.0"), seed=2, scale={"eagle3": 0.85}, vllm="0.32.0")
+    # the plan's gate metric (token-weighted TPOT: lower is better) and output tok/s say the same
+    default = compare_dirs(base, cand)
+    assert {(d.config, d.concurrency) for d in default.regressions} == {("eagle3", 1), ("eagle3", 16)}
+    cmp = compare_dirs(base, cand, metric="output_throughput")
+    reg = {(d.config, d.concurrency) for d in cmp.regressions}
+    assert reg == {("eagle3", 1), ("eagle3", 16)}
+    assert {(s.config, s.concurrency) for s in cmp.speedup_regressions} == {("eagle3", 1), ("eagle3", 16)}
+    e16 = next(d for d in cmp.cells if d.config == "eagle3" and d.concurrency == 16)
+    assert 0.80 < e16.ratio < 0.90 and e16.ci_high < 1 / 1.03 and (e16.n_base, e16.n_cand) == (3, 3)
+    # the unchanged configurations are not called regressions
+    assert all(d.verdict != REGRESSION for d in cmp.cells if d.config != "eagle3")
+    # provenance first: the vLLM version differs; the plan differs only in what is compared
+    assert ("vllm", "0.31.0", "0.32.0") in cmp.provenance
+    assert [k for k, *_ in cmp.plan_compared] == ["vllm_version"] and cmp.plan_other == []
+    # the candidate's plan asserts eagle3 >= 1.7x at c=16: 1.83 x 0.85 = 1.56 fails
+    assert [a.state for a in cmp.assertions] == ["FAILED"]
+
+
+def test_noise_only_rerun_has_no_regression(tmp_path, base):
+    cand = campaign(tmp_path / "new", plan_raw(), seed=3)
+    cmp = compare_dirs(base, cand)
+    assert len(cmp.cells) == 8 and cmp.regressions == [] and cmp.speedup_regressions == []
+    assert {d.verdict for d in cmp.cells} <= {NO_DIFF, WITHIN}
+    assert [a.state for a in cmp.assertions] == ["passed"]
+    assert cmp.plan_compared == [] and cmp.plan_other == []
+
+
+def test_other_plan_differences_are_named(tmp_path, base):
+    raw = plan_raw(**{"benchmark.output_len": 256, "server.args": ["--max-model-len", "4096"]})
+    cmp = compare_dirs(base, campaign(tmp_path / "new", raw, seed=4))
+    assert [k for k, *_ in cmp.plan_compared] == ["server.args"]
+    assert [k for k, *_ in cmp.plan_other] == ["benchmark.output_len"]
+
+
+def test_other_model_refused_unless_forced(tmp_path, base):
+    cand = campaign(tmp_path / "new", plan_raw(**{"model.name": "Qwen/Qwen3-8B"}), seed=5)
+    with pytest.raises(UserError, match=r"different models: Qwen/Qwen3-32B \(baseline\) vs Qwen/Qwen3-8B.*--force"):
+        compare_dirs(base, cand)
+    cmp = compare_dirs(base, cand, force=True)
+    assert cmp.forced
+    paths = write_outputs(cmp, tmp_path / "out")
+    assert "FORCED: compared with --force although different models" in paths["md"].read_text()
+
+
+def test_other_dataset_refused(tmp_path, base):
+    cand = campaign(tmp_path / "new", plan_raw(**{"benchmark.dataset_path": "other.jsonl"}), seed=6)
+    with pytest.raises(UserError, match="different datasets"):
+        compare_dirs(base, cand)
+
+
+def test_decide_rules():
+    noise = NoiseBand(3.0)
+    # lower is better for TPOT: 10 % higher TPOT is a regression
+    assert decide("mean_tpot_ms", [10.0, 10.1, 9.9], [11.0, 11.1, 10.9], noise)[4] == REGRESSION
+    assert decide("output_throughput", [10.0, 10.1, 9.9], [11.0, 11.1, 10.9], noise)[4] == IMPROVEMENT
+    # measurably slower (interval excludes 1) but inside the band
+    assert decide("output_throughput", [100.0, 100.1, 99.9], [99.0, 99.1, 98.9], noise)[4] == WITHIN
+    # single runs: the plain threshold on the ratio
+    r = decide("output_throughput", [100.0], [96.0], noise)
+    assert r[4] == REGRESSION and r[1] is None and "single run" in r[3]
+    assert decide("output_throughput", [100.0], [98.0], noise)[4] == NO_DIFF
+
+
+def test_outputs_carry_plot_and_simulated_stamp(tmp_path, base):
+    raw = plan_raw()
+    cand = campaign(tmp_path / "new", raw, seed=7, scale={"eagle3": 0.85})
+    for f in cand.glob("w2/eagle3_*.json"):  # one simulated input stamps the whole comparison
+        d = json.loads(f.read_text())
+        d["simulated"] = True
+        f.write_text(json.dumps(d))
+    paths = write_outputs(compare_dirs(base, cand), tmp_path / "out")
+    assert "SIMULATED ENGINE" in paths["md"].read_text() and "![candidate vs baseline](compare.svg)" in paths["md"].read_text()
+    page = paths["html"].read_text()
+    assert "<svg" in page and "SIMULATED ENGINE: not a measurement" in page and "REGRESSION" in page
+    data = json.loads(paths["json"].read_text())
+    assert data["simulated"] and any(c["verdict"] == REGRESSION for c in data["cells"])
+
+
+def _fab_compare(base: Path, cand: Path, *extra: str) -> int:
+    from specfleet.tasks import ns
+    from invoke import Context
+    body = ns["compare"].body
+    kw = {"baseline": str(base), "candidate": str(cand), "out": str(cand.parent / "cmp"), **dict(extra)}
+    try:
+        body(Context(), **kw)
+    except Exit as e:
+        return e.code
+    return 0
+
+
+def test_fail_on_regression_exit_codes(tmp_path, base):
+    slow = campaign(tmp_path / "slow", plan_raw(), seed=8, scale={"eagle3": 0.85})
+    same = campaign(tmp_path / "same", plan_raw(), seed=9)
+    raw = plan_raw()
+    raw["assertions"] = []
+    quiet = campaign(tmp_path / "quiet", raw, seed=8, scale={"eagle3": 0.85})
+    assert _fab_compare(base, slow, ("fail_on", "regression")) == EXIT_REGRESSION | EXIT_ASSERTION
+    assert _fab_compare(base, quiet, ("fail_on", "regression")) == EXIT_REGRESSION
+    assert _fab_compare(base, quiet) == 0            # without --fail-on a regression is reported, not an exit code
+    assert _fab_compare(base, same, ("fail_on", "regression")) == 0
+
+
+def test_no_snapshot_is_said(tmp_path, base):
+    cand = campaign(tmp_path / "new", plan_raw(), seed=10)
+    (cand / PLAN_SNAPSHOT).unlink()
+    cmp = compare_dirs(base, cand)
+    assert any("no plan.json" in n and "not checked" in n for n in cmp.notes)
+
+
+# ------------------------------------------------------------------ goodput under an SLO (comparison.py)
+SLO = {"tpot_ms": 50, "attainment_pct": 90}
+
+
+def with_requests(d: Path, slow: dict[tuple[str, str], int]) -> Path:
+    """Per-request arrays in every result file: 16 requests at TPOT 40 ms, of which slow[(config, cell)]
+    at 60 ms (over the SLO's 50 ms); vLLM's own figures are left as they are."""
+    for f in d.glob("w*/*_conc*_r*.json"):
+        r = json.loads(f.read_text())
+        cfg, cell = f.name.split("_")[0], f.name.split("_")[1]
+        k = slow.get((cfg, cell), 0)
+        tpots = [0.06] * k + [0.04] * (16 - k)
+        r.update(ttfts=[0.1] * 16, output_lens=[101] * 16, errors=[""] * 16,
+                 latencies=[0.1 + 100 * t for t in tpots])
+        f.write_text(json.dumps(r))
+    return d
+
+
+def test_goodput_and_attainment_compared_when_both_plans_have_an_slo(tmp_path):
+    raw = plan_raw(**{"benchmark.slo": SLO})
+    base = with_requests(campaign(tmp_path / "old", raw, seed=1), {})
+    # throughput unchanged; under the SLO eagle3 at c=16 keeps 8 of 16 requests, ngram at c=1 none
+    cand = with_requests(campaign(tmp_path / "new", raw, seed=2), {("eagle3", "conc16"): 8, ("ngram", "conc1"): 16})
+    cmp = compare_dirs(base, cand, metric="output_throughput")   # (the TPOT metrics see the slow requests too)
+    assert cmp.regressions == [] and cmp.speedup_regressions == [] and "TPOT <= 50 ms" in cmp.slo
+    g = {(x.config, x.concurrency): x for x in cmp.goodput}
+    assert len(g) == 8
+    e16 = g[("eagle3", 16)]
+    assert e16.verdict == REGRESSION and e16.ci_high < 1 / 1.03 and 0.45 < e16.ratio < 0.55   # 8/16 of the goodput
+    assert e16.attainment_verdict == REGRESSION and e16.base_attainment_pct == 100 and e16.cand_attainment_pct == 50
+    assert e16.attainment_high_pp < -3 and e16.base_meets and not e16.cand_meets
+    # goodput 0 in every run: no log interval, judged on attainment (0 % of 48 vs 100 % of 48), said so
+    n1 = g[("ngram", 1)]
+    assert n1.cand_goodput == 0 and n1.ci_low is None and "attainment" in n1.method
+    assert n1.verdict == REGRESSION and n1.attainment_low_pp == -100 and -95 < n1.attainment_high_pp < -85
+    assert {(x.config, x.concurrency) for x in cmp.goodput_regressions} == {("eagle3", 16), ("ngram", 1)}
+    assert all(x.verdict in (NO_DIFF, WITHIN) and x.attainment_verdict == NO_DIFF for k, x in g.items()
+               if k not in (("eagle3", 16), ("ngram", 1)))
+    paths = write_outputs(cmp, tmp_path / "out")
+    md = paths["md"].read_text()
+    assert "## Goodput under the SLO, candidate / baseline" in md and "Newcombe" in md
+    assert "REGRESSION: eagle3 @ conc16 under the SLO" in md
+    data = json.loads(paths["json"].read_text())
+    assert sum(x["regressed"] for x in data["goodput"]) == 2 and data["slo"].startswith("TPOT <= 50 ms")
+    # --fail-on regression covers it: throughput alone has no regression here
+    raw["assertions"] = []
+    quiet = with_requests(campaign(tmp_path / "quiet", raw, seed=2), {("eagle3", "conc16"): 8})
+    assert _fab_compare(base, quiet, ("fail_on", "regression"), ("metric", "output_throughput")) == EXIT_REGRESSION
+    same = with_requests(campaign(tmp_path / "same", raw, seed=3), {})
+    assert _fab_compare(base, same, ("fail_on", "regression")) == 0
+
+
+def test_goodput_not_compared_without_an_slo_on_both_sides(tmp_path, base):
+    cand = with_requests(campaign(tmp_path / "new", plan_raw(**{"benchmark.slo": SLO}), seed=2), {})
+    cmp = compare_dirs(with_requests(base, {}), cand)
+    assert cmp.goodput == [] and any("only the candidate's plan has benchmark.slo" in n for n in cmp.notes)
+    # another SLO on the baseline's side: both judged by the candidate's, and said so
+    other = with_requests(campaign(tmp_path / "other", plan_raw(**{"benchmark.slo": {"tpot_ms": 45}}), seed=4), {})
+    cmp = compare_dirs(other, cand)
+    assert len(cmp.goodput) == 8 and any("SLOs differ" in n and "candidate's" in n for n in cmp.notes)
+
+
+def test_proportion_intervals_match_newcombe():
+    from specfleet.report.compare.comparison import proportion_difference
+    from specfleet.worker.stats import wilson_interval
+    # Newcombe (1998), Stat. Med. 17:857 and 873: 15/148 -> [0.0624, 0.1605]; 56/70 - 48/80 -> [0.0524, 0.3339]
+    assert wilson_interval(15, 148, 0.95) == pytest.approx((0.0624, 0.1605), abs=5e-5)
+    d, lo, hi = proportion_difference(48, 80, 56, 70, 0.95)
+    assert d == pytest.approx(0.2) and (lo, hi) == pytest.approx((0.0524, 0.3339), abs=5e-5)
+    lo0, hi0 = wilson_interval(0, 16, 0.95)
+    assert lo0 == 0 and 0.19 < hi0 < 0.20   # defined at 0 %, where a log interval is not
+
+
+def _server_logs(camp: Path, speculative: dict[str, str]) -> None:
+    """Each host's <config>.server.log with one start line, as the runner writes it."""
+    for host in (d for d in camp.iterdir() if d.is_dir()):
+        for cfg, text in speculative.items():
+            argv = f"/v/bin/vllm serve /m --served-model-name bench --port 8000 --speculative-config {text}"
+            (host / f"{cfg}.server.log").write_text(f"==== specfleet 2026-12-03T07:11:10Z run r1: {argv}\n")
+
+
+def test_a_speculative_config_spelled_with_other_key_order_is_the_same(tmp_path, base):
+    """The worker of issue 22 records --speculative-config with sorted keys, the bastion before it in the
+    plan's order (seen on the H200, docs/engines-gpu.md): fab compare does not call that a difference;
+    another value is one."""
+    _server_logs(base, {"ngram": '{"method":"ngram","num_speculative_tokens":4,"prompt_lookup_min":2,"prompt_lookup_max":128}'})
+    cand = campaign(tmp_path / "new", plan_raw(), seed=3)
+    _server_logs(cand, {"ngram": '{"method":"ngram","num_speculative_tokens":4,"prompt_lookup_max":128,"prompt_lookup_min":2}'})
+    assert "speculative_config" not in [k for k, *_ in compare_dirs(base, cand).provenance]
+    _server_logs(cand, {"ngram": '{"method":"ngram","num_speculative_tokens":5,"prompt_lookup_max":128,"prompt_lookup_min":2}'})
+    diffs = {k: (a, b) for k, a, b in compare_dirs(base, cand).provenance}
+    assert "speculative_config" in diffs and '"num_speculative_tokens":5' in diffs["speculative_config"][1]

@@ -1,0 +1,190 @@
+"""Telemetry in the report: per run mean power, J/token, throttle flags, the timeline plot; a run
+without a file is left out, one with no GPU samples is 'not recorded'; a failed gate shows the nodes'
+telemetry side by side."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from campaign_builder import write_campaign
+from specfleet.report.build import report_plan
+from specfleet.report.render.telemetry_report import TELEMETRY_HEADERS, TIMELINE_IMAGE, telemetry_rows, telemetry_table
+
+from compare_builder import campaign, plan_raw
+from specfleet.plan import parse_plan
+
+
+def tel_file(path, powers, mask="0x0000000000000000", t0=1000.0, problems=()):
+    rows = [{"kind": "header", "problems": list(problems), "period_s": 1.0}]
+    for i, p in enumerate(powers):
+        rows.append({"kind": "sample", "t": t0 + i, "gpus": [{"index": 0, "power_w": p, "sm_mhz": 1980, "temp_c": 50 + i,
+                                                               "clock_event_reasons": mask}] if p is not None else [],
+                     "server": {"running": 4, "waiting": 0, "generation_tokens": 100.0 * i, "preemptions": i}})
+    rows.append({"kind": "end"})
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+
+
+def test_per_run_power_energy_and_throttle(tmp_path):
+    camp = write_campaign(tmp_path / "c")
+    tel_file(camp / "w1" / "vanilla_conc16.telemetry.jsonl", [300, 310, 320])
+    tel_file(camp / "w2" / "eagle3_conc16.telemetry.jsonl", [400, 400], mask="0x0000000000000004")
+    tel_file(camp / "w2" / "vanilla_conc16.telemetry.jsonl", [None, None], problems=["GPU telemetry not recorded: x"])
+    from specfleet.report.scan.folder import scan_campaign
+    df = telemetry_table(scan_campaign(camp, quarantine=False)).set_index(["config", "node", "concurrency"])
+    v = df.loc[("vanilla", "w1", 16)]
+    assert v.power_w == pytest.approx(310) and v.throttle == "" and v.temp_max_c == 52
+    assert v.preemptions == 2
+    # the builder's results carry no per-request times: no window, so no energy (issue 39: it was mean
+    # power x duration, warm-ups and client start-up included)
+    assert math.isnan(v.j_per_token) and "energy not measurable: the result has no per-request start times" in v.note
+    assert df.loc[("eagle3", "w2", 16)].throttle == "SW power cap"
+    nr = df.loc[("vanilla", "w2", 16)]
+    assert nr.throttle == "not recorded" and "GPU telemetry not recorded" in nr.note
+    assert ("ngram", "w1", 1) not in df.index  # no telemetry file: no row
+
+
+def test_report_section_plot_and_gate_differences(tmp_path):
+    raw = plan_raw()
+    d = campaign(tmp_path / "results", raw, seed=1)
+    for f in d.glob("w*/*_conc16_r*.json"):
+        tel_file(f.with_name(f.name.removesuffix(".json") + ".telemetry.jsonl"), [300, 300])
+    plan = parse_plan(raw, "plans/demo.yml")
+    out = report_plan(plan, "plans/demo.yml", tmp_path / "results", quiet=True)
+    md = (d / "report.md").read_text()
+    assert "## Telemetry per run" in md and TIMELINE_IMAGE in md and (d / TIMELINE_IMAGE).is_file()
+    assert "<svg" in (d / TIMELINE_IMAGE).read_text()
+    # the run column is the repeat's number (was pandas' Series.repeat method printed as text)
+    rows = [ln.split(" | ") for ln in md.split("## Telemetry per run")[1].split("\n## ")[0].splitlines()
+            if ln.startswith("| vanilla |")]
+    assert rows and sorted({r[4] for r in rows}) == ["1", "2", "3"], rows[:2]
+    # report.html carries the timeline itself (offline: no file to follow), in the telemetry section
+    page = (d / "report.html").read_text()
+    tel_at, fig_at = page.index('id="telemetry-per-run"'), page.index('id="figure-telemetry-timeline.svg"')
+    assert tel_at < fig_at < page.index("</table>", tel_at) and "<svg" in page[fig_at:fig_at + 400]
+    assert "SIMULATED" not in page  # the builder's files are the real engine's
+    # w2's baseline 20 % faster and throttled: the gate fails and the telemetry differences are named
+    for f in d.glob("w2/vanilla_conc16_r*.json"):
+        r = json.loads(f.read_text())
+        r["output_throughput"] *= 1.2
+        r["mean_tpot_ms"] /= 1.2  # the gate's metric (token-weighted TPOT, vLLM's mean without arrays)
+        f.write_text(json.dumps(r))
+        tel_file(f.with_name(f.name.removesuffix(".json") + ".telemetry.jsonl"), [450, 450], mask="0x80")
+    out = report_plan(plan, "plans/demo.yml", tmp_path / "results", quiet=True)
+    assert not out.merged and not (d / TIMELINE_IMAGE).exists()
+    lines = out.model.gate_telemetry
+    assert any("telemetry w1 (vanilla, conc 16): mean power 300.0 W" in w and "throttle: none" in w for w in lines)
+    assert any("telemetry w2" in w and "450.0 W" in w and "HW thermal" in w for w in lines)
+    # printed right after the gate's verdict line; with --force the report shows them under it too
+    from io import StringIO
+    from rich.console import Console
+    buf = StringIO()
+    report_plan(plan, "plans/demo.yml", tmp_path / "results", console=Console(file=buf, width=300))
+    printed = buf.getvalue().splitlines()
+    at = next(i for i, ln in enumerate(printed) if ln.startswith("Node equivalence " + out.model.gate_verdict))
+    after = printed[at + 1:at + 6]
+    assert any("telemetry w2" in ln and "HW thermal" in ln for ln in after), printed[at:at + 6]
+    out = report_plan(plan, "plans/demo.yml", tmp_path / "results", quiet=True, force=True)
+    md = (d / "report.md").read_text()
+    head = md[md.index("Node equivalence:"):md.index("## ")]
+    assert "telemetry w2" in head and "HW thermal" in head
+    page = (d / "report.html").read_text()
+    assert page.index('id="gate-telemetry"') < page.index('id="summary"')
+    assert (d / TIMELINE_IMAGE).is_file()
+
+
+def test_simulated_timeline_is_stamped_in_the_report(tmp_path):
+    camp = write_campaign(tmp_path / "c", extra={"simulated": True, "engine": "specfleet-simvllm"})
+    for f in camp.glob("w*/*_conc16.json"):
+        tel_file(f.with_name(f.name.removesuffix(".json") + ".telemetry.jsonl"), [300, 300, 300])
+    from specfleet.report.render.plots import SIM_TITLE
+    from specfleet.report.build import report_campaign
+    out = report_campaign(camp, quiet=True)
+    assert out.merged and out.simulated
+    page = (camp / "report.html").read_text()
+    fig = page[page.index('id="figure-telemetry-timeline.svg"'):]
+    fig = fig[:fig.index("</svg>")]
+    assert f"<title>{SIM_TITLE}</title>" in fig and 'id="timeline-simulated-stamp' in fig
+    assert 'href="http' not in fig and "<image" not in fig  # nothing fetched from outside
+    assert f"<title>{SIM_TITLE}</title>" in (camp / TIMELINE_IMAGE).read_text()
+
+
+H200 = Path(__file__).resolve().parents[2] / "docs" / "examples" / "h200-fleet" / "h200-dummy8b"
+
+
+def _recomputed_j_per_token(result: dict, tel_path: Path) -> tuple[float, float]:
+    """Independent of the report's code: numpy over the raw files. The window is the requests' own
+    (start to start + TTFT + inter-token gaps), placed ending at the sampler's end line (these files
+    predate the monotonic stamps); power held flat beyond the last 1 s sample; trapezoid on a 1 ms grid."""
+    st = np.array(result["start_times"])
+    ends = st + np.array(result["ttfts"]) + np.array([sum(g) for g in result["itls"]])
+    length = ends.max() - st.min()
+    rows = [json.loads(x) for x in tel_path.read_text().splitlines()]
+    end_t = next(r["t"] for r in rows if r["kind"] == "end")
+    t = np.array([r["t"] for r in rows if r["kind"] == "sample"])
+    w = np.array([r["gpus"][0]["power_w"] for r in rows if r["kind"] == "sample"])
+    grid = np.linspace(end_t - length, end_t, 200_001)
+    joules = np.trapezoid(np.interp(grid, t, w), grid)
+    idle = np.median(w[(t >= t[0] + 1) & (t < end_t - length)])
+    return joules / result["total_output_tokens"], idle
+
+
+def test_energy_per_token_of_the_h200_example_is_the_integral_over_the_measured_window():
+    """The real H200 files (docs/examples/h200-fleet): vanilla c=1 was printed 1.47 J/token (mean power of
+    the whole client process x the window) where the integral over the window gives ~2.4 (issue 39);
+    c=16's 0.4-0.8 s windows hold 0-1 of the 1 s samples: not measurable, with the reason."""
+    from specfleet.report.scan.folder import scan_campaign
+    df = telemetry_table(scan_campaign(H200, quarantine=False))
+    c1 = df[(df.concurrency == 1) & df.config.isin(["vanilla", "vanilla-b"])]
+    assert len(c1) == 10
+    for _, r in c1.iterrows():
+        name = f"{r.config}_conc1_r{r['repeat']}"
+        want, idle = _recomputed_j_per_token(json.loads((H200 / "w1" / f"{name}.json").read_text()),
+                                             H200 / "w1" / f"{name}.telemetry.jsonl")
+        assert r.j_per_token == pytest.approx(want, rel=0.01), name
+        assert 2.2 < r.j_per_token < 2.5 and r.idle_w == pytest.approx(idle) and 120 < r.idle_w < 135
+        assert r.j_per_token_above_idle == pytest.approx(r.j_per_token - r.idle_w * 10.35 / 2048, rel=0.02)
+        assert r.energy_samples >= 10
+    c16 = df[df.concurrency == 16]
+    assert len(c16) == 15 and c16.j_per_token.isna().all()
+    assert all("energy not measurable:" in n and "(at least 10 needed; 1 s samples)" in n for n in c16.note)
+    from specfleet.report.render.document import fmt
+    rows = telemetry_rows(c16, fmt)
+    assert all(row[TELEMETRY_HEADERS.index("J / output token")] == "not measurable" for row in rows)
+
+
+def _fast_file(path: Path, window: tuple[float, float], idle_w=100.0, busy_w=400.0, step=0.025, counter=True):
+    """A telemetry file of the current sampler: 1 s samples and a 25 ms power stream on the monotonic clock."""
+    a, b = window
+    rows = [{"kind": "header", "problems": [], "period_s": 1.0, "mono": a - 12}]
+    x, e = a - 12, 5000.0
+    while x < b + 1:
+        w = busy_w if a - 0.3 <= x <= b else idle_w   # a warm-up just before the window
+        g = {"index": 0, "power_w": w, "power_instant_w": w, **({"energy_mj": e * 1000} if counter else {})}
+        rows.append({"kind": "power", "t": 1e9 + x, "mono": x, "gpus": [g]})
+        e += w * step
+        x += step
+    rows.append({"kind": "end", "t": 1e9 + x, "mono": x})
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+
+
+@pytest.mark.parametrize("counter", [True, False])
+def test_a_fast_power_stream_measures_a_short_window_and_states_idle(tmp_path, counter):
+    from types import SimpleNamespace
+    from specfleet.report.render.telemetry_report import read_run, window_energy
+    res = SimpleNamespace(start_times=[100.0, 100.1], latencies=[0.3, 0.3], ttfts=None, itls=None)
+    _fast_file(tmp_path / "t.jsonl", (100.0, 100.4), counter=counter)
+    e = window_energy(read_run(tmp_path / "t.jsonl"), res)
+    assert not e.why and e.samples >= 15 and e.idle_w == 100.0
+    assert e.joules == pytest.approx(400 * 0.4, rel=0.07) and e.above_idle_j == pytest.approx(300 * 0.4, rel=0.1)
+    assert ("energy counter" in e.method) == counter and "monotonic clock" in e.method
+    # the same 0.4 s window with only 1 s samples: not measurable, said why
+    res_short = SimpleNamespace(start_times=[100.0], latencies=[0.4], ttfts=None, itls=None)
+    tel = read_run(tmp_path / "t.jsonl")
+    tel.power = {0: [p for i, p in enumerate(tel.power[0]) if i % 40 == 0]}
+    tel.power_source = "1 s samples"
+    e = window_energy(tel, res_short)
+    assert math.isnan(e.joules) and "power readings in the 0.40 s measured window (at least 10 needed" in e.why
