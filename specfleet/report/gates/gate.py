@@ -239,7 +239,8 @@ def decide(rule: EquivalenceRule, a: list[float], b: list[float], starts_a: list
     d = decide_state(n, ri.low if ri else None, ri.high if ri else None, rule.band, mb / ma)
     chk.state, chk.passed, chk.more_runs, chk.within_pct = d.state, d.merges, d.more_runs, d.within_pct
     if ri is None:
-        chk.method = SINGLE_RUN if max(runs_a, runs_b) == 1 or min(len(a), len(b)) > 1 else SINGLE_START
+        shared = (len(a) == 1 and runs_a > 1) or (len(b) == 1 and runs_b > 1)   # one start, several runs
+        chk.method = SINGLE_START if shared else SINGLE_RUN
         chk.reason = (f"{diff:+.2f} % {'within' if d.merges else 'outside'} the {band} "
                       f"({chk.method}; {n_said}): {_words(d, rule)}")
         return chk
