@@ -17,14 +17,14 @@ pytestmark = pytest.mark.e2e
 
 
 def _br_schema() -> dict:
-    spec = importlib.util.spec_from_file_location("br", PROJECT / "tests" / "results" / "test_export_llmd.py")
+    spec = importlib.util.spec_from_file_location("br", PROJECT / "tests" / "report" / "test_export_llmd.py")
     mod = importlib.util.module_from_spec(spec)
     import sys
-    sys.path.insert(0, str(PROJECT / "tests" / "results"))
+    sys.path.insert(0, str(PROJECT / "tests" / "report"))
     try:
         spec.loader.exec_module(mod)
     finally:
-        sys.path.remove(str(PROJECT / "tests" / "results"))
+        sys.path.remove(str(PROJECT / "tests" / "report"))
     return mod.BR_V0_2
 
 
