@@ -10,7 +10,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from .fleet import EXIT_DISK_FULL, EXIT_NOT_WRITABLE
+from .exits import EXIT_DISK_FULL, EXIT_NOT_WRITABLE
 from .step import StepFailed
 
 FULL = {errno.ENOSPC: "No space left on device", errno.EDQUOT: "Disk quota exceeded"}
@@ -93,10 +93,22 @@ def check_writable(folder: Path) -> None:
         raise
 
 
+_UMASK = os.umask(0o022)  # read once (os.umask only reads by setting), then put back
+os.umask(_UMASK)
+
+
+def _temp_beside(path: Path) -> tuple[int, Path]:
+    """A new temp file in `path`'s folder (so os.replace is atomic) under a name no other process
+    uses, with the mode a plain open() would give (mkstemp's 0600 would make report.md private)."""
+    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.fchmod(fd, 0o666 & ~_UMASK)
+    return fd, Path(name)
+
+
 def atomic_write_text(path: Path, text: str) -> None:
     """`path` holds `text` whole, or keeps what it held (a temp file beside it, then os.replace)."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = _temp_beside(path)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
@@ -115,7 +127,8 @@ class AtomicFiles:
 
     def tmp(self, path: Path) -> Path:
         path = Path(path)
-        t = path.with_name(f".{path.name}.specfleet-tmp")
+        fd, t = _temp_beside(path)  # a name of its own: two collects or reports at once never share one
+        os.close(fd)
         self._pending.append((t, path))
         return t
 

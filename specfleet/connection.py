@@ -167,7 +167,14 @@ class HostConnection:
         timeout = timeout or self.host.command_timeout
         start = time.monotonic()
         with self._lock:
-            chan = self.transport.open_session(timeout=self.host.connect_timeout)
+            try:
+                chan = self.transport.open_session(timeout=self.host.connect_timeout)
+            except (paramiko.SSHException, EOFError) as e:
+                # "Timeout opening channel." on a loaded host, a channel refused: the connection is
+                # lost for this command, as a failed connect is (a caller that polls reads again)
+                self.close()
+                raise Unreachable(f"connection to {self.host.address}:{self.host.port} lost: "
+                                  f"no channel opened ({e or type(e).__name__})") from None
             try:
                 chan.settimeout(timeout)
                 chan.exec_command(command)
@@ -179,6 +186,10 @@ class HostConnection:
                 code = chan.recv_exit_status()
             except socket.timeout:
                 raise CommandTimeout(f"command timed out after {timeout:.0f} s") from None
+            except (paramiko.SSHException, EOFError) as e:  # the channel closed under the command
+                self.close()
+                raise Unreachable(f"connection to {self.host.address}:{self.host.port} lost: {e or type(e).__name__}"
+                                  ) from None
             finally:
                 chan.close()
         return RunResult(out.decode(errors="replace"), err.decode(errors="replace"), code,

@@ -11,7 +11,6 @@ run costs one round trip per host and play.
 from __future__ import annotations
 
 import queue
-import signal
 import subprocess
 import threading
 import time
@@ -22,23 +21,11 @@ from typing import Any, Callable, Iterable
 from .connection import CommandTimeout, HostConnection, Unreachable
 from .errors import UserError
 from .events import EventLog, Redactor
+from .exits import EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE, exit_status
 from .inventory import Host
 from .facts.gather import gather
 from .shell import as_root
-from .step import Change, Payload, Status, Step, StepFailed, StepResult
-
-EXIT_OK = 0
-EXIT_BAD_INPUT = 1
-EXIT_FAILED = 2
-EXIT_UNREACHABLE = 4  # bit flags: 6 = some failed and some unreachable
-EXIT_NOT_MERGED = 8   # collect: the nodes were not equivalent (or nothing valid), nothing merged
-EXIT_INCOMPLETE = 16  # collect/report: some planned (configuration, concurrency, node) cell is not merged
-EXIT_ASSERTION = 32  # collect/report/compare: an assertion of the plan failed or could not be checked
-EXIT_REGRESSION = 64  # compare --fail-on regression: a cell or speedup of the candidate regressed
-EXIT_CRASHED = 70     # specfleet itself failed (a bug): sysexits' EX_SOFTWARE; the traceback is in the log
-EXIT_NOT_WRITABLE = 73  # collect/report: the results folder is read-only or not writable (EX_CANTCREAT)
-EXIT_DISK_FULL = 74     # collect/report: the bastion's disk is full (ENOSPC/EDQUOT; sysexits' EX_IOERR)
-EXIT_INTERRUPTED = 130  # Ctrl-C: 128 + SIGINT, what shells report for a process a SIGINT ended
+from .step import Change, HostStatus, Payload, Status, Step, StepFailed, StepResult
 
 StepsFor = Callable[[Host], Iterable[Step]]
 _DROPPED = (Status.FAILED, Status.UNREACHABLE)
@@ -148,8 +135,8 @@ class Fleet:
     def each(self, name: str, fn: Callable[[HostConnection], Any], hosts: list[Host] | None = None) -> Outcomes:
         """Run `fn(connection)` per host in parallel; an exception fails that host only.
 
-        `fn` returns a status as (Status, message[, data]), or any other value (that host is ok);
-        either way the value is its HostOutcome's `value`.
+        `fn` returns a HostStatus (its status, message and data are recorded), or any other value
+        (that host is ok); either way the value is its HostOutcome's `value`.
         """
         targets = [h for h in (hosts or self.hosts) if h.name not in self.dropped]
         out = Outcomes()
@@ -169,8 +156,8 @@ class Fleet:
             except Exception as e:  # anything in one host's work fails (or loses) that host only
                 status, message = self._failure(host.name, name, e)
             else:
-                if isinstance(value, tuple) and value and isinstance(value[0], Status):
-                    status, message, data = (list(value) + ["", {}])[:3]
+                if isinstance(value, HostStatus):
+                    status, message, data = value.status, value.message, value.data
             r = self._result(host.name, name, status, message=message, data=data or {}, duration=time.monotonic() - t0)
             return HostOutcome(host.name, status, value, r.message, [r])
 
@@ -363,14 +350,10 @@ class Fleet:
         of work done on the bastion itself (host 'bastion'), counted like any other result."""
         return self._result(host, step, status, message=message, **fields)
 
-    def not_merged(self, message: str) -> None:
-        """collect's verdict: the run ends with EXIT_NOT_MERGED and this message in the recap."""
-        self.extra_exit |= EXIT_NOT_MERGED
-        self.warn(message)
-
-    def incomplete(self, message: str) -> None:
-        """collect's verdict: the report lacks planned cells; the run ends with EXIT_INCOMPLETE."""
-        self.extra_exit |= EXIT_INCOMPLETE
+    def verdict(self, code: int, message: str) -> None:
+        """A verdict the bastion reached beside the hosts' results (collect's: exits.py names them):
+        `code` joins the run's exit code and the message the recap."""
+        self.extra_exit |= code
         self.warn(message)
 
     def warn(self, message: str) -> None:
@@ -432,18 +415,6 @@ def _commands(changes: list[Change]) -> list[tuple[list[str], Payload | None]]:
         else:
             out.append(([c.script], c.payload))
     return out
-
-
-def exit_status(program: str, rc: int) -> str:
-    """`rsync exit 23`, or for a process a signal ended (subprocess's negative code) `rsync was killed
-    by SIGKILL (signal 9)`: never `exit -9`."""
-    if rc < 0:
-        try:
-            name = signal.Signals(-rc).name
-        except ValueError:
-            name = "a signal"
-        return f"{program} was killed by {name} (signal {-rc}) before it finished"
-    return f"{program} exit {rc}"
 
 
 def _last_line(text: str) -> str:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Callable, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, ValidationError
 
 from .errors import UserError
 from .quoting import env_key
@@ -169,7 +169,7 @@ class Connectable(BaseModel):
     port: int | None = Field(default=None, ge=1, le=65535)
     key: Line | None = None
     known_hosts: Line | None = None
-    become: bool | None = None  # escalate with sudo where a step needs root
+    become: StrictBool | None = None  # sudo where a step needs root; true or false, never "yes" (lax mode took it)
     connect_timeout: float | None = Field(default=None, gt=0)
     command_timeout: float | None = Field(default=None, gt=0)
     vars: dict[str, Any] = Field(default_factory=dict)

@@ -46,15 +46,21 @@ def encoding(name: str, inner: Callable[[str], str]):
     return register
 
 
-def mask_forms(secret: str) -> set[str]:
-    """Every form `secret` takes in any text specfleet writes (for masking)."""
+def _forms(text: str) -> set[str]:
     out = set()
     for inner in ENCODINGS.values():
         try:
-            out.add(inner(secret))
+            out.add(inner(text))
         except ValueError:
             continue  # an encoding that cannot hold it never writes it
-    return {f for f in out if f}
+    return out
+
+
+def mask_forms(secret: str) -> set[str]:
+    """Every form `secret` takes in any text specfleet writes (for masking): each encoding, and each
+    encoding of those, since text that holds an encoded value is itself encoded (a change summary names
+    an fstab line with repr: `\\\\040` for a space)."""
+    return {f for once in _forms(secret) for f in _forms(once) if f}
 
 ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 

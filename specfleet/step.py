@@ -35,6 +35,16 @@ class StepFailed(Exception):
     """The host is not as it must be and the step cannot fix it; the message says what to do."""
 
 
+@dataclass(frozen=True)
+class HostStatus:
+    """What a host's work in `Fleet.each` says of itself: its status, one line for the recap, data for
+    the event log. Work that returns anything else succeeded (Status.OK) and that is its value."""
+
+    status: Status
+    message: str = ""
+    data: dict = field(default_factory=dict)
+
+
 #: what `decide` and `report` receive: the value of each fact the step named, by its name
 Values = dict[str, Any]
 

@@ -13,9 +13,9 @@ from rich.table import Table
 
 from specfleet.errors import UserError, one_line
 from specfleet.roles import configs, vars_model
-from specfleet.fleet import EXIT_BAD_INPUT
+from specfleet.exits import EXIT_BAD_INPUT
 from specfleet.shell import q
-from specfleet.step import Status
+from specfleet.step import HostStatus, Status
 from specfleet.steps.command import Assert
 from specfleet.steps.files import Directory, FileContent
 from specfleet.tasks.common import command_line, fleet_help, fleet_run, load
@@ -128,7 +128,7 @@ def bench(c, plan=None, inventory=None, hosts=None, exclude=None, check=False, d
         if check:
             return
         from specfleet.report.scan.cells import write_placed  # here: fab's start-up stays lean
-        write_placed(p, queues.queues, Path(results) / p.campaign)
+        write_placed(p, queues.queues, Path(results) / p.campaign, _left_out(fleet, split_hosts))
         views = {h.name: reads[h.name].view for h in split_hosts}
         specs = {}
         for host in [h for h in split_hosts if h in fleet.active and h.name in paths]:
@@ -157,10 +157,24 @@ def bench(c, plan=None, inventory=None, hosts=None, exclude=None, check=False, d
                 configs.runner_path(hc.host), resuming=bool(v and v.state))
             if pid is not None:
                 runners[hc.host.name] = pid
-            return status, message
+            return HostStatus(status, message)
         fleet.each("start runner", start, hosts=[h for h in fleet.active if h.name in specs])
         if wait:
             _follow(fleet, p, rep, poll, runners)
+
+
+def _left_out(fleet, split_hosts) -> dict[str, str]:
+    """Each host this bench was asked for but placed nothing on, with why (the report names it)."""
+    placed = {h.name for h in split_hosts}
+    out = {}
+    for h in fleet.hosts:
+        if h.name in placed:
+            continue
+        r = next((r for r in fleet.results if r.host == h.name and r.status in (Status.FAILED, Status.UNREACHABLE)),
+                 None)
+        first = r.message.strip().splitlines()[0][:300] if r and r.message.strip() else "no GPUs read"
+        out[h.name] = f"{'unreachable' if r and r.status is Status.UNREACHABLE else 'failed'}: {first}" if r else first
+    return out
 
 
 def _placement(host, plan, spec):

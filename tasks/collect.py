@@ -6,7 +6,7 @@ from pathlib import Path
 from invoke import task
 from invoke.exceptions import Exit
 
-from specfleet.fleet import EXIT_ASSERTION
+from specfleet.exits import EXIT_ASSERTION, EXIT_INCOMPLETE, EXIT_NOT_MERGED
 from specfleet.tasks.bench import DEFAULT_PLAN, PLAN_HELP, plan_of, work_dir
 from specfleet.tasks.common import fleet_help, fleet_run
 
@@ -47,23 +47,23 @@ def collect(c, plan=None, inventory=None, hosts=None, results="results", force=F
             fleet.each("fetch results", fetch_one)
         if faults:  # the bastion's disk, not a host: one line, its own exit code, no report attempted
             raise Exit(f"error: {faults[0]}", code=faults[0].code)
-        from specfleet.report.scan.cells import PLACED, PLANNED_FILE, SPLIT, placed_queues
+        from specfleet.report.scan.cells import PLACED, SPLIT, placed_missing, placed_queues
         queues, source = placed_queues(p, dest), PLACED
         if queues is None:  # a campaign placed without planned.json: the split over the inventory, said so
             source = SPLIT
-            fleet.warn(f"{dest / PLANNED_FILE} holds no queues placed by fab bench for this plan: the planned "
-                       f"queues of hosts without a {layout.RUN_SPEC} come from the split over the inventory")
+            fleet.warn(f"{placed_missing(p, dest)}: the planned queues of hosts without a {layout.RUN_SPEC} "
+                       "come from the split over the inventory")
             try:
                 queues = split(p, [NodeInfo.from_vars(h.name, h.vars) for h in fleet.hosts]).queues
             except PlanError as e:
                 queues = {}
                 fleet.warn(f"cannot work out the planned queues of hosts without a {layout.RUN_SPEC}: {e}")
-        bandwidth = next((h.var("gpu_memory_bandwidth_gbps") for h in fleet.hosts
-                          if h.var("gpu_memory_bandwidth_gbps")), None)
         from specfleet.report.build import report_plan  # heavy: pandas, matplotlib
         msgs = slurm_notes + [m for h in sorted(refused) for m in refused[h]]
         outcome = storage_checked(lambda: report_plan(
-            p, plan or DEFAULT_PLAN, results, force=force, gpu_bandwidth_gbps=float(bandwidth) if bandwidth else None,
+            # each host's gpu_memory_bandwidth_gbps went into its provenance.json (fetch.bandwidth_given):
+            # the report reads it from there per host, as a later `fab report` does
+            p, plan or DEFAULT_PLAN, results, force=force,
             split_queues=queues, queues_source=source, host_notes=host_notes(fleet.results), notes=msgs,
             console=rep.console,
             running=running), dest)
@@ -80,10 +80,9 @@ def say(fleet, rep, outcome) -> None:
     if outcome.merged:
         rep.console.print(f"[bold green]report:[/] {outcome.paths.get('html')}")
     else:
-        fleet.not_merged(outcome.not_merged_message)
+        fleet.verdict(EXIT_NOT_MERGED, outcome.not_merged_message)
     if outcome.incomplete_message:
-        fleet.incomplete(outcome.incomplete_message)
+        fleet.verdict(EXIT_INCOMPLETE, outcome.incomplete_message)
     for a in outcome.assertions:  # the plan's assertions (docs/compare.md): one failed or unchecked adds 32
         if not a.ok:
-            fleet.extra_exit |= EXIT_ASSERTION
-            fleet.warn(a.line())
+            fleet.verdict(EXIT_ASSERTION, a.line())

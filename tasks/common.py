@@ -20,7 +20,8 @@ from invoke.exceptions import Exit, UnexpectedExit
 from specfleet.console import Reporter
 from specfleet.errors import UserError, one_line
 from specfleet.events import EventLog, Redactor
-from specfleet.fleet import EXIT_BAD_INPUT, EXIT_CRASHED, EXIT_INTERRUPTED, Fleet
+from specfleet.exits import EXIT_BAD_INPUT, EXIT_CRASHED, EXIT_INTERRUPTED
+from specfleet.fleet import Fleet
 from specfleet.inventory import DEFAULT_INVENTORY, INVENTORY_ENV, Inventory, load_inventory
 from specfleet.roles import vars_model
 from specfleet.slurm.hooks import chosen_hosts

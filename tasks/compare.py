@@ -7,7 +7,7 @@ from invoke import task
 from invoke.exceptions import Exit
 
 from specfleet.errors import UserError
-from specfleet.fleet import EXIT_ASSERTION, EXIT_REGRESSION
+from specfleet.exits import EXIT_ASSERTION, EXIT_REGRESSION
 
 FAIL_ON = ("regression", "never")
 
@@ -30,11 +30,16 @@ def compare(c, baseline, candidate, out=None, metric=None, tolerance_pct=None, f
     from specfleet.report.compare.comparison import compare_dirs  # heavy: pandas, matplotlib
     from specfleet.report.compare.compare_render import stamps, summary, write_outputs
 
-    cmp = compare_dirs(baseline, candidate, metric=metric, force=force,
-                       tolerance_pct=float(tolerance_pct) if tolerance_pct else None)
     b, k = Path(baseline), Path(candidate)
     dest = Path(out) if out else k.resolve().parent / f"compare-{b.resolve().name}-vs-{k.resolve().name}"
-    paths = write_outputs(cmp, dest)
+    if dest.exists() and not dest.is_dir():
+        raise UserError(f"--out {dest}: an existing file, not a folder (compare.md, .html, .json go in a folder)")
+    cmp = compare_dirs(baseline, candidate, metric=metric, force=force,
+                       tolerance_pct=float(tolerance_pct) if tolerance_pct else None)
+    try:
+        paths = write_outputs(cmp, dest)
+    except OSError as e:
+        raise UserError(f"--out {dest}: cannot write the comparison there ({e.strerror or e})") from None
     console = Console(width=200, highlight=False)
     for s in stamps(cmp):
         console.print(f"[bold white on red] {s} [/]")

@@ -6,15 +6,17 @@ from pathlib import Path
 from invoke import task
 from invoke.exceptions import Exit
 
-from specfleet.fleet import EXIT_BAD_INPUT
+from specfleet.exits import EXIT_BAD_INPUT
 from specfleet.tasks.bench import DEFAULT_PLAN, PLAN_HELP, plan_of
 
 
 @task(help={"plan": PLAN_HELP,
             "results": "the folder that holds <campaign>/<host>/<config>_conc<N>.json (default results/)",
             "force": "merge even when the nodes are not equivalent; every output is stamped so",
-            "gpu_bandwidth_gbps": "GPU memory bandwidth in GB/s for the bandwidth-bound table "
-                                  "(collect reads the inventory's gpu_memory_bandwidth_gbps)"})
+            "gpu_bandwidth_gbps": "GPU memory bandwidth in GB/s of every node, for the bandwidth-bound table "
+                                  "(default: each node's inventory gpu_memory_bandwidth_gbps as collect saved it, "
+                                  "else looked up from its GPU's name; a figure far from that GPU's datasheet "
+                                  "is shown beside the datasheet's, with a warning)"})
 def report(c, plan=None, results="results", force=False, gpu_bandwidth_gbps=None):
     """Validate, gate, merge and write the report from results already fetched (touches no host)."""
     p = plan_of(plan)

@@ -10,7 +10,7 @@ from ..connection import HostConnection
 from ..facts.gpus import GpuTopology, Gpus
 from ..facts.runner_state import CampaignView, RunnerView, parse_view, view_script
 from ..shell import q
-from ..step import Status, Step, StepFailed
+from ..step import HostStatus, Status, Step, StepFailed
 from ..worker import layout
 
 
@@ -69,14 +69,14 @@ def settle(hc: HostConnection, pid: int, work_dir: str, wait_s: float = 10) -> i
     return int(out[-1]) if out and out[-1].isdigit() else None
 
 
-def stop_campaign(hc: HostConnection, work_dir: str, campaign: str) -> tuple[Status, str]:
+def stop_campaign(hc: HostConnection, work_dir: str, campaign: str) -> HostStatus:
     """`fab stop` on one host: stop its live runner, if any."""
     v = view(hc, work_dir, campaign)
     if not v.alive:
-        return Status.OK, "no runner running"
+        return HostStatus(Status.OK, "no runner running")
     if not stop(hc, v.runner_pid):
-        return Status.FAILED, f"runner pid {v.runner_pid} did not exit within the timeout"
-    return Status.CHANGED, f"stopped runner pid {v.runner_pid}"
+        return HostStatus(Status.FAILED, f"runner pid {v.runner_pid} did not exit within the timeout")
+    return HostStatus(Status.CHANGED, f"stopped runner pid {v.runner_pid}")
 
 
 def stop(hc: HostConnection, pid: int, wait_s: float = 180) -> bool:

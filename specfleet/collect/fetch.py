@@ -20,7 +20,7 @@ from ..worker import layout
 from ..worker.runspec import item_parts
 from ..connection import ssh_argv
 from ..quoting import q
-from ..step import Status, StepFailed
+from ..step import HostStatus, Status, StepFailed
 from .. import bastion_io
 
 if TYPE_CHECKING:
@@ -68,7 +68,8 @@ def finished_items(v: RunnerView) -> list[str]:
     return [n for n in v.done_markers if status.get(n, "done") == "done" and not set(n) & set("*?[]\\")]
 
 
-def fetch(hc, plan, work_dir: str, dest: Path, refused: dict[str, list[str]], running: dict[str, str] | None = None):
+def fetch(hc, plan, work_dir: str, dest: Path, refused: dict[str, list[str]],
+          running: dict[str, str] | None = None) -> HostStatus:
     """rsync the finished items of `hc`'s run folder under `work_dir` into a staging folder, then let
     only valid result files replace the local copies in `dest`/<host> (specfleet.collect.staging);
     invalid ones are quarantined and listed in `refused`. Writes the host's provenance.json.
@@ -78,7 +79,7 @@ def fetch(hc, plan, work_dir: str, dest: Path, refused: dict[str, list[str]], ru
     if v.alive and running is not None:
         running[hc.host.name] = f"runner pid {v.runner_pid}"
     if not v.state and not v.done_markers:
-        return Status.OK, "no campaign results on this host yet"
+        return HostStatus(Status.OK, "no campaign results on this host yet")
     from ..facts.worker_provenance import WorkerProvenance
     src = layout.run_dir(work_dir, plan.campaign, hc.host.name)
 
@@ -87,9 +88,10 @@ def fetch(hc, plan, work_dir: str, dest: Path, refused: dict[str, list[str]], ru
         res = hc.run(fact.command(), timeout=60)
         return fact.parse(res.stdout, res.exited)
     try:
-        return take_finished(
+        return HostStatus(*take_finished(
             hc.host.name, plan, dest, v, src, lambda script: hc.run(script, timeout=60).stdout,
-            f"{hc.host.address}:{src}/", shlex.join(ssh_argv(hc.host)), refused, probe)
+            f"{hc.host.address}:{src}/", shlex.join(ssh_argv(hc.host)), refused, probe,
+            **bandwidth_given(hc.host.var("gpu_memory_bandwidth_gbps"))))
     except OSError as e:  # the bastion's own storage: one line and its exit code (bastion_io), never a crash
         if (err := bastion_io.of_oserror(e, dest)) is None:
             raise
@@ -142,8 +144,8 @@ def take_files(host: str, plan, dest: Path, source: str, ssh: str | None, take: 
 
 
 def rsync_failure(host: str, code: int, stderr: str) -> str:
-    """One line for a failed rsync; a signal is named (fleet.exit_status), never `exit -9`."""
-    from ..fleet import exit_status
+    """One line for a failed rsync; a signal is named (exits.exit_status), never `exit -9`."""
+    from ..exits import exit_status
     tail = " ".join(stderr.split())[-300:]
     if code < 0:
         return (f"{exit_status(f'rsync from {host}', code)} (nothing of it was taken; `fab collect` again "
@@ -188,6 +190,12 @@ def write_provenance(pf: Path, host: str, v: RunnerView, done: list[str],
                        "runner_status": (v.state or {}).get("status"), **extra}, indent=2) + "\n"
     if not pf.is_file() or pf.read_text() != prov:
         bastion_io.atomic_write_text(pf, prov)
+
+
+def bandwidth_given(value) -> dict:
+    """The host's inventory gpu_memory_bandwidth_gbps for its provenance.json (layout.GIVEN_BANDWIDTH;
+    nothing when the inventory sets none): kept per host, read back by provenance.given_bandwidths."""
+    return {layout.GIVEN_BANDWIDTH: float(value)} if value else {}
 
 
 def host_notes(results) -> dict[str, str]:

@@ -1,13 +1,14 @@
 """Collect's second half on the bastion: files fetched into `.staging/<host>/` replace the local copies
 only when they are valid, so a collect never destroys a result (docs/report.md, "What is merged").
 
-A staged result file that validates (campaign.check_file) replaces the local one atomically (same file
+A staged result file that validates (resultfile.check.check_file) replaces the local one atomically (same file
 system: os.replace); one that does not is moved to quarantine and the local copy, valid or absent,
 stays. Other files (state.json, run.json, done markers, server logs) replace theirs as they are.
 SSH-free: `fetch.py` fetches, this decides.
 """
 from __future__ import annotations
 
+import glob
 import os
 import shutil
 from dataclasses import dataclass, field
@@ -22,7 +23,24 @@ STAGING_DIR = ".staging"
 
 
 def staging_dir(campaign_dir: Path, host: str) -> Path:
-    return Path(campaign_dir) / STAGING_DIR / host
+    """This process's staging folder for `host`: two `fab collect` at once each have their own."""
+    return Path(campaign_dir) / STAGING_DIR / f"{host}.{os.getpid()}"
+
+
+def _left_by_a_dead_collect(d: Path, host: str) -> bool:
+    """A staging folder of `host` whose collect is gone (crashed, killed): its leftovers may go."""
+    if d.name == host:  # the name before each collect had its own
+        return True
+    pid = d.name[len(host) + 1:]
+    if not pid.isdigit():  # another host's (w1.example for w1)
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # alive, another user's
+        return False
+    return int(pid) == os.getpid()
 
 
 def quarantine_dir(campaign_dir: Path, host: str) -> Path:
@@ -30,10 +48,11 @@ def quarantine_dir(campaign_dir: Path, host: str) -> Path:
 
 
 def fresh_staging(campaign_dir: Path, host: str) -> Path:
-    """An empty staging folder for `host` (a crashed collect's leftovers go)."""
+    """An empty staging folder for `host` (a crashed collect's leftovers go; a live one's stay)."""
     d = staging_dir(campaign_dir, host)
-    if d.exists():
-        shutil.rmtree(d)
+    for old in (Path(campaign_dir) / STAGING_DIR).glob(f"{glob.escape(host)}*"):
+        if old.is_dir() and _left_by_a_dead_collect(old, host):
+            shutil.rmtree(old, ignore_errors=True)
     for _ in range(5):  # another host's collect may remove an empty .staging/ between the two mkdirs
         try:
             d.mkdir(parents=True)

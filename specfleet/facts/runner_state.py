@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass, field
 
 from ..shell import q, read_sections, sections_script
-from ..untrusted_json import loads_or_none
+from ..untrusted_json import UntrustedJSON, loads
 from ..worker import layout
 from .base import Fact
 
@@ -62,7 +62,7 @@ def view_script(work_dir: str, campaign: str, host: str) -> str:
 def parse_view(stdout: str) -> RunnerView:
     parts = read_sections(stdout, 5)
     pid_lines = parts[2].split()
-    (spec, spec_why), (state, state_why) = (_shaped(_json(parts[i]), fields) for i, fields in
+    (spec, spec_why), (state, state_why) = (_shaped(*_json(parts[i]), fields) for i, fields in
                                             ((0, ("name",)), (1, ("name", "status"))))
     return RunnerView(spec=spec, state=state,
                       runner_pid=int(pid_lines[0]) if pid_lines and pid_lines[0].isdigit() else None,
@@ -74,7 +74,9 @@ def parse_view(stdout: str) -> RunnerView:
 def items_problem(doc: dict, fields: tuple[str, ...] = ("name", "status")) -> str | None:
     """Why a run.json or state.json that parses is not of the shape the bastion reads (`items` a list of
     objects, each with these string fields, and an `error` that is a string or null), or None."""
-    items = doc.get("items", [])
+    if "items" not in doc:
+        return "no items"
+    items = doc["items"]
     if not isinstance(items, list):
         return f"items is {json.dumps(items)[:40]}, not a list of objects"
     for k, item in enumerate(items):
@@ -90,10 +92,10 @@ def items_problem(doc: dict, fields: tuple[str, ...] = ("name", "status")) -> st
     return None
 
 
-def _shaped(doc: dict | None, fields: tuple[str, ...]) -> tuple[dict | None, str | None]:
-    """`doc`, or (None, why) when its items are not of the runner's shape: a file read by its shape
-    is never half trusted (a hostile or damaged file reads as absent, named in one line)."""
-    why = items_problem(doc, fields) if doc is not None else None
+def _shaped(doc: dict | None, why: str | None, fields: tuple[str, ...]) -> tuple[dict | None, str | None]:
+    """`doc`, or (None, why) when it was refused or its items are not of the runner's shape: a file
+    read by its shape is never half trusted (a hostile or damaged file reads as absent, named in one line)."""
+    why = why or (items_problem(doc, fields) if doc is not None else None)
     return (None, why) if why else (doc, None)
 
 
@@ -112,8 +114,16 @@ class CampaignView(Fact):
         return parse_view(stdout)
 
 
-def _json(text: str) -> dict | None:
-    """A JSON object the runner wrote, or None: a half-written or hostile file (a 1e6-deep [[[...]]],
-    issue 28) is never trusted (the runner writes atomically anyway)."""
-    value = loads_or_none(text)
-    return value if isinstance(value, dict) else None
+def _json(text: str) -> tuple[dict | None, str | None]:
+    """(the JSON object the runner wrote, None), (None, None) for no file, or (None, why) for a file
+    that is out of bounds (a 1e6-deep [[[...]]], issue 28), not JSON or not an object: never trusted
+    (the runner writes atomically, so such a file is damaged or hostile, not half-written)."""
+    if not text.strip():
+        return None, None
+    try:
+        value = loads(text)
+    except UntrustedJSON as e:
+        return None, str(e)
+    except ValueError as e:
+        return None, f"not JSON ({str(e)[:60]})"
+    return (value, None) if isinstance(value, dict) else (None, f"{type(value).__name__}, not an object")

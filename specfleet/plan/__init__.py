@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import re
 import shlex
@@ -234,6 +235,29 @@ class ConcurrencySearch(_Strict):
         return fine_grid(self.min, self.max, self.per_doubling)
 
 
+# each rate is a cell at every concurrency, run by every configuration on every node: a plan that
+# lists thousands would queue runs for years (and a plan file is input, hostile or mistyped)
+MAX_REQUEST_RATES = 32
+
+
+def steady_state_refusal(cell, min_per_conc: float, field_: str) -> str:
+    """Why a cell is no steady state: its waves counted (prompts / concurrency: each wave one batch of
+    `concurrency` requests, the last of which drains), and every honest way out (docs/campaign.md §8)."""
+    need = math.ceil(min_per_conc * cell.concurrency)
+    waves = cell.num_prompts / cell.concurrency
+    what = "one wave that drains" if waves <= 1 else f"{waves:g} waves ({cell.num_prompts} / {cell.concurrency})"
+    named = "" if cell.name == f"conc{cell.concurrency}" else f"(cell {cell.name}) "
+    raise_ = (f"raise that sweep point's num_prompts to {need}" if field_ == "sweep.num_prompts" else
+              f"raise num_prompts to {need}, or give concurrency {cell.concurrency} its own in a sweep point "
+              f"({{concurrency: {cell.concurrency}, num_prompts: {need}}})")
+    fewer = (f"; or accept {waves:g} waves on purpose: `min_prompts_per_concurrency: {math.floor(waves * 100) / 100:g}`"
+             if waves > 1 else "")
+    return (f"{field_}: {cell.num_prompts} prompts at concurrency {cell.concurrency} {named}is {what}, fewer than "
+            f"the {min_per_conc:g} waves a steady state needs here (min_prompts_per_concurrency): {raise_}{fewer}; "
+            "or say `steady_state: report-setup` to reproduce the field report's one-wave setup on purpose "
+            "(stamped on every result)")
+
+
 class Benchmark(_Strict):
     backend: Literal["openai-chat", "openai", "vllm"] = "openai-chat"
     endpoint: str = "/v1/chat/completions"
@@ -282,7 +306,7 @@ class Benchmark(_Strict):
     slo: Slo | None = None
     # open-loop cells beside the concurrencies (arrivals.py); None = closed loop only, and with it
     # burstiness and seed are not in the plan hash
-    request_rates: list[float] | None = Field(default=None, min_length=1)
+    request_rates: list[float] | None = Field(default=None, min_length=1, max_length=MAX_REQUEST_RATES)
     burstiness: float = Field(default=1.0, gt=0)
     seed: int = Field(default=0, ge=0)
     _cells: list[Cell] = PrivateAttr(default_factory=list)
@@ -371,13 +395,7 @@ class Benchmark(_Strict):
         need = self.min_prompts_per_concurrency * cell.concurrency
         field_ = "num_prompts" if cell.num_prompts == self.num_prompts else "sweep.num_prompts"
         if self.steady_state == "required" and cell.num_prompts < need:
-            raise ValueError(
-                f"{field_}: {cell.num_prompts} prompts at concurrency {cell.concurrency} "
-                f"{'' if cell.name == f'conc{cell.concurrency}' else f'(cell {cell.name}) '}is one wave "
-                "that drains, not a steady state: use at least "
-                f"{need:g} "
-                f"(min_prompts_per_concurrency {self.min_prompts_per_concurrency:g} x concurrency), "
-                "or say `steady_state: report-setup` to reproduce the field report's setup on purpose")
+            raise ValueError(steady_state_refusal(cell, self.min_prompts_per_concurrency, field_))
         return self
 
     @model_validator(mode="after")
@@ -412,7 +430,7 @@ def copy_of(name: str, baseline: str) -> int | None:
 
 
 class Equivalence(_Strict):
-    metric: str = "tpot_weighted_ms"   # the gate policy's metric (results/gate_policy.py)
+    metric: str = "tpot_weighted_ms"   # the gate policy's metric (report/gates/gate_policy.py)
     concurrency: int = Field(default=16, ge=1)
     tolerance_pct: float = Field(default=3.0, gt=0)
     # packing shared on nodes with several GPUs: the baseline runs once on every GPU (gpu_copy),

@@ -34,8 +34,9 @@ class Assertion(BaseModel):
     config: str = Field(min_length=1)
     concurrency: int = Field(ge=1)
     metric: Literal[tuple(METRICS)]  # type: ignore[valid-type]
-    min: float | None = None
-    max: float | None = None
+    # a NaN bound compares false with every figure (the assertion would always pass): finite only
+    min: float | None = Field(default=None, allow_inf_nan=False)
+    max: float | None = Field(default=None, allow_inf_nan=False)
     cell: str | None = None          # one bench cell (sweep); None: every cell at that concurrency
     use: Literal["value", "ci_low", "ci_high"] = "value"
 

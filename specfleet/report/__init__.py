@@ -1,8 +1,10 @@
-"""The local half of `fab collect` and all of `fab report`: validate result files, gate on node
-equivalence, merge, and report. Entry points: `report_plan` (from a plan), `report_campaign`.
+"""`fab report` and the SSH-free half of `fab collect`: read a collected folder, gate on node
+equivalence, merge, and write the report; and `fab compare`. Entry points: `report_plan` (from a
+plan), `report_campaign`. The rooms, each importing only those below it (docs/dev/map.md):
+scan/ (what the folder holds) -> gates/ (may the nodes' runs be merged) -> tables/ (the merged
+tables) -> render/ (the documents) -> build.py (the pipeline) and compare/ (`fab compare`).
 
-The names below load on first use (PEP 562): pandas and matplotlib come with them, and `fab`
-itself imports `specfleet.collect.fetch` at start, which must stay light."""
+The names below load on first use (PEP 562): pandas and matplotlib come with them."""
 from importlib import import_module
 
 _WHERE = {"EquivalenceRule": "gates.gate", "report_campaign": "build", "report_plan": "build"}

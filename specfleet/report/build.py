@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..fleet import EXIT_ASSERTION, EXIT_INCOMPLETE, EXIT_NOT_MERGED
+from ..exits import EXIT_ASSERTION, EXIT_INCOMPLETE, EXIT_NOT_MERGED
 from ..plan.assertions import NOT_CHECKED, AssertionResult, check
 from .scan.folder import Campaign, Expect, Quarantined, scan_campaign
 from ..bastion_io import atomic_write_text
@@ -22,7 +22,7 @@ from .tables.merge import Tables, build_tables
 from .render.document import ReportModel, Section, build_model, fmt, print_cells, print_report, write_report
 from .render.export import export_cells, remove_stale
 from .scan.plan_snapshot import plan_drift, write_snapshot
-from .scan.provenance import plan_hashes
+from .scan.provenance import given_bandwidths, plan_hashes
 from .render.plots import namespace_ids
 from .render.telemetry_report import (TELEMETRY_HEADERS, TIMELINE_IMAGE, node_differences, telemetry_rows, telemetry_table,
                                timeline_svg)
@@ -131,6 +131,7 @@ def report_campaign(campaign_dir: Path | str, baseline: str = DEFAULT_BASELINE,
         out.warnings.append(planned.running_note())
     if planned and planned.problem:
         out.warnings.append(planned.problem)
+    out.warnings += planned.left_out_notes() if planned else []
     hashes = plan_hashes(camp)
     if planned and (drift := plan_drift(campaign_dir, hashes, planned.plan_hash, planned.fields, planned.plan_path)):
         out.warnings.append(drift[0])
@@ -148,8 +149,13 @@ def report_campaign(campaign_dir: Path | str, baseline: str = DEFAULT_BASELINE,
             c.print(out.error, style="bold red", markup=False)
         return out
     # the baseline's runs on a node's other GPUs (equivalence.every_gpu) went to the gate, not the tables
-    tables = build_tables(split_off_gpu_copies(camp, baseline), baseline, gpu_bandwidth_gbps, weights_gib,
+    # one figure given for all (--gpu-bandwidth-gbps), else each node's inventory figure as collect saved it
+    # (provenance.json), else the datasheet of the GPU each node named
+    given = gpu_bandwidth_gbps or given_bandwidths(camp) or None
+    tables = build_tables(split_off_gpu_copies(camp, baseline), baseline, given, weights_gib,
                           NoiseBand(rule.tolerance_pct))
+    out.warnings += tables.bandwidth_warnings
+    own += tables.bandwidth_warnings
     tables.runs = add_goodput(camp, tables.runs, baseline, slo)  # goodput under the plan's SLO (docs/slo.md)
     concl = conclusions(tables, baseline)
     forced = force and not gate.passed

@@ -37,12 +37,25 @@ def last_line(p: subprocess.CompletedProcess) -> str:
     return lines[-1] if lines else f"exit {p.returncode}"
 
 
+# node states (base or flag, sinfo's JSON) in which Slurm allocates nothing: sbatch then refuses a job that
+# names the node with "Requested node configuration is not available", which names no node
+# (NOT_RESPONDING alone is not one: a node just resumed carries it until slurmctld's next ping)
+UNUSABLE_STATES = ("DOWN", "DRAIN", "DRAINED", "DRAINING", "FAIL", "FAILING", "FUTURE", "POWERED_DOWN",
+                   "POWERING_DOWN", "POWER_DOWN", "MAINTENANCE")
+
+
 @dataclass(frozen=True)
 class Node:
     name: str
     state: str
     gpus: int
     partitions: tuple[str, ...]
+    reason: str = ""  # why the site set the state (scontrol update ... reason=), "" when none
+
+    @property
+    def unusable(self) -> list[str]:
+        """The parts of its state in which Slurm allocates nothing (empty: usable)."""
+        return [s for s in self.state.split("+") if s in UNUSABLE_STATES]
 
 
 def gres_gpus(gres: str) -> int:
@@ -53,10 +66,12 @@ def gres_gpus(gres: str) -> int:
 def parse_nodes(doc: dict) -> dict[str, Node]:
     out = {}
     for n in doc.get("nodes", []):
+        # 22.05: "state": "idle" and "state_flags": ["DRAIN"]; 23.02 on: "state": ["IDLE", "DRAIN"]
         state = n.get("state")
-        state = "+".join(state) if isinstance(state, list) else str(state or "?")
-        out[n["name"]] = Node(n["name"], state.upper(), gres_gpus(n.get("gres") or ""),
-                              tuple(n.get("partitions") or ()))
+        parts = [str(s) for s in (state if isinstance(state, list) else [state or "?"])]
+        parts += [str(f) for f in n.get("state_flags") or () if str(f).upper() not in map(str.upper, parts)]
+        out[n["name"]] = Node(n["name"], "+".join(parts).upper(), gres_gpus(n.get("gres") or ""),
+                              tuple(n.get("partitions") or ()), str(n.get("reason") or ""))
     return out
 
 

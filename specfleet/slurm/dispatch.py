@@ -23,11 +23,12 @@ from ..campaign.spec import resumed, worker_zipapp
 from ..campaign.split import NodeInfo
 from ..worker import layout
 from ..errors import UserError
-from ..fleet import EXIT_FAILED
+from ..exits import EXIT_FAILED
 from ..quoting import q
 from ..bastion_io import BastionStorageError
 from ..report.scan.cells import write_placed
 from ..step import Status, StepFailed
+from .. import untrusted_json
 from . import cli
 from ..scheduler import SlurmScheduler
 from .script import (JOBS, NODE_STEP, SCRIPT, SPECS, TOKEN, VERDICT, Job, campaign_dir, node_work_dir, render_script,
@@ -52,8 +53,10 @@ def last_job(cfg: SlurmScheduler, campaign: str) -> dict | None:
     return js[-1] if js else None
 
 
-def slurm_nodes(cfg: SlurmScheduler, inv, hosts) -> list[NodeInfo]:
-    """NodeInfo per host from Slurm: the node must exist in the partition; its GPUs are its `gpu` GRES."""
+def slurm_nodes(cfg: SlurmScheduler, inv, hosts, plan) -> list[NodeInfo]:
+    """NodeInfo per host from Slurm: the node must exist in the partition and be usable (not drained or
+    down: named with its state, reason and the `--exclude` that runs without it); its GPUs are its
+    `gpu` GRES."""
     known = cli.nodes(cfg)
     if not cli.partition_exists(cfg):
         parts = sorted({p for n in known.values() for p in n.partitions})
@@ -72,6 +75,14 @@ def slurm_nodes(cfg: SlurmScheduler, inv, hosts) -> list[NodeInfo]:
         gpus = tuple({"index": i, "name": "slurm gres gpu"} for i in range(n.gpus)) if n.gpus > 1 else ()
         out.append(dataclasses.replace(base, gpus=gpus, gpus_source=f"slurm (gres gpu:{n.gpus})",
                                        groups_source="none: Slurm allocates the GPUs"))
+    if bad := [known[h.name] for h in hosts if known[h.name].unusable]:
+        said = "; ".join(f"Slurm node {n.name} is {'+'.join(n.unusable)} (sinfo: state {n.state}, reason: "
+                         f"{n.reason or 'none given'})" for n in bad)
+        names = [n.name for n in bad]
+        raise UserError(f"{inv.path}: host {bad[0].name!r}: {said}: Slurm allocates nothing there; "
+                        f"{exclude_hint(plan, names)}, or run again once the site resumes "
+                        f"{'it' if len(bad) == 1 else 'them'} "
+                        f"(`scontrol update nodename={','.join(names)} state=resume`)")
     return out
 
 
@@ -152,10 +163,11 @@ def _listdir(path: str) -> list[str]:
 
 
 def read_json(path: str):
+    """A file on the shared path (nodes write there too): None when absent, not JSON or out of bounds."""
     try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError):
+        with open(path, encoding="utf-8") as f:
+            return untrusted_json.loads(f.read())
+    except (OSError, ValueError):  # UnicodeDecodeError and UntrustedJSON are ValueErrors
         return None
 
 
@@ -200,7 +212,7 @@ def bench(plan, inv, hosts, *, assign=None, wait=True, poll=2.0, check=False, re
                       f"(`fab stop --plan ...` cancels it)", markup=False)
         return follow(cfg, plan, inv, hosts, prev["job_id"], poll, console) if wait else 0
     hosts = without_failed_site_check(inv, cfg, plan, hosts, console)
-    nodes = slurm_nodes(cfg, inv, hosts)
+    nodes = slurm_nodes(cfg, inv, hosts, plan)
     check_account(inv, cfg, console)
     queues = split(plan, nodes, pins=parse_pins(assign or []))
     console.print(format_split(queues, nodes), markup=False)
@@ -291,9 +303,11 @@ def failed_nodes(cfg: SlurmScheduler, plan, hosts) -> dict[str, str]:
     """Slurm node name -> why its queue did not finish (its state.json on the shared path)."""
     out = {}
     for h in hosts:
-        st = view(cfg, plan, h.name, False).state
-        if st is None:
-            out[h.name] = "its runner never started (the job's output, slurm-<job>.out, says why)"
+        v = view(cfg, plan, h.name, False)
+        st = v.state
+        if st is None:  # no state.json, or one refused (named)
+            out[h.name] = ("; ".join(v.problems)
+                           or "its runner never started (the job's output, slurm-<job>.out, says why)")
         elif st.get("status") != "done":
             bad = next((i for i in st.get("items", []) if i.get("status") == "failed"), None)
             out[h.name] = (f"runner {st.get('status')}" +
@@ -343,7 +357,7 @@ def collect(fleet, inv, plan, dest: Path, refused: dict[str, list[str]]) -> list
     """Each host's finished items from the shared path (no SSH), then provenance with the job ids.
     Returns notes for the report (the Slurm job(s) of the campaign)."""
     from ..facts.worker_provenance import WorkerProvenance
-    from ..collect.fetch import take_finished
+    from ..collect.fetch import bandwidth_given, take_finished
     cfg = inv.slurm
     recs = jobs(cfg, plan.campaign)
     for h in fleet.hosts:
@@ -354,14 +368,15 @@ def collect(fleet, inv, plan, dest: Path, refused: dict[str, list[str]]) -> list
                 continue
             src = layout.run_dir(node_work_dir(cfg, plan.campaign, h.name), plan.campaign, h.name)
             eff = read_json(os.path.join(src, "run.slurm.json")) or {}
-            # the shared path is written by the nodes: untrusted as a worker is (results/untrusted.py)
+            # the shared path is written by the nodes: untrusted as a worker is (collect/untrusted.py)
             status, message = take_finished(
                 h.name, plan, dest, v, src, _sh, f"{src}/", None, refused,
                 # the node ran the command after its queue, without the model (not known before it):
                 # parsed with it, as over SSH
                 lambda model, dataset: WorkerProvenance(h.var("venv_path") or "", src, model, dataset).parse(
                     _read_text(Path(src, "provenance.probe")), 0),
-                slurm={**(eff.get("slurm") or {}), "jobs": [r["job_id"] for r in recs if h.name in r.get("nodes", [])]})
+                slurm={**(eff.get("slurm") or {}), "jobs": [r["job_id"] for r in recs if h.name in r.get("nodes", [])]},
+                **bandwidth_given(h.var("gpu_memory_bandwidth_gbps")))
             fleet.record_local_for(h.name, "fetch results", status, message)
         except BastionStorageError:
             raise  # the bastion's own disk, not this node: the task's one line and exit code

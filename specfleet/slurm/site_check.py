@@ -19,7 +19,7 @@ import time
 
 from ..errors import UserError
 from ..facts.gather import gather
-from ..fleet import EXIT_FAILED
+from ..exits import EXIT_FAILED
 from ..scheduler import SlurmScheduler
 from ..steps.command import Assert
 from ..shell import q

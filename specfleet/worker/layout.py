@@ -31,6 +31,9 @@ RUN_SPEC = "run.json"
 STATE = "state.json"
 RUNNER_LOG = "runner.log"
 PROVENANCE = "provenance.json"
+# provenance.json's key for the host's inventory gpu_memory_bandwidth_gbps: collect saves it per host,
+# `fab report` reads it back, so the report after collect and a later `fab report` use the same figure
+GIVEN_BANDWIDTH = "inventory_gpu_memory_bandwidth_gbps"
 DISK_RESERVE = ".disk-reserve"
 LOCK = ".specfleet-runner.lock"
 # created once per boot by the runner (host.boot_identity); /tmp is emptied at boot

@@ -27,7 +27,7 @@ from .runspec import Client, Serve, item_parts
 from .slots import admit, check_gpus, fits_ever, needed
 
 EXIT_OK, EXIT_FAILED, EXIT_SPEC, EXIT_LOCKED, EXIT_FATAL, EXIT_STOPPED = 0, 1, 2, 3, 4, 143
-# every result's required keys, here and in collect's schema (results/schema.py): the runner redoes
+# every result's required keys, here and in collect's schema (resultfile/schema.py): the runner redoes
 # a truncated file, a non-number or completed 0; the full judgement is collect's
 RESULT_KEYS = ("duration", "completed", "output_throughput", "total_token_throughput", "mean_tpot_ms",
                "mean_ttft_ms", "mean_itl_ms")

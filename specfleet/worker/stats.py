@@ -1,7 +1,7 @@
 """Small statistics without scipy, those the crossover search runs on the worker (the report imports
 them too): Student's t (CDF, quantile), the interval of a ratio of means (Welch on log values) and
 Wilson's interval of a proportion. The report's own tests (TOST, Newcombe's difference) live with
-their users (results/gate.py, results/comparison.py).
+their users (report/gates/gate.py, report/compare/comparison.py).
 
 The two-sided p of t is the regularized incomplete beta I_x(df/2, 1/2) at x = df / (df + t^2), by
 Lentz's continued fraction (Numerical Recipes, `betacf`): ~1e-10 for the df (>= 1, fractional) that

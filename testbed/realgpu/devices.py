@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 import zipfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 MIB = 1024 * 1024
@@ -38,7 +38,21 @@ H200 = Profile(
     image_packages={"torch": "2.11.0+cu130", "triton": "3.6.0", "transformers": "5.17.0",
                     "tokenizers": "0.23.2", "numba": "0.68.0", "numpy": "2.5.2"},
 )
-PROFILES = {p.name: p for p in (H200,)}
+#: The lent H100 runs the same image ('cuda': the same Python, torch, CUDA and packages; KINDS.md) on the
+#: same compute capability (sm_90), so the H200's payload is byte for byte the H100's: one build serves
+#: both (`payload_key`; checked on an H100 by `device.sh prepare`'s kernel self-test, docs/engines-gpu.md).
+H100 = replace(H200, name="nvidia-h100-x1", gpu_name="NVIDIA H100 80GB HBM3")
+PROFILES = {p.name: p for p in (H100, H200)}
+
+
+def payload_key(p: Profile) -> tuple:
+    """What a payload is built from: two profiles with the same key take the same payload."""
+    return (p.python, p.torch, p.cuda, p.sm, p.vllm, p.interpreter, tuple(sorted(p.image_packages.items())))
+
+
+def serves(p: Profile) -> list[str]:
+    """The GPUs (nvidia-smi names) a payload built for `p` serves: every profile of the same payload key."""
+    return sorted(q.gpu_name for q in PROFILES.values() if payload_key(q) == payload_key(p))
 
 #: vLLM releases on PyPI and the torch each pins, as read from their wheels' METADATA on
 #: 2026-12-01 (only the releases that were read; 0.20.0 to 0.26.0 all pin 2.11.0, 0.27.x too needs

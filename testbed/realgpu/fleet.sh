@@ -1,19 +1,25 @@
 #!/usr/bin/env bash
-# The product path on the lent H200 (docs/engines-gpu.md "The product path on the H200"): the device
-# becomes a one-worker fleet reached over real SSH on loopback, and specfleet's own commands run on it.
-# Run from the sent checkout's root, after `device.sh prepare` unpacked the vLLM site, made the
-# provided venv (/tmp/vllm-venv) and the model directories on this same warm machine:
+# The product path on a lent single-GPU machine, H100 or H200 (docs/engines-gpu.md "The product path on
+# the lent GPU"): the device becomes one node of a fleet, reached over real SSH on loopback, and
+# specfleet's own commands run on it. Run from the sent checkout's root, after `device.sh prepare`
+# unpacked the vLLM site, made the provided venv (/tmp/vllm-venv) and the model directories on this
+# same warm machine. NODE names the node this machine is (w1 on the first machine, w2 on the next one:
+# a campaign folder then holds both, and `fab report` gates them as two nodes):
 #
-#   up      carry [.realgpu/fleet]  command: bash .realgpu/fleet/fleet.sh up
+#   up NODE      carry [.realgpu/fleet]  command: bash .realgpu/fleet/fleet.sh up w1
 #           sshd + rsync + ssh from Debian packages (dpkg-deb -x under /tmp/sfssh, never into /), the
-#           controller's wheels (--target /tmp/sfctl/site), specfleet from the snapshot; then
-#           `fab facts`, `fab provision`, `fab bench --no-wait` and, until the budget ends, the wait
-#   finish  carry [.realgpu/fleet]  command: bash .realgpu/fleet/fleet.sh finish
+#           controller's wheels (--target /tmp/sfctl/site), specfleet from the snapshot; the inventory
+#           for NODE (fleetinv.py: the template's one worker renamed); then `fab facts`, `fab provision`,
+#           `fab bench --no-wait` and, until the budget ends, the wait (FOLLOW=1: then, COLLECT_S (70 s)
+#           before the end or once the runner is done, `fab collect` and `fab report` in the same call)
+#   finish NODE  carry [.realgpu/fleet]  command: bash .realgpu/fleet/fleet.sh finish w1
 #           `fab bench` again (it reattaches to the runner and follows it to the end), `fab collect`,
-#           `fab report`
+#           `fab report` (the GPU's bandwidth looked up from the name the worker reported)
+#   collect NODE carry [.realgpu/fleet]  `fab collect` and `fab report` now: what is finished, no wait
 #
+# The plan (PLAN, default plans/gpu-nodes-dummy8b.yml) names the campaign; nothing here names a GPU.
 # Every call packs at most 8 files into $OUT: fleet.log, runs.tar.gz (the event logs), samples.jsonl
-# (sampler.py: SM clock, throttle reasons, a fixed-loop CPU timing), results.tar.gz (finish), sshd.log.
+# (sampler.py: SM clock, throttle reasons, a fixed-loop CPU timing), results.tar.gz, sshd.log, state.json.
 # REHEARSAL=1 (tests, never on the device): PORT picks the loopback port, nvidia-smi may be absent.
 set -uo pipefail
 T0=$(date +%s)
@@ -26,8 +32,8 @@ OUT=${OUT:-/tmp/sffleet-out}
 PORT=${PORT:-2222}                # inventory.yml's port (a rehearsal passes INVENTORY with its own)
 PY=${PY:-/opt/torch/.venv/bin/python3}
 [[ -x $PY ]] || PY=$(command -v python3)
-PLAN=${PLAN:-plans/h200-dummy8b.yml}
-CAMPAIGN=${CAMPAIGN:-h200-dummy8b}
+PLAN=${PLAN:-plans/gpu-nodes-dummy8b.yml}
+NODE=${2:-}
 mkdir -p "$OUT" "$S/bin" "$CTL"
 exec > >(tee -a "$OUT/fleet.log") 2>&1
 trap 'sleep 0.5' EXIT
@@ -99,11 +105,14 @@ controller() {  # specfleet and its dependencies for the image's python (it has 
     touch "$CTL/site/.complete"
   fi
   rm -rf "$CTL/repo" && mkdir -p "$CTL/repo" && tar -C "$CTL/repo" -xzf "$F/snapshot.tar.gz"
-  if [[ -n ${INVENTORY:-} ]]; then cp "$INVENTORY" "$CTL/inventory.yml"   # a rehearsal's own
-  else  # the inventory's datasets are relative to it: the controller's copy names the snapshot's file
-    sed "s|\.\./\.\./\.\./datasets/|$CTL/repo/datasets/|" "$CTL/repo/testbed/realgpu/fleet/inventory.yml" > "$CTL/inventory.yml"
-  fi
-  log "controller: $("$PY" --version) with $(ls "$F"/wheels | wc -l) wheels; specfleet $(cat "$CTL/repo/SNAPSHOT")"
+  # the inventory of this node: the template's one worker renamed NODE (a rehearsal passes its own template);
+  # the template's datasets are relative to it: the controller's copy names the snapshot's files
+  "$PY" "$CTL/repo/testbed/realgpu/fleetinv.py" "${INVENTORY:-$CTL/repo/testbed/realgpu/fleet/inventory.yml}" \
+    "$NODE" "$CTL/inventory.yml" --datasets-root "$CTL/repo/datasets" || { log "ERROR: the inventory of $NODE"; exit 2; }
+  [[ $PLAN = /* ]] || PLAN=$CTL/repo/$PLAN
+  CAMPAIGN=$("$PY" "$CTL/repo/testbed/realgpu/fleetinv.py" --campaign "$PLAN") || { log "ERROR: $PLAN"; exit 2; }
+  log "controller: $("$PY" --version) with $(ls "$F"/wheels 2>/dev/null | wc -l) wheels; specfleet $(cat "$CTL/repo/SNAPSHOT")"
+  log "node $NODE, plan $PLAN (campaign $CAMPAIGN); $(PYTHONPATH=$CTL/site:$CTL/repo "$PY" "$CTL/repo/testbed/realgpu/fleetinv.py" --gpu)"
 }
 
 venv_fixup() {  # the provided venv's CUDA_HOME (env role: <venv>/lib/python3.12/site-packages/nvidia/cu13)
@@ -126,7 +135,7 @@ fab() {  # one product command; its exit code is logged, never hidden
   local rc
   log "\$ fab $*"
   (cd "$CTL/repo" && PATH=$S/bin:$PATH PYTHONPATH=$CTL/site:$CTL/repo SPECFLEET_RUNS_DIR=$CTL/runs \
-     COLUMNS=160 timeout -s INT -k 20 "$(( $(left) - 15 ))" "$PY" -m fabric "$@")
+     COLUMNS=160 timeout -s INT -k 20 "$(( $(left) - ${RESERVE:-15} ))" "$PY" -m fabric "$@")
   rc=$?
   log "fab $1 exit $rc"
   return $rc
@@ -137,35 +146,49 @@ pack() {
   [[ -f $CTL/samples.jsonl ]] && cp "$CTL/samples.jsonl" "$OUT/samples.jsonl"
   [[ -d $CTL/results ]] && tar -C "$CTL" -czf "$OUT/results.tar.gz" results
   [[ -f $S/sshd.log ]] && tail -c 200000 "$S/sshd.log" > "$OUT/sshd.log"
-  local st=/tmp/sfgpu/campaigns/$CAMPAIGN/w1/state.json
+  local st=/tmp/sfgpu/campaigns/${CAMPAIGN:-none}/$NODE/state.json
   [[ -f $st ]] && cp "$st" "$OUT/state.json"
   true
 }
 
+case "${1:-}" in up|finish|collect) ;; *) echo "usage: fleet.sh up|finish|collect NODE (e.g. w1 on the first machine, w2 on the next)"; exit 2 ;; esac
+[[ $NODE =~ ^[A-Za-z][A-Za-z0-9_-]{0,31}$ ]] || { echo "usage: fleet.sh up|finish NODE: NODE '$NODE' is not a node name (e.g. w1, w2)"; exit 2; }
 INV="--inventory $CTL/inventory.yml"
-case "${1:-}" in
+collect_report() {  # collect over SSH, then the report of what this results folder holds (this node's)
+  fab collect $INV --hosts "$NODE" --plan "$PLAN" --results "$CTL/results"
+  RESERVE=5 fab report --plan "$PLAN" --results "$CTL/results"   # the bandwidth: looked up from the GPU the worker named
+}
+runner_done() {  # the runner's state on this node: every item done or failed
+  "$PY" -c "import json, sys; s = json.load(open(sys.argv[1]))
+sys.exit(0 if s.get('items') and all(i['status'] in ('done', 'failed') for i in s['items']) else 1)" "$1" 2>/dev/null
+}
+case "$1" in
   up)
     verify; tools; sshd_up; controller; venv_fixup; sampler
     fab facts $INV --accept-new-host-keys || { pack; exit 1; }
     fab provision $INV || { pack; exit 1; }
     fab provision $INV        # the second run: nothing to change
-    fab bench $INV --hosts w1 --plan "$PLAN" --results "$CTL/results" --no-wait || { pack; exit 1; }
-    while (( $(left) > 40 )); do   # the runner goes on detached; show its progress now and then
-      sleep 20
-      [[ -f /tmp/sfgpu/campaigns/$CAMPAIGN/w1/state.json ]] && "$PY" -c "import json, sys
-s = json.load(open(sys.argv[1])); print('  runner:', ', '.join(f\"{i['name']} {i['status']}\" for i in s.get('items', [])))" \
-        "/tmp/sfgpu/campaigns/$CAMPAIGN/w1/state.json"
-      "$PY" -c "import json, sys; s = json.load(open(sys.argv[1]))
-sys.exit(0 if s.get('items') and all(i['status'] in ('done', 'failed') for i in s['items']) else 1)" \
-        "/tmp/sfgpu/campaigns/$CAMPAIGN/w1/state.json" 2>/dev/null && break
+    fab bench $INV --hosts "$NODE" --plan "$PLAN" --results "$CTL/results" --no-wait || { pack; exit 1; }
+    st=/tmp/sfgpu/campaigns/$CAMPAIGN/$NODE/state.json
+    # the runner goes on detached; show its progress now and then. FOLLOW=1: collect in this same call,
+    # keeping COLLECT_S for it (what is finished by then; `finish` or `collect` in a later call takes the rest)
+    reserve=$(( ${FOLLOW:+${COLLECT_S:-70}} + 40 ))
+    while (( $(left) > reserve )); do
+      sleep 10
+      [[ -f $st ]] && "$PY" -c "import json, sys
+s = json.load(open(sys.argv[1])); print('  runner:', ', '.join(f\"{i['name']} {i['status']}\" for i in s.get('items', [])))" "$st"
+      runner_done "$st" && break
     done
+    [[ -n ${FOLLOW:-} ]] && collect_report
+    pack ;;
+  collect)  # what is finished now, without waiting for the runner (a call with little time left)
+    verify; tools; sshd_up; controller; sampler
+    collect_report
     pack ;;
   finish)
     verify; tools; sshd_up; controller; sampler
-    fab bench $INV --hosts w1 --plan "$PLAN" --results "$CTL/results"  # planned.json where collect reads it
-    fab collect $INV --hosts w1 --plan "$PLAN" --results "$CTL/results"
-    fab report --plan "$PLAN" --results "$CTL/results" --gpu-bandwidth-gbps 4800
+    fab bench $INV --hosts "$NODE" --plan "$PLAN" --results "$CTL/results"  # planned.json where collect reads it
+    collect_report
     pack ;;
-  *) echo "usage: fleet.sh up | finish"; exit 2 ;;
 esac
 log "done ($(left)s of the call's budget left)"

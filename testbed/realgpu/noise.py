@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Run-to-run noise of a collected campaign, lined up with what the machine did (sampler.py).
 
-    python -m testbed.realgpu.noise CAMPAIGN_NODE_DIR SAMPLES.jsonl
+    python -m testbed.realgpu.noise CAMPAIGN_NODE_DIR SAMPLES.jsonl [CAMPAIGN_NODE_DIR SAMPLES.jsonl]
 
 Per (configuration, concurrency): the repeats' output tok/s, their mean, the coefficient of variation
 (sample sd / mean), the same for the gate's metric (token-weighted TPOT, gate_policy.token_weighted_tpot),
@@ -10,7 +10,10 @@ run ends, to the second) the median SM clock, the throttle reasons seen and the 
 (sampler.py's CPU-speed record); plus the loop's timing at the start and the end of the record.
 Across server starts: for a configuration `X` run again as `X-b` (a fresh server start of the
 identical configuration, the plan's A B A' design), the ratio of the two starts' means and the CV of
-all their runs together. Prints Markdown (docs/engines-gpu.md quotes it).
+all their runs together. Given two nodes (two machines, each with its own sampler record): each node's
+table, then across machines: per (configuration, concurrency) the ratio of node B's mean to node A's with
+the interval the gate uses (its per-look confidence, Welch on log values: specfleet.worker.stats), for
+output tok/s and the gate's metric. Prints Markdown (docs/engines-gpu.md quotes it).
 """
 from __future__ import annotations
 
@@ -22,8 +25,12 @@ from pathlib import Path
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from specfleet.report.gates.gate_policy import token_weighted_tpot  # noqa: E402
+from specfleet.report.gates.gate_policy import ALPHA_PER_LOOK, token_weighted_tpot  # noqa: E402
 from specfleet.resultfile.schema import Result  # noqa: E402
+from specfleet.worker.stats import ratio_interval  # noqa: E402
+
+#: the gate's per-look confidence (two one-sided tests at gate_policy's alpha per look): the report's interval
+GATE_CONFIDENCE = 1 - 2 * ALPHA_PER_LOOK
 
 
 def runs(folder: Path) -> dict[tuple[str, int], list[dict]]:
@@ -93,9 +100,36 @@ def across_starts(cells: dict[tuple[str, int], list[dict]]) -> list[str]:
     return out
 
 
+def across_machines(a: Path, b: Path, confidence: float = GATE_CONFIDENCE) -> list[str]:
+    """Node b (one machine) against node a (another) per (configuration, concurrency): b / a of the means
+    and the interval of that ratio, for output tok/s and the gate's metric (token-weighted TPOT)."""
+    ca, cb = runs(a), runs(b)
+    out = [f"| across machines ({b.name} / {a.name}) | conc | runs | tok/s ratio | {confidence:.1%} CI | "
+           f"weighted TPOT ratio | {confidence:.1%} CI |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    for (cfg, conc), ra in sorted(ca.items(), key=lambda kv: (kv[0][0], kv[0][1])):
+        rb = cb.get((cfg, conc))
+        if not rb:
+            continue
+        cells = []
+        for key in ("tok_s", "tpot_w"):
+            xa, xb = [r[key] for r in ra], [r[key] for r in rb]
+            ri = ratio_interval(xa, xb, confidence)
+            cells += [f"{statistics.fmean(xb) / statistics.fmean(xa):.4f}",
+                      f"[{ri.low:.4f}, {ri.high:.4f}]" if ri else "-"]
+        out.append(f"| {cfg} | {conc} | {len(ra)} + {len(rb)} | {' | '.join(cells)} |")
+    return out
+
+
 def main(argv: list[str]) -> int:
-    samples = [json.loads(ln) for ln in Path(argv[2]).read_text().splitlines() if ln.strip()]
-    print(table(Path(argv[1]), samples))
+    pairs = [(Path(argv[i]), Path(argv[i + 1])) for i in range(1, len(argv) - 1, 2)]
+    for k, (folder, samples_file) in enumerate(pairs):
+        samples = [json.loads(ln) for ln in samples_file.read_text().splitlines() if ln.strip()]
+        if len(pairs) > 1:
+            print(f"{'' if k == 0 else chr(10)}**{folder.name}**{chr(10)}")
+        print(table(folder, samples))
+    if len(pairs) == 2:
+        print()
+        print("\n".join(across_machines(pairs[0][0], pairs[1][0])))
     return 0
 
 

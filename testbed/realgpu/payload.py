@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Build, on a machine with PyPI, the offline CUDA vLLM payload for one device profile.
 
-    .venv/bin/python -m testbed.realgpu.payload [--profile nvidia-h200] [--out .realgpu] \
+    .venv/bin/python -m testbed.realgpu.payload [--profile nvidia-h200|nvidia-h100-x1] [--out .realgpu] \
         [--python312 PY] [--tok-python PY] [--tree REPO ...]
 
 Steps (each skipped when its output is already there and current):
@@ -37,14 +37,13 @@ import os
 import shutil
 import subprocess
 import sys
-import tarfile
 import zipfile
 from pathlib import Path
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from testbed.realgpu import fatbin, specs  # noqa: E402
-from testbed.realgpu.devices import MIB, PROFILES, PinError, Profile, check_pin  # noqa: E402
+from testbed.realgpu.devices import MIB, PROFILES, PinError, Profile, check_pin, serves  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -347,7 +346,7 @@ def check_budget(carry_bytes: int, trees: dict[str, int], profile: Profile) -> i
 
 def payload_info(profile: Profile, pin: str, site_info: dict, kit_specs: list[str], carry: Path) -> dict:
     return {
-        "schema": 1, "profile": profile.name, "python": profile.python, "torch": profile.torch,
+        "schema": 1, "profile": profile.name, "serves_gpus": serves(profile), "python": profile.python, "torch": profile.torch,
         "torch_pin_of_vllm_wheel": pin, "cuda": profile.cuda, "sm": profile.sm, "vllm": profile.vllm,
         "wheels": site_info["want"]["wheels"], "removed": {r: TRIM.get(r, TRIM_GLOBS.get(r, "other Python"))
                                                            for r in site_info["removed"]},

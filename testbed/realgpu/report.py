@@ -6,7 +6,7 @@
 RUN_DIR is the runner's `<campaign>/<host>/` folder (state.json, `<config>_conc<N>.json`, server
 logs, done markers), e.g. unpacked from the device's results.tar.gz. It is copied to
 OUT_ROOT/<campaign>/<host>/ and merged there by specfleet's own report code
-(specfleet.results.report_campaign), unchanged. What this tier adds:
+(specfleet.report.report_campaign), unchanged. What this tier adds:
 
 - the GPU's memory bandwidth, looked up by the GPU name in the run's provenance
   (specfleet.report.tables.diagnosis.bandwidth_of), so the decode bound (weights / bandwidth) is computed without a flag;

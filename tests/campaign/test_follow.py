@@ -145,6 +145,28 @@ def test_a_state_json_of_another_shape_is_one_line_and_following_goes_on(items):
     assert v.counts() == (0, 0, 0) and fails(f.verdicts()) == []
 
 
+@pytest.mark.parametrize("text, why", [
+    ('{"status": "running", "runner_pid": 100}', "state.json: no items: not read"),
+    ("[" * 100_000 + "]" * 100_000, "state.json: JSON nested 100000 levels deep"),
+    ('{"items": [' * 20 + "]}" * 20, "state.json: items[0] has no name"),
+    ("[]", "state.json: list, not an object: not read"),
+    ("{not json", "state.json: not JSON")])
+def test_a_state_json_without_items_or_hostile_is_named_not_a_crash(text, why):
+    """fab bench's follow and fab status (KeyError: 'items', exit 70) on a state.json without items
+    or a nesting bomb: one line naming the file and why, never "runner starting" as if it were absent."""
+    v = view_of(text)
+    assert v.state is None
+    line = progress_line("w1", v)
+    assert line.startswith(f"w1: {why}"), line
+    f = Follow(runners={"w1": 100})
+    assert says(f.read("w1", v, 0.0, RUN_DIR)) == [line]
+    assert v.counts() == (0, 0, 0)
+
+
+def test_a_state_json_not_written_yet_is_no_problem():
+    assert view_of("").problems == [] and progress_line("w1", view_of("")) == "w1: runner starting"
+
+
 class Host:
     def __init__(self, name):
         self.name = name

@@ -4,6 +4,7 @@ tests/e2e/test_collect.py runs the same through rsync from a testbed worker."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from specfleet.resultfile.check import Expect
 from specfleet.collect.staging import accept, fresh_staging
@@ -66,6 +67,34 @@ def test_a_crashed_collects_staging_is_not_taken(tmp_path):
     stage = fresh_staging(camp, "w1")  # the next collect starts from an empty staging folder
     assert not any(stage.iterdir())
     assert accept(camp, "w1", EXPECT).replaced == []
+
+
+def test_two_collects_at_once_each_stage_their_own_and_a_dead_ones_leftovers_go(tmp_path):
+    """Another `fab collect` (another process) starting on the same campaign while this one has files
+    staged for w1: it emptied .staging/w1 under this one (files gone, its accept crashed). Each
+    collect has its own folder; a folder whose collect is gone is removed by the next."""
+    import subprocess
+    import sys
+    from specfleet.collect.staging import STAGING_DIR
+    camp = tmp_path / "c"
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    leftover = camp / STAGING_DIR / f"w1.{dead.pid}"
+    leftover.mkdir(parents=True)
+    (leftover / "vanilla_conc1.json").write_text(good()[:100])
+    other_host = camp / STAGING_DIR / "w1.example.1"   # host w1.example's, not w1's
+    other_host.mkdir()
+    stage = fresh_staging(camp, "w1")
+    assert not leftover.exists() and other_host.is_dir()
+    (stage / "vanilla_conc1.json").write_text(good())
+    (stage / "vanilla.done").write_text("{}")
+    other = subprocess.run([sys.executable, "-c", "import sys; from specfleet.collect.staging import accept, "
+                            "fresh_staging; s = fresh_staging(sys.argv[1], 'w1'); print(s)", str(camp)],
+                           capture_output=True, text=True, timeout=120)
+    assert other.returncode == 0, other.stderr
+    assert Path(other.stdout.strip()) != stage and (stage / "vanilla_conc1.json").is_file()
+    got = accept(camp, "w1", EXPECT)
+    assert sorted(got.replaced) == ["vanilla.done", "vanilla_conc1.json"], got
 
 
 def test_a_fetched_result_that_names_another_node_is_refused_and_the_local_copy_stays(tmp_path):

@@ -280,7 +280,7 @@ def test_report_campaign_with_the_automatic_split(tb, tmp_path):
     # fab printed the split it ran
     for host, queue in queues.items():
         assert f"{host}: " + " -> ".join(queue) in out.stdout
-    # ... and wrote it once, at placement, for collect and report (results/cells.py)
+    # ... and wrote it once, at placement, for collect and report (report/scan/cells.py)
     planned = json.loads((tmp_path / "results" / yaml.safe_load(FAST.read_text())["campaign"] / "planned.json").read_text())
     assert planned["queues"] == queues and set(planned["sources"].values()) == {"placed by fab bench"}
 

@@ -281,8 +281,22 @@ def test_slower_node_is_refused_and_force_merges_stamped(testbed_factory, tmp_pa
     assert -9 < diff < -3, diff
     assert f"{diff:+.2f} %" in flat(refused.stdout), (diff, out(refused))
 
-    forced = collect(inv, results, tmp_path / "runs-forced", "--force")
+    # w1's inventory gives a bandwidth that contradicts its GPU's datasheet, w2's none: per host, saved
+    forced = collect(derived_inventory(tb, tmp_path, lambda d: d["hosts"]["w1"].setdefault("vars", {}).update(
+        gpu_memory_bandwidth_gbps=4800)), results, tmp_path / "runs-forced", "--force")
     assert forced.returncode == 0, out(forced)
+    assert json.loads((camp / "w1" / "provenance.json").read_text())["inventory_gpu_memory_bandwidth_gbps"] == 4800
+    # w2 keeps the testbed's fleet-wide figure (all.vars: 1792, the simulated GPU's datasheet)
+    assert json.loads((camp / "w2" / "provenance.json").read_text())["inventory_gpu_memory_bandwidth_gbps"] == 1792
+    assert "GPU memory bandwidth on w1: 4800 GB/s given (inventory gpu_memory_bandwidth_gbps)" in flat(forced.stdout)
+    md = (camp / "report.md").read_text()
+    bw = md.split("## Memory-bandwidth bound", 1)[1].split("\n## ", 1)[0]
+    assert "w1 4800 GB/s (inventory gpu_memory_bandwidth_gbps); w2 1792 GB/s (inventory gpu_memory_bandwidth_gbps)" in bw, bw
+    assert "GPU memory bandwidth on w2" not in flat(forced.stdout)
+    # fab report afterwards reproduces collect's report: the per-host figures came back from the campaign folder
+    rep = fab("report", "--plan", PLAN, "--results", str(results), "--force")
+    assert rep.returncode == 0, out(rep)
+    assert (camp / "report.md").read_text() == md
     s = stamps_of(camp)
     title = s.pop("html_title")
     assert "[SIMULATED]" in title and f"[{NOT_EQ}]" in title, title
@@ -466,3 +480,30 @@ def test_more_gate_runs_turn_an_inconclusive_gate_into_a_decision(testbed_factor
     logs = {h: host_sh(tb, h, f"cat {camp_dir}/{h}/vanilla.server.log").stdout for h in HOSTS}
     levels = {h: re.findall(r"steps take x([0-9.]+)", logs[h]) for h in HOSTS}
     assert all(len(set(v)) == len(v) > 3 for v in levels.values()), levels   # a draw per start
+
+
+def test_two_collects_at_once_both_succeed(testbed_factory, tmp_path):
+    """The SRE's round: two `fab collect` of one campaign at once, one crashed in 2 of 3 rounds (a temp
+    file name shared by both writers of report.md, and one .staging/<host> emptied under the other).
+    Three rounds, each into a fresh results folder: both exit 0 and the report is whole."""
+    import shutil
+    import threading
+    tb, inv = provisioned(testbed_factory, tmp_path)
+    bench(inv, tmp_path)
+    placed = tmp_path / "results" / CAMPAIGN / "planned.json"
+    for rnd in range(3):
+        results = tmp_path / f"results-{rnd}"
+        (results / CAMPAIGN).mkdir(parents=True)
+        shutil.copy(placed, results / CAMPAIGN / "planned.json")
+        got = {}
+        both = [threading.Thread(target=lambda k=k: got.__setitem__(
+            k, collect(inv, results, tmp_path / f"runs-{rnd}-{k}"))) for k in range(2)]
+        for t in both:
+            t.start()
+        for t in both:
+            t.join()
+        for r in got.values():
+            assert r.returncode == 0 and "Traceback" not in r.stdout + r.stderr, out(r)
+        camp = results / CAMPAIGN
+        assert not (camp / ".staging").exists() and not list(camp.glob(".*.tmp"))
+        check_merged_matches_files(camp)

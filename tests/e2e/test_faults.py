@@ -18,7 +18,7 @@ import pytest
 from e2e_helpers import FAB, PROJECT, derived_inventory, events, fab, host_sh, inventory_of
 from specfleet.fleet import Fleet
 from specfleet.inventory import load_inventory
-from specfleet.step import Status
+from specfleet.step import HostStatus, Status
 
 pytestmark = pytest.mark.e2e
 
@@ -139,10 +139,12 @@ def test_a_bad_var_or_broken_state_on_one_host_fails_it_alone(testbed_factory, t
     def start(hc):
         if hc.host.name == "w1":
             raise RuntimeError("could not start the runner: exec format error")
-        return Status.CHANGED, "started"
+        return HostStatus(Status.CHANGED, "started")
     out = fleet.each("start runner", start)
     fleet.close()
     assert fleet.dropped == {"w1": Status.FAILED} and set(out.succeeded) == {"w2"} and set(out.failed) == {"w1"}
+    # the HostStatus the work returned is what the fleet records (not sniffed from a tuple)
+    assert (out["w2"].status, out["w2"].message) == (Status.CHANGED, "started")
     assert [r.message for r in fleet.results if r.host == "w1"] == \
         ["RuntimeError: could not start the runner: exec format error"]
     stop = fab("stop", "--plan", str(FAST), "--hosts", "w1", inventory=inventory_of(tb), runs=tmp_path / "runs-stop")
@@ -280,3 +282,42 @@ def test_a_venv_changed_in_place_gets_a_new_release_and_a_killed_copy_leaves_the
         assert host_sh(tb, "w1", f"test -d {r1}").returncode != 0  # pruned: only current and previous stay
     finally:
         subprocess.run(["rm", "-rf", VENV], check=False)
+
+
+# ---------------------------------------------------------------- a channel refused while following
+def test_a_channel_refused_while_following_is_lost_for_that_poll_not_a_crash(testbed_factory):
+    """fab bench's follow on a loaded host: sshd opens no channel for one read (paramiko's
+    "Timeout opening channel." crashed the command, exit 70). Here sshd's MaxSessions is reached for
+    real: the read is lost for that poll, said once, and the next poll reads the runner again."""
+    from specfleet.campaign import remote
+    from specfleet.campaign.follow import follow
+    from specfleet.worker import layout
+    tb = testbed_factory(workers=1)
+    fleet = Fleet(list(load_inventory(inventory_of(tb)).hosts.values()))
+    hc = fleet.connections["w1"]
+    work = hc.run("mktemp -d").stdout.strip()
+    state = {"status": "done", "runner_pid": 1, "items": [{"name": "vanilla", "status": "done", "error": None}]}
+    d = layout.run_dir(work, "c", "w1")
+    hc.run(f"mkdir -p {shlex.quote(d)} && cat > {shlex.quote(d)}/{layout.STATE}", stdin=json.dumps(state).encode())
+    held = []
+    while True:  # every session sshd allows on this connection (the testbed's MaxSessions), held open
+        try:
+            held.append(hc.transport.open_session(timeout=5))
+        except Exception:
+            break
+    assert len(held) >= 10
+
+    class Console:
+        lines: list[str] = []
+
+        def print(self, text, markup=True):
+            self.lines.append(text)
+    try:
+        views = follow(fleet, lambda c: remote.view(c, work, "c"), lambda h: d, Console(), poll=0.1)
+    finally:
+        hc.run(f"rm -rf {shlex.quote(work)}")
+        fleet.close()
+    assert "connection lost" in Console.lines[0] and "no channel opened" in Console.lines[0], Console.lines
+    assert "retrying" in Console.lines[0]
+    assert views["w1"].state["status"] == "done" and Console.lines[1].startswith("w1: done | done 1"), Console.lines
+    assert fleet.dropped == {}

@@ -11,7 +11,8 @@ import shutil
 import pytest
 
 from specfleet.events import EventLog, Redactor
-from specfleet.fleet import EXIT_FAILED, EXIT_UNREACHABLE, Fleet
+from specfleet.exits import EXIT_FAILED, EXIT_UNREACHABLE
+from specfleet.fleet import Fleet
 from specfleet.inventory import load_inventory
 from specfleet.step import Status
 from specfleet.steps.command import Assert, Command

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from specfleet.fleet import EXIT_FAILED, Fleet
+from specfleet.exits import EXIT_FAILED
+from specfleet.fleet import Fleet
 from specfleet.inventory import load_inventory
 from specfleet.step import Status
 from specfleet.steps.files import FileContent

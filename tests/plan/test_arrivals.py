@@ -49,7 +49,8 @@ def test_closed_loop_plans_keep_their_hash():
 
 
 @pytest.mark.parametrize("rates, error", [([2, 2], "distinct rates > 0"), ([0], "distinct rates > 0"),
-                                          ([], "at least 1 item")])
+                                          ([], "at least 1 item"), ([float("nan")], "distinct rates > 0"),
+                                          (list(range(1, 10_002)), "at most 32 items")])
 def test_bad_rates(rates, error):
     with pytest.raises(PlanError, match=r"field 'benchmark.*" + error):
         parse_plan(raw(request_rates=rates), "plans/demo.yml")

@@ -185,7 +185,7 @@ def test_repeats_default_to_three_interleaved(tmp_path):
 def test_steady_state_needs_prompts_for_the_concurrency(tmp_path):
     m = err(tmp_path, MINI.replace("chat_template: double", "chat_template: double, num_prompts: 16"))
     assert "p.yml: field 'benchmark.num_prompts': 16 prompts at concurrency 16 is one wave" in m
-    assert "at least 80" in m and "steady_state: report-setup" in m and "\n" not in m
+    assert "raise num_prompts to 80" in m and "steady_state: report-setup" in m and "\n" not in m
     ok = load_plan(write(tmp_path, MINI.replace(
         "chat_template: double", "chat_template: double, num_prompts: 32, min_prompts_per_concurrency: 2")))
     assert ok.benchmark.num_prompts == 32

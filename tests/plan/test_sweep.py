@@ -109,7 +109,7 @@ def test_bench_cells_product_and_points_have_stable_names():
 def test_steady_state_rule_holds_per_cell():
     msg = bad(lambda d: d["benchmark"].update(steady_state="required", num_prompts=80,
                                               sweep=[{"concurrency": 16, "num_prompts": 20}]))
-    assert "field 'benchmark.sweep.num_prompts': 20 prompts at concurrency 16 (cell conc16-n20) is one wave" in msg
+    assert "field 'benchmark.sweep.num_prompts': 20 prompts at concurrency 16 (cell conc16-n20) is 1.25 waves" in msg
     parse_plan(demo(lambda d: d["benchmark"].update(steady_state="required", num_prompts=80,
                                                     sweep=[{"concurrency": 16}, {"concurrency": 1, "num_prompts": 10}])))
 

@@ -45,3 +45,13 @@ def test_check_pin_refuses_other_torch_and_suggests_release(tmp_path):
 def test_check_pin_refuses_unpinned_wheel(tmp_path):
     with pytest.raises(PinError, match="no 'torch==' requirement"):
         check_pin(_wheel(tmp_path, ["torch>=2.0"]), H200)
+
+
+def test_one_payload_serves_the_lent_h100_and_h200():
+    from testbed.realgpu.devices import H100, PROFILES, payload_key, serves
+    assert set(PROFILES) == {"nvidia-h100-x1", "nvidia-h200"}   # the lent single-GPU kinds
+    assert payload_key(H100) == payload_key(H200)                # same image, same sm_90: the same bytes
+    assert serves(H100) == serves(H200) == ["NVIDIA H100 80GB HBM3", "NVIDIA H200"]
+    # each profile's GPU name is what the report's bandwidth look-up knows
+    from specfleet.report.tables.diagnosis import bandwidth_of
+    assert bandwidth_of(H100.gpu_name)[0] == 3350 and bandwidth_of(H200.gpu_name)[0] == 4800

@@ -1,8 +1,12 @@
-"""The product path of the device (fleet.sh) rehearsed here with the simulated vLLM: `device.sh prepare`
-makes the provided venv and the model directories, `fleet.sh up` starts a real sshd on loopback and runs
-`fab facts`, `fab provision` (twice) and `fab bench --no-wait`, `fleet.sh finish` runs `fab bench` again
-(it reattaches), `fab collect` and `fab report`. Real sshd, rsync and Fabric; the controller is this
-machine's .venv python (no wheels), the tools this machine's own unless FLEET_DEBS names the Debian
+"""The product path of the device (fleet.sh) rehearsed here with the simulated vLLM, as the documented
+two-machine procedure runs it (docs/engines-gpu.md "Two lent machines as two nodes"): on the first
+"machine" `device.sh prepare` makes the provided venv and the model directories, `fleet.sh up w1` starts a
+real sshd on loopback and runs `fab facts`, `fab provision` (twice) and `fab bench --no-wait`, `fleet.sh
+finish w1` runs `fab bench` again (it reattaches), `fab collect` and `fab report`; the machine is then
+"given back" (every device folder removed), and the next one runs `prepare` and `FOLLOW=1 fleet.sh up w2`
+(bench followed to the end and collect, in one call); `fab report` on one folder holding both campaigns'
+results gives one merged report, gated between w1 and w2. Real sshd, rsync and Fabric; the controller is
+this machine's .venv python (no wheels), the tools this machine's own unless FLEET_DEBS names the Debian
 packages fleetkit.py downloaded (then they are unpacked and used as on the device).
 Writes /tmp/sfgpu, /tmp/vllm-venv, /tmp/site, /tmp/sfssh, /tmp/sfctl as the device does; skipped when
 they exist, or without sshd, or when not root (sshd logs in as root by key, on 127.0.0.1 only)."""
@@ -66,10 +70,12 @@ def device(tmp_path):
     shutil.copy2(REPO / "testbed" / "realgpu" / "fleet.sh", fleet / "fleet.sh")
     payload.write_manifest(fleet)
     # the rehearsal's plan and inventory: the simulated engine, small, this machine's python version
-    plan = yaml.safe_load((REPO / "plans" / "h200-dummy8b.yml").read_text())
+    plan = yaml.safe_load((REPO / "plans" / "gpu-nodes-dummy8b.yml").read_text())
     plan.update(campaign="fleet-rehearsal", vllm_version=SIM)
-    plan["configurations"] = plan["configurations"][:2]
-    plan["benchmark"].update(num_prompts=4, output_len=16, repeat=2, dataset_path=str(SAMPLE))
+    assert plan["benchmark"]["dataset_path"] == {"on_worker": "/tmp/sfgpu/question.jsonl"}  # device.sh prepare's copy
+    plan["benchmark"].update(num_prompts=5, output_len=16, repeat=3, concurrencies=[1, 4],
+                             sweep=[{"concurrency": 1}, {"concurrency": 4, "num_prompts": 20}])
+    plan["equivalence"]["concurrency"] = 4
     plan["server"].update(health_poll_s=0.5, health_timeout_s=60)
     (tmp_path / "plan.yml").write_text(yaml.safe_dump(plan))
     port = _free_port()
@@ -82,30 +88,38 @@ def device(tmp_path):
                           SIMVLLM_TIME_SCALE="0.001", SIMVLLM_LOAD_SCALE="0.001")
     inv["bastion"]["vars"]["datasets"] = [str(SAMPLE)]
     (tmp_path / "inventory.yml").write_text(yaml.safe_dump(inv))
-    # the testbed's nvidia-smi stand-in (one GPU, "loaded"), on the SSH session's PATH (fleet.sh's SetEnv)
-    gpu = tmp_path / "simgpu"
+    machine(tmp_path, "w1")
+    env = {**os.environ, "PATH": f"/tmp/sfssh/bin:{os.environ['PATH']}", "PY": sys.executable,
+           "VLLM_MODULE": "vllm", "REHEARSAL": "1", "PORT": str(port), "INVENTORY": str(tmp_path / "inventory.yml"),
+           "PLAN": str(tmp_path / "plan.yml"), "LIMIT": "300"}
+    yield root, env, tmp_path
+    give_back()
+
+
+def machine(tmp_path: Path, name: str) -> None:
+    """A fresh lent machine: the testbed's nvidia-smi stand-in (one GPU of its own UUID, "loaded") on the
+    SSH session's PATH (fleet.sh's SetEnv)."""
+    gpu = tmp_path / f"simgpu-{name}"
     gpu.mkdir()
-    (gpu / "gpu.json").write_text(json.dumps(seed.gpu_json("w1", 1)))
+    (gpu / "gpu.json").write_text(json.dumps(seed.gpu_json(name, 1)))
     (gpu / "modules").write_text("nvidia\nnvidia_uvm\nnvidia_modeset\n")
     standin = tmp_path / "standin"
-    standin.mkdir()
-    (standin / "nvidia-smi").symlink_to(REPO / "testbed" / "host" / "gpu-standin")
+    standin.mkdir(exist_ok=True)
+    if not (standin / "nvidia-smi").exists():
+        (standin / "nvidia-smi").symlink_to(REPO / "testbed" / "host" / "gpu-standin")
     Path("/tmp/sfssh/bin").mkdir(parents=True)
     Path("/tmp/sfssh/bin/nvidia-smi").write_text(f"#!/bin/sh\nSIMVLLM_GPU_DIR={gpu} exec /usr/bin/python3 -IS {standin}/nvidia-smi \"$@\"\n")
     Path("/tmp/sfssh/bin/nvidia-smi").chmod(0o755)
-    env = {**os.environ, "PATH": f"/tmp/sfssh/bin:{os.environ['PATH']}", "PY": sys.executable,
-           "VLLM_MODULE": "vllm", "REHEARSAL": "1", "PORT": str(port), "INVENTORY": str(tmp_path / "inventory.yml"),
-           "PLAN": str(tmp_path / "plan.yml"), "CAMPAIGN": "fleet-rehearsal", "LIMIT": "300"}
-    yield root, env, tmp_path
-    pid = Path("/tmp/sfssh/sshd.pid")
-    if pid.is_file():
-        os.kill(int(pid.read_text()), signal.SIGTERM)
-    spid = Path("/tmp/sfctl/sampler.pid")
-    if spid.is_file():
-        try:
-            os.kill(int(spid.read_text()), signal.SIGTERM)
-        except ProcessLookupError:
-            pass
+
+
+def give_back() -> None:
+    """The machine goes back: its sshd and sampler end (by their PID files) and every device folder goes."""
+    for pidfile in (Path("/tmp/sfssh/sshd.pid"), Path("/tmp/sfctl/sampler.pid")):
+        if pidfile.is_file():
+            try:
+                os.kill(int(pidfile.read_text()), signal.SIGTERM)
+            except (ProcessLookupError, ValueError):
+                pass
     for p in DIRS:
         shutil.rmtree(p, ignore_errors=True)
 
@@ -126,23 +140,31 @@ def _events(tar: Path, dest: Path) -> dict[str, list[dict]]:
     return out
 
 
-def test_the_product_commands_run_over_ssh_against_the_provided_venv(device):
+def _results(tar: Path, dest: Path) -> None:
+    with tarfile.open(tar) as t:
+        t.extractall(dest)  # our own archive
+
+
+def test_two_machines_as_two_nodes_end_in_one_merged_gated_report(device):
     root, env, tmp = device
+    # the first machine: node w1, in two calls (up: bench --no-wait; finish: bench reattached, collect, report)
     p = _run(root, env, tmp / "out0", ".realgpu/carry/kit/device.sh", "prepare")
     assert p.returncode == 0, (tmp / "out0" / "device.log").read_text()[-3000:]
-    p = _run(root, env, tmp / "out1", ".realgpu/fleet/fleet.sh", "up")
+    p = _run(root, env, tmp / "out1", ".realgpu/fleet/fleet.sh", "up", "w1")
     log1 = (tmp / "out1" / "fleet.log").read_text()
     assert p.returncode == 0, log1[-4000:]
     for cmd in ("facts", "provision", "bench"):
         assert f"fab {cmd} exit 0" in log1, log1[-4000:]
     assert all(f"role {r} (inventory skip_roles)" in log1 for r in ("nfs", "network", "model"))
     assert "venv_source: provided: nothing built here" in log1
-    p = _run(root, env, tmp / "out2", ".realgpu/fleet/fleet.sh", "finish")
+    assert "node w1, plan" in log1 and "(campaign fleet-rehearsal)" in log1
+    p = _run(root, env, tmp / "out2", ".realgpu/fleet/fleet.sh", "finish", "w1")
     log2 = (tmp / "out2" / "fleet.log").read_text()
     assert p.returncode == 0 and "fab collect exit 0" in log2 and "fab report exit 0" in log2, log2[-4000:]
     # collect plans with the queues fab bench placed (planned.json in the results folder), not a split of its own
-    assert "holds no queues placed by fab bench" not in log2, log2[-4000:]
-    assert len(list((tmp / "out2").iterdir())) <= 8
+    assert "come from the split over the inventory" not in log2, log2[-4000:]
+    assert "--gpu-bandwidth-gbps" not in log2   # nothing names a bandwidth: the report looks it up
+    assert len(list((tmp / "out2").iterdir())) <= 8 and (tmp / "out2" / "state.json").is_file()
     ev = _events(tmp / "out2" / "runs.tar.gz", tmp / "ev")
     # the event logs end with the exit code; the second provision changed nothing
     ends = {task: [r[-1] for r in runs] for task, runs in ev.items()}
@@ -151,8 +173,7 @@ def test_the_product_commands_run_over_ssh_against_the_provided_venv(device):
     read = [r for runs in ev["bench"] for r in runs if r.get("step") == "read GPUs and campaign state"]
     assert read and all(r["data"]["gpu_names"] == [f"0: {seed.GPU['name']} {seed.GPU['memory_total_mib']} MiB"]
                         for r in read), read
-    with tarfile.open(tmp / "out2" / "results.tar.gz") as t:
-        t.extractall(tmp / "res")  # our own archive
+    _results(tmp / "out2" / "results.tar.gz", tmp / "res")
     camp = tmp / "res" / "results" / "fleet-rehearsal"
     prov = json.loads((camp / "w1" / "provenance.json").read_text())
     # read by collect's own probe over SSH: the provided venv's python and package digest, the dataset hash
@@ -164,3 +185,29 @@ def test_the_product_commands_run_over_ssh_against_the_provided_venv(device):
     results = sorted(camp.glob("w1/*_conc*_r*.json"))
     assert results and all(f.with_suffix(".telemetry.jsonl").is_file() for f in results), sorted(camp.glob("w1/*"))
     assert "Telemetry per run" in (camp / "report.md").read_text()
+    # the prompts: the file on the worker (on_worker), which device.sh prepare put there
+    assert all(json.loads(f.read_text()).get("node") == "w1" for f in results)
+
+    # given back; the next machine is node w2, in one call (FOLLOW=1: bench followed to the end, collect)
+    give_back()
+    machine(tmp, "w2")
+    p = _run(root, env, tmp / "out3", ".realgpu/carry/kit/device.sh", "prepare")
+    assert p.returncode == 0, (tmp / "out3" / "device.log").read_text()[-3000:]
+    p = _run(root, {**env, "FOLLOW": "1"}, tmp / "out4", ".realgpu/fleet/fleet.sh", "up", "w2")
+    log4 = (tmp / "out4" / "fleet.log").read_text()
+    assert p.returncode == 0 and "fab collect exit 0" in log4 and "node w2, plan" in log4, log4[-4000:]
+    assert "w1" not in (tmp / "out4" / "fleet.log").read_text().split("node w2, plan", 1)[1].split("fab collect", 1)[0]
+    _results(tmp / "out4" / "results.tar.gz", tmp / "res")   # beside w1's: one campaign folder holds both
+    assert sorted(d.name for d in camp.iterdir() if d.is_dir() and (d / "run.json").is_file()) == ["w1", "w2"]
+
+    # fab report on the folder holding both: one merged report, gated between the two nodes
+    rep = subprocess.run([sys.executable, "-m", "fabric", "report", "--plan", str(tmp / "plan.yml"),
+                          "--results", str(tmp / "res" / "results")], cwd=REPO, capture_output=True, text=True,
+                         timeout=300, env={**os.environ, "COLUMNS": "200"})
+    assert rep.returncode == 0, rep.stdout[-3000:] + rep.stderr[-3000:]
+    merged = json.loads((camp / "merged.json").read_text())
+    assert {r["node"] for r in merged if r["config"] == "vanilla"} == {"w1", "w2"}, merged[:2]
+    md = (camp / "report.md").read_text()
+    gate = md.split("## Node equivalence", 1)[1].split("\n## ", 1)[0]
+    assert "w1" in gate and "w2" in gate, gate
+    assert "## Gate decision" in md, md[:3000]

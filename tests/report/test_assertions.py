@@ -9,7 +9,7 @@ import pytest
 from compare_builder import campaign, plan_raw
 from specfleet.plan.assertions import FAILED, NOT_CHECKED, PASSED, Assertion, check
 from specfleet.plan import PlanError, parse_plan
-from specfleet.fleet import EXIT_ASSERTION
+from specfleet.exits import EXIT_ASSERTION
 from specfleet.report.scan.plan_snapshot import PLAN_SNAPSHOT
 from specfleet.report.build import report_plan
 
@@ -27,6 +27,19 @@ def test_bad_assertion_is_one_line(entry, error):
     with pytest.raises(PlanError, match="demo.yml: field") as e:
         parse_plan(raw, "plans/demo.yml")
     assert error in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("bound", ["min: .nan", "max: .nan", "min: .inf", "max: -.inf", "min: .NaN"])
+def test_a_nan_or_infinite_bound_is_refused_at_plan_load(bound):
+    """`min: .nan` compared false with every figure, so the assertion always passed: refused at load."""
+    import yaml
+    raw = plan_raw()
+    raw["assertions"] = [{"config": "eagle3", "concurrency": 16, "metric": "speedup", **yaml.safe_load(bound)}]
+    field = bound.split(":")[0]
+    with pytest.raises(PlanError) as e:
+        parse_plan(raw, "plans/demo.yml")
+    assert str(e.value).startswith(f"plans/demo.yml: field 'assertions.0.{field}': ") and "\n" not in str(e.value)
+    assert "finite" in str(e.value)
 
 
 def test_assertions_are_not_in_the_plan_hash():

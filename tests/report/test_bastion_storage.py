@@ -14,7 +14,7 @@ import pytest
 from campaign_builder import write_campaign
 from test_fab_report import CAMPAIGN, fab_report, out
 
-from specfleet.fleet import EXIT_DISK_FULL, EXIT_NOT_WRITABLE
+from specfleet.exits import EXIT_DISK_FULL, EXIT_NOT_WRITABLE
 from specfleet import bastion_io
 
 
@@ -133,3 +133,19 @@ def test_collect_during_a_running_bench_does_not_advise_measuring_again(tmp_path
     # without a live runner the advice is to measure again
     again = report_plan(plan, "plan.yml", tmp_path / "results", split_queues=queues, quiet=True)
     assert "to measure them again: fab bench --plan plan.yml" in again.incomplete_message
+
+
+def test_two_writers_at_once_each_have_their_own_temp_files(tmp_path):
+    """Two `fab collect` (or `fab report`) at once write the same report files: each has temp files
+    of its own (was one shared name: the second's rename crashed on a file the first had moved)."""
+    import stat
+    first, second = bastion_io.AtomicFiles(), bastion_io.AtomicFiles()
+    with first, second:
+        first.tmp(tmp_path / "report.md").write_text("first")
+        second.tmp(tmp_path / "report.md").write_text("second")
+        first.commit()
+        second.commit()
+    assert [p.name for p in tmp_path.iterdir()] == ["report.md"]
+    assert (tmp_path / "report.md").read_text() == "second"
+    mode = stat.S_IMODE((tmp_path / "report.md").stat().st_mode)
+    assert mode == 0o666 & ~bastion_io._UMASK  # as a plain open() makes it, not mkstemp's 0600

@@ -10,7 +10,7 @@ from invoke.exceptions import Exit
 
 from compare_builder import campaign, plan_raw
 from specfleet.errors import UserError
-from specfleet.fleet import EXIT_ASSERTION, EXIT_REGRESSION
+from specfleet.exits import EXIT_ASSERTION, EXIT_REGRESSION
 from specfleet.report.compare.comparison import (IMPROVEMENT, NO_DIFF, PLAN_SNAPSHOT, REGRESSION, WITHIN, compare_dirs,
                                        decide)
 from specfleet.report.compare.compare_render import write_outputs
@@ -225,3 +225,27 @@ def test_a_speculative_config_spelled_with_other_key_order_is_the_same(tmp_path,
     _server_logs(cand, {"ngram": '{"method":"ngram","num_speculative_tokens":5,"prompt_lookup_max":128,"prompt_lookup_min":2}'})
     diffs = {k: (a, b) for k, a, b in compare_dirs(base, cand).provenance}
     assert "speculative_config" in diffs and '"num_speculative_tokens":5' in diffs["speculative_config"][1]
+
+
+def test_hostile_plan_snapshot_out_file_and_dropped_runs_are_said_not_a_crash(tmp_path, base):
+    """fab compare crashed on a nesting-bomb plan.json (RecursionError) and on --out naming a file
+    (FileExistsError); a result file it could not use was dropped without a word."""
+    cand = campaign(tmp_path / "new", plan_raw(), seed=10)
+    bad = sorted((cand / "w1").glob("vanilla_conc16_r*.json"))[0]
+    bad.write_text(bad.read_text()[:200])  # truncated: not merged
+    cmp = compare_dirs(base, cand)
+    assert any(n.startswith(f"candidate: left out: {bad}: invalid JSON") for n in cmp.notes), cmp.notes
+    from specfleet.report.compare.compare_render import summary
+    assert any(str(bad) in line for line in summary(cmp))
+    out_file = tmp_path / "taken"
+    out_file.write_text("mine\n")
+    from specfleet.tasks import ns
+    from invoke import Context
+    with pytest.raises(Exit) as e:  # fab's own one line and exit 1, not a FileExistsError (exit 70)
+        ns["compare"].body(Context(), baseline=str(base), candidate=str(cand), out=str(out_file))
+    assert e.value.code == 1 and e.value.message == f"error: --out {out_file}: an existing file, not a folder " \
+        "(compare.md, .html, .json go in a folder)"
+    assert out_file.read_text() == "mine\n"
+    (cand / PLAN_SNAPSHOT).write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(UserError, match=f"{cand / PLAN_SNAPSHOT}: unreadable plan snapshot .*nested 100000 levels"):
+        compare_dirs(base, cand)

@@ -192,6 +192,50 @@ def test_the_queues_fab_bench_placed_are_what_collect_and_report_plan_with(tmp_p
     assert json.loads((camp / "planned.json").read_text())["sources"]["w1"] == SPLIT and placed_queues(plan, camp) is None
 
 
+def test_a_host_left_out_of_the_bench_is_named_in_the_report(tmp_path):
+    """fab bench --hosts w1,w2,w3 with w3 unreachable places w1 and w2 only: w3 has no cell to be
+    missing, and the report no longer named it. planned.json records it at placement, collect's
+    rewrite keeps it, and collect's report and a later fab report name it with why."""
+    from specfleet.plan import parse_plan
+    from specfleet.report.build import report_plan
+    from specfleet.report.scan.cells import PLACED, placed_queues, write_placed
+    plan = parse_plan(PLAN)
+    camp = write_campaign(tmp_path / "results" / CAMPAIGN)
+    why = "unreachable: cannot connect to 10.10.30.13:22: timed out"
+    write_placed(plan, QUEUES, camp, {"w3": why})
+    said = f"w3 was left out of fab bench at placement ({why})"
+    got = report_plan(plan, "plan.yml", tmp_path / "results", split_queues=placed_queues(plan, camp),
+                      queues_source=PLACED, quiet=True)  # as collect calls it
+    assert got.merged and said in (camp / "report.md").read_text()
+    assert json.loads((camp / "planned.json").read_text())["left_out"] == {"w3": why}
+    r = fab_report(tmp_path)
+    assert said in flat(r.stdout) and said in (camp / "report.md").read_text(), out(r)
+
+
+def test_why_no_placed_queues_is_said_as_it_is(tmp_path):
+    """collect's warning when it falls back on the split: an unreadable planned.json was reported as one
+    that "holds no queues"; each cause is said as it is, naming the file."""
+    from specfleet.plan import parse_plan
+    from specfleet.report.scan.cells import placed, placed_missing
+    plan = parse_plan(PLAN)
+    camp = tmp_path / "results" / CAMPAIGN
+    camp.mkdir(parents=True)
+    f = camp / "planned.json"
+    assert placed_missing(plan, camp) == f"{f} does not exist (fab bench writes it when it places the queues)"
+    f.mkdir()
+    assert placed_missing(plan, camp) == f"{f} cannot be read (Is a directory)"
+    f.rmdir()
+    f.write_bytes(b"\xff\xfe{")
+    assert placed_missing(plan, camp).startswith(f"{f} is not readable JSON (")
+    f.write_text("[" * 100_000 + "]" * 100_000)
+    assert placed_missing(plan, camp).startswith(f"{f} is not readable JSON (JSON nested 100000 levels deep")
+    other = parse_plan({**PLAN, "benchmark": {**PLAN["benchmark"], "num_prompts": 32}})
+    f.write_text(placed(other, QUEUES))
+    assert placed_missing(plan, camp).startswith(f"{f} was placed for another version of the plan (plan hash ")
+    f.write_text(json.dumps({"plan_hash": plan.plan_hash()}))
+    assert placed_missing(plan, camp) == f"{f} holds no queues placed by fab bench for this plan"
+
+
 @pytest.mark.parametrize("fields", [{"queues": []}, {"queues": {"w2": 5}}, {"sources": ["w1"]},
                                     {"host_notes": [["w2"]]}, {"queues": {"w2": "vanilla"}}])
 def test_a_planned_json_of_another_shape_is_one_warning_and_the_host_folders_plan(tmp_path, fields):

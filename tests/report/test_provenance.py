@@ -226,3 +226,13 @@ def test_the_engine_the_worker_observed_is_the_answer_and_nothing_is_sniffed():
     assert engine_name({"engine_identity": sim}, {}, True) == "simvllm 1.0 (simulated vLLM)"
     assert engine_name({"engine_identity": real, "engine": "vllm-cuda (real GPU)"}, {}, False) == \
         "vLLM 0.26.0, vllm-cuda (real GPU)"
+
+
+def test_a_nesting_bomb_inside_a_results_text_field_is_not_a_recursion_error(tmp_path):
+    """A result file within bounds whose text fields hold JSON the report parses again (sampling_params,
+    engine_identity, speculative_config): a 100,000-deep string there made every fab report exit 70."""
+    from campaign_builder import write_campaign
+    bomb = "[" * 100_000 + "]" * 100_000
+    camp = write_campaign(tmp_path / "c", extra={"sampling_params": bomb, "engine_identity": bomb})
+    out = report_campaign(camp, quiet=True)
+    assert out.merged and (camp / "report.md").is_file()

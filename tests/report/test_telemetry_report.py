@@ -188,3 +188,37 @@ def test_a_fast_power_stream_measures_a_short_window_and_states_idle(tmp_path, c
     tel.power_source = "1 s samples"
     e = window_energy(tel, res_short)
     assert math.isnan(e.joules) and "power readings in the 0.40 s measured window (at least 10 needed" in e.why
+
+
+def test_nesting_bomb_line_is_refused_and_the_report_still_made(tmp_path):
+    # one hostile line among good ones: the report is made (was RecursionError, exit 70 of every
+    # fab collect and fab report), the good samples count and the note names the refused line
+    raw = plan_raw()
+    d = campaign(tmp_path / "results", raw, seed=1)
+    for f in d.glob("w*/*_conc16_r*.json"):
+        tel_file(f.with_name(f.name.removesuffix(".json") + ".telemetry.jsonl"), [300, 300])
+    bombed = sorted(d.glob("w1/vanilla_conc16_r*.telemetry.jsonl"))[0]
+    bombed.write_text(bombed.read_text() + "[" * 100_000 + "]" * 100_000 + "\n")
+    out = report_plan(parse_plan(raw, "plans/demo.yml"), "plans/demo.yml", tmp_path / "results", quiet=True)
+    assert out.merged
+    md = (d / "report.md").read_text()
+    assert f"{bombed.name} line 5 refused: JSON nested 100000 levels deep" in md
+    from specfleet.report.scan.folder import scan_campaign
+    df = telemetry_table(scan_campaign(d, quarantine=False))
+    assert (df.power_w == 300).all()
+
+
+def test_a_workers_escape_codes_and_html_never_reach_the_report_raw(tmp_path):
+    """Text a worker wrote (here its telemetry header's problems; a result's fields go the same way)
+    reached report.md raw: terminal escape codes and HTML, which a Markdown viewer renders. Every value
+    leaves the templates through one finalize: controls shown as escapes, '<' as '&lt;' in Markdown."""
+    raw = plan_raw()
+    d = campaign(tmp_path / "results", raw, seed=1)
+    hostile = "\x1b[2J\x1b[31mpwned\x1b[0m \x07<img src=x onerror=alert(1)>"
+    for f in d.glob("w*/*_conc16_r*.json"):
+        tel_file(f.with_name(f.name.removesuffix(".json") + ".telemetry.jsonl"), [None], problems=[hostile])
+    report_plan(parse_plan(raw, "plans/demo.yml"), "plans/demo.yml", tmp_path / "results", quiet=True)
+    md, page = (d / "report.md").read_text(), (d / "report.html").read_text()
+    assert "\\x1b[2J\\x1b[31mpwned\\x1b[0m \\x07&lt;img src=x onerror=alert(1)>" in md
+    assert "\x1b" not in md + page and "\x07" not in md + page and "<img" not in md + page
+    assert "\\x1b[31mpwned" in page and "&lt;img src=x" in page

@@ -17,6 +17,20 @@ def test_nodes_from_sinfo_json_old_and_new_state_shapes():
     assert (n["w2"].state, n["w2"].gpus) == ("MIXED+DRAIN", 0)
 
 
+def test_a_drained_or_down_node_is_unusable_in_22_05_and_23_shapes():
+    """22.05 says a drain in state_flags (its "state" stays "idle"), 23.02 on in the state list."""
+    doc = {"nodes": [{"name": "w1", "state": "idle", "state_flags": ["DRAIN"], "reason": "bad DIMM"},
+                     {"name": "w2", "state": ["IDLE", "DRAIN"], "reason": "bad DIMM"},
+                     {"name": "w3", "state": "down", "state_flags": ["NOT_RESPONDING"], "reason": ""},
+                     {"name": "w4", "state": "idle", "state_flags": ["NOT_RESPONDING"]},
+                     {"name": "w5", "state": "mixed", "state_flags": []}]}
+    n = parse_nodes(doc)
+    assert (n["w1"].state, n["w1"].unusable, n["w1"].reason) == ("IDLE+DRAIN", ["DRAIN"], "bad DIMM")
+    assert (n["w2"].state, n["w2"].unusable) == ("IDLE+DRAIN", ["DRAIN"])
+    assert n["w3"].unusable == ["DOWN"]
+    assert n["w4"].unusable == [] and n["w5"].unusable == []  # a node just resumed answers the next ping
+
+
 def test_job_states_22_05_strings_and_23_lists():
     assert job_state({"job_state": "RUNNING"}) == "RUNNING" and is_active({"job_state": "PENDING"})
     assert job_state({"job_state": ["COMPLETED"]}) == "COMPLETED" and not is_active({"job_state": ["FAILED"]})

@@ -39,6 +39,25 @@ def test_unfinished_and_never_started_nodes_are_named_with_why(tmp_path):
     assert shlex.split(hint.split(": ", 1)[1]) == ["fab", "bench", "--plan", "plans/my plan.yml", "--exclude", "n2,n3"]
 
 
+def test_a_state_json_without_items_or_hostile_on_the_shared_path_is_named_not_a_crash(tmp_path):
+    """Under Slurm as over SSH: a state.json without items or a nesting bomb (KeyError / RecursionError,
+    exit 70) names the node and the file; a bomb in any JSON file read on the shared path reads as absent."""
+    from specfleet.slurm.dispatch import read_json
+    cfg = SlurmScheduler(kind="slurm", partition="gpu", time_limit="10", shared_dir=str(tmp_path))
+    plan = SimpleNamespace(campaign="c", file=Path("plans/p.yml"))
+    texts = {"n1": '{"status": "failed"}', "n2": "[" * 100_000 + "]" * 100_000}
+    for node, text in texts.items():
+        rdir = Path(layout.run_dir(node_work_dir(cfg, "c", node), "c", node))
+        rdir.mkdir(parents=True)
+        (rdir / layout.STATE).write_text(text)
+    failed = failed_nodes(cfg, plan, [SimpleNamespace(name=n) for n in texts])
+    assert failed["n1"] == "state.json: no items: not read"
+    assert failed["n2"].startswith("state.json: JSON nested 100000 levels deep")
+    bomb = tmp_path / "n.json"
+    bomb.write_text("[" * 100_000 + "]" * 100_000)
+    assert read_json(str(bomb)) is None
+
+
 def test_exclude_leaves_the_named_hosts_out_of_the_selection(tmp_path):
     f = tmp_path / "inv.yml"
     f.write_text(yaml.safe_dump({"hosts": {n: {"address": f"10.0.0.{k}"} for k, n in enumerate(("w1", "w2", "w3"), 1)},

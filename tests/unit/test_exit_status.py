@@ -2,7 +2,7 @@
 import signal
 import subprocess
 
-from specfleet.fleet import exit_status
+from specfleet.exits import exit_status
 from specfleet.collect.fetch import rsync_failure
 
 

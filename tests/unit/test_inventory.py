@@ -91,6 +91,10 @@ def test_env_variable_names_the_default(tmp_path, key, monkeypatch):
         ("hosts:\n  w1: {}\n", ["host 'w1'", "field 'address'", "is required"]),
         ("hosts:\n  'w1; rm -rf /': {address: 10.10.30.14}\n", ["host 'w1; rm -rf /'", "host name"]),
         ("hostz:\n  w1: {address: 10.10.30.14}\n", ["field 'hostz'"]),
+        # YAML 1.2 reads "yes" as a string: a string is not a boolean (pydantic's lax mode took it as true)
+        ("hosts:\n  w1: {address: 10.10.30.14, become: 'yes'}\n", ["host 'w1'", "field 'become'", "boolean"]),
+        ("all: {become: 'no'}\nhosts:\n  w1: {address: 10.10.30.14}\n", ["field 'all.become'", "boolean"]),
+        ("hosts:\n  w1: {address: 10.10.30.14, become: 1}\n", ["host 'w1'", "field 'become'", "boolean"]),
     ],
 )
 def test_bad_inventory_gives_one_clear_error(tmp_path, text, expected):

@@ -94,3 +94,28 @@ def test_a_generated_secret_never_reaches_an_output_channel(tmp_path, mid):
     # the log's lines decode, and no decoded string holds the secret in any form either
     decoded = json.dumps([json.loads(ln) for ln in logged.splitlines()], ensure_ascii=False)
     assert not leaks(decoded, secret)
+
+
+def test_a_secret_in_fstab_is_masked_in_the_change_summary_console_and_event_log(tmp_path):
+    """The fstab line as the nfs role writes it, through the real LineInFile step: its summary names the
+    line with repr, so the escaped form appears escaped once more (`\\134`, `\\040` as `\\\\134`,
+    `\\\\040`); the step name was masked, that summary was not (console and event log). Masking covers
+    every encoding of every encoded form, in the one Redactor."""
+    from specfleet.facts.files import LineInFileState
+    from specfleet.fleet import Fleet
+    from specfleet.steps.files import LineInFile
+    secret = "my secret\\share"
+    red = Redactor([secret])
+    step = LineInFile("/etc/fstab", quoting.fstab_line("srv:/x", f"/media/{secret}/m", "nfs4", "ro", 0, 0))
+    state = LineInFileState("/etc/fstab", step.line)
+    changes = step.decide({"line": state.parse("missing\n", 0)})
+    log = EventLog("provision", directory=tmp_path, redact=red)
+    buf = io.StringIO()
+    console = MaskedConsole(file=buf, width=300, highlight=False, redact=red, force_terminal=False)
+    fleet = Fleet([], events=log, redact=red, on_result=Reporter(console, verbose=True, diff=True, redact=red))
+    r = fleet.record_local_for("w1", step.name, Status.CHANGED, changes=changes)
+    log.close()
+    summary, shown, logged = r.changes[0].summary, buf.getvalue(), log.path.read_text()
+    for text in (summary, shown, logged, json.dumps([json.loads(ln) for ln in logged.splitlines()])):
+        assert "secret" not in text and "share" not in text, text
+    assert f"/media/{MASK}/m" in summary

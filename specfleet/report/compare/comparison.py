@@ -22,6 +22,7 @@ from pathlib import Path
 from ...plan.assertions import Assertion, AssertionResult, check
 from ...plan.slo import Slo
 from ...errors import UserError
+from ... import untrusted_json
 from ..scan.folder import Campaign, Expect, scan_campaign
 from ..gates.gate import DEFAULT_BASELINE, GATE_METRICS, PLAN_DEFAULTS, EquivalenceRule, GateResult, check_equivalence
 from ..gates.gate_policy import metric_value
@@ -60,7 +61,7 @@ def load_side(label: str, path: Path | str, tolerance_pct: float | None = None) 
     snap, plan, asserts = path / PLAN_SNAPSHOT, None, []
     if snap.is_file():
         try:
-            data = json.loads(snap.read_text(encoding="utf-8"))
+            data = untrusted_json.loads(snap.read_text(encoding="utf-8"))  # a nesting bomb: a ValueError
             plan = data["plan"]
             asserts = [Assertion.model_validate(a) for a in data.get("assertions") or []]
         except (OSError, ValueError, KeyError, TypeError) as e:
@@ -357,7 +358,7 @@ def same_json(text: str) -> str:
     issue 22 renders --speculative-config from run.json (sorted keys), the bastion before it in the
     plan's order: the same configuration, recorded in two spellings."""
     try:
-        value = json.loads(text)
+        value = untrusted_json.loads(text)  # a worker's text: a nesting bomb is a ValueError, not a crash
     except ValueError:
         return text
     return json.dumps(value, sort_keys=True, separators=(",", ":")) if isinstance(value, dict) else text
@@ -489,6 +490,8 @@ def compare_dirs(baseline: Path | str, candidate: Path | str, *, metric: str | N
                              f"not checked, baseline configuration taken as '{s.baseline}'")
         if not s.gate.passed:
             cmp.notes.append(f"{s.label}: NODES NOT EQUIVALENT (compared with --force)")
+        cmp.notes += [f"{s.label}: left out: {q.source}: {q.reason}" for q in s.camp.quarantined]
+        cmp.notes += [f"{s.label}: left out: {p}: no done marker" for p in s.camp.pending]
     if not cells:
         cmp.notes.append("no bench cell is in both campaigns: nothing to compare")
     return cmp

@@ -10,12 +10,12 @@ recorded (the simulated engine has no vLLM version: not checked there, said so).
 """
 from __future__ import annotations
 
-import json
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from ...untrusted_json import loads
 from ...worker import layout
 from .gpu_gate import where
 from ..scan.provenance import NOT_RECORDED, RESULT_COLS, read_provenance, server_facts, simulated_signals
@@ -76,7 +76,7 @@ def decoding_of(extra: dict) -> str | None:
     sp = extra.get("sampling_params")
     if isinstance(sp, str):
         try:
-            sp = json.loads(sp)
+            sp = loads(sp)  # a worker's text: a nesting bomb is a ValueError
         except ValueError:
             sp = None
     temp = sp.get("temperature") if isinstance(sp, dict) else extra.get("temperature")

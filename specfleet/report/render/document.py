@@ -10,11 +10,13 @@ row, so the files stay loadable with pandas.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import jinja2
+import markupsafe
 import pandas as pd
 
 from ...render import TEMPLATES, environment
@@ -138,6 +140,8 @@ KV_COLS = [("node", "node", -1, ""), ("config", "config", -1, ""), ("device", "d
 BW_COLS = [("concurrency", "conc", 0, ""), ("config", "config", -1, ""), ("node", "node", -1, ""),
            ("tpot_ms", "TPOT ms", 2, ""), ("bound_tpot_ms", "bound TPOT ms", 2, ""),
            ("fraction_of_bound", "bound / TPOT", 2, "")]
+BW_GIVEN_COLS = [("bandwidth_gbps", "GB/s used", 0, ""), ("datasheet_gbps", "GB/s datasheet", 0, ""),
+                 ("datasheet_bound_tpot_ms", "datasheet bound ms", 2, ""), ("datasheet_fraction", "datasheet bound / TPOT", 2, "")]
 BW_FLAG_COL = ("acceptance_flag", "flag", -1, "")   # shown only when a row is flagged (measures.acceptance_flag)
 CAT_COLS = [("concurrency", "conc", 0, ""), ("category", "category", -1, ""), ("config", "config", -1, ""),
             ("node", "node", -1, ""), ("requests", "requests", 0, ""), ("tpot_ms", "TPOT ms", 2, ""),
@@ -270,10 +274,17 @@ def build_model(campaign: str, tables: Tables, gate: GateResult, conclusions: li
     if tables.bandwidth is not None:
         bw = tables.bandwidth
         flagged = "acceptance_flag" in bw and bw.acceptance_flag.isin(ACCEPTANCE_FLAGS).any()
-        secs.append(_section("Memory-bandwidth bound", bw, BW_COLS + ([BW_FLAG_COL] if flagged else []),
-                             f"Lowest TPOT if each decode step reads all weights once: "
-                             f"{fmt(tables.min_tpot_ms)} ms. bound / TPOT > 1 means more than one token "
+        conflict = "datasheet_gbps" in bw
+        per_node = "; ".join(f"{n} {b.gbps:g} GB/s ({b.source})" for n, b in sorted(tables.bandwidths.items()))
+        secs.append(_section("Memory-bandwidth bound", bw, BW_COLS + (BW_GIVEN_COLS if conflict else [])
+                             + ([BW_FLAG_COL] if flagged else []),
+                             "Lowest TPOT if each decode step reads all weights once: "
+                             + (f"{fmt(tables.min_tpot_ms)} ms" if tables.min_tpot_ms is not None and not conflict
+                                else f"per node, in the table (bandwidth: {per_node})")
+                             + ". bound / TPOT > 1 means more than one token "
                              "per weight read (speculative decoding)."
+                             + (" WARNING: a given bandwidth contradicts its GPU's datasheet: both bounds are shown "
+                                "(see the warnings)." if conflict else "")
                              + (" A flagged row's figure is not one of speculative decoding (see its flag)."
                                 if flagged else "")))
     secs += [_section(title, df, cols, note) for title, df, cols, note in
@@ -292,16 +303,36 @@ def md_cell(s: str) -> str:
     return s.replace("|", "\\|").replace("\n", " ")
 
 
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # all but tab and newline: ESC starts a terminal's codes
+
+
+def shown(value: Any) -> Any:
+    """A value as the report shows it: its control characters (a worker's terminal escape codes) as
+    visible escapes (`\\x1b[31m`). Every `{{ }}` of both templates goes through here (Jinja's
+    finalize): worker text enters the report in many fields, and leaves it only here."""
+    if not isinstance(value, str) or isinstance(value, markupsafe.Markup):  # Markup: our own SVG
+        return value
+    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode(), value)
+
+
+def shown_md(value: Any) -> Any:
+    """`shown`, and `<` as `&lt;`: report.md is rendered as Markdown, which passes HTML through (a
+    worker's `<script>` or `<img>` reads as text; report.html is autoescaped by Jinja)."""
+    value = shown(value)
+    return value.replace("<", "&lt;") if isinstance(value, str) else value
+
+
 def write_report(out_dir: Path, model: ReportModel, tables: Tables) -> dict[str, Path]:
     out_dir = Path(out_dir)
     env = environment(TEMPLATE_DIR, autoescape=jinja2.select_autoescape(["html", "html.j2"]),
-                      keep_trailing_newline=False)
+                      keep_trailing_newline=False).overlay(finalize=shown)
     env.filters["mdcell"] = md_cell
+    md_env = env.overlay(autoescape=False, finalize=shown_md)
     paths = {"md": out_dir / "report.md", "html": out_dir / "report.html",
              "csv": out_dir / "merged.csv", "json": out_dir / "merged.json"}
     # written as a set (bastion_io.AtomicFiles): a full disk half-way leaves the earlier report whole
     with AtomicFiles() as files:
-        files.tmp(paths["md"]).write_text(env.get_template("report.md.j2").render(m=model), encoding="utf-8")
+        files.tmp(paths["md"]).write_text(md_env.get_template("report.md.j2").render(m=model), encoding="utf-8")
         simulated = "SIMULATED" in model.tags
         for i, (_, svg) in enumerate(category_plots(tables.categories, model.baseline, simulated)):
             paths[f"heatmap{i + 1}"] = out_dir / f"{CATEGORY_IMAGE}-{i + 1}.svg"  # report.md links them

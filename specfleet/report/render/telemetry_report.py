@@ -7,7 +7,6 @@ it. A run whose file has no GPU samples is "not recorded"; a bad line is skipped
 """
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from dataclasses import dataclass, field
@@ -15,6 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from ... import untrusted_json
 from ...worker import layout
 from ..scan.folder import Campaign, Run
 
@@ -71,9 +71,12 @@ def read_run(path: Path) -> RunTelemetry | None:
     prev_tokens = None
     fast: dict[int, list[tuple]] = {}
     slow: dict[int, list[tuple]] = {}
-    for ln in lines:
+    for n, ln in enumerate(lines, 1):
         try:
-            d = json.loads(ln)
+            d = untrusted_json.loads(ln)
+        except untrusted_json.UntrustedJSON as e:  # hostile, not half-written: say so, read on
+            t.problems.append(f"{path.name} line {n} refused: {e}")
+            continue
         except ValueError:
             continue
         if not isinstance(d, dict):

@@ -52,6 +52,7 @@ class Planned:
     cells: list[str] = field(default_factory=list)               # bench cell names (sweep.py); [] = conc<N>
     running: dict[str, str] = field(default_factory=dict)        # node -> its live runner (collect saw it)
     placed: dict[str, list[str]] = field(default_factory=dict)   # the queues fab bench placed (kept as written)
+    left_out: dict[str, str] = field(default_factory=dict)       # host fab bench was asked for -> why not placed
     problem: str | None = None                                   # planned.json not read, and why
     fields: dict = field(default_factory=dict)  # the plan as hashed (Plan.canonical_json): what changed since
 
@@ -68,6 +69,11 @@ class Planned:
     def running_note(self) -> str | None:
         return running_note(self.running, self.plan_path)
 
+    def left_out_notes(self) -> list[str]:
+        """A host fab bench was asked for but placed nothing on has no cell to be missing: said here."""
+        return [f"{h} was left out of fab bench at placement ({why}): the other nodes were given its share"
+                for h, why in sorted(self.left_out.items())]
+
     def command(self) -> str:
         """What re-measures every cell that is not merged: the runner redoes only items whose
         result is missing or invalid (same hosts, so the same split)."""
@@ -77,24 +83,28 @@ class Planned:
 
     def to_json(self) -> str:
         return json.dumps({"plan_hash": self.plan_hash, "queues": self.queues, "sources": self.sources,
-                           "host_notes": self.host_notes, **({"placed": self.placed} if self.placed else {})},
+                           "host_notes": self.host_notes, **({"placed": self.placed} if self.placed else {}),
+                           **({"left_out": self.left_out} if self.left_out else {})},
                           indent=2, sort_keys=True) + "\n"
 
 
-def placed(plan, queues: dict[str, list[str]]) -> str:
-    """planned.json as `fab bench` writes it at placement: the queues it decided."""
+def placed(plan, queues: dict[str, list[str]], left_out: dict[str, str] | None = None) -> str:
+    """planned.json as `fab bench` writes it at placement: the queues it decided, and the hosts it was
+    asked for but placed nothing on (unreachable, failed its probe), with why."""
     return json.dumps({"plan_hash": plan.plan_hash(), "queues": queues, "sources": {h: PLACED for h in queues},
-                       "host_notes": {}, "placed": queues}, indent=2, sort_keys=True) + "\n"
+                       "host_notes": {}, "placed": queues, **({"left_out": left_out} if left_out else {})},
+                      indent=2, sort_keys=True) + "\n"
 
 
-def write_placed(plan, queues: dict[str, list[str]], campaign_dir: Path) -> None:
+def write_placed(plan, queues: dict[str, list[str]], campaign_dir: Path,
+                 left_out: dict[str, str] | None = None) -> None:
     """planned.json with the queues this placement decided, before any runner starts (fab bench over
     SSH and under Slurm): a full or read-only results disk stops fab bench there, with its exit code."""
     from ...bastion_io import atomic_write_text, storage_checked
 
     def write() -> None:
         campaign_dir.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(campaign_dir / PLANNED_FILE, placed(plan, queues))
+        atomic_write_text(campaign_dir / PLANNED_FILE, placed(plan, queues, left_out))
     storage_checked(write, campaign_dir)
 
 
@@ -105,6 +115,25 @@ def placed_queues(plan, campaign_dir: Path) -> dict[str, list[str]] | None:
     if saved.get("plan_hash") != plan.plan_hash() or not isinstance(queues, dict):
         return None
     return {h: [str(c) for c in q] for h, q in queues.items() if isinstance(q, list)} or None
+
+
+def placed_missing(plan, campaign_dir: Path) -> str:
+    """Why `placed_queues` found none, in words naming the file (collect says it before it falls back on
+    the split): an unreadable file is not one that "holds no queues"."""
+    path = Path(campaign_dir) / PLANNED_FILE
+    try:
+        saved = untrusted_json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return f"{path} does not exist (fab bench writes it when it places the queues)"
+    except OSError as e:
+        return f"{path} cannot be read ({e.strerror or e})"
+    except ValueError as e:  # not UTF-8, not JSON, or out of bounds
+        return f"{path} is not readable JSON ({str(e)[:120]})"
+    if not isinstance(saved, dict):
+        return f"{path} is not a JSON object"
+    if saved.get("plan_hash") != plan.plan_hash():
+        return f"{path} was placed for another version of the plan (plan hash {str(saved.get('plan_hash'))[:16]})"
+    return f"{path} holds no queues placed by fab bench for this plan"
 
 
 def planned_from(plan, plan_path: str, campaign_dir: Path, split_queues: dict[str, list[str]] | None = None,
@@ -125,6 +154,8 @@ def planned_from(plan, plan_path: str, campaign_dir: Path, split_queues: dict[st
     if saved and (why := _planned_problem(saved)):  # edited by hand: read as absent, said once
         p.problem, saved = f"{campaign_dir / PLANNED_FILE}: {why}: not read", None
     p.placed = placed_queues(plan, campaign_dir) or {}  # kept through collect's rewrites of the file
+    if saved and saved.get("plan_hash") == p.plan_hash:  # likewise (its shape checked with the others)
+        p.left_out = dict(saved.get("left_out") or {})
     if saved and saved.get("plan_hash") == p.plan_hash and split_queues is None:
         p.queues = {h: list(q) for h, q in (saved.get("queues") or {}).items()}
         p.sources = {h: f"{PLANNED_FILE} ({s})" for h, s in (saved.get("sources") or {}).items()}
@@ -155,7 +186,7 @@ def planned_from(plan, plan_path: str, campaign_dir: Path, split_queues: dict[st
 
 def _planned_problem(saved: dict) -> str | None:
     """Why planned.json's queues, sources or host notes are not of the shape to_json writes, or None."""
-    for key in ("queues", "sources", "host_notes"):
+    for key in ("queues", "sources", "host_notes", "left_out"):
         value = saved.get(key)
         if value is None:
             continue

@@ -2,8 +2,8 @@
 result files' metadata and the server log's first line, as two report tables.
 
 The worker half is one host fact (specfleet.facts.worker_provenance.WorkerProvenance, run by
-fetch.py): GPUs, driver, CUDA, the venv's package versions, sha256 of the model's config.json and
-weight index and of the dataset. The local half (`node_table`, `result_table`) reads what is on disk
+specfleet.collect.fetch): GPUs, driver, CUDA, the venv's package versions, sha256 of the model's
+config.json and weight index and of the dataset. The local half (`node_table`, `result_table`) reads what is on disk
 and leaves a value out ("not recorded") rather than guess it.
 
 Simulated inputs are detected from several independent signals (`simulated_signals`): the
@@ -12,12 +12,11 @@ venv manifest and packages, the model config's `simulated` flag, the server log'
 """
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ...untrusted_json import loads_or_none
+from ...untrusted_json import loads, loads_or_none
 from ...worker import layout
 
 if TYPE_CHECKING:
@@ -37,6 +36,17 @@ def read_provenance(hdir: Path) -> dict:
     data = loads_or_none((hdir / layout.PROVENANCE).read_text(encoding="utf-8", errors="replace")) \
         if (hdir / layout.PROVENANCE).is_file() else None
     return data if isinstance(data, dict) else {}
+
+
+def given_bandwidths(camp: "Campaign") -> dict[str, float]:
+    """node -> the GPU memory bandwidth (GB/s) its inventory gave, as `fab collect` saved it in the node's
+    provenance.json (layout.GIVEN_BANDWIDTH): `fab report` later uses what collect used, per node."""
+    out = {}
+    for host in sorted(camp.nodes):
+        v = read_provenance(camp.root / host).get(layout.GIVEN_BANDWIDTH)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0:
+            out[host] = float(v)
+    return out
 
 
 def server_facts(log: Path) -> dict[str, str]:
@@ -64,8 +74,8 @@ def server_facts(log: Path) -> dict[str, str]:
 
 def _observed(raw) -> dict | None:
     try:
-        ident = json.loads(raw or "null")
-    except (TypeError, ValueError):
+        ident = loads(raw) if isinstance(raw, str) else None  # a worker's text: a nesting bomb is a ValueError
+    except ValueError:
         return None
     return ident if isinstance(ident, dict) and "simulated" in ident and ident.get("version") else None
 

@@ -8,8 +8,9 @@ are numerics (batch-dependent kernels) or a loop.
 """
 from __future__ import annotations
 
-import json
 import re
+
+from ...untrusted_json import loads
 
 MIN_WAVES = 5.0
 LOOP_MAX_PERIOD = 30
@@ -78,7 +79,7 @@ def _greedy(res) -> bool:
     if res.extra.get("decoding"):
         return str(res.extra["decoding"]) == "greedy"
     try:
-        sp = json.loads(str(res.extra.get("sampling_params") or "null"))
+        sp = loads(str(res.extra.get("sampling_params") or "null"))
     except ValueError:
         return False
     return isinstance(sp, dict) and sp.get("temperature") is not None and float(sp["temperature"]) == 0.0

@@ -22,7 +22,7 @@ from .diagnosis import MIN_WAVES, OVERHEAD_BOUND_FRACTION, bandwidth_of, greedy_
 from ..gates.gate_policy import metric_value
 from .measures import NoiseBand, add_measures, latency_table, outlier_notes, repeat_meaning
 from ..gates.consistency import result_table
-from ..scan.provenance import node_table
+from ..scan.provenance import NOT_RECORDED, node_table
 
 RUN_METRICS = {
     "output_throughput": "output_tok_s",
@@ -57,7 +57,9 @@ class Tables:
     noise: NoiseBand | None = None
     bandwidth: pd.DataFrame | None = None
     categories: pd.DataFrame | None = None
-    min_tpot_ms: float | None = None
+    min_tpot_ms: float | None = None   # the bound when every node has the same; else per node in `bandwidth`
+    bandwidths: dict[str, Bandwidth] = field(default_factory=dict)   # node -> the bandwidth its bound uses
+    bandwidth_warnings: list[str] = field(default_factory=list)      # given figures that contradict a datasheet
     notes: list[str] = field(default_factory=list)
     search: dict[tuple[str, str], str] = field(default_factory=dict)  # crossover.search_status
     outliers: list[str] = field(default_factory=list)  # measures.outlier_notes
@@ -158,18 +160,72 @@ def kv_table(camp: Campaign) -> pd.DataFrame:
                                        "max_measured_conc", "worst_case_kv_demand_pct"])
 
 
-def bandwidth_table(runs: pd.DataFrame, gpu_bandwidth_gbps: float, weights_gib: float
-                    ) -> tuple[pd.DataFrame, float]:
-    """Lowest TPOT if every step must read all weights once: weights / bandwidth.
+def bandwidth_table(runs: pd.DataFrame, bandwidths: dict[str, "Bandwidth"], weights_gib: float
+                    ) -> pd.DataFrame:
+    """Lowest TPOT if every step must read all weights once: weights / the node's bandwidth.
     fraction = bound / measured TPOT (1.0 = at the bound; > 1 only possible when a
-    step yields more than one token per request, i.e. speculative decoding)."""
-    min_tpot_ms = weights_gib * GIB / (gpu_bandwidth_gbps * 1e9) * 1000.0
+    step yields more than one token per request, i.e. speculative decoding). Where a given bandwidth
+    contradicts the node's GPU datasheet, the datasheet's bound and fraction stand beside it."""
     df = runs[["concurrency", "config", "node", "tpot_ms"]].copy()
-    df["bound_tpot_ms"] = min_tpot_ms
-    df["fraction_of_bound"] = min_tpot_ms / df["tpot_ms"]
+    df = df[df.node.isin(list(bandwidths))]
+    bw = [bandwidths[n] for n in df.node]
+    df["bandwidth_gbps"] = [b.gbps for b in bw]
+    df["bound_tpot_ms"] = [bound_ms(weights_gib, b.gbps) for b in bw]
+    df["fraction_of_bound"] = df["bound_tpot_ms"] / df["tpot_ms"]
+    if any(b.conflict for b in bw):
+        df["datasheet_gbps"] = [b.datasheet if b.conflict else math.nan for b in bw]
+        df["datasheet_bound_tpot_ms"] = [bound_ms(weights_gib, b.datasheet) if b.conflict else math.nan for b in bw]
+        df["datasheet_fraction"] = df["datasheet_bound_tpot_ms"] / df["tpot_ms"]
     # a flagged cell's bound / TPOT (e.g. > 1 from a model that loops) is no speculative-decoding figure
-    df["acceptance_flag"] = runs["acceptance_flag"] if "acceptance_flag" in runs else ""
-    return df.reset_index(drop=True), min_tpot_ms
+    df["acceptance_flag"] = runs.loc[df.index, "acceptance_flag"] if "acceptance_flag" in runs else ""
+    return df.reset_index(drop=True)
+
+
+def bound_ms(weights_gib: float, gbps: float) -> float:
+    return weights_gib * GIB / (gbps * 1e9) * 1000.0
+
+
+#: a given bandwidth further than this from the named GPU's datasheet is shown beside it, with a warning
+BANDWIDTH_MISMATCH = 0.05
+
+
+@dataclass(frozen=True)
+class Bandwidth:
+    """One node's GPU memory bandwidth for the bound: the figure used, where it came from, and the
+    datasheet's figure for the GPU the node named when the given one contradicts it."""
+    gbps: float
+    source: str                    # "--gpu-bandwidth-gbps", "inventory" or the datasheet's name
+    gpu: str = ""
+    datasheet: float | None = None
+    datasheet_source: str = ""
+
+    @property
+    def conflict(self) -> bool:
+        return self.datasheet is not None and abs(self.gbps / self.datasheet - 1) > BANDWIDTH_MISMATCH
+
+
+def node_bandwidths(gpus: dict[str, str], given: float | dict[str, float] | None
+                    ) -> tuple[dict[str, Bandwidth], list[str]]:
+    """Each node's bandwidth (node -> GPU name as recorded; `given`: one figure for all from
+    --gpu-bandwidth-gbps, or per node from the inventory as collect saved it) and the warnings: a given
+    figure more than BANDWIDTH_MISMATCH from the named GPU's datasheet is used, and the datasheet's
+    shown beside it, never silently trusted."""
+    out, warns = {}, []
+    for node, gpu in sorted(gpus.items()):
+        explicit = given if isinstance(given, (int, float)) else (given or {}).get(node)
+        looked = bandwidth_of(gpu) if gpu and gpu != NOT_RECORDED else None
+        if explicit:
+            src = "--gpu-bandwidth-gbps" if isinstance(given, (int, float)) else "inventory gpu_memory_bandwidth_gbps"
+            b = Bandwidth(float(explicit), src, gpu, *(looked or (None, "")))
+            if b.conflict:
+                warns.append(f"GPU memory bandwidth on {node}: {b.gbps:g} GB/s given ({src}), but its GPU "
+                             f"\"{gpu}\" has {b.datasheet:g} GB/s by its datasheet ({b.datasheet_source}), "
+                             f"{(b.gbps / b.datasheet - 1) * 100:+.0f} %: the bound uses the given figure, the "
+                             "datasheet's bound and fraction stand beside it; check the GPU or the figure")
+            out[node] = b
+        elif looked:
+            out[node] = Bandwidth(looked[0], looked[1], gpu)
+    return out, warns
 
 
 def _request_tpots(run: Run) -> list[tuple[str, float]] | None:
@@ -211,7 +267,7 @@ def category_table(camp: Campaign, baseline: str) -> tuple[pd.DataFrame | None, 
     return df.sort_values(["concurrency", "category", "config", "node"]).reset_index(drop=True), None
 
 
-def build_tables(camp: Campaign, baseline: str, gpu_bandwidth_gbps: float | None = None,
+def build_tables(camp: Campaign, baseline: str, gpu_bandwidth_gbps: float | dict[str, float] | None = None,
                  weights_gib: float | None = None, noise: NoiseBand | None = None) -> Tables:
     noise = noise or NoiseBand()
     runs = add_measures(camp, runs_table(camp, baseline), baseline, noise)
@@ -229,25 +285,32 @@ def build_tables(camp: Campaign, baseline: str, gpu_bandwidth_gbps: float | None
         if logged:
             weights_gib = max(logged)
             t.notes.append(f"weights size {weights_gib:g} GiB taken from the '{baseline}' server log")
-    if not gpu_bandwidth_gbps:
-        gpus = sorted({g for g in t.provenance.gpu if g and g != "not recorded"})
-        found = {bandwidth_of(g) for g in gpus}
-        if len(found) == 1 and None not in found:
-            gpu_bandwidth_gbps, src = found.pop()
-            t.notes.append(f"GPU memory bandwidth {gpu_bandwidth_gbps:g} GB/s looked up for {', '.join(gpus)} "
-                           f"({src}); --gpu-bandwidth-gbps overrides")
-    if gpu_bandwidth_gbps and weights_gib:
-        t.bandwidth, t.min_tpot_ms = bandwidth_table(runs, gpu_bandwidth_gbps, weights_gib)
+    gpus = dict(zip(t.provenance.node, t.provenance.gpu))
+    t.bandwidths, t.bandwidth_warnings = node_bandwidths(gpus, gpu_bandwidth_gbps)
+    for gbps, src in sorted({(b.gbps, b.source) for b in t.bandwidths.values() if b.datasheet is None
+                             and b.source not in ("--gpu-bandwidth-gbps", "inventory gpu_memory_bandwidth_gbps")}):
+        named = sorted({b.gpu for b in t.bandwidths.values() if (b.gbps, b.source) == (gbps, src)})
+        t.notes.append(f"GPU memory bandwidth {gbps:g} GB/s looked up for {', '.join(named)} "
+                       f"({src}); --gpu-bandwidth-gbps or the inventory's gpu_memory_bandwidth_gbps overrides")
+    t.notes += t.bandwidth_warnings
+    if t.bandwidths and weights_gib:
+        t.bandwidth = bandwidth_table(runs, t.bandwidths, weights_gib)
+        bounds = sorted(set(t.bandwidth.bound_tpot_ms))
+        t.min_tpot_ms = bounds[0] if len(bounds) == 1 else None   # else per node, in the table
         base = t.bandwidth[t.bandwidth.config == baseline]
         for node, rows in base.groupby("node"):
             worst = rows.loc[rows.fraction_of_bound.idxmax()]
             if worst.fraction_of_bound < OVERHEAD_BOUND_FRACTION:
                 t.overhead_bound[node] = (
                     f"decode on {node} runs at {worst.fraction_of_bound:.2f} of the memory-bandwidth bound at best "
-                    f"('{baseline}' TPOT {worst.tpot_ms:.2f} ms vs {t.min_tpot_ms:.3f} ms to read {weights_gib:g} GiB "
-                    f"of weights at {gpu_bandwidth_gbps:g} GB/s): the step is launch/overhead-bound (kernel launches, "
+                    f"('{baseline}' TPOT {worst.tpot_ms:.2f} ms vs {worst.bound_tpot_ms:.3f} ms to read {weights_gib:g} GiB "
+                    f"of weights at {worst.bandwidth_gbps:g} GB/s): the step is launch/overhead-bound (kernel launches, "
                     "scheduling, sampling), not bound by weight reads, and speculation saves weight reads, so no "
                     "speculation can pay there")
+        missing = sorted(set(gpus) - set(t.bandwidths))
+        if missing:
+            t.notes.append(f"memory-bandwidth bound not computed for {', '.join(missing)}: its GPU is not in the "
+                           "look-up; give gpu_memory_bandwidth_gbps in the inventory or --gpu-bandwidth-gbps")
     else:
         t.notes.append("memory-bandwidth bound not computed: give the GPU bandwidth (GB/s, --gpu-bandwidth-gbps; "
                        "looked up from the GPU name for common data-centre GPUs) and the weights' size (GiB)")
