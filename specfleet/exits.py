@@ -18,6 +18,8 @@ EXIT_NOT_MERGED = 8   # collect: the nodes were not equivalent (or nothing valid
 EXIT_INCOMPLETE = 16  # collect/report: some planned (configuration, concurrency, node) cell is not merged
 EXIT_ASSERTION = 32  # collect/report/compare: an assertion of the plan failed or could not be checked
 EXIT_REGRESSION = 64  # compare --fail-on regression: a cell or speedup of the candidate regressed
+EXIT_UNDECIDABLE = EXIT_INCOMPLETE  # compare --fail-on regression: a figure had one run on a side (no test); as
+#                                    in collect/report, something that was to be judged was not
 EXIT_CRASHED = 70     # specfleet itself failed (a bug): sysexits' EX_SOFTWARE; the traceback is in the log
 EXIT_NOT_WRITABLE = 73  # collect/report: the results folder is read-only or not writable (EX_CANTCREAT)
 EXIT_DISK_FULL = 74     # collect/report: the bastion's disk is full (ENOSPC/EDQUOT; sysexits' EX_IOERR)

@@ -248,6 +248,18 @@ def incomplete(res: Result, asked: int | None = None, max_failed: int = 0) -> st
     of = f" of {asked}" if asked is not None else ""
     cause = failure_cause(res.errors) or ("no cause recorded (vLLM keeps `errors` only with --save-detailed)"
                                           if res.errors is None else "no cause recorded")
+    # requests the client made: one `errors` entry each, else completed + failed (vLLM >= 0.30 writes
+    # `failed`); fewer than asked, with nothing failed to account for them, were never sent
+    sent = len(res.errors) if res.errors is not None else \
+        (res.completed + res.failed if res.failed is not None else None)
+    if asked is not None and sent is not None and sent < asked and sent - res.completed <= max_failed:
+        if res.num_prompts == sent:  # vLLM records the CLI's --num-prompts: the run itself asked for fewer
+            return (f"{asked - sent} of {asked} requests were never sent: the run asked for {sent} (its "
+                    f"num_prompts; completed {res.completed}) where the plan asks {asked}")
+        return (f"{asked - sent} of {asked} requests were never sent: the client made {sent} (completed "
+                f"{res.completed}), so the dataset had {sent} prompts for this run where the plan asks "
+                f"{asked} (--no-oversample sends each prompt once): give num_prompts <= the dataset's prompts, "
+                "or a dataset with more")
     return (f"{failed}{of} requests failed or were not sent (completed {res.completed}; "
             f"the plan allows {max_failed}): {cause}")
 

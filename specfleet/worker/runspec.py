@@ -193,9 +193,10 @@ class BenchRun(_Json):
             "--spec-bench-output-len", str(self.output_len),
             # the loader filters by category before its seed-0 shuffle: the first num_prompts of that category
             *(["--spec-bench-category", self.category] if self.category else []),
-            "--max-concurrency", str(self.concurrency),
+            # an open-loop cell has no cap: a request held back by the client's semaphore waits outside
+            # its TTFT (coordinated omission); unbounded, every arrival reaches the server on time
             *(["--request-rate", _num(self.request_rate), "--burstiness", _num(c.burstiness), "--seed", str(c.seed)]
-              if self.request_rate is not None else []),
+              if self.request_rate is not None else ["--max-concurrency", str(self.concurrency)]),
             *(["--temperature", _num(c.temperature)] if c.temperature is not None else []),
             "--percentile-metrics", ",".join(c.percentile_metrics),
             "--metric-percentiles", ",".join(_num(p) for p in c.metric_percentiles),

@@ -58,8 +58,13 @@ def test_rate_cells_goodput_and_export(testbed_factory, tmp_path):
     assert rated and all(d["request_rate"] == 4 and d["burstiness"] == 1 and d["arrival_seed"] == "5"
                          for d in rated.values()), sorted(files)
     assert all(d["request_rate"] == "inf" for n, d in files.items() if n not in rated)
+    # no client cap at a set rate (coordinated omission): vLLM records max_concurrency null
+    assert all(d["max_concurrency"] is None for d in rated.values())
+    assert all(d["max_concurrency"] == 8 for n, d in files.items() if n not in rated)
     rows = json.loads((camp / "merged.json").read_text())
     assert {r["cell"] for r in rows} == {"conc8", "conc8-rate4"}
+    # the rate cell's speedup is per token: its output tok/s is the offered load
+    assert all("open loop" in r["speedup_method"] for r in rows if r["cell"] == "conc8-rate4" and r["config"] == "eagle3")
     # every request meets a 10-minute SLO: goodput = completed / duration, from the arrays
     for r in rows:
         d = files[f"{r['config']}_{r['cell']}.json"] if f"{r['config']}_{r['cell']}.json" in files else None

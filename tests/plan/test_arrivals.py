@@ -31,10 +31,12 @@ def test_rate_cells_flags_and_names():
     argv = bench_argv(p, "w1", "eagle3", cell, PATHS)
     i = argv.index("--request-rate")
     assert argv[i:i + 6] == ["--request-rate", "0.5", "--burstiness", "0.5", "--seed", "7"]
-    assert argv[argv.index("--max-concurrency") + 1] == "16" and "arrival_seed=7" in argv
+    # no cap at a set rate: a capped client holds arrivals back outside their TTFT (coordinated omission)
+    assert "--max-concurrency" not in argv and "arrival_seed=7" in argv
     assert argv[argv.index("--result-filename") + 1] == "eagle3_conc16-rate0.5_r1.json"
     closed = bench_argv(p, "w1", "eagle3", p.benchmark.cells[5], PATHS)
     assert "--request-rate" not in closed and "--seed" not in closed
+    assert closed[closed.index("--max-concurrency") + 1] == "16"
     assert parse_cell("conc16-rate0.5")["request_rate"] == 0.5 and parse_cell("conc16")["request_rate"] is None
     assert parse_result_name("eagle3_conc16-rate0.5_r3.json") == ("eagle3", "conc16-rate0.5", 16, 3)
 
@@ -67,4 +69,4 @@ def test_the_simulated_bench_takes_the_flags():
         sys.path.remove(str(ROOT / "testbed" / "simvllm"))
         for m in [m for m in sys.modules if m == "vllm" or m.startswith("vllm.")]:
             del sys.modules[m]
-    assert (args.request_rate, args.burstiness, args.seed, args.max_concurrency) == (4.0, 0.25, 3, 1)
+    assert (args.request_rate, args.burstiness, args.seed, args.max_concurrency) == (4.0, 0.25, 3, None)

@@ -82,7 +82,7 @@ def test_eagle3_plumbing_ran_and_its_near_zero_acceptance_is_flagged(tmp_path):
     assert "eagle3" in log and "qwen3-8b-eagle3-dummy" in log
     out, camp = rg.report(RUN / "h200-eagle3" / "h200", tmp_path)
     md = (camp / "report.md").read_text()
-    assert out.merged and md.count("**eagle3** on h200: NEAR-ZERO ACCEPTANCE, not a speedup") == 2
+    assert out.merged and md.count("**eagle3** on h200: NEAR-ZERO ACCEPTANCE, a LOSS, not a speedup") == 2
     assert "a drafter with random weights" in md and "Weights: RANDOM" in md
     rows = [ln for ln in md.split("## Summary", 1)[1].split("## Conclusions")[0].splitlines() if ln.startswith("| eagle3")]
     assert rows and not [ln for ln in rows if "faster" in ln or "best" in ln]

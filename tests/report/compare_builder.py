@@ -30,8 +30,10 @@ def plan_raw(**changes) -> dict:
 
 
 def campaign(root: Path, raw: dict, seed: int, scale: dict | None = None, noise: float = 0.002,
-             vllm: str = "0.31.0") -> Path:
-    """results/<campaign>/<host>/<cfg>_conc<N>_r<K>.json with plan.json, as fab collect leaves it."""
+             vllm: str = "0.31.0", repeats: int = 3, fields: dict | None = None) -> Path:
+    """results/<campaign>/<host>/<cfg>_conc<N>_r<K>.json with plan.json, as fab collect leaves it.
+    scale: {config: factor on every speed}; fields: {(config, conc): {result key: factor}} on one key
+    alone (a throughput halved at equal TPOT); noise: the run-to-run CV, TTFT's included."""
     plan = parse_plan(copy.deepcopy(raw), ROOT / "plans" / "demo.yml")
     d = root / plan.campaign
     rnd = random.Random(seed)
@@ -39,9 +41,13 @@ def campaign(root: Path, raw: dict, seed: int, scale: dict | None = None, noise:
         vals = REPORT[("w1", cfg, conc)] if cfg == "vanilla" else vals
         h = d / host
         h.mkdir(parents=True, exist_ok=True)
-        for rep in (1, 2, 3):
+        for rep in range(1, repeats + 1):
             f = (scale or {}).get(cfg, 1.0) * (1 + rnd.gauss(0, noise))
-            v = (vals[0] * f, vals[1] * f, vals[2] / f, *vals[3:5], vals[5] / f)
+            v = (vals[0] * f, vals[1] * f, vals[2] / f, vals[3] * (1 + rnd.gauss(0, noise)), vals[4], vals[5] / f)
+            for k, x in (fields or {}).get((cfg, conc), {}).items():
+                i = ("output_throughput", "total_token_throughput", "mean_tpot_ms", "mean_ttft_ms",
+                     "mean_itl_ms", "duration").index(k)
+                v = (*v[:i], v[i] * x, *v[i + 1:])
             meta = {"node": host, "config": cfg, "vllm_version": vllm, "plan_hash": plan.plan_hash(),
                     "repeat": str(rep), "repeat_isolation": plan.benchmark.repeat_isolation}  # as the runner writes
             (h / f"{cfg}_conc{conc}_r{rep}.json").write_text(json.dumps(result_json(v, SPEC.get((cfg, conc)), conc, meta)))

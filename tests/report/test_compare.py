@@ -10,9 +10,10 @@ from invoke.exceptions import Exit
 
 from compare_builder import campaign, plan_raw
 from specfleet.errors import UserError
-from specfleet.exits import EXIT_ASSERTION, EXIT_REGRESSION
-from specfleet.report.compare.comparison import (IMPROVEMENT, NO_DIFF, PLAN_SNAPSHOT, REGRESSION, WITHIN, compare_dirs,
-                                       decide)
+from specfleet.exits import EXIT_ASSERTION, EXIT_REGRESSION, EXIT_UNDECIDABLE
+from specfleet.report.tables.compare_policy import (IMPROVEMENT, NO_DIFF, REGRESSION, UNDECIDABLE, WITHIN, holm,
+                                                    settle)
+from specfleet.report.compare.comparison import PLAN_SNAPSHOT, cell_diff, compare_dirs
 from specfleet.report.compare.compare_render import write_outputs
 from specfleet.report.tables.measures import NoiseBand
 
@@ -45,7 +46,7 @@ def test_eagle3_fifteen_percent_slower_is_a_regression(tmp_path, base):
 def test_noise_only_rerun_has_no_regression(tmp_path, base):
     cand = campaign(tmp_path / "new", plan_raw(), seed=3)
     cmp = compare_dirs(base, cand)
-    assert len(cmp.cells) == 8 and cmp.regressions == [] and cmp.speedup_regressions == []
+    assert len(cmp.cells) == 8 * 3 and cmp.regressions == [] and cmp.speedup_regressions == []
     assert {d.verdict for d in cmp.cells} <= {NO_DIFF, WITHIN}
     assert [a.state for a in cmp.assertions] == ["passed"]
     assert cmp.plan_compared == [] and cmp.plan_other == []
@@ -74,17 +75,77 @@ def test_other_dataset_refused(tmp_path, base):
         compare_dirs(base, cand)
 
 
+def _decide(metric, a, b, noise, single_run_threshold=False):
+    d, f = cell_diff(("c", "conc1"), 1, metric, a, b, noise)
+    settle([f], noise, single_run_threshold)
+    return d
+
+
 def test_decide_rules():
     noise = NoiseBand(3.0)
     # lower is better for TPOT: 10 % higher TPOT is a regression
-    assert decide("mean_tpot_ms", [10.0, 10.1, 9.9], [11.0, 11.1, 10.9], noise)[4] == REGRESSION
-    assert decide("output_throughput", [10.0, 10.1, 9.9], [11.0, 11.1, 10.9], noise)[4] == IMPROVEMENT
+    assert _decide("mean_tpot_ms", [10.0, 10.1, 9.9], [11.0, 11.1, 10.9], noise).verdict == REGRESSION
+    assert _decide("output_throughput", [10.0, 10.1, 9.9], [11.0, 11.1, 10.9], noise).verdict == IMPROVEMENT
     # measurably slower (interval excludes 1) but inside the band
-    assert decide("output_throughput", [100.0, 100.1, 99.9], [99.0, 99.1, 98.9], noise)[4] == WITHIN
-    # single runs: the plain threshold on the ratio
-    r = decide("output_throughput", [100.0], [96.0], noise)
-    assert r[4] == REGRESSION and r[1] is None and "single run" in r[3]
-    assert decide("output_throughput", [100.0], [98.0], noise)[4] == NO_DIFF
+    assert _decide("output_throughput", [100.0, 100.1, 99.9], [99.0, 99.1, 98.9], noise).verdict == WITHIN
+    # single runs: no noise estimate, no test: undecidable, unless the plain threshold is accepted
+    r = _decide("output_throughput", [100.0], [96.0], noise)
+    assert r.verdict == UNDECIDABLE and r.ci_low is None and "single run" in r.method
+    assert r.judged.p_worse is None and r.judged.detectable_pct is None
+    assert _decide("output_throughput", [100.0], [96.0], noise, True).verdict == REGRESSION
+    assert _decide("output_throughput", [100.0], [98.0], noise, True).verdict == NO_DIFF
+
+
+def test_holm_adjusts_as_published():
+    # Holm (1979) step-down: sorted p x (m - rank), running maximum, capped at 1
+    assert holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])
+
+
+def test_throughput_halved_and_ttft_100x_at_equal_tpot_is_a_regression(tmp_path, base):
+    """Issue 39: a --max-num-seqs change halves vanilla's c=16 throughput and multiplies its TTFT by 100
+    at an unchanged TPOT; the plan's gate metric (token-weighted TPOT) alone saw nothing."""
+    cand = campaign(tmp_path / "new", plan_raw(), seed=2,
+                    fields={("vanilla", 16): {"output_throughput": 0.52, "total_token_throughput": 0.52,
+                                              "mean_ttft_ms": 100.0}})
+    cmp = compare_dirs(base, cand)
+    assert {(d.config, d.concurrency, d.metric) for d in cmp.regressions} == {
+        ("vanilla", 16, "output_throughput"), ("vanilla", 16, "mean_ttft_ms")}
+    assert cmp.metrics == ["output_throughput", "mean_ttft_ms", "tpot_weighted_ms"]
+    tpot = next(d for d in cmp.cells if (d.config, d.concurrency, d.metric) == ("vanilla", 16, "tpot_weighted_ms"))
+    assert tpot.verdict in (NO_DIFF, WITHIN)
+    # the family: 8 cells x 3 metrics + 6 speedups, every figure with its Holm p and its power
+    assert cmp.family == 30 and all(d.judged.p_adjusted is not None and d.judged.detectable_pct > 3 for d in cmp.cells)
+    assert _fab_compare(base, cand, ("fail_on", "regression")) == EXIT_REGRESSION
+    # --metric narrows it: on the per-token metric alone this candidate passes (what used to be the default)
+    assert compare_dirs(base, cand, metric="tpot_weighted_ms").regressions == []
+    assert _fab_compare(base, cand, ("fail_on", "regression"), ("metric", "tpot_weighted_ms")) == 0
+    md = write_outputs(cmp, tmp_path / "out")["md"].read_text()
+    assert "family-wise false-alarm rate <= 5 % over 30 tested figure(s)" in md
+    assert "## Per cell: TTFT ms, candidate / baseline" in md and "detectable worsening" in md
+
+
+def test_single_run_campaigns_of_noise_are_undecidable_never_silent(tmp_path):
+    """Two single-run campaigns of pure 2 % noise: the plain threshold would call ~15 % of figures a
+    regression; without a test they are UNDECIDABLE, with their own exit code, unless the user accepts
+    the plain threshold, whose false-alarm rate the output then states."""
+    raw = plan_raw(**{"benchmark.repeat": 1})
+    raw["assertions"] = []
+    a = campaign(tmp_path / "a", raw, seed=11, noise=0.02, repeats=1)
+    b = campaign(tmp_path / "b", raw, seed=12, noise=0.02, repeats=1)
+    cmp = compare_dirs(a, b)
+    # vanilla ran on both nodes (2 runs a side): tested; every other cell and every speedup: one run
+    assert cmp.regressions == [] and cmp.family == 2 * 3 and len(cmp.undecidable) == 6 * 3 + 6
+    assert {d.verdict for d in cmp.cells if d.config != "vanilla"} == {UNDECIDABLE}
+    lines = write_outputs(cmp, tmp_path / "out")["md"].read_text()
+    assert "UNDECIDABLE: 1 RUN: 24 figure(s) have one run on a side" in lines
+    assert _fab_compare(a, b, ("fail_on", "regression")) == EXIT_UNDECIDABLE
+    assert _fab_compare(a, b) == 0          # without --fail-on nothing gates
+    accepted = compare_dirs(a, b, single_run_threshold=True)
+    assert all(d.verdict != UNDECIDABLE for d in accepted.cells)
+    md = write_outputs(accepted, tmp_path / "acc")["md"].read_text()
+    # the stated rate: at 2 % noise and a 3 % band, 14.8 % per figure
+    assert "plain threshold on single runs" in md and "at 2 % run noise 14.8 % per figure" in md
 
 
 def test_outputs_carry_plot_and_simulated_stamp(tmp_path, base):
@@ -249,3 +310,86 @@ def test_hostile_plan_snapshot_out_file_and_dropped_runs_are_said_not_a_crash(tm
     (cand / PLAN_SNAPSHOT).write_text("[" * 100_000 + "]" * 100_000)
     with pytest.raises(UserError, match=f"{cand / PLAN_SNAPSHOT}: unreadable plan snapshot .*nested 100000 levels"):
         compare_dirs(base, cand)
+
+
+def test_compare_power_benchmark_runs_the_shipped_policy():
+    """benchmarks/compare_power.py, small: a 30 % drop at 1 % noise and 3 runs is found in a family of
+    24; pure noise on single runs is never a regression by default (undecidable), and the plain
+    threshold's false alarms are what compare_policy states."""
+    import importlib.util
+    import random
+    spec = importlib.util.spec_from_file_location("compare_power", Path(__file__).resolve().parents[2]
+                                                  / "benchmarks" / "compare_power.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    rng = random.Random("test-compare-power")
+    for _ in range(5):
+        false, found, stated, undecidable = mod.one_trial(0.01, 3, (0.30,), rng)
+        assert found == [True] and not undecidable and 3 < stated[0] < 20
+        false, found, _, undecidable = mod.one_trial(0.05, 1, (), rng)
+        assert undecidable and not false
+    plain = sum(mod.one_trial(0.02, 1, (), rng, figures=4, single_run_threshold=True)[0] for _ in range(200)) / 200
+    from specfleet.report.tables.compare_policy import single_run_false_alarm
+    assert abs(plain - single_run_false_alarm(3.0, 0.02, 4)[1]) < 0.1   # stated 47 %
+
+
+# ------------------------------------------------------------------ open-loop (request-rate) cells
+def with_rate_cells(d: Path, tpot_factor: float = 1.0, duration: float | None = None) -> Path:
+    """A conc16-rate4 cell beside every conc16 one: the same files at a set rate of 4 req/s, output tok/s
+    left as it is (the offered load), TPOT and ITL x tpot_factor, the run's duration set."""
+    for f in list(d.glob("w*/*_conc16_r*.json")):
+        r = json.loads(f.read_text())
+        r.update(request_rate=4.0, burstiness=1.0, max_concurrency=None,
+                 mean_tpot_ms=r["mean_tpot_ms"] * tpot_factor, mean_itl_ms=r["mean_itl_ms"] * tpot_factor)
+        r["duration"] = duration or r["duration"]
+        r.pop("start_times", None), r.pop("latencies", None)  # the c=1 fixture's arrays: not these arrivals
+        f.with_name(f.name.replace("_conc16_", "_conc16-rate4_")).write_text(json.dumps(r))
+    return d
+
+
+def test_open_loop_cells_are_judged_on_latency_and_their_rate_is_checked(tmp_path, base):
+    """Issue 39: at a set rate output tok/s is the offered load (~1.00x whatever the speed): a candidate
+    30 % slower per token at equal throughput is a regression on TPOT there, and no throughput verdict
+    is given; a side whose run took far longer than its arrivals says it did not sustain the rate."""
+    with_rate_cells(base)
+    cand = with_rate_cells(campaign(tmp_path / "new", plan_raw(), seed=2), tpot_factor=1.3, duration=60.0)
+    cmp = compare_dirs(base, cand)
+    rate = [d for d in cmp.cells if d.cell == "conc16-rate4"]
+    assert {d.metric for d in rate} == {"mean_ttft_ms", "tpot_weighted_ms"}
+    assert {(d.config, d.metric) for d in cmp.regressions} == {(c, "tpot_weighted_ms") for c in
+                                                               ("vanilla", "ngram", "ngram_improved", "eagle3")}
+    assert all(d.cell == "conc16-rate4" for d in cmp.regressions)
+    # the report's speedup of a rate cell is per token (both sides equally slower: unchanged)
+    assert all(s.verdict != REGRESSION for s in cmp.speedups)
+    row = {(r[0], r[1]): r for r in cmp.rates}[("vanilla", "conc16-rate4")]
+    assert row[3] == "6 of 6 runs" and "NOT SUSTAINED" in row[5] and row[4].endswith("of 4 req/s")
+    assert any("did not sustain its offered rate" in n for n in cmp.notes)
+    md = write_outputs(cmp, tmp_path / "out")["md"].read_text()
+    assert "## Open-loop cells: offered vs achieved rate" in md
+
+
+def test_rate_check_and_the_reports_open_loop_speedup(tmp_path):
+    from specfleet.report.tables.measures import rate_check
+    from specfleet.resultfile.schema import Result
+    base = dict(duration=30.0, completed=16, failed=0, output_throughput=100.0, total_token_throughput=120.0,
+                mean_ttft_ms=100.0, mean_tpot_ms=50.0, mean_itl_ms=50.0, total_output_tokens=16 * 101,
+                request_rate=4.0, burstiness=1.0)
+    ok = rate_check(Result(**base))          # span <= 15/4 x 1.52 = 5.7 s, one request 5 s: 10.7 s
+    assert ok and not ok.sustained and "NOT SUSTAINED" in ok.describe()
+    fine = rate_check(Result(**dict(base, duration=9.0)))
+    assert fine.sustained and fine.achieved == pytest.approx(16 / 9.0)
+    measured = rate_check(Result(**dict(base, duration=9.0, start_times=[i * 0.25 for i in range(16)],
+                                        latencies=[5.0] * 16)))
+    assert measured.sustained and measured.expected_s == pytest.approx(3.75 + 5.0)
+    capped = rate_check(Result(**dict(base, duration=9.0, max_concurrency=4)))
+    assert capped.capped == 4
+    assert rate_check(Result(**dict(base, request_rate=float("inf")))) is None
+
+
+def test_metric_narrowed_to_throughput_says_open_loop_cells_are_not_judged(tmp_path, base):
+    with_rate_cells(base)
+    cand = with_rate_cells(campaign(tmp_path / "new", plan_raw(), seed=2))
+    cmp = compare_dirs(base, cand, metric="output_throughput")
+    assert not any(d.cell == "conc16-rate4" for d in cmp.cells)
+    assert any(u.startswith("open-loop cell(s) conc16-rate4 not judged: --metric names only throughput")
+               for u in cmp.unmatched)

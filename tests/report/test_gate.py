@@ -29,7 +29,10 @@ def test_six_percent_slower_node_on_single_runs_is_inconclusive_and_refused(tmp_
     assert not g.passed
     assert g.checks[0].diff_pct == pytest.approx(-6.0)
     assert "outside the ±3 % band" in g.checks[0].reason and "INCONCLUSIVE" in g.checks[0].reason
-    assert list(g.table.verdict[g.table.verdict != ""]) == ["INCONCLUSIVE"]
+    decided = g.table.verdict[(g.table.verdict != "") & ~g.table.verdict.str.startswith("NOTE")]
+    assert list(decided) == ["INCONCLUSIVE"]
+    # the other rows 6 % apart say so on the row (issue 39)
+    assert g.table.verdict.str.startswith("NOTE").sum() >= 1
     assert g.verdict.startswith("INCONCLUSIVE: the data can show equivalence only within ±6.0 %")
 
 

@@ -76,6 +76,12 @@ def test_a_gap_at_another_concurrency_is_a_named_warning(tmp_path):
     assert g.passed  # the rule's point (c=16) decides the merge
     [w] = [n for n in g.notes if n.startswith("WARNING: w1 vs w2 at concurrency 1 (not the rule's point)")]
     assert "+6.16 %" in w and "INCONCLUSIVE" in w  # 47.01 x 1.06 vs 46.94 ms
+    # issue 39: the gate table's own rows at c=1 say it, where the verdict column used to stay empty
+    t = g.table
+    c1 = t[(t.concurrency == 1) & (t.metric == "output tok/s")].iloc[0]
+    assert round(c1.diff_pct, 2) == -5.84 and c1.verdict.startswith("NOTE: -5.84 % beyond ±3 %")
+    assert "not the gate's point" in c1.verdict
+    assert (t[(t.concurrency == 16)].verdict.str.startswith("NOTE") == False).all()  # noqa: E712  equal at c=16
 
 
 def test_shared_server_starts_keep_the_stated_error_rate():

@@ -158,3 +158,50 @@ def test_field_report_tables_under_the_noise_band(campaign):
                         ("ngram_improved", 16): "no measurable difference"}
     assert [round(r.loc[(c, k), "speedup"], 2) for c, k in
             (("eagle3", 1), ("eagle3", 16), ("ngram", 16), ("ngram_improved", 16))] == [2.11, 1.83, 0.95, 1.03]
+
+
+def test_an_open_loop_cells_speedup_is_per_token_and_a_backlog_is_said(tmp_path):
+    """Issue 39: at a set rate both sides' output tok/s is the offered load (~1.00x whatever the speed);
+    the report's speedup there is the per-token one, and a run that could not keep up with its rate
+    says so in the report's notes."""
+    root = write_campaign(tmp_path / "c")
+    for f in list(root.glob("*/*_conc16.json")):
+        r = json.loads(f.read_text())
+        if "eagle3" in f.name:   # its TPOT half vanilla's, its output tok/s the same offered load
+            r.update(output_throughput=300.0, mean_tpot_ms=25.8)
+        elif "vanilla" in f.name:
+            r.update(output_throughput=300.0, mean_tpot_ms=51.6)
+        r.update(request_rate=4.0, burstiness=1.0, max_concurrency=None, duration=9.0 if "w1" in str(f) else 90.0)
+        r.pop("start_times", None), r.pop("latencies", None)
+        f.with_name(f.name.replace("_conc16", "_conc16-rate4")).write_text(json.dumps(r))
+    out = report_campaign(root, quiet=True)
+    assert out.merged, out.error
+    runs = out.tables.runs
+    e = runs[(runs.config == "eagle3") & (runs.cell == "conc16-rate4")].iloc[0]
+    assert e.speedup == pytest.approx(2.0, rel=0.01) and "open loop" in e.speedup_method
+    c = runs[(runs.config == "eagle3") & (runs.cell == "conc16")].iloc[0]
+    assert c.speedup > 1.5 and "open loop" not in c.speedup_method
+    notes = " ".join(out.tables.notes)
+    assert "eagle3_conc16-rate4.json on w2" in notes and "NOT SUSTAINED" in notes
+    assert "on w1" not in notes
+    # the cell's Results table says offered vs achieved for every open-loop cell
+    sec = next(x for x in out.model.sections if x.title.startswith("Results") and "conc16-rate4" in x.title)
+    assert "Open loop: offered 4 req/s, achieved" in sec.note and "NOT SUSTAINED (see the notes)" in sec.note
+
+
+def test_one_wave_and_the_report_setup_stamp_are_said_at_the_top(tmp_path):
+    """Issue 39: 16 prompts at c=16 (1 wave, read from the files: completed / max_concurrency < 5) and the
+    runner's steady_state=report-setup stamp were said only in the notes at the bottom and a provenance
+    column; the summary at the top now marks the cell and says both."""
+    root = write_campaign(tmp_path / "c")
+    out = report_campaign(root, quiet=True)
+    s = out.model.summary
+    assert s.headers[1:] == ["concurrency 1", "concurrency 16 (1.0 wave)"]
+    assert s.note.startswith("Few waves: conc16 (1.0 waves) -- completed requests / max concurrency below 5")
+    assert "REPORT SETUP" not in s.note
+    md = (root / "report.md").read_text()
+    assert md.index("Few waves: conc16") < md.index("## Results at concurrency 1")   # the top, not the notes
+    stamped = write_campaign(tmp_path / "d", extra={"steady_state": "report-setup"})
+    s = report_campaign(stamped, quiet=True).model.summary
+    assert s.note.startswith("REPORT SETUP: the runner stamped steady_state=report-setup on 10 of 10 runs")
+    assert "Few waves: conc16" in s.note

@@ -18,7 +18,7 @@ def test_summary_matrix_is_at_the_top_of_both_reports(tmp_path):
     o = report_campaign(root, quiet=True)
     md = (root / "report.md").read_text()
     assert md.index("## Summary") < md.index("## Conclusions")
-    assert "| configuration | concurrency 1 | concurrency 16 |" in md
+    assert "| configuration | concurrency 1 | concurrency 16 (1.0 wave) |" in md   # 16 prompts at c=16: one wave
     assert "| eagle3 | 2.11x (1 run) faster, best | 1.83x (1 run) faster, best |" in md
     assert "| ngram_improved | 1.18x (1 run) faster | 1.03x (1 run) no measurable difference |" in md
     html = (root / "report.html").read_text()

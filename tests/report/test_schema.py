@@ -87,3 +87,24 @@ def test_not_an_object(tmp_path):
     p.write_text("[1, 2]")
     with pytest.raises(ResultError, match="expected a JSON object"):
         load_result(p)
+
+
+def test_a_dataset_smaller_than_the_plans_num_prompts_is_said_not_called_failures():
+    """Issue 39: a 16-prompt file under an 80-prompt plan read "64 of 80 requests failed or were not
+    sent ... no cause recorded"; the client made 16 requests, all completed: the dataset had 16."""
+    from specfleet.resultfile.schema import Result, incomplete
+    base = dict(duration=10.0, output_throughput=100.0, total_token_throughput=120.0, mean_ttft_ms=10.0,
+                mean_tpot_ms=5.0, mean_itl_ms=5.0, num_prompts=80)
+    why = incomplete(Result(**base, completed=16, failed=0, errors=[""] * 16), asked=80)
+    assert why.startswith("64 of 80 requests were never sent: the client made 16 (completed 16)")
+    assert "the dataset had 16 prompts for this run where the plan asks 80" in why and "failed" not in why
+    # failed known, no errors array (vLLM >= 0.30 without --save-detailed): the same
+    assert "were never sent" in incomplete(Result(**base, completed=16, failed=0), asked=80)
+    # the run itself asked for 16 (vLLM records the CLI's --num-prompts): said so, not the dataset
+    assert "the run asked for 16 (its num_prompts" in incomplete(Result(**dict(base, num_prompts=16), completed=16,
+                                                                       failed=0), asked=80)
+    # real failures beyond the plan's allowance are still failures, with their cause
+    why = incomplete(Result(**base, completed=10, failed=6, errors=[""] * 10 + ["timeout"] * 6), asked=16)
+    assert why.startswith("6 of 16 requests failed or were not sent") and "timeout" in why
+    # no `failed` key and no errors (older vLLM): which it was is not known, said as before
+    assert "failed or were not sent" in incomplete(Result(**base, completed=12), asked=16)

@@ -84,7 +84,7 @@ def test_a_cell_that_asks_other_prompts_is_judged_by_its_own_count(tmp_path):
     ok = scan_campaign(root, quarantine=False, expect=Expect(16, 0, {"conc1-n8": 8}))
     assert len(ok.runs) == 1 and not ok.quarantined
     wrong = scan_campaign(root, quarantine=False, expect=Expect(16, 0))
-    assert not wrong.runs and "8 of 16 requests failed" in wrong.quarantined[0].reason
+    assert not wrong.runs and "8 of 16 requests were never sent: the run asked for 8" in wrong.quarantined[0].reason
 
 
 def test_conclusions_compare_each_cell_with_its_own_baseline(tmp_path):

@@ -24,11 +24,14 @@ from ...plan.slo import Slo
 from ...errors import UserError
 from ... import untrusted_json
 from ..scan.folder import Campaign, Expect, scan_campaign
-from ..gates.gate import DEFAULT_BASELINE, GATE_METRICS, PLAN_DEFAULTS, EquivalenceRule, GateResult, check_equivalence
+from ..gates.gate import (DEFAULT_BASELINE, GATE_METRICS, PLAN_DEFAULTS, EquivalenceRule, GateResult,
+                          check_equivalence, open_loop)
 from ..gates.gate_policy import metric_value
+from ..tables.compare_policy import (LOWER_IS_BETTER, REGRESSION, UNDECIDABLE, Figure, Judged, OneSided,
+                                     judged_metrics, one_sided, ratio_test, settle)
 from ..render.goodput import good_requests
 from ..gates.gpu_gate import split_off_gpu_copies
-from ..tables.measures import NoiseBand
+from ..tables.measures import NoiseBand, rate_check, speed
 from ..tables.merge import Tables, build_tables
 from ..gates.consistency import result_table
 from ..scan.plan_snapshot import PLAN_SNAPSHOT, field_diffs
@@ -83,53 +86,7 @@ def load_side(label: str, path: Path | str, tolerance_pct: float | None = None) 
     return Side(label, path, camp, plan, asserts, baseline, gate, tables)
 
 
-# ------------------------------------------------------------------ the decision
-REGRESSION, IMPROVEMENT, WITHIN, NO_DIFF = ("regression", "improvement", "within tolerance",
-                                            "no measurable difference")
-LOWER_IS_BETTER = {"mean_tpot_ms", "mean_itl_ms", "mean_ttft_ms", "tpot_weighted_ms"}
-
-
-def decide(metric: str, a: list[float], b: list[float], noise: NoiseBand) -> tuple[float, float | None,
-                                                                                  float | None, str, str, str]:
-    """(ratio b/a, interval low, high, method, verdict, detail) by the rule of docs/compare.md."""
-    ri = ratio_interval(a, b, noise.confidence)
-    if ri is None:
-        r, lo, hi = statistics.fmean(b) / statistics.fmean(a), None, None
-        method = f"single run: plain threshold, no interval (n={len(a)}/{len(b)})"
-    else:
-        r, lo, hi = ri.ratio, ri.low, ri.high
-        method = f"{noise.confidence:.0%} CI, Welch's t on log values, n={len(a)}/{len(b)}"
-    return (r, lo, hi, method, *ratio_verdict(r, lo, hi, noise, better_up=metric not in LOWER_IS_BETTER))
-
-
-def ratio_verdict(r: float, lo: float | None, hi: float | None, noise: NoiseBand,
-                  better_up: bool = True) -> tuple[str, str]:
-    """(verdict, detail) of a ratio and its interval (None: a single run, the ratio itself judged)."""
-    lo_band, hi_band = noise.band
-    tol = f"±{noise.tolerance_pct:g} % band [{lo_band:.4f}, {hi_band:.4f}]"
-    if lo is None or hi is None:
-        worse, better = (r < lo_band, r > hi_band) if better_up else (r > hi_band, r < lo_band)
-        measurable = worse or better
-    else:
-        worse, better = (hi < lo_band, lo > hi_band) if better_up else (lo > hi_band, hi < lo_band)
-        measurable = hi < 1.0 or lo > 1.0
-    if worse:
-        return REGRESSION, f"worse beyond the {tol}"
-    if better:
-        return IMPROVEMENT, f"better beyond the {tol}"
-    if measurable:
-        word = "better" if ((lo or r) > 1.0) == better_up else "worse"
-        return WITHIN, f"measurably {word} (interval excludes 1.00) but inside the {tol}"
-    return NO_DIFF, "interval contains 1.00" if lo is not None else f"inside the {tol}"
-
-
-def difference_verdict(lo: float, hi: float, noise: NoiseBand) -> str:
-    """The same rule on a difference of proportions (higher is better): its interval [lo, hi] against
-    the band of ±tolerance_pct percentage points, and against 0."""
-    tol = noise.tolerance_pct / 100.0
-    return REGRESSION if hi < -tol else IMPROVEMENT if lo > tol else WITHIN if hi < 0 or lo > 0 else NO_DIFF
-
-
+# ------------------------------------------------------------------ the cells
 @dataclass
 class CellDiff:
     config: str
@@ -140,12 +97,25 @@ class CellDiff:
     cand_mean: float
     n_base: int
     n_cand: int
-    ratio: float                 # candidate / baseline
+    ratio: float                 # candidate / baseline (geometric means with >= 2 runs a side)
     ci_low: float | None
     ci_high: float | None
     method: str
-    verdict: str
-    detail: str
+    judged: Judged = field(default_factory=Judged)
+
+    @property
+    def verdict(self) -> str:
+        return self.judged.verdict
+
+    @property
+    def detail(self) -> str:
+        return self.judged.detail
+
+
+def _excludes_one(lo: float | None, hi: float | None, better_up: bool = True) -> int:
+    if lo is None or hi is None or lo <= 1.0 <= hi:
+        return 0
+    return 1 if (lo > 1.0) == better_up else -1
 
 
 def _samples(camp: Campaign, metric: str, nodes: set[str] | None = None) -> dict[tuple[str, str], list[float]]:
@@ -164,20 +134,45 @@ def _conc(camp: Campaign) -> dict[str, int]:
     return {r.cell: r.conc for r in camp.runs}
 
 
-def cell_diffs(base: Side, cand: Side, metric: str, noise: NoiseBand) -> tuple[list[CellDiff], list[str]]:
-    sa, sb = _samples(base.camp, metric), _samples(cand.camp, metric)
+def cell_diff(key: tuple[str, str], conc: int, metric: str, a: list[float], b: list[float],
+              noise: NoiseBand) -> tuple[CellDiff, Figure]:
+    """One cell on one metric: its ratio, interval and test (compare_policy.ratio_test)."""
+    up = metric not in LOWER_IS_BETTER
+    ri = ratio_interval(a, b, noise.confidence)
+    if ri is None:
+        r, lo, hi = statistics.fmean(b) / statistics.fmean(a), None, None
+        method = f"single run (n={len(a)}/{len(b)}): no interval"
+    else:
+        r, lo, hi = ri.ratio, ri.low, ri.high
+        method = (f"{noise.confidence:.0%} CI, Welch's t on log values, n={len(a)}/{len(b)}; one-sided test "
+                  "against the band")
+    d = CellDiff(key[0], key[1], conc, metric, statistics.fmean(a), statistics.fmean(b), len(a), len(b),
+                 r, lo, hi, method)
+    return d, Figure(d.judged, ratio_test(a, b, noise.tolerance_pct, up), r, up, _excludes_one(lo, hi, up))
+
+
+def cell_diffs(base: Side, cand: Side, metrics: list[str] | None, plan_metric: str | None,
+               noise: NoiseBand) -> tuple[list[CellDiff], list[Figure], list[str]]:
+    """Every cell in both campaigns on each metric it is judged on (compare_policy.judged_metrics)."""
     conc = {**_conc(base.camp), **_conc(cand.camp)}
-    out = []
-    for key in sorted(set(sa) & set(sb), key=lambda k: (conc[k[1]], k[1], k[0] != cand.baseline, k[0])):
-        a, b = sa[key], sb[key]
-        if min(a + b) <= 0:
-            continue
-        r, lo, hi, method, verdict, detail = decide(metric, a, b, noise)
-        out.append(CellDiff(key[0], key[1], conc[key[1]], metric, statistics.fmean(a), statistics.fmean(b),
-                            len(a), len(b), r, lo, hi, method, verdict, detail))
-    only = [f"{c} @ {cell}: only in the baseline campaign" for c, cell in sorted(set(sa) - set(sb))]
-    only += [f"{c} @ {cell}: only in the candidate campaign" for c, cell in sorted(set(sb) - set(sa))]
-    return out, only
+    keys_a = {(r.config, r.cell) for r in base.camp.runs}
+    keys_b = {(r.config, r.cell) for r in cand.camp.runs}
+    wanted = {m for cell in {k[1] for k in keys_a | keys_b}
+              for m in judged_metrics(plan_metric, metrics, open_loop(cell))}
+    sa = {m: _samples(base.camp, m) for m in wanted}
+    sb = {m: _samples(cand.camp, m) for m in wanted}
+    out, figs = [], []
+    for key in sorted(keys_a & keys_b, key=lambda k: (conc[k[1]], k[1], k[0] != cand.baseline, k[0])):
+        for m in judged_metrics(plan_metric, metrics, open_loop(key[1])):
+            a, b = sa[m].get(key), sb[m].get(key)
+            if not a or not b or min(a + b) <= 0:
+                continue
+            d, f = cell_diff(key, conc[key[1]], m, a, b, noise)
+            out.append(d)
+            figs.append(f)
+    only = [f"{c} @ {cell}: only in the baseline campaign" for c, cell in sorted(keys_a - keys_b)]
+    only += [f"{c} @ {cell}: only in the candidate campaign" for c, cell in sorted(keys_b - keys_a)]
+    return out, figs, only
 
 
 # ------------------------------------------------------------------ speedup and acceptance per configuration
@@ -191,11 +186,15 @@ class SpeedupDiff:
     ratio: float                 # candidate speedup / baseline speedup
     ci_low: float | None
     ci_high: float | None
-    verdict: str
     base_accept_pct: float
     cand_accept_pct: float
     base_accept_len: float
     cand_accept_len: float
+    judged: Judged = field(default_factory=Judged)
+
+    @property
+    def verdict(self) -> str:
+        return self.judged.verdict
 
 
 def _logs(vals: list[float]) -> tuple[float, float, int]:
@@ -203,42 +202,64 @@ def _logs(vals: list[float]) -> tuple[float, float, int]:
     return statistics.fmean(lv), (statistics.variance(lv) if len(lv) > 1 else math.nan), len(lv)
 
 
-def speedup_ratio_interval(groups: list[list[float]], confidence: float) -> tuple[float, float | None, float | None]:
-    """(cand_cfg / cand_base) / (base_cfg / base_base) on geometric means, with a Welch-Satterthwaite
-    interval of the four independent samples' log means; None ends when a group has one run."""
+def speedup_log_welch(groups: list[list[float]]) -> tuple[float, float | None, float]:
+    """(d, se2, df) of log((cand_cfg / cand_base) / (base_cfg / base_base)) on the four independent
+    samples' log means, Welch-Satterthwaite df; se2 None when a group has one run."""
     (c1, v1, n1), (c0, v0, n0), (b1, w1, m1), (b0, w0, m0) = (_logs(g) for g in groups)
     d = (c1 - c0) - (b1 - b0)
     parts = [(v1, n1), (v0, n0), (w1, m1), (w0, m0)]
     if any(math.isnan(v) for v, _ in parts):
-        return math.exp(d), None, None
+        return d, None, math.nan
     se2 = sum(v / n for v, n in parts)
     if se2 == 0:
-        return math.exp(d), math.exp(d), math.exp(d)
-    df = se2 ** 2 / sum((v / n) ** 2 / (n - 1) for v, n in parts)
-    half = t_quantile(1 - (1 - confidence) / 2, df) * math.sqrt(se2)
+        return d, 0.0, math.inf
+    return d, se2, se2 ** 2 / sum((v / n) ** 2 / (n - 1) for v, n in parts)
+
+
+def speedup_ratio_interval(groups: list[list[float]], confidence: float) -> tuple[float, float | None, float | None]:
+    """The ratio of the two speedups on geometric means with its interval; None ends when a group has
+    one run."""
+    d, se2, df = speedup_log_welch(groups)
+    if se2 is None:
+        return math.exp(d), None, None
+    half = 0.0 if se2 == 0 else t_quantile(1 - (1 - confidence) / 2, df) * math.sqrt(se2)
     return math.exp(d), math.exp(d - half), math.exp(d + half)
 
 
-def speedup_diffs(base: Side, cand: Side, noise: NoiseBand) -> list[SpeedupDiff]:
+def _speeds(camp: Campaign, nodes: set[str]) -> dict[tuple[str, str], list[float]]:
+    """(config, cell) -> what the report's speedup is a ratio of (measures.speed: output tok/s, per token
+    in an open-loop cell), over the runs on `nodes`."""
+    out: dict[tuple[str, str], list[float]] = {}
+    for r in camp.runs:
+        if r.host in nodes and (v := speed(r.result, r.cell)) == v:
+            out.setdefault((r.config, r.cell), []).append(v)
+    return out
+
+
+def speedup_diffs(base: Side, cand: Side, noise: NoiseBand) -> tuple[list[SpeedupDiff], list[Figure]]:
     """Per configuration and cell: each side's speedup over its own baseline on the same node(s) (the
-    report's pairing), and the change with its interval."""
-    out = []
+    report's pairing), and the change with its interval and test."""
+    out, figs = [], []
     ra, rb = base.tables.runs, cand.tables.runs
     for _, row in rb[(rb.config != cand.baseline) & rb.speedup.notna()].drop_duplicates(["config", "cell"]).iterrows():
         old = ra[(ra.config == row.config) & (ra.cell == row.cell) & ra.speedup.notna()]
         new = rb[(rb.config == row.config) & (rb.cell == row.cell) & rb.speedup.notna()]
-        sa = _samples(base.camp, "output_throughput", set(old.node))
-        sb = _samples(cand.camp, "output_throughput", set(new.node))
+        sa = _speeds(base.camp, set(old.node))
+        sb = _speeds(cand.camp, set(new.node))
         key, bkey = (row.config, row.cell), (cand.baseline, row.cell)
         if old.empty or key not in sa or (base.baseline, row.cell) not in sa or bkey not in sb:
             continue
         groups = [sb[key], sb[bkey], sa[key], sa[(base.baseline, row.cell)]]
         r, lo, hi = speedup_ratio_interval(groups, noise.confidence)
-        out.append(SpeedupDiff(row.config, row.cell, int(row.concurrency), float(old.speedup.mean()),
-                               float(new.speedup.mean()), r, lo, hi, ratio_verdict(r, lo, hi, noise)[0],
-                               float(old.acceptance_rate_pct.mean()), float(new.acceptance_rate_pct.mean()),
-                               float(old.acceptance_length.mean()), float(new.acceptance_length.mean())))
-    return out
+        d, se2, df = speedup_log_welch(groups)
+        s = SpeedupDiff(row.config, row.cell, int(row.concurrency), float(old.speedup.mean()),
+                        float(new.speedup.mean()), r, lo, hi,
+                        float(old.acceptance_rate_pct.mean()), float(new.acceptance_rate_pct.mean()),
+                        float(old.acceptance_length.mean()), float(new.acceptance_length.mean()))
+        test = None if se2 is None else one_sided(d, se2, df, noise.tolerance_pct, True)
+        out.append(s)
+        figs.append(Figure(s.judged, test, r, True, _excludes_one(lo, hi)))
+    return out, figs
 
 
 # ------------------------------------------------------------------ goodput under the SLO
@@ -257,6 +278,28 @@ def proportion_difference(k1: int, n1: int, k2: int, n2: int, confidence: float)
     return d, d - math.sqrt((p2 - l2) ** 2 + (u1 - p1) ** 2), d + math.sqrt((u2 - p2) ** 2 + (p1 - l1) ** 2)
 
 
+def attainment_test(k1: int, n1: int, k2: int, n2: int, tolerance_pct: float) -> OneSided:
+    """One-sided p-values of the attainment difference against ±tolerance_pct points, by inverting
+    Newcombe's interval: p_worse = (1 - c) / 2 where the upper end of the c-interval is -tol (bisection;
+    the interval widens with c). No standard error: its power is not stated."""
+    tol = tolerance_pct / 100.0
+
+    def p_at(end: int, bound: float) -> float:
+        beyond = (lambda c: proportion_difference(k1, n1, k2, n2, c)[end] < bound) if end == 2 else \
+            (lambda c: proportion_difference(k1, n1, k2, n2, c)[end] > bound)
+        lo, hi = 1e-9, 1.0 - 1e-12
+        if not beyond(lo):
+            return 1.0
+        if beyond(hi):
+            return (1.0 - hi) / 2.0
+        for _ in range(60):
+            mid = (lo + hi) / 2.0
+            lo, hi = (mid, hi) if beyond(mid) else (lo, mid)
+        return (1.0 - lo) / 2.0
+
+    return OneSided(p_at(2, -tol), p_at(1, tol), math.nan, math.nan)
+
+
 @dataclass
 class GoodputDiff:
     config: str
@@ -270,7 +313,6 @@ class GoodputDiff:
     ci_low: float | None
     ci_high: float | None
     method: str
-    verdict: str                 # goodput's (attainment's when a run's goodput is 0)
     base_attainment_pct: float
     cand_attainment_pct: float
     base_requests: int           # completed requests, pooled over runs
@@ -278,9 +320,18 @@ class GoodputDiff:
     attainment_change_pp: float
     attainment_low_pp: float
     attainment_high_pp: float
-    attainment_verdict: str
     base_meets: bool
     cand_meets: bool
+    judged: Judged = field(default_factory=Judged)       # goodput's (attainment's when a run's goodput is 0)
+    attainment: Judged = field(default_factory=Judged)
+
+    @property
+    def verdict(self) -> str:
+        return self.judged.verdict
+
+    @property
+    def attainment_verdict(self) -> str:
+        return self.attainment.verdict
 
     @property
     def regressed(self) -> bool:
@@ -302,14 +353,15 @@ def _per_run(camp: Campaign, slo: Slo) -> dict[tuple[str, str], list[tuple[float
 
 
 def goodput_diffs(base_camp: Campaign, cand_camp: Campaign, slo: Slo, noise: NoiseBand,
-                  conc: dict[str, int]) -> tuple[list[GoodputDiff], list[str]]:
-    """Per cell in both campaigns with per-request arrays on both sides; notes for the cells without."""
+                  conc: dict[str, int]) -> tuple[list[GoodputDiff], list[Figure], list[str]]:
+    """Per cell in both campaigns with per-request arrays on both sides, the figures judged; notes for
+    the cells without."""
     pa, pb = _per_run(base_camp, slo), _per_run(cand_camp, slo)
     both = {(r.config, r.cell) for r in base_camp.runs} & {(r.config, r.cell) for r in cand_camp.runs}
     notes = [f"{c} @ {cell}: goodput not compared (no per-request arrays on "
              f"{'either side' if (c, cell) not in pa and (c, cell) not in pb else 'one side'}: --save-detailed)"
              for c, cell in sorted(both - (set(pa) & set(pb)))]
-    out = []
+    out, figs = [], []
     for key in sorted(set(pa) & set(pb), key=lambda k: (conc.get(k[1], 0), k[1], k[0])):
         a, b = pa[key], pb[key]
         ga, gb = [x[0] for x in a], [x[0] for x in b]
@@ -319,19 +371,27 @@ def goodput_diffs(base_camp: Campaign, cand_camp: Campaign, slo: Slo, noise: Noi
             notes.append(f"{key[0]} @ {key[1]}: goodput not compared (no completed request on a side)")
             continue
         d, lo, hi = proportion_difference(ka, na, kb, nb, noise.confidence)
-        att = difference_verdict(lo, hi, noise)
-        if min(ga + gb) > 0:
-            ratio, clo, chi, method, verdict, _ = decide(GOODPUT, ga, gb, noise)
+        zero = min(ga + gb) <= 0
+        mean_a = statistics.fmean(ga)
+        if zero:
+            ratio, clo, chi, method = (statistics.fmean(gb) / mean_a if mean_a else None), None, None, ZERO_METHOD
         else:
-            mean_a = statistics.fmean(ga)
-            ratio = statistics.fmean(gb) / mean_a if mean_a else None
-            clo = chi = None
-            method, verdict = ZERO_METHOD, att
-        out.append(GoodputDiff(key[0], key[1], conc.get(key[1], 0), statistics.fmean(ga), statistics.fmean(gb),
-                               len(ga), len(gb), ratio, clo, chi, method, verdict, 100.0 * ka / na,
-                               100.0 * kb / nb, na, nb, 100.0 * d, 100.0 * lo, 100.0 * hi, att,
-                               100.0 * ka / na >= slo.attainment_pct, 100.0 * kb / nb >= slo.attainment_pct))
-    return out, notes
+            ri = ratio_interval(ga, gb, noise.confidence)
+            ratio, clo, chi = (ri.ratio, ri.low, ri.high) if ri else (statistics.fmean(gb) / mean_a, None, None)
+            method = (f"{noise.confidence:.0%} CI, Welch's t on log values, n={len(ga)}/{len(gb)}" if ri
+                      else f"single run (n={len(ga)}/{len(gb)}): no interval")
+        g = GoodputDiff(key[0], key[1], conc.get(key[1], 0), statistics.fmean(ga), statistics.fmean(gb),
+                        len(ga), len(gb), ratio, clo, chi, method, 100.0 * ka / na,
+                        100.0 * kb / nb, na, nb, 100.0 * d, 100.0 * lo, 100.0 * hi,
+                        100.0 * ka / na >= slo.attainment_pct, 100.0 * kb / nb >= slo.attainment_pct)
+        out.append(g)
+        # goodput 0 has no log value: not a figure of its own, its verdict is the attainment's (compare_dirs)
+        if not zero:
+            figs.append(Figure(g.judged, ratio_test(ga, gb, noise.tolerance_pct, True), ratio, True,
+                                _excludes_one(clo, chi)))
+        figs.append(Figure(g.attainment, attainment_test(ka, na, kb, nb, noise.tolerance_pct), None, True,
+                            0 if lo <= 0 <= hi else (1 if lo > 0 else -1)))
+    return out, figs, notes
 
 
 def slo_of_both(base_plan: dict | None, cand_plan: dict | None) -> tuple[Slo | None, list[str]]:
@@ -345,6 +405,29 @@ def slo_of_both(base_plan: dict | None, cand_plan: dict | None) -> tuple[Slo | N
                    f"candidate: {b.describe()}, attainment {b.attainment_pct:g} %): both sides judged by the "
                    "candidate's, from their per-request arrays"]
     return b, []
+
+
+# ------------------------------------------------------------------ open-loop cells: offered vs achieved
+def rate_rows(base: Side, cand: Side) -> list[list[str]]:
+    """Per open-loop cell in both campaigns: each side's offered and achieved rate and how many of its
+    runs sustained the rate (measures.rate_check); a side that did not is judged on a growing queue."""
+    rows = []
+    keys = sorted({(r.config, r.cell) for r in base.camp.runs} & {(r.config, r.cell) for r in cand.camp.runs})
+    for cfg, cell in keys:
+        if not open_loop(cell):
+            continue
+        row = [cfg, cell]
+        for s in (base, cand):
+            checks = [c for r in s.camp.runs if (r.config, r.cell) == (cfg, cell) and (c := rate_check(r.result))]
+            if not checks:
+                row += ["not recorded", ""]
+                continue
+            held = sum(c.sustained for c in checks)
+            row += [f"{statistics.fmean(c.achieved for c in checks):.3g} of {checks[0].offered:g} req/s",
+                    f"{held} of {len(checks)} runs" + ("" if held == len(checks) else " (NOT SUSTAINED)")
+                    + (f"; client cap {checks[0].capped} (coordinated omission)" if checks[0].capped else "")]
+        rows.append(row)
+    return rows
 
 
 # ------------------------------------------------------------------ what else differs
@@ -419,7 +502,7 @@ def refusals(base: Side, cand: Side) -> list[str]:
 class Comparison:
     base: Side
     cand: Side
-    metric: str
+    metrics: list[str]           # what cells are judged on (an open-loop cell skips throughput)
     noise: NoiseBand
     forced: bool
     refused: list[str]
@@ -433,6 +516,9 @@ class Comparison:
     notes: list[str] = field(default_factory=list)
     goodput: list[GoodputDiff] = field(default_factory=list)   # when both plans have an SLO (goodput_diffs)
     slo: str = ""                                              # the SLO goodput was judged by, in words
+    family: int = 0                                            # figures tested together (Holm)
+    rates: list[list[str]] = field(default_factory=list)       # open-loop cells: rate_rows
+    single_run_threshold: bool = False                         # single runs judged on the plain threshold
 
     @property
     def simulated(self) -> bool:
@@ -451,12 +537,31 @@ class Comparison:
         return [g for g in self.goodput if g.regressed]
 
     @property
+    def undecidable(self) -> list[str]:
+        """What could not be judged (one run on a side), by name."""
+        out = [f"{d.config} @ {d.cell} {GATE_METRICS[d.metric]}" for d in self.cells if d.verdict == UNDECIDABLE]
+        out += [f"{s.config} @ {s.cell} speedup" for s in self.speedups if s.verdict == UNDECIDABLE]
+        return out + [f"{g.config} @ {g.cell} goodput" for g in self.goodput if g.verdict == UNDECIDABLE]
+
+    @property
     def assertions_failed(self) -> list[AssertionResult]:
         return [a for a in self.assertions if not a.ok]
 
 
-def compare_dirs(baseline: Path | str, candidate: Path | str, *, metric: str | None = None,
-                 tolerance_pct: float | None = None, force: bool = False) -> Comparison:
+def narrowed_metrics(metric: str | list[str] | None) -> list[str] | None:
+    """--metric: one gate metric or several, comma-separated; None: what users feel (judged_metrics)."""
+    if not metric:
+        return None
+    names = [m.strip() for m in metric.split(",")] if isinstance(metric, str) else list(metric)
+    for m in names:
+        if m not in GATE_METRICS:
+            raise UserError(f"--metric {m!r}: one of {', '.join(GATE_METRICS)} (several: comma-separated)")
+    return names
+
+
+def compare_dirs(baseline: Path | str, candidate: Path | str, *, metric: str | list[str] | None = None,
+                 tolerance_pct: float | None = None, force: bool = False,
+                 single_run_threshold: bool = False) -> Comparison:
     """Compare two campaigns' results folders; UserError when they do not measure the same thing
     (another model or dataset) and not `force`, or when a side's nodes are not equivalent."""
     base = load_side("baseline", baseline, tolerance_pct)
@@ -470,20 +575,36 @@ def compare_dirs(baseline: Path | str, candidate: Path | str, *, metric: str | N
             raise UserError(f"{s.dir}: the {s.label} campaign's nodes are not equivalent (its gate failed: "
                             f"{'; '.join(c.reason for c in s.gate.checks if not c.passed) or '; '.join(s.gate.problems)}); "
                             "pooling its nodes' runs would compare node differences (--force compares anyway)")
-    metric = metric or ((cand.plan or {}).get("equivalence") or {}).get("metric") or PLAN_DEFAULTS.metric
-    if metric not in GATE_METRICS:
-        raise UserError(f"--metric {metric!r}: one of {', '.join(GATE_METRICS)}")
+    narrowed = narrowed_metrics(metric)
+    plan_metric = ((cand.plan or {}).get("equivalence") or {}).get("metric") or PLAN_DEFAULTS.metric
+    metrics = judged_metrics(plan_metric, narrowed, False)
     noise = NoiseBand(cand.gate.rule.tolerance_pct)
-    cells, unmatched = cell_diffs(base, cand, metric, noise)
+    cells, figures, unmatched = cell_diffs(base, cand, narrowed, plan_metric, noise)
+    unjudged = sorted({r.cell for r in cand.camp.runs if open_loop(r.cell)} - {d.cell for d in cells})
+    if unjudged:
+        unmatched.append(f"open-loop cell(s) {', '.join(unjudged)} not judged: --metric names only throughput, "
+                         "which is the offered load there (judge them on TTFT or the per-token metric)")
+    speedups, sfig = speedup_diffs(base, cand, noise)
     compared, other = plan_diffs(base, cand)
-    cmp = Comparison(base, cand, metric, noise, force and bool(refused or not base.gate.passed or not cand.gate.passed),
+    cmp = Comparison(base, cand, metrics, noise, force and bool(refused or not base.gate.passed or not cand.gate.passed),
                      refused, provenance_diffs(base, cand), compared, other, cells, unmatched,
-                     speedup_diffs(base, cand, noise), check(cand.assertions, cand.tables.runs.to_dict("records")))
+                     speedups, check(cand.assertions, cand.tables.runs.to_dict("records")),
+                     single_run_threshold=single_run_threshold)
+    figures += sfig
     slo, said = slo_of_both(base.plan, cand.plan)
     cmp.notes += said
     if slo is not None:
-        cmp.goodput, missing = goodput_diffs(base.camp, cand.camp, slo, noise, {**_conc(base.camp), **_conc(cand.camp)})
+        cmp.goodput, gfig, missing = goodput_diffs(base.camp, cand.camp, slo, noise,
+                                                   {**_conc(base.camp), **_conc(cand.camp)})
+        figures += gfig
         cmp.slo, cmp.notes = f"{slo.describe()}; meets it: >= {slo.attainment_pct:g} % of requests good", cmp.notes + missing
+    cmp.family = settle(figures, noise, single_run_threshold)
+    cmp.rates = rate_rows(base, cand)
+    cmp.notes += [f"{r[0]} @ {r[1]}: a side did not sustain its offered rate (baseline {r[3]}, candidate {r[5]}): "
+                  "its TTFT and TPOT measure a growing queue" for r in cmp.rates if "NOT SUSTAINED" in r[3] + r[5]]
+    for g in cmp.goodput:
+        if g.method == ZERO_METHOD:
+            g.judged = g.attainment
     for s in (base, cand):
         if s.plan is None:
             cmp.notes.append(f"{s.dir}: no {PLAN_SNAPSHOT} (fab collect / fab report write it): plan differences "

@@ -25,7 +25,8 @@ from ..gates.gate import GateResult
 from ..tables.categories import heatmap_grid
 from .export import MERGED_SCHEMA_VERSION
 from ..tables.conclusions import best_rows
-from ..tables.measures import ACCEPTANCE_FLAGS, NoiseBand, cell_order, cell_title, latency_sections
+from ..tables.diagnosis import MIN_WAVES
+from ..tables.measures import ACCEPTANCE_FLAGS, NEAR_ZERO, NoiseBand, cell_order, cell_title, latency_sections
 from ..tables.merge import Tables
 from .plots import all_plots, category_plots
 from ..scan.provenance import provenance_sections
@@ -163,13 +164,19 @@ def _flag_verdicts(rows: pd.DataFrame) -> pd.DataFrame:
         return rows
     out = rows.copy()
     hit = out.acceptance_flag.isin(ACCEPTANCE_FLAGS)
-    out.loc[hit, "speedup_verdict"] = out.loc[hit, "acceptance_flag"] + ": not a speedup"
+    out.loc[hit, "speedup_verdict"] = out.loc[hit, "acceptance_flag"].map(flag_words)
     return out
+
+
+def flag_words(flag: str) -> str:
+    """What a flagged row is instead of faster/slower: NEAR-ZERO acceptance only costs (each step drafts
+    and verifies for ~1 token), so it is a loss."""
+    return f"{flag}: a loss, not a speedup" if flag == NEAR_ZERO else f"{flag}: not a speedup"
 
 
 def _verdict_cell(r: pd.Series, best: bool = False) -> str:
     if r.get("acceptance_flag") in ACCEPTANCE_FLAGS:
-        return f"{fmt(r.speedup, 2, 'x')} {r.acceptance_flag}: not a speedup"
+        return f"{fmt(r.speedup, 2, 'x')} {flag_words(r.acceptance_flag)}"
     if r.speedup != r.speedup:
         return "no same-node baseline"
     lo, hi = r.get("speedup_ci_low"), r.get("speedup_ci_high")
@@ -177,16 +184,23 @@ def _verdict_cell(r: pd.Series, best: bool = False) -> str:
     return f"{r.speedup:.2f}x{ci} {r.speedup_verdict}" + (", best" if best else "")
 
 
+def _wave_mark(rows: pd.DataFrame) -> str:
+    """' (1.0 wave)' on a cell whose runs are few waves (diagnosis.MIN_WAVES, read from the files)."""
+    w = rows.waves.min() if "waves" in rows else math.nan
+    return f" ({w:.1f} wave{'s' if w != 1 else ''})" if w == w and w < MIN_WAVES else ""
+
+
 def summary_section(runs: pd.DataFrame, baseline: str, repeats_note: str | None = None,
-                    noise: NoiseBand | None = None) -> Section | None:
+                    noise: NoiseBand | None = None, top_notes: list[str | None] = ()) -> Section | None:
     """One row per configuration, one column per bench cell: speedup, interval (or 1 run), verdict,
-    'best' on the fastest measurably faster one of a cell: every verdict of the report."""
+    'best' on the fastest measurably faster one of a cell: every verdict of the report. A cell of few
+    waves is marked in its heading; `top_notes` (the waves and report-setup notes) open the caption."""
     others = runs[runs.config != baseline]
     if others.empty:
         return None
     best = set(best_rows(runs, baseline).index) if "acceptance_flag" in runs else set()
     cells = cell_order(runs)
-    heads = [cell_title(runs[runs.cell == c]).removeprefix("at ") for c in cells]
+    heads = [cell_title(runs[runs.cell == c]).removeprefix("at ") + _wave_mark(runs[runs.cell == c]) for c in cells]
     multi = others.groupby("config").node.nunique().max() > 1
     rows = []
     for cfg in dict.fromkeys(others.config):
@@ -196,8 +210,9 @@ def summary_section(runs: pd.DataFrame, baseline: str, repeats_note: str | None 
             row.append("; ".join((f"{r.node}: " if multi else "") + _verdict_cell(r, i in best)
                                  for i, r in at.iterrows()) or "–")
         rows.append(row)
+    top = "".join(f"{n[0].upper()}{n[1:]}. " for n in top_notes if n)
     return Section("Summary", ["configuration", *heads], rows,
-                   f"Speedup over the same node's '{baseline}' (output tok/s; the ratio of geometric means over "
+                   top + f"Speedup over the same node's '{baseline}' (output tok/s; the ratio of geometric means over "
                    "runs, the centre of its interval), its 95 % interval with repeats (or the run count), and the "
                    f"verdict: {(noise or NoiseBand()).describe()}; 'best' = the highest measurably faster one. "
                    "The bullets below are caveats only." + (f" {repeats_note}" if repeats_note else ""),
@@ -243,7 +258,8 @@ def build_model(campaign: str, tables: Tables, gate: GateResult, conclusions: li
                                        f"the plain ratio)"
                                        f"{'' if plain else ' in this bench cell'}. CI low/high and "
                                        f"'vs baseline': {tables.noise.describe() if tables.noise else ''}."
-                                       + (f" {tables.repeats_note}" if tables.repeats_note else "")))
+                                       + (f" {tables.repeats_note}" if tables.repeats_note else "")
+                                       + (f" {tables.rates[cell]}" if cell in tables.rates else "")))
     secs += [_section(title, df, cols, note) for title, df, cols, note in latency_sections(tables.latency)]
     if not tables.spec.empty:
         swept = int("cell" in tables.spec and bool((tables.spec.cell != "conc" + tables.spec.concurrency.astype(str)).any()))
@@ -294,7 +310,7 @@ def build_model(campaign: str, tables: Tables, gate: GateResult, conclusions: li
                        warnings=list(warnings or []), quarantined=list(quarantined or []),
                        gate_verdict=gate_verdict(gate, cells),
                        summary=summary_section(_flag_verdicts(tables.runs), baseline, tables.repeats_note,
-                                               tables.noise)
+                                               tables.noise, [tables.setup_note, tables.waves_note])
                        if not tables.runs.empty else None)
 
 

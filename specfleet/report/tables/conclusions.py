@@ -9,6 +9,7 @@ import math
 import pandas as pd
 
 from .crossover_curve import crossover_lines
+from .diagnosis import LOOP_SHARE_DEGENERATE
 from .measures import DEGENERATE, NoiseBand, cell_order, missing
 from .merge import Tables
 
@@ -70,7 +71,12 @@ def flagged_line(r: pd.Series) -> str:
     """What a flagged configuration is instead of faster or slower (the rule: measures.py); its speed
     figure stands in the summary matrix, marked 'not a speedup'."""
     k = r.draft_tokens / r.drafts
-    if r.acceptance_flag == DEGENERATE and not missing(r.get("loop_share_pct")):
+    if r.acceptance_flag == DEGENERATE and not missing(r.get("loop_share_pct")) and r.loop_share_pct < 100 * LOOP_SHARE_DEGENERATE:
+        what = (f"not one of its {_f(r.draft_tokens, 0)} drafted tokens rejected, acceptance length "
+                f"{_f(r.acceptance_length)} = 1 + the {k:.2f} tokens proposed per draft: no trained drafter keeps "
+                f"every token (one at 99 % rejects none of 300 4.9 % of the time), though only "
+                f"{_f(r.loop_share_pct, 0)} % of the saved outputs show a loop")
+    elif r.acceptance_flag == DEGENERATE and not missing(r.get("loop_share_pct")):
         what = (f"{_f(r.loop_share_pct, 0)} % of its requests loop (the tail of the generated text repeats one "
                 f"phrase; {_f(r.acceptance_rate_pct, 1)} % of drafted tokens accepted): n-gram drafting copies "
                 "the loop, so the figure measures the loop")
@@ -79,10 +85,14 @@ def flagged_line(r: pd.Series) -> str:
                 f"{_f(r.acceptance_length)} = 1 + the {k:.2f} tokens proposed per draft: every draft is kept "
                 "whole, typical of a model that loops under greedy decoding (random weights)")
     else:
+        cost = (f"it costs {(1 - r.speedup) * 100:.0f} % ({r.speedup:.2f}x the baseline)" if r.speedup < 1
+                else f"its {_f(r.speedup)}x is not from drafting (noise, or something else)")
         what = (f"{_f(r.acceptance_rate_pct, 1)} % of {_f(r.draft_tokens, 0)} drafted tokens accepted in "
                 f"{_f(r.drafts, 0)} drafts (acceptance length {_f(r.acceptance_length)}): the target rejects "
-                "what the drafter proposes (e.g. a drafter with random weights: the plumbing ran, the "
-                "figure says nothing of a trained drafter)")
+                "what the drafter proposes, every step pays for drafting and verifying and keeps ~1 token: "
+                f"{cost} (e.g. a drafter with random weights: the plumbing ran, the figure says nothing of a "
+                "trained drafter)")
+        return f"**{r.config}** on {r.node}: {r.acceptance_flag}, a LOSS, not a speedup: {what}"
     return f"**{r.config}** on {r.node}: {r.acceptance_flag}, not a speedup: {what}"
 
 

@@ -1,7 +1,9 @@
 """Where a configuration stops paying: its speedup over the concurrencies measured, in words
 (docs/report.md, "The crossover"), per configuration and node with >= CURVE_MIN_POINTS speedups.
-Each edge is judged by measures.speedup_noise; measured points only: nothing between two measured
-concurrencies is inferred.
+Each edge is judged by measures.speedup_noise, and the points of one curve together: a point is faster
+or slower only where its two-sided p (measures.speedup_p) survives Holm's correction over the curve's
+points at CURVE_ALPHA (seven points at 95 % each would call some no-difference point faster or slower
+up to 30 % of the time); measured points only: nothing between two measured concurrencies is inferred.
 """
 from __future__ import annotations
 
@@ -9,9 +11,11 @@ from itertools import groupby
 
 import pandas as pd
 
+from .compare_policy import holm
 from .measures import NoiseBand, evidence
 
 CURVE_MIN_POINTS = 3
+CURVE_ALPHA = 0.05   # family-wise error rate over one curve's point verdicts (Holm)
 FASTER, SLOWER, NO_DIFF = "faster", "slower", "no measurable difference"
 
 
@@ -42,7 +46,23 @@ def search_status(nodes: dict) -> dict[tuple[str, str], str]:
     return out
 
 
+def holm_verdicts(g: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """The curve's rows with speedup_verdict corrected by Holm over its points with repeats (a single-run
+    point keeps the plain threshold: it has no p), and one phrase per point the correction undid."""
+    g = g.copy()
+    tested = [i for i, p in zip(g.index, g.get("speedup_p", pd.Series(index=g.index, dtype=float))) if p == p]
+    undone = []
+    for i, adj in zip(tested, holm([float(g.at[i, "speedup_p"]) for i in tested])):
+        if g.at[i, "speedup_verdict"] in (FASTER, SLOWER) and adj > CURVE_ALPHA:
+            undone.append(f"c={int(g.at[i, 'concurrency'])} {g.at[i, 'speedup_verdict']} alone "
+                          f"(p={g.at[i, 'speedup_p']:.2g}) but not after Holm over the {len(tested)} points "
+                          f"(adjusted p={adj:.2g})")
+            g.at[i, "speedup_verdict"] = NO_DIFF
+    return g, undone
+
+
 def statement(cfg: str, node: str, g: pd.DataFrame, noise: NoiseBand, why: str | None = None) -> str:
+    g, undone = holm_verdicts(g)
     # runs of equal verdicts, by concurrency: (verdict, its rows)
     segs = [(k, list(rows)) for k, rows in groupby((r for _, r in g.iterrows()), key=lambda r: r.speedup_verdict)]
     kinds = [k for k, _ in segs]
@@ -82,7 +102,10 @@ def statement(cfg: str, node: str, g: pd.DataFrame, noise: NoiseBand, why: str |
                    f"({a.speedup:.3f}x) and {int(b.concurrency)} ({b.speedup:.3f}x)" for a, b in cross)
     pts = ", ".join(str(int(c)) for c in g.concurrency)
     search = f" The node's crossover search: {why}." if why else ""
-    return f"{head}{what}{tail}. Measured at {pts}; nothing between measured points is inferred.{search}"
+    holm_words = (f" Point verdicts corrected by Holm over the curve's points (family-wise {CURVE_ALPHA:g})"
+                  + (f": {'; '.join(undone)}." if undone else "."))
+    return (f"{head}{what}{tail}. Measured at {pts}; nothing between measured points is inferred."
+            f"{holm_words}{search}")
 
 
 def crossover_lines(runs: pd.DataFrame, baseline: str, noise: NoiseBand,

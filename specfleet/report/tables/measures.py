@@ -16,9 +16,10 @@ import pandas as pd
 
 from ..scan.folder import Campaign
 from .diagnosis import LOOP_SHARE_DEGENERATE
-from ..gates.gate import EquivalenceRule
+from ..gates.gate import EquivalenceRule, open_loop
+from ..gates.gate_policy import metric_value
 from ...worker.crossover import speedup_verdict
-from ...worker.stats import SPEEDUP_CONFIDENCE, geometric_ratio, ratio_interval
+from ...worker.stats import SPEEDUP_CONFIDENCE, geometric_ratio, log_welch, ratio_interval, t_two_sided_p
 
 SINGLE_RUN = "single run: plain threshold, no interval"
 INTERVAL_METHOD = "95 % CI, Welch's t on log values"
@@ -39,6 +40,11 @@ DEGENERATE_LENGTH_SLACK = 0.02
 #: EAGLE-3 drafter with random weights: 0 %); fewer than 1 drafted token in 20 kept is no
 #: speculator at work, so its speed figure is the cost of drafting for nothing.
 NEAR_ZERO_RATE_PCT = 5.0
+#: DEGENERATE from the counters alone, whatever the texts: not one drafted token rejected over at least
+#: this many, with whole drafts kept. A drafter that keeps 99 % of tokens (beyond any trained one) rejects
+#: none of 300 with probability 0.99^300 = 4.9 %, so no trained drafter does it; a loop does, whether or
+#: not the saved texts happen to show the loop (issue 39: 100 % at length k + 1 over 1,100 drafts).
+NEVER_REJECTED_MIN_TOKENS = 300
 DEGENERATE, NEAR_ZERO = "DEGENERATE ACCEPTANCE", "NEAR-ZERO ACCEPTANCE"
 ACCEPTANCE_FLAGS = (DEGENERATE, NEAR_ZERO)
 
@@ -77,12 +83,25 @@ def evidence(r: pd.Series, noise: NoiseBand) -> str:
             f"({r.speedup_method})")
 
 
+#: an open-loop cell's speedup: at a set request rate output tok/s is the offered load on both sides
+#: (~1.00x whatever the speed below saturation), so the speedup there is the per-token one
+OPEN_LOOP_SPEEDUP = "open loop: baseline / configuration token-weighted TPOT (output tok/s is the offered load)"
+
+
+def speed(res, cell: str) -> float:
+    """The figure a speedup is the ratio of: output tok/s, or 1 / token-weighted TPOT in an open-loop cell."""
+    if open_loop(cell):
+        tpot = metric_value(res, "tpot_weighted_ms")
+        return 1000.0 / tpot if tpot and tpot > 0 else math.nan
+    return float(res.output_throughput)
+
+
 def speedup_noise(camp: Campaign, runs: pd.DataFrame, baseline: str, noise: NoiseBand) -> pd.DataFrame:
     """Sets speedup to the ratio of geometric means (the interval's centre) and adds speedup_ci_low,
-    speedup_ci_high, speedup_method, speedup_verdict."""
+    speedup_ci_high, speedup_method, speedup_verdict. An open-loop cell's is per token (speed)."""
     # keyed by bench cell: a sweep has several cells per concurrency
-    s = {k: [float(r.result.output_throughput) for r in runs] for k, runs in camp.groups().items()}
-    points, lows, highs, methods, verdicts = [], [], [], [], []
+    s = {k: [speed(r.result, k[0]) for r in runs] for k, runs in camp.groups().items()}
+    points, lows, highs, methods, verdicts, pvalues = [], [], [], [], [], []
     for _, r in runs.iterrows():
         base = s.get((r.cell, baseline, r.node))
         cfg = s.get((r.cell, r.config, r.node))
@@ -91,17 +110,34 @@ def speedup_noise(camp: Campaign, runs: pd.DataFrame, baseline: str, noise: Nois
         points.append(point)
         if r.config == baseline or not base or not cfg or point != point:
             lows.append(math.nan), highs.append(math.nan), methods.append(""), verdicts.append("")
+            pvalues.append(math.nan)
             continue
+        pvalues.append(speedup_p(base, cfg))
         ri = ratio_interval(base, cfg, noise.confidence)
         lo, hi = (math.nan, math.nan) if ri is None else (ri.low, ri.high)
         lows.append(lo), highs.append(hi)
-        methods.append(SINGLE_RUN if ri is None else f"{INTERVAL_METHOD}, n={len(cfg)}/{len(base)}")
+        methods.append((SINGLE_RUN if ri is None else f"{INTERVAL_METHOD}, n={len(cfg)}/{len(base)}")
+                       + (f"; {OPEN_LOOP_SPEEDUP}" if open_loop(r.cell) else ""))
         verdicts.append(speedup_verdict(point, ri, noise.band))  # the crossover search's rule too
     out = runs.copy()
     out["speedup"] = points
     out["speedup_ci_low"], out["speedup_ci_high"] = lows, highs
     out["speedup_method"], out["speedup_verdict"] = methods, verdicts
+    out["speedup_p"] = pvalues
     return out
+
+
+def speedup_p(base: list[float], cfg: list[float]) -> float:
+    """Two-sided p of "speedup = 1.00x" (Welch's t on log values, the interval's own test: p < 0.05 iff
+    the 95 % interval excludes 1.00x); NaN with one run a side. The crossover's Holm correction over a
+    sweep's points reads it (crossover_curve.holm_verdicts)."""
+    w = log_welch(base, cfg)
+    if w is None:
+        return math.nan
+    d, se2, df = w
+    if se2 == 0:
+        return 0.0 if d != 0 else 1.0
+    return t_two_sided_p(d / math.sqrt(se2), df)
 
 
 def drafts_per_step(runs: pd.DataFrame) -> pd.Series:
@@ -123,10 +159,12 @@ def acceptance_flag(r: pd.Series | dict) -> str:
         return ""
     if rate < NEAR_ZERO_RATE_PCT:
         return NEAR_ZERO
-    if not math.isnan(loops):  # the outputs are there: a loop is read from them, not guessed from the rate
-        return DEGENERATE if loops >= 100 * LOOP_SHARE_DEGENERATE else ""
     k = dtok / drafts
-    if rate >= DEGENERATE_RATE_PCT and alen >= (k + 1) * (1 - DEGENERATE_LENGTH_SLACK):
+    whole = alen >= (k + 1) * (1 - DEGENERATE_LENGTH_SLACK)
+    if not math.isnan(loops):  # the outputs are there: a loop is read from them, and the counters count too
+        never_rejected = rate >= 100.0 - 1e-9 and dtok >= NEVER_REJECTED_MIN_TOKENS and whole
+        return DEGENERATE if loops >= 100 * LOOP_SHARE_DEGENERATE or never_rejected else ""
+    if rate >= DEGENERATE_RATE_PCT and whole:
         return DEGENERATE
     return ""
 
@@ -258,3 +296,83 @@ def repeat_meaning(camp: Campaign) -> str | None:
                       for how, n in sorted(seen.items()))
     return (f"Repeats isolated in more than one way (added gate runs are server starts of their own): {parts}. "
             "An interval over both mixes the two meanings.")
+
+
+#: an open-loop run kept up with its rate when it ended within this share of the time a server that
+#: keeps up takes (its arrivals' span, then one unloaded request); beyond it a backlog grew
+SUSTAIN_SLACK = 0.10
+
+
+@dataclass(frozen=True)
+class RateCheck:
+    """Offered vs achieved rate of one open-loop run (docs/report.md, "Open-loop cells")."""
+    offered: float          # requests/s asked for (--request-rate)
+    achieved: float         # completed / duration
+    duration_s: float
+    expected_s: float       # what a server that keeps up takes: the arrivals' span + one unloaded request
+    sustained: bool
+    how: str                # where the span came from
+    capped: int | None      # a client cap (--max-concurrency) the run had: its queueing is outside TTFT
+
+    def describe(self) -> str:
+        word = "sustained" if self.sustained else "NOT SUSTAINED"
+        return (f"{word}: achieved {self.achieved:.3g} of {self.offered:g} req/s offered, run {self.duration_s:.1f} s "
+                f"vs {self.expected_s:.1f} s for a server that keeps up ({self.how})")
+
+
+def rate_check(res) -> RateCheck | None:
+    """None for a closed-loop run. The arrivals' span is the measured one (start_times) where the client
+    had no cap, else the 97.5 % upper end of the gamma arrivals' span ((n-1)/rate x (1 + 2 / sqrt((n-1)
+    x burstiness)), so chance alone does not read as a backlog); one unloaded request is the fastest
+    request of the run (latencies), else its TPOT x output tokens."""
+    rate = res.request_rate
+    if rate is None or not math.isfinite(rate) or rate <= 0 or not res.completed or not res.duration:
+        return None
+    n = res.completed + (res.failed or 0)
+    starts = [t for t in (res.start_times or []) if isinstance(t, (int, float))]
+    if len(starts) >= 2 and not res.max_concurrency:
+        span, how = max(starts) - min(starts), "arrival span measured"
+    else:
+        shape = res.burstiness or 1.0
+        span = (n - 1) / rate * (1 + 2 / math.sqrt((n - 1) * shape)) if n > 1 else 0.0
+        how = "arrival span: upper 97.5 % of the arrival process"
+    lat = [x for x in (res.latencies or []) if isinstance(x, (int, float)) and x > 0]
+    one = min(lat) if lat else res.mean_tpot_ms * max((res.total_output_tokens or 0) / res.completed - 1, 0) / 1000
+    expected = span + one
+    return RateCheck(float(rate), res.completed / res.duration, float(res.duration), expected,
+                     res.duration <= expected * (1 + SUSTAIN_SLACK), how, res.max_concurrency or None)
+
+
+def rate_notes(camp: Campaign) -> list[str]:
+    """One line per open-loop run that could not sustain its rate, or whose client capped its
+    requests in flight (results from before the cap was dropped: coordinated omission)."""
+    out = []
+    for r in sorted(camp.runs, key=lambda r: (r.cell, r.config, r.host, r.path.name)):
+        chk = rate_check(r.result)
+        if chk is None:
+            continue
+        if not chk.sustained:
+            out.append(f"{r.path.name} on {r.host} ({r.config}, {r.cell}): {chk.describe()}: its latencies "
+                       "measure a growing queue, not the latency at that rate")
+        if chk.capped:
+            out.append(f"{r.path.name} on {r.host} ({r.config}, {r.cell}): the client capped requests in flight "
+                       f"at {chk.capped} (--max-concurrency with --request-rate): a request held back waited "
+                       "outside its TTFT (coordinated omission), so TTFT is too low where the cap was reached")
+    return out
+
+
+def rate_summary(camp: Campaign) -> dict[str, str]:
+    """Open-loop cell -> offered vs achieved rate over its runs, for the cell's Results table note."""
+    by_cell: dict[str, list[RateCheck]] = {}
+    for r in camp.runs:
+        if (chk := rate_check(r.result)) is not None:
+            by_cell.setdefault(r.cell, []).append(chk)
+    out = {}
+    for cell, checks in by_cell.items():
+        short = sum(not c.sustained for c in checks)
+        out[cell] = (f"Open loop: offered {checks[0].offered:g} req/s, achieved {min(c.achieved for c in checks):.3g}-"
+                     f"{max(c.achieved for c in checks):.3g} req/s over {len(checks)} run(s); "
+                     + (f"{short} NOT SUSTAINED (see the notes)" if short else "every run sustained its rate")
+                     + "; the speedup here is per token (output tok/s is the offered load).")
+    return out
+

@@ -20,7 +20,8 @@ from .categories import cells_by_category
 from .crossover_curve import search_status
 from .diagnosis import MIN_WAVES, OVERHEAD_BOUND_FRACTION, bandwidth_of, greedy_divergence, loop_share, waves
 from ..gates.gate_policy import metric_value
-from .measures import NoiseBand, add_measures, latency_table, outlier_notes, repeat_meaning
+from .measures import (NoiseBand, add_measures, latency_table, outlier_notes, rate_notes, rate_summary,
+                       repeat_meaning)
 from ..gates.consistency import result_table
 from ..scan.provenance import NOT_RECORDED, node_table
 
@@ -65,6 +66,8 @@ class Tables:
     outliers: list[str] = field(default_factory=list)  # measures.outlier_notes
     overhead_bound: dict[str, str] = field(default_factory=dict)  # node -> why decode is launch/overhead-bound
     waves_note: str | None = None
+    setup_note: str | None = None     # the runner's steady_state=report-setup stamp, said at the top
+    rates: dict[str, str] = field(default_factory=dict)  # open-loop cell -> offered vs achieved (measures.rate_summary)
     repeats_note: str | None = None   # measures.repeat_meaning: what the intervals' repeats are
 
 
@@ -274,7 +277,8 @@ def build_tables(camp: Campaign, baseline: str, gpu_bandwidth_gbps: float | dict
     t = Tables(runs=runs, spec=spec_table(runs, baseline), kv=kv_table(camp),
                provenance=node_table(camp), latency=latency_table(camp, runs), noise=noise,
                provenance_results=result_table(camp), search=search_status(camp.nodes),
-               outliers=outlier_notes(camp), repeats_note=repeat_meaning(camp))
+               outliers=outlier_notes(camp), repeats_note=repeat_meaning(camp), notes=rate_notes(camp),
+               rates=rate_summary(camp))
     measured = runs[runs.config == baseline]
     missing = sorted({f"{n}@{c}" for n, c in zip(runs.node, runs.cell)} -
                      {f"{n}@{c}" for n, c in zip(measured.node, measured.cell)})
@@ -321,6 +325,12 @@ def build_tables(camp: Campaign, baseline: str, gpu_bandwidth_gbps: float | dict
                         f"{MIN_WAVES:g}: the run is a wave that drains, its output tok/s follows the last requests; "
                         "judge by token-weighted TPOT, or measure a steady state (more prompts per concurrency)")
         t.notes.append(t.waves_note)
+    stamped = [r for r in camp.runs if str(r.result.extra.get("steady_state") or "") == "report-setup"]
+    if stamped:
+        t.setup_note = (f"REPORT SETUP: the runner stamped steady_state=report-setup on {len(stamped)} of "
+                        f"{len(camp.runs)} runs: the plan reproduced the field report's prompts per concurrency "
+                        "on purpose, so a cell of few waves is its choice, and its output tok/s still follows "
+                        "the last requests of a wave that drains")
     t.categories, note = category_table(camp, baseline)
     if t.categories is None:  # per-category bench cells (--spec-bench-category): exact server counters
         t.categories, note = cells_by_category(runs, baseline), note if not runs.category.notna().any() else None
