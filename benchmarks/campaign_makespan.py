@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from specfleet.plan import load_plan, parse_plan  # noqa: E402
-from specfleet.campaign.split import REPORT_DURATIONS, NodeInfo, split  # noqa: E402
+from specfleet.campaign.schedule.split import REPORT_DURATIONS, NodeInfo, split  # noqa: E402
 from makespan_optimum import optimum, slot_floor  # noqa: E402
 
 TARGET = 1.02   # worst makespan / lower bound (issue 27)

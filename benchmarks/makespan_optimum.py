@@ -145,8 +145,8 @@ def slot_floor(plan, nodes, s, upper: float | None = None) -> Optimum:
     TP=k item's k GPUs are one node's, inside one NVLink group, busy at the same time (the schedule waits
     for k free GPUs; the floor lets the shares run apart), and the runner's queue order. `upper`: where
     the search stops (default the split's makespan, which the floor then never exceeds)."""
-    from specfleet.campaign.gpusets import simulate
-    from specfleet.campaign.slotsplit import head, need_on, node_gpus, pins_of
+    from specfleet.campaign.schedule.gpusets import simulate
+    from specfleet.campaign.schedule.slotsplit import head, need_on, node_gpus, pins_of
 
     others = [c.name for c in plan.configurations if c.name != plan.baseline]
     dur, base, classes = {c: {} for c in others}, {}, {}

@@ -2,7 +2,7 @@
 """Scale on paper: a campaign split over 256 Slurm nodes x 8 GPUs and its submission rendered, no cluster.
 
 What runs is what `fab bench` runs under `scheduler: {kind: slurm}` once Slurm has answered (sinfo):
-the split over 256 nodes of 8 GPUs each (specfleet.campaign.split), then `place` (specfleet.slurm.dispatch):
+the split over 256 nodes of 8 GPUs each (specfleet.campaign.schedule.split), then `place` (specfleet.slurm.dispatch):
 one run spec and provenance probe per node written (in one specs.json) on the (here: temporary) shared
 path, the runner files, the dataset, the sbatch script and its argv (sbatch_argv, --test-only and the real one). The plan
 is the field report's (plans/qwen3-32b.yml) with 2 x 256 extra configurations drawn around its four
@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from specfleet.plan import parse_plan  # noqa: E402
-from specfleet.campaign.split import NodeInfo, split  # noqa: E402
+from specfleet.campaign.schedule.split import NodeInfo, split  # noqa: E402
 from specfleet.inventory import Host  # noqa: E402
 from specfleet.scheduler import SlurmScheduler  # noqa: E402
 from specfleet.slurm.dispatch import place  # noqa: E402

@@ -8,12 +8,14 @@ when `venv` is not chosen, the manifest of the venv already built is read instea
 """
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, Field
 
 from specfleet import venv_build
-from specfleet.inventory import AbsPath, ExecPath, PyMinor, PyModule, Requirement, Word
+from specfleet.inventory import ExecPath, Line, PyMinor, PyModule, Requirement, Word
 from specfleet.errors import UserError
 from specfleet.step import Status, StepFailed
 
@@ -32,7 +34,7 @@ class VenvVars(BaseModel):
     venv_requirements: list[Requirement] | None = Field(default=None, min_length=1)
     venv_verify_packages: list[PyModule] = Field(default_factory=lambda: ["vllm"])  # imported after a build
     venv_fixups: PyModule | None = None  # a module with post_install_fixups(venv), imported on the bastion
-    wheelhouse: AbsPath | None = None
+    wheelhouse: Line | None = None             # a bastion folder; relative: to the inventory file
     pip_timeout: int = Field(default=30, ge=1)     # pip --timeout, seconds per network read
     pip_retries: int = Field(default=3, ge=0)      # pip --retries
     pip_attempts: int = Field(default=5, ge=1)     # the whole install, with exponential back-off
@@ -43,17 +45,41 @@ class VenvVars(BaseModel):
     venv_python_version: PyMinor | None = None
 
 
-def venv_spec(vars: dict, where: str = "bastion") -> venv_build.VenvSpec:
-    """The build's spec from the inventory's vars; a var left unset (absent or null) takes VenvVars' default."""
+def is_local_path(requirement: str) -> bool:
+    """A requirement pip reads as a file or folder (./pkg, ../wheels/x.whl, /srv/pkg, ~/pkg), not a name,
+    a name @ URL or a URL."""
+    r = requirement.strip()
+    return "://" not in r and "@" not in r and (r.startswith((".", "/", "~")) or "/" in r
+                                                 or r.endswith((".whl", ".tar.gz", ".zip")))
+
+
+def bastion_path(value: str, base: Path | None, where: str, field: str, must_exist: bool = True) -> str:
+    """A bastion path of the inventory, a relative one relative to the inventory file's folder (as
+    `datasets`); one that is not there is refused here, naming file and field, not by pip 5 times."""
+    path = Path(os.path.expanduser(value))
+    if not path.is_absolute() and base is not None:
+        path = base / path
+    if must_exist and not path.exists():
+        raise venv_build.VenvError(f"{where}, field {field!r}: {os.path.abspath(path)} does not exist on the bastion "
+                                   "(a relative path is relative to the inventory file)")
+    return os.path.abspath(path)
+
+
+def venv_spec(vars: dict, where: str = "bastion", base: Path | None = None) -> venv_build.VenvSpec:
+    """The build's spec from the inventory's vars; a var left unset (absent or null) takes VenvVars' default.
+    `base`: the inventory file's folder, which a relative local requirement and wheelhouse are relative to."""
     missing = [k for k in ("venv_path", "base_python", "venv_requirements") if not vars.get(k)]
     if missing:
         raise venv_build.VenvError(f"{where}, field(s) {', '.join(repr(k) for k in missing)}: inventory vars "
                                    "missing for the venv (set them in the bastion's or all's vars)")
     v = VenvVars.model_validate({k: vars[k] for k in VenvVars.model_fields if vars.get(k) is not None})
-    return venv_build.VenvSpec(path=v.venv_path, base_python=v.base_python, requirements=list(v.venv_requirements),
+    requirements = [bastion_path(r, base, where, f"venv_requirements (entry {i + 1})") if is_local_path(r) else r
+                    for i, r in enumerate(v.venv_requirements)]
+    wheelhouse = bastion_path(v.wheelhouse, base, where, "wheelhouse", must_exist=False) if v.wheelhouse else None
+    return venv_build.VenvSpec(path=v.venv_path, base_python=v.base_python, requirements=requirements,
                                verify_packages=list(v.venv_verify_packages), gpu_arch=v.gpu_arch,
                                pip_timeout=v.pip_timeout, pip_retries=v.pip_retries, attempts=v.pip_attempts,
-                               wheelhouse=v.wheelhouse, fixups=v.venv_fixups)
+                               wheelhouse=wheelhouse, fixups=v.venv_fixups)
 
 
 def provided_manifest(inv) -> dict:
@@ -80,7 +106,7 @@ def bastion_manifest(ctx: Context, build: bool) -> None:
         console.print(f"{'venv':>12} bastion  {msg}")
         return
     try:
-        spec = venv_spec(inv.bastion_vars, where=f"{inv.path}: bastion")
+        spec = venv_spec(inv.bastion_vars, where=f"{inv.path}: bastion", base=Path(inv.path).parent)
         if build:
             outcome = venv_build.build(spec, check=ctx.check, log=lambda m: console.print(f"[dim]  bastion: {m}[/]"))
             fleet.record_local_for("bastion", "venv", Status.CHANGED if outcome.changed else Status.OK, outcome.message)

@@ -5,17 +5,26 @@ after rendering, a secret may be wrapped across lines or split by styles.
 """
 from __future__ import annotations
 
+import os
 import threading
 
 from rich.console import Console
+from rich.markup import escape as _escape
 from rich.table import Table
 
 from .events import Redactor
 from .step import Status, StepResult
 
 
+# Without a terminal (a log file, CI, a pipe) rich takes 80 columns and cuts every wider table to
+# `│ v… │ w1 │ 2… │`; there, a table is as wide as its content and a line is never folded (COLUMNS,
+# when set, still wins).
+NO_TERMINAL_WIDTH = 100_000
+
+
 class MaskedConsole(Console):
-    """A rich Console that masks secrets in what it is given, before rendering.
+    """A rich Console that masks secrets in what it is given, before rendering; without a terminal,
+    as wide as what it prints (NO_TERMINAL_WIDTH).
 
     Strings are masked directly; a Table's cells and title are masked as the
     table is printed (rich keeps them as strings until then).
@@ -23,6 +32,8 @@ class MaskedConsole(Console):
 
     def __init__(self, *args, redact: Redactor | None = None, **kwargs):
         super().__init__(*args, **kwargs)
+        if "width" not in kwargs and not self.is_terminal and not os.environ.get("COLUMNS"):
+            self.width = NO_TERMINAL_WIDTH
         self.redact = redact or Redactor()
 
     def print(self, *objects, **kwargs):  # noqa: A003 (rich's name)
@@ -72,7 +83,10 @@ class Reporter:
             if r.message and r.status in (Status.FAILED, Status.UNREACHABLE):
                 self.console.print(f"{'':>14}{r.message}", style=STYLE[r.status], markup=False)
 
-    def recap(self, counts: dict[str, dict[str, int]], dropped: dict[str, Status], title: str = "RECAP") -> None:
+    def recap(self, counts: dict[str, dict[str, int]], dropped: dict[str, Status], title: str = "RECAP",
+              not_ready: dict[str, str] | None = None) -> None:
+        """One row per host; its result: failed/unreachable, else why it is not ready, else fine."""
+        not_ready = not_ready or {}
         table = Table(title=title, title_justify="left")
         table.add_column("host")
         for s in Status:
@@ -80,8 +94,9 @@ class Reporter:
         table.add_column("result")
         for host, c in counts.items():
             result = dropped.get(host)
-            table.add_row(host, *[_cell(s, c[s.value]) for s in Status],
-                          f"[{STYLE[result]}]{result.value}[/]" if result else "[green]fine[/]")
+            verdict = (f"[{STYLE[result]}]{result.value}[/]" if result else
+                       f"[yellow]not ready: {_escape(not_ready[host])}[/]" if host in not_ready else "[green]fine[/]")
+            table.add_row(host, *[_cell(s, c[s.value]) for s in Status], verdict)
         self.console.print(table)
 
 

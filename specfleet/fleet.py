@@ -99,6 +99,7 @@ class Fleet:
         self.results: list[StepResult] = []
         self.dropped: dict[str, Status] = {}  # host -> FAILED or UNREACHABLE
         self.warnings: list[str] = []
+        self.not_ready: dict[str, str] = {}  # host -> why it is reachable but not ready (the recap's result)
         self.extra_exit = 0
         self.current: dict[str, str] = {}  # host -> the step it is working on now (for Ctrl-C)
         self.interrupted = False
@@ -260,7 +261,8 @@ class Fleet:
             self._count(hc.host.name)
             res = hc.run(as_root(script, sudo=root and hc.host.needs_sudo))
             if res.exited != 0 and "sudo" in res.stderr:
-                raise StepFailed(f"sudo failed on {hc.host.name}: {res.stderr.strip()[-300:]} "
+                # sudo's last line is its refusal ("a password is required"); a warning may come before it
+                raise StepFailed(f"sudo failed on {hc.host.name}: {_last_line(res.stderr)[-300:]} "
                                  "(specfleet needs passwordless sudo: `NOPASSWD` for this user)")
             return res.stdout
         return gather(steps, run, diff=self.diff)
@@ -361,6 +363,13 @@ class Fleet:
         self.warnings.append(message)
         if self.events:
             self.events.write({"event": "warning", "message": self.redact(message)})
+
+    def note_not_ready(self, host: str, message: str) -> None:
+        """A host that did not fail but is not ready for a campaign (fab facts: no venv): the recap says
+        why instead of 'fine'."""
+        self.not_ready[host] = message
+        if self.events:
+            self.events.write({"event": "not_ready", "host": host, "message": self.redact(message)})
 
     def interrupt(self) -> None:
         """Ctrl-C: no more work starts, and nothing more is recorded (the threads are left to die)."""

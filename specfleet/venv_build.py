@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from tenacity import RetryError, Retrying, stop_after_attempt, wait_exponential
+from tenacity import RetryError, Retrying, retry_if_not_exception_type, stop_after_attempt, wait_exponential
 
 from specfleet.worker.layout import VENV_MANIFEST
 from specfleet.facts.system import PYTHON_VERSION_FLAG, PythonVersion
@@ -59,6 +59,25 @@ print(json.dumps(out))
 
 class VenvError(Exception):
     pass
+
+
+class PermanentPipError(VenvError):
+    """An install that fails the same way however often it runs: not retried."""
+
+
+# pip's and uv's words for what no retry changes: a file or folder that is not there, a name no index or
+# wheelhouse has, requirements that contradict each other. A network failure on the way (pip retried its
+# reads, a mirror stalled) makes "No matching distribution" transient: NETWORK_ERRORS win.
+PERMANENT_ERRORS = ("does not exist", "No matching distribution found", "Invalid requirement",
+                    "is not installable", "ResolutionImpossible", "conflicting dependencies",
+                    "Distribution not found at", "No solution found when resolving")
+NETWORK_ERRORS = ("Retrying (Retry(", "NewConnectionError", "ConnectTimeout", "ReadTimeout", "timed out",
+                  "Connection broken", "Connection refused", "Temporary failure in name resolution",
+                  "HTTPError", "ProxyError", "SSLError", "Failed to fetch", "Failed to download")
+
+
+def permanent_pip_error(stderr: str) -> bool:
+    return any(w in stderr for w in PERMANENT_ERRORS) and not any(w in stderr for w in NETWORK_ERRORS)
 
 
 @dataclass
@@ -192,15 +211,20 @@ def install_argv(spec: VenvSpec) -> list[str]:
 
 
 def _pip_with_retries(argv: list[str], attempts: int, log: Callable[[str], None]) -> None:
-    """pip itself retries each download; this loop retries the whole install (cache keeps progress)."""
+    """pip itself retries each download; this loop retries the whole install (cache keeps progress),
+    except after an error no retry changes (permanent_pip_error), which is raised at once."""
     def once():
         p = subprocess.run(argv, capture_output=True, text=True)
         if p.returncode != 0:
-            log(f"pip failed (exit {p.returncode}): {p.stderr.strip().splitlines()[-1:]} -- retrying")
-            raise VenvError(p.stderr.strip()[-1500:])
+            err = p.stderr.strip()
+            if permanent_pip_error(err):
+                raise PermanentPipError(f"pip install failed (exit {p.returncode}; not retried: no retry changes "
+                                        f"this): {err[-1500:]}")
+            log(f"pip failed (exit {p.returncode}): {err.splitlines()[-1:]} -- retrying")
+            raise VenvError(err[-1500:])
     try:
         for attempt in Retrying(stop=stop_after_attempt(attempts), wait=wait_exponential(multiplier=1, max=30),
-                                reraise=False):
+                                retry=retry_if_not_exception_type(PermanentPipError), reraise=False):
             with attempt:
                 once()
     except RetryError as e:

@@ -17,7 +17,6 @@ from specfleet.exits import EXIT_BAD_INPUT
 from specfleet.shell import q
 from specfleet.step import HostStatus, Status
 from specfleet.steps.command import Assert
-from specfleet.steps.files import Directory, FileContent
 from specfleet.tasks.common import command_line, fleet_help, fleet_run, load
 
 DEFAULT_PLAN = "plans/qwen3-32b.yml"
@@ -118,15 +117,18 @@ def bench(c, plan=None, inventory=None, hosts=None, exclude=None, check=False, d
                 fleet.record_local_for(host.name, "inventory vars", Status.FAILED, str(e))
                 continue
             rep.console.print(f"[bold]{host.name}[/]: " + " -> ".join(queues.queues[host.name]))
-            for item in queues.queues[host.name]:
-                for line in commands_for(p, host.name, item, paths[host.name]):
-                    rep.console.print(f"    {line}", markup=False, soft_wrap=True)
+            if verbose or check:  # the full command lines (hundreds of characters each) on request only
+                for item in queues.queues[host.name]:
+                    for line in commands_for(p, host.name, item, paths[host.name]):
+                        rep.console.print(f"    {line}", markup=False, soft_wrap=True)
             if p.baseline in queues.queues[host.name] and gate_runs > p.benchmark.repeat:
                 rep.console.print(f"    gate runs: {p.baseline} at concurrency {p.equivalence.concurrency}, runs "
                                   f"{p.benchmark.repeat + 1}-{gate_runs}, each on its own server start",
                                   markup=False)
         if check:
             return
+        if not verbose:
+            rep.console.print("[dim](--verbose or --check prints each server's and bench client's full command line)[/]")
         from specfleet.report.scan.cells import write_placed  # here: fab's start-up stays lean
         write_placed(p, queues.queues, Path(results) / p.campaign, _left_out(fleet, split_hosts))
         views = {h.name: reads[h.name].view for h in split_hosts}
@@ -160,7 +162,9 @@ def bench(c, plan=None, inventory=None, hosts=None, exclude=None, check=False, d
             return HostStatus(status, message)
         fleet.each("start runner", start, hosts=[h for h in fleet.active if h.name in specs])
         if wait:
-            _follow(fleet, p, rep, poll, runners)
+            estimates = {h: {c: queues.durations[c][h] for c in queues.queues[h] if h in queues.durations.get(c, {})}
+                         for h in specs}
+            _follow(fleet, p, rep, poll, runners, estimates)
 
 
 def _left_out(fleet, split_hosts) -> dict[str, str]:
@@ -179,22 +183,25 @@ def _left_out(fleet, split_hosts) -> dict[str, str]:
 
 def _placement(host, plan, spec):
     from specfleet.campaign import dump_run_spec
+    from specfleet.campaign.remote import RunFolder, RunSpecFile
     from specfleet.worker import layout
     d = layout.run_dir(work_dir(host), plan.campaign, host.name)
-    # the configs role's own steps (runner files, the plan's dataset), then this campaign's run spec
+    # the configs role's own steps (runner files, the plan's dataset), then this campaign's run folder,
+    # owned by the login user the runner runs as, and its run spec
     datasets = [] if plan.benchmark.on_worker else [plan.dataset_file()]
-    return [*configs.steps(host, datasets), Directory(d),
-            FileContent(f"{d}/{layout.RUN_SPEC}", dump_run_spec(spec))]
+    return [*configs.steps(host, datasets), RunFolder(host.user, work_dir(host), plan.campaign, host.name),
+            RunSpecFile(f"{d}/{layout.RUN_SPEC}", dump_run_spec(spec))]
 
 
-def _follow(fleet, plan, rep, poll, runners: dict[str, int] | None = None):
-    """Follow every runner until all are finished (specfleet.campaign.follow), then the campaign table."""
+def _follow(fleet, plan, rep, poll, runners: dict[str, int] | None = None, estimates=None):
+    """Follow every runner until all are finished (specfleet.campaign.follow), then the campaign table;
+    `estimates` (host -> configuration -> the split's seconds) give the progress lines' ETA."""
     from specfleet.campaign import remote
     from specfleet.campaign.follow import follow
     from specfleet.worker import layout
     follow(fleet, lambda hc: remote.view(hc, work_dir(hc.host), plan.campaign),
            lambda host: layout.run_dir(work_dir(host), plan.campaign, host.name), rep.console, poll,
-           runners, on_end=lambda views: _campaign_table(rep, views))
+           runners, on_end=lambda views: _campaign_table(rep, views), estimates=estimates)
 
 
 def _campaign_table(rep, views):

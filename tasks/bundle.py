@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import platform as _platform
+import re
 import shutil
 import subprocess
 import sys
@@ -66,6 +67,46 @@ def _platform_tags() -> list[str]:
     return out
 
 
+# A manylinux_2_N tag names a glibc; pip takes each --platform as one exact tag, so a bundle for glibc
+# 2.39 must also name every older manylinux tag that glibc runs (pandas ships manylinux_2_17 only).
+# 2_17 is the oldest manylinux_2_N (PEP 600); the legacy names are aliases of 2_17, 2_12 and 2_5 (the
+# last two were made for x86_64 and i686 only).
+_MANYLINUX = re.compile(r"manylinux_2_(\d+)_(\w+)")
+_LEGACY = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
+
+
+def expand_platforms(given: list[str]) -> list[str]:
+    """Each given tag, and after a manylinux_2_N_ARCH tag every older manylinux tag for ARCH (what a
+    system of that glibc accepts, newest first); given as repeated --platform or comma-separated."""
+    out: list[str] = []
+    for tag in (t.strip() for g in given for t in g.split(",")):
+        m = _MANYLINUX.fullmatch(tag)
+        older = [tag]
+        if m:
+            glibc, arch = int(m.group(1)), m.group(2)
+            older = [f"manylinux_2_{n}_{arch}" for n in range(glibc, 16, -1)]
+            older += [f"{legacy}_{arch}" for n, legacy in _LEGACY.items()
+                      if n <= glibc and (n == 17 or arch in ("x86_64", "i686"))]
+        out += [t for t in older if t and t not in out]
+    return out
+
+
+def shipped_files(root: Path = ROOT) -> tuple[list[str], str | None]:
+    """The SHIPPED paths' files, relative to root: in a git checkout the tracked ones only (`git
+    ls-files`: a draft plan or a local dataset beside them stays out); outside one (a source archive)
+    every file there, with a note saying so."""
+    p = subprocess.run(["git", "-C", str(root), "ls-files", "-z", "--", *SHIPPED], capture_output=True, text=True)
+    if p.returncode == 0:
+        return sorted(f for f in p.stdout.split("\0") if f and (root / f).is_file()), None
+    files = []
+    for rel in SHIPPED:
+        src = root / rel
+        found = [src] if src.is_file() else [f for f in src.rglob("*") if f.is_file() and "__pycache__" not in f.parts]
+        files += [str(f.relative_to(root)) for f in found]
+    return sorted(files), (f"{root} is not a git checkout: every file under {', '.join(SHIPPED)} goes in, "
+                           "tracked or not (build from a clone to pack only the repository's files)")
+
+
 # what `pip wheel` needs to build specfleet: built from a copy holding only these, so a checkout's
 # stale build/lib (setuptools packs whatever is there) or other trees never reach the wheel. The copy
 # follows specfleet/'s symlinks: roles/, tasks/ and templates/ land inside it as plain folders.
@@ -94,7 +135,8 @@ def _run(argv: list[str], what: str) -> None:
 
 @task(help={
     "python_version": "the bastion's Python, e.g. 3.12 (default: the Python running fab)",
-    "platform": "a pip platform tag of the bastion, e.g. manylinux_2_17_x86_64 (repeatable; "
+    "platform": "the bastion's pip platform tag, e.g. manylinux_2_39_x86_64 (for glibc 2.39); a manylinux_2_N "
+                "tag takes the older manylinux tags too, as that glibc does (repeatable or comma-separated; "
                 "default: every tag this machine accepts)",
     "output": "directory for the archive (default dist/)",
     "handbook": "include the handbook site, built with mkdocs (default; --no-handbook leaves it out; "
@@ -105,8 +147,8 @@ def bundle(c, python_version=None, platform=None, output="dist", handbook=True):
     pyver = python_version or f"{sys.version_info[0]}.{sys.version_info[1]}"
     if not all(part.isdigit() for part in pyver.split(".")) or pyver.count(".") != 1:
         raise Exit(f"error: --python-version takes MAJOR.MINOR, e.g. 3.12, not {pyver!r}", code=1)
-    platforms = list(platform or []) or _platform_tags()
-    label = platform[0] if platform else f"linux_{_platform.machine()}"
+    platforms = expand_platforms(list(platform)) if platform else _platform_tags()
+    label = platforms[0] if platform else f"linux_{_platform.machine()}"
     name = f"specfleet-bundle-{_version()}-py{pyver}-{label}"
     out_dir = (ROOT / output) if not os.path.isabs(output) else Path(output)
     archive = out_dir / f"{name}.tar.gz"
@@ -124,13 +166,12 @@ def bundle(c, python_version=None, platform=None, output="dist", handbook=True):
                     "-d", str(wheels), str(own)],
              f"pip download of the dependencies for Python {pyver} ({', '.join(platforms[:3])}"
              f"{', ...' if len(platforms) > 3 else ''})")
-        for rel in SHIPPED:
-            src, dst = ROOT / rel, top / rel
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            if src.is_dir():
-                shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__"))
-            else:
-                shutil.copy2(src, dst)
+        files, note = shipped_files()
+        if note:
+            print(f"bundle: note: {note}")
+        for rel in files:
+            (top / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / rel, top / rel)
         if handbook:
             mkdocs = str(Path(sys.executable).parent / "mkdocs")
             _run([mkdocs, "build", "--strict", "-q", "-f", str(ROOT / "mkdocs.yml"), "-d", str(top / "handbook")],

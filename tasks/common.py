@@ -131,7 +131,7 @@ def fleet_run(task: str, *, inventory=None, hosts=None, check=False, diff=False,
         reporter.console.print(f"[dim]event log: {events.path}[/]")
         raise Exit("interrupted", code=EXIT_INTERRUPTED)
     if recap or crash:
-        reporter.recap(fleet.counts(), fleet.dropped, title=f"RECAP {task}")
+        reporter.recap(fleet.counts(), fleet.dropped, title=f"RECAP {task}", not_ready=fleet.not_ready)
         for w in fleet.warnings:
             reporter.console.print(f"[bold yellow]warning:[/] {w}")
     reporter.console.print(f"[dim]event log: {events.path}[/]")

@@ -31,7 +31,7 @@ def compare(c, baseline, candidate, out=None, metric=None, tolerance_pct=None, f
     """Compare two collected campaigns: per cell ratio with its interval and a verdict; provenance first."""
     if fail_on not in FAIL_ON:
         raise UserError(f"--fail-on {fail_on!r}: one of {', '.join(FAIL_ON)}")
-    from rich.console import Console
+    from specfleet.console import MaskedConsole
 
     from specfleet.report.compare.comparison import compare_dirs  # heavy: pandas, matplotlib
     from specfleet.report.compare.compare_render import stamps, summary, write_outputs
@@ -46,7 +46,7 @@ def compare(c, baseline, candidate, out=None, metric=None, tolerance_pct=None, f
         paths = write_outputs(cmp, dest)
     except OSError as e:
         raise UserError(f"--out {dest}: cannot write the comparison there ({e.strerror or e})") from None
-    console = Console(width=200, highlight=False)
+    console = MaskedConsole(highlight=False)
     for s in stamps(cmp):
         console.print(f"[bold white on red] {s} [/]")
     for what, a, bb in cmp.provenance:

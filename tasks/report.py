@@ -24,10 +24,10 @@ def report(c, plan=None, results="results", force=False, gpu_bandwidth_gbps=None
     if not camp.is_dir():
         raise Exit(f"error: {camp}: no such folder (--results names the folder that holds "
                    f"{p.campaign}/<host>/<config>_conc<N>.json)", code=EXIT_BAD_INPUT)
-    from rich.console import Console
+    from specfleet.console import MaskedConsole
 
     from specfleet.report.build import report_plan  # heavy: pandas, matplotlib
-    console = Console(width=200, highlight=False)
+    console = MaskedConsole(highlight=False)
     from specfleet.bastion_io import check_writable, storage_checked
     storage_checked(lambda: check_writable(camp))
     outcome = storage_checked(lambda: report_plan(

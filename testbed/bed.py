@@ -100,13 +100,15 @@ class Testbed:
     # ---- up ------------------------------------------------------------------
     def up(self, workers: int, speed: dict[str, float] | None = None,
            inventory_path: str | os.PathLike | None = None, kmod: bool = True, gpus: int = 1,
-           scheduler: str = "ssh") -> Path:
+           scheduler: str = "ssh", login: str = seed.LOGIN) -> Path:
         """Build `workers` hosts, wait until every sshd accepts TCP, write the inventory.
 
         `kmod=False` seeds workers like a stock image without kmod (no
         /etc/modules, so modules-load.d/modules.conf dangles). `gpus`: simulated
         GPUs per worker (1..MAX_GPUS), each with its own memory. `scheduler="slurm"`: also a real
         Slurm cluster (testbed/slurm.py: munged, slurmctld, one slurmd per worker, `gpu` GRES).
+        `login`: the inventory's user: `maymust` (default; an ordinary user with NOPASSWD sudo on every
+        worker, as the field report's cluster has) or `root`.
         """
         t0 = time.monotonic()
         if os.geteuid() != 0:
@@ -115,6 +117,8 @@ class Testbed:
             raise TestbedError(f"workers must be 1..{net.MAX_WORKERS}, not {workers}")
         if not 1 <= int(gpus) <= MAX_GPUS:
             raise TestbedError(f"gpus must be 1..{MAX_GPUS}, not {gpus}")
+        if login not in seed.LOGINS:
+            raise TestbedError(f"login must be one of {', '.join(seed.LOGINS)}, not {login!r}")
         if scheduler not in SCHEDULERS:
             raise TestbedError(f"scheduler must be one of {', '.join(SCHEDULERS)}, not {scheduler!r}")
         if scheduler == "slurm" and slurm.missing_binaries():
@@ -127,11 +131,13 @@ class Testbed:
             raise TestbedError(f"--speed names unknown workers: {', '.join(unknown)}")
         self._refuse_if_busy()
         st = {"workers": names, "speed": speed, "kmod": kmod, "gpus": int(gpus), "pids": {}, "t_up": time.time(),
-              "scheduler": scheduler,
+              "scheduler": scheduler, "login": login,
               "added_unreachable": False, "created_run_sshd": False}
         try:
             self._prepare_dirs(st)
-            self._seed(names, speed, kmod, int(gpus))
+            self._seed(names, speed, kmod, int(gpus), login)
+            st["login_uid"] = seed.login_ids(Path("/etc/passwd").read_text(), Path("/etc/group").read_text())
+            self._save(st)
             self._build_network(names, st)
             self._start_nfs(st)
             for i, n in enumerate(names, 1):
@@ -140,11 +146,15 @@ class Testbed:
             self._wait_ready(names)
             sched = None
             if scheduler == "slurm":
+                os.chmod(self.run_dir, 0o711)  # any bastion user reaches slurm.conf and munge's socket
                 slurm.SlurmCluster(self.run_dir).up(names, int(gpus), st["pids"],
-                                                    {n: self.address(n) for n in names}, st, self._save)
+                                                    {n: self.address(n) for n in names}, st, self._save,
+                                                    users=self.users_dir)
                 sched = slurm.inventory_block(self.run_dir, self.disk_dir)
+                if login != "root":  # the site's scratch: the submitting user's
+                    os.chown(sched["shared_dir"], st["login_uid"], st["login_uid"])
             inv = Path(inventory_path) if inventory_path else self.project_root / "inventory" / "testbed.yml"
-            st["inventory"] = str(seed.inventory(inv, self.run_dir, names, scheduler=sched))
+            st["inventory"] = str(seed.inventory(inv, self.run_dir, names, scheduler=sched, login=login))
             st["up_seconds"] = round(time.monotonic() - t0, 3)
             self._save(st)
             return inv
@@ -168,19 +178,40 @@ class Testbed:
         shutil.rmtree(self.disk_dir, ignore_errors=True)  # leftovers of a crashed run: ours by name
         self.run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         self.disk_dir.mkdir(mode=0o700, parents=True)
+        # traversable, not listable: a worker's login user reads what a test places on the disk by its path
+        os.chmod(self.disk_dir, 0o711)
         if not os.path.isdir("/run/sshd"):  # sshd's privilege-separation dir
             os.mkdir("/run/sshd", 0o755)
             st["created_run_sshd"] = True
         self._save(st)
 
-    def _seed(self, names: list[str], speed: dict[str, float], kmod: bool, gpus: int = 1) -> None:
-        seed.client_files(self.run_dir)
+    @property
+    def users_dir(self) -> Path:
+        """The workers' /etc/passwd and /etc/group (the login user in them), for the bastion's side."""
+        return self.run_dir / "users"
+
+    def as_login(self, argv: list[str]) -> list[str]:
+        """`argv` run on the bastion as the workers' login user (`maymust`), as the site's login node runs
+        a user's `fab`: in a private mount namespace whose /etc/passwd and /etc/group are the workers'
+        (so the name resolves, for Slurm too), with that uid and gid. The machine's files stay as they are."""
+        uid = self.state()["login_uid"]
+        binds = " && ".join(f"mount -n --bind {self.users_dir / f} /etc/{f}" for f in ("passwd", "group"))
+        return ["unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c",
+                f'{binds} && exec setpriv --reuid={uid} --regid={uid} --init-groups -- "$@"', "as-login", *argv]
+
+    def _seed(self, names: list[str], speed: dict[str, float], kmod: bool, gpus: int = 1,
+              login: str = seed.LOGIN) -> None:
+        seed.client_files(self.run_dir, login)
         known = "".join(seed.sshd_files(self.run_dir, n, int(n[1:])) for n in names)
         seed.write(self.known_hosts, known)
         seed.export_tree(self.disk_dir)
         for n in names:
             seed.host_disk(self.disk_dir, self.run_dir, n, int(n[1:]), float(speed.get(n, 1.0)), kmod, gpus)
         shutil.copy(seed.HOST_SRC / "host-init", self.run_dir / "host-init")
+        upper = self.disk_dir / "hosts" / names[0] / "ovl" / "_etc" / "upper"  # every worker's are the same
+        self.users_dir.mkdir(mode=0o755, exist_ok=True)
+        for f in ("passwd", "group"):
+            shutil.copy(upper / f, self.users_dir / f)
 
     def _build_network(self, names: list[str], st: dict) -> None:
         # The guard route goes in first, so there is never a moment where the
@@ -398,7 +429,7 @@ class Testbed:
                 "daemons": {k: net.alive(v) for k, v in st.get("slurm_pids", {}).items()},
                 "slurm_conf": str(slurm.conf_path(self.run_dir))}
 
-    def ssh(self, host: str, timeout: float = 10):
+    def ssh(self, host: str, timeout: float = 10, user: str = "root"):
         """A connected paramiko SSHClient (strict known_hosts, TCP_NODELAY) for tests."""
         import paramiko
 
@@ -407,7 +438,7 @@ class Testbed:
         c = paramiko.SSHClient()
         c.load_host_keys(str(self.known_hosts))
         c.set_missing_host_key_policy(paramiko.RejectPolicy())
-        c.connect(addr, username="root", key_filename=str(self.key), timeout=timeout,
+        c.connect(addr, username=user, key_filename=str(self.key), timeout=timeout,
                   allow_agent=False, look_for_keys=False)
         c.get_transport().sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return c

@@ -25,6 +25,11 @@ STANDINS = {
     "mount.nfs4": "mount.nfs4", "netplan": "netplan",
     "modprobe": "gpu-standin", "lsmod": "gpu-standin",
 }
+# The login the inventory uses, as on the field report's cluster (maymust@10.10.30.14): an ordinary user
+# with passwordless sudo on every worker. LOGINS: the choices of `Testbed.up(login=...)`.
+LOGIN = "maymust"
+LOGINS = (LOGIN, "root")
+LOGIN_UID = 2037  # or the next uid the machine's /etc/passwd leaves free (login_ids)
 GPU = {  # what one simulated GPU says about itself (an sm_120 card, as in the field)
     "name": "NVIDIA RTX PRO 6000 Blackwell Server Edition",
     "memory_total_mib": 97887, "driver_version": "575.57.08", "cuda_version": "12.9",
@@ -49,7 +54,7 @@ def keypair(path: Path, comment: str) -> str:
     return pub
 
 
-def client_files(run_dir: Path) -> None:
+def client_files(run_dir: Path, login: str = LOGIN) -> None:
     client = run_dir / "client"
     pub = keypair(client / "id_ed25519", "specfleet-testbed-client")
     write(run_dir / "authorized_keys", pub + "\n", 0o600)
@@ -57,7 +62,7 @@ def client_files(run_dir: Path) -> None:
     write(client / "ssh_config", f"""\
 # OpenSSH client settings for the testbed: ssh -F {client}/ssh_config 10.10.30.14
 Host 10.10.30.*
-  User root
+  User {login}
   IdentityFile {client}/id_ed25519
   IdentitiesOnly yes
   UserKnownHostsFile {client}/known_hosts
@@ -152,12 +157,55 @@ def own_etc(etc: Path, name: str, i: int, kmod: bool) -> None:
     else:
         whiteout(etc / "modules")
     write(etc / "fstab", DEBIAN_FSTAB)
-    write(etc / "hosts", f"127.0.0.1\tlocalhost\n127.0.1.1\t{name}\n"
+    # the kernel's hostname is sf-<name> (host-init): sudo resolves it, and warns on every call when it cannot
+    write(etc / "hosts", f"127.0.0.1\tlocalhost\n127.0.1.1\tsf-{name} {name}\n"
                          f"{mgmt_ip(i)}\t{name}\n")
     write(etc / "hostname", f"{name}\n")
     write(etc / "netplan" / "50-testbed.yaml", netplan_yaml(i), 0o600)
     for n in ABSENT_ETC:
         whiteout(etc / n)
+
+
+def login_ids(passwd: str, group: str) -> int:
+    """A uid (and gid of the same number) that the machine's passwd and group files leave free: the
+    worker's files are the machine's plus the login user, so its ids must not be any of the machine's."""
+    def used(text: str) -> set[int]:
+        return {int(f[2]) for f in (ln.split(":") for ln in text.splitlines()) if len(f) > 2 and f[2].isdigit()}
+    taken = used(passwd) | used(group)
+    uid = LOGIN_UID
+    while uid in taken:
+        uid += 1
+    return uid
+
+
+def login_user(etc: Path, home: Path, run_dir: Path) -> None:
+    """The ordinary login user with NOPASSWD sudo, in the worker's own /etc (an overlay upper: the
+    machine's passwd, group and shadow plus this user) and its own /home (bound by host-init).
+    The testbed's client key authorizes it in ~/.ssh (sshd reads that file as the user)."""
+    passwd, group = Path("/etc/passwd").read_text(), Path("/etc/group").read_text()
+    uid = login_ids(passwd, group)
+    write(etc / "passwd", passwd.rstrip("\n") + f"\n{LOGIN}:x:{uid}:{uid}::/home/{LOGIN}:/bin/bash\n")
+    write(etc / "group", group.rstrip("\n") + f"\n{LOGIN}:x:{uid}:\n")
+    shadow = Path("/etc/shadow").read_text() if Path("/etc/shadow").is_file() else ""
+    # '*': no password can log in, and the account is not locked ('!' would refuse the key too)
+    write(etc / "shadow", shadow.rstrip("\n") + (shadow and "\n") + f"{LOGIN}:*:20000:0:99999:7:::\n", 0o640)
+    os.chown(etc / "shadow", 0, _gid("shadow"))
+    write(etc / "sudoers.d" / LOGIN, f"{LOGIN} ALL=(ALL) NOPASSWD:ALL\n", 0o440)
+    user_home = home / LOGIN
+    shutil.copytree("/etc/skel", user_home, dirs_exist_ok=True, symlinks=True)
+    write(user_home / ".ssh" / "authorized_keys", (run_dir / "authorized_keys").read_text(), 0o600)
+    for path in (user_home, user_home / ".ssh", *user_home.rglob("*")):
+        os.lchown(path, uid, uid)
+    os.chmod(user_home, 0o750)
+    os.chmod(user_home / ".ssh", 0o700)
+
+
+def _gid(name: str) -> int:
+    import grp
+    try:
+        return grp.getgrnam(name).gr_gid
+    except KeyError:
+        return 0
 
 
 def gpu_json(name: str, gpus: int) -> dict:
@@ -177,7 +225,7 @@ def host_disk(disk: Path, run_dir: Path, name: str, i: int, speed: float,
               kmod: bool = True, gpus: int = 1) -> None:
     """Seed worker I's on-disk private trees (overlay uppers and bind sources)."""
     h = disk / "hosts" / name
-    for sub in ("opt", "mnt", "root", *(f"ovl/{o}/{d}" for o in ("_etc", "_var_lib", "_usr_sbin", "_usr_bin")
+    for sub in ("opt", "mnt", "root", "home", *(f"ovl/{o}/{d}" for o in ("_etc", "_var_lib", "_usr_sbin", "_usr_bin")
                                          for d in ("upper", "work"))):
         (h / sub).mkdir(parents=True, exist_ok=True)
     # private /root with Debian's skeleton dotfiles: the bastion's .bashrc runs
@@ -185,13 +233,18 @@ def host_disk(disk: Path, run_dir: Path, name: str, i: int, speed: float,
     shutil.copytree("/etc/skel", h / "root", dirs_exist_ok=True, symlinks=True)
     os.chmod(h / "root", 0o700)
     own_etc(h / "ovl" / "_etc" / "upper", name, i, kmod)
+    login_user(h / "ovl" / "_etc" / "upper", h / "home", run_dir)
     state = h / "ovl" / "_var_lib" / "upper" / "specfleet-testbed"
     write(state / "sim.json", json.dumps({"speed_factor": speed, "noise": 0.0, "fault": None}) + "\n")
+    # the simulated engine counts its server starts here (simenv.start_noise_seed), as whatever user runs it
+    write(state / "noise-starts", "", 0o666)
     write(state / "host.json", json.dumps({
         "name": name, "export_root": str(disk / "export"), "storage_net": str(STOR_NET),
         "nfs_server": NFS_IP, "run_dir": str(run_dir)}, indent=1) + "\n")
     write(state / "gpu" / "gpu.json", json.dumps(gpu_json(name, gpus), indent=1) + "\n")
     (state / "gpu" / "reservations").mkdir(parents=True, exist_ok=True)
+    # any user's server holds GPU memory, as any user may open /dev/nvidia* (0666 on a driver install)
+    os.chmod(state / "gpu" / "reservations", 0o1777)
     sbin = h / "ovl" / "_usr_sbin" / "upper"
     sbin.mkdir(parents=True, exist_ok=True)
     for dst, src in STANDINS.items():
@@ -223,20 +276,39 @@ def export_tree(disk: Path) -> Path:
     for k in range(1, 4):  # a few tiny placeholders; the real checkpoint has 17 shards
         write(m / f"model-{k:05d}-of-00017.safetensors", b"SIMULATED placeholder shard\n")
     spec = root / "models" / "Qwen3-32B-speculator.eagle3"
-    write(spec / "config.json", json.dumps({
-        "architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama",
-        "speculators_model_type": "eagle3", "hidden_size": 5120, "num_hidden_layers": 1,
-        "draft_vocab_size": 32000, "vocab_size": 151936, "base_model": "Qwen/Qwen3-32B",
-        "simvllm": {"weights_gib": 1.44, "simulated": True}}, indent=2) + "\n")
+    write(spec / "config.json", json.dumps(eagle3_speculator(cfg, "Qwen/Qwen3-32B"), indent=2) + "\n")
     write(root / "README", f"exported by sf-nfs ({NFS_IP}:{NFS_EXPORT}); simulated model files\n")
     return root
 
 
-def inventory(path: Path, run_dir: Path, workers: list[str], scheduler: dict | None = None) -> Path:
+def eagle3_speculator(target: dict, verifier: str, k: int = 3) -> dict:
+    """An EAGLE-3 drafter's config.json in the speculators layout (vllm-project/speculators
+    `Eagle3SpeculatorConfig`, as RedHatAI/Qwen3-32B-speculator.eagle3 publishes it): a 1-layer Llama
+    draft of the target's width and vocabulary, trained for `verifier`, proposing k tokens."""
+    layers = target["num_hidden_layers"]
+    layer = {k_: target[k_] for k_ in ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
+                                       "head_dim", "max_position_embeddings", "vocab_size", "rms_norm_eps", "rope_theta")}
+    return {
+        "architectures": ["Eagle3Speculator"], "speculators_model_type": "eagle3", "speculators_version": "0.1.0.dev13",
+        "transformer_layer_config": {**layer, "model_type": "llama", "architectures": ["LlamaForCausalLM"],
+                                     "num_hidden_layers": 1, "hidden_act": "silu", "torch_dtype": "bfloat16"},
+        "draft_vocab_size": 32000, "target_hidden_size": None, "norm_before_residual": False,
+        "eagle_aux_hidden_state_layer_ids": [2, layers // 2, layers - 3], "torch_dtype": "bfloat16",
+        "speculators_config": {
+            "algorithm": "eagle3", "default_proposal_method": "greedy",
+            "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": k, "verifier_accept_k": 1,
+                                  "accept_tolerance": 0.0}],
+            "verifier": {"name_or_path": verifier, "architectures": list(target["architectures"])}},
+        "simvllm": {"weights_gib": 1.44, "simulated": True}}
+
+
+def inventory(path: Path, run_dir: Path, workers: list[str], scheduler: dict | None = None,
+              login: str = LOGIN) -> Path:
     client = run_dir / "client"
     doc = {
         "all": {
-            "user": "root", "key": str(client / "id_ed25519"),
+            # a non-root login escalates with `sudo -n` where a step needs root (become)
+            "user": login, **({"become": True} if login != "root" else {}), "key": str(client / "id_ed25519"),
             "known_hosts": str(client / "known_hosts"), "connect_timeout": 5,
             "vars": {
                 "venv_path": "/opt/vllm-venv", "base_python": "/usr/bin/python3.11",

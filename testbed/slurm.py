@@ -133,17 +133,22 @@ class SlurmCluster:
         self.d = slurm_dir(run_dir)
 
     def up(self, workers: list[str], gpus: int, worker_pids: dict[str, int], addrs: dict[str, str],
-           st: dict, save, timeout: float = 60) -> dict:
+           st: dict, save, timeout: float = 60, users: Path | None = None) -> dict:
         """Write the config, start munged + slurmctld in sf-ctl and a slurmd per worker; wait until
-        every node is idle with its GPUs. Returns {daemon: pid} (also recorded in `st` as it goes)."""
+        every node is idle with its GPUs. Returns {daemon: pid} (also recorded in `st` as it goes).
+        `users`: a folder with the workers' passwd and group (the login user in them), which slurmctld
+        sees as its /etc/passwd and /etc/group: it refuses a job of a user it cannot name. Any user of
+        the bastion reaches the cluster (slurm.conf readable, munge socket open; the key stays root's)."""
         missing = missing_binaries()
         if missing:
             raise TestbedError(f"--scheduler slurm needs {', '.join(missing)}: install {PACKAGES}")
         d = self.d
-        for sub in ("munge", "ctld-state", "log", "dev", *(f"spool/{w}" for w in workers)):
+        for sub in ("munge", "munge-key", "ctld-state", "log", "dev", *(f"spool/{w}" for w in workers)):
             (d / sub).mkdir(parents=True, exist_ok=True)
-        os.chmod(d / "munge", 0o700)
-        key = d / "munge" / "munge.key"
+        os.chmod(d, 0o755)
+        os.chmod(d / "munge", 0o755)  # the socket: any user's client authenticates through it
+        os.chmod(d / "munge-key", 0o700)
+        key = d / "munge-key" / "munge.key"
         key.write_bytes(secrets.token_bytes(1024))
         os.chmod(key, 0o400)
         for i in range(gpus):
@@ -164,10 +169,13 @@ class SlurmCluster:
              f"--socket={d}/munge/munge.socket", f"--key-file={key}", f"--log-file={d}/log/munged.log",
              f"--pid-file={d}/munge/munged.pid", f"--seed-file={d}/munge/munged.seed"], "munged")
         self._wait(lambda: (d / "munge" / "munge.socket").exists(), 10, "munged", pids["munged"])
+        binds = "".join(f" && mount -n --bind {users / f} /etc/{f}" for f in ("passwd", "group")) if users else ""
         pids["slurmctld"] = self._start(
-            # its own UTS namespace named sf-ctl: slurmctld runs only on a host of SlurmctldHost's name
-            ["nsenter", f"--net=/run/netns/{CTL_NS}", "--", "unshare", "--uts", "--", "/bin/sh", "-c",
-             f'hostname {CTL_NAME} && exec "$0" "$@"', BINARIES["slurmctld"], "-D", "-i",
+            # its own UTS namespace named sf-ctl: slurmctld runs only on a host of SlurmctldHost's name; its own
+            # mount namespace, where /etc/passwd and /etc/group are the workers' (`users`)
+            ["nsenter", f"--net=/run/netns/{CTL_NS}", "--", "unshare", "--uts", "--mount", "--propagation",
+             "private", "--", "/bin/sh", "-c",
+             f'hostname {CTL_NAME}{binds} && exec "$0" "$@"', BINARIES["slurmctld"], "-D", "-i",
              "-f", str(d / "slurm.conf")], "slurmctld")
         save(st)
         self._wait(lambda: net.listening(pids["slurmctld"], CTLD_PORT), 20, "slurmctld", pids["slurmctld"])

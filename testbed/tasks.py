@@ -58,23 +58,25 @@ def _parse_speed(values) -> dict[str, float]:
         "inventory": "where to write the inventory (default: inventory/testbed.yml)",
         "gpus": "simulated GPUs per worker (1-8; default 1), each with its own index, UUID and memory; "
                 "NVLink between all pairs (nvidia-smi topo -m)",
+        "login": "the inventory's login: maymust (default: an ordinary user with passwordless sudo on every "
+                 "worker, as the field report's cluster has) or root",
         "scheduler": "ssh (default) or slurm: also a real Slurm cluster (munged, slurmctld, one slurmd per "
                      "worker, `gpu` GRES = the worker's GPUs); the inventory then says scheduler: slurm",
     },
 )
-def up(c, workers=8, speed=None, inventory=None, gpus=1, scheduler="ssh"):
+def up(c, workers=8, speed=None, inventory=None, gpus=1, scheduler="ssh", login="maymust"):
     """Build the testbed: N worker hosts (netns + real sshd) and the NFS server, then write the inventory.
 
     Each worker wI is namespace sf-wI: ens33 = 10.10.30.(13+I) (ssh), ens35 =
     192.168.160.(13+I) (storage), sshd in its own mount+UTS namespace with
-    private /etc, /var/lib, /usr/sbin, /opt, /mnt, /root and /tmp. Waits until
+    private /etc, /var/lib, /usr/sbin, /opt, /mnt, /root, /home and /tmp. Waits until
     every sshd accepts connections. Refuses if a testbed is already up.
     """
     factors = _parse_speed(speed)
     try:
         with _lock():
             path = _bed().up(int(workers), speed=factors, inventory_path=inventory, gpus=int(gpus),
-                             scheduler=scheduler)
+                             scheduler=scheduler, login=login)
     except TestbedError as e:
         raise Exit(f"error: {e}", code=1) from None
     st = _bed().state()

@@ -7,7 +7,7 @@ commands_for prints the plan. docs/campaign.md.
 from .commands import Paths, commands_for
 from ..plan import Plan, PlanError, load_plan, parse_plan
 from .spec import build_run_spec, dump_run_spec, worker_zipapp
-from .split import REPORT_DURATIONS, NodeInfo, Split, format_split, parse_pins, split
+from .schedule.split import REPORT_DURATIONS, NodeInfo, Split, format_split, parse_pins, split
 
 __all__ = ["Paths", "commands_for", "Plan", "PlanError", "load_plan", "parse_plan", "worker_zipapp",
            "build_run_spec", "dump_run_spec", "REPORT_DURATIONS", "NodeInfo", "Split", "format_split",

@@ -15,9 +15,10 @@ import shlex
 from dataclasses import dataclass
 
 from ..worker.layout import cell_result_filename, run_dir
-from ..worker.runspec import BenchRun, Client, Serve
+from ..worker.runspec import CUSTOM, BenchRun, Client, Serve
 from ..worker.slots import flag_values
 from ..plan import Plan
+from ..plan.releases import refusals
 from ..plan.sweep import Cell
 
 
@@ -196,6 +197,8 @@ def item_spec(plan: Plan, node: str, item: str, paths: Paths, rep: int | None = 
            "output_len": b.output_len,
            "max_model_len": max_model_len(plan, item), "chat_template": b.chat_template,
            "policy": b.prompts_that_do_not_fit}
+    if b.dataset_name == CUSTOM:  # only then: a Spec-Bench item keeps its hash
+        fit["prompt_field"] = "prompt"
     out = {"name": item if rep is None else repeat_item_name(item, rep),
            "serve": serve_spec(plan, item, paths).to_json(),
            "client": client_spec(plan, node, item, paths, isolation).to_json(),
@@ -206,6 +209,11 @@ def item_spec(plan: Plan, node: str, item: str, paths: Paths, rep: int | None = 
     if out["name"] != item:   # its server log is the configuration's (a header per start), as a crossover round's
         out.update(config=item, log_name=item)
     out["item_hash"] = hashlib.sha256(json.dumps(out, sort_keys=True).encode()).hexdigest()[:12]
+    # after the hash: the releases of the matrix that refuse this item (the worker refuses it under the
+    # version its venv reports, before the server starts); the same measurement whatever the matrix says
+    refused = refusals(plan, item)
+    if refused:
+        out["release_refusals"] = refused
     return out
 
 

@@ -29,9 +29,12 @@ def needs(plan: Plan) -> list[tuple[int, str | None, str]]:
     return out
 
 
-def count(path) -> tuple[int, Counter]:
-    """Prompts in a Spec-Bench JSON Lines file, in all and per category (as fitcheck.select reads it)."""
+def count(path, custom: bool = False) -> tuple[int, Counter]:
+    """Prompts in a Spec-Bench JSON Lines file, in all and per category (as fitcheck.select reads it).
+    `custom`: a custom dataset, each record validated as vLLM's CustomDataset reads it."""
     total, per = 0, Counter()
+    kind = "a custom dataset has one {\"prompt\": ...} object a line" if custom else \
+        "a Spec-Bench question.jsonl has one object a line"
     with open(path, encoding="utf-8") as f:
         for n, line in enumerate(f, 1):
             if not line.strip():
@@ -39,11 +42,26 @@ def count(path) -> tuple[int, Counter]:
             try:
                 row = json.loads(line)
             except ValueError:
-                raise PlanError(f"{path}: line {n} is not JSON (a Spec-Bench question.jsonl has one object a line)") \
-                    from None
+                raise PlanError(f"{path}: line {n} is not JSON ({kind})") from None
+            if custom:
+                bad_record(path, n, row)
             total += 1
             per[row.get("category") if isinstance(row, dict) else None] += 1
     return total, per
+
+
+def bad_record(path, n: int, row) -> None:
+    """PlanError naming file, line and field when a custom dataset's record is not one vLLM can send."""
+    if not isinstance(row, dict):
+        raise PlanError(f"{path}: line {n}: not a JSON object (a custom dataset has one {{\"prompt\": ...}} object a line)")
+    prompt = row.get("prompt")
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise PlanError(f"{path}: line {n}, field 'prompt': {'missing' if 'prompt' not in row else repr(prompt)[:60]}: "
+                        "must be the prompt text (a non-empty string)")
+    out = row.get("output_tokens")
+    if out is not None and (isinstance(out, bool) or not isinstance(out, int) or out < 1):
+        raise PlanError(f"{path}: line {n}, field 'output_tokens': {out!r}: must be a positive integer when given "
+                        "(specfleet sends benchmark.output_len for every prompt, --custom-output-len)")
 
 
 def check(plan: Plan) -> None:
@@ -52,10 +70,11 @@ def check(plan: Plan) -> None:
     path = plan.dataset_file()
     if path is None:
         return
-    total, per = count(path)
+    total, per = count(path, plan.benchmark.dataset_name == "custom")
     for n, category, where in needs(plan):
         have = per.get(category, 0) if category else total
         if have < n:
             of = f" of category {category}" if category else ""
+            fix = "a larger file" if plan.benchmark.dataset_name == "custom" else SPEC_BENCH_FULL
             raise PlanError(f"{plan.file}: field '{where}': a run asks for {n} prompts{of}, {path} holds {have}: "
-                            f"point benchmark.dataset_path at {SPEC_BENCH_FULL}, or lower num_prompts")
+                            f"point benchmark.dataset_path at {fix}, or lower num_prompts")

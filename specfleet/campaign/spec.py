@@ -10,7 +10,7 @@ from pathlib import Path
 
 from .commands import Paths, num_prompts, queue_items, server_per_repeat
 from ..plan import Plan
-from .slotsplit import pins_of
+from .schedule.slotsplit import pins_of
 from ..worker.stats import SPEEDUP_CONFIDENCE  # the report's interval, the one default
 
 SPEC_SCHEMA = 1

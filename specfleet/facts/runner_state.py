@@ -25,6 +25,7 @@ class RunnerView:
     alive: bool = False
     done_markers: list[str] = field(default_factory=list)
     boot: str | None = None  # the host's boot identity now (worker host.boot_identity)
+    log_tail: str = ""  # the last line of the run folder's runner.log ("" when absent or empty)
     problems: list[str] = field(default_factory=list)  # a run.json or state.json not read, and why
 
     @property
@@ -56,17 +57,21 @@ def view_script(work_dir: str, campaign: str, host: str) -> str:
         f"ls {d} 2>/dev/null | sed -n 's/\\{layout.DONE_SUFFIX}$//p'",
         # read, never create, the boot marker (the runner creates it)
         "b=$(cat /proc/sys/kernel/random/boot_id 2>/dev/null || echo '?'); "
-        f"t=$(cat {layout.boot_marker('$(id -u)')} 2>/dev/null); echo \"$b${{t:+/$t}}\""])
+        f"t=$(cat {layout.boot_marker('$(id -u)')} 2>/dev/null); echo \"$b${{t:+/$t}}\"",
+        # what a runner that died said last (`fab status`: "runner dead: ...")
+        f"tail -c 2048 {d}/{layout.RUNNER_LOG}"])
 
 
 def parse_view(stdout: str) -> RunnerView:
-    parts = read_sections(stdout, 5)
+    parts = read_sections(stdout, 6)
     pid_lines = parts[2].split()
+    last = next((ln.strip() for ln in reversed(parts[5].splitlines()) if ln.strip()), "")
     (spec, spec_why), (state, state_why) = (_shaped(*_json(parts[i]), fields) for i, fields in
                                             ((0, ("name",)), (1, ("name", "status"))))
     return RunnerView(spec=spec, state=state,
                       runner_pid=int(pid_lines[0]) if pid_lines and pid_lines[0].isdigit() else None,
                       alive="ALIVE" in pid_lines, done_markers=parts[3].split(), boot=parts[4].strip() or None,
+                      log_tail="".join(c if c.isprintable() else "?" for c in last)[-300:],
                       problems=[f"{name}: {why}: not read" for name, why in
                                 ((layout.RUN_SPEC, spec_why), (layout.STATE, state_why)) if why])
 
@@ -127,3 +132,53 @@ def _json(text: str) -> tuple[dict | None, str | None]:
     except ValueError as e:
         return None, f"not JSON ({str(e)[:60]})"
     return (value, None) if isinstance(value, dict) else (None, f"{type(value).__name__}, not an object")
+
+
+@dataclass(frozen=True)
+class FolderOwner:
+    """One path of a campaign's folders: its kind ("dir", "file", "link", "other", "absent"), owner and mode."""
+
+    kind: str
+    owner: str = ""
+    mode: str = ""
+
+
+@dataclass(frozen=True)
+class FolderOwners:
+    """`CampaignFolders`'s value: each path's FolderOwner, in its order, and the first entry of the tree the
+    user does not own ("" when none; "?" when the host could not say)."""
+
+    paths: list[FolderOwner]
+    foreign: str = ""
+
+
+@dataclass(frozen=True)
+class CampaignFolders(Fact):
+    """Who owns a campaign's folders on a worker (`paths`: the work_dir, the campaign's folder, the run
+    folder, the runner's lock) and the first entry inside `tree` (the run folder) that `user` does not
+    own: the runner runs as the login user, so all of it must be that user's (`remote.RunFolder`)."""
+
+    user: str
+    paths: tuple[str, ...]
+    tree: str
+
+    def command(self) -> str:
+        probes = [f"if [ -L {q(p)} ]; then echo link; elif [ -d {q(p)} ]; then echo \"dir $(stat -c '%U %a' -- {q(p)})\"; "
+                  f"elif [ -f {q(p)} ]; then echo \"file $(stat -c '%U %a' -- {q(p)})\"; "
+                  f"elif [ -e {q(p)} ]; then echo other; else echo absent; fi" for p in self.paths]
+        # `-user` needs a name the host knows: an unknown user makes every entry foreign (find fails)
+        probes.append(f"[ -d {q(self.tree)} ] && [ ! -L {q(self.tree)} ] && "
+                      f"{{ find {q(self.tree)} -mindepth 1 ! -user {q(self.user)} -print -quit 2>/dev/null || echo '?'; }} "
+                      "| head -n 1 | sed 's/^/foreign /'; true")
+        return "; ".join(probes)
+
+    def parse(self, stdout: str, rc: int) -> "FolderOwners":
+        rows = stdout.split("\n")
+        owners = []
+        for k in range(len(self.paths)):
+            words = (rows[k] if k < len(rows) else "absent").split()
+            kind = words[0] if words and words[0] in ("dir", "file", "link", "other") else "absent"
+            owners.append(FolderOwner(kind, *words[1:3]) if kind in ("dir", "file") and len(words) == 3
+                          else FolderOwner(kind))
+        foreign = next((r[len("foreign "):] for r in rows[len(self.paths):] if r.startswith("foreign ")), "")
+        return FolderOwners(owners, foreign)

@@ -21,6 +21,7 @@ from ..errors import UserError
 from .assertions import Assertion
 from .arrivals import rate_cells
 from .crossover_grid import coarse_grid, fine_grid
+from .releases import known_methods, known_speculative_keys, plan_problems, release_of
 from .slo import Slo
 from ..worker.slots import needed, parallel_sizes
 from ..yamlfile import YamlFileError, first_error, load_yaml
@@ -42,24 +43,10 @@ REMOVED_FLAGS = {
     "--disable-log-requests": "removed in vLLM >= 0.12; use --no-enable-log-requests "
     "(default off anyway)",
 }
-# Speculative methods whose drafts come from a separate draft model directory.
+# Speculative methods whose drafts come from a separate draft model directory. Which methods and
+# keys a vLLM release has is its wheel's fact (releases.py, vllm_releases.json), not a list here.
 DRAFT_MODEL_METHODS = {"eagle", "eagle3", "draft_model", "medusa", "mlp_speculator"}
-NGRAM_METHODS = {"ngram", "[ngram]", "ngram_gpu"}  # prompt lookup: no draft model, k and the lookup window
-KNOWN_METHODS = DRAFT_MODEL_METHODS | NGRAM_METHODS | {"mtp", "suffix"}
-# The user-settable keys of vLLM's SpeculativeConfig (vllm/config/speculative.py): those of 0.32.0
-# (method, model, num_speculative_tokens, prompt_lookup_min/max, draft_tensor_parallel_size) and
-# the other fields of that dataclass on vLLM main after 0.32.0.
-# A misspelt key (num_spec_tokens) would otherwise be found by vLLM only after a model load; a key
-# newer than this list is allowed per configuration by `speculative_extra_keys`.
-KNOWN_SPECULATIVE_KEYS = {
-    "method", "model", "num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_max",
-    "draft_tensor_parallel_size", "tensor_parallel_size", "enforce_eager", "quantization", "moe_backend",
-    "attention_backend", "kv_cache_dtype", "max_model_len", "revision", "code_revision",
-    "disable_padded_drafter_batch", "parallel_drafting", "num_speculative_tokens_per_batch_size",
-    "suffix_decoding_max_tree_depth", "suffix_decoding_max_cached_requests",
-    "suffix_decoding_max_spec_factor", "suffix_decoding_min_token_prob", "draft_load_config",
-    "rejection_sample_method", "draft_sample_method",
-}
+NGRAM_METHODS = {"ngram", "ngram_gpu"}  # prompt lookup: no draft model, k and the lookup window
 
 
 class PlanError(UserError):
@@ -137,13 +124,14 @@ class Server(_Strict):
     prefix_cache: Literal["reset", "fresh-server-per-concurrency", "disabled", "keep"] = "reset"
 
 
-def check_speculative_config(sc: dict[str, Any]) -> dict[str, Any]:
+def check_speculative_config(sc: dict[str, Any], extra_methods: list[str] = ()) -> dict[str, Any]:
     """Type checks of the keys vLLM reads (config/speculative.py), before a 10-minute load."""
     method = sc.get("method")
     if not isinstance(method, str) or not method:
         raise ValueError("needs 'method' (a string such as ngram or eagle3)")
-    if method not in KNOWN_METHODS:
-        raise ValueError(f"unknown method {method!r} (known: {', '.join(sorted(KNOWN_METHODS))})")
+    if method not in known_methods() and method not in extra_methods:
+        raise ValueError(f"unknown method {method!r}: a method of no vLLM release in docs/vllm-releases.md "
+                         "(a newer vLLM's method goes in speculative_extra_methods)")
     for key in ("num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_max",
                 "draft_tensor_parallel_size"):
         if key in sc and (isinstance(sc[key], bool) or not isinstance(sc[key], int) or sc[key] < 1):
@@ -163,8 +151,10 @@ def check_speculative_config(sc: dict[str, Any]) -> dict[str, Any]:
 
 class Configuration(_Strict):
     name: Annotated[str, _name("files")]
-    # opt-in for keys newer than KNOWN_SPECULATIVE_KEYS; validation only, so not in the plan hash
+    # opt-ins for keys and methods no vLLM release of the matrix has (releases.py); validation only,
+    # so not in the plan hash; the report says they were not checked
     speculative_extra_keys: list[str] = Field(default_factory=list, exclude=True)
+    speculative_extra_methods: list[str] = Field(default_factory=list, exclude=True)
     speculative_config: dict[str, Any] | None = None
     extra_args: Argv = Field(default_factory=list)
     load_estimate_s: float | None = Field(default=None, gt=0)
@@ -178,11 +168,11 @@ class Configuration(_Strict):
     def _sc(cls, v: dict[str, Any] | None, info: ValidationInfo) -> dict[str, Any] | None:
         if v is None:
             return None
-        unknown = sorted(set(v) - KNOWN_SPECULATIVE_KEYS - set(info.data.get("speculative_extra_keys") or []))
+        unknown = sorted(set(v) - known_speculative_keys() - set(info.data.get("speculative_extra_keys") or []))
         if unknown:
-            raise ValueError(f"unknown key(s) {', '.join(map(repr, unknown))}: not a vLLM SpeculativeConfig "
-                             "field (a newer vLLM's key goes in speculative_extra_keys)")
-        return check_speculative_config(v)
+            raise ValueError(f"unknown key(s) {', '.join(map(repr, unknown))}: a SpeculativeConfig field of no vLLM "
+                             "release in docs/vllm-releases.md (a newer vLLM's key goes in speculative_extra_keys)")
+        return check_speculative_config(v, info.data.get("speculative_extra_methods") or [])
 
     @property
     def method(self) -> str | None:
@@ -261,7 +251,9 @@ def steady_state_refusal(cell, min_per_conc: float, field_: str) -> str:
 class Benchmark(_Strict):
     backend: Literal["openai-chat", "openai", "vllm"] = "openai-chat"
     endpoint: str = "/v1/chat/completions"
-    dataset_name: Literal["spec_bench"] = "spec_bench"
+    # spec_bench: Spec-Bench's question.jsonl; custom: the user's own JSONL, one {"prompt": ...} a line
+    # (vLLM's CustomDataset), sent in its file's order (docs/campaign.md "Your own prompts")
+    dataset_name: Literal["spec_bench", "custom"] = "spec_bench"
     dataset_path: str | OnWorker    # DATASET_RULE; docs/campaign.md "Where the dataset lives"
     num_prompts: int = Field(default=80, ge=1)  # 5 x the default top concurrency 16: a steady state
     output_len: int = Field(default=512, ge=1)
@@ -372,6 +364,14 @@ class Benchmark(_Strict):
                                      self.request_rates)
         except SweepError as e:
             raise ValueError(str(e).removeprefix("benchmark.")) from None
+        if self.dataset_name == "custom":
+            if any(c.category for c in self._cells):
+                raise ValueError("sweep: a category cell is Spec-Bench's (--spec-bench-category); a custom dataset "
+                                 "has no categories")
+            path = self.on_worker or self.dataset_path
+            if not str(path).endswith(".jsonl"):
+                raise ValueError(f"dataset_path: {path} must end in .jsonl: vLLM's custom dataset reads JSON Lines "
+                                 "files by that name only")
         if self.request_rates is not None:
             if len(set(self.request_rates)) != len(self.request_rates) or not all(r > 0 for r in self.request_rates):
                 raise ValueError("request_rates: must be distinct rates > 0 (requests/s; inf = closed loop)")
@@ -595,7 +595,7 @@ def parse_plan(raw: Any, file: str | os.PathLike = "<plan>") -> Plan:
     if not isinstance(raw, dict):
         raise PlanError(f"{file}: expected a mapping with 'campaign:', 'model:', ... at the top level")
     try:
-        raw, sweeps = expand_configurations(raw, KNOWN_SPECULATIVE_KEYS)
+        raw, sweeps = expand_configurations(raw, known_speculative_keys())
     except SweepError as e:
         head, msg = str(e).split(": ", 1)
         raise PlanError(f"{_where(tuple(int(p) if p.isdigit() else p for p in head.split('.')), file, raw)}: "
@@ -611,6 +611,11 @@ def parse_plan(raw: Any, file: str | os.PathLike = "<plan>") -> Plan:
     _refuse_no_stats(plan, file)
     plan._file = file
     plan._sweeps = sweeps
+    rel = release_of(plan.vllm_version)
+    if rel is not None:  # the pinned release lacks a flag, key, method or dataset: refused before anything starts
+        problems = [line for lines in plan_problems(plan, rel).values() for line in lines]
+        if problems:
+            raise PlanError(problems[0])
     return plan
 
 

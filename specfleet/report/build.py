@@ -10,6 +10,7 @@ from pathlib import Path
 
 from ..exits import EXIT_ASSERTION, EXIT_INCOMPLETE, EXIT_NOT_MERGED
 from ..plan.assertions import NOT_CHECKED, AssertionResult, check
+from ..plan.releases import not_checked, unchecked_releases
 from .scan.folder import Campaign, Expect, Quarantined, scan_campaign
 from ..bastion_io import atomic_write_text
 from .scan.cells import PLANNED_FILE, CellState, Planned, cell_states, planned_from
@@ -20,6 +21,7 @@ from .gates.gpu_gate import split_off_gpu_copies
 from .tables.measures import NoiseBand
 from .tables.merge import Tables, build_tables
 from .render.document import ReportModel, Section, build_model, fmt, print_cells, print_report, write_report
+from .render.drafter_report import add_drafter_section
 from .render.export import export_cells, remove_stale
 from .scan.plan_snapshot import plan_drift, write_snapshot
 from .scan.provenance import given_bandwidths, plan_hashes
@@ -121,6 +123,8 @@ def report_campaign(campaign_dir: Path | str, baseline: str = DEFAULT_BASELINE,
     out = ReportOutcome(campaign_dir=campaign_dir, gate=gate, merged=False, forced=False,
                          simulated=camp.simulated, quarantined=list(camp.quarantined),
                          pending=list(camp.pending), warnings=list(notes or []) + list(camp.warnings))
+    out.warnings += unchecked_releases(str(r.result.extra.get("vllm_version") or "") for r in camp.runs
+                                       if not r.result.simulated)
     out.cells = cell_states(camp, planned) if planned else []
     out.campaign = camp
     qmsgs = [q.message() for q in camp.quarantined]
@@ -163,6 +167,7 @@ def report_campaign(campaign_dir: Path | str, baseline: str = DEFAULT_BASELINE,
                         forced=forced, warnings=out.warnings, quarantined=qmsgs, cells=out.cells,
                         command=command)
     add_peer_sections(model, camp, tables, baseline, slo)
+    add_drafter_section(model, camp)
     out.tables, out.model, out.conclusions, out.forced = tables, model, concl, forced
     if not gate.passed and not force:
         _remove_stale(campaign_dir)
@@ -203,7 +208,8 @@ def report_plan(plan, plan_path: str, results_root: Path | str, *, force: bool =
     out = report_campaign(campaign_dir, baseline=plan.baseline, rule=rule, force=force,
                           gpu_bandwidth_gbps=gpu_bandwidth_gbps, weights_gib=plan.model.weights_gib,
                           console=console, quiet=quiet, planned=planned, expect=expect,
-                          quarantine=False, notes=notes, vllm_pin=plan.vllm_version, slo=plan.benchmark.slo)
+                          quarantine=False, notes=[*(notes or []), *not_checked(plan)], vllm_pin=plan.vllm_version,
+                          slo=plan.benchmark.slo)
     after_report(out, plan, console, quiet)
     return out
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from ..campaign import Paths, build_run_spec, format_split, parse_pins, split
 from ..facts.runner_state import RunnerView, parse_view, view_script
 from ..campaign.spec import resumed, worker_zipapp
-from ..campaign.split import NodeInfo
+from ..campaign.schedule.split import NodeInfo
 from ..worker import layout
 from ..errors import UserError
 from ..exits import EXIT_FAILED

@@ -41,11 +41,45 @@ def judge(cfg: list[float], base: list[float], confidence: float, tolerance_pct:
             "verdict": speedup_verdict(point, ri, (1.0 / hi, hi))}
 
 
-def good_requests(ttfts, latencies, output_lens, errors, limits: dict[str, float]) -> tuple[int, int] | None:
+def request_latencies(ttfts, latencies, itls) -> list | None:
+    """Each request's end-to-end latency in seconds: the file's `latencies` (vLLM >= 0.30), else its
+    TTFT plus the sum of its ITLs (0.26-0.29 write no `latencies`; the bench's streaming client times
+    both from the same chunks, and vLLM's own timeline plot adds them so). None when neither is there,
+    the arrays are uneven or a value is not a number."""
+    if isinstance(latencies, (list, tuple)):
+        return list(latencies)
+    if not isinstance(ttfts, (list, tuple)) or not isinstance(itls, (list, tuple)) or len(ttfts) != len(itls):
+        return None
+    out = []
+    for ttft, gaps in zip(ttfts, itls):
+        if not isinstance(ttft, (int, float)) or not isinstance(gaps, (list, tuple)) or \
+                not all(isinstance(g, (int, float)) for g in gaps):
+            return None
+        out.append(ttft + sum(gaps))
+    return out
+
+
+def why_no_goodput(d: dict) -> str | None:
+    """Why a result's requests cannot be judged against an SLO (good_requests gives None), in words;
+    None when they can."""
+    if not all(isinstance(d.get(k), (list, tuple)) for k in ("ttfts", "output_lens")):
+        return "the result files have no per-request arrays (ttfts, output_lens: vllm bench serve --save-detailed)"
+    if request_latencies(d.get("ttfts"), d.get("latencies"), d.get("itls")) is None:
+        return "the result files have neither per-request latencies nor ITLs to add to each TTFT"
+    if good_requests(d.get("ttfts"), d.get("latencies"), d.get("output_lens"), d.get("errors"), {},
+                     d.get("itls")) is None:
+        return "the result files' per-request arrays have different lengths"
+    return None
+
+
+def good_requests(ttfts, latencies, output_lens, errors, limits: dict[str, float],
+                  itls=None) -> tuple[int, int] | None:
     """(good, succeeded) requests of one result by vLLM's --goodput rule (benchmarks/serve.py
     `calculate_metrics`): a request that succeeded is good when TTFT <= ttft_ms, TPOT = (latency -
     TTFT) / (output tokens - 1) <= tpot_ms (0 for one token) and latency <= e2el_ms, each limit set.
-    None when the per-request arrays are missing or uneven (times in seconds, as vLLM saves them)."""
+    Latency: request_latencies (TTFT + ITLs where the file has no `latencies`). None when the
+    per-request arrays are missing or uneven (times in seconds, as vLLM saves them)."""
+    latencies = request_latencies(ttfts, latencies, itls)
     if not all(isinstance(a, (list, tuple)) for a in (ttfts, latencies, output_lens)) or \
             not len(ttfts) == len(latencies) == len(output_lens):
         return None
@@ -150,7 +184,7 @@ def _value(x: dict, d: dict):
         v = d.get(x["metric"])
         return None if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0 else float(v)
     counts = good_requests(d.get("ttfts"), d.get("latencies"), d.get("output_lens"), d.get("errors"),
-                           x["slo"]["limits"])
+                           x["slo"]["limits"], d.get("itls"))
     duration = float(d.get("duration"))
     return None if counts is None or not duration > 0 else (*counts, duration)
 

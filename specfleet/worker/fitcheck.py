@@ -7,8 +7,8 @@ FIT_JSON is the run spec's `fit` of one bench run (dataset, num_prompts, output_
 double|single, optional category and max_model_len such as 2048 or 2k). It selects, templates and
 counts the prompts as `vllm bench serve` and the server will (docs/campaign.md §9; the selection:
 vLLM's spec_bench loader, vllm/benchmarks/datasets/datasets.py), compares prompt tokens +
-output_len with --max-model-len and prints one JSON object. --write-kept writes the selected prompts that fit, in selection order, for a run
-with --disable-shuffle (the plan's `drop`).
+output_len with --max-model-len and prints one JSON object. --write-kept writes the selected
+prompts that fit, in selection order, for a run with --disable-shuffle (the plan's `drop`).
 """
 from __future__ import annotations
 
@@ -31,9 +31,11 @@ def human_int(text: str) -> int:
     return int(t)
 
 
-def select(path: str, num_prompts: int, category: str | None = None) -> list[tuple[dict, str]]:
+def select(path: str, num_prompts: int, category: str | None = None,
+           custom: bool = False) -> list[tuple[dict, str]]:
     """(row, raw line) of the prompts vllm bench serve sends, in its order: --spec-bench-category
-    filters the rows before the seeded shuffle (SpecBench.load_data), then the first N."""
+    filters the rows before the seeded shuffle (SpecBench.load_data), then the first N. A custom
+    dataset (`custom`: the run spec's fit says so) is sent in its file's order (--disable-shuffle)."""
     rows = []
     with open(path, encoding="utf-8") as f:
         for line in f:
@@ -41,8 +43,9 @@ def select(path: str, num_prompts: int, category: str | None = None) -> list[tup
                 row = json.loads(line)
                 if not category or row.get("category") == category:
                     rows.append((row, line.rstrip("\n")))
-    random.seed(SPEC_BENCH_SEED)
-    random.shuffle(rows)
+    if not custom:
+        random.seed(SPEC_BENCH_SEED)
+        random.shuffle(rows)
     return rows if num_prompts <= 0 else rows[:num_prompts]
 
 
@@ -142,12 +145,15 @@ def main(argv=None) -> int:
     limit = human_int(fit["max_model_len"]) if fit.get("max_model_len") else model_max_len(a.model)
     name, template, count = tokenizer(a.model)
     too_long, kept = [], []
-    for index, (row, line) in enumerate(select(fit["dataset"], int(fit["num_prompts"]), fit.get("category"))):
-        client = template(row["turns"][0])  # spec_bench templates on the client
+    custom = fit.get("prompt_field") == "prompt"   # a custom dataset: {"prompt": ...}, in file order
+    rows = select(fit["dataset"], int(fit["num_prompts"]), fit.get("category"), custom)
+    for index, (row, line) in enumerate(rows):
+        client = template(row["prompt"] if custom else row["turns"][0])  # both template on the client
         # chat endpoint: the server templates the message again; completions: sent as it is
         n = count(template(client), False) if fit["chat_template"] == "double" else count(client, True)
         if n + fit["output_len"] > limit:
-            too_long.append({"index": index, "question_id": row.get("question_id"), "prompt_tokens": n,
+            too_long.append({"index": index, "question_id": row.get("question_id", f"record {index + 1}" if custom
+                                                                    else None), "prompt_tokens": n,
                              "category": row.get("category")})
         else:
             kept.append(line)

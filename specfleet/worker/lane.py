@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -17,7 +18,7 @@ import urllib.error
 import urllib.request
 from collections import Counter
 
-from . import layout
+from . import drafter, layout
 from .host import (Fatal, ItemFailed, Stopped, end_pids, engine_identity, env_without_devices, gpu_table, kill,
                    live_pids, log, now, sourced_env, proc_argv0, proc_has_token)
 from .runspec import BenchRun, Client, Dropped, Serve
@@ -102,6 +103,7 @@ class Lane:
         self.env: dict | None = None
         self.model: str | None = None
         self.sampling: dict | None = None     # the server's generation defaults, read in preflight
+        self.drafter: dict | None = None      # the drafter check's warnings and notes, read in preflight
         self.token = b""                      # SPECFLEET_SERVER=<tag>: what stop_server ends as this server's
         self.held_why: str | None = None      # set when these GPUs are held by a foreign process before start
 
@@ -118,9 +120,11 @@ class Lane:
             for i, b in enumerate(item["bench"]):
                 if i > 0:
                     self.between_runs(item, rec)
-                self.owner.set(rec, phase=f"bench {b.get('cell') or 'concurrency ' + str(b['concurrency'])} "
-                                    f"(run {i + 1}/{len(item['bench'])})")
-                rec["results"].append(self.run_bench(item, b))
+                reps, k = int(item["client"].get("repeats") or 1), b.get("rep", 1)  # "run 1/2" read as a repeat
+                rep = f", gate run {k}" if k > reps else f", repeat {k} of {reps}" if reps > 1 else ""
+                self.owner.set(rec, phase=f"bench {b.get('cell') or 'concurrency ' + str(b['concurrency'])}{rep} "
+                                    f"(bench run {i + 1} of {len(item['bench'])} on this server)", requests=None)
+                rec["results"].append(self.run_bench(item, b, rec))
                 self.owner.save()
         finally:
             if self.server is not None:
@@ -214,7 +218,37 @@ class Lane:
                 raise ItemFailed(f"the venv has vLLM {ident['version']}, the plan pins {want}")
             with self.owner.lock:
                 self.owner.state.update(vllm_version=ident["version"], engine=ident)  # every result carries it
+        self.check_release(item)
+        self.drafter = self.check_drafter(item)
         self.sampling = self.server_sampling(item)
+
+    def check_release(self, item: dict) -> None:
+        """The bastion checked the item against every vLLM release of its matrix (release_refusals: the
+        one line each refusing release gives); refused here under the release the venv reports."""
+        version = str(self.owner.state.get("vllm_version") or "")
+        m = re.match(r"\d+\.\d+\.\d+", version)
+        line = (item.get("release_refusals") or {}).get(m.group(0) if m else "")
+        if line:
+            raise ItemFailed(f"{line} (the venv reports vLLM {version}; nothing was started)")
+
+    def check_drafter(self, item: dict) -> dict | None:
+        """A trained drafter against the model, from their config.json (drafter.py): a mismatch fails the
+        item before its server starts; warnings and notes go into every result (drafter_check)."""
+        sc = Serve.from_json(item["serve"]).speculative_config or {}
+        draft = sc.get("model")
+        if not isinstance(draft, str) or not draft.startswith("/"):
+            return None
+        try:
+            with open(os.path.join(draft, "config.json")) as f, open(os.path.join(self.model, "config.json")) as g:
+                d, m = json.load(f), json.load(g)
+            refusal, warnings, notes = drafter.check(d, m, method=str(sc.get("method")),
+                                                     k=sc.get("num_speculative_tokens"), model_dir=self.model,
+                                                     draft_dir=draft)
+        except (OSError, ValueError, TypeError, AttributeError, KeyError, IndexError) as e:
+            return {"warnings": [], "notes": [f"the drafter {draft} was not checked against the model: {e}"]}
+        if refusal:
+            raise ItemFailed(f"{refusal}; nothing was started")
+        return {"warnings": warnings, "notes": notes}
 
     def server_sampling(self, item: dict) -> dict:
         """The sampling defaults the server applies to what the client does not send.
@@ -310,6 +344,7 @@ class Lane:
             ["packing", self.spec.get("packing", "exclusive")]]
         return [*where, ["generation_config", json.dumps(self.sampling or {}, sort_keys=True)],
                 ["decoding", self.decoding(item)],
+                *([["drafter_check", json.dumps(self.drafter, sort_keys=True)]] if self.drafter else []),
                 ["engine_identity", json.dumps(self.owner.state.get("engine") or {}, sort_keys=True, separators=(",", ":"))]]
 
     def server_log(self, item: dict) -> str:
@@ -387,7 +422,20 @@ class Lane:
             self.start_and_wait(item, rec)
             self.owner.set(rec, "benchmarking", "")
 
-    def run_bench(self, item: dict, b: dict) -> str:
+    def requests_counter(self, rec: dict, client: Client, run: BenchRun):
+        """The telemetry's on_server: rec["requests"], the server's finished requests since the run began
+        less the client's warm-ups (fab bench's progress line)."""
+        of, first = run.prompts(), []
+
+        def on_server(m: dict) -> None:
+            first[:] = first or [m.get("requests_finished")]
+            done = None if None in (first[0], m.get("requests_finished")) else \
+                int(min(of, max(0, m["requests_finished"] - first[0] - client.num_warmups)))
+            if done is not None and (rec.get("requests") or {}).get("done") != done:
+                self.owner.set(rec, requests={"done": done, "of": of})
+        return on_server
+
+    def run_bench(self, item: dict, b: dict, rec: dict | None = None) -> str:
         client, run = Client.from_json(item["client"]), BenchRun.from_json(b)
         final = os.path.join(client.result_dir, run.result_file)
         partial = final + layout.PARTIAL_SUFFIX
@@ -405,7 +453,8 @@ class Lane:
         gpus = [g["index"] for g in self.gpus or []] or (
             None if self.spec.get("gpu_index") is None else [self.spec["gpu_index"]])
         tel = sampler_for({**self.spec, "port": self.port}, os.path.join(self.run_dir, layout.telemetry_file(
-            b["result_file"])), self.env, gpus).start()
+            b["result_file"])), self.env, gpus,
+            on_server=self.requests_counter(rec, client, run) if rec is not None and run.prompts() else None).start()
         try:
             self.watch(item, lambda: self.bench.poll() is not None, self.spec["bench_timeout_s"],
                        lambda: f"bench concurrency {b['concurrency']} exceeded {self.spec['bench_timeout_s']} s")

@@ -21,6 +21,7 @@ def _num(x: float) -> str:
 
 
 _LEAVES = (str, int, float, bool, type(None))
+CUSTOM = "custom"   # --dataset-name custom: the user's JSONL of {"prompt": ...}, its own output-len flag
 
 
 def _plain(v):
@@ -189,8 +190,9 @@ class BenchRun(_Json):
             "--dataset-path", d.kept_file if d else c.dataset_path,
             "--num-prompts", str(self.prompts()),
             "--no-oversample",
-            *(["--disable-shuffle"] if d else []),  # the kept file is in selection order
-            "--spec-bench-output-len", str(self.output_len),
+            # the kept file is in selection order; a custom file is read in its own order (fitcheck.select)
+            *(["--disable-shuffle"] if d or c.dataset_name == CUSTOM else []),
+            "--custom-output-len" if c.dataset_name == CUSTOM else "--spec-bench-output-len", str(self.output_len),
             # the loader filters by category before its seed-0 shuffle: the first num_prompts of that category
             *(["--spec-bench-category", self.category] if self.category else []),
             # an open-loop cell has no cap: a request held back by the client's semaphore waits outside

@@ -29,7 +29,8 @@ GPU_FIELDS = {"index": "index", "power.draw": "power_w", "clocks.sm": "sm_mhz", 
 REASON_FIELDS = ("clocks_event_reasons.active", "clocks_throttle_reasons.active")  # newer, older drivers
 SERVER_METRICS = {"vllm:num_requests_running": "running", "vllm:num_requests_waiting": "waiting",
                   "vllm:kv_cache_usage_perc": "kv_cache_usage", "vllm:gpu_cache_usage_perc": "kv_cache_usage",
-                  "vllm:num_preemptions_total": "preemptions", "vllm:generation_tokens_total": "generation_tokens"}
+                  "vllm:num_preemptions_total": "preemptions", "vllm:generation_tokens_total": "generation_tokens",
+                  "vllm:request_success_total": "requests_finished"}
 # the driver's energy counter (mJ since it loaded; Volta and newer) and instantaneous power: power.draw
 # is an average over 1 s on Ampere and newer (nvmlDeviceGetPowerUsage), too slow for a 0.4 s window
 FAST_FIELDS = {"total_energy_consumption": "energy_mj", "power.draw.instant": "power_instant_w"}
@@ -84,9 +85,10 @@ class Sampler:
 
     def __init__(self, path: str, gpus: list[int] | None, metrics_url: str | None,
                  period_s: float = DEFAULT_PERIOD_S, smi: str = "nvidia-smi", env: dict | None = None,
-                 off: bool = False, fast_ms: int = FAST_PERIOD_MS):
+                 off: bool = False, on_server=None, fast_ms: int = FAST_PERIOD_MS):
         self.path, self.gpus, self.url, self.period = path, gpus, metrics_url, max(0.1, float(period_s))
-        self.off, self.smi, self.env, self.fast_ms = off, smi, env, max(0, int(fast_ms))
+        self.off, self.smi, self.env, self.on_server = off, smi, env, on_server  # on_server(each sample's metrics)
+        self.fast_ms = max(0, int(fast_ms))
         self.names, self.fast_names = list(GPU_FIELDS), ["index", "power.draw"]
         self._lock, self._proc, self._fast = threading.Lock(), None, None
         self.problems: list[str] = []
@@ -195,7 +197,9 @@ class Sampler:
     def _loop(self) -> None:
         nxt = time.monotonic()
         while not self._stop.is_set():
-            self._write(self.sample())
+            self._write(s := self.sample())
+            with suppress(Exception):  # the runner's request count: a display, never the run's failure
+                self.on_server and "server" in s and self.on_server(s["server"])
             nxt += self.period
             self._stop.wait(max(0.0, nxt - time.monotonic()))
 
@@ -236,11 +240,12 @@ class Sampler:
             self._fh = None
 
 
-def sampler_for(spec: dict, path: str, env: dict | None, gpus: list[int] | None) -> Sampler:
+def sampler_for(spec: dict, path: str, env: dict | None, gpus: list[int] | None, on_server=None) -> Sampler:
     """The runner's one call: the sampler of one bench run into `path` (spec keys server_host, port,
-    telemetry_period_s, telemetry_power_ms; 0 turns either off: a Sampler that records nothing, no power stream)."""
+    telemetry_period_s, telemetry_power_ms; 0 turns either off: a Sampler that records nothing, no power
+    stream), calling on_server(metrics)."""
     url = f"http://{spec.get('server_host') or '127.0.0.1'}:{spec.get('port', 8000)}/metrics"
     period = spec.get("telemetry_period_s", DEFAULT_PERIOD_S)
     env = {k: v for k, v in (env or os.environ).items() if k != "CUDA_VISIBLE_DEVICES"}  # --id picks them
-    return Sampler(path, gpus, url, float(period or DEFAULT_PERIOD_S), env=env, off=not period,
+    return Sampler(path, gpus, url, float(period or DEFAULT_PERIOD_S), env=env, off=not period, on_server=on_server,
                    fast_ms=spec.get("telemetry_power_ms", FAST_PERIOD_MS))

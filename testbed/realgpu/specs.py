@@ -92,7 +92,7 @@ def make_two_gpu(plan, paths, out: Path) -> list[Path]:
     """CAMPAIGN.NODE.json for each of GPU_NODES: specfleet's split (baseline on both), for_gpu."""
     from specfleet.campaign import dump_run_spec
     from specfleet.campaign.spec import build_run_spec
-    from specfleet.campaign.split import NodeInfo, split
+    from specfleet.campaign.schedule.split import NodeInfo, split
     from specfleet.campaign import Paths
     queues = split(plan, [NodeInfo(n, "local") for n in GPU_NODES]).queues
     written = []

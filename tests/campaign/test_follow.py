@@ -6,7 +6,7 @@ import base64
 
 import pytest
 
-from specfleet.campaign.follow import DEAD_GRACE_S, REBOOTED, Fail, Follow, Say, follow, progress_line
+from specfleet.campaign.follow import DEAD_GRACE_S, HEARTBEAT_S, REBOOTED, Fail, Follow, Say, follow, progress_line
 from specfleet.facts.runner_state import RunnerView, parse_view
 from specfleet.campaign.spec import RunnerBusy, resumed
 from specfleet.connection import Unreachable
@@ -76,7 +76,7 @@ def test_a_stalled_runner_is_given_up_after_the_grace():
     dead = RunnerView(state=state(), alive=False, runner_pid=100, boot="boot-A")
     first = f.read("w1", dead, 100.0, RUN_DIR)
     assert says(first) == ["w1: ngram: benchmarking (bench concurrency 1) | done 1, failed 0, left 1 "
-                           "[runner not running: run `fab bench` again to resume]"]
+                           "[runner dead: run `fab bench` again to resume]"]
     assert fails(f.read("w1", dead, 100.0 + DEAD_GRACE_S - 1, RUN_DIR)) == []
     gone = f.read("w1", dead, 100.0 + DEAD_GRACE_S, RUN_DIR)
     assert fails(gone) == [("w1", "follow runner", "the runner is not running and its queue is unfinished "
@@ -123,7 +123,27 @@ def test_failed_items_are_recorded_at_the_end():
 
 
 def test_progress_before_the_runner_wrote_its_state():
-    assert progress_line("w2", RunnerView(alive=True)) == "w2: runner starting"
+    assert progress_line("w2", RunnerView(alive=True, runner_pid=7)) == "w2: runner starting (pid 7)"
+
+
+def test_status_says_no_runner_dead_starting_or_running_as_it_is():
+    """`fab status` said "runner starting" for a host where no runner ran, even one the bench never placed
+    (issue 37): each state is named as it is, a dead runner with the last line of its log."""
+    assert progress_line("w2", RunnerView()) == "w2: no runner (this campaign was not placed here)"
+    dead = RunnerView(spec={"name": "c", "items": []}, log_tail="PermissionError: [Errno 13] Permission denied")
+    assert progress_line("w1", dead) == ("w1: runner dead before its first state (never started, or exited at "
+                                         "once) (runner.log: PermissionError: [Errno 13] Permission denied)")
+    dead_midway = RunnerView(state=state(), alive=False, runner_pid=100, log_tail="Killed")
+    assert progress_line("w1", dead_midway).endswith("[runner dead (runner.log: Killed): run `fab bench` again "
+                                                     "to resume]")
+    live = RunnerView(state=state(), alive=True, runner_pid=100)
+    assert progress_line("w1", live) == "w1: ngram: benchmarking (bench concurrency 1) | done 1, failed 0, left 1"
+
+
+def test_the_view_reads_the_last_line_of_the_runner_log():
+    sections = ["", "", "", "", "boot-A\n", "started\nTraceback ...\nPermissionError: denied \x1b[31m\n\n"]
+    v = parse_view("".join(base64.b64encode(s.encode()).decode() + "\n" for s in sections))
+    assert v.log_tail == "PermissionError: denied ?[31m" and not v.alive and v.spec is None
 
 
 def view_of(state_text: str, spec_text: str = "") -> RunnerView:
@@ -164,7 +184,7 @@ def test_a_state_json_without_items_or_hostile_is_named_not_a_crash(text, why):
 
 
 def test_a_state_json_not_written_yet_is_no_problem():
-    assert view_of("").problems == [] and progress_line("w1", view_of("")) == "w1: runner starting"
+    assert view_of("").problems == [] and progress_line("w1", view_of("")) == "w1: runner starting (pid 100)"
 
 
 class Host:
@@ -263,3 +283,62 @@ def test_a_placed_run_spec_without_its_run_id_is_replaced_not_a_crash():
         assert resumed(spec, placed, None) is spec
         with pytest.raises(RunnerBusy):
             resumed(spec, placed, 42)
+
+
+# ---------------------------------------------------------------- elapsed, ETA, requests (issue 37)
+def timed_state(items, current, started="2026-12-06T10:00:00Z", updated="2026-12-06T10:10:00Z"):
+    """A runner's state with its time stamps (worker clock, host.now) and item records."""
+    return {"status": "running", "current": current, "runner_pid": 100, "boot": "boot-A", "started_at": started,
+            "updated_at": updated, "items": items}
+
+
+def test_progress_shows_requests_elapsed_and_an_eta_corrected_by_what_finished():
+    items = [{"name": "vanilla", "status": "done", "phase": "done", "error": None,
+              "started_at": "2026-12-06T10:00:00Z", "finished_at": "2026-12-06T10:06:00Z"},   # 6 min, planned 4
+             {"name": "ngram", "status": "benchmarking", "error": None, "started_at": "2026-12-06T10:06:00Z",
+              "phase": "bench concurrency 16, repeat 1 of 3 (bench run 2 of 6 on this server)",
+              "requests": {"done": 34, "of": 80}},
+             {"name": "eagle3", "status": "pending", "phase": "", "error": None, "started_at": None}]
+    v = RunnerView(state=timed_state(items, "ngram"), runner_pid=100, alive=True, boot="boot-A")
+    f = Follow(runners={"w1": 100}, estimates={"w1": {"vanilla": 240.0, "ngram": 400.0, "eagle3": 200.0}})
+    [line] = says(f.read("w1", v, 1000.0, RUN_DIR))
+    # ngram: 400 s x 1.5 = 600 s, 4 min run of it; eagle3: 200 s x 1.5 = 300 s -> 360 + 300 = 11 min
+    assert line == ("w1: ngram: benchmarking (bench concurrency 16, repeat 1 of 3 (bench run 2 of 6 on this server), "
+                    "requests 34/80) | done 1, failed 0, left 2, elapsed 10m00s, "
+                    "ETA 11m00s (the plan's estimate x1.50, from what has finished)")
+    # the next requests and our clock moving on: not printed at every poll ...
+    items[1]["requests"] = {"done": 40, "of": 80}
+    assert says(f.read("w1", v, 1010.0, RUN_DIR)) == []
+    # ... but at least every HEARTBEAT_S, with the time carried forward on the worker's clock
+    [later] = says(f.read("w1", v, 1000.0 + HEARTBEAT_S, RUN_DIR))
+    assert "requests 40/80" in later and "elapsed 10m30s" in later and "ETA 10m30s" in later, later
+    # a new phase is printed at once
+    items[1]["phase"] = "bench concurrency 16, repeat 2 of 3 (bench run 4 of 6 on this server)"
+    assert len(says(f.read("w1", v, 1000.0 + HEARTBEAT_S + 1, RUN_DIR))) == 1
+
+
+def test_before_anything_finished_the_eta_is_the_plans_and_an_untimed_item_says_so():
+    items = [{"name": "vanilla", "status": "loading", "phase": "", "error": None,
+              "started_at": "2026-12-06T10:09:00Z"},
+             {"name": "vanilla.r2", "status": "pending", "phase": "", "error": None, "started_at": None}]
+    v = RunnerView(state=timed_state(items, "vanilla"), runner_pid=100, alive=True, boot="boot-A")
+    [line] = says(Follow(estimates={"w1": {"vanilla": 600.0}}).read("w1", v, 0.0, RUN_DIR))
+    # two repeat items share vanilla's 600 s: 300 - 60 s run + 300
+    assert line.endswith("elapsed 10m00s, ETA 9m00s (the plan's estimate)"), line
+    [line] = says(Follow(estimates={"w1": {"ngram": 1.0}}).read("w1", v, 0.0, RUN_DIR))
+    assert "ETA not estimated" in line
+
+
+def test_a_request_count_of_the_wrong_shape_is_not_shown():
+    items = [{"name": "ngram", "status": "benchmarking", "phase": "p", "error": None, "requests": {"done": "x"}}]
+    assert "requests" not in progress_line("w1", RunnerView(state=timed_state(items, "ngram"), alive=True))
+
+
+def test_a_finished_host_is_printed_once_not_at_every_heartbeat():
+    items = [{"name": "vanilla", "status": "done", "phase": "done", "error": None,
+              "started_at": "2026-12-06T10:00:00Z", "finished_at": "2026-12-06T10:06:00Z"}]
+    st = dict(timed_state(items, None), status="done", finished_at="2026-12-06T10:06:00Z")
+    v = RunnerView(state=st, runner_pid=None, alive=False, boot="boot-A")
+    f = Follow(estimates={"w1": {"vanilla": 240.0}})
+    assert says(f.read("w1", v, 0.0, RUN_DIR)) == ["w1: done | done 1, failed 0, left 0, elapsed 6m00s"]
+    assert says(f.read("w1", v, 10 * HEARTBEAT_S, RUN_DIR)) == []

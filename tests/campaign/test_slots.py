@@ -3,11 +3,11 @@ import pytest
 
 from specfleet.campaign.commands import Paths
 from specfleet.plan import PlanError, load_plan, parse_plan
-from specfleet.campaign.slotsplit import polish
-from specfleet.campaign.gpusets import parse_gpus, parse_groups, simulate
+from specfleet.campaign.schedule.slotsplit import polish
+from specfleet.campaign.schedule.gpusets import parse_gpus, parse_groups, simulate
 from specfleet.worker.slots import check_gpus, needed, pick
 from specfleet.campaign.spec import build_run_spec
-from specfleet.campaign.split import NodeInfo, split
+from specfleet.campaign.schedule.split import NodeInfo, split
 
 REPORT = "plans/qwen3-32b.yml"
 
@@ -161,7 +161,7 @@ def test_polish_finds_the_order_the_size_orders_miss():
 
 
 def test_slot_split_is_deterministic_and_its_simulations_are_bounded(monkeypatch):
-    import specfleet.campaign.slotsplit as slotsplit
+    import specfleet.campaign.schedule.slotsplit as slotsplit
     # loads of different lengths: no split reaches the lower bound, so the search runs its whole budget
     many = [ngram(f"x{i}", k=2 + i % 6, load_estimate_s=300 + 37 * i) for i in range(30)] + \
         [{"name": f"tp{i}", "speculative_config": None, "extra_args": ["--tensor-parallel-size", "2"],

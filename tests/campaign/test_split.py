@@ -4,7 +4,7 @@ import random
 import pytest
 
 from specfleet.plan import PlanError, load_plan, parse_plan
-from specfleet.campaign.split import REPORT_DURATIONS, NodeInfo, parse_pins, split
+from specfleet.campaign.schedule.split import REPORT_DURATIONS, NodeInfo, parse_pins, split
 
 REPORT = load_plan("plans/qwen3-32b.yml")
 
@@ -88,7 +88,7 @@ def test_count_bound_never_exceeds_the_optimum_and_can_beat_work_and_pigeonhole(
     per GPU: ten GPUs must run three)."""
     import itertools
 
-    from specfleet.campaign.bounds import count_bound, pigeonhole
+    from specfleet.campaign.schedule.bounds import count_bound, pigeonhole
 
     rng = random.Random(3)
     for _ in range(300):
@@ -133,7 +133,7 @@ def test_the_one_gpu_bound_never_exceeds_the_optimum_and_counts_items_after_the_
                       for j, n in enumerate(nodes))
                   for a in itertools.product(range(n_nodes), repeat=k))
         assert s.lower_bound_s <= opt + 1e-6 <= s.makespan_s + 2e-6, (s.lower_bound_s, opt, s.makespan_s)
-    from specfleet.campaign.bounds import count_bound
+    from specfleet.campaign.schedule.bounds import count_bound
     items = [833.0, 837.1, 875.6, 875.7, 898.9, 906.5, 921.7, 931.1, 943.4, 951.0, 954.0, 955.0, 962.1, 962.8,
              969.2, 972.5, 974.3, 979.1, 994.7, 1019.3, 1028.7, 1047.2, 1062.2, 1064.6, 1070.4, 1070.5, 1093.0,
              1099.7, 1102.1, 1119.2, 1132.9, 1141.5, 1144.5, 1163.4, 1193.4]
@@ -159,7 +159,7 @@ def test_many_twin_nodes_one_estimate_per_set_and_the_same_split_twice(monkeypat
     node; the split is the same twice, places every configuration once and stays near its bound."""
     import importlib
 
-    split_mod = importlib.import_module("specfleet.campaign.split")
+    split_mod = importlib.import_module("specfleet.campaign.schedule.split")
     rng = random.Random(11)
     raw = REPORT.model_dump(mode="json")
     cfgs = [{"name": "vanilla", "speculative_config": None}] + [
@@ -263,8 +263,8 @@ def test_slot_floor_stays_below_every_slot_schedule_and_can_beat_the_splits_boun
     the same bound)."""
     import itertools
 
-    from specfleet.campaign.gpusets import simulate
-    from specfleet.campaign.slotsplit import need_on
+    from specfleet.campaign.schedule.gpusets import simulate
+    from specfleet.campaign.schedule.slotsplit import need_on
 
     mod = _makespan_optimum()
     rng, tighter, was_relaxed = random.Random(3), 0, 0

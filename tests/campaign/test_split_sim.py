@@ -3,7 +3,7 @@ import random
 
 import pytest
 
-from specfleet.campaign.gpusets import NodeSim, simulate
+from specfleet.campaign.schedule.gpusets import NodeSim, simulate
 
 
 def random_node(rng: random.Random):
@@ -58,8 +58,8 @@ def test_node_sim_keeps_the_runners_rule_for_wide_servers_and_pins():
 def one_node_search(durations: dict[str, float], gpus: int):
     """A slotsplit.Search over one node of `gpus` GPUs whose queue holds the baseline 'base' and
     one-GPU items of the given durations."""
-    from specfleet.campaign.slotsplit import Search
-    from specfleet.campaign.split import NodeInfo
+    from specfleet.campaign.schedule.slotsplit import Search
+    from specfleet.campaign.schedule.split import NodeInfo
     node = NodeInfo("w1", gpus=tuple({"index": i} for i in range(gpus)))
     others = sorted(durations.keys() - {"base"})
     dur = {c: {"w1": d} for c, d in durations.items()}

@@ -168,7 +168,7 @@ def guide_edits(page: str) -> list[tuple[str, str | None, object]]:
 def test_the_report_column_appears_in_the_report(tmp_path, monkeypatch):
     """"Add a report column": the page's two entries, and nothing else, put req/s in report.md."""
     import importlib
-    sys.path.insert(0, str(ROOT / "tests" / "results"))
+    sys.path.insert(0, str(ROOT / "tests" / "report"))
     from campaign_builder import write_campaign
     from specfleet.report import report_campaign
     edits = guide_edits("add-a-report-column.md")

@@ -27,13 +27,16 @@ def derived_inventory(tb, tmp_path: Path, edit) -> Path:
 
 
 def fab(*args: str, inventory: Path | None = None, runs: Path | None = None, timeout: float = 600,
-        env: dict | None = None) -> subprocess.CompletedProcess:
+        env: dict | None = None, prefix=None) -> subprocess.CompletedProcess:
+    """`fab ARGS` in the project root; `prefix`: what runs it (e.g. `Testbed.as_login`, as the login user)."""
     e = {**os.environ, "COLUMNS": "200", **(env or {})}
     if inventory:
         e["SPECFLEET_INVENTORY"] = str(inventory)
     if runs:
         e["SPECFLEET_RUNS_DIR"] = str(runs)
-    return subprocess.run([FAB, *args], cwd=PROJECT, env=e, capture_output=True, text=True, timeout=timeout)
+    argv = [FAB, *args]
+    return subprocess.run(prefix(argv) if prefix else argv, cwd=PROJECT, env=e, capture_output=True, text=True,
+                          timeout=timeout)
 
 
 def events(runs: Path) -> list[dict]:

@@ -277,9 +277,13 @@ def test_report_campaign_with_the_automatic_split(tb, tmp_path):
         assert [(i["name"], i["status"], i["attempts"]) for i in st["items"]] == [(n, "done", 1) for n in queue]
         assert_results(tb, host, queue)
         assert_idle(tb, host)
-    # fab printed the split it ran
+    # fab printed the split it ran, and no command line (--verbose prints them), then progress with times
     for host, queue in queues.items():
         assert f"{host}: " + " -> ".join(queue) in out.stdout
+    assert "bin/vllm " not in out.stdout and "--verbose or --check prints" in out.stdout, out.stdout
+    progress = [ln for ln in out.stdout.splitlines() if ln.startswith(("w1: ", "w2: ")) and "elapsed " in ln]
+    assert progress and any(", ETA " in ln for ln in progress), out.stdout
+    assert any("(bench run 1 of 2 on this server" in ln for ln in out.stdout.splitlines()), out.stdout
     # ... and wrote it once, at placement, for collect and report (report/scan/cells.py)
     planned = json.loads((tmp_path / "results" / yaml.safe_load(FAST.read_text())["campaign"] / "planned.json").read_text())
     assert planned["queues"] == queues and set(planned["sources"].values()) == {"placed by fab bench"}
@@ -602,3 +606,67 @@ def test_a_full_disk_ends_the_runner_and_its_server_and_says_where(tb, tmp_path)
     assert items(st)["vanilla"]["status"] == "failed"
     assert_idle(tb, "w1")  # no runner, no server, no engine holding the GPU
     assert state(tb, "w2")["status"] == "done"  # the other host went on
+
+
+# ---------------------------------------------------------------- the drafter against the model
+def test_a_4096_eagle3_drafter_for_the_5120_model_is_refused_before_a_server_starts(tb, tmp_path):
+    """The testbed's drafter is in the speculators layout (testbed/seed.py); a copy of it whose draft
+    layer is 4096 wide is refused on w2 before its server starts, naming both sizes; a copy trained for
+    another verifier runs, and the collected report warns (field report §1.3)."""
+    spec = json.loads(host_sh(tb, "w2", "cat /mnt/fabrix/models/Qwen3-32B-speculator.eagle3/config.json").stdout)
+    assert spec["speculators_config"]["verifier"]["name_or_path"] == "Qwen/Qwen3-32B"
+    narrow = json.loads(json.dumps(spec))
+    narrow["transformer_layer_config"]["hidden_size"] = 4096
+    other = json.loads(json.dumps(spec))
+    other["speculators_config"]["verifier"]["name_or_path"] = "Qwen/Qwen3-14B"
+    root = f"{WORK}/drafters"   # under the campaigns folder: reset removes it
+    for name, cfg in (("narrow", narrow), ("other", other)):
+        p = host_sh(tb, "w2", f"mkdir -p {root}/{name} && printf %s {shlex.quote(json.dumps(cfg))} "
+                              f"> {root}/{name}/config.json")
+        assert p.returncode == 0, p.stderr
+
+    def edit(doc):
+        doc["configurations"] = [c for c in doc["configurations"] if c["name"] == "vanilla"] + [
+            {"name": n, "speculative_config": {"method": "eagle3", "model": f"{root}/{n}", "num_speculative_tokens": 3}}
+            for n in ("narrow", "other")]
+    plan = plan_variant(tmp_path, edit)
+    out = bench(tb, tmp_path, "--assign", "narrow=w2", "--assign", "other=w2", plan=plan)
+    assert out.returncode == 2, out_of(out)   # a host had a failed item
+    it = items(state(tb, "w2"))
+    assert it["narrow"]["status"] == "failed" and it["other"]["status"] == "done", it
+    err = it["narrow"]["error"]   # the model: the worker's first readable candidate
+    assert err.startswith(f"the drafter {root}/narrow was trained for hidden size 4096 (hidden_size), the model /mnt/") \
+        and err.endswith("Qwen3-32B has hidden size 5120; nothing was started"), err
+    assert not host_sh(tb, "w2", f"ls {run_dir('w2')}/narrow.server.log 2>/dev/null").stdout.strip()
+    coll = fab("collect", "--plan", str(plan), "--results", str(tmp_path / "results"), inventory=inventory_of(tb),
+               runs=tmp_path / "runs-collect")
+    md = (tmp_path / "results" / CAMPAIGN / "report.md").read_text()
+    assert "## Drafter checked against the model" in md, out_of(coll)
+    assert (f"Drafter: other on w2: the drafter {root}/other was trained for verifier 'Qwen/Qwen3-14B', the served "
+            "model is 'Qwen3-32B'") in md
+
+
+# ---------------------------------------------------------------- the user's own prompts
+def test_a_campaign_on_a_custom_jsonl_runs_end_to_end(tb, tmp_path):
+    """dataset_name: custom (the report's follow-up 3 on the user's own file): fab bench places the
+    bastion's JSONL on every worker, the simulated vLLM's bench reads it as vLLM's CustomDataset, in
+    file order; fab collect reports it."""
+    sample = PROJECT / "datasets" / "sample" / "summarize-rag.jsonl"
+
+    def edit(doc):
+        doc["benchmark"].update(dataset_name="custom", dataset_path=str(sample))
+        doc["configurations"] = [c for c in doc["configurations"] if c["name"] in ("vanilla", "ngram_improved")]
+    plan = plan_variant(tmp_path, edit)
+    out = bench(tb, tmp_path, "--assign", "ngram_improved=w1", plan=plan)
+    assert out.returncode == 0, out_of(out)
+    assert_results(tb, "w1", ["vanilla", "ngram_improved"])
+    assert_results(tb, "w2", ["vanilla"])
+    # the file has no `turns`: read as spec_bench, the bench would have failed ("must contain a 'turns' column")
+    r = host_json(tb, "w1", f"{run_dir('w1')}/ngram_improved_conc1.json")
+    assert len(r["input_lens"]) == 4 and all(n > 50 for n in r["input_lens"])   # the documents, templated
+    spec = host_json(tb, "w1", f"{run_dir('w1')}/run.json")
+    assert {i["client"]["dataset_name"] for i in spec["items"]} == {"custom"}
+    coll = fab("collect", "--plan", str(plan), "--results", str(tmp_path / "results"), inventory=inventory_of(tb),
+               runs=tmp_path / "runs-collect")
+    assert coll.returncode == 0, out_of(coll)
+    assert (tmp_path / "results" / CAMPAIGN / "report.md").is_file()

@@ -59,7 +59,8 @@ def run(inv_path, steps_for, **kw):
 
 
 def test_every_step_converges_then_changes_nothing(testbed_factory, src_tree):
-    tb = testbed_factory(workers=4)
+    # as root: RsyncTree runs rsync as the login user, into a root-owned /opt (the root-login case)
+    tb = testbed_factory(workers=4, login="root")
     tb.fault("w1", "stale-route")
     inv = inventory_of(tb)
     first = run(inv, lambda h: every_step(h, src_tree))
@@ -121,9 +122,16 @@ def test_failed_and_unreachable_hosts_do_not_stop_the_others(testbed_factory, tm
 
 def test_cli_exit_codes_and_recap(testbed_factory, tmp_path):
     tb = testbed_factory(workers=2)
+    # w1 has its venv (a python that runs at venv_path), w2 has none: reachable, but not ready for a campaign
+    assert host_sh(tb, "w1", "mkdir -p /opt/vllm-venv/bin && ln -s /usr/bin/python3 /opt/vllm-venv/bin/python"
+                   ).returncode == 0
     ok = fab("facts", inventory=inventory_of(tb), runs=tmp_path / "runs")
     assert ok.returncode == 0, ok.stderr
     assert "RECAP facts" in ok.stdout and "w1" in ok.stdout and "ens35" in ok.stdout
+    recap = ok.stdout[ok.stdout.index("RECAP facts"):]
+    row = {h: next(ln for ln in recap.splitlines() if f" {h} " in ln) for h in ("w1", "w2")}
+    assert "fine" in row["w1"] and "not ready: no venv at /opt/vllm-venv" in row["w2"], recap
+    assert "MISSING: /opt/vllm-venv" in ok.stdout and "/opt/vllm-venv (Python 3." in ok.stdout, ok.stdout
     # each worker's GPU, from the nvidia-smi stand-in: index, name, memory (the table may fold the name)
     assert ok.stdout.count("0: NVIDIA RTX PRO") == len(tb.workers) and "97887" in ok.stdout, ok.stdout
     commands = [e for e in events(tmp_path / "runs") if e.get("event") == "commands"]
@@ -197,7 +205,7 @@ def test_event_log_records_every_step_and_masks_secrets(testbed_factory, tmp_pat
 
 
 def test_rsync_check_lists_and_second_sync_transfers_nothing(testbed_factory, src_tree):
-    tb = testbed_factory(workers=2)
+    tb = testbed_factory(workers=2, login="root")  # rsync as the login user into /opt
     inv = load_inventory(inventory_of(tb))
     host = inv.hosts["w1"]
     step = RsyncTree(host, str(src_tree), "/opt/tree-copy")

@@ -8,6 +8,7 @@ fab's output alone.
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import shutil
 import subprocess
@@ -112,6 +113,43 @@ def test_demo_plan_runs_as_a_slurm_job_and_collect_merges_every_cell(slurm_bed, 
         assert prov["slurm"]["job_id"] == job_id and job_id in prov["slurm"]["jobs"]
     r = fab("status", "--plan", PLAN, inventory=inv, runs=tmp_path / "runs-status")
     assert r.returncode == 0 and f"Slurm job {job_id}: COMPLETED" in r.stdout, out(r)
+
+
+NONROOT_PLAN = "tests/e2e/plans/nonroot.yml"  # vanilla, n-gram, EAGLE-3 at concurrency 16 and 1
+
+
+def test_a_campaign_as_the_ordinary_login_user_runs_as_that_users_job(slurm_bed, tmp_path):
+    """The field report's setup under Slurm (issue 37): `fab` run by maymust (an ordinary user with
+    passwordless sudo on the nodes, `Testbed.as_login`), not root. provision (its root probes through
+    `sudo -n` on each node), bench on w1,w2 and collect of vanilla, n-gram and EAGLE-3 at c=16 and 1 end with
+    exit 0 and every cell merged; the job is maymust's and so is everything it wrote."""
+    tb, inv, sched = slurm_bed
+    uid = tb.state()["login_uid"]
+    home = Path(tempfile.mkdtemp(prefix="sf-login-", dir=tb.disk_dir))  # the login user's, seen by it
+    os.chown(home, uid, uid)
+    mine = home / "inventory.yml"
+    mine.write_text(inv.read_text())
+    results, env = home / "results", {"HOME": str(home), "TMPDIR": str(home)}
+
+    def as_login(*args, runs):
+        r = fab(*args, inventory=mine, runs=home / runs, env=env, prefix=tb.as_login, timeout=900)
+        assert r.returncode == 0, out(r)
+        return r
+    as_login("provision", runs="r-provision")
+    as_login("bench", "--hosts", "w1,w2", "--plan", NONROOT_PLAN, "--results", str(results), runs="r-bench")
+    shared = Path(sched["shared_dir"]) / "nonroot"
+    job_id = json.loads((shared / "slurm" / "jobs.json").read_text())[-1]["job_id"]
+    job = slurm_job(sched, job_id)
+    assert job["user_id"] == uid and "COMPLETED" in str(job["job_state"]), (job["user_id"], job["job_state"])
+    for h in HOSTS:
+        rdir = shared / h / "nonroot" / h
+        assert {p.stat().st_uid for p in [rdir, *rdir.iterdir()]} == {uid}, sorted(p.name for p in rdir.iterdir())
+    as_login("collect", "--plan", NONROOT_PLAN, "--results", str(results), runs="r-collect")
+    rows = json.loads((results / "nonroot" / "merged.json").read_text())
+    assert {(x["config"], x["concurrency"]) for x in rows} == {(c, n) for c in ("vanilla", "ngram", "eagle3")
+                                                               for n in (1, 16)}
+    r = as_login("status", "--plan", NONROOT_PLAN, runs="r-status")
+    assert f"Slurm job {job_id}: COMPLETED" in r.stdout, out(r)
 
 
 def test_bad_partition_node_and_unshared_path_are_one_line_each(slurm_bed, tmp_path):

@@ -17,8 +17,8 @@ STOR_NET = "192.168.160.0/24"
 MOUNT = "mount -t nfs4 -o ro,vers=4.2,hard,proto=tcp 192.168.160.7:/media/SSD-Storage/SW /mnt/fabrix"
 
 
-def ssh_run(tb, host: str, cmd: str) -> tuple[int, str, str]:
-    c = tb.ssh(host)
+def ssh_run(tb, host: str, cmd: str, user: str = "root") -> tuple[int, str, str]:
+    c = tb.ssh(host, user=user)
     try:
         _, out, err = c.exec_command(cmd, timeout=30)
         rc = out.channel.recv_exit_status()
@@ -61,7 +61,9 @@ def test_inventory_is_valid(testbed4):
     inv = load_inventory(testbed4.inventory_path)
     assert sorted(inv.hosts) == ["w1", "w2", "w3", "w4"]
     w2 = inv.hosts["w2"]
-    assert (w2.address, w2.user, w2.var("storage_ip")) == ("10.10.30.15", "root", "192.168.160.15")
+    # the field report's login: an ordinary user with passwordless sudo (docs/testbed.md)
+    assert (w2.address, w2.user, w2.become, w2.var("storage_ip")) == ("10.10.30.15", "maymust", True,
+                                                                      "192.168.160.15")
     assert w2.var("nfs_server") == "192.168.160.7" and w2.var("testbed") is True
     assert inv.groups["workers"] == ["w1", "w2", "w3", "w4"]
 
@@ -77,6 +79,18 @@ def test_ssh_every_worker_with_strict_known_hosts(testbed4):
         c.connect(testbed4.address("w1"), username="root", key_filename=str(testbed4.key),
                   allow_agent=False, look_for_keys=False, timeout=5)
     c.close()
+
+
+def test_the_login_user_is_ordinary_with_passwordless_sudo_and_a_home_of_its_own(testbed4):
+    """As on the field report's cluster (issue 37): the inventory's login is maymust, not root; sudo -n works
+    for it on every worker; its home is its own and private to the worker."""
+    for w in testbed4.workers:
+        rc, out, err = ssh_run(testbed4, w, "id -un; id -u; sudo -n id -un; echo \"$HOME\"; touch ~/sf-home-test && "
+                                            "stat -c %U ~/sf-home-test && rm ~/sf-home-test", user="maymust")
+        name, uid, sudo_name, home, owner = out.split()
+        assert rc == 0 and (name, sudo_name, home, owner) == ("maymust", "root", "/home/maymust", "maymust"), err
+        assert uid != "0"
+    assert not os.path.exists("/home/maymust/sf-home-test")
 
 
 def test_private_paths_are_private(testbed4):

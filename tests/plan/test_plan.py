@@ -133,7 +133,7 @@ def test_commands_for_report_plan():
     serve = shlex.split(lines[0])
     assert serve[:3] == ["/vllm-venv/bin/vllm", "serve", "@MODEL@"]
     sc = serve[serve.index("--speculative-config") + 1]
-    assert sc == '{"method":"eagle3","model":"/mnt/Qwen3-32B-speculator.eagle3","num_speculative_tokens":3}'
+    assert sc == '{"method":"eagle3","model":"/mnt/fabrix/models/Qwen3-32B-speculator.eagle3","num_speculative_tokens":3}'
     assert "'{" in lines[0]  # the JSON is quoted for the shell
     for w in ("--max-model-len", "2048", "--gpu-memory-utilization", "0.95", "--no-enable-log-requests"):
         assert w in serve
@@ -166,8 +166,8 @@ def test_unknown_speculative_key_is_refused_unless_the_plan_opts_in(tmp_path):
     typo = MINI.replace("num_speculative_tokens: 4,", "num_speculative_tokens: 4, num_spec_tokens: 4,")
     msg = err(tmp_path, typo)
     assert msg == (f"{tmp_path / 'p.yml'}: configuration 'ng', field 'speculative_config': unknown key(s) "
-                   "'num_spec_tokens': not a vLLM SpeculativeConfig field (a newer vLLM's key goes in "
-                   "speculative_extra_keys)")
+                   "'num_spec_tokens': a SpeculativeConfig field of no vLLM release in docs/vllm-releases.md (a newer "
+                   "vLLM's key goes in speculative_extra_keys)")
     opted = typo.replace("{name: ng, ", "{name: ng, speculative_extra_keys: [num_spec_tokens], ")
     p = load_plan(write(tmp_path, opted, "ok.yml"))
     assert p.config("ng").speculative_config["num_spec_tokens"] == 4

@@ -13,7 +13,7 @@ from tests.run_argv import rendered
 from specfleet.worker.layout import cell_result_filename as result_filename
 from specfleet.worker.fitcheck import select
 from specfleet.plan import PlanError, load_plan, parse_plan
-from specfleet.campaign.split import NodeInfo, item_s, split
+from specfleet.campaign.schedule.split import NodeInfo, item_s, split
 from specfleet.plan.sweep import parse_cell, parse_result_name
 from tests.shared_data import SPEC_BENCH
 

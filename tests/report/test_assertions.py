@@ -70,3 +70,29 @@ def test_report_checks_assertions_and_writes_the_snapshot(tmp_path):
     assert out.exit_code & EXIT_ASSERTION
     snap = json.loads((d / PLAN_SNAPSHOT).read_text())
     assert snap["plan_hash"] == plan.plan_hash() and snap["assertions"][1]["min"] == 2.5
+
+
+def test_the_report_says_what_was_not_checked_against_a_vllm_release(tmp_path):
+    """A method no release of the matrix has runs only with the plan's opt-in, and the report says so."""
+    raw = plan_raw()
+    d = campaign(tmp_path / "results", raw, seed=1)
+    (d / PLAN_SNAPSHOT).unlink()
+    eagle = next(c for c in raw["configurations"] if c["name"] == "eagle3")
+    eagle["speculative_extra_methods"] = ["eagle9"]
+    eagle["speculative_config"]["method"] = "eagle9"
+    raw["vllm_version"] = "0.99.0"
+    out = report_plan(parse_plan(raw, "plans/demo.yml"), "plans/demo.yml", tmp_path / "results", quiet=True)
+    assert "configuration 'eagle3': speculative method 'eagle9' is in no vLLM release of the matrix (opted in by " \
+           "speculative_extra_methods): not checked against the release" in out.warnings
+    assert any(w.startswith("the plan pins vLLM 0.99.0, which the release matrix") for w in out.warnings)
+
+
+def test_the_report_says_a_real_vllm_outside_the_matrix_was_not_checked(tmp_path):
+    from campaign_builder import write_campaign
+    from specfleet.report.build import report_campaign
+    camp = write_campaign(tmp_path / "c", extra={"vllm_version": "0.29.0"})
+    out = report_campaign(camp, quiet=True)
+    assert ("the results ran vLLM 0.29.0, which the release matrix (docs/vllm-releases.md) does not hold: the plan's "
+            "flags, speculative keys, methods and dataset were not checked against it") in out.warnings
+    other = write_campaign(tmp_path / "d")   # 0.28.0: in the matrix
+    assert not [w for w in report_campaign(other, quiet=True).warnings if "release matrix" in w]

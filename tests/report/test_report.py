@@ -219,3 +219,24 @@ def test_repeats_pool_spec_counters_and_count_missing_keys_as_no_drafts(tmp_path
     assert ng.output_tok_s == pytest.approx((228.36211440604023 + 247.31894716501543) / 2)
     # the ratio of geometric means (the centre of the interval; issue 23), not of arithmetic means
     assert ng.speedup == pytest.approx((228.36211440604023 * 247.31894716501543) ** 0.5 / 490.38400591338785)
+
+
+def test_the_report_opens_with_its_answer_in_plain_words(campaign):
+    """Conclusion first, as the field report: per concurrency which configuration to use, its speedup with
+    its interval (or that there is none), its TTFT cost, whether the nodes agreed; the method's prose (the
+    gate rule, the summary's note) is said once, below the answer."""
+    o = run(campaign)
+    md = (campaign / "report.md").read_text()
+    heads = [ln for ln in md.splitlines() if ln.startswith("## ")]
+    assert heads[0] == "## Answer", heads
+    answer = md[md.index("## Answer"):md.index("## Summary")]
+    assert ("At concurrency 1: use **eagle3**: 2.11x the output tokens per second of vanilla on w2 (1 run, no "
+            "interval); time to first token") in answer, answer
+    assert "At concurrency 16: use **eagle3**: 1.83x" in answer and "129 ms -> 142 ms (+13 ms, mean)" in answer
+    # one run per node: the gate passes unverified, and the answer says so
+    assert "Whether the nodes agree is not verified (a single run on a node shows no spread" in answer, answer
+    rule = o.model.gate.rule.describe()
+    assert md.count(rule) == 1 and md.index(rule) > md.index("## Summary")
+    assert md.index("Speedup over the same node's") > md.index("## Answer")
+    html = (campaign / "report.html").read_text()
+    assert html.index('id="answer"') < html.index('id="summary"') and "<strong>eagle3</strong>" in html

@@ -89,7 +89,8 @@ def test_report_section_plot_and_gate_differences(tmp_path):
     assert any("telemetry w2" in ln and "HW thermal" in ln for ln in after), printed[at:at + 6]
     out = report_plan(plan, "plans/demo.yml", tmp_path / "results", quiet=True, force=True)
     md = (d / "report.md").read_text()
-    head = md[md.index("Node equivalence:"):md.index("## ")]
+    at = md.index("Node equivalence:")  # under the answer, before the next section
+    head = md[at:md.index("## ", at)]
     assert "telemetry w2" in head and "HW thermal" in head
     page = (d / "report.html").read_text()
     assert page.index('id="gate-telemetry"') < page.index('id="summary"')
@@ -211,7 +212,7 @@ def test_nesting_bomb_line_is_refused_and_the_report_still_made(tmp_path):
 def test_a_workers_escape_codes_and_html_never_reach_the_report_raw(tmp_path):
     """Text a worker wrote (here its telemetry header's problems; a result's fields go the same way)
     reached report.md raw: terminal escape codes and HTML, which a Markdown viewer renders. Every value
-    leaves the templates through one finalize: controls shown as escapes, '<' as '&lt;' in Markdown."""
+    leaves the templates through one finalize: controls shown as escapes, a '<' that opens HTML as '&lt;' in Markdown."""
     raw = plan_raw()
     d = campaign(tmp_path / "results", raw, seed=1)
     hostile = "\x1b[2J\x1b[31mpwned\x1b[0m \x07<img src=x onerror=alert(1)>"

@@ -7,7 +7,7 @@ import json
 import os
 from pathlib import Path
 
-from specfleet.campaign.split import NodeInfo, split
+from specfleet.campaign.schedule.split import NodeInfo, split
 from specfleet.inventory import Host
 from specfleet.plan import load_plan
 from specfleet.scheduler import SlurmScheduler

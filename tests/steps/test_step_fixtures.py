@@ -10,8 +10,8 @@ Each tests/steps/<module>.<Step>/<case>.json holds:
   "error"           instead of "changes": a substring of the StepFailed message
   "report"          optional: what `report` returns
 <module> is looked up under specfleet.steps, specfleet.roles and specfleet (e.g.
-files.Directory, nvidia.DriverLoaded, campaign.bounds.pigeonhole_bound). A directory may also name a pure function
-(e.g. campaign.bounds.pigeonhole_bound, network.find_duplicates): then "kwargs" in, "value" out.
+files.Directory, nvidia.DriverLoaded, campaign.schedule.bounds.pigeonhole_bound). A directory may also name a pure function
+(e.g. campaign.schedule.bounds.pigeonhole_bound, network.find_duplicates): then "kwargs" in, "value" out.
 """
 from __future__ import annotations
 

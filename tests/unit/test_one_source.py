@@ -5,8 +5,9 @@ from pathlib import Path
 
 import yaml
 
-from specfleet.plan import KNOWN_METHODS, NGRAM_METHODS, Equivalence, parse_plan
-from specfleet.campaign.split import METHOD_SPEED
+from specfleet.plan import NGRAM_METHODS, Equivalence, parse_plan
+from specfleet.plan.releases import known_methods
+from specfleet.campaign.schedule.split import METHOD_SPEED
 from specfleet.report.gates.gate import DEFAULT_BASELINE, EquivalenceRule
 
 REPO = Path(__file__).resolve().parents[2]
@@ -60,7 +61,7 @@ def test_a_plan_without_equivalence_gets_the_default_rule():
 
 
 def test_method_names_are_listed_once():
-    assert set(METHOD_SPEED) - {None} <= KNOWN_METHODS
+    assert set(METHOD_SPEED) - {None} <= known_methods()
     assert NGRAM_METHODS <= set(METHOD_SPEED)
     strings = Counter(n.value for _, t in trees() for n in ast.walk(t) if isinstance(n, ast.Constant))
     assert strings["ngram_gpu"] == 1 and strings["mlp_speculator"] == 1, "method names belong in plan.py"

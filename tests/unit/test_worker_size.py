@@ -8,7 +8,10 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-WORKER_LINES = 2_375  # all lines, as scripts/package-lines counts them (2,371 on 2026-12-06: main's 2,303 + issue 39's power stream, 68)
+WORKER_LINES = 2_555  # all lines, as scripts/package-lines counts them (2,300 on 2026-12-03; main 2,304 on 2026-12-06,
+# then 2,323 with issue 37's request count of the running bench and the phase's "repeat K of R" wording, then
+# 2,482 with issue 38's drafter check, release refusal, TTFT + ITL latency and custom dataset prompts, then
+# 2,552 with issue 39's power stream: nvidia-smi --loop-ms on a pty, on the monotonic clock)
 
 
 def worker_lines(folder: Path) -> int:

@@ -296,7 +296,7 @@ def test_after_a_reboot_the_runner_says_so_and_names_fab_provision(bed, monkeypa
     assert bed.run(spec) == EXIT_FAILED
     st = bed.state()
     it = st["items"][0]
-    assert it["interrupted"] == "host rebooted during benchmarking (bench concurrency 1 (run 1/2))"
+    assert it["interrupted"] == "host rebooted during benchmarking (bench concurrency 1 (bench run 1 of 2 on this server))"
     assert "no readable model directory" in it["error"] and "run `fab provision`" in it["error"]
     assert "host rebooted" in st["rebooted"]
 

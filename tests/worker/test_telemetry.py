@@ -159,3 +159,25 @@ def test_no_pseudo_terminal_no_power_stream_and_the_run_goes_on(tmp_path, gpu2, 
     got = lines(out)
     assert [g["problem"] for g in got if g["kind"] == "problem"] == ["power stream not recorded: out of pty devices"]
     assert sum(g["kind"] == "sample" for g in got) >= 2 and not any(g["kind"] == "power" for g in got)
+
+
+def finished(n_stop: float, n_length: float) -> str:
+    """vLLM's finished-request counter, one label set per finished_reason (summed by parse_metrics)."""
+    return (f'vllm:request_success_total{{engine="0",finished_reason="stop",model_name="bench"}} {n_stop}\n'
+            f'vllm:request_success_total{{engine="0",finished_reason="length",model_name="bench"}} {n_length}\n')
+
+
+def test_the_runner_counts_a_runs_finished_requests_from_its_servers_metrics():
+    """fab bench's `requests 34/80`: the server's finished requests since the run's first sample, less the
+    client's warm-ups, at most the run's prompts; written into the item's state only when it changes."""
+    from types import SimpleNamespace
+    from specfleet.worker.lane import Lane
+    written = []
+    owner = SimpleNamespace(set=lambda rec, **kw: (rec.update(kw), written.append(kw["requests"])))
+    rec: dict = {}
+    on_server = Lane.requests_counter(SimpleNamespace(owner=owner), rec, SimpleNamespace(num_warmups=1),
+                                      SimpleNamespace(prompts=lambda: 80))
+    for text in (finished(4, 6), finished(4, 6), finished(5, 6), finished(30, 20), finished(150, 50), METRICS):
+        on_server(parse_metrics(text))   # the last: a server without the counter changes nothing
+    assert written == [{"done": 0, "of": 80}, {"done": 39, "of": 80}, {"done": 80, "of": 80}]
+    assert rec["requests"] == {"done": 80, "of": 80}

@@ -24,7 +24,7 @@ from ..scan.cells import CellState
 from ..gates.gate import GateResult
 from ..tables.categories import heatmap_grid
 from .export import MERGED_SCHEMA_VERSION
-from ..tables.conclusions import best_rows
+from ..tables.conclusions import answer, best_rows
 from ..tables.diagnosis import MIN_WAVES
 from ..tables.measures import ACCEPTANCE_FLAGS, NEAR_ZERO, NoiseBand, cell_order, cell_title, latency_sections
 from ..tables.merge import Tables
@@ -73,6 +73,7 @@ class ReportModel:
     gate_verdict: str = ""       # PASSED | FAILED | NOT CHECKED, with why when not all was checked
     summary: Section | None = None  # configuration x concurrency: speedup, interval, verdict (top of the report)
     gate_telemetry: list[str] = field(default_factory=list)  # a failed gate: each node's telemetry (telemetry.py)
+    answer: list[str] = field(default_factory=list)  # the report's first lines (conclusions.answer)
 
 
 def gate_verdict(gate: GateResult, cells: list[CellState] | None = None) -> str:
@@ -305,10 +306,11 @@ def build_model(campaign: str, tables: Tables, gate: GateResult, conclusions: li
                                 if flagged else "")))
     secs += [_section(title, df, cols, note) for title, df, cols, note in
              provenance_sections(tables.provenance, tables.provenance_results)]
+    verdict = gate_verdict(gate, cells)
     return ReportModel(campaign=campaign, baseline=baseline, stamps=stamps, tags=tags, gate=gate,
                        conclusions=conclusions, sections=secs, notes=list(tables.notes),
                        warnings=list(warnings or []), quarantined=list(quarantined or []),
-                       gate_verdict=gate_verdict(gate, cells),
+                       gate_verdict=verdict, answer=answer(tables.runs, baseline, verdict) if not tables.runs.empty else [],
                        summary=summary_section(_flag_verdicts(tables.runs), baseline, tables.repeats_note,
                                                tables.noise, [tables.setup_note, tables.waves_note])
                        if not tables.runs.empty else None)
@@ -322,6 +324,9 @@ def md_cell(s: str) -> str:
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # all but tab and newline: ESC starts a terminal's codes
 
 
+_HTML_OPEN = re.compile(r"<(?=[A-Za-z/!?])")
+
+
 def shown(value: Any) -> Any:
     """A value as the report shows it: its control characters (a worker's terminal escape codes) as
     visible escapes (`\\x1b[31m`). Every `{{ }}` of both templates goes through here (Jinja's
@@ -332,10 +337,12 @@ def shown(value: Any) -> Any:
 
 
 def shown_md(value: Any) -> Any:
-    """`shown`, and `<` as `&lt;`: report.md is rendered as Markdown, which passes HTML through (a
-    worker's `<script>` or `<img>` reads as text; report.html is autoescaped by Jinja)."""
+    """`shown`, and a `<` that could open HTML (a tag, comment, declaration or autolink: `<` before a
+    letter, `/`, `!` or `?`) as `&lt;`: report.md is rendered as Markdown, which passes HTML through (a
+    worker's `<script>` or `<img>` reads as text; report.html is autoescaped by Jinja). A `<` that
+    cannot open HTML (`TPOT <= 50 ms`) stays as written, readable in the plain file."""
     value = shown(value)
-    return value.replace("<", "&lt;") if isinstance(value, str) else value
+    return _HTML_OPEN.sub("&lt;", value) if isinstance(value, str) else value
 
 
 def write_report(out_dir: Path, model: ReportModel, tables: Tables) -> dict[str, Path]:
@@ -404,6 +411,10 @@ def print_report(model: ReportModel, console=None, gate_only: bool = False, warn
     if not gate_only:
         for c in model.conclusions:
             console.print("• " + c.replace("**", ""), markup=False)
+        if model.answer:  # the answer last on the terminal, where the eye lands (first in report.md/html)
+            console.print("[bold]Answer[/]")
+            for a in model.answer:
+                console.print("  " + a.replace("**", ""), markup=False)
     for m in model.quarantined + [f"warning: {w}" for w in (model.warnings if warnings is None else warnings)]:
         console.print(m, style="yellow", markup=False)
     if cells is not None:

@@ -1,10 +1,12 @@
 """Goodput under the plan's SLO (benchmark.slo, specfleet/plan/slo.py), per bench cell: the columns
 goodput_req_s, slo_attainment_pct, meets_slo, goodput_speedup, vllm_goodput_req_s (docs/slo.md says
 what each is). A request is good when it succeeded and meets every limit (vLLM's rule), read from the
-result's per-request arrays (--save-detailed); a run without them has no goodput (NaN), never zero.
-A speedup at the SLO is a ratio of goodputs where both sides meet the SLO: elsewhere the report says
-which side misses it and the highest load each meets; every speedup shown carries the row's flags
-(acceptance DEGENERATE / NEAR-ZERO, tail-dominated).
+result's per-request arrays (--save-detailed; a request's latency is its TTFT plus its ITLs where the
+file has no `latencies`, as vLLM 0.26-0.29 write it); a run without them has no goodput (NaN), never
+zero, and the report says why (worker/crossover.why_no_goodput). A speedup at the SLO is a ratio of
+goodputs where both sides meet the SLO: elsewhere the report says which side misses it and the highest
+load each meets; every speedup shown carries the row's flags (acceptance DEGENERATE / NEAR-ZERO,
+tail-dominated).
 """
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ import statistics
 import pandas as pd
 
 from ...plan.slo import Slo
-from ...worker.crossover import good_requests as count_good
+from ...worker.crossover import good_requests as count_good, why_no_goodput
 from ..scan.folder import Campaign, Run
 from ..tables.conclusions import tail_dominated
 from ..tables.measures import ACCEPTANCE_FLAGS
@@ -25,7 +27,13 @@ def good_requests(run: Run, slo: Slo) -> tuple[int, int] | None:
     """(good, succeeded) of one run, or None when its per-request arrays are missing or uneven (the
     rule is the worker's, which the goodput crossover search applies on the node)."""
     res = run.result
-    return count_good(res.ttfts, res.latencies, res.output_lens, res.errors, slo.limits())
+    return count_good(res.ttfts, res.latencies, res.output_lens, res.errors, slo.limits(), res.itls)
+
+
+def why_not(run: Run) -> str | None:
+    """Why one run has no goodput (None: it has one)."""
+    res = run.result
+    return why_no_goodput({k: getattr(res, k) for k in ("ttfts", "latencies", "itls", "output_lens", "errors")})
 
 
 def add_goodput(camp: Campaign, runs: pd.DataFrame, baseline: str, slo: Slo | None) -> pd.DataFrame:
@@ -33,10 +41,11 @@ def add_goodput(camp: Campaign, runs: pd.DataFrame, baseline: str, slo: Slo | No
     if slo is None or runs.empty:
         return runs
     groups = camp.groups()
-    gp, att, vg = [], [], []
+    gp, att, vg, why = [], [], [], []
     for _, row in runs.iterrows():
         rs = groups.get((row.cell, row.config, row.node), [])
         counted = [(r, g) for r in rs if (g := good_requests(r, slo)) is not None]
+        why.append(next((w for r in rs if (w := why_not(r))), None if rs else "no run"))
         if not counted or len(counted) < len(rs):
             gp.append(math.nan), att.append(math.nan)
         else:
@@ -47,6 +56,8 @@ def add_goodput(camp: Campaign, runs: pd.DataFrame, baseline: str, slo: Slo | No
         vg.append(statistics.fmean(own) if own else math.nan)
     out = runs.copy()
     out["goodput_req_s"], out["slo_attainment_pct"], out["vllm_goodput_req_s"] = gp, att, vg
+    # why a cell has no goodput, for slo_lines: kept out of the columns (merged.json's schema)
+    out.attrs["goodput_missing"] = {(c, n, cell): w for c, n, cell, w in zip(out.config, out.node, out.cell, why) if w}
     out["meets_slo"] = [None if math.isnan(a) else a >= slo.attainment_pct for a in att]
     base = out[out.config == baseline].set_index(["node", "cell"])
     sp, base_meets, flags = [], [], []
@@ -107,8 +118,11 @@ def slo_lines(runs: pd.DataFrame, baseline: str, slo: Slo) -> list[str]:
         return []
     out = [f"SLO: {slo.describe()}; a cell meets it when >= {slo.attainment_pct:g} % of its requests are good "
            "(goodput = good requests / duration, from the per-request arrays)."]
+    missing = runs.attrs.get("goodput_missing", {})
     if runs.goodput_req_s.isna().all():
-        return out + ["Goodput not recorded: the result files have no per-request arrays (--save-detailed)."]
+        return out + [f"Goodput not recorded: {'; '.join(dict.fromkeys(missing.values())) or 'not measured'}."]
+    for (cfg, node, cell), why in missing.items():
+        out.append(f"{cfg} on {node} at {cell}: goodput not recorded: {why}.")
     tops = highest_meeting(runs)
     for (cfg, node), conc in tops.items():
         at = "no concurrency measured meets it" if conc is None else f"highest concurrency meeting it: {conc}"

@@ -74,7 +74,7 @@ class KVFacts:
 @dataclass
 class NodeRecord:
     """What the results folder holds about one node: its runner state, done items, provenance
-    (not specfleet.campaign.split.NodeInfo, what the split knows of a node before the run)."""
+    (not specfleet.campaign.schedule.split.NodeInfo, what the split knows of a node before the run)."""
 
     host: str
     provenance: dict[str, str] = field(default_factory=dict)

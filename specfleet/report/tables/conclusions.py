@@ -201,3 +201,45 @@ def diagnosis_lines(runs: pd.DataFrame, baseline: str) -> list[str]:
                        "(speculative decoding is lossless under greedy decoding: batch-dependent numerics, or a loop "
                        "entered at another token)")
     return out
+
+
+def answer(runs: pd.DataFrame, baseline: str, gate_verdict: str) -> list[str]:
+    """The report's first lines, in plain words (the field report's "conclusion first"): per bench cell
+    which configuration to use, its speedup with its interval, what it costs in time to first token,
+    then whether the nodes agreed. How each figure is made is said once, below (docs/report.md)."""
+    out = []
+    best = best_rows(runs, baseline) if "acceptance_flag" in runs else runs.iloc[0:0]
+    multi = runs.node.nunique() > 1
+    for cell in cell_order(runs):
+        rows = runs[runs.cell == cell]
+        where = (f"At concurrency {int(rows.concurrency.iloc[0])}"
+                 + ("" if cell == f"conc{int(rows.concurrency.iloc[0])}" else f" (cell {cell})"))
+        pick = best[best.cell == cell]
+        if pick.empty:
+            out.append(f"{where}: use **{baseline}**. No configuration is measurably faster than it on the same node.")
+            continue
+        r = pick.iloc[0]
+        lo, hi = r.get("speedup_ci_low"), r.get("speedup_ci_high")
+        ci = (f"95 % interval {lo:.2f}x to {hi:.2f}x" if lo == lo and lo is not None and hi == hi
+              else f"{int(r.repeats)} run, no interval")
+        b = _base_row(runs, baseline, r.node, cell)
+        ttft = "time to first token not recorded"
+        if b is not None and b.ttft_ms == b.ttft_ms and r.ttft_ms == r.ttft_ms:
+            d = r.ttft_ms - b.ttft_ms
+            ttft = (f"time to first token {_f(b.ttft_ms, 0)} ms -> {_f(r.ttft_ms, 0)} ms "
+                    f"({'+' if d >= 0 else '-'}{_f(abs(d), 0)} ms, mean)")
+        out.append(f"{where}: use **{r.config}**: {r.speedup:.2f}x the output tokens per second of {baseline}"
+                   f"{f' on {r.node}' if multi else ''} ({ci}); {ttft}.")
+    if gate_verdict == "PASSED":
+        out.append(f"The nodes agreed: {baseline} measured the same on every node, so their results are merged.")
+    elif gate_verdict.startswith("PASSED (UNVERIFIED"):
+        why = gate_verdict.removeprefix("PASSED (UNVERIFIED:").rstrip(")").strip()
+        out.append(f"Whether the nodes agree is not verified ({why}): their results are merged as they are.")
+    elif gate_verdict.startswith("PASSED"):
+        out.append(f"The nodes agreed where they could be compared: {gate_verdict}.")
+    elif gate_verdict.startswith("NOT CHECKED"):
+        out.append(f"Whether the nodes agree was not checked: {gate_verdict.removeprefix('NOT CHECKED').strip(' ()')}.")
+    else:
+        out.append(f"The nodes were not shown to agree (node equivalence: {gate_verdict}): each speedup compares "
+                   "a node with its own baseline; see \"Gate decision\".")
+    return out

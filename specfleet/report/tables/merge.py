@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from ...plan.sweep import parse_cell
+from ...worker.crossover import request_latencies
 from ..scan.folder import Campaign, Run
 from .categories import cells_by_category
 from .crossover_curve import search_status
@@ -234,13 +235,14 @@ def node_bandwidths(gpus: dict[str, str], given: float | dict[str, float] | None
 def _request_tpots(run: Run) -> list[tuple[str, float]] | None:
     res = run.result
     cats = next((res.extra[k] for k in CATEGORY_KEYS if isinstance(res.extra.get(k), list)), None)
-    if cats is None or not res.has_detail or res.latencies is None:
+    lats = request_latencies(res.ttfts, res.latencies, res.itls)  # TTFT + ITLs where vLLM < 0.30 has no latencies
+    if cats is None or not res.has_detail or lats is None:
         return None
     n = len(cats)
-    if not (len(res.latencies) == len(res.ttfts) == len(res.output_lens) == n):
+    if not (len(lats) == len(res.ttfts) == len(res.output_lens) == n):
         return None
     out = []
-    for cat, lat, ttft, ol in zip(cats, res.latencies, res.ttfts, res.output_lens):
+    for cat, lat, ttft, ol in zip(cats, lats, res.ttfts, res.output_lens):
         if ol and ol > 1:
             out.append((str(cat), (lat - ttft) / (ol - 1) * 1000.0))
     return out

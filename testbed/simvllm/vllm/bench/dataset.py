@@ -93,7 +93,7 @@ def get_samples(args) -> list[SampleRequest]:
                 if line.strip():
                     row = json.loads(line)
                     data.append({"prompt": row["prompt"]})
-        random.seed(DEFAULT_SEED)
+        random.seed(args.seed)  # CustomDataset(random_seed=args.seed), unlike SpecBench's fixed seed
         if not args.disable_shuffle:
             random.shuffle(data)
         return sample(data, args.num_prompts, args.custom_output_len, args.skip_chat_template,

@@ -20,10 +20,10 @@ import heapq
 import random
 from dataclasses import dataclass
 
-from ..facts.gpus import GpuList, Topology, nvlink_groups
+from ...facts.gpus import GpuList, Topology, nvlink_groups
 from .bounds import count_bound, pigeonhole_bound, two_class_bound
-from .commands import server_per_repeat
-from ..plan import NGRAM_METHODS, Plan, PlanError, gpus_needed
+from ..commands import server_per_repeat
+from ...plan import NGRAM_METHODS, Plan, PlanError, gpus_needed
 from .gpusets import parse_gpus, parse_groups
 from .slotsplit import Split, durations_by_twin, needs_slots, slot_split
 

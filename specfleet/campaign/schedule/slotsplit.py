@@ -15,10 +15,10 @@ import dataclasses
 import random
 from dataclasses import dataclass, field
 
-from ..plan import Plan, PlanError, copy_of, gpu_copy, gpus_needed
+from ...plan import Plan, PlanError, copy_of, gpu_copy, gpus_needed
 from .bounds import count_bound, pigeonhole
 from .gpusets import NodeSim, simulate
-from ..worker.slots import fits_ever
+from ...worker.slots import fits_ever
 
 MAX_ROUNDS = 500     # improving steps of one local search (each lowers the makespan or the spread)
 # node ends simulated per split, at most: fab bench waits on the split (~20-60 µs each on one core,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import heapq
 
-from ..worker.slots import admit, fits_ever, pick
+from ...worker.slots import admit, fits_ever, pick
 
 
 def parse_gpus(value, where: str) -> list[dict]:
