@@ -507,3 +507,21 @@ def test_two_collects_at_once_both_succeed(testbed_factory, tmp_path):
         camp = results / CAMPAIGN
         assert not (camp / ".staging").exists() and not list(camp.glob(".*.tmp"))
         check_merged_matches_files(camp)
+
+
+def test_a_worker_unreachable_at_placement_is_named_in_the_report(testbed_factory, tmp_path):
+    """`fab bench --hosts w1,w2` with w2 unreachable places every cell on w1: w2 had no cell to be
+    missing and the report no longer named it. planned.json records it at placement and collect's
+    report names it with why."""
+    tb, _ = provisioned(testbed_factory, tmp_path)
+    gone = derived_inventory(tb, tmp_path, lambda d: d["hosts"]["w2"].update(address="10.10.30.99",
+                                                                              connect_timeout=1))
+    r = fab("bench", "--hosts", "w1,w2", "--plan", PLAN, "--results", str(tmp_path / "results"),
+            inventory=gone, runs=tmp_path / "runs-bench")
+    assert r.returncode == 4 and "Traceback" not in r.stdout + r.stderr, out(r)  # 4: a host unreachable
+    placed = json.loads((tmp_path / "results" / CAMPAIGN / "planned.json").read_text())
+    assert list(placed["placed"]) == ["w1"] and placed["left_out"]["w2"].startswith("unreachable: "), placed
+    c = collect(gone, tmp_path / "results", tmp_path / "runs-collect")
+    said = "w2 was left out of fab bench at placement (unreachable: "
+    assert said in flat(c.stdout), out(c)
+    assert said in (tmp_path / "results" / CAMPAIGN / "report.md").read_text()
