@@ -14,12 +14,15 @@ trials that end PASSED, and the mean runs per node at the end. Targets (issue 23
 2 %, diff 0 passes >= 0.95 and diff 4 % passes <= 0.05; exit 1 when not met.
 
 Then the realistic noise (REALISTIC_NOISE: measured on the lent H200 through the product path,
-docs/engines-gpu.md "Run-to-run noise, measured"), one line per cell and diff:
-`gate-power-realistic <cell> sigma=<s>% start=<t>% diff=<d>% pass=<rate> mean_runs=<n> cost=<s> s/node`,
-where `start` is the spread of a node's server start (each node's runs share one draw of it: more runs
-do not average it away) and cost the device seconds those runs take on one node.
+docs/engines-gpu.md "Run-to-run noise, measured"), one line per cell, repeat model and diff:
+`gate-power-realistic <cell> repeats=<model> sigma=<s>% start=<t>% diff=<d>% pass=<rate> merged=<rate>
+mean_runs=<n> cost=<s> s/node`, where `start` is the spread of a server start (runs that share a start
+share one draw of it: more runs on it do not average it away), `repeats` the plan's repeat_isolation
+(server-start: each run its own start; cache-reset: the plan's 3 repeats share one start per node,
+runs the gate adds are starts of their own), pass the share PASSED, merged the share PASSED or
+UNVERIFIED (one start per node: merged, nothing verified), cost the device seconds on one node.
 
-    .venv/bin/python benchmarks/gate_power.py [--trials 400] [--seed 20261201]    # ~15 s on 2 cores
+    .venv/bin/python benchmarks/gate_power.py [--trials 400] [--seed 20261201]    # ~90 s on 2 busy cores
 """
 from __future__ import annotations
 
@@ -34,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from specfleet.plan import Benchmark  # noqa: E402
 from specfleet.report.gates.gate import EquivalenceRule, decide  # noqa: E402
-from specfleet.report.gates.gate_policy import INCONCLUSIVE, PASSED, next_look  # noqa: E402
+from specfleet.report.gates.gate_policy import INCONCLUSIVE, MERGES, PASSED, next_look  # noqa: E402
 
 SIGMAS = (0.5, 1.0, 2.0, 4.0)
 #: Run-to-run noise of the gate's metric (token-weighted TPOT) measured on the lent H200 on 2026-12-02
@@ -57,27 +60,41 @@ REALISTIC_NOISE = (
     ("h100-vanilla-c16-between-machines", 0.27, 0.05, 16.5),
 )
 REALISTIC_DIFFS = (0, 3, 4)
+ISOLATIONS = ("server-start", "cache-reset")   # the plan's benchmark.repeat_isolation
 DIFFS = (0, 1, 2, 3, 4, 5)
 START_RUNS = Benchmark.model_fields["repeat"].default   # the plan's default repeats
 
 
 def one_trial(rule: EquivalenceRule, sigma: float, diff: float, rng: random.Random,
-              start_sigma: float = 0.0) -> tuple[bool, int]:
+              start_sigma: float = 0.0, isolation: str = "server-start") -> tuple[bool, int, str]:
+    """One campaign's gate: (PASSED?, runs per node at the end, the final state). The repeat model:
+    `server-start`, every run a server start of its own (a fresh draw of the start's shift);
+    `cache-reset`, the plan's START_RUNS repeats share one start per node and every run the gate adds
+    (fab bench --gate-runs) is a start of its own, as the runner does. Each run's start goes to
+    gate.decide, which counts runs sharing a start as one sample."""
     a: list[float] = []
     b: list[float] = []
+    sa: list[str] = []
+    sb: list[str] = []
     n = START_RUNS
-    # each node's server start shifts all its runs alike (the across-starts spread); drawn only when
-    # asked, so the synthetic grid's random stream (docs/report.md's table) stays as it was
-    start_a, start_b = (rng.gauss(0.0, start_sigma), rng.gauss(0.0, start_sigma)) if start_sigma else (0.0, 0.0)
+    # drawn only when asked, so the synthetic grid's random stream (docs/report.md's table) stays as it was
+    shared = (rng.gauss(0.0, start_sigma), rng.gauss(0.0, start_sigma)) if start_sigma else (0.0, 0.0)
     while True:
         while len(a) < n:
-            a.append(100.0 * math.exp(start_a + rng.gauss(0.0, sigma)))
-            b.append(100.0 * (1.0 + diff) * math.exp(start_b + rng.gauss(0.0, sigma)))
-        chk = decide(rule, a, b)
-        nxt = next_look(n)
+            own = isolation == "server-start" or len(a) >= START_RUNS
+            k = f"r{len(a)}" if own else "shared"
+            sh_a, sh_b = ((rng.gauss(0.0, start_sigma), rng.gauss(0.0, start_sigma)) if own and start_sigma
+                          else (0.0, 0.0) if own else shared)
+            a.append(100.0 * math.exp(sh_a + rng.gauss(0.0, sigma)))
+            b.append(100.0 * (1.0 + diff) * math.exp(sh_b + rng.gauss(0.0, sigma)))
+            sa.append(k)
+            sb.append(k)
+        chk = decide(rule, a, b, sa, sb)
+        # the next look counts samples (server starts); --gate-runs adds that many runs, each its own start
+        nxt = next_look(chk.n_a)
         if chk.state != INCONCLUSIVE or nxt is None:
-            return chk.state == PASSED, n
-        n = nxt
+            return chk.state == PASSED, n, chk.state
+        n += nxt - chk.n_a
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -94,21 +111,26 @@ def main(argv: list[str] | None = None) -> int:
         for d in DIFFS:
             rng = random.Random(f"{args.seed}-{s}-{d}")
             res = [one_trial(rule, s / 100, d / 100, rng) for _ in range(args.trials)]
-            rate = sum(p for p, _ in res) / len(res)
-            runs = sum(n for _, n in res) / len(res)
+            rate = sum(p for p, _, _ in res) / len(res)
+            runs = sum(n for _, n, _ in res) / len(res)
             print(f"gate-power sigma={s:g}% diff={d:g}% pass={rate:.3f} mean_runs={runs:.1f}", flush=True)
             if s in (1.0, 2.0) and ((d == 0 and rate < 0.95) or (d == 4 and rate > 0.05)):
                 ok = False
     for cell, sigma, start, run_s in REALISTIC_NOISE:
-        for d in REALISTIC_DIFFS:
-            rng = random.Random(f"{args.seed}-{cell}-{d}")
-            res = [one_trial(rule, sigma / 100, d / 100, rng, start / 100) for _ in range(args.trials)]
-            rate = sum(p for p, _ in res) / len(res)
-            runs = sum(n for _, n in res) / len(res)
-            print(f"gate-power-realistic {cell} sigma={sigma:g}% start={start:g}% diff={d:g}% pass={rate:.3f} "
-                  f"mean_runs={runs:.1f} cost={runs * run_s:.0f} s/node", flush=True)
-    print(f"# {time.monotonic() - t0:.1f} s; targets (sigma 1-2 %: diff 0 >= 0.95, diff 4 % <= 0.05) "
-          f"{'met' if ok else 'NOT met'}")
+        for iso in ISOLATIONS:
+            for d in REALISTIC_DIFFS:
+                rng = random.Random(f"{args.seed}-{cell}-{iso}-{d}")
+                res = [one_trial(rule, sigma / 100, d / 100, rng, start / 100, iso) for _ in range(args.trials)]
+                rate = sum(p for p, _, _ in res) / len(res)
+                merged = sum(st in MERGES for _, _, st in res) / len(res)
+                runs = sum(n for _, n, _ in res) / len(res)
+                print(f"gate-power-realistic {cell} repeats={iso} sigma={sigma:g}% start={start:g}% diff={d:g}% "
+                      f"pass={rate:.3f} merged={merged:.3f} mean_runs={runs:.1f} cost={runs * run_s:.0f} s/node",
+                      flush=True)
+                if d >= 4 and rate > 0.05:   # beyond the margin: passes <= alpha whatever the repeat model
+                    ok = False
+    print(f"# {time.monotonic() - t0:.1f} s; targets (sigma 1-2 %: diff 0 >= 0.95, diff 4 % <= 0.05; realistic: "
+          f"diff 4 % <= 0.05 for either repeat model) {'met' if ok else 'NOT met'}")
     return 0 if ok else 1
 
 

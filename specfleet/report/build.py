@@ -20,7 +20,7 @@ from .render.goodput import SLO_HEADERS, add_goodput, slo_lines, slo_rows
 from .gates.gpu_gate import split_off_gpu_copies
 from .tables.measures import NoiseBand
 from .tables.merge import Tables, build_tables
-from .render.document import ReportModel, Section, build_model, print_cells, print_report, write_report
+from .render.document import ReportModel, Section, build_model, fmt, print_cells, print_report, write_report
 from .render.drafter_report import add_drafter_section
 from .render.export import export_cells, remove_stale
 from .scan.plan_snapshot import plan_drift, write_snapshot
@@ -225,11 +225,14 @@ def add_peer_sections(model, camp, tables, baseline: str, slo) -> None:
     if tel is not None:
         svg = timeline_svg(camp, camp.simulated)
         model.sections.append(Section(
-            "Telemetry per run", TELEMETRY_HEADERS, telemetry_rows(tel),
+            "Telemetry per run", TELEMETRY_HEADERS, telemetry_rows(tel, fmt),
             "Sampled on the worker during each vllm bench serve run (nvidia-smi --query-gpu for the server's "
             "GPUs, the server's /metrics; docs/telemetry.md). Mean power = the run's GPUs summed, averaged over "
-            "the samples (warm-ups included); J / output token = mean power x the run's duration / its output "
-            "tokens; throttle = the clock-event reasons seen (SW/HW power cap, thermal, power brake); "
+            "the samples (client start-up and warm-ups included); J / output token = the GPUs' energy over the "
+            "measured window only (first request's start to last request's end: the driver's energy counter, "
+            "else the trapezoid of power) / its output tokens; above idle: minus idle W x the window, idle W = "
+            "median power before the first request; fewer than 10 power readings in the window: 'not "
+            "measurable' (the note says why); throttle = the clock-event reasons seen (SW/HW power cap, thermal, power brake); "
             "'not recorded' = the worker could not read it (no nvidia-smi, a field its driver lacks). "
             "The timeline: requests in flight, generated tokens/s and GPU power over each run at the highest "
             "concurrency with telemetry (up to 8 runs)."

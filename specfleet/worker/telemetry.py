@@ -2,6 +2,11 @@
 `<result>.telemetry.jsonl` (layout.telemetry_file): what is recorded, the file's lines and the
 drivers' field names are in docs/telemetry.md. Stdlib only: part of the worker program (runner.pyz).
 
+Power has its own stream: nvidia-smi's own loop (`--loop-ms`, FAST_PERIOD_MS) writes `power` lines
+(the driver's energy counter and instantaneous power where it knows them), each stamped with the
+monotonic clock that vLLM's per-request `start_times` use (time.perf_counter), so the report can
+integrate over the measured window alone.
+
 Nothing here fails a run: a command that cannot run, a field a driver does not know, a server
 without /metrics is recorded in the header (or as "errors" of a sample) and the value is left out,
 which the report shows as "not recorded".
@@ -10,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import pty
 import subprocess
 import threading
 import time
@@ -25,6 +31,10 @@ SERVER_METRICS = {"vllm:num_requests_running": "running", "vllm:num_requests_wai
                   "vllm:kv_cache_usage_perc": "kv_cache_usage", "vllm:gpu_cache_usage_perc": "kv_cache_usage",
                   "vllm:num_preemptions_total": "preemptions", "vllm:generation_tokens_total": "generation_tokens",
                   "vllm:request_success_total": "requests_finished"}
+# the driver's energy counter (mJ since it loaded; Volta and newer) and instantaneous power: power.draw
+# is an average over 1 s on Ampere and newer (nvmlDeviceGetPowerUsage), too slow for a 0.4 s window
+FAST_FIELDS = {"total_energy_consumption": "energy_mj", "power.draw.instant": "power_instant_w"}
+FAST_PERIOD_MS = 25  # a 0.25 s window holds 10 readings (the report's minimum, telemetry_report)
 DEFAULT_PERIOD_S = 1.0
 SMI_TIMEOUT_S = 5.0
 
@@ -47,7 +57,7 @@ def parse_smi(text: str, names: list[str]) -> list[dict]:
     names; a line that does not fit the query is left out."""
     out = []
     for row in filter(None, (smi_row(line, names) for line in text.splitlines())):
-        out.append({GPU_FIELDS.get(n, "clock_event_reasons" if n in REASON_FIELDS else n): v
+        out.append({{**GPU_FIELDS, **FAST_FIELDS}.get(n, "clock_event_reasons" if n in REASON_FIELDS else n): v
                     for n, c in row.items() if (v := _num(c)) is not None})
     return out
 
@@ -75,20 +85,24 @@ class Sampler:
 
     def __init__(self, path: str, gpus: list[int] | None, metrics_url: str | None,
                  period_s: float = DEFAULT_PERIOD_S, smi: str = "nvidia-smi", env: dict | None = None,
-                 off: bool = False, on_server=None):
+                 off: bool = False, on_server=None, fast_ms: int = FAST_PERIOD_MS):
         self.path, self.gpus, self.url, self.period = path, gpus, metrics_url, max(0.1, float(period_s))
         self.off, self.smi, self.env, self.on_server = off, smi, env, on_server  # on_server(each sample's metrics)
-        self.names = list(GPU_FIELDS)
+        self.fast_ms = max(0, int(fast_ms))
+        self.names, self.fast_names = list(GPU_FIELDS), ["index", "power.draw"]
+        self._lock, self._proc, self._fast = threading.Lock(), None, None
         self.problems: list[str] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._fh = None
 
     # ---------------------------------------------------------------- one sample
+    def _argv(self, names: list[str]) -> list[str]:
+        ids = [f"--id={','.join(str(g) for g in self.gpus)}"] if self.gpus else []
+        return [self.smi, f"--query-gpu={','.join(names)}", "--format=csv,noheader,nounits", *ids]
+
     def _smi(self, names: list[str]) -> tuple[list[dict] | None, str | None]:
-        argv = [self.smi, f"--query-gpu={','.join(names)}", "--format=csv,noheader,nounits"]
-        if self.gpus:
-            argv.append(f"--id={','.join(str(g) for g in self.gpus)}")
+        argv = self._argv(names)
         try:
             p = subprocess.run(argv, capture_output=True, text=True, timeout=SMI_TIMEOUT_S, env=self.env)
         except (OSError, subprocess.TimeoutExpired) as e:
@@ -102,8 +116,11 @@ class Sampler:
         rows, err = self._smi(self.names)
         if rows is None:
             self.problems.append(f"GPU telemetry not recorded: {err}")
-            self.names = []
+            self.names, self.fast_ms = [], 0
             return
+        self.fast_names += [f for f in FAST_FIELDS if self._smi(["index", f])[0] is not None]
+        if "total_energy_consumption" not in self.fast_names:
+            self.problems.append("energy counter not recorded: the driver does not know total_energy_consumption")
         for f in REASON_FIELDS:
             if self._smi(["index", f])[0] is not None:
                 self.names.append(f)
@@ -112,7 +129,7 @@ class Sampler:
                              + " nor ".join(REASON_FIELDS))
 
     def sample(self) -> dict:
-        s: dict = {"kind": "sample", "t": round(time.time(), 3)}
+        s: dict = {"kind": "sample", "t": round(time.time(), 3), "mono": round(time.monotonic(), 4)}
         errors = []
         if self.names:
             rows, err = self._smi(self.names)
@@ -133,10 +150,49 @@ class Sampler:
     # ---------------------------------------------------------------- the thread
     def _write(self, obj: dict) -> None:
         try:
-            self._fh.write(json.dumps(obj, sort_keys=True) + "\n")
-            self._fh.flush()
-        except (OSError, ValueError):
+            with self._lock:  # two threads write: the 1 s samples and the power stream
+                self._fh.write(json.dumps(obj, sort_keys=True) + "\n")
+                self._fh.flush()
+        except (OSError, ValueError, AttributeError):
             pass
+
+    def _power_loop(self, master: int) -> None:
+        """nvidia-smi's `--loop-ms` rows, read from a pty (its output line-buffered: a row is read when
+        printed) and stamped when read: one `power` line per read."""
+        buf = b""
+        while True:
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:  # EIO: nvidia-smi ended
+                break
+            if not chunk:
+                break
+            t, mono = round(time.time(), 3), round(time.monotonic(), 4)
+            *rows, buf = (buf + chunk).split(b"\n")
+            got = parse_smi(b"\n".join(rows).decode("utf-8", "replace"), self.fast_names)
+            if got:
+                self._write({"kind": "power", "t": t, "mono": mono, "gpus": got})
+        os.close(master)
+
+    def _start_power(self) -> None:
+        if not self.fast_ms:
+            return
+        try:
+            master, slave = pty.openpty()
+        except OSError as e:  # no pseudo-terminal in this container: no power stream, the run goes on
+            self._write({"kind": "problem", "t": round(time.time(), 3), "problem": f"power stream not recorded: {e}"})
+            return
+        try:
+            self._proc = subprocess.Popen(self._argv(self.fast_names) + [f"--loop-ms={self.fast_ms}"], stdout=slave,
+                                          stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, env=self.env)
+        except OSError as e:
+            os.close(master)
+            self._write({"kind": "problem", "t": round(time.time(), 3), "problem": f"power stream not recorded: {e}"})
+            return
+        finally:
+            os.close(slave)
+        self._fast = threading.Thread(target=self._power_loop, args=(master,), name="telemetry-power", daemon=True)
+        self._fast.start()
 
     def _loop(self) -> None:
         nxt = time.monotonic()
@@ -156,7 +212,10 @@ class Sampler:
             return self  # no file, no telemetry: the run goes on
         self._probe()
         self._write({"kind": "header", "period_s": self.period, "gpus": self.gpus, "query": self.names,
-                     "metrics_url": self.url, "problems": self.problems, "t": round(time.time(), 3)})
+                     "power_query": self.fast_names if self.fast_ms else [], "power_period_ms": self.fast_ms,
+                     "metrics_url": self.url, "problems": self.problems, "t": round(time.time(), 3),
+                     "mono": round(time.monotonic(), 4)})
+        self._start_power()
         self._thread = threading.Thread(target=self._loop, name="telemetry", daemon=True)
         self._thread.start()
         return self
@@ -165,8 +224,17 @@ class Sampler:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=SMI_TIMEOUT_S + 3)
+        if self._proc is not None:
+            self._proc.terminate()
+            with suppress(subprocess.TimeoutExpired):
+                self._proc.wait(timeout=SMI_TIMEOUT_S)
+            if self._proc.poll() is None:
+                self._proc.kill()
+                self._proc.wait()
+        if self._fast is not None:
+            self._fast.join(timeout=SMI_TIMEOUT_S)
         if self._fh is not None:
-            self._write({"kind": "end", "t": round(time.time(), 3)})
+            self._write({"kind": "end", "t": round(time.time(), 3), "mono": round(time.monotonic(), 4)})
             with suppress(OSError):
                 self._fh.close()
             self._fh = None
@@ -174,8 +242,10 @@ class Sampler:
 
 def sampler_for(spec: dict, path: str, env: dict | None, gpus: list[int] | None, on_server=None) -> Sampler:
     """The runner's one call: the sampler of one bench run into `path` (spec keys server_host, port,
-    telemetry_period_s; 0 turns it off: a Sampler that records nothing), calling on_server(metrics)."""
+    telemetry_period_s, telemetry_power_ms; 0 turns either off: a Sampler that records nothing, no power
+    stream), calling on_server(metrics)."""
     url = f"http://{spec.get('server_host') or '127.0.0.1'}:{spec.get('port', 8000)}/metrics"
     period = spec.get("telemetry_period_s", DEFAULT_PERIOD_S)
     env = {k: v for k, v in (env or os.environ).items() if k != "CUDA_VISIBLE_DEVICES"}  # --id picks them
-    return Sampler(path, gpus, url, float(period or DEFAULT_PERIOD_S), env=env, off=not period, on_server=on_server)
+    return Sampler(path, gpus, url, float(period or DEFAULT_PERIOD_S), env=env, off=not period, on_server=on_server,
+                   fast_ms=spec.get("telemetry_power_ms", FAST_PERIOD_MS))

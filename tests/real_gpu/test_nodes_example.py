@@ -37,8 +37,11 @@ def test_fab_report_re_renders_the_committed_campaign(tmp_path):
         assert (tmp_path / CAMPAIGN / f).read_text() == (EX / CAMPAIGN / f).read_text(), (f, p.stdout[-3000:])
     md = (EX / CAMPAIGN / "report.md").read_text()
     # the gate between the two machines, on the gate's metric at c=16
-    assert "Node equivalence: **PASSED**" in md
-    assert "w1 vs w2 at concurrency 16: pass: +0.07 %, 98.3% CI of the ratio [-0.46 %, +0.61 %]" in md
+    # each node's 5 repeats share one server start (cache-reset): one sample per node, so the gate can
+    # verify nothing (issue 39: TOST on them claimed PASSED, with an interval of [-0.46 %, +0.61 %])
+    assert "Node equivalence: **PASSED (UNVERIFIED: a single server start on a node" in md
+    assert ("w1 vs w2 at concurrency 16: pass (UNVERIFIED): +0.07 % within the ±3 % band" in md
+            and "n=1/1 server starts of 5/5 runs (runs sharing a start count once)" in md)
     assert "NVIDIA H100 80GB HBM3" in md and "SIMULATED" not in md
     # the bound from the product's own look-up of the GPU the nodes named: 13.7 GiB / 3,350 GB/s
     assert "Lowest TPOT if each decode step reads all weights once: 4.39 ms." in md

@@ -49,7 +49,7 @@ def campaign(root: Path, raw: dict, seed: int, scale: dict | None = None, noise:
                      "mean_itl_ms", "duration").index(k)
                 v = (*v[:i], v[i] * x, *v[i + 1:])
             meta = {"node": host, "config": cfg, "vllm_version": vllm, "plan_hash": plan.plan_hash(),
-                    "repeat": str(rep)}
+                    "repeat": str(rep), "repeat_isolation": plan.benchmark.repeat_isolation}  # as the runner writes
             (h / f"{cfg}_conc{conc}_r{rep}.json").write_text(json.dumps(result_json(v, SPEC.get((cfg, conc)), conc, meta)))
         (h / f"{cfg}.done").write_text("")
     write_snapshot(d, plan)

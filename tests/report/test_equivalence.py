@@ -71,7 +71,9 @@ def _baselines(root, values: dict[str, list[float]]):
         (hdir / "vanilla.done").write_text("")
         for k, v in enumerate(vals, 1):
             name = f"vanilla_conc16_r{k}.json" if len(vals) > 1 else "vanilla_conc16.json"
-            (hdir / name).write_text(json.dumps(result_json((v, *base[1:]), conc=16, extra={"node": host})))
+            # each repeat a server start of its own: independent samples (a shared start counts once)
+            extra = {"node": host, **({"repeat_isolation": "server-start"} if len(vals) > 1 else {})}
+            (hdir / name).write_text(json.dumps(result_json((v, *base[1:]), conc=16, extra=extra)))
     return scan_campaign(root)
 
 

@@ -46,7 +46,7 @@ def test_tolerance_is_a_parameter(tmp_path):
 def _repeats(root, host, values):
     base = REPORT[(host, "vanilla", 16)]
     for k, v in enumerate(values, 1):
-        d = result_json((v, *base[1:]), conc=16)
+        d = result_json((v, *base[1:]), conc=16, extra={"repeat_isolation": "server-start"})  # independent runs
         (root / host / f"vanilla_conc16_r{k}.json").write_text(json.dumps(d))
     (root / host / "vanilla_conc16.json").unlink()
 

@@ -41,7 +41,7 @@ def _write_repeats(root: Path, host: str, factors: list[float]) -> None:
     (root / host).mkdir(parents=True)
     (root / host / "vanilla.done").write_text("")
     for k, f in enumerate(factors, 1):
-        x = dict(d, node=host, itls=[[v * f for v in row] for row in d["itls"]])
+        x = dict(d, node=host, itls=[[v * f for v in row] for row in d["itls"]], repeat_isolation="server-start")
         (root / host / f"vanilla_conc16_r{k}.json").write_text(json.dumps(x))
 
 
@@ -82,3 +82,50 @@ def test_a_gap_at_another_concurrency_is_a_named_warning(tmp_path):
     assert round(c1.diff_pct, 2) == -5.84 and c1.verdict.startswith("NOTE: -5.84 % beyond ±3 %")
     assert "not the gate's point" in c1.verdict
     assert (t[(t.concurrency == 16)].verdict.str.startswith("NOTE") == False).all()  # noqa: E712  equal at c=16
+
+
+def test_shared_server_starts_keep_the_stated_error_rate():
+    """Issue 39: with repeat_isolation cache-reset a node's repeats share one server start; TOST took them
+    as independent, so a true 3 % gap passed 22-25 % at the H200's spreads. Simulated through the shipped
+    decide(): runs sharing a start count once, so a gap at or beyond the margin passes <= alpha for either
+    repeat model, at the H200's measured spreads and at a start spread above the run noise."""
+    mod = _bench()
+    rule = EquivalenceRule()
+    for sigma, start in ((0.0075, 0.0052), (0.005, 0.01)):
+        for iso in ("cache-reset", "server-start"):
+            # 3 % is the margin itself, where the bound is alpha with equality: 0.07 leaves room for the
+            # sampling error of 200 trials (sd ~1.5 %); the old gate passed 22-25 % there (cache-reset)
+            for diff, most in ((0.03, 0.07), (0.04, 0.05)):
+                rng = random.Random(f"shared-{sigma}-{start}-{iso}-{diff}")
+                res = [mod.one_trial(rule, sigma, diff, rng, start, iso) for _ in range(200)]
+                assert sum(p for p, _, _ in res) / len(res) <= most, (sigma, start, iso, diff)
+    # identical nodes on one start each: merged (UNVERIFIED), not refused
+    rng = random.Random("shared-identical")
+    res = [mod.one_trial(rule, 0.0075, 0.0, rng, 0.0052, "cache-reset") for _ in range(100)]
+    assert all(st in ("PASSED", "UNVERIFIED") for _, _, st in res)
+
+
+def test_tight_repeats_on_one_server_start_verify_nothing(tmp_path):
+    """Three cache-reset repeats per node, 2 % apart with 0.1 % spread: TOST on them claimed PASSED; one
+    start per node is one sample, so the gate says UNVERIFIED and names the server starts."""
+    for host, fs in (("w1", [1.0, 1.001, 0.999]), ("w2", [1.02, 1.021, 1.019])):
+        _write_repeats(tmp_path / "c", host, fs)
+        for f in (tmp_path / "c" / host).glob("vanilla_conc16_r*.json"):
+            d = json.loads(f.read_text())
+            d["repeat_isolation"] = "cache-reset"
+            f.write_text(json.dumps(d))
+    g = check_equivalence(scan_campaign(tmp_path / "c"), EquivalenceRule())
+    [c] = g.checks
+    assert c.state == "UNVERIFIED" and (c.n_a, c.n_b, c.runs_a, c.runs_b) == (1, 1, 3, 3)
+    assert "single server start (its runs share it, one sample)" in c.reason
+    assert "n=1/1 server starts of 3/3 runs (runs sharing a start count once)" in c.reason
+    assert g.verdict.startswith("PASSED (UNVERIFIED: a single server start on a node")
+    assert "the unit is the server start" in g.rule.describe()
+    # two gate runs on starts of their own (fab bench --gate-runs 5): three samples per node, a real test
+    for host, f5 in (("w1", [1.002, 0.998]), ("w2", [1.022, 1.018])):
+        d = json.loads((tmp_path / "c" / host / "vanilla_conc16_r1.json").read_text())
+        for k, f in zip((4, 5), f5):
+            x = dict(d, repeat_isolation="server-start", itls=[[v * f for v in row] for row in d["itls"]])
+            (tmp_path / "c" / host / f"vanilla_conc16_r{k}.json").write_text(json.dumps(x))
+    [c] = check_equivalence(scan_campaign(tmp_path / "c"), EquivalenceRule()).checks
+    assert (c.n_a, c.runs_a) == (3, 5) and c.ci_low is not None

@@ -4,12 +4,15 @@ telemetry side by side."""
 from __future__ import annotations
 
 import json
+import math
+from pathlib import Path
 
+import numpy as np
 import pytest
 
-from campaign_builder import REPORT, write_campaign
+from campaign_builder import write_campaign
 from specfleet.report.build import report_plan
-from specfleet.report.render.telemetry_report import TIMELINE_IMAGE, telemetry_table
+from specfleet.report.render.telemetry_report import TELEMETRY_HEADERS, TIMELINE_IMAGE, telemetry_rows, telemetry_table
 
 from compare_builder import campaign, plan_raw
 from specfleet.plan import parse_plan
@@ -33,9 +36,11 @@ def test_per_run_power_energy_and_throttle(tmp_path):
     from specfleet.report.scan.folder import scan_campaign
     df = telemetry_table(scan_campaign(camp, quarantine=False)).set_index(["config", "node", "concurrency"])
     v = df.loc[("vanilla", "w1", 16)]
-    out, dur = REPORT[("w1", "vanilla", 16)][0], REPORT[("w1", "vanilla", 16)][5]
     assert v.power_w == pytest.approx(310) and v.throttle == "" and v.temp_max_c == 52
-    assert v.j_per_token == pytest.approx(310 * dur / round(out * dur)) and v.preemptions == 2
+    assert v.preemptions == 2
+    # the builder's results carry no per-request times: no window, so no energy (issue 39: it was mean
+    # power x duration, warm-ups and client start-up included)
+    assert math.isnan(v.j_per_token) and "energy not measurable: the result has no per-request start times" in v.note
     assert df.loc[("eagle3", "w2", 16)].throttle == "SW power cap"
     nr = df.loc[("vanilla", "w2", 16)]
     assert nr.throttle == "not recorded" and "GPU telemetry not recorded" in nr.note
@@ -106,6 +111,84 @@ def test_simulated_timeline_is_stamped_in_the_report(tmp_path):
     assert f"<title>{SIM_TITLE}</title>" in fig and 'id="timeline-simulated-stamp' in fig
     assert 'href="http' not in fig and "<image" not in fig  # nothing fetched from outside
     assert f"<title>{SIM_TITLE}</title>" in (camp / TIMELINE_IMAGE).read_text()
+
+
+H200 = Path(__file__).resolve().parents[2] / "docs" / "examples" / "h200-fleet" / "h200-dummy8b"
+
+
+def _recomputed_j_per_token(result: dict, tel_path: Path) -> tuple[float, float]:
+    """Independent of the report's code: numpy over the raw files. The window is the requests' own
+    (start to start + TTFT + inter-token gaps), placed ending at the sampler's end line (these files
+    predate the monotonic stamps); power held flat beyond the last 1 s sample; trapezoid on a 1 ms grid."""
+    st = np.array(result["start_times"])
+    ends = st + np.array(result["ttfts"]) + np.array([sum(g) for g in result["itls"]])
+    length = ends.max() - st.min()
+    rows = [json.loads(x) for x in tel_path.read_text().splitlines()]
+    end_t = next(r["t"] for r in rows if r["kind"] == "end")
+    t = np.array([r["t"] for r in rows if r["kind"] == "sample"])
+    w = np.array([r["gpus"][0]["power_w"] for r in rows if r["kind"] == "sample"])
+    grid = np.linspace(end_t - length, end_t, 200_001)
+    joules = np.trapezoid(np.interp(grid, t, w), grid)
+    idle = np.median(w[(t >= t[0] + 1) & (t < end_t - length)])
+    return joules / result["total_output_tokens"], idle
+
+
+def test_energy_per_token_of_the_h200_example_is_the_integral_over_the_measured_window():
+    """The real H200 files (docs/examples/h200-fleet): vanilla c=1 was printed 1.47 J/token (mean power of
+    the whole client process x the window) where the integral over the window gives ~2.4 (issue 39);
+    c=16's 0.4-0.8 s windows hold 0-1 of the 1 s samples: not measurable, with the reason."""
+    from specfleet.report.scan.folder import scan_campaign
+    df = telemetry_table(scan_campaign(H200, quarantine=False))
+    c1 = df[(df.concurrency == 1) & df.config.isin(["vanilla", "vanilla-b"])]
+    assert len(c1) == 10
+    for _, r in c1.iterrows():
+        name = f"{r.config}_conc1_r{r['repeat']}"
+        want, idle = _recomputed_j_per_token(json.loads((H200 / "w1" / f"{name}.json").read_text()),
+                                             H200 / "w1" / f"{name}.telemetry.jsonl")
+        assert r.j_per_token == pytest.approx(want, rel=0.01), name
+        assert 2.2 < r.j_per_token < 2.5 and r.idle_w == pytest.approx(idle) and 120 < r.idle_w < 135
+        assert r.j_per_token_above_idle == pytest.approx(r.j_per_token - r.idle_w * 10.35 / 2048, rel=0.02)
+        assert r.energy_samples >= 10
+    c16 = df[df.concurrency == 16]
+    assert len(c16) == 15 and c16.j_per_token.isna().all()
+    assert all("energy not measurable:" in n and "(at least 10 needed; 1 s samples)" in n for n in c16.note)
+    from specfleet.report.render.document import fmt
+    rows = telemetry_rows(c16, fmt)
+    assert all(row[TELEMETRY_HEADERS.index("J / output token")] == "not measurable" for row in rows)
+
+
+def _fast_file(path: Path, window: tuple[float, float], idle_w=100.0, busy_w=400.0, step=0.025, counter=True):
+    """A telemetry file of the current sampler: 1 s samples and a 25 ms power stream on the monotonic clock."""
+    a, b = window
+    rows = [{"kind": "header", "problems": [], "period_s": 1.0, "mono": a - 12}]
+    x, e = a - 12, 5000.0
+    while x < b + 1:
+        w = busy_w if a - 0.3 <= x <= b else idle_w   # a warm-up just before the window
+        g = {"index": 0, "power_w": w, "power_instant_w": w, **({"energy_mj": e * 1000} if counter else {})}
+        rows.append({"kind": "power", "t": 1e9 + x, "mono": x, "gpus": [g]})
+        e += w * step
+        x += step
+    rows.append({"kind": "end", "t": 1e9 + x, "mono": x})
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+
+
+@pytest.mark.parametrize("counter", [True, False])
+def test_a_fast_power_stream_measures_a_short_window_and_states_idle(tmp_path, counter):
+    from types import SimpleNamespace
+    from specfleet.report.render.telemetry_report import read_run, window_energy
+    res = SimpleNamespace(start_times=[100.0, 100.1], latencies=[0.3, 0.3], ttfts=None, itls=None)
+    _fast_file(tmp_path / "t.jsonl", (100.0, 100.4), counter=counter)
+    e = window_energy(read_run(tmp_path / "t.jsonl"), res)
+    assert not e.why and e.samples >= 15 and e.idle_w == 100.0
+    assert e.joules == pytest.approx(400 * 0.4, rel=0.07) and e.above_idle_j == pytest.approx(300 * 0.4, rel=0.1)
+    assert ("energy counter" in e.method) == counter and "monotonic clock" in e.method
+    # the same 0.4 s window with only 1 s samples: not measurable, said why
+    res_short = SimpleNamespace(start_times=[100.0], latencies=[0.4], ttfts=None, itls=None)
+    tel = read_run(tmp_path / "t.jsonl")
+    tel.power = {0: [p for i, p in enumerate(tel.power[0]) if i % 40 == 0]}
+    tel.power_source = "1 s samples"
+    e = window_energy(tel, res_short)
+    assert math.isnan(e.joules) and "power readings in the 0.40 s measured window (at least 10 needed" in e.why
 
 
 def test_nesting_bomb_line_is_refused_and_the_report_still_made(tmp_path):

@@ -116,6 +116,51 @@ def test_parses_what_a_real_h200_prints():
          "clock_event_reasons": "0x0000000000000001"}]
 
 
+def test_power_stream_is_fast_and_on_the_monotonic_clock(tmp_path, gpu2):
+    """nvidia-smi's own loop (--loop-ms) feeds `power` lines with the energy counter and instantaneous
+    power, stamped with time.monotonic(), the clock of vLLM's per-request start_times (perf_counter):
+    a 0.4 s window at concurrency 16 holds >= 10 of them (issue 39)."""
+    out = tmp_path / "vanilla_conc16.telemetry.jsonl"
+    env = {**os.environ, "SIMVLLM_GPU_DIR": str(gpu2)}
+    sampler = Sampler(str(out), [1], None, period_s=1.0, smi=str(gpu2 / "nvidia-smi"), env=env).start()
+    a = time.monotonic()
+    deadline = a + 20
+    while time.monotonic() < deadline and sum('"kind": "power"' in x for x in out.read_text().splitlines()) < 12:
+        time.sleep(0.05)
+    sampler.stop()
+    got = lines(out)
+    head, power = got[0], [g for g in got if g["kind"] == "power"]
+    assert head["power_query"] == ["index", "power.draw", "total_energy_consumption", "power.draw.instant"]
+    assert head["power_period_ms"] == 25 and "mono" in head and "mono" in got[-1]
+    assert len(power) >= 12 and all(p["gpus"][0]["index"] == 1 and p["gpus"][0]["power_instant_w"] == 300
+                                    and p["gpus"][0]["energy_mj"] > 0 for p in power)
+    monos = [p["mono"] for p in power]
+    assert monos == sorted(monos) and a - 5 < monos[0] < time.monotonic()
+    # the stand-in's counter is its 300 W over the monotonic clock: the counter agrees with the stamps
+    e = [p["gpus"][0]["energy_mj"] / 1000 for p in power]
+    assert (e[-1] - e[0]) / (monos[-1] - monos[0]) == pytest.approx(300, rel=0.25)
+    # the nvidia-smi loop ended with the sampler (no process left behind)
+    assert sampler._proc.poll() is not None
+
+
+def test_no_pseudo_terminal_no_power_stream_and_the_run_goes_on(tmp_path, gpu2, monkeypatch):
+    import pty
+
+    def none():
+        raise OSError("out of pty devices")
+    monkeypatch.setattr(pty, "openpty", none)
+    out = tmp_path / "t.jsonl"
+    env = {**os.environ, "SIMVLLM_GPU_DIR": str(gpu2)}
+    sampler = Sampler(str(out), [1], None, period_s=0.1, smi=str(gpu2 / "nvidia-smi"), env=env).start()
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and sum('"kind": "sample"' in x for x in out.read_text().splitlines()) < 2:
+        time.sleep(0.05)
+    sampler.stop()
+    got = lines(out)
+    assert [g["problem"] for g in got if g["kind"] == "problem"] == ["power stream not recorded: out of pty devices"]
+    assert sum(g["kind"] == "sample" for g in got) >= 2 and not any(g["kind"] == "power" for g in got)
+
+
 def finished(n_stop: float, n_length: float) -> str:
     """vLLM's finished-request counter, one label set per finished_reason (summed by parse_metrics)."""
     return (f'vllm:request_success_total{{engine="0",finished_reason="stop",model_name="bench"}} {n_stop}\n'

@@ -21,8 +21,8 @@ from ...plan import Equivalence
 from ..scan.folder import Campaign, at_cell
 from .gpu_gate import gpu_checks, packing_of
 from .consistency import mismatches
-from .gate_policy import (ALPHA, ALPHA_PER_LOOK, FAILED, INCONCLUSIVE, MERGES, METHOD as POLICY, PASSED,
-                          UNVERIFIED, Decision, decide_state, metric_value)
+from .gate_policy import (ALPHA, ALPHA_PER_LOOK, FAILED, INCONCLUSIVE, MERGES, METHOD as POLICY, PASSED, SAMPLES,
+                          UNVERIFIED, Decision, decide_state, metric_value, per_start, start_of)
 from ..scan.provenance import plan_hashes
 from ...plan.sweep import parse_cell
 from ...worker.stats import log_welch, ratio_interval, t_two_sided_p
@@ -37,6 +37,7 @@ GATE_METRICS = {
 }
 METHOD = "TOST: two one-sided Welch t-tests on log values"
 SINGLE_RUN = "single run: plain threshold, no interval: UNVERIFIED"
+SINGLE_START = "single server start (its runs share it, one sample): plain threshold, no interval: UNVERIFIED"
 VERDICT_WORDS = {PASSED: "pass", UNVERIFIED: "pass (UNVERIFIED)"}  # the table's verdict column
 # The rule's defaults are the plan's (a plan without `equivalence:`): one source for both.
 PLAN_DEFAULTS = Equivalence()
@@ -98,7 +99,7 @@ class EquivalenceRule:
         return (f"rule: baseline {GATE_METRICS[self.metric]} must be shown equivalent within "
                 f"±{self.tolerance_pct:g} % {where} (ratio between nodes inside [{lo:.4f}, {hi:.4f}]); "
                 f"with repeats: {POLICY}, i.e. the {self.confidence:.1%} interval of the ratio inside "
-                f"that band (entirely outside: FAILED; else INCONCLUSIVE); {SINGLE_RUN}")
+                f"that band (entirely outside: FAILED; else INCONCLUSIVE); {SINGLE_RUN}; {SAMPLES}")
 
 
 @dataclass
@@ -122,6 +123,8 @@ class PairCheck:
     state: str = FAILED      # gate_policy: PASSED | UNVERIFIED | INCONCLUSIVE | FAILED
     more_runs: int | None = None
     within_pct: float | None = None
+    runs_a: int = 0          # runs behind the n_a / n_b samples (server starts)
+    runs_b: int = 0
 
     @property
     def where(self) -> str:
@@ -159,13 +162,15 @@ class GateResult:
             how = (f"the data can show equivalence only within ±{within:.1f} %" if within is not None else
                    "the data cannot show equivalence")
             more = [c for c in undecided if c.more_runs]
-            nxt = max((min(c.n_a, c.n_b) + c.more_runs for c in more), default=0)
+            # --gate-runs counts runs per node in all, and each run it adds is a server start of its own
+            nxt = max((max(c.runs_a, c.runs_b) + c.more_runs for c in more), default=0)
             add = (f"; {max(c.more_runs for c in more)} more run(s) of the baseline per node for the "
                    f"next look (fab bench --gate-runs {nxt}; docs/report.md, \"Adding repeats\")" if more else
                    "; the run budget is spent" if all(c.more_runs is None for c in undecided) else "")
             return f"{INCONCLUSIVE}: {how} (margin ±{self.rule.tolerance_pct:g} %){add}"
         if UNVERIFIED in states:
-            return f"{PASSED} ({UNVERIFIED}: a single run on a node shows no spread, nothing is verified)"
+            return (f"{PASSED} ({UNVERIFIED}: a single server start on a node shows no spread between starts, "
+                    "nothing is verified)")
         return PASSED
 
     def summary(self) -> str:
@@ -177,11 +182,15 @@ class GateResult:
         return "\n".join(lines)
 
 
+START = "start"   # _metric_samples: the key of each value's server start (gate_policy.start_of)
+
+
 def _metric_samples(runs, key) -> dict:
-    """key(run) -> gate metric -> its values over those runs."""
+    """key(run) -> gate metric -> its values over those runs (and START -> each run's server start)."""
     out: dict = {}
     for r in runs:
-        d = out.setdefault(key(r), {m: [] for m in GATE_METRICS})
+        d = out.setdefault(key(r), {START: [], **{m: [] for m in GATE_METRICS}})
+        d[START].append(start_of(r.path.name, r.result.extra))
         for m in GATE_METRICS:
             d[m].append(metric_value(r.result, m))
     return out
@@ -216,14 +225,21 @@ def _pcts(lo: float | None, hi: float | None) -> str:
     return f"[{(lo - 1) * 100:+.2f} %, {(hi - 1) * 100:+.2f} %]"
 
 
-def decide(rule: EquivalenceRule, a: list[float], b: list[float]) -> PairCheck:
-    """The decision for one pair at the rule's point (node names and conc left blank)."""
+def decide(rule: EquivalenceRule, a: list[float], b: list[float], starts_a: list[str] | None = None,
+           starts_b: list[str] | None = None) -> PairCheck:
+    """The decision for one pair at the rule's point (node names and conc left blank). With each run's
+    server start (starts_a / starts_b), the samples are the starts (gate_policy.per_start); without,
+    every run is its own start."""
+    runs_a, runs_b = len(a), len(b)
+    a, b = per_start(a, starts_a), per_start(b, starts_b)
     ma, mb = statistics.fmean(a), statistics.fmean(b)
     diff = _pct(ma, mb)
     lo, hi = rule.band
     band = f"±{rule.tolerance_pct:g} % band (ratio [{lo:.4f}, {hi:.4f}])"
     chk = PairCheck("", "", 0, rule.metric, ma, mb, diff, len(a), len(b), None, None, None, SINGLE_RUN,
-                    False, "")
+                    False, "", runs_a=runs_a, runs_b=runs_b)
+    n_said = f"n={len(a)}/{len(b)}" + ("" if (runs_a, runs_b) == (len(a), len(b)) else
+                                       f" server starts of {runs_a}/{runs_b} runs (runs sharing a start count once)")
     if min(a + b) <= 0:
         chk.reason = "a baseline value is <= 0, cannot compare"
         return chk
@@ -232,13 +248,15 @@ def decide(rule: EquivalenceRule, a: list[float], b: list[float]) -> PairCheck:
     d = decide_state(n, ri.low if ri else None, ri.high if ri else None, rule.band, mb / ma)
     chk.state, chk.passed, chk.more_runs, chk.within_pct = d.state, d.merges, d.more_runs, d.within_pct
     if ri is None:
+        shared = (len(a) == 1 and runs_a > 1) or (len(b) == 1 and runs_b > 1)   # one start, several runs
+        chk.method = SINGLE_START if shared else SINGLE_RUN
         chk.reason = (f"{diff:+.2f} % {'within' if d.merges else 'outside'} the {band} "
-                      f"({SINGLE_RUN}; n={len(a)}/{len(b)}): {_words(d, rule)}")
+                      f"({chk.method}; {n_said}): {_words(d, rule)}")
         return chk
     chk.ci_low, chk.ci_high, chk.method = ri.low, ri.high, METHOD
     chk.tost_p = tost_p(a, b, lo, hi)
     ci = (f"{ri.confidence:.1%} CI of the ratio {_pcts(ri.low, ri.high)} "
-          f"({METHOD}, df {ri.df:.1f}, n={len(a)}/{len(b)}, TOST p={chk.tost_p:.3g})")
+          f"({METHOD}, df {ri.df:.1f}, {n_said}, TOST p={chk.tost_p:.3g})")
     chk.reason = f"{diff:+.2f} %, {ci}: {_words(d, rule)}"
     return chk
 
@@ -247,10 +265,12 @@ def _words(d: Decision, rule: EquivalenceRule) -> str:
     if d.state == PASSED:
         return "PASSED: shown equivalent (interval inside the band)"
     if d.state == UNVERIFIED:
-        return f"{UNVERIFIED} pass: one run shows no spread; repeats ({rule.tolerance_pct:g} % margin) verify it"
+        return (f"{UNVERIFIED} pass: one server start shows no spread between starts; runs on starts of their "
+                f"own (fab bench --gate-runs; {rule.tolerance_pct:g} % margin) verify it")
     if d.state == FAILED:
         return f"FAILED: shown to differ by more than ±{rule.tolerance_pct:g} % (interval outside the band)"
-    more = (f"add {d.more_runs} run(s) of the baseline per node for the next look" if d.more_runs else
+    more = (f"add {d.more_runs} run(s) of the baseline per node, each on its own server start, for the next look"
+            if d.more_runs else
             "the run budget is spent")
     return (f"{INCONCLUSIVE}: the data can show equivalence only within ±{d.within_pct:.1f} %; {more} "
             "(docs/report.md, \"Adding repeats\")")
@@ -289,7 +309,7 @@ def check_equivalence(camp: Campaign, rule: EquivalenceRule | None = None,
     for a, b in itertools.combinations(hosts, 2):
         for cell in _shared_cells(samples, a, b, conc_of):
             sa, sb = samples[(a, cell)], samples[(b, cell)]
-            chk = decide(rule, sa[rule.metric], sb[rule.metric])
+            chk = decide(rule, sa[rule.metric], sb[rule.metric], sa[START], sb[START])
             chk.node_a, chk.node_b, chk.conc, chk.cell = a, b, conc_of[cell], cell
             if cell in rule_cells:
                 gate.checks.append(chk)
@@ -299,12 +319,13 @@ def check_equivalence(camp: Campaign, rule: EquivalenceRule | None = None,
                                  f"baseline {GATE_METRICS[rule.metric]} {chk.reason}")
             method = "plain threshold" if chk.ci_low is None else f"{rule.confidence:.0%} CI"
             for m, label in GATE_METRICS.items():  # the table: every metric; the rule's carries the verdict
-                ri = ratio_interval(sa[m], sb[m], rule.confidence)
-                ma, mb = statistics.fmean(sa[m]), statistics.fmean(sb[m])
+                xa, xb = per_start(sa[m], sa[START]), per_start(sb[m], sb[START])   # as the decision counts
+                ri = ratio_interval(xa, xb, rule.confidence)
+                ma, mb = statistics.fmean(xa), statistics.fmean(xb)
                 said = cell in rule_cells and m == rule.metric
                 rows.append({"concurrency": chk.conc, "cell": cell, "metric": label, "node_a": a, "node_b": b,
                              "value_a": ma, "value_b": mb, "diff_pct": _pct(ma, mb),
-                             "n_a": len(sa[m]), "n_b": len(sb[m]),
+                             "n_a": len(xa), "n_b": len(xb),
                              "ci_low_pct": (ri.low - 1) * 100 if ri else math.nan,
                              "ci_high_pct": (ri.high - 1) * 100 if ri else math.nan,
                              "rule": f"±{rule.tolerance_pct:g} %, {method}" if said else "",

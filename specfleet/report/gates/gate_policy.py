@@ -1,6 +1,7 @@
 """The gate's policy in one place: a group-sequential equivalence test with stated error rates (issue 23).
 
-TOST on log values (gate.decide -> stats.ratio_interval) looks after LOOKS runs per node, each look
+TOST on log values (gate.decide -> stats.ratio_interval) looks after LOOKS samples per node (a sample is
+a server start: runs sharing one count once, `per_start`), each look
 at ALPHA / len(LOOKS) (Bonferroni): by the union bound the chance to pass nodes whose true difference
 is beyond the margin stays <= ALPHA at any noise, whatever look the data stop at. The default metric
 is the token-weighted TPOT because it does not follow the tail of a wave that drains (output tok/s
@@ -9,6 +10,7 @@ states and the pass rates benchmarks/gate_power.py measures through gate.decide.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 LOOKS = (3, 5, 8, 12, 16, 20)       # runs per node at which the sequential test looks; the last is the budget
@@ -16,8 +18,33 @@ ALPHA = 0.05                          # overall chance to pass nodes beyond the 
 ALPHA_PER_LOOK = ALPHA / len(LOOKS)   # Bonferroni spending
 PASSED, FAILED, INCONCLUSIVE, UNVERIFIED = "PASSED", "FAILED", "INCONCLUSIVE", "UNVERIFIED"
 MERGES = (PASSED, UNVERIFIED)         # states that let the merge go on
-METHOD = (f"group-sequential TOST on log values, looks at {', '.join(map(str, LOOKS))} runs per node, "
+METHOD = (f"group-sequential TOST on log values, looks at {', '.join(map(str, LOOKS))} samples (server starts) "
+          "per node, "
           f"alpha {ALPHA:g} spent Bonferroni over {len(LOOKS)} looks ({ALPHA_PER_LOOK:.4f} per look)")
+
+
+#: how a result says its repeat was isolated (commands.client_spec); a result without it ran its repeats
+#: on one server start (measures.repeat_meaning reads it the same way)
+ISOLATION_KEY, OWN_START = "repeat_isolation", "server-start"
+SAMPLES = ("the unit is the server start: runs that share one (repeat_isolation cache-reset, or not recorded) "
+           "count as one sample, their geometric mean, since the start's own spread is not averaged away by "
+           "running more on it")
+
+
+def start_of(run_name: str, extra: dict) -> str:
+    """The server start a run measured: its own (server-start) or the one its cache-reset repeats share."""
+    return run_name if extra.get(ISOLATION_KEY) == OWN_START else "shared"
+
+
+def per_start(values: list[float], starts: list[str] | None) -> list[float]:
+    """One sample per server start: the geometric mean of the runs that share it (first-seen order)."""
+    if starts is None:
+        return list(values)
+    groups: dict[str, list[float]] = {}
+    for v, s in zip(values, starts):
+        groups.setdefault(s, []).append(v)
+    return [g[0] if len(g) == 1 else math.exp(sum(math.log(x) for x in g) / len(g)) if min(g) > 0
+            else sum(g) / len(g) for g in groups.values()]
 
 
 def next_look(n: int) -> int | None:
@@ -28,7 +55,7 @@ def next_look(n: int) -> int | None:
 @dataclass(frozen=True)
 class Decision:
     state: str
-    more_runs: int | None = None   # runs to add per node for the next look (INCONCLUSIVE, budget left)
+    more_runs: int | None = None   # server starts (runs of their own) to add per node for the next look
     within_pct: float | None = None  # the data show equivalence only within +-this (INCONCLUSIVE)
 
     @property

@@ -78,7 +78,8 @@ def gpu_checks(camp: "Campaign", rule, baseline: str, decide, samples_of) -> tup
             for conc in sorted(set(per[a]) & set(per[b])):
                 if rule.concurrency is not None and conc != rule.concurrency:
                     continue
-                chk = decide(rule, per[a][conc][rule.metric], per[b][conc][rule.metric])
+                x, y = per[a][conc], per[b][conc]   # runs sharing a server start count once (gate.decide)
+                chk = decide(rule, x[rule.metric], y[rule.metric], x.get("start"), y.get("start"))
                 chk.node_a, chk.node_b, chk.conc = f"{host} [{a}]", f"{host} [{b}]", conc
                 checks.append(chk)
     return checks, notes

@@ -2,9 +2,11 @@
 
     results/<campaign>/report/llm-d-v0.2/<config>__<cell>__<node>.json
 
-against llm-d-benchmark's `benchmark_report/schema_v0_2.py` (pydantic, `extra="forbid"` at every level;
-read at commit 08e0c227ecc1afe3f411f6c36fa2b1c9d71c8647): only its fields are written. With repeats
-every figure is the mean over runs of each run's statistic (the report's rule). A figure the result
+against llm-d-benchmark's `llmdbenchmark/analysis/benchmark_report/schema_v0_2.py` (pydantic,
+`extra="forbid"` at every level; read at commit 8bc9f1ddd873a24f1657d6cca2e0d0fb6947dd36, 2026-08-21;
+tests/report/test_export_llmd.py holds the project's translation of it and validates every file):
+only its fields are written. Latency statistics (mean, deviation, percentiles) are computed over the
+per-request values of all the cell's runs pooled; throughput is the mean over runs. A figure the result
 files do not carry is left out (the schema's fields are optional), never 0.
 """
 from __future__ import annotations
@@ -14,14 +16,16 @@ import json
 import math
 import re
 import statistics
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ...worker.slots import parallel_sizes
 from ..gates.consistency import result_table
-from ..tables.measures import PCT_KEY
 from ..scan.provenance import NOT_RECORDED, node_table
+from .telemetry_report import of_run, request_window
 
 BR_VERSION = "0.2"
 # merged.json / merged.csv: every row carries it; docs/schemas/merged.schema.json describes that version
@@ -33,9 +37,10 @@ LATENCY = {"ttft": ("time_to_first_token", "ms"), "tpot": ("time_per_output_toke
            "itl": ("inter_token_latency", "ms/token"), "e2el": ("request_latency", "ms")}
 SCHEMA_PCTS = {"0.1": "p0p1", "1": "p1", "5": "p5", "10": "p10", "25": "p25", "50": "p50", "75": "p75",
                "90": "p90", "95": "p95", "99": "p99", "99.9": "p99p9"}
+POOLED = "pooled"   # _latency: how the statistics were made (the load's description says it)
 
 
-def _mean(vals: list) -> float | None:
+def _mean(vals: list) -> float | None:  # over runs (throughput, prompt tokens)
     vals = [float(v) for v in vals if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)]
     return statistics.fmean(vals) if vals else None
 
@@ -44,20 +49,42 @@ def _num(v: Any) -> float | None:
     return None if v is None or (isinstance(v, float) and not math.isfinite(v)) else v
 
 
-def _stat(results: list, metric: str, units: str) -> dict | None:
-    mean = _mean([getattr(r, f"mean_{metric}_ms", None) for r in results])
-    if mean is None:
-        return None
-    st: dict[str, Any] = {"units": units, "mean": mean}
-    for key, field in (("std", "stddev"), ("median", "p50")):
-        if (v := _mean([getattr(r, f"{key}_{metric}_ms", None) for r in results])) is not None:
-            st[field] = v
-    keys = {k for r in results for k in (*r.extra, *type(r).model_fields) if (m := PCT_KEY.match(k)) and m[2] == metric}
-    for k in sorted(keys, key=lambda k: float(PCT_KEY.match(k)[1])):  # a set: its order varies per process
-        p = PCT_KEY.match(k)[1].removesuffix(".0")
-        if p in SCHEMA_PCTS and (v := _mean([getattr(r, k, None) for r in results])) is not None:
-            st[SCHEMA_PCTS[p]] = v
-    return st
+def _per_request_ms(r) -> dict[str, list[float]]:
+    """One run's per-request latencies in ms over its succeeded requests, as vLLM's calculate_metrics
+    defines them: TTFT, TPOT = (latency - TTFT) / (output tokens - 1) for > 1 token, every ITL, latency
+    (latency, or TTFT + the ITLs where the file has no `latencies`). A metric the arrays cannot give is
+    absent."""
+    n = len(r.ttfts or [])
+    if not n or len(r.output_lens or []) != n:
+        return {}
+    itls = r.itls if r.itls and len(r.itls) == n else None
+    lat = r.latencies if r.latencies and len(r.latencies) == n else (
+        [t + sum(g) for t, g in zip(r.ttfts, itls)] if itls else None)
+    ok = [i for i in range(n) if not (r.errors and i < len(r.errors) and r.errors[i]) and r.output_lens[i]]
+    out = {"ttft": [r.ttfts[i] * 1000 for i in ok]}
+    if lat:
+        out["e2el"] = [lat[i] * 1000 for i in ok]
+        out["tpot"] = [(lat[i] - r.ttfts[i]) / (r.output_lens[i] - 1) * 1000 for i in ok if r.output_lens[i] > 1]
+    if itls:
+        out["itl"] = [x * 1000 for i in ok for x in itls[i]]
+    return out
+
+
+def _stat(results: list, metric: str, units: str) -> tuple[dict | None, str]:
+    """The metric's statistics over every request of the runs pooled (POOLED); without the per-request
+    arrays in every run, only the mean (the runs' means weighted by their completed requests)."""
+    runs = [_per_request_ms(r).get(metric) for r in results]
+    if all(runs) and (vals := np.array([x for v in runs for x in v])).size:
+        st: dict[str, Any] = {"units": units, "mean": float(vals.mean()), "stddev": float(vals.std()),
+                              "min": float(vals.min()), "max": float(vals.max())}
+        for p, field in SCHEMA_PCTS.items():
+            st[field] = float(np.percentile(vals, float(p)))
+        return st, POOLED
+    means = [(v, r.completed) for r in results if isinstance(v := getattr(r, f"mean_{metric}_ms", None), (int, float))
+             and math.isfinite(v) and r.completed]
+    if len(means) < len(results) or not means:
+        return None, ""
+    return {"units": units, "mean": sum(v * c for v, c in means) / sum(c for _, c in means)}, "means"
 
 
 def _count_stat(values: list[list[int] | None]) -> dict | None:
@@ -92,14 +119,36 @@ def _args(argv: list[str]) -> dict[str, Any]:
     return out
 
 
-def _when(dates: list[str]) -> dict:
-    ts = []
-    for d in dates:
-        try:
-            ts.append(datetime.strptime(d, "%Y%m%d-%H%M%S"))
-        except (TypeError, ValueError):
+def _measured(run) -> tuple[datetime, datetime] | None:
+    """The run's measured window (its first request's start to its last one's end) in UTC, placed by the
+    telemetry's monotonic stamps (the clock of vLLM's start_times) and the wall clock beside them."""
+    w, tel = request_window(run.result), of_run(run)
+    if isinstance(w, str) or tel is None:
+        return None
+    at = next((p for pts in tel.power.values() for p in pts if p[1] is not None), None)
+    if at is None:
+        return None
+    utc = lambda x: datetime.fromtimestamp(x + at[0] - at[1], tz=timezone.utc)  # noqa: E731
+    return utc(w[0]), utc(w[1])
+
+
+def _when(runs: list) -> dict:
+    """time.start / end of the measurement: the runs' measured windows in UTC where their telemetry
+    places them; else vLLM's `date` (the worker's local time, no zone, written as the run's result is
+    saved, right after its last request) as the end and that minus the run's duration as the start."""
+    spans = []
+    for r in runs:
+        if (m := _measured(r)) is not None:
+            spans.append(m)
             continue
-    return {"start": min(ts).isoformat(), "end": max(ts).isoformat()} if ts else {}
+        try:
+            end = datetime.strptime(r.result.date or "", "%Y%m%d-%H%M%S")
+        except ValueError:
+            continue
+        spans.append((end - timedelta(seconds=r.result.duration), end))
+    if not spans or len({s[0].tzinfo is None for s in spans}) > 1:  # UTC and local times do not mix
+        return {}
+    return {"start": min(s for s, _ in spans).isoformat(), "end": max(e for _, e in spans).isoformat()}
 
 
 def _h(*parts: Any) -> str:
@@ -114,8 +163,9 @@ def cell_report(row: dict, runs: list, node: dict, result: dict, *, campaign: st
     sizes = parallel_sizes(serve_argv)
     tp, pp, dp = (sizes.get(f, 1) for f in ("--tensor-parallel-size", "--pipeline-parallel-size",
                                             "--data-parallel-size"))
-    gpus = node.get("gpus")
-    count = gpus if isinstance(gpus, int) and gpus >= tp * pp * dp else tp * pp * dp
+    # the server's GPUs: the lane's GPU set its results name, else what its flags take (not the node's)
+    lane = {g for r in res if (u := r.extra.get("gpu_uuids")) for g in str(u).split(",") if g}
+    count = len(lane) or tp * pp * dp
     version = str(node.get("vllm") or NOT_RECORDED)
     spec = {k: _num(row.get(k)) for k in ("acceptance_rate_pct", "acceptance_length", "drafts", "draft_tokens",
                                           "accepted_tokens", "drafts_per_step")}
@@ -126,16 +176,17 @@ def cell_report(row: dict, runs: list, node: dict, result: dict, *, campaign: st
              + (f"; speedup {speedup['speedup']:.3f}x ({speedup['verdict']})" if speedup["speedup"] else "")
              + ("; SIMULATED ENGINE: not a measurement" if simulated else ""))
     stack = [
-        {"metadata": {"kind": "inference_engine", "schema_version": COMPONENT_SCHEMA,
+        {"metadata": {"schema_version": COMPONENT_SCHEMA,
                       "label": f"{row['node']}/{row['config']}", "cfg_id": _h(serve_argv),
                       "description": result.get("speculative_config") or None},
-         "standardized": {"tool": "vllm", "tool_version": version, "role": "replica", "model": {"name": model_name},
+         "standardized": {"kind": "inference_engine", "tool": "vllm", "tool_version": version, "role": "replica",
+                          "replicas": 1, "model": {"name": model_name},
                           "accelerator": {"model": str(node.get("gpu") or NOT_RECORDED), "count": int(count),
                                           "parallelism": {"dp": dp, "ep": 1, "pp": pp, "tp": tp}}},
          "native": {"args": _args(serve_argv[3:])}},
-        {"metadata": {"kind": "generic", "schema_version": COMPONENT_SCHEMA, "label": "specfleet",
+        {"metadata": {"schema_version": COMPONENT_SCHEMA, "label": "specfleet",
                       "cfg_id": plan_hash, "description": words},
-         "standardized": {"tool": "specfleet", "tool_version": _version(), "campaign": campaign,
+         "standardized": {"kind": "generic", "tool": "specfleet", "tool_version": _version(), "campaign": campaign,
                           "plan_hash": plan_hash, "node": row["node"], "configuration": row["config"],
                           "cell": row["cell"], "concurrency": int(row["concurrency"]), "repeats": len(res),
                           "simulated": simulated, "spec_decode": spec, "speedup_vs_baseline": speedup,
@@ -157,7 +208,15 @@ def cell_report(row: dict, runs: list, node: dict, result: dict, *, campaign: st
                                       "max": int(bench["output_len"])}
     if rates and min(rates) > 0:
         load_std["rate_qps"] = statistics.fmean(rates)
-    latency = {field: s for m, (field, units) in LATENCY.items() if (s := _stat(res, m, units))}
+    stats = {field: _stat(res, m, units) for m, (field, units) in LATENCY.items()}
+    latency = {field: st for field, (st, _) in stats.items() if st}
+    pooled = sorted(f for f, (st, how) in stats.items() if st and how == POOLED)
+    means = sorted(f for f, (st, how) in stats.items() if st and how != POOLED)
+    how = "; ".join(filter(None, [
+        f"{', '.join(pooled)}: statistics over the {sum(r.completed for r in res)} requests of the {len(res)} run(s) "
+        "pooled (per-request arrays)" if pooled else "",
+        f"{', '.join(means)}: mean only (the runs' means weighted by their requests; no per-request arrays)"
+        if means else "", "throughput: mean over the runs"]))
     requests: dict[str, Any] = {"total": int(sum(r.completed + (r.failed or 0) for r in res)),
                                 "failures": int(sum(r.failed or 0 for r in res))}
     for key, arrays in (("input_length", [r.input_lens for r in res]), ("output_length", [r.output_lens for r in res])):
@@ -165,16 +224,15 @@ def cell_report(row: dict, runs: list, node: dict, result: dict, *, campaign: st
             requests[key] = s
     throughput = {k: s for k, s in (("output_token_rate", _rate(res, "output_throughput", "tokens/s")),
                                     ("total_token_rate", _rate(res, "total_token_throughput", "tokens/s")),
-                                    ("requests_rate", _rate(res, "request_throughput", "queries/s"))) if s}
+                                    ("request_rate", _rate(res, "request_throughput", "queries/s"))) if s}
     dur = sum(r.duration for r in res)
     return {
         "version": BR_VERSION,
         "run": {"uid": _h(campaign, plan_hash, row["config"], row["cell"], row["node"]), "eid": _h(campaign, plan_hash),
-                "time": {**_when([r.date for r in res if r.date]), "duration": f"PT{dur:.6f}S"}},
+                "time": {**_when(runs), "duration": f"PT{dur:.6f}S"}},
         "scenario": {"stack": stack,
                      "load": {"metadata": {"schema_version": COMPONENT_SCHEMA, "cfg_id": _h(bench, row["cell"]),
-                                           "description": f"Spec-Bench prompts, {row['cell']}; figures are means "
-                                                          f"over {len(res)} run(s) of each run's statistic"},
+                                           "description": f"Spec-Bench prompts, {row['cell']}; {how}"},
                               "standardized": load_std, "native": {"args": _args(bench.get("argv") or [])}}},
         "results": {"request_performance": {"aggregate": {"requests": requests, "latency": latency,
                                                           "throughput": throughput}}},

@@ -3,7 +3,10 @@ goodput_req_s, slo_attainment_pct, meets_slo, goodput_speedup, vllm_goodput_req_
 what each is). A request is good when it succeeded and meets every limit (vLLM's rule), read from the
 result's per-request arrays (--save-detailed; a request's latency is its TTFT plus its ITLs where the
 file has no `latencies`, as vLLM 0.26-0.29 write it); a run without them has no goodput (NaN), never
-zero, and the report says why (worker/crossover.why_no_goodput).
+zero, and the report says why (worker/crossover.why_no_goodput). A speedup at the SLO is a ratio of
+goodputs where both sides meet the SLO: elsewhere the report says which side misses it and the highest
+load each meets; every speedup shown carries the row's flags (acceptance DEGENERATE / NEAR-ZERO,
+tail-dominated).
 """
 from __future__ import annotations
 
@@ -15,6 +18,10 @@ import pandas as pd
 from ...plan.slo import Slo
 from ...worker.crossover import good_requests as count_good, why_no_goodput
 from ..scan.folder import Campaign, Run
+from ..tables.conclusions import tail_dominated
+from ..tables.measures import ACCEPTANCE_FLAGS
+
+TAIL = "TAIL-DOMINATED"
 
 def good_requests(run: Run, slo: Slo) -> tuple[int, int] | None:
     """(good, succeeded) of one run, or None when its per-request arrays are missing or uneven (the
@@ -52,10 +59,44 @@ def add_goodput(camp: Campaign, runs: pd.DataFrame, baseline: str, slo: Slo | No
     # why a cell has no goodput, for slo_lines: kept out of the columns (merged.json's schema)
     out.attrs["goodput_missing"] = {(c, n, cell): w for c, n, cell, w in zip(out.config, out.node, out.cell, why) if w}
     out["meets_slo"] = [None if math.isnan(a) else a >= slo.attainment_pct for a in att]
-    base = out[out.config == baseline].set_index(["node", "cell"])["goodput_req_s"]
-    out["goodput_speedup"] = [g / b if (b := base.get((n, c), math.nan)) and b == b and b > 0 else math.nan
-                              for n, c, g in zip(out.node, out.cell, out.goodput_req_s)]
+    base = out[out.config == baseline].set_index(["node", "cell"])
+    sp, base_meets, flags = [], [], []
+    for _, r in out.iterrows():
+        b = base.loc[(r.node, r.cell)] if (r.node, r.cell) in base.index else None
+        bm = None if b is None else b.meets_slo
+        base_meets.append(bm)
+        both = _yes(r.meets_slo) and _yes(bm) and b.goodput_req_s > 0   # a speedup only at the SLO
+        sp.append(r.goodput_req_s / b.goodput_req_s if both else math.nan)
+        flags.append(", ".join(row_flags(r, b)) if both else "")
+    out["baseline_meets_slo"], out["goodput_speedup"], out["goodput_flags"] = base_meets, sp, flags
     return out
+
+
+def _yes(v) -> bool:
+    """meets_slo is True / False (numpy's too) or None (not recorded)."""
+    return v is not None and v == v and bool(v)
+
+
+def row_flags(r: pd.Series, b: pd.Series | None) -> list[str]:
+    """What a speedup of this row is not: its acceptance flag (measures.acceptance_flag), and
+    tail-dominated (conclusions.tail_dominated) against its baseline row."""
+    out = [r.acceptance_flag] if r.get("acceptance_flag") in ACCEPTANCE_FLAGS else []
+    if b is not None and r.config != b.config and tail_dominated(r, b):
+        out.append(TAIL)
+    return out
+
+
+def speedup_text(r: pd.Series) -> str:
+    """A speedup at the SLO with its flags, or why there is none."""
+    if r.goodput_speedup == r.goodput_speedup:
+        f = r.get("goodput_flags") or ""
+        return f"{r.goodput_speedup:.2f}x" + (f" ({f}: not a speedup)" if any(a in f for a in ACCEPTANCE_FLAGS)
+                                               else f" ({f})" if f else "")
+    if r.meets_slo is None or r.baseline_meets_slo is None or r.meets_slo != r.meets_slo:
+        return "–"
+    if not _yes(r.meets_slo) and not _yes(r.baseline_meets_slo):
+        return "neither meets the SLO"
+    return "baseline misses the SLO" if _yes(r.meets_slo) else "misses the SLO"
 
 
 def highest_meeting(runs: pd.DataFrame) -> dict[tuple[str, str], int | None]:
@@ -82,11 +123,22 @@ def slo_lines(runs: pd.DataFrame, baseline: str, slo: Slo) -> list[str]:
         return out + [f"Goodput not recorded: {'; '.join(dict.fromkeys(missing.values())) or 'not measured'}."]
     for (cfg, node, cell), why in missing.items():
         out.append(f"{cfg} on {node} at {cell}: goodput not recorded: {why}.")
-    for (cfg, node), conc in highest_meeting(runs).items():
+    tops = highest_meeting(runs)
+    for (cfg, node), conc in tops.items():
         at = "no concurrency measured meets it" if conc is None else f"highest concurrency meeting it: {conc}"
-        sp = runs[(runs.config == cfg) & (runs.node == node) & runs.goodput_speedup.notna()]
-        speed = "" if cfg == baseline or sp.empty else "; goodput vs the baseline: " + ", ".join(
-            f"{r.goodput_speedup:.2f}x at {r.cell}" for _, r in sp.iterrows())
+        mine = runs[(runs.config == cfg) & (runs.node == node)]
+        sp = mine[mine.goodput_speedup.notna()]
+        if cfg == baseline or mine.baseline_meets_slo.isna().all():
+            speed = ""
+        elif not sp.empty:
+            speed = "; goodput vs the baseline where both meet the SLO: " + ", ".join(
+                f"{speedup_text(r)} at {r.cell}" for _, r in sp.iterrows())
+        else:
+            bt = tops.get((baseline, node))
+            speed = ("; neither it nor the baseline meets the SLO at any load measured: no speedup at the SLO"
+                     if conc is None and bt is None else
+                     f"; no cell where both meet the SLO, so no speedup at the SLO: the highest load each meets is "
+                     f"{conc if conc is not None else 'none'} ({cfg}) and {bt if bt is not None else 'none'} ({baseline})")
         out.append(f"{cfg} on {node}: {at}{speed}.")
     for _, r in runs.iterrows():
         own, ours = r.vllm_goodput_req_s, r.goodput_req_s
@@ -101,7 +153,7 @@ def slo_rows(runs: pd.DataFrame) -> list[list[str]]:
     if "goodput_req_s" not in runs:
         return []
     return [[r.config, str(r.concurrency), r.cell, r.node, fmt(r.goodput_req_s, 3), fmt(r.slo_attainment_pct, 1, " %"),
-             "–" if r.meets_slo is None else ("yes" if r.meets_slo else "NO"), fmt(r.goodput_speedup, 2, "x"),
+             "–" if r.meets_slo is None else ("yes" if r.meets_slo else "NO"), speedup_text(r),
              fmt(r.vllm_goodput_req_s, 3)] for _, r in runs.iterrows()]
 
 
