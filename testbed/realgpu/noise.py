@@ -35,7 +35,7 @@ GATE_CONFIDENCE = 1 - 2 * ALPHA_PER_LOOK
 
 def runs(folder: Path) -> dict[tuple[str, int], list[dict]]:
     out: dict[tuple[str, int], list[dict]] = {}
-    for f in sorted(folder.glob("*_conc*_r*.json")):
+    for f in sorted(q for q in folder.glob("*_conc*_r*.json") if not q.name.endswith(".record.json")):  # results, not their records
         r = json.loads(f.read_text())
         end = dt.datetime.strptime(r["date"], "%Y%m%d-%H%M%S").replace(tzinfo=dt.timezone.utc).timestamp()
         out.setdefault((r["config"], int(r["max_concurrency"])), []).append(

@@ -80,7 +80,7 @@ def copy_run(run_dir: Path, out_root: Path, facts: dict[str, str] | None = None)
 
 def gpu_of(camp_dir: Path) -> str | None:
     """The GPU name the run's files record (result metadata first, then the runner's state)."""
-    for p in sorted(camp_dir.glob("*/*_conc*.json")):
+    for p in sorted(q for q in camp_dir.glob("*/*_conc*.json") if not q.name.endswith(".record.json")):
         g = json.loads(p.read_text()).get("gpu")
         if g:
             return str(g)

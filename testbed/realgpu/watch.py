@@ -122,7 +122,8 @@ def summary(work: str, phases: str | None = None) -> list[str]:
                          f"{(it.get('error') or '')[:300]} {timing}{verdict}".rstrip())
         lines.append("  " + "file".ljust(26) + "".join(c.replace("spec_decode_", "sd_")[:14].rjust(15)
                                                        for c in RESULT_COLS))
-        for f in sorted(glob.glob(os.path.join(os.path.dirname(sp), "*_conc*.json"))):
+        for f in sorted(g for g in glob.glob(os.path.join(os.path.dirname(sp), "*_conc*.json"))
+                       if not g.endswith(".record.json")):  # results, not their run records
             with open(f) as fh:
                 r = json.load(fh)
             vals = [r.get(c) for c in RESULT_COLS]

@@ -182,7 +182,7 @@ def test_two_machines_as_two_nodes_end_in_one_merged_gated_report(device):
     assert prov["gpu_name"] == seed.GPU["name"]
     assert (camp / "report.md").is_file() and (camp / "merged.csv").is_file()
     # telemetry: the runner sampled nvidia-smi and /metrics during every run, and collect fetched it
-    results = sorted(camp.glob("w1/*_conc*_r*.json"))
+    results = sorted(f for f in camp.glob("w1/*_conc*_r*.json") if not f.name.endswith(".record.json"))
     assert results and all(f.with_suffix(".telemetry.jsonl").is_file() for f in results), sorted(camp.glob("w1/*"))
     assert "Telemetry per run" in (camp / "report.md").read_text()
     # the prompts: the file on the worker (on_worker), which device.sh prepare put there
