@@ -107,8 +107,8 @@ def accept(campaign_dir: Path, host: str, expect: Expect | None = None, limits: 
                 load_record(f) if is_record(f.name) else check_file(f, expect, host)
             except ResultError as e:
                 out.refused.append(_refuse(campaign_dir, host, f, dest, e.problem, expect))
-                if not is_record(f.name) and rec.is_file():  # the local result keeps its own record
-                    _remove(rec)
+                if not is_record(f.name) and rec.is_file():
+                    _quarantine_record(campaign_dir, host, rec)
                 continue
         dest.parent.mkdir(parents=True, exist_ok=True)
         os.replace(f, dest)
@@ -134,6 +134,15 @@ def refuse_unfetched(campaign_dir: Path, host: str, bad: list[tuple[str, str]]) 
         msgs.append(f"{host}:{name if safe else repr(name)} on the worker is refused ({why}): recorded in {reason}; "
                     f"{kept}")
     return msgs
+
+
+def _quarantine_record(campaign_dir: Path, host: str, rec: Path) -> None:
+    """A refused result's record goes to quarantine beside it, never into place (the local result keeps
+    its own): there the next collect's --compare-dest finds it unchanged and does not fetch it again,
+    which it did on every collect when the record was only removed."""
+    qdir = quarantine_dir(campaign_dir, host)
+    qdir.mkdir(parents=True, exist_ok=True)
+    os.replace(rec, qdir / rec.name)  # the record of the result quarantined now replaces an older one
 
 
 def _remove(p: Path) -> None:

@@ -259,7 +259,9 @@ def test_collect_while_running_then_merge_quarantine_and_nothing_new(testbed_fac
     assert {h: (r["ok"], r["changed"], r["result"]) for h, r in recap(again.stdout).items()} == \
         {h: ("1", "0", "fine") for h in HOSTS}, out(again)
     assert mtimes(camp) == before
-    assert sorted(p.name for p in (camp / "quarantine" / "w1").iterdir()) == [bad, f"{bad}.reason.txt"]
+    # the refused result's record lies beside it (there, it is not fetched again either)
+    assert sorted(p.name for p in (camp / "quarantine" / "w1").iterdir()) == \
+        sorted([bad, f"{bad}.reason.txt", bad.removesuffix(".json") + ".record.json"])
     assert check_merged_matches_files(camp) == rows
 
 
