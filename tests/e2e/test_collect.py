@@ -470,7 +470,7 @@ def test_more_gate_runs_turn_an_inconclusive_gate_into_a_decision(testbed_factor
         nxt = re.search(r"fab bench --gate-runs (\d+)", flat(c.stdout))
         assert nxt, out(c)                   # the next look is named
         n = int(nxt[1])
-        stamp = {h: set(host_sh(tb, h, f"stat -c '%n %Y' {camp_dir}/{h}/vanilla_conc8_r*.json").stdout.splitlines())
+        stamp = {h: set(host_sh(tb, h, f"stat -c '%n %Y' {camp_dir}/{h}/vanilla_conc8_r*[0-9].json").stdout.splitlines())
                  for h in HOSTS}
         looks += 1
         more = fab("bench", "--hosts", ",".join(HOSTS), "--plan", DECIDES_PLAN, "--gate-runs", str(n),
@@ -481,7 +481,7 @@ def test_more_gate_runs_turn_an_inconclusive_gate_into_a_decision(testbed_factor
             fresh = [i["name"] for i in st["items"] if i["phase"] != "done earlier"]
             had = len(stamp[h])
             assert fresh == [f"vanilla.r{k}" for k in range(had + 1, n + 1)], st["items"]
-            now = set(host_sh(tb, h, f"stat -c '%n %Y' {camp_dir}/{h}/vanilla_conc8_r*.json").stdout.splitlines())
+            now = set(host_sh(tb, h, f"stat -c '%n %Y' {camp_dir}/{h}/vanilla_conc8_r*[0-9].json").stdout.splitlines())
             assert stamp[h] < now and len(now) == n, (stamp[h], now)
             assert host_sh(tb, h, f"cat {camp_dir}/{h}/vanilla.server.log").stdout.count("==== specfleet ") == n
     assert verdicts[0] == "INCONCLUSIVE" and verdicts[-1] == "PASSED", verdicts
