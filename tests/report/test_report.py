@@ -234,7 +234,7 @@ def test_the_report_opens_with_its_answer_in_plain_words(campaign):
             "interval); time to first token") in answer, answer
     assert "At concurrency 16: use **eagle3**: 1.83x" in answer and "129 ms -> 142 ms (+13 ms, mean)" in answer
     # one run per node: the gate passes unverified, and the answer says so
-    assert "Whether the nodes agree is not verified (a single run on a node shows no spread" in answer, answer
+    assert "Whether the nodes agree is not verified (a single server start on a node shows no spread" in answer, answer
     rule = o.model.gate.rule.describe()
     assert md.count(rule) == 1 and md.index(rule) > md.index("## Summary")
     assert md.index("Speedup over the same node's") > md.index("## Answer")
