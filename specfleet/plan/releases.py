@@ -15,6 +15,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..worker.runspec import ENGINE_FLAGS
+
 if TYPE_CHECKING:
     from . import Plan
 
@@ -87,6 +89,12 @@ def _flag_known(flag: str, flags: frozenset[str]) -> bool:
                                                                if not f.startswith("--")))
 
 
+def _engine_flags(part) -> list[tuple[str, str]]:
+    """(field, its vLLM flag) of each typed engine field a plan's server or configuration sets: the
+    flags they render to (runspec.Serve.engine_args) are checked as the args' are."""
+    return [(name, flag) for name, flag in ENGINE_FLAGS.items() if getattr(part, name, None) is not None]
+
+
 def plan_problems(plan: Plan, rel: Release) -> dict[str | None, list[str]]:
     """Configuration (None: the whole plan) -> each thing of the plan `rel` lacks, one line each,
     naming the plan's field, the value and the release. Keys and methods the matrix does not know
@@ -101,12 +109,19 @@ def plan_problems(plan: Plan, rel: Release) -> dict[str | None, list[str]]:
         if f and not _flag_known(f, rel.serve_flags):
             out.setdefault(None, []).append(f"{_where(plan, None, 'server.args')}: {f}: "
                                             + _lacks(rel, "such vllm serve flag"))
+    for name, f in _engine_flags(plan.server):
+        if not _flag_known(f, rel.serve_flags):
+            out.setdefault(None, []).append(f"{_where(plan, None, f'server.{name}')}: {f}: "
+                                            + _lacks(rel, "such vllm serve flag"))
     for c in plan.configurations:
         lines = out.setdefault(c.name, [])
         for w in c.extra_args:
             f = _flag(w)
             if f and not _flag_known(f, rel.serve_flags):
                 lines.append(f"{_where(plan, c.name, 'extra_args')}: {f}: " + _lacks(rel, "such vllm serve flag"))
+        for name, f in _engine_flags(c):
+            if not _flag_known(f, rel.serve_flags):
+                lines.append(f"{_where(plan, c.name, name)}: {f}: " + _lacks(rel, "such vllm serve flag"))
         sc = c.speculative_config or {}
         m = sc.get("method")
         if m in known_methods() and m not in rel.methods:

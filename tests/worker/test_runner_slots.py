@@ -10,7 +10,7 @@ import pytest
 
 from specfleet.campaign.commands import Paths
 from specfleet.plan import parse_plan
-from specfleet.campaign.spec import build_run_spec
+from specfleet.campaign.spec import build_run_spec, dump_run_spec
 
 GPUS = [{"uuid": f"GPU-0000000{i}-fake", "name": "Fake H200"} for i in range(4)]
 
@@ -34,7 +34,7 @@ def spec(bed, plan, queue=None, name="run.json"):
     s = build_run_spec(plan, "w1", queue, Paths(venv=str(bed.venv), work_dir=str(bed.work)),
                        env_file=str(bed.env_file), run_id="test-run", gpus=[{"index": i} for i in range(4)])
     path = bed.tmp / name
-    path.write_text(json.dumps(s))
+    path.write_text(dump_run_spec(s))
     return path
 
 
@@ -141,7 +141,7 @@ def test_an_inventory_uuid_that_is_not_the_nodes_stops_before_any_server(bed):
     path = spec(bed, p)
     s = json.loads(path.read_text())
     s["gpus"][1]["uuid"] = "GPU-other-node"
-    path.write_text(json.dumps(s))
+    path.write_text(dump_run_spec(s))
     assert bed.run(path) == 2
     st = bed.state()
     assert "GPU 1: nvidia-smi says UUID GPU-00000001-fake, the inventory GPU-other-node" in st["error"]
@@ -258,7 +258,7 @@ def test_an_item_pinned_to_a_gpu_kept_out_fails_alone_and_says_why(bed, monkeypa
     path = spec(bed, p, ["vanilla", "ngram5"])
     s = json.loads(path.read_text())
     s["items"][0]["gpu_pin"], s["items"][1]["gpu_pin"] = 0, 0   # both on GPU 0; vanilla's orphan holds it
-    path.write_text(json.dumps(s))
+    path.write_text(dump_run_spec(s))
     rc = bed.run(path, timeout=120)
     items = bed.items()
     assert rc == 4, bed.log()

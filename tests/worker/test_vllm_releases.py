@@ -119,10 +119,10 @@ def test_every_shipped_plan_renders_for_every_release(plan_file, version):
     assert plan_problems(plan, rel) == {}
     paths = Paths(venv="/opt/v", work_dir="/w", dataset="/w/q.jsonl")
     spec = build_run_spec(plan, "w1", [c.name for c in plan.configurations], paths)
-    for item in spec["items"]:
+    for item in spec.items:
         serve, benches = rendered(spec, item, model="/m", vllm_version=version)
         flags = {w.split("=", 1)[0] for w in serve if w.startswith("--")}
-        assert flags <= rel.serve_flags, (item["name"], flags - rel.serve_flags)
+        assert flags <= rel.serve_flags, (item.name, flags - rel.serve_flags)
         sc = item["serve"].get("speculative_config") or {}
         assert set(sc) <= rel.speculative_keys and (not sc or sc["method"] in rel.methods)
         for argv in benches:
@@ -138,8 +138,8 @@ def test_the_item_carries_each_refusing_release_and_keeps_its_hash():
     plan = parse_plan(raw, "p.yml")
     paths = Paths(venv="/opt/v", work_dir="/w")
     it = item_spec(plan, "w1", "med", paths)
-    assert set(it["release_refusals"]) == {"0.33.0", "0.34.0"}
-    assert "item_hash" in it and "release_refusals" not in item_spec(plan, "w1", "vanilla", paths)
+    assert set(it.release_refusals) == {"0.33.0", "0.34.0"}
+    assert it.item_hash and "release_refusals" not in item_spec(plan, "w1", "vanilla", paths).to_json()
 
 
 def test_the_worker_refuses_under_the_release_its_venv_reports_before_a_server_starts(bed, tmp_path):
