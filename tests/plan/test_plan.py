@@ -153,13 +153,13 @@ def test_run_spec_shape():
     p = load_plan("plans/demo.yml")
     spec = build_run_spec(p, "w1", ["vanilla", "ngram"], Paths(venv="/opt/v", work_dir="/w", dataset="/w/q.jsonl"))
     # a server start per repeat (repeat_isolation: server-start), the configurations interleaved
-    assert spec["host"] == "w1" and [i["name"] for i in spec["items"]] == \
+    assert spec.host == "w1" and [i.name for i in spec.items] == \
         ["vanilla", "ngram", "vanilla.r2", "ngram.r2", "vanilla.r3", "ngram.r3"]
-    it = spec["items"][3]
-    assert [b["result_file"] for b in it["bench"]] == [f"ngram_conc{c}_r2.json" for c in (1, 16)]
-    assert it["required_paths"] == ["/w/q.jsonl"]
+    it = spec.items[3]
+    assert [b.result_file for b in it.bench] == [f"ngram_conc{c}_r2.json" for c in (1, 16)]
+    assert it.required_paths == ["/w/q.jsonl"] and it.configuration == "ngram"
     assert item_spec(p, "w1", "ngram", Paths(venv="/opt/v", work_dir="/w", dataset="/w/q.jsonl"),
-                     rep=2)["item_hash"] == it["item_hash"]
+                     rep=2).item_hash == it.item_hash
 
 
 def test_unknown_speculative_key_is_refused_unless_the_plan_opts_in(tmp_path):
@@ -179,7 +179,7 @@ def test_repeats_default_to_three_interleaved(tmp_path):
     p = load_plan(write(tmp_path, MINI))
     assert p.benchmark.repeat == 3
     it = item_spec(p, "w1", "ng", Paths(venv="/v", work_dir="/w"))
-    assert [(b["concurrency"], b["rep"]) for b in it["bench"]] == [(1, 1), (16, 1), (1, 2), (16, 2), (1, 3), (16, 3)]
+    assert [(b.concurrency, b.rep) for b in it.bench] == [(1, 1), (16, 1), (1, 2), (16, 2), (1, 3), (16, 3)]
 
 
 def test_steady_state_needs_prompts_for_the_concurrency(tmp_path):
@@ -229,6 +229,8 @@ def test_run_spec_carries_the_fit_check_and_the_tolerance(tmp_path):
     p = load_plan(write(tmp_path, MINI.replace("chat_template: double", "chat_template: double, max_failed_requests: 1")
                         + "server: {args: [--max-model-len, 2k]}\n"))
     it = item_spec(p, "w1", "ng", Paths(venv="/v", work_dir="/w", dataset="/w/q.jsonl"))
-    assert it["fit"] == {"dataset": "/w/q.jsonl", "num_prompts": 80, "output_len": 512, "max_model_len": "2k",
-                         "chat_template": "double", "policy": "refuse"}
-    assert it["max_failed_requests"] == 1 and all(b["num_prompts"] == 80 for b in it["bench"])
+    # the flag in args is read once into the typed field (2k: vLLM's x1000), which the fit check gets
+    assert p.server.max_model_len == 2000 and "--max-model-len" not in p.server.args
+    assert it.to_json()["fit"] == {"dataset": "/w/q.jsonl", "num_prompts": 80, "output_len": 512,
+                                   "max_model_len": 2000, "chat_template": "double", "policy": "refuse"}
+    assert it.max_failed_requests == 1 and all(b.num_prompts == 80 for b in it.bench)

@@ -123,12 +123,12 @@ def test_every_shipped_plan_renders_for_every_release(plan_file, version):
         serve, benches = rendered(spec, item, model="/m", vllm_version=version)
         flags = {w.split("=", 1)[0] for w in serve if w.startswith("--")}
         assert flags <= rel.serve_flags, (item.name, flags - rel.serve_flags)
-        sc = item["serve"].get("speculative_config") or {}
+        sc = item.serve.speculative_config or {}
         assert set(sc) <= rel.speculative_keys and (not sc or sc["method"] in rel.methods)
         for argv in benches:
             words = argv[argv.index("serve") + 1:]
             flags = {w for w in words if w.startswith("--")}
-            assert flags <= rel.bench_flags, (item["name"], flags - rel.bench_flags)
+            assert flags <= rel.bench_flags, (item.name, flags - rel.bench_flags)
             assert words[words.index("--dataset-name") + 1] in rel.datasets
 
 
