@@ -253,6 +253,15 @@ def test_sampling_in_force_is_recorded_with_every_result(bed):
     res = json.loads((bed.run_dir / "vanilla_conc1.json").read_text())
     assert res["temperature_sent"] == "0" and res["decoding"] == "greedy"
     assert res["sampling_params"] == '{"temperature":0.0}' and res["repeats"] == "1"
+    # server.generation_config: vllm (a typed plan field, rendered as --generation-config, never read back
+    # from the argv): the model's file is not what the server applies, vLLM's own defaults are
+    plan = bed.plan(benchmark={"temperature": None}, generation_config="vllm")
+    assert bed.run(bed.spec(plan, queue=["vanilla"], name="vllm.json")) == EXIT_OK, bed.log()
+    res = json.loads((bed.run_dir / "vanilla_conc1.json").read_text())
+    assert json.loads(res["generation_config"]) == {"source": "vllm defaults", "params": {}}
+    assert res["decoding"] == "sampled (temperature 1)"
+    starts = [ln for ln in (bed.run_dir / "vanilla.server.log").read_text().splitlines() if ln.startswith("==== ")]
+    assert starts[-1].count("--generation-config") == 1 and "--generation-config vllm" in starts[-1]
 
 
 def test_repeats_run_interleaved_on_one_server_start(bed):
