@@ -1,11 +1,13 @@
-"""The typed parts of the run spec: what one `vllm serve` and one `vllm bench serve` run are, and
-the one place their argv is rendered. Stdlib only; part of the worker program.
+"""The run spec, typed: run.json (`RunSpec`: its envelope, `Item`s, `Fit`, `Crossover`, `Gpu`s), the
+runner's state records (`ItemState`, `RunState`: state.json), and the one place the argv of `vllm
+serve` and `vllm bench serve` is rendered. Stdlib only; part of the worker program.
 
-The bastion builds them (specfleet/campaign/commands.py) into run.json (items[].serve, .client,
-.bench[]); the runner renders the argv with what only the worker knows (the model folder, the engine
-version, its server's port, the prompts the fit check kept, the GPUs); the printed plan renders
-the same argv with the placeholders layout.MODEL and layout.VLLM_VERSION. Nothing edits an argv
-after it is rendered.
+The bastion builds these dataclasses (specfleet/campaign/commands.py, spec.py) and writes them through
+`to_json`; the runner reads run.json once (`RunSpec.load`: every field checked against its type, a bad
+one refused in one line naming it) and uses attributes from then on. It renders the argv with what
+only the worker knows (the model folder, the engine version, its server's port, the prompts the fit
+check kept, the GPUs); the printed plan renders the same argv with the placeholders layout.MODEL and
+layout.VLLM_VERSION. Nothing edits an argv after it is rendered, and nothing reads one back.
 """
 from __future__ import annotations
 
@@ -143,7 +145,7 @@ def _positive(obj, where: str, *names: str) -> None:
             raise SpecError(f"field {_at(where, name)!r}: must be at least 1, not {v}")
 
 
-# the engine's fields specfleet reads (the plan's typed fields): field -> (its vLLM flag, what parses a value)
+# the engine's fields specfleet reads itself (the plan's typed fields, plan._EngineFields): field -> its vLLM flag
 ENGINE_FLAGS = {"max_model_len": "--max-model-len", "tensor_parallel_size": "--tensor-parallel-size",
                 "pipeline_parallel_size": "--pipeline-parallel-size", "data_parallel_size": "--data-parallel-size",
                 "generation_config": "--generation-config"}
