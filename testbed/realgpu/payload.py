@@ -446,6 +446,7 @@ def split_for_calls(carry: Path, stage: Path, info: dict, trees: dict[str, int],
     tree, write payload.json (info + the file sizes) and the manifest, check every call; the plan."""
     site_xz = stage / SITE_XZ
     if (carry / SITE_XZ).is_file():      # an older build carried it whole: it lives in stage/ now
+        stage.mkdir(parents=True, exist_ok=True)
         os.replace(carry / SITE_XZ, site_xz)
     if not site_xz.is_file():
         raise BuildError(f"{site_xz}: missing (build the payload first)")

@@ -203,14 +203,16 @@ def test_a_call_over_the_limit_is_named(tmp_path):
 
 def test_split_moves_an_older_builds_whole_site_and_joins_its_gguf_parts(tmp_path):
     """--split on a carry folder built before the split (site.tar.xz in the carry folder, the GGUF only
-    as its parts): the archive moves to stage/, the GGUF is joined and checked, both re-split."""
+    as its parts, no stage/): the archive moves to stage/, the GGUF is joined and checked, both re-split."""
     import os
+    import shutil
     carry, stage = _built(tmp_path, site_bytes=300_000, gguf_bytes=200_000)
     gguf = stage / "models" / Path(payload.GGUF_IN_WHEEL).name
     whole = gguf.read_bytes()
     payload.split_file(gguf, carry, payload.GGUF, 2)
     gguf.unlink()
     os.replace(stage / payload.SITE_XZ, carry / payload.SITE_XZ)
+    shutil.rmtree(stage)                     # a copy of the carry folder alone, as the session's checkout holds
     (carry / "payload.json").write_text('{"profile": "old"}')
     assert payload.main(["--out", str(carry.parent), "--split", "--tree", str(REPO)]) == 0
     assert (stage / payload.SITE_XZ).is_file() and not (carry / payload.SITE_XZ).exists()
