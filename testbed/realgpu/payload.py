@@ -2,7 +2,7 @@
 """Build, on a machine with PyPI, the offline CUDA vLLM payload for one device profile.
 
     .venv/bin/python -m testbed.realgpu.payload [--profile nvidia-h200|nvidia-h100-x1] [--out .realgpu] \
-        [--python312 PY] [--tok-python PY] [--tree REPO ...]
+        [--python312 PY] [--tok-python PY] [--tree REPO ...] [--plan | --split]
 
 Steps (each skipped when its output is already there and current):
 

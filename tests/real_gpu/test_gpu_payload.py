@@ -217,6 +217,8 @@ def test_split_moves_an_older_builds_whole_site_and_joins_its_gguf_parts(tmp_pat
     assert payload.main(["--out", str(carry.parent), "--split", "--tree", str(REPO)]) == 0
     assert (stage / payload.SITE_XZ).is_file() and not (carry / payload.SITE_XZ).exists()
     assert gguf.read_bytes() == whole
+    assert payload.main(["--out", str(carry.parent), "--plan", "--tree", str(REPO)]) == 0
+    assert payload.main(["--out", str(tmp_path / "nothing-built"), "--plan", "--tree", str(REPO)]) == 1
 
 
 def test_device_copies_every_runner_file_and_the_copy_imports(tmp_path):
