@@ -70,8 +70,7 @@ def _what(v) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-_NAMES = {int: "an integer", float: "a number", str: "a string", bool: "true or false", dict: "an object",
-          list: "a list"}
+_NAMES = {int: "an integer", float: "a number", str: "a string", bool: "true or false", dict: "an object", list: "a list"}
 
 
 def _typed(v, tp, where: str):
