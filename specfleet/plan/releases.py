@@ -53,11 +53,13 @@ def release_of(version: str | None) -> Release | None:
     return releases().get(m.group(1)) if m else None
 
 
+@lru_cache(maxsize=1)   # asked per configuration per release by plan_problems: the matrix is read once
 def known_methods() -> frozenset[str]:
     """Every speculative method of any release in the matrix."""
     return frozenset().union(*(r.methods for r in releases().values()))
 
 
+@lru_cache(maxsize=1)   # asked per configuration per release by plan_problems: the matrix is read once
 def known_speculative_keys() -> frozenset[str]:
     """Every SpeculativeConfig key of any release in the matrix."""
     return frozenset().union(*(r.speculative_keys for r in releases().values()))
