@@ -139,3 +139,8 @@ def test_good_requests_of_a_0_28_file_are_timed_by_ttft_plus_itls():
     got = good_requests(d["ttfts"], None, d["output_lens"], d["errors"], SLO.limits(), d["itls"])
     assert got is not None and got[1] == 8
     assert got[0] == round(_expected_goodput(d, SLO)[0] * d["duration"])
+
+
+def test_the_committed_drafter_is_what_tiny_model_writes():
+    from testbed.realvllm.tiny_model import eagle3_drafter_config
+    assert json.loads((BY_HAND / "tiny-qwen3-eagle3.config.json").read_text()) == eagle3_drafter_config()
