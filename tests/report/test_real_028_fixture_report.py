@@ -20,7 +20,8 @@ from specfleet.worker.telemetry import parse_metrics
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vllm-0.28.0-cpu"
 FLEET = FIXTURES / "real-cpu-0.28.0"        # what `fab collect` brought back from the real_vllm fleet test
-BY_HAND = FIXTURES / "by-hand"              # testbed/realvllm/capture.py: vanilla and EAGLE-3
+BY_HAND = FIXTURES / "by-hand"              # testbed/realvllm/capture.py: vanilla and EAGLE-3, raw /metrics
+CONFIGS = ("vanilla", "ngram", "eagle3")
 SLO = Slo(ttft_ms=100, tpot_ms=5)           # some of the toy's requests miss it: the counts are not trivial
 
 
@@ -56,7 +57,7 @@ def test_the_real_0_28_campaign_merges_with_goodput_from_ttft_plus_itls(fleet):
     out = report_campaign(fleet, slo=SLO, quiet=True)
     assert out.merged and not out.quarantined and not out.simulated, out.error
     runs = out.tables.runs.set_index(["config", "concurrency"])
-    assert sorted(runs.index) == [("ngram", 1), ("ngram", 4), ("vanilla", 1), ("vanilla", 4)]
+    assert sorted(runs.index) == sorted((c, n) for c in CONFIGS for n in (1, 4))
     seen_miss = False
     for (cfg, conc), row in runs.iterrows():
         d = json.loads((FLEET / "w1" / f"{cfg}_conc{conc}.json").read_text())
@@ -78,6 +79,15 @@ def test_the_real_0_28_campaign_merges_with_goodput_from_ttft_plus_itls(fleet):
     assert runs.loc[("ngram", 4)].acceptance_length == ng["spec_decode_acceptance_length"] == 3.0
     assert not any(k.startswith("spec_decode_") for k in json.loads((FLEET / "w1" / "vanilla_conc4.json").read_text()))
 
+    # EAGLE-3 through the product path: the worker checked the toy drafter against the model (nothing to
+    # say), the random drafter proposed 3 tokens a step and the random target took none
+    for conc in (1, 4):
+        e = json.loads((FLEET / "w1" / f"eagle3_conc{conc}.json").read_text())
+        assert json.loads(e["drafter_check"]) == {"warnings": [], "notes": []}
+        assert (e["spec_decode_num_drafts"], e["spec_decode_draft_tokens"], e["spec_decode_accepted_tokens"]) == \
+            (504, 1512, 0)
+        assert runs.loc[("eagle3", conc)].drafts == 504 and runs.loc[("eagle3", conc)].acceptance_length == 1.0
+
 
 def test_the_engine_is_0_28_0_in_every_source(fleet):
     for rec in fleet.glob("w1/*.record.json"):
@@ -89,7 +99,9 @@ def test_the_engine_is_0_28_0_in_every_source(fleet):
     assert out.gate.passed and out.gate.mixed_provenance == [], out.gate.mixed_provenance
     assert "0.28.0 (MIXED)" not in (fleet / "report.md").read_text()
     kv = out.tables.kv.set_index("config")
-    assert set(kv.device) == {"CPU"} and set(kv.kv_tokens) == {2_097_152}, kv
+    assert set(kv.device) == {"CPU"}, kv
+    # 1 GiB of KV cache (VLLM_CPU_KVCACHE_SPACE=1); EAGLE-3's draft layer takes its share of it
+    assert dict(kv.kv_tokens) == {"vanilla": 2_097_152, "ngram": 2_097_152, "eagle3": 1_398_016}, kv
 
 
 def test_the_0_28_cpu_log_says_gpu_kv_cache_but_the_device_is_the_cpu():
