@@ -170,8 +170,8 @@ def test_slot_split_is_deterministic_and_its_simulations_are_bounded(monkeypatch
     fleet = nodes(n=2, g=8, groups=((0, 1, 2, 3), (4, 5, 6, 7)))
     counted = []
     monkeypatch.setattr(slotsplit, "MAX_SIMULATIONS", 12_000)   # the test's CPU: the rule, not the default, is tested
-    real, packed = slotsplit.NodeSim.end, slotsplit.Search.packed
-    monkeypatch.setattr(slotsplit.NodeSim, "end", lambda *a, **k: counted.append(1) or real(*a, **k))
+    real, packed = slotsplit.NodeSim.run, slotsplit.Search.packed
+    monkeypatch.setattr(slotsplit.NodeSim, "run", lambda *a, **k: counted.append(1) or real(*a, **k))
     # a packed order counts as PACKED_COST simulations in the budget (its CPU)
     monkeypatch.setattr(slotsplit.Search, "packed",
                         lambda *a, **k: counted.extend([1] * slotsplit.PACKED_COST) or packed(*a, **k))

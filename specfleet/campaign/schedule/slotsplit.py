@@ -191,7 +191,7 @@ class Search:
     def end(self, n: str, q: list[str]) -> float:
         self.simulations += 1
         rows = self.rows[n]
-        return self.sim[n].end([rows[c] for c in q])
+        return self.sim[n].run([rows[c] for c in q])
 
     def orders(self, n: str, mine: frozenset):
         keys = self.keys[n]
