@@ -287,6 +287,19 @@ def test_report_campaign_with_the_automatic_split(tb, tmp_path):
     # ... and wrote it once, at placement, for collect and report (report/scan/cells.py)
     planned = json.loads((tmp_path / "results" / yaml.safe_load(FAST.read_text())["campaign"] / "planned.json").read_text())
     assert planned["queues"] == queues and set(planned["sources"].values()) == {"placed by fab bench"}
+    # the split's makespan, predicted at placement from the model (nothing ran yet), and at the end the
+    # measured one beside it: the runners' first item start to last item end on the longer node
+    said = " ".join(out.stdout.split())
+    assert "predicted makespan " in said and "durations: the duration model (estimates" in said, out.stdout
+    end = next(ln for ln in out.stdout.splitlines() if ln.startswith("makespan: predicted "))
+    spans = [secs(min(i["started_at"] for i in state(tb, h)["items"]), max(i["finished_at"] for i in state(tb, h)["items"]))
+             for h in queues]
+    assert f"; measured {max(spans) / 60:.1f} min = {max(spans):.0f} s (first item start" in end, end
+    # the next placement of this campaign splits on what its runners measured
+    again = bench(tb, tmp_path, "--check", tag="check")
+    assert again.returncode == 0, out_of(again)
+    assert "durations: measured for 4 of 4 configurations (from this campaign's run folders on the workers)" in \
+        " ".join(again.stdout.split()), again.stdout
 
 
 # ---------------------------------------------------------------- 2. SSH side killed

@@ -47,11 +47,12 @@ ORDERS = (lambda need, d, c: (-need, -d, c), lambda need, d, c: (-d, -need, c), 
 
 def durations_by_twin(plan: Plan, configs: list[str], nodes: list, item_s, durations):
     """(config -> node -> item_s, the twin sets): item_s is computed once per set of twin nodes
-    (nodes that differ only in name get the same estimate), so 256 identical Slurm nodes cost one
-    estimate per configuration."""
+    (nodes that differ only in name and have no measured time of their own get the same estimate),
+    so 256 identical Slurm nodes cost one estimate per configuration."""
     twins: dict[str, list] = {}
-    for n in nodes:
-        twins.setdefault(repr(dataclasses.replace(n, name="")), []).append(n)
+    for n in nodes:   # a node's own measured times (measured.py) make it unlike its twins
+        own = [(c, d["item_s"].get(n.name)) for c, d in (durations or {}).items() if d.get("item_s")]
+        twins.setdefault(repr((dataclasses.replace(n, name=""), own)), []).append(n)
     dur: dict[str, dict[str, float]] = {c: {} for c in configs}
     for members in twins.values():
         for c in configs:
@@ -180,13 +181,16 @@ class Search:
         self.limit = MAX_SIMULATIONS   # run(): each start searches until its share of the budget
         sims: dict[tuple, NodeSim] = {}   # one per GPU layout: twins share the admission table
         self.sim, self.rows = {}, {}      # node -> its NodeSim; node -> {item: NodeSim row}
-        for n in names:
+        self.keys = {}   # node -> per queue order of ORDERS, item -> its sort key (orders() sorts thousands of sets)
+        for members in twins:   # twins have the same rows and keys: built once per set, shared
+            n = members[0]
             gpus, groups = node_gpus(by[n]), by[n].gpu_groups
-            sim = self.sim[n] = sims.setdefault((tuple(gpus), repr(groups)), NodeSim(gpus, groups, packing))
+            sim = sims.setdefault((tuple(gpus), repr(groups)), NodeSim(gpus, groups, packing))
             pin = gpu_pins[n]
-            self.rows[n] = {c: sim.row(need[c][n], dur[c][n], pin.get(c)) for c in dur if n in dur[c]}
-        # node -> per queue order of ORDERS, item -> its sort key (orders() sorts thousands of sets)
-        self.keys = {n: [{c: key(need[c][n], dur[c][n], c) for c in others} for key in ORDERS] for n in names}
+            rows = {c: sim.row(need[c][n], dur[c][n], pin.get(c)) for c in dur if n in dur[c]}
+            keys = [{c: key(need[c][n], dur[c][n], c) for c in others} for key in ORDERS]
+            for m in members:
+                self.sim[m], self.rows[m], self.keys[m] = sim, rows, keys
 
     # ---------------------------------------------------------------- one node
     @property

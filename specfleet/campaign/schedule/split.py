@@ -34,7 +34,7 @@ METHOD_SPEED = {None: 1.0, **dict.fromkeys(NGRAM_METHODS, 1.1), "suffix": 1.2,
 TP_EXPONENT = 0.8         # estimate: n GPUs decode n ** 0.8 x faster (all-reduce per layer); not measured
 BENCH_OVERHEAD_S = 15.0   # client start, tokenizer load, warm-up, result write per bench run
 # what the printed split says when no item was measured
-MODEL_SOURCE = "the duration model (METHOD_SPEED, TP_EXPONENT: estimates, not measured)"
+MODEL_SOURCE = "the duration model (estimates: METHOD_SPEED, TP_EXPONENT are not measured)"
 
 # The report's measured benchmark durations (s) per concurrency (§4.1) and its NFS load (~10 min).
 REPORT_DURATIONS: dict[str, dict] = {
@@ -144,8 +144,13 @@ def bench_s(plan: Plan, config: str, measured: dict | None = None) -> float:
 
 
 def item_s(plan: Plan, config: str, node: NodeInfo, durations: dict[str, dict] | None = None) -> float:
-    """Estimated wall time of one queue item (load + benchmark + restarts the policy needs)."""
+    """Wall time of one queue item: measured (durations[config]["item_s"]: node -> seconds, measured.py;
+    a node that did not run it: the mean of those that did), else estimated (load + benchmark + the
+    restarts the policy needs; durations[config] "load_s"/"bench_s" replace the model's parts)."""
     measured = (durations or {}).get(config)
+    if measured and measured.get("item_s"):
+        per_node = measured["item_s"]
+        return per_node.get(node.name, sum(per_node.values()) / len(per_node))
     load = measured["load_s"] if measured and "load_s" in measured else load_s(plan, config, node)
     b = plan.benchmark
     loads = len(b.cells) * b.repeat if plan.server.prefix_cache == "fresh-server-per-concurrency" else \
