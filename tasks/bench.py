@@ -77,7 +77,8 @@ def without(inventory, hosts: str | None, exclude: str) -> str:
                                 "are added, each on its own server start, and nothing measured is redone "
                                 "(an INCONCLUSIVE gate's next look; docs/report.md, \"Adding repeats\")",
                       durations_from="an earlier campaign's folder (results/<campaign>) whose finished items give the "
-                                     "split its durations (default: this campaign's finished items, else the model)"),
+                                     "split its durations (default: those of this campaign's earlier plan on the "
+                                     "workers, else the duration model)"),
       iterable=["assign"])
 def bench(c, plan=None, inventory=None, hosts=None, exclude=None, check=False, diff=False, assign=None, wait=True,
           poll=2.0, forks=32, serial=False, accept_new_host_keys=False, verbose=False, results="results", gate_runs=0,

@@ -57,11 +57,14 @@ def test_an_earlier_campaign_folder_gives_the_split_its_times_and_the_model_the_
     assert model.source == MODEL_SOURCE and model.durations["ngram"]["w1"] != 300.0
 
 
-def test_the_workers_own_run_folders_count_and_a_folder_without_runs_is_refused(tmp_path):
+def test_the_workers_run_folders_of_an_earlier_plan_count_and_a_folder_without_runs_is_refused(tmp_path):
     spec, state = run_folder([("vanilla", None, "done", 0, 50), ("ngram", None, "done", 50, 80)])
-    got = for_split(REPORT, {"w1": RunnerView(spec=spec, state=state), "w2": RunnerView()})
+    got = for_split(REPORT, {"w1": RunnerView(spec={**spec, "plan_hash": "0ld"}, state=state), "w2": RunnerView()})
     assert got["durations"] == {"vanilla": {"item_s": {"w1": 50.0}}, "ngram": {"item_s": {"w1": 30.0}}}
     assert "(from this campaign's run folders on the workers)" in got["source"]
+    # placed from this very plan: it resumes as placed (its split is not redone on its own times)
+    same = {"w1": RunnerView(spec={**spec, "plan_hash": REPORT.plan_hash()}, state=state)}
+    assert for_split(REPORT, same) == {"durations": None, "source": None}
     assert for_split(REPORT, {"w2": RunnerView()}) == {"durations": None, "source": None}
     (tmp_path / "empty").mkdir()
     with pytest.raises(PlanError, match=r"--durations-from .*empty: no state.json"):

@@ -6,7 +6,8 @@ its last attempt; 1 s resolution) gives the seconds it took on that node. A conf
 measured when every item of it in that folder's run.json is done (its repeats on their own server
 starts add up); a crossover round's items, added by the runner, are not counted. Where several
 folders measured it, each node keeps its own figure; a node that did not run it gets the mean of the
-others. Sources: the workers' run folders of this campaign (`fab bench` reads them anyway) and any
+others. Sources: the workers' run folders of this campaign (`fab bench` reads them anyway) where they
+were placed from another plan (the same plan resumes as placed: its split is not redone), and any
 folder named by `fab bench --durations-from PATH` (a collected results/<campaign>, one host's folder,
 or a work_dir/<campaign> copy).
 """
@@ -73,7 +74,11 @@ def for_split(plan: Plan, views: dict, durations_from: str | None = None) -> dic
     """split()'s keyword arguments `durations` and `source`: measured item times of `plan`'s configurations
     from the workers' run folders (`views`: host -> RunnerView, its spec and state) and `durations_from`."""
     here = "this campaign's run folders on the workers"
-    runs = [(here, h, v.spec, v.state) for h, v in views.items() if v is not None]
+    # a run folder placed from this very plan resumes as placed: re-splitting it on its own times
+    # would move done or running configurations to other nodes (redone there, or RunnerBusy)
+    ph = plan.plan_hash()
+    runs = [(here, h, v.spec, v.state) for h, v in views.items()
+            if v is not None and isinstance(v.spec, dict) and v.spec.get("plan_hash") != ph]
     if durations_from:
         runs += [(durations_from, *run) for run in read_folder(durations_from)]
     names = {c.name for c in plan.configurations}
