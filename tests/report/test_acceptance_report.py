@@ -54,6 +54,7 @@ def test_the_distribution_stands_beside_the_runs_counters(tmp_path):
         write_acceptance(camp / "w1", "ngram", cell, reqs)
     out = report_campaign(camp, quiet=True)
     assert out.merged, out.error
+    assert not [w for w in out.warnings if "acceptance.json" in w]  # not a result file the scan warns about
     sec = section((camp / "report.md").read_text())
     lengths = [1 + 2 * i / 10 for i in range(10)]
     med, p10, p90 = spread(lengths)
