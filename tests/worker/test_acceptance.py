@@ -141,3 +141,41 @@ def test_counters_keeps_the_plan_hash_per_request_changes_it():
     before = parse_plan(_plan(None), "p.yml").plan_hash()
     assert parse_plan(_plan("counters"), "p.yml").plan_hash() == before
     assert parse_plan(_plan("per_request"), "p.yml").plan_hash() != before
+
+
+def test_a_pass_whose_requests_fail_does_not_fail_the_item(bed):
+    """The fake server answers 404 to every completion: the timed results stand, the item is done, and
+    each request of the cell's file names what the server said."""
+    plan = bed.plan(benchmark={"spec_decode_metrics": "per_request"})
+    rc = bed.run(bed.spec(plan, queue=["vanilla", "ngram"]))
+    assert rc == 0, bed.log()
+    assert {n: i["status"] for n, i in bed.items().items()} == {"vanilla": "done", "ngram": "done"}
+    assert (bed.run_dir / "ngram_conc16.json").is_file()
+    doc = json.loads((bed.run_dir / layout.acceptance_file("ngram", "conc16")).read_text())
+    assert len(doc["requests"]) == 16 and all(r["error"].startswith("HTTP 404") for r in doc["requests"])
+
+
+def test_acceptance_files_pass_collects_size_rule():
+    from specfleet.collect.untrusted import MB, Limits, refusal
+    name, limits = layout.acceptance_file("eagle3", "conc16"), Limits.default()
+    assert refusal(name, "f", 1, 1000, limits) is None
+    assert "collect.max_result_mb" in refusal(name, "f", 1, limits.result_bytes + MB, limits)
+    assert "symbolic link" in refusal(name, "l", 1, 10, limits)
+
+
+def test_a_pass_that_cannot_run_says_why_and_the_item_stays_done(bed):
+    """The venv's python fails the pass (as a broken tokenizer would): the item is done, its results stand,
+    and each cell's file and the item's notes say why there is no per-request acceptance."""
+    py = bed.venv / "bin" / "python"
+    py.write_text('#!/bin/sh\ncase " $* " in *" acceptance "*) echo "no tokenizer here" >&2; exit 3;; esac\n'
+                  + py.read_text().split("\n", 1)[1])
+    plan = bed.plan(benchmark={"spec_decode_metrics": "per_request"})
+    rc = bed.run(bed.spec(plan, queue=["vanilla", "ngram"]))
+    assert rc == 0, bed.log()
+    item = bed.items()["ngram"]
+    assert item["status"] == "done" and (bed.run_dir / "ngram_conc1.json").is_file()
+    for cell in ("conc1", "conc16"):
+        doc = json.loads((bed.run_dir / layout.acceptance_file("ngram", cell)).read_text())
+        assert doc["requests"] == [] and "exited with code 3" in doc["not_recorded"]
+        assert "no tokenizer here" in doc["not_recorded"]
+    assert any("per-request acceptance not recorded for conc1, conc16" in n for n in item["notes"])
