@@ -17,7 +17,7 @@ import pandas as pd
 from ... import untrusted_json
 from ...plan.releases import PER_REQUEST_FLAG, release_of
 from ...worker import layout
-from ...worker.acceptance import FILE_VERSION, parse_metrics
+from ...worker.acceptance import FILE_VERSION, MAX_CONCURRENCY, parse_metrics
 from ..scan.folder import Campaign, Run
 from .document import ReportModel, Section, fmt
 from .plots import namespace_ids, per_request_acceptance_svg
@@ -167,9 +167,9 @@ def add_acceptance_section(model: ReportModel, camp: Campaign, runs_table: pd.Da
         "/ drafts, 100 x accepted / draft tokens, pooled over the cell's runs). The per-request columns come from "
         f"an untimed pass (benchmark.spec_decode_metrics: per_request; the server ran with {PER_REQUEST_FLAG} "
         "summary for the timed runs too, whose cost on TPOT was not checked): after a configuration's timed "
-        "runs, on the same server, the first repeat's prompts sent once more at the run's sampling, at most 64 "
-        "at a time, each response's metrics.speculative_decoding kept. A cell's rows are its prompts' requests "
-        "(cells with the same prompts show the same requests: one pass, not one per concurrency). Acceptance "
+        f"runs, on the same server, the first repeat's prompts sent once more at the run's sampling, at most "
+        f"{MAX_CONCURRENCY} at a time, each response's metrics.speculative_decoding kept. A cell's rows are its "
+        "prompts' requests (cells with the same prompts show the same requests: one pass, not one per concurrency). Acceptance "
         "length per request = 1 + accepted draft tokens / verify steps (the counters' formula over one request); "
         "draft acceptance rate = accepted / draft tokens; median and p10/p90 by linear interpolation between "
         "order statistics; 'never drafted': requests without a verify step (an n-gram prompt without a match), "
