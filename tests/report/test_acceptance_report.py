@@ -82,6 +82,7 @@ def test_a_release_without_the_flag_is_the_reason(tmp_path):
     assert "| w1 | ngram | conc1 | 2.562 | 26.0 % | not recorded: vLLM 0.28.0 has no " \
            "--per-request-spec-decode-metrics (from 0.29) |" in sec
     assert IMAGE not in sec and not (camp / IMAGE).exists()
+    assert "No cell has per-request acceptance" in sec and "linear interpolation" not in sec  # no method without data
 
 
 def test_the_real_0_26_h200_files_say_their_release_lacks_it(tmp_path):

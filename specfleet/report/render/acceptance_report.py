@@ -1,8 +1,5 @@
-"""The report's "Acceptance per request" section: each speculative cell's per-request acceptance (the
-worker's untimed pass, specfleet/worker/acceptance.py) as a distribution (median, p10, p90 of acceptance
-length and draft acceptance rate, a histogram), beside the timed runs' server-wide counters (spec_decode_*
-of each result); where a cell has none, why (tables/acceptance.py, scan/acceptance.py).
-"""
+"""The report's "Acceptance per request" section and its histogram: the rows of tables/acceptance.py (each
+speculative cell's per-request distribution beside the timed runs' counters, or why there is none)."""
 from __future__ import annotations
 
 import pandas as pd
@@ -25,8 +22,13 @@ def add_acceptance_section(model: ReportModel, camp: Campaign, runs_table: pd.Da
     rows, series = acceptance_rows(camp, runs_table, baseline)
     if not rows:
         return
-    k = series.pop("_k", 0)
-    svg = per_request_acceptance_svg(series, k, camp.simulated)
+    svg = per_request_acceptance_svg(series, series.pop("_k", 0), camp.simulated)
+    if not svg:  # nothing recorded: each row says why; the method is for a report that has it
+        model.sections.append(Section(
+            "Acceptance per request", HEADERS, rows, "No cell has per-request acceptance (the untimed pass of "
+            f"benchmark.spec_decode_metrics: per_request, vLLM >= 0.29's {PER_REQUEST_FLAG}); each row says why. "
+            "Runs' acceptance length and rate: the timed runs' spec_decode_* counters.", anchor="acceptance-per-request"))
+        return
     model.sections.append(Section(
         "Acceptance per request", HEADERS, rows,
         "Runs' acceptance length and rate: the server-wide spec_decode_* counters of the timed runs (1 + accepted "
