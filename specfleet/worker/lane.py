@@ -504,7 +504,7 @@ class Lane:
         if level in ("", "none"):
             return
         client, config = Client.from_json(item["client"]), item.get("config", item["name"])
-        log_path = os.path.join(self.run_dir, f"{item['name']}.acceptance.log")
+        log_path = os.path.join(self.run_dir, layout.acceptance_log(item["name"]))
         for n, s in enumerate(acceptance.prompt_set(item), 1):
             self.owner.set(rec, phase=f"untimed acceptance pass {n}: {s['prompts']} prompts, {s['concurrency']} at "
                                       "a time", requests=None)

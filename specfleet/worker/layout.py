@@ -16,6 +16,7 @@ by the same names. tests/unit/test_layout.py keeps every other module from spell
         <config>_conc<N>[_r<K>].bench.log             `vllm bench serve` output (bench_log)
         <config>_conc<N>[_r<K>].telemetry.jsonl       GPU and /metrics samples of the run (telemetry_file)
         <config>_<cell>.acceptance.json               per-request acceptance, untimed pass (acceptance_file)
+        <item>.acceptance.log                         that pass's output (acceptance_log; not collected)
         prompts-fit-<digest>.jsonl                    the prompts that fit (prompts_fit)
         .disk-reserve                                 room to record a full disk (DISK_RESERVE)
     results/<campaign>/<host>/                        the same names, as `fab collect` fetched them
@@ -121,6 +122,10 @@ def acceptance_file(config: str, cell: str) -> str:
     """A bench cell's per-request acceptance (acceptance.py): one per cell, whatever its repeats (the
     untimed pass sends the cell's prompts once); result_glob(config) matches it, so collect fetches it."""
     return f"{config}_{cell}{ACCEPTANCE_SUFFIX}"
+
+
+def acceptance_log(item: str) -> str:
+    return item + ".acceptance.log"
 
 
 def prompts_fit(digest: str) -> str:
