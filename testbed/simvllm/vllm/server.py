@@ -256,8 +256,8 @@ def per_request_metrics(req: Request) -> dict | None:
     """The response's `metrics` object under --per-request-spec-decode-metrics summary|detailed (vLLM's
     PerRequestMetrics.speculative_decoding, entrypoints/generate/base/protocol.py): the request's own verify
     steps as the engine drew them from its acceptance model (engine.py), None when the flag is `none`.
-    A request that never drafted (an n-gram prompt without a match) has 0 steps: length 1.0, rate 0.0
-    (the simulation's choice; vLLM's value for 0 steps was not read from its source)."""
+    A request that never drafted (an n-gram prompt without a match) has 0 steps: length 1.0, rate 0.0, as
+    vLLM 0.32.0's RequestSpecDecodeMetrics.to_dict (v1/metrics/stats.py, read from its wheel)."""
     if App.spec_metrics == "none":
         return None
     hist = [0] * (App.spec_k + 1)
