@@ -72,6 +72,8 @@ def test_the_distribution_stands_beside_the_runs_counters(tmp_path):
     svg = (camp / IMAGE).read_text()
     assert svg.startswith("<svg") and "ngram: per-request acceptance length" in svg  # matplotlib keeps the text
     assert "w1 (10 requests)" in svg  # the histogram of the requests that drafted
+    html = (camp / "report.html").read_text()
+    assert "Acceptance per request" in html and 'id="acceptance-' in html  # inlined, its ids namespaced
     assert "untimed pass" in sec and "linear interpolation" in sec
 
 
