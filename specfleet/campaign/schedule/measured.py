@@ -109,7 +109,7 @@ def measured_makespan(views: dict) -> tuple[float | None, str]:
         ran = [(a, b) for a, b in ran if a is not None and b is not None]
         if ran:
             spans.append(max(b for _, b in ran) - min(a for a, _ in ran))
-    how = "first item start to last item end per node, from state.json (1 s resolution)"
+    how = f"first item start to last item end per node, from {layout.STATE} (1 s resolution)"
     if earlier:
         how += f"; {earlier} item(s) done by an earlier run are not in it (the prediction counts them)"
     return (max(spans) if spans else None), how
