@@ -21,6 +21,7 @@ from collections import Counter
 from . import drafter, layout
 from .host import (Fatal, ItemFailed, Stopped, atomic_write, end_pids, engine_identity, env_without_devices, gpu_table,
                    kill, live_pids, log, now, sourced_env, proc_argv0, proc_has_token)
+from .fitcheck import applied_template
 from .record import RunCell, RunRecord
 from .runspec import BenchRun, Client, Dropped, Serve
 from .slots import flag_values
@@ -287,7 +288,8 @@ class Lane:
         if not item.get("fit"):
             return item
         with self.owner.fit_lock:  # one check per distinct setup, never two lanes writing one file
-            return dict(item, bench=[self.fit_bench({**item["fit"], **(b.get("fit") or {})}, b, rec)
+            backend = {"backend": item["client"]["backend"]}  # where the template is applied (fitcheck)
+            return dict(item, bench=[self.fit_bench({**item["fit"], **(b.get("fit") or {}), **backend}, b, rec)
                                      for b in item["bench"]])
 
     def fit_bench(self, fit: dict, b: dict, rec: dict) -> dict:
@@ -296,6 +298,9 @@ class Lane:
         fits = self.owner.fits
         if key not in fits:
             kept = os.path.join(self.run_dir, layout.prompts_fit(hashlib.sha256(key.encode()).hexdigest()[:12]))
+            if fit.get("prompt_field") == "messages":  # speed_bench reads <folder>/<subset>.jsonl: a folder of its own
+                os.makedirs(kept + ".d", exist_ok=True)
+                kept = os.path.join(kept + ".d", os.path.basename(fit["dataset"]))
             argv = [*fitcheck_command(os.path.join(self.spec["venv"], "bin", "python")),
                     "--model", self.model, "--fit", json.dumps(fit), "--write-kept", kept]
             try:
@@ -511,7 +516,10 @@ class Lane:
             prompts_sent=run.prompts(), prompts_dropped=d.ids if d else [], prompts_selected=d.selected if d else None,
             sampling_sent={} if client.temperature is None else {"temperature": client.temperature}, server_sampling=self.sampling, decoding=self.decoding(item),
             bench_started_at=started, bench_finished_at=finished,
-            telemetry_file=tel if os.path.exists(os.path.join(self.run_dir, tel)) else None)
+            telemetry_file=tel if os.path.exists(os.path.join(self.run_dir, tel)) else None,
+            # the plan's count under the release the venv reports: a release whose client templates
+            # otherwise refused the item in preflight (check_release)
+            chat_template=applied_template(item["fit"]["chat_template"], client.backend) if item.get("fit") else None)
 
     def stop_server(self) -> None:
         p, self.server = self.server, None
