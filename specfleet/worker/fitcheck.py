@@ -172,6 +172,11 @@ def main(argv=None) -> int:
     on = applied_template(fit["chat_template"], fit.get("backend") or
                           (CHAT_BACKEND if fit["chat_template"] == "double" else "openai"))
     rows = select(fit["dataset"], int(fit["num_prompts"]), fit.get("category"), custom)
+    record = {}   # a record without question_id is named by its number in the file, not by the shuffle's order
+    if fit.get("prompt_field"):
+        with open(fit["dataset"], encoding="utf-8") as f:
+            for n, line in enumerate((ln.rstrip("\n") for ln in f if ln.strip()), 1):
+                record.setdefault(line, n)
     for index, (row, line) in enumerate(rows):
         raw = prompt_of(row, fit.get("prompt_field"))
         # client+server: the chat server templates the client's templated text again; server: the
@@ -179,8 +184,8 @@ def main(argv=None) -> int:
         n = count(template(template(raw)), False) if on == "client+server" else \
             count(template(raw), False) if on == "server" else count(template(raw), True)
         if n + fit["output_len"] > limit:
-            too_long.append({"index": index, "question_id": row.get("question_id", f"record {index + 1}"
-                                                                    if fit.get("prompt_field") else None),
+            too_long.append({"index": index, "question_id": row.get("question_id", f"record {record[line]}"
+                                                                    if record else None),
                              "prompt_tokens": n,
                              "category": row.get("category")})
         else:
