@@ -173,7 +173,7 @@ def not_checked(plan: Plan) -> list[str]:
     out = []
     if plan.vllm_version and release_of(plan.vllm_version) is None:
         out.append(f"the plan pins vLLM {plan.vllm_version}, which the release matrix (docs/vllm-releases.md) does "
-                   "not hold: its flags, speculative keys, methods and dataset were not checked against it")
+                   "not hold: its flags, speculative keys, methods, dataset and chat template were not checked against it")
     for c in plan.configurations:
         sc = c.speculative_config or {}
         if sc.get("method") in set(c.speculative_extra_methods) - known_methods():
@@ -190,5 +190,5 @@ def unchecked_releases(versions) -> list[str]:
     """One line per vLLM version the results ran that the matrix does not hold (real engines only:
     the caller leaves out the simulated): nothing the plan uses was checked against it."""
     return [f"the results ran vLLM {v}, which the release matrix (docs/vllm-releases.md) does not hold: the "
-            "plan's flags, speculative keys, methods and dataset were not checked against it"
+            "plan's flags, speculative keys, methods, dataset and chat template were not checked against it"
             for v in sorted(set(versions)) if v and release_of(v) is None]

@@ -3,7 +3,8 @@
 Per run, from the result's metadata (the runner's `--metadata`: vllm_version, torch_version, gpu or
 gpu_names, driver, cuda_version, decoding / sampling_params), the node's provenance.json (fab collect's
 probe: gpu_name, driver, cuda, the venv's dists) and the server log's version line. Two runs that
-differ in GPU model, driver, CUDA, torch, vLLM version or decoding (greedy / sampled) are not one
+differ in GPU model, driver, CUDA, torch, vLLM version, decoding (greedy / sampled) or prompt template
+(client + server vs server only: vLLM 0.34 stopped the bench client's template for chat backends) are not one
 campaign: the gate refuses the merge as for mixed plans (exit 8; --force merges and stamps every
 output MIXED PROVENANCE). The plan's `vllm_version` pin is compared with every version a real node
 recorded (the simulated engine has no vLLM version: not checked there, said so).
