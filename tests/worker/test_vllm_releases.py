@@ -4,6 +4,7 @@ version its venv reports, in one line naming the field, the value and the releas
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -183,3 +184,31 @@ def test_the_chat_template_a_release_cannot_do_is_refused_naming_field_value_and
     plan = parse_plan(plan_with(), "p.yml")
     it = item_spec(plan, "w1", "vanilla", Paths(venv="/opt/v", work_dir="/w"))
     assert set(it["release_refusals"]) == {"0.34.0"} and "benchmark.chat_template" in it["release_refusals"]["0.34.0"]
+
+
+class _Owner:
+    def __init__(self, version: str):
+        self.spec, self.run_dir, self.state = {}, "/nonexistent", {"vllm_version": version}
+
+
+@pytest.mark.parametrize("version, backend, plan_says, on", [
+    ("0.33.0", "openai-chat", "double", "client+server"),
+    ("0.34.0", "openai-chat", "single", "server"),
+    ("0.35.1", "openai-chat", "single", "server"),     # a newer release than the matrix: as 0.34
+    ("0.34.0", "openai", "single", "client"),
+    ("simvllm 1.0 (simulated vLLM)", "openai-chat", "double", "client+server"),   # emulates 0.32
+])
+def test_the_worker_derives_the_template_from_the_release_it_observed(version, backend, plan_says, on):
+    """The lane's preflight: where the venv's bench templates (its release and the backend) is what the
+    run record says; a plan that says otherwise fails the item before the server starts, naming the field,
+    the value and the release (a release newer than the matrix included)."""
+    from specfleet.worker.host import ItemFailed
+    from specfleet.worker.lane import Lane
+    lane = Lane(_Owner(version), None, 8000)
+    assert lane.template_on(backend) == on
+    item = {"client": {"backend": backend}, "fit": {"chat_template": plan_says}}
+    lane.check_template(item)
+    other = "single" if plan_says == "double" else "double"
+    with pytest.raises(ItemFailed, match=rf"benchmark.chat_template: {other}: the venv's vLLM {re.escape(version)} "
+                                         rf"chat-templates the prompts of backend {backend}.*nothing was started"):
+        lane.check_template({**item, "fit": {"chat_template": other}})
