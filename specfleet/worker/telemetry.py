@@ -31,14 +31,9 @@ SERVER_METRICS = {"vllm:num_requests_running": "running", "vllm:num_requests_wai
                   "vllm:kv_cache_usage_perc": "kv_cache_usage", "vllm:gpu_cache_usage_perc": "kv_cache_usage",
                   "vllm:num_preemptions_total": "preemptions", "vllm:generation_tokens_total": "generation_tokens",
                   "vllm:request_success_total": "requests_finished"}
-# instantaneous power: power.draw is an average over 1 s on Ampere and newer, which lags a step by
-# ~0.5 s (seen on an H100, docs/telemetry.md). No energy counter: nvidia-smi 580 has no query field for
-# NVML's nvmlDeviceGetTotalEnergyConsumption ("Field "total_energy_consumption" is not a valid field to
-# query."; its --help-query-gpu lists no energy field).
+# power.draw: a 1 s average, lags ~0.5 s; no energy counter: nvidia-smi 580 has none (docs/telemetry.md)
 FAST_FIELDS = {"power.draw.instant": "power_instant_w"}
-# the H100's driver refreshes power.draw.instant every ~100 ms: a 25 ms loop stamps each new reading
-# within 25 ms of its arrival (the report counts the distinct readings, telemetry_report)
-FAST_PERIOD_MS = 25
+FAST_PERIOD_MS = 25  # stamps each ~100 ms reading within 25 ms (the report counts distinct readings)
 DEFAULT_PERIOD_S = 1.0
 SMI_TIMEOUT_S = 5.0
 
