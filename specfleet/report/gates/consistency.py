@@ -216,10 +216,14 @@ def mismatches(camp: "Campaign", vllm_pin: str | None = None) -> list[str]:
 def column_values(camp: "Campaign", runs: list["Run"]) -> dict[str, str]:
     """Per field, the values of a group of runs for the per-result table ('a | b' when they differ)."""
     logv = {(k.host, k.config): k.vllm_version for k in camp.kv}
+    facts = [run_facts(camp, r, None, logv.get((r.host, r.config))) for r in runs]
+    # the server log's `0.32.0` and the dist's `0.32.0+cpu` are one release: the gate's rule, not MIXED
+    stands = _with_local_label({v for f in facts for v, _ in f["vllm"]})
     vals: dict[str, list[str]] = {f: [] for f in FIELDS}
-    for r in runs:
-        for field, got in run_facts(camp, r, None, logv.get((r.host, r.config))).items():
+    for f in facts:
+        for field, got in f.items():
             for v, _ in got:
+                v = stands[v] if field == "vllm" else v
                 if v not in vals[field]:
                     vals[field].append(v)
     return {f: " | ".join(v) + (" (MIXED)" if len(v) > 1 else "") if v else "not recorded"
