@@ -14,7 +14,8 @@ import shlex
 from dataclasses import dataclass, replace
 
 from ..worker.layout import cell_result_filename, run_dir
-from ..worker.runspec import CUSTOM, BenchRun, CellFit, Client, Fit, Item, Serve
+from ..worker.fitcheck import PROMPT_FIELD
+from ..worker.runspec import BenchRun, CellFit, Client, Fit, Item, Serve
 from ..plan import Plan, engine
 from ..plan.releases import refusals
 from ..plan.sweep import Cell
@@ -59,9 +60,13 @@ def find_cell(plan: Plan, cell: int | Cell) -> Cell:
 
 def serve_spec(plan: Plan, item: str, paths: Paths) -> Serve:
     c, s = plan.config(item), plan.server
+    # per-request acceptance (benchmark.spec_decode_metrics): only a speculative server takes the flag (vLLM
+    # refuses it without --speculative-config); the worker's untimed pass runs where it is set (worker/acceptance.py)
+    per_request = "summary" if c.speculative_config and plan.benchmark.spec_decode_metrics == "per_request" else None
     return Serve(vllm=posixpath.join(paths.venv, "bin", "vllm"), served_name=plan.model.served_name,
                  server_args=list(s.args), prefix_caching=s.prefix_cache != "disabled",
-                 speculative_config=c.speculative_config, extra_args=list(c.extra_args), **engine(plan, item))
+                 speculative_config=c.speculative_config, extra_args=list(c.extra_args),
+                 per_request_spec_decode_metrics=per_request, **engine(plan, item))
 
 
 def serve_argv(plan: Plan, item: str, paths: Paths) -> list[str]:
@@ -188,7 +193,7 @@ def item_spec(plan: Plan, node: str, item: str, paths: Paths, rep: int | None = 
     fit = Fit(dataset=paths.dataset_of(plan), num_prompts=max(num_prompts(plan, c) for c in b.concurrencies),
               output_len=b.output_len, max_model_len=engine(plan, item)["max_model_len"],
               chat_template=b.chat_template, policy=b.prompts_that_do_not_fit,
-              prompt_field="prompt" if b.dataset_name == CUSTOM else None)  # only then: a Spec-Bench item keeps its hash
+              prompt_field=PROMPT_FIELD.get(b.dataset_name))  # only then: a Spec-Bench item keeps its hash
     name = item if rep is None else repeat_item_name(item, rep)
     out = Item(name=name, serve=serve_spec(plan, item, paths),
                client=client_spec(plan, node, item, paths, isolation),

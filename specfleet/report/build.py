@@ -21,6 +21,7 @@ from .gates.gpu_gate import split_off_gpu_copies
 from .tables.measures import NoiseBand
 from .tables.merge import Tables, build_tables
 from .render.document import ReportModel, Section, build_model, fmt, print_cells, print_report, write_report
+from .render.acceptance_report import add_acceptance_section
 from .render.drafter_report import add_drafter_section
 from .render.export import export_cells, remove_stale
 from .scan.plan_snapshot import plan_drift, write_snapshot
@@ -168,6 +169,7 @@ def report_campaign(campaign_dir: Path | str, baseline: str = DEFAULT_BASELINE,
                         command=command)
     add_peer_sections(model, camp, tables, baseline, slo)
     add_drafter_section(model, camp)
+    add_acceptance_section(model, camp, tables.runs, baseline)
     out.tables, out.model, out.conclusions, out.forced = tables, model, concl, forced
     if not gate.passed and not force:
         _remove_stale(campaign_dir)
@@ -229,9 +231,10 @@ def add_peer_sections(model, camp, tables, baseline: str, slo) -> None:
             "Sampled on the worker during each vllm bench serve run (nvidia-smi --query-gpu for the server's "
             "GPUs, the server's /metrics; docs/telemetry.md). Mean power = the run's GPUs summed, averaged over "
             "the samples (client start-up and warm-ups included); J / output token = the GPUs' energy over the "
-            "measured window only (first request's start to last request's end: the driver's energy counter, "
-            "else the trapezoid of power) / its output tokens; above idle: minus idle W x the window, idle W = "
-            "median power before the first request; fewer than 10 power readings in the window: 'not "
+            "measured window only (first request's start to last request's end: the trapezoid of the distinct "
+            "power readings, within 0.5 % of NVML's energy counter on an H100) / its output tokens; above idle: "
+            "minus idle W x the window, idle W = median power before the first request; fewer than 10 distinct "
+            "power readings in the window: 'not "
             "measurable' (the note says why); throttle = the clock-event reasons seen (SW/HW power cap, thermal, power brake); "
             "'not recorded' = the worker could not read it (no nvidia-smi, a field its driver lacks). "
             "The timeline: requests in flight, generated tokens/s and GPU power over each run at the highest "

@@ -19,23 +19,25 @@ import urllib.request
 from collections import Counter
 from dataclasses import replace
 
-from . import drafter, layout
+from . import acceptance, drafter, layout
 from .host import (Fatal, ItemFailed, Stopped, atomic_write, end_pids, engine_identity, env_without_devices, gpu_table,
                    kill, live_pids, log, now, sourced_env, proc_argv0, proc_has_token)
+from .fitcheck import CHAT_BACKEND, applied_template
 from .record import RunCell, RunRecord
-from .runspec import BenchRun, Client, Dropped, Fit, Gpu, Item, ItemState
+from .runspec import CUSTOM, BenchRun, Client, Dropped, Fit, Gpu, Item, ItemState
 from .telemetry import sampler_for
 
 # vLLM's sampling parameters that generation_config.json can set (get_diff_sampling_param)
 SAMPLING_KEYS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")
 
 
-def fitcheck_command(python: str) -> list[str]:
-    """The prompt-fit check, run with the venv's python (the model's tokenizer): from the worker's
-    artefact (`runner.pyz fitcheck`), or, run from a checkout, fitcheck.py beside this file."""
+def fitcheck_command(python: str, tool: str = "fitcheck") -> list[str]:
+    """The prompt-fit check (or the acceptance pass, `tool`), run with the venv's python (the model's
+    tokenizer): from the worker's artefact (`runner.pyz fitcheck`), or, run from a checkout, fitcheck.py
+    beside this file."""
     here = os.path.dirname(os.path.abspath(__file__))
     artefact = os.path.dirname(here)  # <home>/runner.pyz/specfleet_worker/runner.py
-    return [python, artefact, "fitcheck"] if os.path.isfile(artefact) else [python, os.path.join(here, "fitcheck.py")]
+    return [python, artefact, tool] if os.path.isfile(artefact) else [python, os.path.join(here, f"{tool}.py")]
 
 
 def failed_requests(result: dict, expected: int, tolerance: int) -> str | None:
@@ -130,6 +132,7 @@ class Lane:
                                     f"(bench run {i + 1} of {len(runs)} on this server)", requests=None)
                 rec.results.append(self.run_bench(item, b, rec))
                 self.owner.save()
+            self.acceptance_pass(item, runs, rec)
         finally:
             if self.server is not None:
                 try:
@@ -223,8 +226,26 @@ class Lane:
             with self.owner.lock:  # every result carries it
                 self.owner.state.vllm_version, self.owner.state.engine = ident["version"], ident
         self.check_release(item)
+        self.check_template(item)
         self.drafter = self.check_drafter(item)
         self.sampling = self.server_sampling(item)
+
+    def template_on(self, backend: str) -> str:
+        """Where this venv's bench chat-templates the prompts (fitcheck.applied_template's words): its
+        client templates unless the release skips it for the backend (acceptance.client_templates)."""
+        client = acceptance.client_templates(self.owner.state.vllm_version, backend)
+        return applied_template("double" if client and backend == CHAT_BACKEND else "single", backend)
+
+    def check_template(self, item: Item) -> None:
+        """The plan's benchmark.chat_template against the release the venv reports (the matrix's releases
+        were refused by check_release already; a newer one is refused here), before the server starts."""
+        said, backend = item.fit and item.fit.chat_template, item.client.backend
+        on = self.template_on(backend)
+        want = "double" if on == "client+server" else "single"
+        if said not in (None, want):
+            raise ItemFailed(f"benchmark.chat_template: {said}: the venv's vLLM "
+                             f"{self.owner.state.vllm_version} chat-templates the prompts of backend {backend} "
+                             f"on the {on.replace('+', ' and the ')} ({want}); nothing was started")
 
     def check_release(self, item: Item) -> None:
         """The bastion checked the item against every vLLM release of its matrix (release_refusals: the
@@ -288,7 +309,9 @@ class Lane:
         if item.fit is None:
             return item.bench
         with self.owner.fit_lock:  # one check per distinct setup, never two lanes writing one file
-            return [self.fit_bench(item.fit.of_cell(b.fit), b, rec) for b in item.bench]
+            # with the client's backend: where the template is applied (fitcheck)
+            return [self.fit_bench(replace(item.fit.of_cell(b.fit), backend=item.client.backend), b, rec)
+                    for b in item.bench]
 
     def fit_bench(self, fit: Fit, b: BenchRun, rec: ItemState) -> BenchRun:
         """One bench run's prompts checked (one check per distinct setup); b, or b on the kept prompts."""
@@ -296,6 +319,9 @@ class Lane:
         fits = self.owner.fits
         if key not in fits:
             kept = os.path.join(self.run_dir, layout.prompts_fit(hashlib.sha256(key.encode()).hexdigest()[:12]))
+            if fit.prompt_field == "messages":  # speed_bench reads <folder>/<subset>.jsonl: a folder of its own
+                os.makedirs(kept + ".d", exist_ok=True)
+                kept = os.path.join(kept + ".d", os.path.basename(fit.dataset))
             argv = [*fitcheck_command(os.path.join(self.spec.venv, "bin", "python")),
                     "--model", self.model, "--fit", json.dumps(fit.to_json()), "--write-kept", kept]
             try:
@@ -492,6 +518,56 @@ class Lane:
         os.replace(partial, final)
         return final
 
+    def acceptance_pass(self, item: Item, runs: list[BenchRun], rec: ItemState) -> None:
+        """Per-request acceptance (acceptance.py) where the server runs with --per-request-spec-decode-metrics:
+        after the timed runs, on the same server, the first repeat's prompts once more, untimed. It never
+        fails the item (the timed results stand): a pass that could not run says why in its files."""
+        level = item.serve.per_request_spec_decode_metrics
+        if level in (None, "none"):
+            return
+        client, config = item.client, item.configuration
+        log_path = os.path.join(self.run_dir, layout.acceptance_log(item.name))
+        for n, s in enumerate(acceptance.prompt_set({"bench": [b.to_json() for b in runs]}), 1):
+            self.owner.set(rec, phase=f"untimed acceptance pass {n}: {s['prompts']} prompts, {s['concurrency']} at "
+                                      "a time", requests=None)
+            p = {**s, "dataset": client.dataset_path, "custom": client.dataset_name == CUSTOM,
+                 "prompt_field": item.fit and item.fit.prompt_field,
+                 "base_url": f"http://{self.spec.server_host}:{self.port}", "endpoint": client.endpoint,
+                 "served_name": client.served_name, "timeout_s": self.spec.bench_timeout_s,
+                 "sampling": {} if client.temperature is None else {"temperature": client.temperature},
+                 "client_template": self.template_on(client.backend) != "server"}
+            out, started, why, got = log_path + f".{n}.json", now(), None, []
+            argv = [*fitcheck_command(os.path.join(self.spec.venv, "bin", "python"), "acceptance"),
+                    "--model", self.model, "--pass", json.dumps(p), "--out", out]
+            with open(log_path, "a") as lf:
+                proc = subprocess.Popen(argv, stdout=lf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                        env=self.env, cwd=self.run_dir, start_new_session=True)
+            try:
+                self.watch(item, lambda: proc.poll() is not None, self.spec.bench_timeout_s,
+                           lambda: f"the untimed pass exceeded {self.spec.bench_timeout_s} s")
+                with open(out) as f:
+                    got = json.load(f)["requests"]
+            except ItemFailed as e:  # its server died or the pass ran late
+                why = str(e)
+            except (OSError, ValueError, KeyError, TypeError):
+                why = f"the untimed pass exited with code {proc.returncode}; last lines of {log_path}:\n{tail(log_path)}"
+            finally:
+                if proc.poll() is None:
+                    kill(proc.pid, signal.SIGKILL, group=True)
+                    proc.wait()
+                if os.path.exists(out):
+                    os.unlink(out)
+            if why:
+                rec.notes.append(f"per-request acceptance not recorded for {', '.join(s['cells'])}: {why}")
+            done = {k: p[k] for k in ("prompts", "concurrency", "category", "output_len", "sampling", "endpoint",
+                                      "client_template")}
+            for cell, prompts in s["cells"].items():
+                atomic_write(os.path.join(client.result_dir, layout.acceptance_file(config, cell)), json.dumps({
+                    "specfleet_acceptance": acceptance.FILE_VERSION, "untimed": True, "node": self.spec.host,
+                    "configuration": config, "cell": cell, "level": level, "engine": self.owner.state.engine,
+                    "pass": {**done, "started_at": started, "finished_at": now()}, "not_recorded": why,
+                    "requests": got[:prompts]}) + "\n")
+
     def run_record(self, item: Item, client: Client, run: BenchRun, started: str, finished: str) -> RunRecord:
         """What this bench run was, from what the lane knows; the bastion's own words (isolation) from
         the client's --metadata (commands.client_spec)."""
@@ -509,7 +585,9 @@ class Lane:
             prompts_sent=run.prompts(), prompts_dropped=d.ids if d else [], prompts_selected=d.selected if d else None,
             sampling_sent={} if client.temperature is None else {"temperature": client.temperature}, server_sampling=self.sampling, decoding=self.decoding(item),
             bench_started_at=started, bench_finished_at=finished,
-            telemetry_file=tel if os.path.exists(os.path.join(self.run_dir, tel)) else None)
+            telemetry_file=tel if os.path.exists(os.path.join(self.run_dir, tel)) else None,
+            # the release the venv reports decides it; a plan that says otherwise was refused (check_template)
+            chat_template=self.template_on(client.backend))
 
     def stop_server(self) -> None:
         p, self.server = self.server, None

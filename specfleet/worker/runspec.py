@@ -30,6 +30,27 @@ _LEAVES = (str, int, float, bool, type(None))
 CUSTOM = "custom"   # --dataset-name custom: the user's JSONL of {"prompt": ...}, its own output-len flag
 SPEC_SCHEMA = 2     # run.json's schema: 2 has the typed engine fields (max_model_len, parallel sizes, ...)
 PACKINGS = ("exclusive", "shared")   # the plan's packing (its default there): one server at a time, or several
+# --dataset-name speed_bench (vLLM's SpeedBench): --dataset-path is a folder, the loader reads its
+# <subset>.jsonl (records with `messages`); specfleet names the subset's file and passes its folder
+SPEED_BENCH = "speed_bench"
+SPEED_BENCH_SUBSETS = ("qualitative", "throughput_1k", "throughput_2k", "throughput_8k", "throughput_16k",
+                       "throughput_32k")   # --speed-bench-dataset-subset's choices, 0.26.0-0.34.0 alike
+
+
+def dataset_path_args(dataset_name: str, path: str) -> list[str]:
+    """--dataset-path: speed_bench reads <folder>/<subset>.jsonl, so the file's folder and its subset."""
+    if dataset_name != SPEED_BENCH:
+        return ["--dataset-path", path]
+    folder, name = path.rsplit("/", 1) if "/" in path else (".", path)
+    return ["--dataset-path", folder or "/", "--speed-bench-dataset-subset", name.removesuffix(".jsonl")]
+
+
+def dataset_len_args(dataset_name: str, output_len: int, category: str | None) -> list[str]:
+    """The dataset's own output-length and category flags (spec_bench's, custom's, speed_bench's)."""
+    prefix = {CUSTOM: "--custom", SPEED_BENCH: "--speed-bench"}.get(dataset_name, "--spec-bench")
+    # the loader filters by category before its seed-0 shuffle: the first num_prompts of that category
+    has = category and dataset_name != CUSTOM   # a custom file has no categories (the plan refuses them)
+    return [f"{prefix}-output-len", str(output_len), *([f"{prefix}-category", category] if has else [])]
 
 
 class SpecError(ValueError):
@@ -149,6 +170,7 @@ ENGINE_FLAGS = {"max_model_len": "--max-model-len", "tensor_parallel_size": "--t
                 "pipeline_parallel_size": "--pipeline-parallel-size", "data_parallel_size": "--data-parallel-size",
                 "generation_config": "--generation-config"}
 PARALLEL_FIELDS = ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size")
+PER_REQUEST_FLAG = "--per-request-spec-decode-metrics"   # vLLM >= 0.29 (plan/releases.py refuses it before)
 
 
 @dataclass(frozen=True)
@@ -171,6 +193,9 @@ class Serve(_Json):
     pipeline_parallel_size: int | None = None
     data_parallel_size: int | None = None
     generation_config: str | None = None        # None: vLLM's `auto` (the model's generation_config.json)
+    # benchmark.spec_decode_metrics: per_request, on a speculative server: `summary` (its flag, last); the
+    # lane's untimed acceptance pass runs where it is set (acceptance.py)
+    per_request_spec_decode_metrics: str | None = None
 
     def check(self, where: str) -> None:
         _positive(self, where, "max_model_len", *PARALLEL_FIELDS)
@@ -184,8 +209,10 @@ class Serve(_Json):
         """The words after `--port N`: what the plan asks of the server."""
         spec = [] if self.speculative_config is None else \
             ["--speculative-config", json.dumps(self.speculative_config, separators=(",", ":"))]
+        per_request = self.per_request_spec_decode_metrics
         return [*self.server_args, *self.engine_args(),
-                *([] if self.prefix_caching else ["--no-enable-prefix-caching"]), *spec, *self.extra_args]
+                *([] if self.prefix_caching else ["--no-enable-prefix-caching"]), *spec, *self.extra_args,
+                *([PER_REQUEST_FLAG, per_request] if per_request else [])]
 
     def argv(self, *, model: str | None, host: str, port: int) -> list[str]:
         return [self.vllm, "serve", model or MODEL, "--served-model-name", self.served_name,
@@ -289,14 +316,12 @@ class BenchRun(_Json):
             "--model", c.served_name,
             "--tokenizer", model or MODEL,       # the served name is not a HF repo id (report §3.3)
             "--dataset-name", c.dataset_name,
-            "--dataset-path", d.kept_file if d else c.dataset_path,
+            *dataset_path_args(c.dataset_name, d.kept_file if d else c.dataset_path),
             "--num-prompts", str(self.prompts()),
             "--no-oversample",
             # the kept file is in selection order; a custom file is read in its own order (fitcheck.select)
             *(["--disable-shuffle"] if d or c.dataset_name == CUSTOM else []),
-            "--custom-output-len" if c.dataset_name == CUSTOM else "--spec-bench-output-len", str(self.output_len),
-            # the loader filters by category before its seed-0 shuffle: the first num_prompts of that category
-            *(["--spec-bench-category", self.category] if self.category else []),
+            *dataset_len_args(c.dataset_name, self.output_len, self.category),
             # an open-loop cell has no cap: a request held back by the client's semaphore waits outside
             # its TTFT (coordinated omission); unbounded, every arrival reaches the server on time
             *(["--request-rate", _num(self.request_rate), "--burstiness", _num(c.burstiness), "--seed", str(c.seed)]
@@ -337,6 +362,7 @@ class Fit(_Json):
     policy: str
     prompt_field: str | None = None             # a custom dataset's field (Spec-Bench: turns)
     category: str | None = None                 # a cell's category (CellFit)
+    backend: str | None = None                  # the client's: where the chat template is applied (the lane's)
 
     def of_cell(self, cell: CellFit | None) -> "Fit":
         """This fit for one bench cell: the cell's own prompts where it has them."""

@@ -34,6 +34,9 @@ MAX_CONC_RE = re.compile(r"Maximum concurrency for\s*([\d,]+)\s*tokens per reque
 WEIGHTS_RE = re.compile(r"Model loading took\s*([\d.]+)\s*GiB")
 KV_MEM_RE = re.compile(r"Available KV cache memory:\s*([\d.]+)\s*GiB")
 LOG_VERSION_RE = re.compile(r"Initializing a V1 LLM engine \(v([^)\s]+)\)|\bversion\s+(\d+\.\d+\.\d+\S*)")
+# vLLM 0.28 writes "GPU KV cache size" on every platform (kv_cache_utils.py, a fixed word; 0.32 names the
+# device); its CPU build's worker logs from cpu_worker.py, a file no GPU server runs
+CPU_WORKER_RE = re.compile(r"\[cpu_worker\.py:\d+\]")
 
 
 @dataclass
@@ -151,6 +154,8 @@ def parse_server_log(path: Path, host: str, config: str) -> KVFacts:
         text = text[starts[-1]:]
     if m := KV_SIZE_RE.search(text):
         facts.device, facts.kv_tokens = m.group(1), int(_num(m.group(2)))
+        if facts.device == "GPU" and CPU_WORKER_RE.search(text):
+            facts.device = "CPU"
     if m := MAX_CONC_RE.search(text):
         facts.tokens_per_request, facts.max_concurrency = int(_num(m.group(1))), _num(m.group(2))
     if m := WEIGHTS_RE.search(text):
@@ -223,8 +228,8 @@ def scan_campaign(root: Path | str, quarantine: bool = True, expect: Expect | No
                 camp.kv.append(parse_server_log(log, host, cfg))
 
         for path in sorted(hdir.glob("*.json")):
-            if path.name in OTHER_JSON or is_record(path.name):
-                continue
+            if path.name in OTHER_JSON or is_record(path.name) or path.name.endswith(layout.ACCEPTANCE_SUFFIX):
+                continue  # a record is read with its result; acceptance by render/acceptance_report.py
             cfg = named_config(path)
             if cfg is None:
                 camp.warnings.append(f"{path}: not named <config>_conc<N>[-<dims>][_r<K>].json and no run record, "
