@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from types import SimpleNamespace
 from pathlib import Path
 
 import pytest
@@ -183,12 +184,12 @@ def test_the_chat_template_a_release_cannot_do_is_refused_naming_field_value_and
     # unpinned and double: the worker refuses it under a 0.34 venv, before the server starts
     plan = parse_plan(plan_with(), "p.yml")
     it = item_spec(plan, "w1", "vanilla", Paths(venv="/opt/v", work_dir="/w"))
-    assert set(it["release_refusals"]) == {"0.34.0"} and "benchmark.chat_template" in it["release_refusals"]["0.34.0"]
+    assert set(it.release_refusals) == {"0.34.0"} and "benchmark.chat_template" in it.release_refusals["0.34.0"]
 
 
 class _Owner:
     def __init__(self, version: str):
-        self.spec, self.run_dir, self.state = {}, "/nonexistent", {"vllm_version": version}
+        self.spec, self.run_dir, self.state = {}, "/nonexistent", SimpleNamespace(vllm_version=version)
 
 
 @pytest.mark.parametrize("version, backend, plan_says, on", [
@@ -206,9 +207,9 @@ def test_the_worker_derives_the_template_from_the_release_it_observed(version, b
     from specfleet.worker.lane import Lane
     lane = Lane(_Owner(version), None, 8000)
     assert lane.template_on(backend) == on
-    item = {"client": {"backend": backend}, "fit": {"chat_template": plan_says}}
+    item = SimpleNamespace(client=SimpleNamespace(backend=backend), fit=SimpleNamespace(chat_template=plan_says))
     lane.check_template(item)
     other = "single" if plan_says == "double" else "double"
     with pytest.raises(ItemFailed, match=rf"benchmark.chat_template: {other}: the venv's vLLM {re.escape(version)} "
                                          rf"chat-templates the prompts of backend {backend}.*nothing was started"):
-        lane.check_template({**item, "fit": {"chat_template": other}})
+        lane.check_template(SimpleNamespace(client=item.client, fit=SimpleNamespace(chat_template=other)))
