@@ -11,7 +11,7 @@ from pathlib import Path
 from ..exits import EXIT_ASSERTION, EXIT_INCOMPLETE, EXIT_NOT_MERGED
 from ..plan.assertions import NOT_CHECKED, AssertionResult, check
 from ..plan.releases import not_checked, unchecked_releases
-from .scan.folder import Campaign, Expect, Quarantined, scan_campaign
+from .scan.folder import CollectedFolder, Expect, Quarantined, scan_folder
 from ..bastion_io import atomic_write_text
 from .scan.cells import PLANNED_FILE, CellState, Planned, cell_states, planned_from
 from .tables.conclusions import conclusions
@@ -50,7 +50,7 @@ class ReportOutcome:
     cells: list[CellState] = field(default_factory=list)
     command: str | None = None   # what measures the cells that are not merged again
     assertions: list = field(default_factory=list)  # the plan's assertions (bench/assertions.py), checked
-    campaign: Campaign | None = None   # what was scanned (the llm-d export reads its runs)
+    folder: CollectedFolder | None = None   # what was scanned (the llm-d export reads its runs)
     measured_plan: str | None = None   # the plan hash(es) the results carry where the plan's is not one
     measurement_changed: bool = False  # ...and the plan now measures something else (or unknown)
 
@@ -118,7 +118,7 @@ def report_campaign(campaign_dir: Path | str, baseline: str = DEFAULT_BASELINE,
     """
     campaign_dir = Path(campaign_dir)
     rule = rule or EquivalenceRule()
-    camp: Campaign = scan_campaign(campaign_dir, quarantine=quarantine, expect=expect)
+    camp: CollectedFolder = scan_folder(campaign_dir, quarantine=quarantine, expect=expect)
     gate = check_equivalence(camp, rule, baseline, vllm_pin)
     out = ReportOutcome(campaign_dir=campaign_dir, gate=gate, merged=False, forced=False,
                          simulated=camp.simulated, quarantined=list(camp.quarantined),
@@ -126,7 +126,7 @@ def report_campaign(campaign_dir: Path | str, baseline: str = DEFAULT_BASELINE,
     out.warnings += unchecked_releases(str(r.result.extra.get("vllm_version") or "") for r in camp.runs
                                        if not r.result.simulated)
     out.cells = cell_states(camp, planned) if planned else []
-    out.campaign = camp
+    out.folder = camp
     qmsgs = [q.message() for q in camp.quarantined]
     qmsgs += [f"in quarantine: {a.path}: {a.reason}" for a in camp.set_aside]
     # while a runner is still measuring, fab bench is not the advice: the note says to collect later
@@ -257,9 +257,9 @@ def after_report(out, plan, console=None, quiet: bool = False) -> None:
     if out.campaign_dir.is_dir() and out.measured_plan is None:  # plan.json: the plan the results measured
         write_snapshot(out.campaign_dir, plan)
     _stale_timeline(out)
-    if out.merged and out.tables is not None and out.campaign is not None and not out.measurement_changed:
+    if out.merged and out.tables is not None and out.folder is not None and not out.measurement_changed:
         # llm-d Benchmark Report v0.2, stamped with the plan hash the results carry
-        if files := export_cells(out.campaign_dir, out.campaign, out.tables, plan, out.model.gate_verdict,
+        if files := export_cells(out.campaign_dir, out.folder, out.tables, plan, out.model.gate_verdict,
                                  out.gate.rule.describe(), out.measured_plan or plan.plan_hash()):
             out.paths["llm-d"] = files[0].parent
     else:
