@@ -19,7 +19,9 @@ import os
 import random
 import sys
 
-SPEC_BENCH_SEED = 0  # SpecBench is built without random_seed: always DEFAULT_SEED (notes A2)
+# SpecBench is built without random_seed: always DEFAULT_SEED, whatever --seed says (vLLM's
+# benchmarks/datasets/datasets.py)
+SPEC_BENCH_SEED = 0
 
 
 def human_int(text: str) -> int:
