@@ -24,7 +24,7 @@ from .render.document import ReportModel, Section, build_model, fmt, print_cells
 from .render.drafter_report import add_drafter_section
 from .render.export import export_cells, remove_stale
 from .scan.plan_snapshot import plan_drift, write_snapshot
-from .scan.provenance import given_bandwidths, plan_hashes
+from .scan.provenance import given_bandwidths, plan_hashes, simulated_signals
 from .render.plots import namespace_ids
 from .render.telemetry_report import (TELEMETRY_HEADERS, TIMELINE_IMAGE, node_differences, telemetry_rows, telemetry_table,
                                timeline_svg)
@@ -121,7 +121,7 @@ def report_campaign(campaign_dir: Path | str, baseline: str = DEFAULT_BASELINE,
     camp: CollectedFolder = scan_folder(campaign_dir, quarantine=quarantine, expect=expect)
     gate = check_equivalence(camp, rule, baseline, vllm_pin)
     out = ReportOutcome(campaign_dir=campaign_dir, gate=gate, merged=False, forced=False,
-                         simulated=camp.simulated, quarantined=list(camp.quarantined),
+                         simulated=bool(simulated_signals(camp)), quarantined=list(camp.quarantined),
                          pending=list(camp.pending), warnings=list(notes or []) + list(camp.warnings))
     out.warnings += unchecked_releases(str(r.result.extra.get("vllm_version") or "") for r in camp.runs
                                        if not r.result.simulated)
@@ -163,7 +163,7 @@ def report_campaign(campaign_dir: Path | str, baseline: str = DEFAULT_BASELINE,
     tables.runs = add_goodput(camp, tables.runs, baseline, slo)  # goodput under the plan's SLO (docs/slo.md)
     concl = conclusions(tables, baseline)
     forced = force and not gate.passed
-    model = build_model(camp.name, tables, gate, concl, baseline=baseline, simulated=camp.simulated,
+    model = build_model(camp.name, tables, gate, concl, baseline=baseline, simulated=out.simulated,
                         forced=forced, warnings=out.warnings, quarantined=qmsgs, cells=out.cells,
                         command=command)
     add_peer_sections(model, camp, tables, baseline, slo)
@@ -219,11 +219,11 @@ def add_peer_sections(model, camp, tables, baseline: str, slo) -> None:
     """The report's "Goodput under the SLO" section (after the results) when the plan has an SLO;
     "Telemetry per run" with its timeline (inlined in report.html) when any run has a telemetry file
     (telemetry_report.py); and, when the gate failed, each node's telemetry beside the gate line."""
-    tel = telemetry_table(camp)
+    tel, simulated = telemetry_table(camp), bool(simulated_signals(camp))
     if not model.gate.passed:
         model.gate_telemetry = node_differences(tel, baseline, model.gate.rule.concurrency)
     if tel is not None:
-        svg = timeline_svg(camp, camp.simulated)
+        svg = timeline_svg(camp, simulated)
         model.sections.append(Section(
             "Telemetry per run", TELEMETRY_HEADERS, telemetry_rows(tel, fmt),
             "Sampled on the worker during each vllm bench serve run (nvidia-smi --query-gpu for the server's "
@@ -236,7 +236,7 @@ def add_peer_sections(model, camp, tables, baseline: str, slo) -> None:
             "'not recorded' = the worker could not read it (no nvidia-smi, a field its driver lacks). "
             "The timeline: requests in flight, generated tokens/s and GPU power over each run at the highest "
             "concurrency with telemetry (up to 8 runs)."
-            + (" SIMULATED: the testbed's GPU stand-in models power and clocks." if camp.simulated else ""),
+            + (" SIMULATED: the testbed's GPU stand-in models power and clocks." if simulated else ""),
             anchor="telemetry-per-run", images=[TIMELINE_IMAGE] if svg else [],
             figures={TIMELINE_IMAGE: namespace_ids(svg, "timeline")} if svg else {}))
     if slo is None or "goodput_req_s" not in tables.runs:

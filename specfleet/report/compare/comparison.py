@@ -35,7 +35,7 @@ from ..tables.measures import NoiseBand, rate_check, speed
 from ..tables.merge import Tables, build_tables
 from ..gates.consistency import result_table
 from ..scan.plan_snapshot import PLAN_SNAPSHOT, field_diffs
-from ..scan.provenance import NOT_RECORDED, node_table
+from ..scan.provenance import NOT_RECORDED, node_table, simulated_signals
 from ...worker.stats import ratio_interval, t_quantile, wilson_interval
 
 # plan fields that may differ between the two campaigns: what is being compared (the GPU and the date
@@ -522,7 +522,7 @@ class Comparison:
 
     @property
     def simulated(self) -> bool:
-        return self.base.camp.simulated or self.cand.camp.simulated
+        return bool(simulated_signals(self.base.camp) or simulated_signals(self.cand.camp))
 
     @property
     def regressions(self) -> list[CellDiff]:

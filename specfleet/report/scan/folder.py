@@ -20,7 +20,6 @@ from typing import Any
 from ...facts.runner_state import items_problem
 from ...worker import layout
 from ...worker.record import RunRecord
-from .provenance import simulated_signals
 from ...resultfile.check import (QUARANTINE_DIR, REASON_SUFFIX, Expect, Quarantined, check_run, is_record, named_config,
                                  parse_name, quarantine_file)
 from ...resultfile.schema import PROVENANCE_KEYS, Result, ResultError
@@ -98,7 +97,8 @@ class NodeRecord:
 @dataclass
 class CollectedFolder:
     """What one collected folder holds: its valid runs, what was quarantined or set aside, each node's
-    record, the KV facts of its server logs."""
+    record, the KV facts of its server logs. Whether it is simulated is provenance.simulated_signals'
+    (the room's readers import this module; it imports none of them)."""
 
     root: Path
     runs: list[Run] = field(default_factory=list)
@@ -112,11 +112,6 @@ class CollectedFolder:
     @property
     def name(self) -> str:
         return self.root.name
-
-    @property
-    def simulated(self) -> bool:
-        """Any sign of the simulator (several signals, not one key: provenance.simulated_signals)."""
-        return bool(simulated_signals(self))
 
     @property
     def hosts(self) -> list[str]:
