@@ -1,4 +1,5 @@
-"""`python3 runner.pyz --spec run.json` runs the runner; `python runner.pyz fitcheck ...` the fit check."""
+"""`python3 runner.pyz --spec run.json` runs the runner; `python runner.pyz fitcheck ...` the fit check,
+`python runner.pyz acceptance ...` the untimed per-request acceptance pass (acceptance.py)."""
 from __future__ import annotations
 
 import sys
@@ -9,6 +10,9 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["fitcheck"]:
         from .fitcheck import main as fitcheck
         return fitcheck(argv[1:])
+    if argv[:1] == ["acceptance"]:
+        from .acceptance import main as acceptance
+        return acceptance(argv[1:])
     from .runner import main as runner
     return runner(argv)
 
