@@ -75,13 +75,18 @@ def without(inventory, hosts: str | None, exclude: str) -> str:
                               "planned.json (default results/)",
                       gate_runs="runs per node of the baseline's gate cell in all: those past benchmark.repeat "
                                 "are added, each on its own server start, and nothing measured is redone "
-                                "(an INCONCLUSIVE gate's next look; docs/report.md, \"Adding repeats\")"),
+                                "(an INCONCLUSIVE gate's next look; docs/report.md, \"Adding repeats\")",
+                      durations_from="an earlier campaign's folder (results/<campaign>) whose finished items give the "
+                                     "split its durations (default: those of this campaign's earlier plan on the "
+                                     "workers, else the duration model)"),
       iterable=["assign"])
 def bench(c, plan=None, inventory=None, hosts=None, exclude=None, check=False, diff=False, assign=None, wait=True,
-          poll=2.0, forks=32, serial=False, accept_new_host_keys=False, verbose=False, results="results", gate_runs=0):
+          poll=2.0, forks=32, serial=False, accept_new_host_keys=False, verbose=False, results="results", gate_runs=0,
+          durations_from=None):
     """Split the plan's configurations across the nodes and run each node's queue (resumable, reattaches)."""
     from specfleet.campaign import build_run_spec, commands_for, format_split, parse_pins, promptcount
     from specfleet.campaign import remote, split
+    from specfleet.campaign.schedule import measured
     from specfleet.campaign.spec import RunnerBusy, resumed
     from specfleet.slurm.hooks import on_slurm
     p = plan_of(plan)
@@ -107,7 +112,8 @@ def bench(c, plan=None, inventory=None, hosts=None, exclude=None, check=False, d
         nodes = [reads[h.name].node for h in split_hosts]
         if not nodes:
             return
-        queues = split(p, nodes, pins=parse_pins(assign or []))
+        queues = split(p, nodes, pins=parse_pins(assign or []),
+                       **measured.for_split(p, {h.name: reads[h.name].view for h in split_hosts}, durations_from))
         rep.console.print(format_split(queues, nodes), markup=False)
         paths = {}
         for host in split_hosts:
@@ -164,7 +170,7 @@ def bench(c, plan=None, inventory=None, hosts=None, exclude=None, check=False, d
         if wait:
             estimates = {h: {c: queues.durations[c][h] for c in queues.queues[h] if h in queues.durations.get(c, {})}
                          for h in specs}
-            _follow(fleet, p, rep, poll, runners, estimates)
+            _follow(fleet, p, rep, poll, runners, estimates, predicted=queues)
 
 
 def _left_out(fleet, split_hosts) -> dict[str, str]:
@@ -193,7 +199,7 @@ def _placement(host, plan, spec):
             RunSpecFile(f"{d}/{layout.RUN_SPEC}", dump_run_spec(spec))]
 
 
-def _follow(fleet, plan, rep, poll, runners: dict[str, int] | None = None, estimates=None):
+def _follow(fleet, plan, rep, poll, runners: dict[str, int] | None = None, estimates=None, predicted=None):
     """Follow every runner until all are finished (specfleet.campaign.follow), then the campaign table;
     `estimates` (host -> configuration -> the split's seconds) give the progress lines' ETA."""
     from specfleet.campaign import remote
@@ -201,7 +207,14 @@ def _follow(fleet, plan, rep, poll, runners: dict[str, int] | None = None, estim
     from specfleet.worker import layout
     follow(fleet, lambda hc: remote.view(hc, work_dir(hc.host), plan.campaign),
            lambda host: layout.run_dir(work_dir(host), plan.campaign, host.name), rep.console, poll,
-           runners, on_end=lambda views: _campaign_table(rep, views), estimates=estimates)
+           runners, on_end=lambda views: _end_table(rep, views, predicted), estimates=estimates)
+
+
+def _end_table(rep, views, predicted):
+    from specfleet.campaign.schedule.measured import makespan_line
+    _campaign_table(rep, views)
+    if predicted is not None:   # the split's prediction beside what the runners took
+        rep.console.print(makespan_line(predicted, views), markup=False, soft_wrap=True)
 
 
 def _campaign_table(rep, views):

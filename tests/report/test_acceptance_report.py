@@ -12,8 +12,8 @@ import pytest
 from campaign_builder import write_campaign
 from specfleet.report.build import report_campaign
 from specfleet.report.render.acceptance_report import IMAGE
-from specfleet.report.scan.acceptance import read
-from specfleet.report.tables.acceptance import spread
+from specfleet.report.scan.acceptance_files import read
+from specfleet.report.tables.acceptance_spread import spread
 from specfleet.worker.layout import acceptance_file
 
 H200 = Path(__file__).resolve().parents[1] / "fixtures" / "vllm-0.26.0-cuda-h200-specfleet"

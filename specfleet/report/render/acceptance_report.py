@@ -1,4 +1,4 @@
-"""The report's "Acceptance per request" section and its histogram: the rows of tables/acceptance.py (each
+"""The report's "Acceptance per request" section and its histogram: the rows of tables/acceptance_spread.py (each
 speculative cell's per-request distribution beside the timed runs' counters, or why there is none)."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from ...plan.releases import PER_REQUEST_FLAG
 from ...worker.acceptance import MAX_CONCURRENCY
 from ..scan.folder import CollectedFolder
 from ..scan.provenance import simulated_signals
-from ..tables.acceptance import acceptance_rows
+from ..tables.acceptance_spread import acceptance_rows
 from .document import ReportModel, Section
 from .plots import namespace_ids, per_request_acceptance_svg
 

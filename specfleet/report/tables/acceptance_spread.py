@@ -1,6 +1,6 @@
 """Per-request acceptance as the report shows it: per speculative cell, the timed runs' counters beside
 the untimed pass's requests (median, p10, p90 of acceptance length and draft acceptance rate), or why
-there are none (scan/acceptance.py reads the files)."""
+there are none (scan/acceptance_files.py reads the files)."""
 from __future__ import annotations
 
 import math
@@ -9,7 +9,7 @@ import statistics
 import pandas as pd
 
 from ...worker import layout
-from ..scan.acceptance import CellAcceptance, not_asked, read, speculative
+from ..scan.acceptance_files import CellAcceptance, not_asked, read, speculative
 from ..scan.folder import CollectedFolder
 
 
