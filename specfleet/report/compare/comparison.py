@@ -33,7 +33,7 @@ from ..render.goodput import good_requests
 from ..gates.gpu_gate import split_off_gpu_copies
 from ..tables.measures import NoiseBand, rate_check, speed
 from ..tables.merge import Tables, build_tables
-from ..gates.consistency import result_table
+from ..gates.consistency import TEMPLATE_WORDS, facts_by_run, result_table, version_of
 from ..scan.plan_snapshot import PLAN_SNAPSHOT, field_diffs
 from ..scan.provenance import NOT_RECORDED, node_table, simulated_signals
 from ...worker.stats import ratio_interval, t_quantile, wilson_interval
@@ -487,6 +487,9 @@ def refusals(base: Side, cand: Side) -> list[str]:
         va, vb = _values(ra, col), _values(rb, col)
         if NOT_RECORDED not in (va, vb) and va != vb:
             out.append(f"different {what}: sha256 {va} (baseline) vs {vb} (candidate)")
+    line = template_refusal(base, cand)
+    if line:
+        out.append(line)
     if base.plan and cand.plan and not any(o.startswith("different dataset") for o in out):
         ka = (base.plan["benchmark"].get("dataset_name"), base.plan["benchmark"].get("dataset_path"))
         kb = (cand.plan["benchmark"].get("dataset_name"), cand.plan["benchmark"].get("dataset_path"))
@@ -495,6 +498,25 @@ def refusals(base: Side, cand: Side) -> list[str]:
                        "plan benchmark.dataset_name/dataset_path (no sha256 recorded on both sides to show "
                        "they are the same file)")
     return out
+
+
+def template_refusal(base: Side, cand: Side) -> str | None:
+    """One line when the two sides' prompts were chat-templated differently (vLLM 0.34 skips the bench
+    client's template for chat backends: same flags, other prompts), naming each side's releases."""
+    def side(s: Side) -> dict[str, set[str]]:   # behaviour -> vLLM versions
+        out: dict[str, set[str]] = {}
+        for run, f in facts_by_run(s.camp):
+            for value, _ in f["chat_template"]:
+                out.setdefault(value, set()).add(version_of(f))
+        return out
+    a, b = side(base), side(cand)
+    if not a or not b or set(a) == set(b):
+        return None
+    say = lambda d: "; ".join(f"{TEMPLATE_WORDS.get(t, t)} under vLLM {', '.join(sorted(vs))}"  # noqa: E731
+                              for t, vs in sorted(d.items()))
+    return (f"different prompt templates: {say(a)} (baseline) vs {say(b)} (candidate): the same bench flags "
+            "sent differently templated prompts (vLLM 0.34 leaves the chat backend's prompts to the server), "
+            "not one workload")
 
 
 # ------------------------------------------------------------------ the whole comparison

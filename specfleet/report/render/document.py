@@ -38,7 +38,7 @@ SIMULATED_STAMP = ("SIMULATED ENGINE: inputs come from the simulated vLLM (specf
 NOT_EQUIVALENT_STAMP = ("NODES NOT EQUIVALENT: merged with --force although the node-equivalence gate did not pass "
                         "(FAILED, or INCONCLUSIVE: the data could not show the nodes equivalent).")
 MIXED_PROVENANCE_STAMP = ("MIXED PROVENANCE: merged with --force although the runs differ in GPU model, driver, "
-                          "CUDA, torch, vLLM version or decoding (see 'Gate decision').")
+                          "CUDA, torch, vLLM version, decoding or prompt template (see 'Gate decision').")
 MIXED_PLANS_STAMP = "MIXED PLANS: merged with --force although the results carry different plan hashes."
 CATEGORY_IMAGE = "category-heatmap"  # <name>-<k>.svg beside report.md, one per (concurrency, output_len)
 INCOMPLETE_STAMP = "INCOMPLETE: {n} of {total} planned cells are not merged (see 'Planned cells')."

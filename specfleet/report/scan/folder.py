@@ -35,6 +35,9 @@ MAX_CONC_RE = re.compile(r"Maximum concurrency for\s*([\d,]+)\s*tokens per reque
 WEIGHTS_RE = re.compile(r"Model loading took\s*([\d.]+)\s*GiB")
 KV_MEM_RE = re.compile(r"Available KV cache memory:\s*([\d.]+)\s*GiB")
 LOG_VERSION_RE = re.compile(r"Initializing a V1 LLM engine \(v([^)\s]+)\)|\bversion\s+(\d+\.\d+\.\d+\S*)")
+# vLLM 0.28 writes "GPU KV cache size" on every platform (kv_cache_utils.py, a fixed word; 0.32 names the
+# device); its CPU build's worker logs from cpu_worker.py, a file no GPU server runs
+CPU_WORKER_RE = re.compile(r"\[cpu_worker\.py:\d+\]")
 
 
 @dataclass
@@ -151,6 +154,8 @@ def parse_server_log(path: Path, host: str, config: str) -> KVFacts:
         text = text[starts[-1]:]
     if m := KV_SIZE_RE.search(text):
         facts.device, facts.kv_tokens = m.group(1), int(_num(m.group(2)))
+        if facts.device == "GPU" and CPU_WORKER_RE.search(text):
+            facts.device = "CPU"
     if m := MAX_CONC_RE.search(text):
         facts.tokens_per_request, facts.max_concurrency = int(_num(m.group(1))), _num(m.group(2))
     if m := WEIGHTS_RE.search(text):

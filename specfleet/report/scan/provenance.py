@@ -204,6 +204,7 @@ NODE_COLS = [(c, c.replace("_", " "), 0 if c == "runs" else -1, "") for c in
 RESULT_COLS = [(c, c.replace("_", " "), -1, "") for c in
                ("node", "config", "plan_hash", "model", "model_config_sha256", "weight_index_sha256",
                 "dataset_sha256", "prompts", "gpus", "gpu_model", "driver", "cuda", "torch", "vllm", "decoding",
+                "chat_template",
                 "sampling", "server_sampling_defaults", "speculative_config",
                 "engine_speculative_config", "server_argv")]
 
@@ -219,7 +220,10 @@ def provenance_sections(nodes: pd.DataFrame, results: pd.DataFrame | None) -> li
                     "each run sent (and those dropped as too long for the context), the GPU(s) it ran on "
                     "(UUID and name, from the result metadata), GPU model, driver, CUDA, torch and vLLM as every source "
                     f"recorded them (result metadata, {layout.PROVENANCE}, server log; 'a | b (MIXED)' when they differ), "
-                    "decoding (greedy / sampled, the runner's `decoding`), sampling "
+                    "decoding (greedy / sampled, the runner's `decoding`), where the prompts were chat-templated "
+                    "(client + server, server only or client only: the run record, else the result's vLLM release "
+                    "and backend read from that release's wheel; vLLM 0.34 stopped the bench client's template for "
+                    "chat backends), sampling "
                     "parameters (result metadata, else the run spec's bench command), the server's own "
                     "sampling defaults (server log), the speculative config on the command line and as the "
                     "engine logged it, and the exact server command line (server log)."))
