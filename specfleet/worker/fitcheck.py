@@ -19,7 +19,7 @@ import os
 import random
 import sys
 
-SPEC_BENCH_SEED = 0  # SpecBench is built without random_seed: always DEFAULT_SEED (notes A2)
+SPEC_BENCH_SEED = 0  # SpecBench takes no seed: always DEFAULT_SEED (vLLM's benchmarks/datasets/datasets.py)
 CHAT_BACKEND = "openai-chat"  # the bench backend on /v1/chat/completions: its server templates the message
 
 

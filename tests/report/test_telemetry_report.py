@@ -33,8 +33,8 @@ def test_per_run_power_energy_and_throttle(tmp_path):
     tel_file(camp / "w1" / "vanilla_conc16.telemetry.jsonl", [300, 310, 320])
     tel_file(camp / "w2" / "eagle3_conc16.telemetry.jsonl", [400, 400], mask="0x0000000000000004")
     tel_file(camp / "w2" / "vanilla_conc16.telemetry.jsonl", [None, None], problems=["GPU telemetry not recorded: x"])
-    from specfleet.report.scan.folder import scan_campaign
-    df = telemetry_table(scan_campaign(camp, quarantine=False)).set_index(["config", "node", "concurrency"])
+    from specfleet.report.scan.folder import scan_folder
+    df = telemetry_table(scan_folder(camp, quarantine=False)).set_index(["config", "node", "concurrency"])
     v = df.loc[("vanilla", "w1", 16)]
     assert v.power_w == pytest.approx(310) and v.throttle == "" and v.temp_max_c == 52
     assert v.preemptions == 2
@@ -137,8 +137,8 @@ def test_energy_per_token_of_the_h200_example_is_the_integral_over_the_measured_
     """The real H200 files (docs/examples/h200-fleet): vanilla c=1 was printed 1.47 J/token (mean power of
     the whole client process x the window) where the integral over the window gives ~2.4 (issue 39);
     c=16's 0.4-0.8 s windows hold 0-1 of the 1 s samples: not measurable, with the reason."""
-    from specfleet.report.scan.folder import scan_campaign
-    df = telemetry_table(scan_campaign(H200, quarantine=False))
+    from specfleet.report.scan.folder import scan_folder
+    df = telemetry_table(scan_folder(H200, quarantine=False))
     c1 = df[(df.concurrency == 1) & df.config.isin(["vanilla", "vanilla-b"])]
     assert len(c1) == 10
     for _, r in c1.iterrows():
@@ -266,8 +266,8 @@ def test_nesting_bomb_line_is_refused_and_the_report_still_made(tmp_path):
     assert out.merged
     md = (d / "report.md").read_text()
     assert f"{bombed.name} line 5 refused: JSON nested 100000 levels deep" in md
-    from specfleet.report.scan.folder import scan_campaign
-    df = telemetry_table(scan_campaign(d, quarantine=False))
+    from specfleet.report.scan.folder import scan_folder
+    df = telemetry_table(scan_folder(d, quarantine=False))
     assert (df.power_w == 300).all()
 
 

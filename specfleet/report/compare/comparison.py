@@ -24,7 +24,7 @@ from ...plan.slo import Slo
 from ...errors import UserError
 from ... import untrusted_json
 from ...worker.runspec import ENGINE_FLAGS
-from ..scan.folder import Campaign, Expect, scan_campaign
+from ..scan.folder import CollectedFolder, Expect, scan_folder
 from ..gates.gate import (DEFAULT_BASELINE, GATE_METRICS, PLAN_DEFAULTS, EquivalenceRule, GateResult,
                           check_equivalence, open_loop)
 from ..gates.gate_policy import metric_value
@@ -36,7 +36,7 @@ from ..tables.measures import NoiseBand, rate_check, speed
 from ..tables.merge import Tables, build_tables
 from ..gates.consistency import TEMPLATE_WORDS, facts_by_run, result_table, version_of
 from ..scan.plan_snapshot import PLAN_SNAPSHOT, field_diffs
-from ..scan.provenance import NOT_RECORDED, node_table
+from ..scan.provenance import NOT_RECORDED, node_table, simulated_signals
 from ...worker.stats import ratio_interval, t_quantile, wilson_interval
 
 # plan fields that may differ between the two campaigns: what is being compared (the GPU and the date
@@ -50,7 +50,7 @@ NODE_FACTS = ("engine", "vllm", "torch", "gpu", "gpus", "driver", "cuda", "pytho
 class Side:
     label: str                    # "baseline" | "candidate"
     dir: Path
-    camp: Campaign
+    camp: CollectedFolder
     plan: dict | None
     assertions: list[Assertion]
     baseline: str
@@ -74,7 +74,7 @@ def load_side(label: str, path: Path | str, tolerance_pct: float | None = None) 
                             "`fab report --plan ...` writes it again") from None
     b = (plan or {}).get("benchmark") or {}
     expect = Expect(None, int(b.get("max_failed_requests") or 0))
-    camp = scan_campaign(path, quarantine=False, expect=expect)
+    camp = scan_folder(path, quarantine=False, expect=expect)
     if not camp.runs:
         raise UserError(f"{path}: no valid, done result files ({label} side)")
     baseline = (plan or {}).get("baseline") or DEFAULT_BASELINE
@@ -120,7 +120,7 @@ def _excludes_one(lo: float | None, hi: float | None, better_up: bool = True) ->
     return 1 if (lo > 1.0) == better_up else -1
 
 
-def _samples(camp: Campaign, metric: str, nodes: set[str] | None = None) -> dict[tuple[str, str], list[float]]:
+def _samples(camp: CollectedFolder, metric: str, nodes: set[str] | None = None) -> dict[tuple[str, str], list[float]]:
     """(config, cell) -> the metric over every run (every repeat on every node, or on `nodes`)."""
     out: dict[tuple[str, str], list[float]] = {}
     for r in camp.runs:
@@ -132,7 +132,7 @@ def _samples(camp: Campaign, metric: str, nodes: set[str] | None = None) -> dict
     return out
 
 
-def _conc(camp: Campaign) -> dict[str, int]:
+def _conc(camp: CollectedFolder) -> dict[str, int]:
     return {r.cell: r.conc for r in camp.runs}
 
 
@@ -228,7 +228,7 @@ def speedup_ratio_interval(groups: list[list[float]], confidence: float) -> tupl
     return math.exp(d), math.exp(d - half), math.exp(d + half)
 
 
-def _speeds(camp: Campaign, nodes: set[str]) -> dict[tuple[str, str], list[float]]:
+def _speeds(camp: CollectedFolder, nodes: set[str]) -> dict[tuple[str, str], list[float]]:
     """(config, cell) -> what the report's speedup is a ratio of (measures.speed: output tok/s, per token
     in an open-loop cell), over the runs on `nodes`."""
     out: dict[tuple[str, str], list[float]] = {}
@@ -345,7 +345,7 @@ def plan_slo(plan: dict | None) -> Slo | None:
     return Slo.model_validate(raw) if raw else None
 
 
-def _per_run(camp: Campaign, slo: Slo) -> dict[tuple[str, str], list[tuple[float, int, int]]]:
+def _per_run(camp: CollectedFolder, slo: Slo) -> dict[tuple[str, str], list[tuple[float, int, int]]]:
     """(config, cell) -> (goodput, good, completed) per run with per-request arrays."""
     out: dict[tuple[str, str], list[tuple[float, int, int]]] = {}
     for r in camp.runs:
@@ -354,7 +354,7 @@ def _per_run(camp: Campaign, slo: Slo) -> dict[tuple[str, str], list[tuple[float
     return out
 
 
-def goodput_diffs(base_camp: Campaign, cand_camp: Campaign, slo: Slo, noise: NoiseBand,
+def goodput_diffs(base_camp: CollectedFolder, cand_camp: CollectedFolder, slo: Slo, noise: NoiseBand,
                   conc: dict[str, int]) -> tuple[list[GoodputDiff], list[Figure], list[str]]:
     """Per cell in both campaigns with per-request arrays on both sides, the figures judged; notes for
     the cells without."""
@@ -547,7 +547,7 @@ class Comparison:
 
     @property
     def simulated(self) -> bool:
-        return self.base.camp.simulated or self.cand.camp.simulated
+        return bool(simulated_signals(self.base.camp) or simulated_signals(self.cand.camp))
 
     @property
     def regressions(self) -> list[CellDiff]:

@@ -25,7 +25,7 @@ from .gpu_gate import where
 from ..scan.provenance import NOT_RECORDED, RESULT_COLS, argv_facts, read_provenance, server_facts, simulated_signals
 
 if TYPE_CHECKING:
-    from ..scan.folder import Campaign, Run
+    from ..scan.folder import CollectedFolder, Run
 
 # "cuda" is torch's CUDA build (the runner's cuda_version), "driver_cuda" the highest CUDA the driver
 # supports (nvidia-smi, provenance.json): they differ legitimately (a cu128 torch on a 13.0 driver),
@@ -132,7 +132,7 @@ def decoding_of(extra: dict) -> str | None:
         return None
 
 
-def run_facts(camp: "Campaign", run: "Run", prov: dict | None = None, log_version: str | None = None
+def run_facts(camp: "CollectedFolder", run: "Run", prov: dict | None = None, log_version: str | None = None
               ) -> dict[str, list[tuple[str, str]]]:
     """field -> [(value, source)] for one run (several sources may disagree: all are kept)."""
     ex = run.result.extra
@@ -164,7 +164,7 @@ def run_facts(camp: "Campaign", run: "Run", prov: dict | None = None, log_versio
     return out
 
 
-def facts_by_run(camp: "Campaign") -> list[tuple["Run", dict[str, list[tuple[str, str]]]]]:
+def facts_by_run(camp: "CollectedFolder") -> list[tuple["Run", dict[str, list[tuple[str, str]]]]]:
     provs = {h: read_provenance(camp.root / h) for h in camp.hosts}
     logv = {(k.host, k.config): k.vllm_version for k in camp.kv}
     return [(r, run_facts(camp, r, provs[r.host], logv.get((r.host, r.config)))) for r in camp.runs]
@@ -178,7 +178,7 @@ def _with_local_label(values: set[str]) -> dict[str, str]:
     return {v: (labelled[v][0] if "+" not in v and len(labelled[v]) == 1 else v) for v in values}
 
 
-def mismatches(camp: "Campaign", vllm_pin: str | None = None) -> list[str]:
+def mismatches(camp: "CollectedFolder", vllm_pin: str | None = None) -> list[str]:
     """One line per field whose runs disagree (across nodes or within one), and per pin broken."""
     sim_hosts = {s.split(":", 1)[0] for s in simulated_signals(camp)}
     facts = facts_by_run(camp)
@@ -213,7 +213,7 @@ def mismatches(camp: "Campaign", vllm_pin: str | None = None) -> list[str]:
     return out
 
 
-def column_values(camp: "Campaign", runs: list["Run"]) -> dict[str, str]:
+def column_values(camp: "CollectedFolder", runs: list["Run"]) -> dict[str, str]:
     """Per field, the values of a group of runs for the per-result table ('a | b' when they differ)."""
     logv = {(k.host, k.config): k.vllm_version for k in camp.kv}
     facts = [run_facts(camp, r, None, logv.get((r.host, r.config))) for r in runs]
@@ -230,7 +230,7 @@ def column_values(camp: "Campaign", runs: list["Run"]) -> dict[str, str]:
             for f, v in vals.items()}
 
 
-def result_table(camp: "Campaign") -> pd.DataFrame:
+def result_table(camp: "CollectedFolder") -> pd.DataFrame:
     """One row per (node, config): what produced those result files."""
     groups: dict[tuple[str, str], list] = {}
     for r in camp.runs:

@@ -16,7 +16,7 @@ import pandas as pd
 
 from ... import untrusted_json
 from ...worker import layout
-from ..scan.folder import Campaign, Run
+from ..scan.folder import CollectedFolder, Run
 
 NOT_RECORDED = "not recorded"
 # nvidia-smi clock-event reasons (nvml.h, nvmlClocksEventReason*): the ones that slow a GPU down
@@ -273,7 +273,7 @@ def of_run(run: Run) -> RunTelemetry | None:
     return read_run(run.path.with_name(layout.telemetry_file(run.path.name)))
 
 
-def telemetry_table(camp: Campaign) -> pd.DataFrame | None:
+def telemetry_table(camp: CollectedFolder) -> pd.DataFrame | None:
     """One row per run with telemetry (None when no run has a telemetry file)."""
     rows = []
     for r in sorted(camp.runs, key=lambda r: (r.conc, r.cell, r.config, r.host, r.repeat or 0)):
@@ -339,7 +339,7 @@ def node_differences(df: pd.DataFrame, baseline: str, concurrency: int | None) -
     return out
 
 
-def timeline_svg(camp: Campaign, simulated: bool) -> str | None:
+def timeline_svg(camp: CollectedFolder, simulated: bool) -> str | None:
     """Requests in flight, tokens/s and power over time, one line per run of the highest concurrency."""
     runs = [(r, t) for r in camp.runs if (t := of_run(r)) is not None and t.series]
     if not runs:

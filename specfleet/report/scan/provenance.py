@@ -26,7 +26,7 @@ from ...worker import layout
 if TYPE_CHECKING:
     import pandas as pd
 
-    from .folder import Campaign
+    from .folder import CollectedFolder
 
 NOT_RECORDED = "not recorded"
 SIM_WORDS = re.compile(r"simvllm|simulated", re.I)
@@ -42,7 +42,7 @@ def read_provenance(hdir: Path) -> dict:
     return data if isinstance(data, dict) else {}
 
 
-def given_bandwidths(camp: "Campaign") -> dict[str, float]:
+def given_bandwidths(camp: "CollectedFolder") -> dict[str, float]:
     """node -> the GPU memory bandwidth (GB/s) its inventory gave, as `fab collect` saved it in the node's
     provenance.json (layout.GIVEN_BANDWIDTH): `fab report` later uses what collect used, per node."""
     out = {}
@@ -111,7 +111,7 @@ def _sim_result(run) -> list[str]:
     return sig
 
 
-def simulated_signals(camp: "Campaign") -> list[str]:
+def simulated_signals(camp: "CollectedFolder") -> list[str]:
     """Why these inputs count as simulated ([] = no sign of the simulator). Results that carry the
     engine the worker observed (engine_of) are judged by it alone; the signs below are read only for
     a host whose results lack it (plain vLLM files, a campaign of an older runner)."""
@@ -155,7 +155,7 @@ def engine_name(res_meta: dict, prov: dict, simulated: bool, seen: dict | None =
     return f"{name}, {res_meta['engine']}" if res_meta.get("engine") else name  # e.g. "vllm-cuda (real GPU)"
 
 
-def node_table(camp: "Campaign") -> pd.DataFrame:
+def node_table(camp: "CollectedFolder") -> pd.DataFrame:
     sim_hosts = {s.split(":", 1)[0] for s in simulated_signals(camp)}
     rows = []
     for host in sorted(camp.nodes):
@@ -186,7 +186,7 @@ def node_table(camp: "Campaign") -> pd.DataFrame:
     return pd.DataFrame(rows, columns=[c for c, *_ in NODE_COLS])
 
 
-def plan_hashes(camp: "Campaign") -> dict[str, list[str]]:
+def plan_hashes(camp: "CollectedFolder") -> dict[str, list[str]]:
     """plan hash -> the 'node/config' items that carry it (results without one are left out)."""
     out: dict[str, list[str]] = {}
     for r in camp.runs:
