@@ -31,7 +31,7 @@ from ..step import Status, StepFailed
 from .. import untrusted_json
 from . import cli
 from ..scheduler import SlurmScheduler
-from .script import (JOBS, NODE_STEP, SCRIPT, SPECS, TOKEN, VERDICT, Job, campaign_dir, node_work_dir, render_script,
+from .script import (JOBS, RUNNER, SCRIPT, SPECS, TOKEN, VERDICT, Job, campaign_dir, node_work_dir, render_script,
                      sbatch_argv, site_check_dir, slurm_dir)
 
 
@@ -108,7 +108,7 @@ def place(cfg: SlurmScheduler, plan, hosts, queues, nodes: list[NodeInfo]) -> tu
     One file, slurm/specs.json, holds every node's run spec and provenance probe: no folder and no
     file per node (creating 3 x 256 folders took 0.7 s of CPU on the testbed's loaded ext4, 256 files
     up to 0.9 s; more on NFS). Each node's step creates its own run folder and places its spec there
-    (node_step.py); a node reads the whole file (about 6 KB per node)."""
+    (`runner.pyz slurm-step run`, worker/slurm_step.py); a node reads the whole file (about 6 KB per node)."""
     plan = _HashedOnce(plan)
     d = slurm_dir(cfg, plan.campaign)
     place_programs(d)
@@ -144,10 +144,9 @@ def place(cfg: SlurmScheduler, plan, hosts, queues, nodes: list[NodeInfo]) -> tu
 
 
 def place_programs(d: str) -> None:
-    """The worker program (runner.pyz, as over SSH) and node_step.py under <d>/bin, where the job steps run them."""
+    """The worker program (runner.pyz, as over SSH) under <d>/bin: every job step runs it (`slurm-step`)."""
     os.makedirs(os.path.join(d, "bin"), exist_ok=True)
-    write_atomic(os.path.join(d, "bin", "runner.pyz"), worker_zipapp())
-    write_atomic(os.path.join(d, "bin", NODE_STEP), Path(__file__).with_name(NODE_STEP).read_bytes())
+    write_atomic(os.path.join(d, "bin", RUNNER), worker_zipapp())
 
 
 def _gpus_of(cfg, nodes) -> int:

@@ -4,7 +4,7 @@ A site owns its nodes' drivers and mounts, and its image holds the venv: specfle
 them. The site roles (SITE_ROLES: the GPU modules, the storage route and the model share) and the
 venv's presence are checked in check mode as the first job step on every node: the bastion batches
 each node's fact probes into one script (the same batch it sends over SSH, specfleet.facts.gather),
-a job runs them on every node (`node_step.py site-check`), each node leaves its output on the shared
+a job runs them on every node (`runner.pyz slurm-step site-check`), each node leaves its output on the shared
 path, and the bastion decides from it, in check mode. A node with anything to change, or a probe
 that failed, is named by its Slurm node name with the `--exclude` hint, and recorded in
 `<shared_dir>/provision/verdict.json`, which `fab bench` reads: it leaves that node out of the split
