@@ -51,7 +51,7 @@ class Placement:
 
     queues: dict[str, list[str]]
     estimates: dict[str, dict[str, float]] = field(default_factory=dict)  # host -> configuration -> seconds
-    detail: Any = None  # the backend's own: the run specs and views over SSH, the job under Slurm
+    detail: Any = None  # the backend's own: each placed host's campaign view over SSH, the job under Slurm
 
 
 @dataclass
