@@ -39,10 +39,14 @@ def campaign_run(fleet, inv, rep, plan, plan_arg, *, check=False, verbose=False)
                               "planned.json (default results/)",
                       gate_runs="runs per node of the baseline's gate cell in all: those past benchmark.repeat "
                                 "are added, each on its own server start, and nothing measured is redone "
-                                "(an INCONCLUSIVE gate's next look; docs/report.md, \"Adding repeats\")"),
+                                "(an INCONCLUSIVE gate's next look; docs/report.md, \"Adding repeats\")",
+                      durations_from="an earlier campaign's folder (results/<campaign>) whose finished items give the "
+                                     "split its durations (default: those of this campaign's earlier plan on the "
+                                     "workers, else the duration model)"),
       iterable=["assign"])
 def bench(c, plan=None, inventory=None, hosts=None, exclude=None, check=False, diff=False, assign=None, wait=True,
-          poll=2.0, forks=32, serial=False, accept_new_host_keys=False, verbose=False, results="results", gate_runs=0):
+          poll=2.0, forks=32, serial=False, accept_new_host_keys=False, verbose=False, results="results", gate_runs=0,
+          durations_from=None):
     """Split the plan's configurations across the nodes and run each node's queue (resumable, reattaches)."""
     from specfleet.campaign import parse_pins, promptcount
     p = plan_of(plan)
@@ -53,7 +57,8 @@ def bench(c, plan=None, inventory=None, hosts=None, exclude=None, check=False, d
     with fleet_run("bench", inventory=inventory, hosts=hosts, exclude=exclude, check=check, diff=diff, forks=forks,
                    serial=serial, accept_new_host_keys=accept_new_host_keys, verbose=verbose) as (fleet, inv, rep):
         backend, run = campaign_run(fleet, inv, rep, p, plan, check=check, verbose=verbose)
-        placement = backend.place(run, pins=pins, gate_runs=gate_runs, results=Path(results))
+        placement = backend.place(run, pins=pins, gate_runs=gate_runs, results=Path(results),
+                                  durations_from=durations_from)
         if placement is not None:  # None: no host to run on, or check mode
             backend.start(run, placement, wait=wait, poll=poll)
 

@@ -51,6 +51,7 @@ class Placement:
 
     queues: dict[str, list[str]]
     estimates: dict[str, dict[str, float]] = field(default_factory=dict)  # host -> configuration -> seconds
+    split: Any = None   # the split's answer (its predicted makespan, printed beside the measured one at the end)
     detail: Any = None  # the backend's own: each placed host's campaign view over SSH, the job under Slurm
 
 
@@ -70,9 +71,12 @@ class Backend(Protocol):
 
     kind: str
 
-    def place(self, run: Run, *, pins: dict[str, str], gate_runs: int, results: Path) -> Placement | None:
-        """Split the plan over the hosts and put each one's run spec where its runner reads it; None
-        when nothing is to start (no host to run on, or check mode, which prints and places nothing)."""
+    def place(self, run: Run, *, pins: dict[str, str], gate_runs: int, results: Path,
+              durations_from: str | None) -> Placement | None:
+        """Split the plan over the hosts (item times measured where a campaign ran: campaign/schedule/
+        measured.py, `durations_from` a folder of an earlier one) and put each one's run spec where its
+        runner reads it; None when nothing is to start (no host to run on, or check mode, which prints
+        and places nothing)."""
 
     def start(self, run: Run, placement: Placement, *, wait: bool, poll: float) -> None:
         """Start the placed runners (a runner already running is followed, never started twice);
@@ -90,6 +94,15 @@ class Backend(Protocol):
 
     def provision(self, run: Run, roles: list, undo: Any, *, partial: bool, options: dict) -> None:
         """Make (or, where the site owns the nodes, check) every host ready for a campaign."""
+
+
+def end_of_campaign(console, views: dict[str, RunnerView], split) -> None:
+    """What `fab bench` prints once every runner has finished: the campaign table, then the split's
+    predicted makespan beside the measured one (none when this run followed a job it did not place)."""
+    from ..campaign.schedule.measured import makespan_line
+    campaign_table(console, views)
+    if split is not None:
+        console.print(makespan_line(split, views), markup=False, soft_wrap=True)
 
 
 def campaign_table(console, views: dict[str, RunnerView]) -> None:

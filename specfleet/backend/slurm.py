@@ -34,8 +34,12 @@ class SlurmBackend:
     def __init__(self, cfg):
         self.cfg = cfg  # specfleet.scheduler.SlurmScheduler, the inventory's `scheduler:` block
 
-    def place(self, run: Run, *, pins, gate_runs: int, results: Path) -> Placement | None:
+    def place(self, run: Run, *, pins, gate_runs: int, results: Path,
+              durations_from: str | None = None) -> Placement | None:
+        """As over SSH; measured item times come from `durations_from` only (the nodes' run folders on the
+        shared path are not read before the split)."""
         from ..campaign import format_split, split
+        from ..campaign.schedule import measured
         from ..report.scan.cells import write_placed
         from ..slurm import cli, dispatch
         from ..slurm.script import SCRIPT, sbatch_argv, slurm_dir
@@ -48,7 +52,7 @@ class SlurmBackend:
         hosts = dispatch.without_failed_site_check(inv, cfg, p, run.fleet.hosts, console)
         nodes = dispatch.slurm_nodes(cfg, inv, hosts, p)
         dispatch.check_account(inv, cfg, console)
-        queues = split(p, nodes, pins=pins)
+        queues = split(p, nodes, pins=pins, **measured.for_split(p, {}, durations_from))
         console.print(format_split(queues, nodes), markup=False)
         job, _ = dispatch.place(cfg, p, hosts, queues, nodes)
         console.print(f"sbatch script: {os.path.join(slurm_dir(cfg, p.campaign), SCRIPT)}", markup=False)
@@ -60,7 +64,7 @@ class SlurmBackend:
             console.print("check mode: sbatch --test-only accepted the job; nothing submitted", markup=False)
             return None
         write_placed(p, queues.queues, results / p.campaign)  # as over SSH: fab collect reads these queues
-        return Placement(queues.queues, detail=SlurmPlacement(job=job, hosts=tuple(hosts)))
+        return Placement(queues.queues, detail=SlurmPlacement(job=job, hosts=tuple(hosts)), split=queues)
 
     def start(self, run: Run, placement: Placement, *, wait: bool, poll: float) -> None:
         from ..slurm import cli, dispatch
@@ -82,11 +86,12 @@ class SlurmBackend:
                           "node)", markup=False)
             dispatch.wait_started(cfg, run.inv, p, job_id, job, console)
         if wait:
-            self._follow(run, job_id, placement.detail.hosts, poll)
+            self._follow(run, job_id, placement.detail.hosts, poll, placement.split)
 
-    def _follow(self, run: Run, job_id: str, hosts, poll: float) -> None:
-        """The job until it ends: each node's progress line when it changes; a node whose queue did not
-        finish fails with why, and the `--exclude` that runs the campaign again without it."""
+    def _follow(self, run: Run, job_id: str, hosts, poll: float, split=None) -> None:
+        """The job until it ends: each node's progress line when it changes, then the predicted and the
+        measured makespan (`split`: the split this run placed); a node whose queue did not finish fails
+        with why, and the `--exclude` that runs the campaign again without it."""
         from ..campaign.follow import progress_line
         from ..slurm import cli, dispatch
         cfg, p, console = self.cfg, run.plan, run.console
@@ -104,6 +109,10 @@ class SlurmBackend:
                 continue
             state = cli.job_state(j)
             console.print(f"Slurm job {job_id}: {state}", markup=False)
+            if split is not None:
+                from ..campaign.schedule.measured import makespan_line
+                views = {h.name: dispatch.view(cfg, p, h.name, False) for h in hosts}
+                console.print(makespan_line(split, views), markup=False, soft_wrap=True)
             failed = {} if "CANCELLED" in state else dispatch.failed_nodes(cfg, p, hosts)
             for node, why in failed.items():
                 console.print(f"node {node} failed: {why}", markup=False)

@@ -9,7 +9,7 @@ from ..roles import Context, configs
 from ..shell import q
 from ..step import Status
 from ..steps.command import Assert
-from . import Fetched, Placement, Run, campaign_table
+from . import Fetched, Placement, Run, end_of_campaign
 
 
 def work_dir(host) -> str:
@@ -61,8 +61,10 @@ def left_out(fleet, placed: set[str]) -> dict[str, str]:
 class SshBackend:
     kind = "ssh"
 
-    def place(self, run: Run, *, pins, gate_runs: int, results: Path) -> Placement | None:
+    def place(self, run: Run, *, pins, gate_runs: int, results: Path,
+              durations_from: str | None = None) -> Placement | None:
         from ..campaign import build_run_spec, commands_for, format_split, split
+        from ..campaign.schedule import measured
         from ..campaign.remote import ReadWorker
         from ..campaign.spec import RunnerBusy, resumed
         from ..errors import UserError
@@ -75,7 +77,8 @@ class SshBackend:
         nodes = [reads[h.name].node for h in split_hosts]
         if not nodes:
             return None
-        queues = split(p, nodes, pins=pins)
+        queues = split(p, nodes, pins=pins,
+                       **measured.for_split(p, {h.name: reads[h.name].view for h in split_hosts}, durations_from))
         console.print(format_split(queues, nodes), markup=False)
         paths = {}
         for host in split_hosts:
@@ -111,7 +114,7 @@ class SshBackend:
         fleet.play(lambda h: placement_steps(h, p, specs[h.name]), hosts=[h for h in fleet.active if h.name in specs])
         estimates = {h: {c: queues.durations[c][h] for c in queues.queues[h] if h in queues.durations.get(c, {})}
                      for h in specs}
-        return Placement(queues.queues, estimates, {h: reads[h].view for h in specs})
+        return Placement(queues.queues, estimates, {h: reads[h].view for h in specs}, split=queues)
 
     def start(self, run: Run, placement: Placement, *, wait: bool, poll: float) -> None:
         from ..campaign import remote
@@ -129,18 +132,19 @@ class SshBackend:
         started = fleet.each("start runner", start_one, hosts=[h for h in fleet.active if h.name in views])
         if wait:  # the runner each host's start followed (its pid): this run follows that one
             runners = {h: s.pid for h, s in started.values_by_host().items() if s.pid is not None}
-            self._follow(run, runners, placement.estimates, poll)
+            self._follow(run, runners, placement, poll)
 
-    def _follow(self, run: Run, runners: dict[str, int], estimates, poll: float) -> None:
-        """Every runner until all are finished (specfleet.campaign.follow), then the campaign table;
-        `estimates` (host -> configuration -> the split's seconds) give the progress lines' ETA."""
+    def _follow(self, run: Run, runners: dict[str, int], placement: Placement, poll: float) -> None:
+        """Every runner until all are finished (specfleet.campaign.follow), then the campaign table and
+        the makespan; the placement's estimates (host -> configuration -> seconds) give the ETA."""
         from ..campaign import remote
         from ..campaign.follow import follow
         from ..worker import layout
         p = run.plan
         follow(run.fleet, lambda hc: remote.view(hc, work_dir(hc.host), p.campaign),
                lambda host: layout.run_dir(work_dir(host), p.campaign, host.name), run.console, poll,
-               runners, on_end=lambda views: campaign_table(run.console, views), estimates=estimates)
+               runners, on_end=lambda views: end_of_campaign(run.console, views, placement.split),
+               estimates=placement.estimates)
 
     def view(self, run: Run):
         from ..campaign import remote

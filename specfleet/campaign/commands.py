@@ -18,7 +18,7 @@ from ..worker.layout import cell_result_filename, run_dir
 from ..worker.runspec import CUSTOM, BenchRun, Client, Serve
 from ..worker.slots import flag_values
 from ..plan import Plan
-from ..plan.releases import refusals
+from ..plan.releases import PER_REQUEST_FLAG, refusals
 from ..plan.sweep import Cell
 
 
@@ -61,9 +61,13 @@ def find_cell(plan: Plan, cell: int | Cell) -> Cell:
 
 def serve_spec(plan: Plan, item: str, paths: Paths) -> Serve:
     c, s = plan.config(item), plan.server
+    # per-request acceptance (benchmark.spec_decode_metrics): only a speculative server takes the flag (vLLM
+    # refuses it without --speculative-config); the worker's untimed pass reads it back (worker/acceptance.py)
+    per_request = [PER_REQUEST_FLAG, "summary"] if c.speculative_config and \
+        plan.benchmark.spec_decode_metrics == "per_request" else []
     return Serve(vllm=posixpath.join(paths.venv, "bin", "vllm"), served_name=plan.model.served_name,
                  server_args=list(s.args), prefix_caching=s.prefix_cache != "disabled",
-                 speculative_config=c.speculative_config, extra_args=list(c.extra_args))
+                 speculative_config=c.speculative_config, extra_args=[*c.extra_args, *per_request])
 
 
 def serve_argv(plan: Plan, item: str, paths: Paths) -> list[str]:

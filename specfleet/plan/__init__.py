@@ -301,6 +301,12 @@ class Benchmark(_Strict):
     request_rates: list[float] | None = Field(default=None, min_length=1, max_length=MAX_REQUEST_RATES)
     burstiness: float = Field(default=1.0, gt=0)
     seed: int = Field(default=0, ge=0)
+    # counters: the server-wide spec_decode_* counters of each timed run (always). per_request: also
+    # `vllm serve --per-request-spec-decode-metrics summary` for speculative configurations (vLLM >= 0.29,
+    # releases.py refuses it under an older one) and, after the timed runs, an untimed pass of the
+    # same prompts that keeps each response's acceptance (docs/report.md "Acceptance per request");
+    # counters is not in the plan hash, so plans written before the field keep theirs
+    spec_decode_metrics: Literal["counters", "per_request"] = "counters"
     _cells: list[Cell] = PrivateAttr(default_factory=list)
 
     @property
@@ -546,6 +552,8 @@ class Plan(_Strict):
         for key in ("concurrency_search", "sweep", "slo"):  # absent: a plan without a search or sweep keeps its hash
             if d["benchmark"][key] is None:
                 del d["benchmark"][key]
+        if d["benchmark"]["spec_decode_metrics"] == Benchmark.model_fields["spec_decode_metrics"].default:
+            del d["benchmark"]["spec_decode_metrics"]
         # placement fields left at their defaults are not hashed: a plan written before they existed
         # keeps its hash, so its campaign resumes (and its results merge) after an upgrade
         for key in [k for k in HASH_IF_SET if d.get(k) == HASH_IF_SET[k]]:

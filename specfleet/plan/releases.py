@@ -20,6 +20,8 @@ if TYPE_CHECKING:
 
 DATA = Path(__file__).with_name("vllm_releases.json")
 _RELEASE = re.compile(r"(\d+\.\d+\.\d+)")
+# benchmark.spec_decode_metrics: per_request renders this flag for every speculative configuration
+PER_REQUEST_FLAG = "--per-request-spec-decode-metrics"
 _NUMBER = re.compile(r"-?\d+(\.\d+)?")
 
 
@@ -108,6 +110,9 @@ def plan_problems(plan: Plan, rel: Release) -> dict[str | None, list[str]]:
             if f and not _flag_known(f, rel.serve_flags):
                 lines.append(f"{_where(plan, c.name, 'extra_args')}: {f}: " + _lacks(rel, "such vllm serve flag"))
         sc = c.speculative_config or {}
+        if sc and b.spec_decode_metrics == "per_request" and PER_REQUEST_FLAG not in rel.serve_flags:
+            lines.append(f"{_where(plan, c.name, 'benchmark.spec_decode_metrics')}: per_request: "
+                         + _lacks(rel, f"{PER_REQUEST_FLAG} (per-request acceptance came in vLLM 0.29)"))
         m = sc.get("method")
         if m in known_methods() and m not in rel.methods:
             lines.append(f"{_where(plan, c.name, 'speculative_config.method')}: {m}: "

@@ -21,6 +21,7 @@ from .gates.gpu_gate import split_off_gpu_copies
 from .tables.measures import NoiseBand
 from .tables.merge import Tables, build_tables
 from .render.document import ReportModel, Section, build_model, fmt, print_cells, print_report, write_report
+from .render.acceptance_report import add_acceptance_section
 from .render.drafter_report import add_drafter_section
 from .render.export import export_cells, remove_stale
 from .scan.plan_snapshot import plan_drift, write_snapshot
@@ -168,6 +169,7 @@ def report_campaign(campaign_dir: Path | str, baseline: str = DEFAULT_BASELINE,
                         command=command)
     add_peer_sections(model, camp, tables, baseline, slo)
     add_drafter_section(model, camp)
+    add_acceptance_section(model, camp, tables.runs, baseline)
     out.tables, out.model, out.conclusions, out.forced = tables, model, concl, forced
     if not gate.passed and not force:
         _remove_stale(campaign_dir)

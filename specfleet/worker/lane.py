@@ -18,11 +18,11 @@ import urllib.error
 import urllib.request
 from collections import Counter
 
-from . import drafter, layout
+from . import acceptance, drafter, layout
 from .host import (Fatal, ItemFailed, Stopped, atomic_write, end_pids, engine_identity, env_without_devices, gpu_table,
                    kill, live_pids, log, now, sourced_env, proc_argv0, proc_has_token)
 from .record import RunCell, RunRecord
-from .runspec import BenchRun, Client, Dropped, Serve
+from .runspec import CUSTOM, BenchRun, Client, Dropped, Serve
 from .slots import flag_values
 from .telemetry import sampler_for
 
@@ -30,12 +30,13 @@ from .telemetry import sampler_for
 SAMPLING_KEYS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")
 
 
-def fitcheck_command(python: str) -> list[str]:
-    """The prompt-fit check, run with the venv's python (the model's tokenizer): from the worker's
-    artefact (`runner.pyz fitcheck`), or, run from a checkout, fitcheck.py beside this file."""
+def fitcheck_command(python: str, tool: str = "fitcheck") -> list[str]:
+    """The prompt-fit check (or the acceptance pass, `tool`), run with the venv's python (the model's
+    tokenizer): from the worker's artefact (`runner.pyz fitcheck`), or, run from a checkout, fitcheck.py
+    beside this file."""
     here = os.path.dirname(os.path.abspath(__file__))
     artefact = os.path.dirname(here)  # <home>/runner.pyz/specfleet_worker/runner.py
-    return [python, artefact, "fitcheck"] if os.path.isfile(artefact) else [python, os.path.join(here, "fitcheck.py")]
+    return [python, artefact, tool] if os.path.isfile(artefact) else [python, os.path.join(here, f"{tool}.py")]
 
 
 def failed_requests(result: dict, expected: int, tolerance: int) -> str | None:
@@ -130,6 +131,7 @@ class Lane:
                                     f"(bench run {i + 1} of {len(item['bench'])} on this server)", requests=None)
                 rec["results"].append(self.run_bench(item, b, rec))
                 self.owner.save()
+            self.acceptance_pass(item, rec)
         finally:
             if self.server is not None:
                 try:
@@ -493,6 +495,55 @@ class Lane:
                      json.dumps(self.run_record(item, client, run, started, finished).to_json(), indent=1) + "\n")
         os.replace(partial, final)
         return final
+
+    def acceptance_pass(self, item: dict, rec: dict) -> None:
+        """Per-request acceptance (acceptance.py) where the server runs with --per-request-spec-decode-metrics:
+        after the timed runs, on the same server, the first repeat's prompts once more, untimed. It never
+        fails the item (the timed results stand): a pass that could not run says why in its files."""
+        level = ([""] + flag_values(Serve.from_json(item["serve"]).options(), acceptance.FLAG))[-1]
+        if level in ("", "none"):
+            return
+        client, config = Client.from_json(item["client"]), item.get("config", item["name"])
+        log_path = os.path.join(self.run_dir, layout.acceptance_log(item["name"]))
+        for n, s in enumerate(acceptance.prompt_set(item), 1):
+            self.owner.set(rec, phase=f"untimed acceptance pass {n}: {s['prompts']} prompts, {s['concurrency']} at "
+                                      "a time", requests=None)
+            p = {**s, "dataset": client.dataset_path, "custom": client.dataset_name == CUSTOM,
+                 "base_url": f"http://{self.spec['server_host']}:{self.port}", "endpoint": client.endpoint,
+                 "served_name": client.served_name, "timeout_s": self.spec["bench_timeout_s"],
+                 "sampling": {} if client.temperature is None else {"temperature": client.temperature},
+                 "client_template": acceptance.client_templates(self.owner.state.get("vllm_version"), client.backend)}
+            out, started, why, got = log_path + f".{n}.json", now(), None, []
+            argv = [*fitcheck_command(os.path.join(self.spec["venv"], "bin", "python"), "acceptance"),
+                    "--model", self.model, "--pass", json.dumps(p), "--out", out]
+            with open(log_path, "a") as lf:
+                proc = subprocess.Popen(argv, stdout=lf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                        env=self.env, cwd=self.run_dir, start_new_session=True)
+            try:
+                self.watch(item, lambda: proc.poll() is not None, self.spec["bench_timeout_s"],
+                           lambda: f"the untimed pass exceeded {self.spec['bench_timeout_s']} s")
+                with open(out) as f:
+                    got = json.load(f)["requests"]
+            except ItemFailed as e:  # its server died or the pass ran late
+                why = str(e)
+            except (OSError, ValueError, KeyError, TypeError):
+                why = f"the untimed pass exited with code {proc.returncode}; last lines of {log_path}:\n{tail(log_path)}"
+            finally:
+                if proc.poll() is None:
+                    kill(proc.pid, signal.SIGKILL, group=True)
+                    proc.wait()
+                if os.path.exists(out):
+                    os.unlink(out)
+            if why:
+                rec["notes"].append(f"per-request acceptance not recorded for {', '.join(s['cells'])}: {why}")
+            done = {k: p[k] for k in ("prompts", "concurrency", "category", "output_len", "sampling", "endpoint",
+                                      "client_template")}
+            for cell, prompts in s["cells"].items():
+                atomic_write(os.path.join(client.result_dir, layout.acceptance_file(config, cell)), json.dumps({
+                    "specfleet_acceptance": acceptance.FILE_VERSION, "untimed": True, "node": self.spec["host"],
+                    "configuration": config, "cell": cell, "level": level, "engine": self.owner.state.get("engine"),
+                    "pass": {**done, "started_at": started, "finished_at": now()}, "not_recorded": why,
+                    "requests": got[:prompts]}) + "\n")
 
     def run_record(self, item: dict, client: Client, run: BenchRun, started: str, finished: str) -> RunRecord:
         """What this bench run was, from what the lane knows; the bastion's own words (isolation) from

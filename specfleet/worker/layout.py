@@ -15,6 +15,8 @@ by the same names. tests/unit/test_layout.py keeps every other module from spell
         <config>_conc<N>[_r<K>].record.json           what the run was (record_file; record.RunRecord)
         <config>_conc<N>[_r<K>].bench.log             `vllm bench serve` output (bench_log)
         <config>_conc<N>[_r<K>].telemetry.jsonl       GPU and /metrics samples of the run (telemetry_file)
+        <config>_<cell>.acceptance.json               per-request acceptance, untimed pass (acceptance_file)
+        <item>.acceptance.log                         that pass's output (acceptance_log; not collected)
         prompts-fit-<digest>.jsonl                    the prompts that fit (prompts_fit)
         .disk-reserve                                 room to record a full disk (DISK_RESERVE)
     results/<campaign>/<host>/                        the same names, as `fab collect` fetched them
@@ -46,6 +48,7 @@ SERVER_LOG_SUFFIX = ".server.log"
 BENCH_LOG_SUFFIX = ".bench.log"
 TELEMETRY_SUFFIX = ".telemetry.jsonl"
 RECORD_SUFFIX = ".record.json"
+ACCEPTANCE_SUFFIX = ".acceptance.json"
 PARTIAL_SUFFIX = ".partial"  # a result being written; renamed to its final name once it counts
 
 # What the printed plan shows where the runner renders what it found on the worker (runspec.py):
@@ -113,6 +116,16 @@ def record_file(result_file: str) -> str:
 def telemetry_file(result_file: str) -> str:
     """GPU and /metrics samples of one bench run, beside its result (telemetry.py)."""
     return result_file.removesuffix(".json") + TELEMETRY_SUFFIX
+
+
+def acceptance_file(config: str, cell: str) -> str:
+    """A bench cell's per-request acceptance (acceptance.py): one per cell, whatever its repeats (the
+    untimed pass sends the cell's prompts once); result_glob(config) matches it, so collect fetches it."""
+    return f"{config}_{cell}{ACCEPTANCE_SUFFIX}"
+
+
+def acceptance_log(item: str) -> str:
+    return item + ".acceptance.log"
 
 
 def prompts_fit(digest: str) -> str:

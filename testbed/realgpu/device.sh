@@ -5,12 +5,17 @@
 #   run     carry [".realgpu/carry"]   command: bash .realgpu/carry/kit/device.sh run [CAMPAIGN ...]
 #   orphan  the orphan check alone (when `run` left no time for it): ... device.sh orphan [CAMPAIGN]
 #
-# A later call while the machine is still warm (files outside $OUT last ~30 s after a call) may
-# carry less: the kit, MANIFEST.sha256 and payload.json, plus what it brings (a part of the SmolLM2
-# GGUF under gguf/); site.tar.xz and tok.tar.xz may then stay behind when this machine already
-# unpacked those exact files (their digests are stamped in /tmp), and the kernel self-test is not
-# repeated when it passed on this machine for this site. The GGUF parts are stashed in /tmp across
-# calls; once all are there, the bf16 SmolLM2 directory is written and its campaign can run.
+# The device tool sends the checkout plus the carried paths, 64 MiB a call, so the payload comes in
+# several calls chained while the machine is still warm (files outside $OUT last ~30 s after a call):
+# payload.py plans them (--plan prints the plan; docs/engines-gpu.md). Every call carries the kit,
+# MANIFEST.sha256 and payload.json; the vLLM site archive and the SmolLM2 GGUF come in parts
+# (site/part-N, gguf/part-N, each in the manifest), one or more per call. Each carried part is kept in
+# /tmp under its whole file's digest (`stash` does only that); once all are there they are joined and
+# the whole is checked against kit/site.sha256 or kit/gguf.sha256; a part neither carried nor kept, or
+# a joined file of the wrong digest, stops the call (exit 2) in one line. What a call does not carry
+# (the site, the tokenizer) must have been unpacked on this machine from the very same file (its
+# digest is stamped in /tmp); the kernel self-test is not repeated when it passed on this machine for
+# this site.
 #
 # Steps: check the carried files against MANIFEST.sha256; record the machine (env.txt); unpack the
 # vLLM site and the tokenizer; write <venv>/bin/vllm and the env file the runner's spec names; run the
@@ -53,6 +58,9 @@ unxz_to() {  # concatenated .xz streams to stdout (xz if there, else Python's lz
 }
 
 digest_of() { awk -v f="$1" '$2 == f {print $1}' "$C/MANIFEST.sha256"; }
+whole_digest() { awk '{print $1; exit}' "$K/$1.sha256"; }     # NAME: the digest of the file NAME's parts make
+whole_name() { awk '{print $2; exit}' "$K/$1.sha256"; }
+parts_dir() { echo "$D/parts/$(whole_digest "$1")"; }         # kept across the calls of one warm machine
 
 verify() {  # every carried file against the manifest; what is not carried must be on this machine already
   [[ -f $C/MANIFEST.sha256 ]] || die "$C/MANIFEST.sha256 missing: was .realgpu/carry named in carry?" 2
@@ -62,16 +70,41 @@ verify() {  # every carried file against the manifest; what is not carried must 
   while read -r _ rel; do
     [[ -f $C/$rel ]] && { n=$((n + 1)); continue; }
     case $rel in
-      gguf/*) ;;                                             # optional: a part comes in one call
-      site.tar.xz) [[ -f $SITE/.complete && $(cat "$SITE/.complete") == "$(digest_of site.tar.xz)" ]] \
-                     || die "site.tar.xz not carried and not unpacked here by an earlier call" 2 ;;
-      tok.tar.xz) [[ -f $D/models/.tok && $(cat "$D/models/.tok") == "$(digest_of tok.tar.xz)" ]] \
-                    || die "tok.tar.xz not carried and not unpacked here by an earlier call" 2 ;;
+      site/part-*|gguf/part-*|tok.tar.xz) ;;   # one call brings each; install and join() check what is needed
       *) die "$rel missing: the payload did not arrive whole" 2 ;;
     esac
   done < "$C/MANIFEST.sha256"
   log "verified $n carried files"
   cp "$C/payload.json" "$OUT/payload.json"
+}
+
+stash() {  # NAME: keep this call's carried NAME/part-* on this machine for the call that joins them
+  [[ -f $K/$1.sha256 ]] || return 0
+  local dir rel have=0 all=0
+  dir=$(parts_dir "$1")
+  mkdir -p "$dir"
+  while read -r _ rel; do
+    [[ $rel == "$1"/part-* ]] || continue
+    all=$((all + 1))
+    if [[ -f $C/$rel ]]; then cp "$C/$rel" "$dir/" && log "stashed $rel"; fi
+    [[ -f $dir/${rel#"$1"/} ]] && have=$((have + 1))
+  done < "$C/MANIFEST.sha256"
+  log "$1: $have of $all part(s) on this machine"
+}
+
+join() {  # NAME DEST: the parts kept here, joined into DEST and checked against kit/NAME.sha256 (else exit 2)
+  local dir rel missing=() got want
+  dir=$(parts_dir "$1")
+  while read -r _ rel; do
+    [[ $rel == "$1"/part-* && ! -f $dir/${rel#"$1"/} ]] && missing+=("$rel")
+  done < "$C/MANIFEST.sha256"
+  (( ${#missing[@]} == 0 )) || die "$(whole_name "$1"): ${missing[*]} neither carried by this call nor kept on this machine by an earlier one ($dir): carry the parts in the order payload.py --plan prints, each call while the machine is warm" 2
+  want=$(whole_digest "$1")
+  grep " $1/part-" "$C/MANIFEST.sha256" | awk '{print $2}' | sort -t- -k2,2n \
+    | while read -r rel; do cat "$dir/${rel#"$1"/}"; done > "$2"
+  got=$(sha256sum "$2" | cut -d' ' -f1)
+  [[ $got == "$want" ]] || { rm -f "$2"; die "$(whole_name "$1") joined from the parts in $dir has sha256 $got, kit/$1.sha256 says $want: a part kept here is damaged or from another build" 2; }
+  log "$(whole_name "$1") joined from its parts: sha256 matches kit/$1.sha256"
 }
 
 env_report() {
@@ -88,15 +121,21 @@ print('numpy', numpy.__version__, 'transformers', transformers.__version__, 'tok
 }
 
 install() {
-  local want
-  want=$(digest_of site.tar.xz)
+  local want xz
+  [[ -f $K/site.sha256 ]] || die "kit/site.sha256 missing: a payload built before the site was split (payload.py --split)" 2
+  want=$(whole_digest site)
+  stash site
   if [[ -f $SITE/.complete && $(cat "$SITE/.complete") == "$want" ]]; then log "site already in $SITE"; else
+    xz=$(parts_dir site)/$(whole_name site)
+    join site "$xz"
     log "unpacking the vLLM site into $SITE"
-    rm -rf "$SITE" && unxz_to "$C/site.tar.xz" | tar -C /tmp -xf - || die "site unpack failed"
+    rm -rf "$SITE" && unxz_to "$xz" | tar -C /tmp -xf - || die "site unpack failed"
+    rm -f "$xz"
     echo "$want" > "$SITE/.complete"
   fi
   want=$(digest_of tok.tar.xz)
   if ! [[ -f $D/models/.tok && $(cat "$D/models/.tok") == "$want" ]]; then
+    [[ -f $C/tok.tar.xz ]] || die "tok.tar.xz not carried and not unpacked here by an earlier call" 2
     unxz_to "$C/tok.tar.xz" | tar -C "$D/models" -xf - || die "tokenizer unpack failed"
     if [[ -f $D/models/smollm2-tok/tokenizer.gguf && ! -f $D/models/smollm2-tok/tokenizer.json ]]; then
       # the builder carries the GGUF's metadata only (models.py tokgguf); the image's transformers makes the files
@@ -144,7 +183,7 @@ EOF
 selftest() {
   if [[ -n $REHEARSAL ]]; then echo "REHEARSAL: kernel self-test not run" | tee "$OUT/selftest.txt"; return; fi
   local ok=$D/selftest.ok want
-  want=$(digest_of site.tar.xz)
+  want=$(whole_digest site)
   if [[ -f $ok && $(head -1 "$ok") == "$want" ]]; then  # passed on this machine, for this very site
     { echo "kernel self-test passed earlier on this machine (same site.tar.xz):"; tail -n +2 "$ok"; } \
       | tee "$OUT/selftest.txt"
@@ -166,21 +205,18 @@ models() {
 }
 
 gguf() {  # stash the carried GGUF parts; with all of them here, the bf16 SmolLM2 directory
-  local parts=$D/gguf-parts all=1 rel
-  mkdir -p "$parts"
-  while read -r _ rel; do
-    [[ $rel == gguf/part-* ]] || continue
-    if [[ -f $C/$rel ]]; then cp "$C/$rel" "$parts/" && log "stashed $rel"; fi
-    [[ -f $parts/${rel#gguf/} ]] || all=0
-  done < "$C/MANIFEST.sha256"
   [[ -f $K/gguf.sha256 ]] || return 0
+  stash gguf
   [[ -d $D/models/smollm2-135m ]] && return 0
-  (( all )) || { log "GGUF: $(ls "$parts" | wc -l) part(s) here, not all yet"; return 0; }
-  cat "$parts"/part-* > "$D/$(cut -d' ' -f3 "$K/gguf.sha256")"
-  (cd "$D" && sha256sum -c --quiet "$K/gguf.sha256") || die "the GGUF assembled from its parts has the wrong digest" 2
+  local rel f
+  while read -r _ rel; do
+    [[ $rel == gguf/part-* && ! -f $(parts_dir gguf)/${rel#gguf/} ]] && { log "GGUF: not all parts here yet"; return 0; }
+  done < "$C/MANIFEST.sha256"
+  f=$D/$(whole_name gguf)
+  [[ -f $f ]] || join gguf "$f"
   [[ -n $REHEARSAL ]] && { log "REHEARSAL: GGUF assembled, not converted"; return 0; }
   log "GGUF whole: writing the bf16 SmolLM2 directory"
-  PYTHONPATH=$SITE "$PY" "$K/models.py" smollm2 --gguf "$D/$(cut -d' ' -f3 "$K/gguf.sha256")" \
+  PYTHONPATH=$SITE "$PY" "$K/models.py" smollm2 --gguf "$f" \
     --tok "$D/models/smollm2-tok" --out "$D/models/smollm2-135m" || die "SmolLM2 conversion failed"
 }
 
@@ -268,10 +304,12 @@ case "${1:-}" in
     verify; env_report; install; selftest; models
     pair "${1:-h200x2-dummy8b}"; pack
     ;;
+  stash)  # a call that brings parts only (the site's first parts, payload.py --plan): keep them, run nothing
+    verify; stash site; stash gguf ;;
   selftest)
     verify; env_report; install; selftest ;;
   prepare)  # the product path's first call (fleet.sh): the provided venv and the models, no campaign
     verify; env_report; install; selftest; models ;;
-  *) echo "usage: device.sh run [CAMPAIGN ...] | orphan [CAMPAIGN] | pair [CAMPAIGN] | selftest | prepare"; exit 2 ;;
+  *) echo "usage: device.sh run [CAMPAIGN ...] | orphan [CAMPAIGN] | pair [CAMPAIGN] | selftest | prepare | stash"; exit 2 ;;
 esac
 log "done ($(left)s of the call's budget left)"

@@ -2,7 +2,7 @@
 """Build, on a machine with PyPI, the offline CUDA vLLM payload for one device profile.
 
     .venv/bin/python -m testbed.realgpu.payload [--profile nvidia-h200|nvidia-h100-x1] [--out .realgpu] \
-        [--python312 PY] [--tok-python PY] [--tree REPO ...]
+        [--python312 PY] [--tok-python PY] [--tree REPO ...] [--plan | --split]
 
 Steps (each skipped when its output is already there and current):
 
@@ -13,17 +13,20 @@ Steps (each skipped when its output is already there and current):
    never loads (TRIM), and keep only sm_90 code in vLLM's kernel library (fatbin.py);
 3. the SmolLM2 tokenizer's source: the package GGUF's metadata without its tensors (models.py tokgguf,
    with an interpreter holding the `gguf` package: --tok-python); the device turns it into tokenizer.json;
-4. the carry folder OUT/carry: site.tar.xz, tok.tar.xz, kit/ (device.sh, selftest.py, models.py,
-   specs.py, the runner specs made by specfleet's planner, specfleet's worker program (runner.pyz),
-   the Spec-Bench questions), MANIFEST.sha256 (checked on the device) and payload.json (versions,
-   pins, trims, sizes);
-5. the SmolLM2 GGUF (93.5 MiB, more than a call holds beside the site) split into GGUF_PARTS parts
-   under OUT/carry/gguf/ (in the manifest; kit/gguf.sha256 checks the reassembled file), each carried
-   by a later call while the machine is warm (device.sh; docs/engines-gpu.md);
-6. the size check, per call: the first call carries everything but gguf/ (FIRST_CALL), each later
-   one the kit, the manifest, payload.json and one GGUF part (later_call_paths); each with the largest
-   sent tree (--tree; the device tool sends the session's checkout plus carried paths, 64 MiB in all)
-   must fit one call, else exit 1.
+4. the carry folder OUT/carry: tok.tar.xz, kit/ (device.sh, selftest.py, models.py, specs.py, the
+   runner specs made by specfleet's planner, specfleet's worker program (runner.pyz), the Spec-Bench
+   questions), MANIFEST.sha256 (checked on the device) and payload.json (versions, pins, trims, sizes);
+5. the call plan (plan_calls): the device tool sends the checkout plus the carried paths, 64 MiB a
+   call, so the whole-site archive (stage/site.tar.xz, ~48 MiB) and the SmolLM2 GGUF (93.5 MiB) go in
+   as many equal parts as the room left beside the largest sent tree (tree_bytes: tracked plus
+   untracked-not-ignored files, --tree) needs: OUT/carry/site/part-N and gguf/part-N, each in the
+   manifest, the whole files' digests in kit/site.sha256 and kit/gguf.sha256 (device.sh joins the
+   parts kept in /tmp across warm calls and checks the whole). The plan (which paths each call carries,
+   its size, its command) is printed and written to OUT/calls.json; a call over the limit is exit 1.
+
+`--plan` prints the plan of a built carry folder against the trees as they are now (exit 1 when a call
+no longer fits); `--split` re-plans and re-splits a built carry folder and refreshes the kit's scripts
+(no download, no xz), e.g. after the checkout grew.
 
 Everything lands under OUT (default .realgpu/, ignored by git); nothing large enters the repo.
 The device side is `device.sh` (docs/engines-gpu.md).
@@ -86,10 +89,16 @@ TRIM_GLOBS = {f"vllm/third_party/deep_gemm/_C.cpython-3{v}-x86_64-linux-gnu.so":
               for v in (10, 11, 13, 14)}
 KERNEL_LIB = "vllm/_C_stable_libtorch.abi3.so"
 KIT_FILES = ("device.sh", "selftest.py", "models.py", "specs.py", "watch.py", "orphan.py")
-GGUF_PARTS = 2
-#: What the first call carries (relative to the carry folder; the device tool's `carry` names them
-#: as .realgpu/carry/NAME): everything but the GGUF parts.
-FIRST_CALL = ("site.tar.xz", "tok.tar.xz", "kit", "MANIFEST.sha256", "payload.json")
+#: What every call carries (relative to the carry folder; the device tool's `carry` names them as
+#: .realgpu/carry/NAME): device.sh and the rest of the kit, the manifest it checks, payload.json.
+CALL_BASE = ("kit", "MANIFEST.sha256", "payload.json")
+TOK_XZ = "tok.tar.xz"
+#: The split files: carry folder NAME/part-0..N-1, the whole file's digest in kit/NAME.sha256.
+SITE, GGUF = "site", "gguf"
+SITE_XZ = "site.tar.xz"           # the whole archive, kept in stage/ (never carried whole)
+#: Bytes kept free in every call for MANIFEST.sha256 and payload.json (a few KiB each), which are
+#: written after the split; the plan is checked again with their real sizes.
+INDEX_RESERVE = 64 * 1024
 TRIM_REVISION = 2   # bump when TRIM / compaction change, so an existing site tree is rebuilt
 
 
@@ -232,26 +241,75 @@ def xz_tar(src: Path, dst: Path) -> None:
     os.replace(tmp, dst)
 
 
-def later_call_paths(part: str) -> list[str]:
-    """What a later call (a warm machine) carries: the kit, manifest, payload.json and `part`."""
-    return ["kit", "MANIFEST.sha256", "payload.json", part]
+def call_paths(*extra: str) -> list[str]:
+    """What one call carries: CALL_BASE plus `extra` (a part, the tokenizer)."""
+    return [*CALL_BASE, *extra]
 
 
-def split_gguf(gguf: Path, carry: Path, kit: Path, parts: int = GGUF_PARTS) -> list[Path]:
-    """carry/gguf/part-0..N-1 (equal sizes, the last the rest) and kit/gguf.sha256 for the whole file."""
-    out = carry / "gguf"
+def split_file(whole: Path, carry: Path, name: str, parts: int) -> list[Path]:
+    """carry/NAME/part-0..N-1 (equal sizes, the last the rest) and carry/kit/NAME.sha256 naming the
+    whole file (`sha256sum -c` format: device.sh checks the joined parts against it)."""
+    out = carry / name
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
-    size = gguf.stat().st_size
-    step = -(-size // parts)
+    step = -(-whole.stat().st_size // parts)
     written = []
-    with open(gguf, "rb") as f:
+    with open(whole, "rb") as f:
         for i in range(parts):
             p = out / f"part-{i}"
             p.write_bytes(f.read(step))
             written.append(p)
-    (kit / "gguf.sha256").write_text(f"{sha256(gguf)}  {gguf.name}\n")
+    (carry / "kit" / f"{name}.sha256").write_text(f"{sha256(whole)}  {whole.name}\n")
     return written
+
+
+def parts_needed(whole: int, room: int, last_extra: int = 0) -> int:
+    """The fewest equal parts (the last the rest) of a `whole`-byte file such that each fits `room`
+    bytes and the last one fits beside `last_extra` more (what its call carries besides)."""
+    if room <= last_extra or room <= 0:
+        raise BuildError(f"no room for any part: {room / MIB:.1f} MiB per call beside the tree and the kit"
+                         + (f", {last_extra / MIB:.1f} MiB needed beside the last part" if last_extra else ""))
+    n = max(1, -(-whole // room))
+    while True:
+        step = -(-whole // n)
+        if step <= room and whole - (n - 1) * step + last_extra <= room:
+            return n
+        n += 1
+
+
+def plan_calls(carry: Path) -> list[dict]:
+    """The calls that bring a built carry folder to one machine while it stays warm, in order: the site
+    parts (all but the last: `device.sh stash`), the last site part with the tokenizer (`device.sh
+    prepare`: joins and checks the site), then one call per GGUF part (only the SmolLM2 campaign needs
+    them). Each: name, paths (relative to the carry folder), bytes, command."""
+    sites = sorted((carry / SITE).glob("part-*"), key=lambda p: int(p.name.split("-")[1]))
+    ggufs = sorted((carry / GGUF).glob("part-*"), key=lambda p: int(p.name.split("-")[1]))
+    if not sites:
+        raise BuildError(f"{carry}: no {SITE}/part-* (an older build? run payload.py --split)")
+    dev = "bash .realgpu/carry/kit/device.sh"
+    calls = [{"name": f"site {i + 1}/{len(sites)}", "paths": call_paths(f"{SITE}/{p.name}"),
+              "command": f"{dev} stash"} for i, p in enumerate(sites[:-1])]
+    calls.append({"name": f"site {len(sites)}/{len(sites)} + tokenizer",
+                  "paths": call_paths(f"{SITE}/{sites[-1].name}", TOK_XZ), "command": f"LIMIT=280 {dev} prepare"})
+    calls += [{"name": f"GGUF {i + 1}/{len(ggufs)}", "paths": call_paths(f"{GGUF}/{p.name}"),
+               "command": f"ORPHAN=0 LIMIT=580 {dev} run h200-smollm2"} for i, p in enumerate(ggufs)]
+    for c in calls:
+        c["bytes"] = sum(paths_bytes(carry, c["paths"]))
+    return calls
+
+
+def check_calls(calls: list[dict], trees: dict[str, int], profile: Profile) -> list[str]:
+    """One line per call (its paths, its size, the room left beside the largest tree); BuildError
+    naming the call that does not fit."""
+    lines = []
+    for c in calls:
+        try:
+            left = check_budget(c["bytes"], trees, profile)
+        except BuildError as e:
+            raise BuildError(f"call '{c['name']}' ({', '.join(c['paths'])}): {e}") from None
+        lines.append(f"{c['name']}: {c['bytes'] / MIB:.1f} MiB carried, {left / MIB:.1f} MiB left: "
+                     f"carry [{', '.join('.realgpu/carry/' + p for p in c['paths'])}]; {c['command']}")
+    return lines
 
 
 def build_kit(kit: Path, dataset: Path) -> list[str]:
@@ -308,15 +366,22 @@ def verify_manifest(folder: Path) -> list[str]:
 
 
 def tree_bytes(repo: Path) -> int:
-    """What the device tool sends of a checkout: tracked plus untracked-not-ignored files."""
+    """What the device tool sends of a checkout: tracked plus untracked-not-ignored files, and a
+    shared/ folder inside it, ignored or not (the tool's README)."""
     out = subprocess.run(["git", "-C", str(repo), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
                          capture_output=True, check=True).stdout
-    total = 0
-    for rel in filter(None, out.split(b"\0")):
-        p = repo / os.fsdecode(rel)
-        if p.is_file() and not p.is_symlink():
-            total += p.stat().st_size
-    return total
+    files = {repo / os.fsdecode(rel) for rel in filter(None, out.split(b"\0"))}
+    if (repo / "shared").is_dir() and not (repo / "shared").is_symlink():
+        files |= set((repo / "shared").rglob("*"))
+    return sum(p.stat().st_size for p in files if p.is_file() and not p.is_symlink())
+
+
+def default_trees() -> list[Path]:
+    """The checkouts a call may send: the one this is run from (its git root) and the one holding
+    this file, when they differ (a helper's worktree beside the session's checkout)."""
+    here = subprocess.run(["git", "rev-parse", "--show-toplevel"], capture_output=True, text=True)
+    trees = [Path(here.stdout.strip()).resolve()] if here.returncode == 0 else []
+    return trees + [REPO] if REPO not in trees else trees
 
 
 def folder_bytes(folder: Path) -> int:
@@ -338,22 +403,77 @@ def check_budget(carry_bytes: int, trees: dict[str, int], profile: Profile) -> i
     left = profile.call_bytes - profile.slack_bytes - worst - carry_bytes
     if left < 0:
         which = max(trees, key=trees.get) if trees else "-"
-        raise BuildError(f"the carry folder is {carry_bytes / MIB:.1f} MiB; with the sent tree {which} "
+        raise BuildError(f"the call carries {carry_bytes / MIB:.1f} MiB; with the sent tree {which} "
                          f"({worst / MIB:.1f} MiB) and {profile.slack_bytes / MIB:.0f} MiB slack it exceeds "
                          f"the {profile.call_bytes / MIB:.0f} MiB per call by {-left / MIB:.1f} MiB")
     return left
 
 
-def payload_info(profile: Profile, pin: str, site_info: dict, kit_specs: list[str], carry: Path) -> dict:
+def payload_info(profile: Profile, pin: str, site_info: dict, kit_specs: list[str]) -> dict:
+    """What payload.json says (split_for_calls adds the carried files' sizes)."""
     return {
         "schema": 1, "profile": profile.name, "serves_gpus": serves(profile), "python": profile.python, "torch": profile.torch,
         "torch_pin_of_vllm_wheel": pin, "cuda": profile.cuda, "sm": profile.sm, "vllm": profile.vllm,
         "wheels": site_info["want"]["wheels"], "removed": {r: TRIM.get(r, TRIM_GLOBS.get(r, "other Python"))
                                                            for r in site_info["removed"]},
         "fatbin": site_info["fatbin"], "specs": kit_specs,
-        "files": {p.relative_to(carry).as_posix(): p.stat().st_size
-                  for p in sorted(carry.rglob("*")) if p.is_file() and p.name != "payload.json"},
     }
+
+
+def whole_gguf(stage: Path, carry: Path) -> Path:
+    """The SmolLM2 GGUF: stage/models/, else joined from an earlier build's carry/gguf parts (checked
+    against kit/gguf.sha256)."""
+    gguf = stage / "models" / Path(GGUF_IN_WHEEL).name
+    if gguf.is_file():
+        return gguf
+    parts = sorted((carry / GGUF).glob("part-*"), key=lambda p: int(p.name.split("-")[1]))
+    digest = (carry / "kit" / f"{GGUF}.sha256")
+    if not parts or not digest.is_file():
+        raise BuildError(f"{gguf}: missing, and no {carry / GGUF}/part-* to join")
+    gguf.parent.mkdir(parents=True, exist_ok=True)
+    with open(gguf.with_suffix(".tmp"), "wb") as out:
+        for p in parts:
+            out.write(p.read_bytes())
+    if sha256(gguf.with_suffix(".tmp")) != digest.read_text().split()[0]:
+        gguf.with_suffix(".tmp").unlink()
+        raise BuildError(f"the GGUF joined from {carry / GGUF}/part-* does not match {digest}")
+    os.replace(gguf.with_suffix(".tmp"), gguf)
+    return gguf
+
+
+def split_for_calls(carry: Path, stage: Path, info: dict, trees: dict[str, int], profile: Profile) -> list[dict]:
+    """Split the site archive and the GGUF into as many parts as the calls need beside the largest
+    tree, write payload.json (info + the file sizes) and the manifest, check every call; the plan."""
+    site_xz = stage / SITE_XZ
+    if (carry / SITE_XZ).is_file():      # an older build carried it whole: it lives in stage/ now
+        stage.mkdir(parents=True, exist_ok=True)
+        os.replace(carry / SITE_XZ, site_xz)
+    if not site_xz.is_file():
+        raise BuildError(f"{site_xz}: missing (build the payload first)")
+    gguf = whole_gguf(stage, carry)
+    (carry / "payload.json").unlink(missing_ok=True)
+    room = (profile.call_bytes - profile.slack_bytes - max(trees.values(), default=0)
+            - sum(paths_bytes(carry, ["kit"])) - INDEX_RESERVE)
+    n_site = parts_needed(site_xz.stat().st_size, room, last_extra=(carry / TOK_XZ).stat().st_size)
+    n_gguf = parts_needed(gguf.stat().st_size, room)
+    split_file(site_xz, carry, SITE, n_site)
+    split_file(gguf, carry, GGUF, n_gguf)
+    info = {**info, "files": {p.relative_to(carry).as_posix(): p.stat().st_size
+                              for p in sorted(carry.rglob("*")) if p.is_file() and p.name != "payload.json"}}
+    (carry / "payload.json").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
+    write_manifest(carry)
+    calls = plan_calls(carry)
+    show_plan(calls, trees, profile)
+    (carry.parent / "calls.json").write_text(json.dumps({"trees": trees, "calls": calls}, indent=1) + "\n")
+    return calls
+
+
+def show_plan(calls: list[dict], trees: dict[str, int], profile: Profile) -> None:
+    """Print the plan (stdout), one line per call; BuildError when one does not fit."""
+    print(f"trees sent ({profile.call_bytes / MIB:.0f} MiB a call with them, {profile.slack_bytes / MIB:.0f} MiB "
+          f"kept free): {', '.join(f'{k} {v / MIB:.1f} MiB' for k, v in trees.items())}")
+    for i, line in enumerate(check_calls(calls, trees, profile), 1):
+        print(f"call {i}. {line}")
 
 
 def build(profile: Profile, out: Path, python312: str, tok_python: str, trees: list[Path]) -> Path:
@@ -363,27 +483,18 @@ def build(profile: Profile, out: Path, python312: str, tok_python: str, trees: l
     log(f"{vllm_whl.name} pins torch {pin}: matches the {profile.name} image")
     site, site_info = build_site(python312, profile, stage)
     carry.mkdir(parents=True, exist_ok=True)
-    site_xz = carry / "site.tar.xz"
+    if (carry / SITE_XZ).is_file() and not (stage / SITE_XZ).is_file():
+        os.replace(carry / SITE_XZ, stage / SITE_XZ)   # an older build's, carried whole
+    site_xz = stage / SITE_XZ
     stamp = stage / "site.stamp.json"
     if not site_xz.is_file() or site_xz.stat().st_mtime < stamp.stat().st_mtime:
         log("xz -9 of the site tree (5-25 min; before the tokenizer, so a failed tokenizer step keeps it)")
         xz_tar(site, site_xz)
     tok = build_tokenizer(tok_python, stage)
-    xz_tar(tok, carry / "tok.tar.xz")
+    xz_tar(tok, carry / TOK_XZ)
     kit_specs = build_kit(carry / "kit", DATASET)
-    parts = split_gguf(stage / "models" / Path(GGUF_IN_WHEEL).name, carry, carry / "kit")
-    (carry / "payload.json").unlink(missing_ok=True)
-    info = payload_info(profile, pin, site_info, kit_specs, carry)
-    (carry / "payload.json").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
-    write_manifest(carry)
-    sizes = {str(t): tree_bytes(t) for t in trees}
-    calls = {"first call": list(FIRST_CALL)} | {f"call with {p.name}": later_call_paths(f"gguf/{p.name}")
-                                                 for p in parts}
-    for what, paths in calls.items():
-        n = sum(paths_bytes(carry, paths))
-        left = check_budget(n, sizes, profile)
-        log(f"{what}: {n / MIB:.1f} MiB carried, {left / MIB:.1f} MiB left in one call")
-    log(f"trees: {', '.join(f'{k} {v / MIB:.1f} MiB' for k, v in sizes.items())}")
+    info = payload_info(profile, pin, site_info, kit_specs)
+    split_for_calls(carry, stage, info, {str(t): tree_bytes(t) for t in trees}, profile)
     return carry
 
 
@@ -396,11 +507,29 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tok-python", default=str(REPO / ".realgpu/tokvenv/bin/python"),
                     help="an interpreter with the gguf package (the tokenizer's GGUF metadata; no torch needed)")
     ap.add_argument("--tree", action="append", default=None,
-                    help="a checkout the device tool may send (repeatable; default this repository)")
+                    help="a checkout the device tool may send (repeatable; default the checkout this is run "
+                         "from and the one holding payload.py)")
+    mode = ap.add_mutually_exclusive_group()
+    mode.add_argument("--plan", action="store_true", help="print the calls of the built carry folder; no build")
+    mode.add_argument("--split", action="store_true",
+                      help="re-split the built carry folder for the trees as they are now and refresh the kit's "
+                           "scripts; no download, no xz")
     a = ap.parse_args(argv)
+    out, profile = Path(a.out), PROFILES[a.profile]
+    trees = list(dict.fromkeys(Path(t).resolve() for t in a.tree)) if a.tree else default_trees()
     try:
-        carry = build(PROFILES[a.profile], Path(a.out), a.python312, a.tok_python,
-                      [Path(t) for t in (a.tree or [str(REPO)])])
+        if a.plan or a.split:
+            sizes = {str(t): tree_bytes(t) for t in trees}
+            carry = out / "carry"
+            if a.plan:
+                show_plan(plan_calls(carry), sizes, profile)
+                return 0
+            info = json.loads((carry / "payload.json").read_text())
+            for name in KIT_FILES:   # the scripts as they are now (device.sh must know the parts' layout)
+                shutil.copy2(HERE / name, carry / "kit" / name)
+            split_for_calls(carry, out / "stage", info, sizes, profile)
+        else:
+            carry = build(profile, out, a.python312, a.tok_python, trees)
     except (BuildError, PinError, fatbin.FatbinError, subprocess.CalledProcessError, OSError) as e:
         print(f"payload: {e}", file=sys.stderr)
         return 1

@@ -100,7 +100,6 @@ SIX_AND_TP2 = [ngram(f"x{i}", k=i + 2) for i in range(6)] + \
 def test_shared_split_uses_every_gpu_and_beats_the_one_server_per_node_split():
     p = plan(SIX_AND_TP2, packing="shared")
     s = split(p, nodes())
-    assert s.method == "slots"
     assert all(q[0] == p.baseline for q in s.queues.values())
     assert sorted(c for q in s.queues.values() for c in q[1:]) == sorted(c.name for c in p.configurations[1:])
     ex = split(plan(SIX_AND_TP2, packing="exclusive"), nodes())
@@ -108,10 +107,12 @@ def test_shared_split_uses_every_gpu_and_beats_the_one_server_per_node_split():
     assert s.lower_bound_s <= s.makespan_s
 
 
-def test_exclusive_split_on_one_gpu_nodes_is_the_exact_one_gpu_split():
+def test_one_gpu_nodes_and_exclusive_nodes_are_split_by_the_one_search_as_one_machine_each():
     p = load_plan(REPORT)
-    assert split(p, [NodeInfo("w1"), NodeInfo("w2")]).method in ("exact", "heuristic")
-    assert split(p, nodes(g=8)).method in ("exact", "heuristic")   # many GPUs, exclusive, 1-GPU configs
+    one = split(p, [NodeInfo("w1"), NodeInfo("w2")])
+    many = split(p, nodes(g=8))   # many GPUs, exclusive, 1-GPU configs: one machine per node as well
+    assert one.makespan_s == many.makespan_s and one.method == many.method == "exact"
+    assert all(abs(one.node_s[n] - sum(one.durations[c][n] for c in q)) < 1e-6 for n, q in one.queues.items())
 
 
 def test_tp_configuration_needs_a_node_and_a_group_that_hold_it():
@@ -170,8 +171,8 @@ def test_slot_split_is_deterministic_and_its_simulations_are_bounded(monkeypatch
     fleet = nodes(n=2, g=8, groups=((0, 1, 2, 3), (4, 5, 6, 7)))
     counted = []
     monkeypatch.setattr(slotsplit, "MAX_SIMULATIONS", 12_000)   # the test's CPU: the rule, not the default, is tested
-    real, packed = slotsplit.NodeSim.end, slotsplit.Search.packed
-    monkeypatch.setattr(slotsplit.NodeSim, "end", lambda *a, **k: counted.append(1) or real(*a, **k))
+    real, packed = slotsplit.NodeSim.run, slotsplit.Search.packed
+    monkeypatch.setattr(slotsplit.NodeSim, "run", lambda *a, **k: counted.append(1) or real(*a, **k))
     # a packed order counts as PACKED_COST simulations in the budget (its CPU)
     monkeypatch.setattr(slotsplit.Search, "packed",
                         lambda *a, **k: counted.extend([1] * slotsplit.PACKED_COST) or packed(*a, **k))

@@ -1,4 +1,5 @@
-"""The split's fast node simulation (gpusets.NodeSim) against the runner-rule simulation it stands for."""
+"""The split's simulated pool (gpusets.NodeSim.run): its admission table, the runner's rule on wide
+servers and pins, and the packed queue order (the worker's own pool: test_pool_vs_runner.py)."""
 import random
 
 import pytest
@@ -23,15 +24,15 @@ def random_node(rng: random.Random):
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_node_sim_ends_exactly_where_simulate_does(seed):
+def test_node_sim_ends_where_it_did_once_its_admission_table_is_filled(seed):
     rng = random.Random(seed)
     differ, waited = [], 0
     for _ in range(500):
         items, gpus, groups, packing = random_node(rng)
         want, starts = simulate(items, gpus, groups, packing)
         sim = NodeSim(gpus, groups, packing)
-        got = sim.end([sim.row(need, s, pin) for _, need, s, pin in items])
-        got_again = sim.end([sim.row(need, s, pin) for _, need, s, pin in items])   # its table filled
+        got = sim.run([sim.row(need, s, pin) for _, need, s, pin in items])
+        got_again = sim.run([sim.row(need, s, pin) for _, need, s, pin in items])   # its table filled
         waited += any(start > 0 for start, _ in starts.values())
         if not (got == want == got_again):
             differ.append((items, gpus, groups, packing, want, got, got_again))
@@ -47,11 +48,11 @@ def test_node_sim_keeps_the_runners_rule_for_wide_servers_and_pins():
     items = [("p", 1, 10.0, 5), ("a", 1, 10.0, None), ("b", 1, 10.0, None), ("c", 1, 10.0, None),
              ("w", 4, 7.0, None), ("q", 1, 3.0, 5)]
     sim = NodeSim(list(range(8)), groups)
-    assert sim.end([sim.row(need, s, pin) for _, need, s, pin in items]) == 13.0
+    assert sim.run([sim.row(need, s, pin) for _, need, s, pin in items]) == 13.0
     assert simulate(items, list(range(8)), groups)[0] == 13.0
     # one GPU of each group pinned busy: the TP=4 server waits for a whole group (10 s) and ends at 17
     late = [("p", 1, 10.0, 0), ("p4", 1, 10.0, 4), ("w", 4, 7.0, None)]
-    assert sim.end([sim.row(need, s, pin) for _, need, s, pin in late]) == \
+    assert sim.run([sim.row(need, s, pin) for _, need, s, pin in late]) == \
         simulate(late, list(range(8)), groups)[0] == 17.0
 
 

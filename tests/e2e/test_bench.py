@@ -287,6 +287,27 @@ def test_report_campaign_with_the_automatic_split(tb, tmp_path):
     # ... and wrote it once, at placement, for collect and report (report/scan/cells.py)
     planned = json.loads((tmp_path / "results" / yaml.safe_load(FAST.read_text())["campaign"] / "planned.json").read_text())
     assert planned["queues"] == queues and set(planned["sources"].values()) == {"placed by fab bench"}
+    # the split's makespan, predicted at placement from the model (nothing ran yet), and at the end the
+    # measured one beside it: the runners' first item start to last item end on the longer node
+    said = " ".join(out.stdout.split())
+    assert "predicted makespan " in said and "durations: the duration model (estimates" in said, out.stdout
+    end = next(ln for ln in out.stdout.splitlines() if ln.startswith("makespan: predicted "))
+    spans = [secs(min(i["started_at"] for i in state(tb, h)["items"]), max(i["finished_at"] for i in state(tb, h)["items"]))
+             for h in queues]
+    assert f"; measured {max(spans) / 60:.1f} min = {max(spans):.0f} s (first item start" in end, end
+    # the same plan again resumes as placed: its own times do not re-split it (nothing done moves)
+    again = bench(tb, tmp_path, "--check", tag="check")
+    assert again.returncode == 0, out_of(again)
+    assert "durations: the duration model (estimates" in " ".join(again.stdout.split()), again.stdout
+    # an earlier campaign's folder named on the command line gives the split its measured times
+    for h in queues:
+        (tmp_path / "earlier" / h).mkdir(parents=True)
+        for name in ("run.json", "state.json"):
+            (tmp_path / "earlier" / h / name).write_text(json.dumps(host_json(tb, h, f"{run_dir(h)}/{name}")))
+    measured = bench(tb, tmp_path, "--check", "--durations-from", str(tmp_path / "earlier"), tag="measured")
+    assert measured.returncode == 0, out_of(measured)
+    assert f"durations: measured for 4 of 4 configurations (from {tmp_path / 'earlier'})" in \
+        " ".join(measured.stdout.split()), measured.stdout
 
 
 # ---------------------------------------------------------------- 2. SSH side killed

@@ -50,7 +50,9 @@ def carry(tmp_path):
     c.mkdir(parents=True)
     site = tmp_path / "site"
     shutil.copytree(SIMVLLM, site / "vllm")
-    payload.xz_tar(site, c / "site.tar.xz")
+    stage = tmp_path / "stage"
+    stage.mkdir()
+    payload.xz_tar(site, stage / payload.SITE_XZ)
     payload.xz_tar(_tok(tmp_path), c / "tok.tar.xz")
     payload.build_kit(c / "kit", SAMPLE)
     # the simulated engine names itself ("simvllm 1.0 (simulated vLLM)"); a rehearsal plan pins that
@@ -65,7 +67,8 @@ def carry(tmp_path):
     specs.make(plans, c / "kit" / "specs")
     gguf = tmp_path / "SmolLM2-135M-Instruct.Q4_1.gguf"
     gguf.write_bytes(os.urandom(3000))
-    payload.split_gguf(gguf, c, c / "kit")
+    payload.split_file(gguf, c, payload.GGUF, 2)
+    payload.split_file(stage / payload.SITE_XZ, c, payload.SITE, 2)   # as a grown checkout needs it
     (c / "payload.json").write_text("{}\n")
     payload.write_manifest(c)
     yield c
@@ -135,29 +138,51 @@ def test_a_damaged_payload_stops_before_anything_runs(carry, tmp_path):
 
 
 def _only(carry: Path, keep: list[str]) -> None:
-    """What a later call carries: remove every top-level entry of the carry folder not in `keep`,
-    and the GGUF parts not named."""
+    """What one call carries: remove every top-level entry of the carry folder not in `keep`, and the
+    parts (site/part-N, gguf/part-N) not named."""
     for p in list(carry.iterdir()):
-        if p.name not in keep and p.name != "gguf":
+        if p.name not in keep and p.name not in (payload.SITE, payload.GGUF):
             shutil.rmtree(p) if p.is_dir() else p.unlink()
-    for p in list((carry / "gguf").iterdir()):
-        if f"gguf/{p.name}" not in keep:
+    for p in [*(carry / payload.SITE).iterdir(), *(carry / payload.GGUF).iterdir()]:
+        if f"{p.parent.name}/{p.name}" not in keep:
             p.unlink()
 
 
-def test_later_calls_on_a_warm_machine_carry_only_the_kit_and_a_gguf_part(carry, tmp_path):
-    """Call 1 carries everything but the GGUF; calls 2 and 3 (the machine still warm: /tmp kept)
-    carry the kit, the manifest and one GGUF part each; the parts are stashed and reassembled."""
+def _call(carry: Path, full: Path, paths: list[str]) -> None:
+    """The device's copy of the carry folder for one call: exactly `paths` of the built folder."""
+    shutil.rmtree(carry)
+    shutil.copytree(full, carry)
+    _only(carry, paths)
+
+
+def _parts_dir(carry_full: Path, name: str) -> Path:
+    return Path("/tmp/sfgpu/parts") / (carry_full / "kit" / f"{name}.sha256").read_text().split()[0]
+
+
+def test_the_planned_calls_bring_the_site_in_parts_and_the_gguf_after(carry, tmp_path):
+    """payload.plan_calls in order on one warm machine (/tmp kept): the first site part alone (`stash`:
+    kept, nothing run), the last with the tokenizer (joined, checked against kit/site.sha256, unpacked,
+    campaign run), then one GGUF part per call (stashed, joined, checked)."""
     full = tmp_path / "full"
     shutil.copytree(carry, full)
-    _only(carry, list(payload.FIRST_CALL))
+    calls = payload.plan_calls(full)
+    assert [c["name"] for c in calls] == ["site 1/2", "site 2/2 + tokenizer", "GGUF 1/2", "GGUF 2/2"]
+    assert calls[0]["command"].endswith("device.sh stash") and calls[1]["command"].endswith("device.sh prepare")
+    _call(carry, full, calls[0]["paths"])
+    p = _run(carry, tmp_path, "stash")
+    log = (tmp_path / "out" / "device.log").read_text()
+    assert p.returncode == 0, log[-3000:]
+    assert "stashed site/part-0" in log and "site: 1 of 2 part(s) on this machine" in log
+    assert not Path("/tmp/site").exists() and not Path("/tmp/sfwork").exists()   # nothing unpacked, nothing run
+    _call(carry, full, calls[1]["paths"])
     p = _run(carry, tmp_path, "run", "rehearsal")
-    assert p.returncode == 0, (tmp_path / "out" / "device.log").read_text()[-3000:]
-    for i in range(payload.GGUF_PARTS):
-        shutil.rmtree(carry)
-        shutil.copytree(full, carry)
-        _only(carry, payload.later_call_paths(f"gguf/part-{i}"))
-        assert not (carry / "site.tar.xz").exists()
+    log = (tmp_path / "out" / "device.log").read_text()
+    assert p.returncode == 0, log[-3000:]
+    assert "site.tar.xz joined from its parts: sha256 matches kit/site.sha256" in log
+    assert json.loads(Path("/tmp/sfwork/rehearsal/h200/state.json").read_text())["status"] == "done"
+    for i, call in enumerate(calls[2:]):
+        _call(carry, full, call["paths"])
+        assert not (carry / "tok.tar.xz").exists() and not (carry / payload.SITE).joinpath("part-1").exists()
         p = _run(carry, tmp_path, "run", "h200-smollm2")
         log = (tmp_path / "out" / "device.log").read_text()
         assert p.returncode == 0, log[-3000:]
@@ -168,11 +193,43 @@ def test_later_calls_on_a_warm_machine_carry_only_the_kit_and_a_gguf_part(carry,
         tmp_path / "SmolLM2-135M-Instruct.Q4_1.gguf").read_bytes()
 
 
+def test_a_site_part_not_kept_from_an_earlier_call_is_refused_in_one_line(carry, tmp_path):
+    """The last site call on a fresh machine (the first part's call went to another one): exit 2 naming
+    the part, before anything is unpacked or run."""
+    full = tmp_path / "full"
+    shutil.copytree(carry, full)
+    _call(carry, full, payload.plan_calls(full)[1]["paths"])
+    p = _run(carry, tmp_path, "prepare")
+    assert p.returncode == 2
+    errors = [ln for ln in (tmp_path / "out" / "device.log").read_text().splitlines() if "ERROR" in ln]
+    assert len(errors) == 1 and "site.tar.xz: site/part-0 neither carried by this call nor kept on this machine" in errors[0]
+    assert not Path("/tmp/site").exists() and not Path("/tmp/sfwork").exists()
+
+
+def test_a_damaged_kept_site_part_is_refused_by_the_joined_digest(carry, tmp_path):
+    full = tmp_path / "full"
+    shutil.copytree(carry, full)
+    calls = payload.plan_calls(full)
+    _call(carry, full, calls[0]["paths"])
+    assert _run(carry, tmp_path, "stash").returncode == 0
+    kept = _parts_dir(full, payload.SITE) / "part-0"
+    data = bytearray(kept.read_bytes())
+    data[100] ^= 1
+    kept.write_bytes(bytes(data))
+    _call(carry, full, calls[1]["paths"])
+    p = _run(carry, tmp_path, "prepare")
+    assert p.returncode == 2
+    errors = [ln for ln in (tmp_path / "out" / "device.log").read_text().splitlines() if "ERROR" in ln]
+    assert len(errors) == 1, errors
+    assert "site.tar.xz joined from the parts in" in errors[0] and "kit/site.sha256 says" in errors[0]
+    assert not Path("/tmp/site").exists()
+
+
 def test_a_later_call_on_a_fresh_machine_stops_for_want_of_the_site(carry, tmp_path):
-    _only(carry, payload.later_call_paths("gguf/part-0"))
+    _only(carry, payload.call_paths("gguf/part-0"))
     p = _run(carry, tmp_path, "run", "rehearsal")
     assert p.returncode == 2
-    assert "site.tar.xz not carried and not unpacked here by an earlier call" in (
+    assert "site.tar.xz: site/part-0 site/part-1 neither carried by this call nor kept on this machine" in (
         tmp_path / "out" / "device.log").read_text()
 
 

@@ -1,9 +1,10 @@
 """The product path of the device (fleet.sh) rehearsed here with the simulated vLLM, as the documented
 two-machine procedure runs it (docs/engines-gpu.md "Two lent machines as two nodes"): on the first
-"machine" `device.sh prepare` makes the provided venv and the model directories, `fleet.sh up w1` starts a
-real sshd on loopback and runs `fab facts`, `fab provision` (twice) and `fab bench --no-wait`, `fleet.sh
+"machine" `device.sh stash` keeps the first part of the site archive, `device.sh prepare` (the second part with the
+tokenizer: payload.plan_calls) joins and checks it and makes the provided venv and the model directories,
+`fleet.sh up w1` starts a real sshd on loopback and runs `fab facts`, `fab provision` (twice) and `fab bench --no-wait`, `fleet.sh
 finish w1` runs `fab bench` again (it reattaches), `fab collect` and `fab report`; the machine is then
-"given back" (every device folder removed), and the next one runs `prepare` and `FOLLOW=1 fleet.sh up w2`
+"given back" (every device folder removed), and the next one runs `stash`, `prepare` and `FOLLOW=1 fleet.sh up w2`
 (bench followed to the end and collect, in one call); `fab report` on one folder holding both campaigns'
 results gives one merged report, gated between w1 and w2. Real sshd, rsync and Fabric; the controller is
 this machine's .venv python (no wheels), the tools this machine's own unless FLEET_DEBS names the Debian
@@ -54,12 +55,16 @@ def device(tmp_path):
     shutil.copytree(SIMVLLM, site / "vllm")
     (site / "torch").mkdir()   # the provided venv imports torch (venv_verify_packages) in an SSH session
     (site / "torch" / "__init__.py").write_text("__version__ = '0.0+rehearsal'\nclass version:\n    cuda = '0.0'\n")
-    payload.xz_tar(site, c / "site.tar.xz")
+    stage = tmp_path / "stage"
+    stage.mkdir()
+    payload.xz_tar(site, stage / payload.SITE_XZ)
     tok = tmp_path / "smollm2-tok"
     tok.mkdir()
     (tok / "tokenizer.json").write_text(json.dumps({"model": {"vocab": {"a": 0}}}))
     payload.xz_tar(tok, c / "tok.tar.xz")
     payload.build_kit(c / "kit", SAMPLE)
+    # two parts, as beside a grown checkout: each machine gets them in two calls (payload.plan_calls)
+    payload.split_file(stage / payload.SITE_XZ, c, payload.SITE, 2)
     (c / "payload.json").write_text("{}\n")
     payload.write_manifest(c)
     fleet = root / ".realgpu" / "fleet"
@@ -145,11 +150,33 @@ def _results(tar: Path, dest: Path) -> None:
         t.extractall(dest)  # our own archive
 
 
+def _prepare(root: Path, env: dict, tmp: Path, tag: str) -> None:
+    """The planned first calls on a fresh machine: the first site part alone (`stash`), the second with
+    the tokenizer (`prepare`: joined, checked, unpacked). The carry folder of each call holds exactly its
+    paths (as the device tool sends them); the built one is kept aside."""
+    carry = root / ".realgpu" / "carry"
+    full = tmp / "carry-built"
+    if not full.exists():
+        shutil.copytree(carry, full)
+    calls = payload.plan_calls(full)
+    assert [c["command"].split()[-1] for c in calls] == ["stash", "prepare"], calls
+    for i, call in enumerate(calls):
+        shutil.rmtree(carry)
+        carry.mkdir()
+        for rel in call["paths"]:
+            (carry / rel).parent.mkdir(parents=True, exist_ok=True)
+            (shutil.copytree if (full / rel).is_dir() else shutil.copy2)(full / rel, carry / rel)
+        out = tmp / f"out-{tag}-{i}"
+        p = _run(root, env, out, ".realgpu/carry/kit/device.sh", call["command"].split()[-1])
+        log = (out / "device.log").read_text()
+        assert p.returncode == 0, log[-3000:]
+    assert "site.tar.xz joined from its parts: sha256 matches kit/site.sha256" in log, log[-3000:]
+
+
 def test_two_machines_as_two_nodes_end_in_one_merged_gated_report(device):
     root, env, tmp = device
     # the first machine: node w1, in two calls (up: bench --no-wait; finish: bench reattached, collect, report)
-    p = _run(root, env, tmp / "out0", ".realgpu/carry/kit/device.sh", "prepare")
-    assert p.returncode == 0, (tmp / "out0" / "device.log").read_text()[-3000:]
+    _prepare(root, env, tmp, "w1")
     p = _run(root, env, tmp / "out1", ".realgpu/fleet/fleet.sh", "up", "w1")
     log1 = (tmp / "out1" / "fleet.log").read_text()
     assert p.returncode == 0, log1[-4000:]
@@ -191,8 +218,7 @@ def test_two_machines_as_two_nodes_end_in_one_merged_gated_report(device):
     # given back; the next machine is node w2, in one call (FOLLOW=1: bench followed to the end, collect)
     give_back()
     machine(tmp, "w2")
-    p = _run(root, env, tmp / "out3", ".realgpu/carry/kit/device.sh", "prepare")
-    assert p.returncode == 0, (tmp / "out3" / "device.log").read_text()[-3000:]
+    _prepare(root, env, tmp, "w2")
     p = _run(root, {**env, "FOLLOW": "1"}, tmp / "out4", ".realgpu/fleet/fleet.sh", "up", "w2")
     log4 = (tmp / "out4" / "fleet.log").read_text()
     assert p.returncode == 0 and "fab collect exit 0" in log4 and "node w2, plan" in log4, log4[-4000:]

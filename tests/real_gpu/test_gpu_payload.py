@@ -83,7 +83,7 @@ def test_manifest_is_sha256sum_compatible(tmp_path):
 def test_budget_fits_and_overflows():
     left = payload.check_budget(50 * MIB, {"main": 1 * MIB, "wt": 3 * MIB}, H200)
     assert left == 64 * MIB - 2 * MIB - 3 * MIB - 50 * MIB
-    with pytest.raises(payload.BuildError, match=r"carry folder is 60\.0 MiB; with the sent tree wt \(3\.0 MiB\).*by 1\.0 MiB"):
+    with pytest.raises(payload.BuildError, match=r"call carries 60\.0 MiB; with the sent tree wt \(3\.0 MiB\).*by 1\.0 MiB"):
         payload.check_budget(60 * MIB, {"main": 1 * MIB, "wt": 3 * MIB}, H200)
 
 
@@ -118,24 +118,107 @@ def test_build_kit_without_dataset_is_a_clear_error(tmp_path):
         payload.build_kit(tmp_path / "kit", tmp_path / "nope.jsonl")
 
 
-def test_gguf_split_reassembles_and_each_call_fits(tmp_path):
+def test_split_file_reassembles_and_names_the_whole(tmp_path):
     import hashlib
     import os
     gguf = tmp_path / "m.gguf"
     gguf.write_bytes(os.urandom(10_001))
     carry, kit = tmp_path / "carry", tmp_path / "carry" / "kit"
     kit.mkdir(parents=True)
-    parts = payload.split_gguf(gguf, carry, kit)
-    assert [p.name for p in parts] == [f"part-{i}" for i in range(payload.GGUF_PARTS)]
+    parts = payload.split_file(gguf, carry, payload.GGUF, 3)
+    assert [p.name for p in parts] == ["part-0", "part-1", "part-2"]
+    assert [p.stat().st_size for p in parts] == [3334, 3334, 3333]
     assert b"".join(p.read_bytes() for p in parts) == gguf.read_bytes()
     assert (kit / "gguf.sha256").read_text() == f"{hashlib.sha256(gguf.read_bytes()).hexdigest()}  m.gguf\n"
-    assert payload.split_gguf(gguf, carry, kit) == parts            # a second build: the same parts
-    assert not any(p.startswith("gguf") for p in payload.FIRST_CALL)
-    later = payload.later_call_paths("gguf/part-1")
-    assert "site.tar.xz" not in later and later[-1] == "gguf/part-1" and "kit" in later
-    (carry / "MANIFEST.sha256").write_text("")
-    (carry / "payload.json").write_text("{}")
-    assert sum(payload.paths_bytes(carry, later)) == parts[1].stat().st_size + 2 + (kit / "gguf.sha256").stat().st_size
+    assert payload.split_file(gguf, carry, payload.GGUF, 2) == parts[:2]     # a new split: no stale part-2
+    assert sorted(p.name for p in (carry / "gguf").iterdir()) == ["part-0", "part-1"]
+
+
+@pytest.mark.parametrize("whole, room, extra, n", [
+    (100, 100, 0, 1), (101, 100, 0, 2), (100, 100, 1, 2), (200, 100, 0, 2), (200, 100, 1, 3),
+    (48 * MIB, 44 * MIB, MIB // 2, 2), (94 * MIB, 44 * MIB, 0, 3)])
+def test_parts_needed_is_the_fewest_that_fit(whole, room, extra, n):
+    got = payload.parts_needed(whole, room, extra)
+    step = -(-whole // got)
+    assert got == n and step <= room and whole - (got - 1) * step + extra <= room
+    if got > 1:      # one fewer would not fit
+        step = -(-whole // (got - 1))
+        assert step > room or whole - (got - 2) * step + extra > room
+
+
+def test_parts_needed_without_room_says_so():
+    with pytest.raises(payload.BuildError, match="no room for any part"):
+        payload.parts_needed(100, 10, last_extra=10)
+
+
+def _built(tmp_path, site_bytes: int, gguf_bytes: int):
+    """A built carry folder's inputs, small: the kit, the tokenizer, stage/site.tar.xz, the GGUF."""
+    import os
+    out = tmp_path / ".realgpu"
+    carry, stage = out / "carry", out / "stage"
+    (carry / "kit").mkdir(parents=True)
+    (carry / "kit" / "device.sh").write_bytes(os.urandom(20_000))
+    (carry / "tok.tar.xz").write_bytes(os.urandom(30_000))
+    (stage / "models").mkdir(parents=True)
+    (stage / payload.SITE_XZ).write_bytes(os.urandom(site_bytes))
+    (stage / "models" / Path(payload.GGUF_IN_WHEEL).name).write_bytes(os.urandom(gguf_bytes))
+    return carry, stage
+
+
+def test_the_calls_are_planned_for_the_tree_that_travels(tmp_path, capsys):
+    """The same payload in fewer calls beside a small checkout than beside a grown one; every call
+    within the limit less the slack, with the largest tree; the whole files never carried."""
+    from dataclasses import replace
+    prof = replace(H200, call_bytes=1000_000, slack_bytes=50_000)
+    carry, stage = _built(tmp_path, site_bytes=600_000, gguf_bytes=1_000_000)
+    calls = payload.split_for_calls(carry, stage, {"profile": "x"}, {"small": 10_000}, prof)
+    assert [c["name"] for c in calls] == ["site 1/1 + tokenizer", "GGUF 1/2", "GGUF 2/2"]
+    assert calls[0]["paths"] == ["kit", "MANIFEST.sha256", "payload.json", "site/part-0", "tok.tar.xz"]
+    grown = payload.split_for_calls(carry, stage, {"profile": "x"}, {"small": 10_000, "grown": 400_000}, prof)
+    assert [c["name"] for c in grown] == ["site 1/2", "site 2/2 + tokenizer", "GGUF 1/3", "GGUF 2/3", "GGUF 3/3"]
+    assert all(c["bytes"] + 400_000 <= prof.call_bytes - prof.slack_bytes for c in grown), grown
+    assert not (carry / payload.SITE_XZ).exists() and sorted(p.name for p in (carry / "site").iterdir()) == ["part-0", "part-1"]
+    assert not payload.verify_manifest(carry)
+    info = json.loads((carry / "payload.json").read_text())
+    assert info["profile"] == "x" and info["files"]["site/part-1"] == (carry / "site" / "part-1").stat().st_size
+    plan = json.loads((carry.parent / "calls.json").read_text())
+    assert plan["trees"] == {"small": 10_000, "grown": 400_000} and plan["calls"] == grown
+    printed = capsys.readouterr().out
+    assert "grown 0.4 MiB" in printed and "call 1. site 1/2:" in printed
+    assert "carry [.realgpu/carry/kit, .realgpu/carry/MANIFEST.sha256, .realgpu/carry/payload.json, " \
+           ".realgpu/carry/site/part-0]; bash .realgpu/carry/kit/device.sh stash" in printed
+    # a tree that leaves no room is a clear error, not a plan
+    with pytest.raises(payload.BuildError, match="no room for any part"):
+        payload.split_for_calls(carry, stage, {}, {"huge": 900_000}, prof)
+
+
+def test_a_call_over_the_limit_is_named(tmp_path):
+    from dataclasses import replace
+    prof = replace(H200, call_bytes=1000_000, slack_bytes=50_000)
+    carry, stage = _built(tmp_path, site_bytes=600_000, gguf_bytes=100_000)
+    calls = payload.split_for_calls(carry, stage, {}, {"t": 10_000}, prof)
+    with pytest.raises(payload.BuildError, match=r"call 'site 1/1 \+ tokenizer' \(kit, .*site/part-0, tok.tar.xz\)"):
+        payload.check_calls(calls, {"t": 600_000}, prof)
+
+
+def test_split_moves_an_older_builds_whole_site_and_joins_its_gguf_parts(tmp_path):
+    """--split on a carry folder built before the split (site.tar.xz in the carry folder, the GGUF only
+    as its parts, no stage/): the archive moves to stage/, the GGUF is joined and checked, both re-split."""
+    import os
+    import shutil
+    carry, stage = _built(tmp_path, site_bytes=300_000, gguf_bytes=200_000)
+    gguf = stage / "models" / Path(payload.GGUF_IN_WHEEL).name
+    whole = gguf.read_bytes()
+    payload.split_file(gguf, carry, payload.GGUF, 2)
+    gguf.unlink()
+    os.replace(stage / payload.SITE_XZ, carry / payload.SITE_XZ)
+    shutil.rmtree(stage)                     # a copy of the carry folder alone, as the session's checkout holds
+    (carry / "payload.json").write_text('{"profile": "old"}')
+    assert payload.main(["--out", str(carry.parent), "--split", "--tree", str(REPO)]) == 0
+    assert (stage / payload.SITE_XZ).is_file() and not (carry / payload.SITE_XZ).exists()
+    assert gguf.read_bytes() == whole
+    assert payload.main(["--out", str(carry.parent), "--plan", "--tree", str(REPO)]) == 0
+    assert payload.main(["--out", str(tmp_path / "nothing-built"), "--plan", "--tree", str(REPO)]) == 1
 
 
 def test_device_copies_every_runner_file_and_the_copy_imports(tmp_path):

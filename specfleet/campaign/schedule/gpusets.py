@@ -1,11 +1,11 @@
 """A node's GPU sets on the bastion: the inventory's `gpus` and `gpu_groups` read (split.py), and the
-runner's pool simulated for the split (slotsplit.py). The rule the simulation follows is the worker's
-own, slots.admit and slots.pick (specfleet/worker/slots.py): written once, used by both sides."""
+runner's pool simulated for the split (NodeSim, slotsplit.py). The rule the simulation follows is the
+worker's own, slots.admit (specfleet/worker/slots.py): written once, used by both sides."""
 from __future__ import annotations
 
 import heapq
 
-from ...worker.slots import admit, fits_ever, pick
+from ...worker.slots import admit, fits_ever
 
 
 def parse_gpus(value, where: str) -> list[dict]:
@@ -60,11 +60,9 @@ def parse_groups(value, indices: list[int], where: str) -> list[list[int]] | Non
 def simulate(items: list[tuple], gpus: list[int], groups: list[list[int]] | None = None,
              packing: str = "shared", checked: bool = False) -> tuple[float, dict[str, tuple[float, list[int]]]]:
     """(busy time, {name: (start, gpu set)}) of a node running `items` ((name, need, seconds), queue
-    order; a 4th element, when not None, is the one GPU index it is pinned to: item["gpu_pin"]) as
-    the runner's pool does: at each moment every pending item that fits starts, in queue order; exclusive = one
-    at a time. A `need` larger than the node (or any group) raises ValueError;
-    checked=True: the caller has checked that already (the split simulates the same items thousands
-    of times)."""
+    order; a 4th element, when not None, is the one GPU index it is pinned to: item["gpu_pin"]):
+    NodeSim.run, the one simulated pool. A `need` larger than the node (or any group) raises ValueError;
+    checked=True: the caller has checked that already."""
     if not checked:
         for it in items:
             name, need, pin = it[0], it[1], it[3] if len(it) > 3 else None
@@ -73,53 +71,20 @@ def simulate(items: list[tuple], gpus: list[int], groups: list[list[int]] | None
             if not fits_ever(need, gpus, groups):
                 raise ValueError(f"{name} needs {need} GPU(s) in one group; the node has {len(gpus)}"
                                  + (f" in groups {groups}" if groups else ""))
-    gkey = tuple(map(tuple, groups)) if groups else None
-    t, running, starts = 0.0, [], {}   # running: a heap of (end, name, gpu set)
-    pending, free = list(items), tuple(sorted(gpus))
-    exclusive = packing == "exclusive"
-    while pending or running:
-        waiting = []
-        for k, it in enumerate(pending):
-            if exclusive and running or not free:
-                waiting.extend(pending[k:])
-                break
-            got = admit(it[1], it[3] if len(it) > 3 else None, free, gkey, _pick_cached)
-            if got is None:
-                waiting.append(it)
-                continue
-            heapq.heappush(running, (t + it[2], it[0], got))
-            starts[it[0]] = (t, got)
-            free = tuple(i for i in free if i not in got)
-        pending = waiting
-        t = running[0][0]
-        back = []
-        while running and running[0][0] <= t + 1e-9:
-            back.extend(heapq.heappop(running)[2])
-        free = tuple(sorted(free + tuple(back)))
-    return t, starts
-
-
-_PICKS: dict = {}
-
-
-def _pick_cached(free: tuple, need: int, groups: tuple | None) -> list[int] | None:
-    """pick() for simulate's hot loop: a node has few GPUs, so few (free set, need) pairs recur."""
-    key = (free, need, groups)
-    if key not in _PICKS:
-        if len(_PICKS) > 100_000:
-            _PICKS.clear()
-        got = pick(list(free), need, [list(g) for g in groups] if groups else None)
-        _PICKS[key] = None if got is None else tuple(got)
-    got = _PICKS[key]
-    return None if got is None else list(got)
+    sim = NodeSim(gpus, groups, packing)
+    starts: list = []
+    end = sim.run([sim.row(it[1], it[2], it[3] if len(it) > 3 else None) for it in items], starts)
+    return end, {items[k][0]: (t, sim.indices_of(got)) for k, t, got in starts}
 
 
 class NodeSim:
-    """simulate()'s busy time for one node, for the split's search, which simulates the same node
-    thousands of times: the GPU sets are bit masks, the admission rule's answer for each (free set,
-    need) is asked once (admit/pick, so the rule stays the worker's) and kept in a table, and only
-    the end is computed. Items are (need, seconds, pin mask: 0 unpinned, else the pinned GPU's bit)
-    rows (row()). The same end as simulate() on every queue (tests/campaign/test_split_sim.py)."""
+    """The one simulated pool: a node running its queue as the worker's Runner.pool does (at each
+    moment every pending item that the admission rule, slots.admit, places starts, in queue order;
+    exclusive = one at a time; a one-GPU node is a node of one slot). The split simulates the same
+    node thousands of times, so the GPU sets are bit masks and admit's answer for each (free set,
+    need, pin) is asked once and kept in a table. Items are rows (need, seconds, pin: 0 unpinned,
+    else 1 + the pinned GPU's position): row(). tests/campaign/test_pool_vs_runner.py runs the
+    worker's own pool on the same queues."""
 
     def __init__(self, gpus: list[int], groups: list[list[int]] | None = None, packing: str = "shared"):
         self.indices = sorted(gpus)
@@ -127,40 +92,43 @@ class NodeSim:
         self.full = (1 << len(self.indices)) - 1
         self.groups = [list(g) for g in groups] if groups else None
         self.exclusive = packing == "exclusive"
-        self.table: dict[int, int] = {}   # free mask << 8 | need -> the granted mask, 0: it waits
+        self.table: dict[int, int] = {}   # free mask << 16 | pin << 8 | need -> the granted mask, 0: it waits
 
     def row(self, need: int, seconds: float, pin: int | None = None) -> tuple[int, float, int]:
-        return need, seconds, 0 if pin is None else self.bit[pin]
+        return need, seconds, 0 if pin is None else 1 + self.indices.index(pin)
 
-    def grant(self, free: int, need: int) -> int:
-        ids = [g for g in self.indices if free & self.bit[g]]
-        got = admit(need, None, ids, self.groups)
+    def indices_of(self, mask: int) -> list[int]:
+        return [g for g in self.indices if mask & self.bit[g]]
+
+    def grant(self, key: int) -> int:
+        free, pin, need = key >> 16, (key >> 8) & 0xFF, key & 0xFF
+        got = admit(need, self.indices[pin - 1] if pin else None, self.indices_of(free), self.groups)
         mask = 0 if got is None else sum(self.bit[g] for g in got)
-        self.table[free << 8 | need] = mask
+        self.table[key] = mask
         return mask
 
-    def end(self, rows: list[tuple[int, float, int]]) -> float:
-        t, free, running, pending = 0.0, self.full, [], rows
+    def run(self, rows: list[tuple[int, float, int]], starts: list | None = None) -> float:
+        """The node's busy time; `starts`, when given, gets (row position, start, granted mask) per item."""
+        t, free, running, pending = 0.0, self.full, [], list(enumerate(rows))
         table, exclusive, push, pop = self.table, self.exclusive, heapq.heappush, heapq.heappop
         while pending or running:
             if free and not (exclusive and running):
                 waiting = []
-                for k, it in enumerate(pending):
-                    need, seconds, pin = it
-                    if pin:
-                        got = pin & free
-                    else:
-                        got = table.get(free << 8 | need)
-                        if got is None:
-                            got = self.grant(free, need)
+                for k, (pos, (need, seconds, pin)) in enumerate(pending):
+                    key = free << 16 | pin << 8 | need
+                    got = table.get(key)
+                    if got is None:
+                        got = self.grant(key)
                     if got:
                         push(running, (t + seconds, got))
+                        if starts is not None:
+                            starts.append((pos, t, got))
                         free ^= got
                         if not free or exclusive:
                             waiting.extend(pending[k + 1:])
                             break
                     else:
-                        waiting.append(it)
+                        waiting.append(pending[k])
                 pending = waiting
             t = running[0][0]
             while running and running[0][0] <= t + 1e-9:

@@ -1,9 +1,10 @@
 """The split over GPU slots: nodes with several GPUs, configurations that need several GPUs or a GPU model.
 
-split.split() hands over here when a node lists more than one GPU under `packing: shared`, or when a
-configuration says where it may run (tensor/pipeline parallel size, gpu_model, whole_node). A node's
-busy time is what the runner's pool does with its queue (gpusets.simulate: in queue order, every item
-that fits on free GPUs starts; exclusive = one at a time). The baseline runs on every node first.
+The one split (split.split calls it for every fleet): a one-GPU node is a node of one slot. A node's
+busy time is what the runner's pool does with its queue (gpusets.NodeSim.run, through the worker's
+slots.admit: in queue order, every item that fits on free GPUs starts; exclusive = one at a time). The
+baseline runs on every node first. Where every node is one machine (one GPU, or exclusive packing), the
+bound adds bounds.machine_bound.
 The search (class Search: three starts, moves, swaps, exchanges, polished queue orders, an iterated
 local search) and the lower bound are described in docs/campaign.md "Nodes with several GPUs"; it
 stops after MAX_SIMULATIONS simulated node ends, so the split is deterministic and its time bounded.
@@ -16,7 +17,7 @@ import random
 from dataclasses import dataclass, field
 
 from ...plan import Plan, PlanError, copy_of, gpu_copy, gpus_needed
-from .bounds import count_bound, pigeonhole
+from .bounds import count_bound, machine_bound, pigeonhole
 from .gpusets import NodeSim, simulate
 from ...worker.slots import fits_ever
 
@@ -27,6 +28,10 @@ MAX_SIMULATIONS = 60_000
 POLISH_SHUFFLES = 60    # random queue orders tried per polish of one node
 POLISH_SWAPS = 600      # pairwise order swaps tried after those
 PERTURB_ROUNDS = 6   # shakes of the iterated local search
+# ... where every node is one machine (one GPU, or exclusive): a node's end is a sum, no simulation
+# is spent on queue orders, so the budget allows many more shakes (the exact one-GPU search they
+# replace reached the optimum on campaign_makespan's one-GPU fleets; these keep within 2 % of it)
+MACHINE_PERTURB_ROUNDS = 60
 # of a set of twin nodes (the same GPUs, groups, durations), the least loaded tried for an item by the greedy,
 # moves, swaps and polish: the other twins can only end the item as late (the search scales with sets, not nodes)
 TWINS_TRIED = 4
@@ -42,11 +47,12 @@ ORDERS = (lambda need, d, c: (-need, -d, c), lambda need, d, c: (-d, -need, c), 
 
 def durations_by_twin(plan: Plan, configs: list[str], nodes: list, item_s, durations):
     """(config -> node -> item_s, the twin sets): item_s is computed once per set of twin nodes
-    (nodes that differ only in name get the same estimate), so 256 identical Slurm nodes cost one
-    estimate per configuration."""
+    (nodes that differ only in name and have no measured time of their own get the same estimate),
+    so 256 identical Slurm nodes cost one estimate per configuration."""
     twins: dict[str, list] = {}
-    for n in nodes:
-        twins.setdefault(repr(dataclasses.replace(n, name="")), []).append(n)
+    for n in nodes:   # a node's own measured times (measured.py) make it unlike its twins
+        own = [(c, d["item_s"].get(n.name)) for c, d in (durations or {}).items() if d.get("item_s")]
+        twins.setdefault(repr((dataclasses.replace(n, name=""), own)), []).append(n)
     dur: dict[str, dict[str, float]] = {c: {} for c in configs}
     for members in twins.values():
         for c in configs:
@@ -56,13 +62,6 @@ def durations_by_twin(plan: Plan, configs: list[str], nodes: list, item_s, durat
 
 def node_gpus(node) -> list[int]:
     return [g["index"] for g in node.gpus] or [0]
-
-
-def needs_slots(plan: Plan, nodes) -> bool:
-    """True when the one-GPU split (split.py's exact search) cannot say what runs where."""
-    many = any(len(n.gpus) > 1 for n in nodes)
-    placed = any(c.gpu_model or c.whole_node or gpus_needed(plan, c.name) > 1 for c in plan.configurations)
-    return placed or (many and plan.packing == "shared")
 
 
 def head(plan: Plan, gpus: list[int]) -> list[str]:
@@ -107,8 +106,9 @@ class Split:
     node_s: dict[str, float]               # node -> estimated busy time
     makespan_s: float
     lower_bound_s: float
-    method: str                            # 'exact' or 'heuristic'
+    method: str                            # 'exact' (it reaches the lower bound) or 'heuristic'
     durations: dict[str, dict[str, float]] = field(default_factory=dict)  # config -> node -> s
+    source: str = ""                       # where the durations came from (split.split, measured.py)
 
     @property
     def ratio(self) -> float:
@@ -149,10 +149,14 @@ def slot_split(plan: Plan, nodes, pins: dict[str, str], item_s, durations=None):
     gpu_pins = {n: pins_of(plan, node_gpus(by[n])) for n in names}
     search = Search(names, by, heads, others, allowed, pins, dur, need, plan.packing, gpu_pins, twins)
     lb = lower_bound(names, by, heads, dur, need, reps, others, plan.packing)
+    if all(search.single.values()):   # every node one machine: its busy time is the sum of its items
+        lb = max(lb, machine_bound(others, names, twins, dur, {n: sum(dur[c][n] for c in heads[n]) for n in names},
+                                   pins, allowed))
     on = search.run(lb)
     load = {n: search.node_time(n, on[n]) for n in names}
     return Split(queues={n: search.queue(n, on[n]) for n in names}, node_s=load, makespan_s=max(load.values()),
-                 lower_bound_s=lb, method="slots", durations=dur)
+                 lower_bound_s=lb, method="exact" if max(load.values()) <= lb + 1e-9 else "heuristic",
+                 durations=dur)
 
 
 class Search:
@@ -167,6 +171,8 @@ class Search:
         self.gpu_pins = gpu_pins  # node -> {item: GPU index}
         self.allowed, self.pins, self.dur, self.need, self.packing = allowed, pins, dur, need, packing
         self.n_gpus = {n: len(node_gpus(by[n])) for n in names}
+        # one machine: a one-GPU node, or exclusive packing; its end is the sum of its items in any order
+        self.single = {n: packing == "exclusive" or self.n_gpus[n] == 1 for n in names}
         self.memo: dict[tuple[str, frozenset], tuple[float, list[str]]] = {}
         self.hint: dict[str, list[str]] = {}   # node -> its last polished order
         self.simulations = 0
@@ -175,13 +181,16 @@ class Search:
         self.limit = MAX_SIMULATIONS   # run(): each start searches until its share of the budget
         sims: dict[tuple, NodeSim] = {}   # one per GPU layout: twins share the admission table
         self.sim, self.rows = {}, {}      # node -> its NodeSim; node -> {item: NodeSim row}
-        for n in names:
+        self.keys = {}   # node -> per queue order of ORDERS, item -> its sort key (orders() sorts thousands of sets)
+        for members in twins:   # twins have the same rows and keys: built once per set, shared
+            n = members[0]
             gpus, groups = node_gpus(by[n]), by[n].gpu_groups
-            sim = self.sim[n] = sims.setdefault((tuple(gpus), repr(groups)), NodeSim(gpus, groups, packing))
+            sim = sims.setdefault((tuple(gpus), repr(groups)), NodeSim(gpus, groups, packing))
             pin = gpu_pins[n]
-            self.rows[n] = {c: sim.row(need[c][n], dur[c][n], pin.get(c)) for c in dur if n in dur[c]}
-        # node -> per queue order of ORDERS, item -> its sort key (orders() sorts thousands of sets)
-        self.keys = {n: [{c: key(need[c][n], dur[c][n], c) for c in others} for key in ORDERS] for n in names}
+            rows = {c: sim.row(need[c][n], dur[c][n], pin.get(c)) for c in dur if n in dur[c]}
+            keys = [{c: key(need[c][n], dur[c][n], c) for c in others} for key in ORDERS]
+            for m in members:
+                self.sim[m], self.rows[m], self.keys[m] = sim, rows, keys
 
     # ---------------------------------------------------------------- one node
     @property
@@ -191,13 +200,13 @@ class Search:
     def end(self, n: str, q: list[str]) -> float:
         self.simulations += 1
         rows = self.rows[n]
-        return self.sim[n].end([rows[c] for c in q])
+        return self.sim[n].run([rows[c] for c in q])
 
     def orders(self, n: str, mine: frozenset):
         keys = self.keys[n]
-        for key in keys:
+        for key in keys[:1] if self.single[n] else keys:
             yield [*self.heads[n], *sorted(mine, key=key.__getitem__)]
-        if n in self.hint:
+        if n in self.hint and not self.single[n]:
             kept = [c for c in self.hint[n] if c in mine]
             new = sorted(mine - set(kept), key=keys[2].__getitem__)
             yield [*self.heads[n], *new, *kept]
@@ -238,6 +247,8 @@ class Search:
                    sum(self.dur[c][n] * self.need[c][n] for c in items) / self.n_gpus[n])
 
     def polish(self, n: str, mine) -> None:
+        if self.single[n]:   # every order ends alike
+            return
         key = (n, frozenset(mine))
         t, q = self.best(n, mine)
         self.memo[key] = polish(t, q, lambda q: self.end(n, q), lambda: self.spent, len(self.heads[n]))
@@ -515,7 +526,8 @@ class Search:
         best = cur = start
         rng = random.Random(0)  # deterministic: the same plan always gives the same split
         movable = [c for c in self.others if c not in self.pins and len(self.allowed[c]) > 1]
-        for _ in range(PERTURB_ROUNDS if movable and len(self.names) > 1 else 0):
+        rounds = MACHINE_PERTURB_ROUNDS if all(self.single.values()) else PERTURB_ROUNDS
+        for _ in range(rounds if movable and len(self.names) > 1 else 0):
             if self.span(best) <= self.lb * 1.0001 or self.spent:
                 break
             trial = dict(cur)

@@ -10,22 +10,19 @@ where the read bandwidth depends on where the node reads the model from (`model_
 throughput at each concurrency times a per-method relative speed. Durations measured in an
 earlier campaign (e.g. the report's, REPORT_DURATIONS) replace the estimates.
 
-The search (class OneGpuSearch) and the lower bound the result carries: docs/campaign.md "4. The split".
+The search (slotsplit.Search, over GPU slots: a one-GPU node is one slot) and the lower bound the
+result carries: docs/campaign.md "4. The split".
 """
 from __future__ import annotations
 
-import bisect
 import dataclasses
-import heapq
-import random
 from dataclasses import dataclass
 
 from ...facts.gpus import GpuList, Topology, nvlink_groups
-from .bounds import count_bound, pigeonhole_bound, two_class_bound
 from ..commands import server_per_repeat
 from ...plan import NGRAM_METHODS, Plan, PlanError, gpus_needed
 from .gpusets import parse_gpus, parse_groups
-from .slotsplit import Split, durations_by_twin, needs_slots, slot_split
+from .slotsplit import Split, slot_split
 
 READ_MB_S = {"local": 2000.0, "nfs": 105.0}
 STARTUP_S = 60.0          # torch.compile, CUDA graphs, warm-up after the weights are read
@@ -36,9 +33,8 @@ METHOD_SPEED = {None: 1.0, **dict.fromkeys(NGRAM_METHODS, 1.1), "suffix": 1.2,
                 "eagle": 1.8, "eagle3": 2.0, "mtp": 1.8, "draft_model": 1.5, "medusa": 1.5}
 TP_EXPONENT = 0.8         # estimate: n GPUs decode n ** 0.8 x faster (all-reduce per layer); not measured
 BENCH_OVERHEAD_S = 15.0   # client start, tokenizer load, warm-up, result write per bench run
-# moves and swaps looked at per split, at most: fab bench waits on the split (~1 us each); the split is
-# then the best found -- deterministic, not timed
-MAX_TRIALS = 400_000
+# what the printed split says when no item was measured
+MODEL_SOURCE = "the duration model (estimates: METHOD_SPEED, TP_EXPONENT are not measured)"
 
 # The report's measured benchmark durations (s) per concurrency (§4.1) and its NFS load (~10 min).
 REPORT_DURATIONS: dict[str, dict] = {
@@ -148,8 +144,13 @@ def bench_s(plan: Plan, config: str, measured: dict | None = None) -> float:
 
 
 def item_s(plan: Plan, config: str, node: NodeInfo, durations: dict[str, dict] | None = None) -> float:
-    """Estimated wall time of one queue item (load + benchmark + restarts the policy needs)."""
+    """Wall time of one queue item: measured (durations[config]["item_s"]: node -> seconds, measured.py;
+    a node that did not run it: the mean of those that did), else estimated (load + benchmark + the
+    restarts the policy needs; durations[config] "load_s"/"bench_s" replace the model's parts)."""
     measured = (durations or {}).get(config)
+    if measured and measured.get("item_s"):
+        per_node = measured["item_s"]
+        return per_node.get(node.name, sum(per_node.values()) / len(per_node))
     load = measured["load_s"] if measured and "load_s" in measured else load_s(plan, config, node)
     b = plan.benchmark
     loads = len(b.cells) * b.repeat if plan.server.prefix_cache == "fresh-server-per-concurrency" else \
@@ -174,16 +175,11 @@ def parse_pins(specs: list[str] | str | None) -> dict[str, str]:
     return pins
 
 
-def node_classes(twins: list[list[str]], configs: list[str], dur) -> list[list[str]]:
-    """Nodes that give every configuration the same duration, in the nodes' order: twins always do."""
-    by_profile: dict[tuple, list[str]] = {}
-    for members in twins:
-        by_profile.setdefault(tuple(dur[c][members[0]] for c in configs), []).extend(members)
-    return list(by_profile.values())
-
-
 def split(plan: Plan, nodes: list[NodeInfo], pins: dict[str, str] | None = None,
-          durations: dict[str, dict] | None = None, max_expansions: int = 20_000) -> Split:
+          durations: dict[str, dict] | None = None, source: str | None = None) -> Split:
+    """The one split (slotsplit.slot_split: a search over the nodes' GPU slots; a one-GPU node is a
+    node of one slot). `durations` (config -> measured seconds, measured.py) replace the model's
+    estimates where given; `source` says where they came from (printed with the predicted makespan)."""
     if not nodes:
         raise PlanError("no nodes selected for the campaign")
     names = [n.name for n in nodes]
@@ -198,267 +194,15 @@ def split(plan: Plan, nodes: list[NodeInfo], pins: dict[str, str] | None = None,
             raise PlanError(f"--assign {cfg}={node}: {node!r} is not a selected node ({', '.join(names)})")
         if cfg == plan.baseline:
             raise PlanError(f"--assign {cfg}={node}: the baseline runs on every node anyway")
-    if needs_slots(plan, nodes):  # several GPUs per node, or configurations that say where they run
-        return slot_split(plan, nodes, pins, item_s, durations)
-    others = [c.name for c in plan.configurations if c.name != plan.baseline]
-    dur, twins = durations_by_twin(plan, [plan.baseline, *others], nodes, item_s, durations)
-    base = {n: dur[plan.baseline][n] for n in names}
-    classes = node_classes(twins, [plan.baseline, *others], dur)
-    heads = [members[0] for members in classes]   # one node per class stands for the others in the bounds
-
-    # Lower bound: every node runs its baseline; each other item runs somewhere at least at its best.
-    best = {c: min(dur[c].values()) for c in others}
-    lb = max(
-        (sum(base.values()) + sum(best.values())) / len(names),
-        max(base.values()),
-        max((min(base[n] + dur[c][n] for n in heads) for c in others), default=0.0),
-    )
-    lb = max(lb, two_class_bound(others, classes, dur, base, pins, lb),
-             pigeonhole_bound(others, names, dur, base), count_bound([*base.values(), *best.values()], len(names)),
-             # every node runs its baseline before its items: after the smallest one, the items alone by count
-             # (35 items of 14-20 min on 8 nodes: 3 nodes run 5, at least the 15 shortest / 3 after the baseline)
-             min(base.values()) + count_bound(list(best.values()), len(names)))
-    f = OneGpuSearch(others, names, classes, dur, base, pins, lb)
-    assign = f.improve(f.lpt())
-    method = "heuristic"
-    if f.span(assign) > lb + 1e-9:
-        assign = f.perturb(assign)
-        packed = f.pack_search(lb, f.span(assign))
-        if packed is not None:
-            packed = f.improve(packed)
-            if f.span(packed) <= f.span(assign) + 1e-9:
-                assign = packed
-        exact = f.branch_and_bound(assign, max_expansions)
-        if exact is not None:
-            assign, method = exact, "exact"
-    else:  # the split reaches the lower bound: no split is shorter
-        method = "exact"
-    load = f.loads(assign)
-    queues = {n: [plan.baseline] + [c for c in others if assign[c] == n] for n in names}
-    return Split(queues=queues, node_s=load, makespan_s=max(load.values()), lower_bound_s=lb,
-                 method=method, durations=dur)
-
-
-class OneGpuSearch:
-    """The one-GPU split's search over `others` (config names other than the baseline) on nodes `names`,
-    with dur[config][node] and base[node] seconds. Nodes that give every item the same duration
-    (and the same baseline) form a class: within a class only the least-loaded node is worth trying,
-    so moves cost items x classes, not items x nodes. Trials (each move or swap looked at) are
-    counted; past MAX_TRIALS the search stops with the best found (deterministic, not timed)."""
-
-    def __init__(self, others, names, classes, dur, base, pins, lb):
-        self.others, self.names, self.dur, self.base, self.pins = others, names, dur, base, pins
-        self.lb = lb
-        self.free = [c for c in others if c not in pins]
-        self.longest_first = sorted(self.free, key=lambda c: -min(dur[c].values()))
-        self.fixed = {c: pins[c] for c in others if c in pins}   # the pinned items, where they run
-        self.pos = {n: i for i, n in enumerate(names)}
-        self.classes = classes    # node_classes: the nodes that give every item the same duration
-        self.class_of = {n: k for k, members in enumerate(self.classes) for n in members}
-        self.trials = 0
-
-    @property
-    def spent(self) -> bool:
-        return self.trials >= MAX_TRIALS
-
-    def loads(self, assign) -> dict[str, float]:
-        load = dict(self.base)
-        for c, n in assign.items():
-            load[n] += self.dur[c][n]
-        return load
-
-    def span(self, assign) -> float:
-        return max(self.loads(assign).values())
-
-    def lpt(self) -> dict[str, str]:
-        """Longest item first onto the node where it ends soonest (a heap per node class)."""
-        dur, assign = self.dur, dict(self.fixed)
-        load = self.loads(assign)
-        heaps = [[(load[n], self.pos[n], n) for n in members] for members in self.classes]
-        for h in heaps:
-            heapq.heapify(h)
-        for c in self.longest_first:
-            k = min(range(len(heaps)), key=lambda k: (heaps[k][0][0] + dur[c][heaps[k][0][2]], heaps[k][0][:2]))
-            ld, p, n = heaps[k][0]
-            heapq.heapreplace(heaps[k], (ld + dur[c][n], p, n))
-            assign[c] = n
-        return assign
-
-    def improve(self, assign) -> dict[str, str]:
-        """Moves (to each class's least-loaded node) and swaps (every pair on two nodes) while they
-        lower (makespan, sum of squares), until the makespan is the lower bound or MAX_TRIALS."""
-        assign, dur, pos = dict(assign), self.dur, self.pos
-        load = self.loads(assign)
-
-        def rank(n: str) -> tuple:
-            return load[n], pos[n]
-
-        low = [heapq.nsmallest(2, members, key=rank) for members in self.classes]   # per class, its two least loaded
-
-        def lowest(k: int, skip: str) -> str | None:
-            return next((n for n in low[k] if n != skip), None)
-
-        improved = True
-        while improved and not self.spent and max(load.values()) > self.lb + 1e-9:   # at the bound: optimal
-            improved = False
-            top = max(load.values())
-            ssq = sum(v * v for v in load.values())
-            tops = heapq.nlargest(3, self.names, key=lambda n: (load[n], -pos[n]))
-
-            def better(a, la, b, lb_) -> bool:
-                self.trials += 1
-                rest = next((load[n] for n in tops if n != a and n != b), 0.0)
-                m = max(rest, la, lb_)
-                if m < top - 1e-9:
-                    return True
-                return m <= top + 1e-9 and ssq - load[a] ** 2 - load[b] ** 2 + la * la + lb_ * lb_ < ssq - 1e-6
-
-            def accept(*moved: str) -> None:
-                nonlocal improved, top, ssq, tops
-                improved = True
-                for k in {self.class_of[n] for n in moved}:
-                    low[k] = heapq.nsmallest(2, self.classes[k], key=rank)
-                top, ssq = max(load.values()), sum(v * v for v in load.values())
-                tops = heapq.nlargest(3, self.names, key=lambda n: (load[n], -pos[n]))
-
-            for c in self.free:
-                if self.spent or top <= self.lb + 1e-9:
-                    break
-                a = assign[c]
-                for k in range(len(self.classes)):
-                    n = lowest(k, a)
-                    if n is not None and better(a, load[a] - dur[c][a], n, load[n] + dur[c][n]):
-                        load[a] -= dur[c][a]
-                        load[n] += dur[c][n]
-                        assign[c] = n
-                        accept(a, n)
-                        a = n
-            for i, c in enumerate(self.free):
-                if self.spent or top <= self.lb + 1e-9:
-                    break
-                for c2 in self.free[i + 1:]:
-                    a, b = assign[c], assign[c2]
-                    if b == a:
-                        continue
-                    la, lb_ = load[a] - dur[c][a] + dur[c2][a], load[b] - dur[c2][b] + dur[c][b]
-                    if better(a, la, b, lb_):
-                        load[a], load[b] = la, lb_
-                        assign[c], assign[c2] = b, a
-                        accept(a, b)
-        return assign
-
-    def pack_search(self, lo: float, hi: float, steps: int = 25):
-        """Binary search the smallest T for which best-fit-decreasing packs every item under T: each
-        item onto the node where it is cheapest, then the fullest that stays under T (per class, a
-        sorted row of loads and bisect)."""
-        dur, fixed = self.dur, self.fixed
-        load0 = self.loads(fixed)
-
-        def pack(t: float):
-            assign = dict(fixed)
-            rows = [sorted((load0[n], self.pos[n], n) for n in members) for members in self.classes]
-            for c in self.longest_first:
-                pick = None
-                for k, row in enumerate(rows):
-                    d = dur[c][row[0][2]]
-                    i = bisect.bisect_right(row, (t + 1e-9 - d, len(self.names), ""))
-                    if i == 0:
-                        continue
-                    j = bisect.bisect_left(row, (row[i - 1][0], -1, ""))   # that load, the first node
-                    pick = min(pick or (d, -(row[j][0] + d), row[j][1], k, j), (d, -(row[j][0] + d), row[j][1], k, j))
-                if pick is None:
-                    return None
-                d, _, _, k, j = pick
-                ld, p, n = rows[k].pop(j)
-                bisect.insort(rows[k], (ld + d, p, n))
-                assign[c] = n
-            return assign
-
-        best = None
-        for _ in range(steps):
-            mid = (lo + hi) / 2
-            got = pack(mid)
-            if got is None:
-                lo = mid
-            else:
-                best, hi = got, mid
-        return best
-
-    def perturb(self, assign, rounds: int = 60):
-        """Iterated local search: shake a few items off the critical node, re-improve, keep the best."""
-        free, names = self.free, self.names
-        if len(names) < 2 or not free:
-            return assign
-        rng = random.Random(0)  # deterministic: the same plan always gives the same split
-        best, best_span = dict(assign), self.span(assign)
-        cur = dict(assign)
-        for _ in range(rounds):
-            if best_span <= self.lb * 1.0001 or self.spent:
-                break
-            load = self.loads(cur)
-            crit = max(names, key=lambda n: load[n])
-            on_crit = [c for c in free if cur[c] == crit] or free
-            trial = dict(cur)
-            for c in rng.sample(on_crit, min(len(on_crit), rng.randint(1, 2))):
-                trial[c] = rng.choice([n for n in names if n != crit])
-            for c in rng.sample(free, min(len(free), rng.randint(0, 2))):
-                trial[c] = rng.choice(names)
-            trial = self.improve(trial)
-            t_span = self.span(trial)
-            if t_span < best_span - 1e-9:
-                best, best_span = dict(trial), t_span
-            cur = trial if t_span <= self.span(cur) * 1.02 else dict(best)
-        return best
-
-    def branch_and_bound(self, start, max_expansions):
-        """Exact minimum makespan, or None if the effort limit is hit first (an expansion costs one
-        unit per 8 nodes: it sorts them)."""
-        dur, names, fixed, free = self.dur, self.names, self.fixed, self.longest_first
-        load0 = self.loads(fixed)
-        best_val = self.span(start)
-        best = dict(start)
-        remaining_min = [sum(min(dur[c].values()) for c in free[i:]) for i in range(len(free) + 1)]
-        budget = [float(max_expansions)]
-        cost = max(1.0, len(names) / 8)
-        cur: dict[str, str] = {}
-
-        def rec(i: int, load: dict[str, float]) -> bool:
-            nonlocal best_val, best
-            budget[0] -= cost
-            if budget[0] < 0:
-                return False
-            if i == len(free):
-                m = max(load.values())
-                if m < best_val - 1e-9:
-                    best_val, best = m, {**fixed, **cur}
-                return True
-            if max(max(load.values()), (sum(load.values()) + remaining_min[i]) / len(names)) >= best_val - 1e-9:
-                return True
-            c = free[i]
-            seen = set()
-            for n in sorted(names, key=lambda n: load[n] + dur[c][n]):
-                key = (self.class_of[n], round(load[n], 6))   # interchangeable nodes: try one
-                if key in seen:
-                    continue
-                seen.add(key)
-                if load[n] + dur[c][n] >= best_val - 1e-9:
-                    continue
-                cur[c] = n
-                load[n] += dur[c][n]
-                ok = rec(i + 1, load)
-                load[n] -= dur[c][n]
-                del cur[c]
-                if not ok:
-                    return False
-            return True
-
-        return best if rec(0, dict(load0)) else None
+    s = slot_split(plan, nodes, pins, item_s, durations)
+    s.source = source or (MODEL_SOURCE if not durations else "the durations given")
+    return s
 
 
 def format_split(s: Split, nodes: list[NodeInfo] | None = None) -> str:
     lines = [f"{n.name:>10}  {n.describe()}" for n in nodes or []]
     for n, q in s.queues.items():
         lines.append(f"{n:>10}  {s.node_s[n] / 60:7.1f} min  {' -> '.join(q)}")
-    lines.append(f"makespan {s.makespan_s / 60:.1f} min, lower bound {s.lower_bound_s / 60:.1f} min "
-                 f"(x{s.ratio:.3f}, {s.method})")
+    lines.append(f"predicted makespan {s.makespan_s / 60:.1f} min, lower bound {s.lower_bound_s / 60:.1f} min "
+                 f"(x{s.ratio:.3f}, {s.method}); durations: {s.source}")
     return "\n".join(lines)

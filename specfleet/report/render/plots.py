@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import re
+import statistics
 
 import matplotlib
 
@@ -192,6 +193,29 @@ def category_heatmap_svg(title: str, grid: pd.DataFrame, simulated: bool = False
         ticks = [t for t in (0.5, 0.8, 1.0, 1.25, 2.0) if abs(np.log(t)) <= span] or [1.0]
         cb.set_ticks([float(np.log(t)) for t in ticks], labels=[f"{t:g}x" for t in ticks])
         ax.set_title(f"Speedup per category, {title}\n(vs the same node's baseline; AL = acceptance length)")
+        return _svg(fig, simulated)
+
+
+def per_request_acceptance_svg(series: dict[str, dict[str, list[float]]], k: int, simulated: bool = False
+                               ) -> str | None:
+    """Histograms of the requests' acceptance lengths (acceptance_report.py), one panel per configuration
+    (`series`: config -> node -> lengths), a bar of 1/4 token from 1 to k + 1, each node's median dashed."""
+    if not any(v for nodes in series.values() for v in nodes.values()):
+        return None
+    bins = [1 + i / 4 for i in range(4 * max(1, k) + 1)]
+    col = palette(n for nodes in series.values() for n in nodes)
+    with plt.rc_context(RC):
+        fig, axes = plt.subplots(len(series), 1, figsize=(7, 1.9 * len(series) + 0.6), squeeze=False, sharex=True)
+        for ax, (cfg, nodes) in zip(axes[:, 0], sorted(series.items())):
+            for node, vals in sorted(nodes.items()):
+                ax.hist(vals, bins=bins, histtype="step" if len(nodes) > 1 else "bar", color=col[node],
+                        label=f"{node} ({len(vals)} requests)", lw=1.2)
+                ax.axvline(statistics.median(vals), color=col[node], ls="--", lw=0.9)
+            ax.set_title(f"{cfg}: per-request acceptance length (untimed pass; dashed: median)")
+            ax.set_ylabel("requests")
+            ax.legend(fontsize=7, frameon=False, loc="upper right")
+        axes[-1, 0].set_xlabel("acceptance length = 1 + accepted draft tokens / verify steps, per request")
+        fig.tight_layout()
         return _svg(fig, simulated)
 
 

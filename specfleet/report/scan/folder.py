@@ -223,8 +223,8 @@ def scan_campaign(root: Path | str, quarantine: bool = True, expect: Expect | No
                 camp.kv.append(parse_server_log(log, host, cfg))
 
         for path in sorted(hdir.glob("*.json")):
-            if path.name in OTHER_JSON or is_record(path.name):
-                continue
+            if path.name in OTHER_JSON or is_record(path.name) or path.name.endswith(layout.ACCEPTANCE_SUFFIX):
+                continue  # a record is read with its result; acceptance by render/acceptance_report.py
             cfg = named_config(path)
             if cfg is None:
                 camp.warnings.append(f"{path}: not named <config>_conc<N>[-<dims>][_r<K>].json and no run record, "

@@ -31,6 +31,8 @@ def serve_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-num-seqs", type=int, default=256)
     p.add_argument("--disable-log-stats", action="store_true")
+    # ObservabilityConfig (vLLM >= 0.29): each response's metrics.speculative_decoding (server.py)
+    p.add_argument("--per-request-spec-decode-metrics", choices=["none", "summary", "detailed"], default="none")
     # accepted and ignored (harmless on the simulated engine)
     p.add_argument("--tensor-parallel-size", "-tp", type=int, default=1)
     p.add_argument("--dtype", default="auto")

@@ -59,6 +59,10 @@ class Request:
     acc: object = None  # model.Acceptance, set at admission
     burst: int = 0  # size of the client's first wave this request belongs to (x-simvllm-burst)
     pending: int | None = None  # closed-loop client: requests it sends after this one (x-simvllm-pending)
+    # this request's own verify steps, in order: the draft tokens each accepted (vLLM's per-request
+    # spec-decode stats, server.per_request_metrics); drafted = draft tokens proposed over those steps
+    steps: list = field(default_factory=list)
+    drafted: int = 0
 
 
 class Engine:
@@ -270,6 +274,8 @@ class Engine:
                 if accepted >= 0:
                     accepted = max(0, min(accepted, req.target_len - req.generated - 1))
                     self.metrics.record_draft(k, accepted)
+                    req.steps.append(accepted)
+                    req.drafted += k
                     n += accepted
                 self._give(req, n, finished, outbox, v)
             used = sum(r.prompt_tokens + r.generated for r in self.running)

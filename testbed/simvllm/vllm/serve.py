@@ -114,6 +114,11 @@ def run(args) -> int:
         spec = parse_speculative_config(args.speculative_config)
         if spec:
             non_default["speculative_config"] = spec
+        if args.per_request_spec_decode_metrics != "none":
+            non_default["per_request_spec_decode_metrics"] = args.per_request_spec_decode_metrics
+            if not spec:  # VllmConfig.__post_init__ (config/vllm.py)
+                raise ConfigError("ValueError", "--per-request-spec-decode-metrics requires speculative decoding "
+                                  "to be enabled (via --speculative-config).")
         log("INFO", "api_utils.py:286", f"non-default args: {non_default}")
         if not simenv.nvidia_loaded():
             raise ConfigError("RuntimeError", "Failed to infer device type, please set the environment variable "
@@ -194,6 +199,7 @@ def run(args) -> int:
                    f"{host['noise']:g}, seed {engine.noise_seed}: {engine.noise_how})")
     App.engine, App.metrics, App.served_name, App.model_path = engine, metrics, served, model
     App.max_model_len, App.log_requests = max_len, args.enable_log_requests
+    App.spec_metrics, App.spec_k = args.per_request_spec_decode_metrics, kind.k
     if host["fault"] == "crash-mid-bench":
         crash_after = int(host.get("crash_after_requests") or 6)
 

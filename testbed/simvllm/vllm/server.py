@@ -25,6 +25,8 @@ class App:
     max_model_len = 2048
     log_requests = False
     access_log = True
+    spec_metrics = "none"  # --per-request-spec-decode-metrics: none | summary | detailed
+    spec_k = 0             # the server's num_speculative_tokens
 
 
 class SimHTTPServer(ThreadingHTTPServer):
@@ -177,11 +179,13 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self._access(200)
 
-        def event(choices, usage=None, v=None):
+        def event(choices, usage=None, v=None, metrics=None):
             d = {"id": req.request_id, "object": obj, "created": created, "model": App.served_name,
                  "choices": choices}
             if usage is not None:
                 d["usage"] = usage
+            if metrics is not None:
+                d["metrics"] = metrics
             if v is not None:
                 d["simulated_time_s"] = round(v, 6)
             self._chunk("data: " + json.dumps(d) + "\n\n")
@@ -202,17 +206,19 @@ class Handler(BaseHTTPRequestHandler):
                     self.connection.shutdown(2)
                     return
                 _, text, n, reason, v = item
+                # as vLLM: the per-request metrics ride on the stream's final chunk only
+                last = per_request_metrics(req) if reason is not None and not include_usage else None
                 if chat:
                     event([{"index": 0, "delta": {"content": text}, "logprobs": None, "finish_reason": reason}],
-                          v=v)
+                          v=v, metrics=last)
                 else:
                     event([{"index": 0, "text": text, "logprobs": None, "finish_reason": reason,
-                            "stop_reason": None}], v=v)
+                            "stop_reason": None}], v=v, metrics=last)
                 if reason is not None:
                     break
             if include_usage:
                 event([], {"prompt_tokens": req.prompt_tokens, "total_tokens": req.prompt_tokens + req.generated,
-                           "completion_tokens": req.generated})
+                           "completion_tokens": req.generated}, metrics=per_request_metrics(req))
             self._chunk("data: [DONE]\n\n")
             self.wfile.write(b"0\r\n\r\n")
             self.wfile.flush()
@@ -238,9 +244,33 @@ class Handler(BaseHTTPRequestHandler):
                       "logprobs": None, "finish_reason": reason}
         else:
             choice = {"index": 0, "text": "".join(text), "logprobs": None, "finish_reason": reason}
-        self._json(200, {"id": req.request_id, "object": "chat.completion" if chat else "text_completion",
-                         "created": int(time.time()), "model": App.served_name, "choices": [choice],
-                         "usage": usage})
+        body = {"id": req.request_id, "object": "chat.completion" if chat else "text_completion",
+                "created": int(time.time()), "model": App.served_name, "choices": [choice], "usage": usage}
+        metrics = per_request_metrics(req)
+        if metrics is not None:
+            body["metrics"] = metrics
+        self._json(200, body)
+
+
+def per_request_metrics(req: Request) -> dict | None:
+    """The response's `metrics` object under --per-request-spec-decode-metrics summary|detailed (vLLM's
+    PerRequestMetrics.speculative_decoding, entrypoints/generate/base/protocol.py): the request's own verify
+    steps as the engine drew them from its acceptance model (engine.py), None when the flag is `none`.
+    A request that never drafted (an n-gram prompt without a match) has 0 steps: length 1.0, rate 0.0, as
+    vLLM 0.32.0's RequestSpecDecodeMetrics.to_dict (v1/metrics/stats.py, read from its wheel)."""
+    if App.spec_metrics == "none":
+        return None
+    hist = [0] * (App.spec_k + 1)
+    for a in req.steps:
+        hist[a] += 1
+    steps, accepted = len(req.steps), sum(req.steps)
+    spec = {"mean_acceptance_length": 1.0 + accepted / steps if steps else 1.0,
+            "draft_acceptance_rate": accepted / req.drafted if req.drafted else 0.0,
+            "acceptance_histogram": list(hist), "num_spec_steps": steps, "num_accepted_draft_tokens": accepted,
+            "num_draft_tokens": req.drafted, "num_spec_tokens": App.spec_k}
+    if App.spec_metrics == "detailed":  # the per-step arrays, in step order
+        spec.update(per_step_accepted=list(req.steps), per_step_drafted=[App.spec_k] * steps)
+    return {"speculative_decoding": spec}
 
 
 def _int(value) -> int:
