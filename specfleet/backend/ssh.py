@@ -114,7 +114,7 @@ class SshBackend:
         fleet.play(lambda h: placement_steps(h, p, specs[h.name]), hosts=[h for h in fleet.active if h.name in specs])
         estimates = {h: {c: queues.durations[c][h] for c in queues.queues[h] if h in queues.durations.get(c, {})}
                      for h in specs}
-        return Placement(queues.queues, estimates, {h: reads[h].view for h in specs}, split=queues)
+        return Placement(queues.queues, estimates, detail={h: reads[h].view for h in specs}, split=queues)
 
     def start(self, run: Run, placement: Placement, *, wait: bool, poll: float) -> None:
         from ..campaign import remote
