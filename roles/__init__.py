@@ -24,7 +24,7 @@ from typing import Any, Callable
 from pydantic import BaseModel, ConfigDict
 
 from specfleet.fleet import Outcomes
-from specfleet.inventory import CoreVars, Host, Line, Word
+from specfleet.inventory import CoreVars, Host, HostVars, Line, Word
 from specfleet.step import Step
 
 ENTRY_POINTS = "specfleet.roles"
@@ -57,7 +57,8 @@ class Role:
     summary: str
     steps: StepsFn
     revert: StepsFn | None = None
-    # the role's own inventory vars, typed, with their defaults (a pydantic model; see vars_model)
+    # the role's own inventory vars, typed, with their defaults (a HostVars model, see vars_model; the
+    # role's steps read them as its attributes: `NfsVars.of(host).nfs_mount`)
     vars: type[BaseModel] | None = None
     # vars declared elsewhere (the core, provision, another role) that the role reads too
     reads: tuple[str, ...] = ()
@@ -76,7 +77,7 @@ class Role:
         return sorted(set(self.reads) | set(self.vars.model_fields if self.vars else ()))
 
 
-class PlayVars(BaseModel):
+class PlayVars(HostVars):
     """The vars provisioning itself reads (specfleet.roles.apply)."""
 
     skip_roles: list[Word] | None = None  # roles this host does not run (e.g. nfs without a storage NIC)

@@ -14,7 +14,7 @@ from specfleet.fleet import Outcomes
 from specfleet.step import Status, StepFailed
 from specfleet.steps.command import Assert
 
-from . import Context, Role, registry, revertible
+from . import Context, PlayVars, Role, registry, revertible
 
 
 def select(only: str | None) -> list[Role]:
@@ -39,7 +39,7 @@ def revert_role(name: str) -> Role:
 def datasets(inv) -> list[Path]:
     """The inventory's `datasets`: bastion files, a relative path relative to the inventory file."""
     out = []
-    for i, name in enumerate(inv.bastion_vars.get("datasets") or []):
+    for i, name in enumerate(PlayVars.from_vars(inv.bastion_vars, inv.path, "bastion").datasets or []):
         path = Path(os.path.expanduser(str(name)))
         path = path if path.is_absolute() else inv.path.parent / path
         if not path.is_file() or not os.access(path, os.R_OK):
@@ -51,7 +51,7 @@ def datasets(inv) -> list[Path]:
 
 def skipped(host, ctx: Context, roles: list[Role]) -> list[str]:
     """The chosen roles this host's `skip_roles` names; an unknown name is bad input (file, host, field)."""
-    names = list(host.var("skip_roles") or ())
+    names = list(PlayVars.of(host).skip_roles or ())
     bad = [n for n in names if n not in registry()]
     if bad:
         raise UserError(f"{ctx.inventory.path}: host {host.name!r}, field 'skip_roles': unknown role(s) "

@@ -12,9 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel
-
-from specfleet.inventory import AbsPath, Host
+from specfleet.inventory import AbsPath, Host, HostVars
 from specfleet.step import Payload, Step
 from specfleet.steps.files import Directory, FileContent
 from specfleet.roles import Role
@@ -22,12 +20,12 @@ from specfleet.roles import Role
 from specfleet.worker.layout import RUNNER_ARTEFACT
 
 
-class ConfigsVars(BaseModel):
+class ConfigsVars(HostVars):
     specfleet_home: AbsPath = "/var/lib/specfleet"  # the runner, the datasets and (by default) the campaigns
 
 
 def home(host: Host) -> str:
-    return host.require("specfleet_home")
+    return ConfigsVars.of(host).specfleet_home
 
 
 def runner_path(host: Host) -> str:

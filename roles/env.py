@@ -6,20 +6,21 @@ sourced by sh or bash (the runner sources it with sh: host.sourced_env).
 """
 from __future__ import annotations
 
-from pydantic import BaseModel
+from typing import Annotated
 
-from specfleet.inventory import AbsPath, EnvKey, Host, RelPath, Text
+from specfleet.inventory import NEEDED, AbsPath, EnvKey, Host, HostVars, RelPath, Text
 from specfleet.quoting import env_key, env_words, q
 from specfleet.render import render
 from specfleet.step import Step
 from specfleet.steps.files import FileContent
 from specfleet.roles import Role
+from specfleet.roles.venv import VenvVars
 
 
-class EnvVars(BaseModel):
+class EnvVars(HostVars):
     # written here and sourced by the runner (fab bench's run spec names it); null: the runner sources
     # none (a host whose environment the site owns, e.g. under Slurm, where this role does not run)
-    env_file: AbsPath | None = "/etc/specfleet/vllm.env"
+    env_file: Annotated[AbsPath | None, NEEDED] = "/etc/specfleet/vllm.env"
     cuda_subdir: RelPath = "nvidia/cu13"            # CUDA_HOME inside the venv's site-packages
     cc: Text = "/usr/bin/gcc"
     extra_env: dict[EnvKey, Text | int | float | bool] = {}
@@ -49,15 +50,16 @@ def _env_value(v) -> str:
 
 
 def content(host: Host, python_version: str) -> str:
+    v = EnvVars.of(host)
     return render("provision/vllm.env.j2", lines=lines(
-        host.require("venv_path"), python_version, host.require("cuda_subdir"), host.require("cc"),
-        host.var("extra_env") or {}))
+        VenvVars.of(host).venv_path, python_version, v.cuda_subdir, v.cc, v.extra_env))
 
 
 def steps(host: Host, python_version: str, revert: bool = False) -> list[Step]:
+    env_file = EnvVars.of(host).env_file
     if revert:
-        return [FileContent(host.require("env_file"), present=False)]
-    return [FileContent(host.require("env_file"), content(host, python_version), mode="0644")]
+        return [FileContent(env_file, present=False)]
+    return [FileContent(env_file, content(host, python_version), mode="0644")]
 
 
 ROLE = Role(

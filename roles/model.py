@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from pydantic import BaseModel, Field
+from typing import Annotated
+
+from pydantic import Field
 
 from specfleet.fleet import Outcomes
-from specfleet.inventory import AbsPath, Host
+from specfleet.inventory import NEEDED, AbsPath, Host, HostVars
 from specfleet.facts.model_files import ModelDirState, ModelFiles
 from specfleet.step import Change, Step, StepFailed, Values
 from specfleet.steps.sync import RemoteCopy
@@ -48,13 +50,13 @@ class ModelDir(Step):
         return {"model": asdict(found[0]) if found else None}
 
 
-class ModelVars(BaseModel):
+class ModelVars(HostVars):
     # where a worker may find the model: local disk first, the share's path last (stage_steps copies)
-    model_candidates: list[AbsPath] | None = Field(default=None, min_length=1)
+    model_candidates: Annotated[list[AbsPath] | None, NEEDED] = Field(default=None, min_length=1)
 
 
 def candidates(host: Host) -> list[str]:
-    return list(host.require("model_candidates"))
+    return list(ModelVars.of(host).model_candidates)
 
 
 def stage_steps(host: Host) -> list[Step]:

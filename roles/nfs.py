@@ -8,9 +8,9 @@ netplan, and only then is the share mounted.
 """
 from __future__ import annotations
 
-from pydantic import BaseModel
+from typing import Annotated
 
-from specfleet.inventory import AbsPath, Address, Host, Iface, Ipv4, Ipv4Net, MountOptions
+from specfleet.inventory import NEEDED, AbsPath, Address, Host, HostVars, Iface, Ipv4, Ipv4Net, MountOptions
 from specfleet.render import render
 from specfleet.step import Step
 from specfleet.steps.command import Assert
@@ -25,26 +25,29 @@ NETPLAN_FILE = "/etc/netplan/60-specfleet-storage.yaml"
 MOUNT_OPTIONS = "ro,vers=4.2,hard,proto=tcp"
 
 
-class NfsVars(BaseModel):
+class NfsVars(HostVars):
+    """Optional at load (a host without a storage NIC skips the role); the role needs each NEEDED one."""
+
     mgmt_iface: Iface = "ens33"      # named in the netplan file's comment: storage never goes through it
-    storage_iface: Iface | None = None
-    storage_net: Ipv4Net | None = None
-    storage_ip: Ipv4 | None = None
-    nfs_server: Address | None = None
-    nfs_export: AbsPath | None = None
-    nfs_mount: AbsPath | None = None
+    storage_iface: Annotated[Iface | None, NEEDED] = None
+    storage_net: Annotated[Ipv4Net | None, NEEDED] = None
+    storage_ip: Annotated[Ipv4 | None, NEEDED] = None
+    nfs_server: Annotated[Address | None, NEEDED] = None
+    nfs_export: Annotated[AbsPath | None, NEEDED] = None
+    nfs_mount: Annotated[AbsPath | None, NEEDED] = None
     nfs_options: MountOptions = MOUNT_OPTIONS
 
 
 def source(host: Host) -> str:
-    return f"{host.require('nfs_server')}:{host.require('nfs_export')}"
+    v = NfsVars.of(host)
+    return f"{v.nfs_server}:{v.nfs_export}"
 
 
 def fstab_line(host: Host) -> str:
     # each field escaped as fstab wants it (a space is \040): a mount point with a space stays one field;
     # the inventory's options, as the live mount's, so a reboot mounts the share as provision did
-    options = f"{host.require('nfs_options')},_netdev,nofail"
-    return fstab_fields(source(host), host.require("nfs_mount"), "nfs4", options, "0", "0")
+    v = NfsVars.of(host)
+    return fstab_fields(source(host), v.nfs_mount, "nfs4", f"{v.nfs_options},_netdev,nofail", "0", "0")
 
 
 def _comment(text: str) -> str:
@@ -53,15 +56,14 @@ def _comment(text: str) -> str:
 
 
 def steps(host: Host, revert: bool = False) -> list[Step]:
-    mount = host.require("nfs_mount")
-    options = host.require("nfs_options")
+    v = NfsVars.of(host)
+    mount, options = v.nfs_mount, v.nfs_options
     netplan = FileContent(NETPLAN_FILE, render(
-        "provision/netplan-storage.yaml.j2", storage_iface=yaml_str(host.require("storage_iface")),
-        storage_net=yaml_str(host.require("storage_net")), storage_ip=yaml_str(host.require("storage_ip")),
-        comment=_comment(f"the storage network goes through {host.require('storage_iface')}, "
-                         f"never {host.require('mgmt_iface')}"),
-        stale=_comment(f"(field report §2.4b: a stale `{host.require('storage_net')} dev "
-                       f"{host.require('mgmt_iface')}` route broke NFS after reboot).")),
+        "provision/netplan-storage.yaml.j2", storage_iface=yaml_str(v.storage_iface),
+        storage_net=yaml_str(v.storage_net), storage_ip=yaml_str(v.storage_ip),
+        comment=_comment(f"the storage network goes through {v.storage_iface}, never {v.mgmt_iface}"),
+        stale=_comment(f"(field report §2.4b: a stale `{v.storage_net} dev {v.mgmt_iface}` route broke NFS "
+                       "after reboot).")),
         mode="0600", present=not revert)
     uses_netplan = "[ -d /etc/netplan ]"
     if revert:
@@ -70,7 +72,7 @@ def steps(host: Host, revert: bool = False) -> list[Step]:
                 LineInFile("/etc/fstab", fstab_line(host), present=False),
                 OnlyIf(uses_netplan, netplan)]
     return [
-        Route(host.require("storage_net"), host.require("storage_iface"), src=host.require("storage_ip")),
+        Route(v.storage_net, v.storage_iface, src=v.storage_ip),
         OnlyIf(uses_netplan, netplan, otherwise="no netplan: persist the route in the host's network config"),
         LineInFile("/etc/fstab", fstab_line(host)),
         Directory(mount),

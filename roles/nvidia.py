@@ -7,9 +7,9 @@ until the next reboot; /etc/modules-load.d/nvidia.conf fixed it for good.
 """
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
-from specfleet.inventory import Host, ModuleName
+from specfleet.inventory import Host, HostVars, ModuleName
 from specfleet.render import render
 from specfleet.shell import q
 from specfleet.facts.gpus import Gpus
@@ -22,7 +22,7 @@ MODULES = ["nvidia", "nvidia_uvm", "nvidia_modeset"]
 CONF = "/etc/modules-load.d/nvidia.conf"
 
 
-class NvidiaVars(BaseModel):
+class NvidiaVars(HostVars):
     nvidia_modules: list[ModuleName] = Field(default=MODULES, min_length=1)
 
 
@@ -53,7 +53,7 @@ class DriverLoaded(Step):
 
 
 def steps(host: Host, revert: bool = False) -> list[Step]:
-    modules = list(host.require("nvidia_modules"))
+    modules = list(NvidiaVars.of(host).nvidia_modules)
     if revert:
         # revert removes the boot-time file only: unloading a driver under a
         # running workload is never what anyone wants

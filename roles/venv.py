@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Any, Literal, Mapping
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from specfleet import venv_build
-from specfleet.inventory import ExecPath, Line, PyMinor, PyModule, Requirement, Word
+from specfleet.inventory import NEEDED, ExecPath, HostVars, Line, PyMinor, PyModule, Requirement, Word
 from specfleet.errors import UserError
 from specfleet.step import Status, StepFailed
 
@@ -25,11 +25,13 @@ from . import Context, Role
 PROVIDED = "provided"
 
 
-class VenvVars(BaseModel):
+class VenvVars(HostVars):
     """The workers' venv, built on the bastion (venv) and copied to each worker (venv-deploy). Its
-    defaults are the build's (`venv_spec` turns these vars into specfleet.venv_build.VenvSpec)."""
+    defaults are the build's (`venv_spec` turns these vars into specfleet.venv_build.VenvSpec). A
+    worker's readers (venv-deploy, env) need venv_path; the bastion's say what a build lacks themselves
+    (`bastion_vars`)."""
 
-    venv_path: ExecPath | None = None          # where the workers have it (and the bastion builds it)
+    venv_path: Annotated[ExecPath | None, NEEDED] = None  # where the workers have it (and the bastion builds it)
     base_python: ExecPath | None = None
     venv_requirements: list[Requirement] | None = Field(default=None, min_length=1)
     venv_verify_packages: list[PyModule] = Field(default_factory=lambda: ["vllm"])  # imported after a build
@@ -65,6 +67,12 @@ def bastion_path(value: str, base: Path | None, where: str, field: str, must_exi
     return os.path.abspath(path)
 
 
+def bastion_vars(vars: Mapping[str, Any]) -> VenvVars:
+    """The bastion's venv vars, typed, an unset one (absent or null) at its default; the caller says what
+    its use lacks (a build, a provided venv), each in its own words."""
+    return VenvVars.model_validate({k: vars[k] for k in VenvVars.model_fields if vars.get(k) is not None})
+
+
 def venv_spec(vars: dict, where: str = "bastion", base: Path | None = None) -> venv_build.VenvSpec:
     """The build's spec from the inventory's vars; a var left unset (absent or null) takes VenvVars' default.
     `base`: the inventory file's folder, which a relative local requirement and wheelhouse are relative to."""
@@ -72,7 +80,7 @@ def venv_spec(vars: dict, where: str = "bastion", base: Path | None = None) -> v
     if missing:
         raise venv_build.VenvError(f"{where}, field(s) {', '.join(repr(k) for k in missing)}: inventory vars "
                                    "missing for the venv (set them in the bastion's or all's vars)")
-    v = VenvVars.model_validate({k: vars[k] for k in VenvVars.model_fields if vars.get(k) is not None})
+    v = bastion_vars(vars)
     requirements = [bastion_path(r, base, where, f"venv_requirements (entry {i + 1})") if is_local_path(r) else r
                     for i, r in enumerate(v.venv_requirements)]
     wheelhouse = bastion_path(v.wheelhouse, base, where, "wheelhouse", must_exist=False) if v.wheelhouse else None
@@ -84,24 +92,25 @@ def venv_spec(vars: dict, where: str = "bastion", base: Path | None = None) -> v
 
 def provided_manifest(inv) -> dict:
     """What the roles after venv read (env: the Python minor version) when nothing is built here."""
-    v = inv.bastion_vars
+    v = bastion_vars(inv.bastion_vars)
     where = f"{inv.path}: bastion"
-    if not v.get("venv_path"):
+    if not v.venv_path:
         raise UserError(f"{where}, field 'venv_path': venv_source: provided needs the venv's path on the workers")
-    if not v.get("venv_python_version"):
+    if not v.venv_python_version:
         raise UserError(f"{where}, field 'venv_python_version': venv_source: provided needs the provided venv's "
                         "Python minor version (e.g. '3.12'; the env file's CUDA_HOME is under lib/python<it>)")
-    return {"provided": True, "digest": None, "python_version": v["venv_python_version"],
-            "packages": {m: None for m in v.get("venv_verify_packages") or []}}
+    return {"provided": True, "digest": None, "python_version": v.venv_python_version,
+            "packages": {m: None for m in v.venv_verify_packages}}
 
 
 def bastion_manifest(ctx: Context, build: bool) -> None:
     """Build (or just read) the bastion's venv into ctx.manifest; None (recorded failed) when it failed."""
     ctx.manifest_tried = True
     fleet, console, inv = ctx.fleet, ctx.console, ctx.inventory
-    if inv.bastion_vars.get("venv_source") == PROVIDED:
+    v = bastion_vars(inv.bastion_vars)
+    if v.venv_source == PROVIDED:
         ctx.manifest = provided_manifest(inv)
-        msg = f"venv_source: provided: nothing built here; each worker's {inv.bastion_vars['venv_path']} is checked"
+        msg = f"venv_source: provided: nothing built here; each worker's {v.venv_path} is checked"
         fleet.record_local_for("bastion", "venv", Status.OK, msg)
         console.print(f"{'venv':>12} bastion  {msg}")
         return

@@ -23,7 +23,7 @@ from specfleet.step import Change, Step, StepFailed, Values
 from specfleet.steps.command import Assert, Command
 from specfleet.steps.sync import RsyncTree, local_listing
 from specfleet.roles import Role
-from specfleet.roles.venv import PROVIDED
+from specfleet.roles.venv import PROVIDED, VenvVars
 
 LISTING_ID_CHARS = 12
 
@@ -216,14 +216,14 @@ class ProvidedVenv(Step):
 
 
 def provided_steps(host: Host, manifest: dict) -> list[Step]:
-    venv = host.require("venv_path").rstrip("/")
+    venv = VenvVars.of(host).venv_path.rstrip("/")
     return [ProvidedVenv(venv, manifest["python_version"]),
             Assert("provided venv imports its packages", f"{q(venv)}/bin/python -c {q(imports(manifest))}",
                    f"{venv}/bin/python cannot `{imports(manifest)}` here (venv_verify_packages)")]
 
 
 def steps(host: Host, manifest: dict, revert: bool = False) -> list[Step]:
-    venv = host.require("venv_path")
+    venv = VenvVars.of(host).venv_path
     if manifest.get("provided"):
         return [] if revert else provided_steps(host, manifest)
     if revert:
@@ -250,7 +250,8 @@ ROLE = Role(
     name="venv-deploy",
     summary="copy the bastion's venv to each worker as a release, switch the venv symlink to it",
     steps=lambda host, ctx: steps(host, ctx.manifest),
-    revert=lambda host, ctx: steps(host, {"provided": host.var("venv_source") == PROVIDED}, revert=True),
+    revert=lambda host, ctx: steps(host, {"provided": VenvVars.of(host).venv_source == PROVIDED},
+                                             revert=True),
     reads=("venv_path", "venv_source"),  # declared by the venv role
     needs=frozenset({"manifest"}),
     order=20,

@@ -12,9 +12,9 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Callable, Literal
+from typing import Annotated, Any, Callable, ClassVar, Literal, Mapping, Self
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, StrictBool, ValidationError
 
 from .errors import UserError
 from .quoting import env_key
@@ -125,6 +125,63 @@ PyMinor = matching(PY_MINOR_RE, "a Python minor version such as 3.12")
 Login = matching(USER_RE, "a login name (letters, digits, '_', '.', '-')")
 
 
+def not_set(source: str | os.PathLike, who: str, name: str) -> MissingVar:
+    """The one line for a variable a reader needs and `who` (host 'w1', bastion) does not set."""
+    where = "the bastion's or all's" if who == "bastion" else "the host's, a group's or all's"
+    return MissingVar(f"{source}: {who}, field 'vars.{name}': inventory variable {name!r} is not set "
+                      f"(set it in {where} vars)")
+
+
+class Needed:
+    """Marks a var its model's readers cannot do without (`Annotated[Iface | None, NEEDED]`): optional at
+    load (a host that skips the role leaves it out); read unset (None or ""), it is a MissingVar naming
+    file, host and field."""
+
+    def __repr__(self) -> str:
+        return "NEEDED"
+
+
+NEEDED = Needed()
+
+
+class HostVars(BaseModel):
+    """A vars model whose readers take its values as typed attributes: `NfsVars.of(host).nfs_mount`, not
+    a string looked up at run time; a misspelt name is an AttributeError in the first test that runs it.
+    The values are the host's after precedence, checked by the model (strictly, as at load); a NEEDED
+    one read unset raises MissingVar (`not_set`), as `Host.require` does."""
+
+    model_config = ConfigDict(strict=True)
+    _needed: ClassVar[frozenset[str]] = frozenset()
+    _where: tuple[str, str] = PrivateAttr(default=("<inventory>", "host ?"))
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        cls._needed = frozenset(n for n, f in cls.model_fields.items() if NEEDED in f.metadata)
+
+    def __getattribute__(self, name: str) -> Any:
+        value = super().__getattribute__(name)
+        if name in type(self)._needed and value in (None, ""):
+            raise not_set(*self._where, name)
+        return value
+
+    @classmethod
+    def of(cls, host: Host) -> Self:
+        return cls.from_vars(host.vars, host.source, f"host {host.name!r}")
+
+    @classmethod
+    def from_vars(cls, vars_: Mapping[str, Any], source: str | os.PathLike, who: str) -> Self:
+        """`vars_` (a host's, the bastion's) read through this model; `source` and `who` name them in errors."""
+        try:
+            v = cls.model_validate({k: vars_[k] for k in cls.model_fields if vars_.get(k) is not None})
+        except ValidationError as e:  # the core loaded the inventory without the roles' model (CoreVars)
+            loc, msg = first_error(e)
+            raise InventoryError(f"{source}: {who}, field {'.'.join(str(p) for p in ('vars', *loc))!r}: {msg}") \
+                from None
+        v._where = (str(source), who)
+        return v
+
+
 class GpuEntry(BaseModel):
     """One GPU of the `gpus` host var: what nvidia-smi would report, for a host where it cannot
     (or should not: a GPU left out of the campaign). Indexed in list order."""
@@ -135,7 +192,7 @@ class GpuEntry(BaseModel):
     uuid: Word | None = None  # for CUDA_VISIBLE_DEVICES by UUID (GPU-... or MIG-...)
 
 
-class CoreVars(BaseModel):
+class CoreVars(HostVars):
     """The vars the core and the tasks read themselves (the campaign: GPUs, where the runner works),
     typed here with their defaults. Each role declares its own vars in its module (`Role.vars`);
     `specfleet.roles.vars_model()` adds them all to these: the type and the default of every variable
@@ -224,8 +281,7 @@ class Host:
 
     def require(self, name: str) -> Any:
         if name not in self.vars or self.vars[name] in (None, ""):
-            raise MissingVar(f"{self.source}: host {self.name!r}, field 'vars.{name}': inventory variable "
-                             f"{name!r} is not set (set it in the host's, a group's or all's vars)")
+            raise not_set(self.source, f"host {self.name!r}", name)
         return self.vars[name]
 
     @property

@@ -1,5 +1,6 @@
 """Rendering templates: the files specfleet places on hosts (templates/provision/) and the report's
-pages (templates/report/, specfleet.report.render.document) come from Jinja environments made here only."""
+pages and `fab compare`'s (templates/report/, templates/compare/: specfleet.report.render.document.page_environments)
+come from Jinja environments made here only."""
 from __future__ import annotations
 
 import shlex

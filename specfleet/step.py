@@ -17,10 +17,19 @@ import os
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import Any, ClassVar, Iterator, Protocol
 
-if TYPE_CHECKING:
-    from .facts.base import Fact
+
+class Probe(Protocol):
+    """What a step asks to be gathered: a specfleet.facts Fact (its shell and its parser). Named here,
+    not imported: the facts import the step model (StepFailed, Step), never the other way round."""
+
+    where: ClassVar[str]          # "host" or "bastion"
+    needs_root: ClassVar[bool]
+
+    def command(self) -> str: ...
+
+    def parse(self, stdout: str, rc: int) -> Any: ...
 
 
 class Status(str, enum.Enum):
@@ -142,11 +151,11 @@ class Step:
     #: the step's host facts are gathered as root too (e.g. one reads a 0600 file)
     probe_needs_root: bool = False
 
-    def facts(self) -> dict[str, "Fact"]:
+    def facts(self) -> dict[str, Probe]:
         """The facts `decide` needs, by the name `decide` reads them under."""
         return {}
 
-    def bastion_facts(self, values: Values) -> dict[str, "Fact"]:
+    def bastion_facts(self, values: Values) -> dict[str, Probe]:
         """Bastion-side facts that depend on the host's (e.g. `rsync -n -i` only when the
         listings differ); gathered after the host's facts, before `decide`."""
         return {}

@@ -15,7 +15,8 @@ import shlex
 from dataclasses import dataclass
 
 from ..worker.layout import cell_result_filename, run_dir
-from ..worker.runspec import CUSTOM, BenchRun, Client, Serve
+from ..worker.fitcheck import PROMPT_FIELD
+from ..worker.runspec import BenchRun, Client, Serve
 from ..worker.slots import flag_values
 from ..plan import Plan
 from ..plan.releases import PER_REQUEST_FLAG, refusals
@@ -201,8 +202,8 @@ def item_spec(plan: Plan, node: str, item: str, paths: Paths, rep: int | None = 
            "output_len": b.output_len,
            "max_model_len": max_model_len(plan, item), "chat_template": b.chat_template,
            "policy": b.prompts_that_do_not_fit}
-    if b.dataset_name == CUSTOM:  # only then: a Spec-Bench item keeps its hash
-        fit["prompt_field"] = "prompt"
+    if b.dataset_name in PROMPT_FIELD:  # only then: a Spec-Bench item keeps its hash
+        fit["prompt_field"] = PROMPT_FIELD[b.dataset_name]
     out = {"name": item if rep is None else repeat_item_name(item, rep),
            "serve": serve_spec(plan, item, paths).to_json(),
            "client": client_spec(plan, node, item, paths, isolation).to_json(),

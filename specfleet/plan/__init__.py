@@ -11,7 +11,7 @@ import math
 import os
 import re
 import shlex
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, Literal
 
 from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, ValidationError,
@@ -21,8 +21,9 @@ from ..errors import UserError
 from .assertions import Assertion
 from .arrivals import rate_cells
 from .crossover_grid import coarse_grid, fine_grid
-from .releases import known_methods, known_speculative_keys, plan_problems, release_of
+from .releases import known_methods, known_speculative_keys, plan_problems, release_of, template_problem
 from .slo import Slo
+from ..worker.runspec import SPEED_BENCH, SPEED_BENCH_SUBSETS
 from ..worker.slots import needed, parallel_sizes
 from ..yamlfile import YamlFileError, first_error, load_yaml
 from .sweep import Cell, SweepError, bench_cells, expand_configurations
@@ -252,8 +253,9 @@ class Benchmark(_Strict):
     backend: Literal["openai-chat", "openai", "vllm"] = "openai-chat"
     endpoint: str = "/v1/chat/completions"
     # spec_bench: Spec-Bench's question.jsonl; custom: the user's own JSONL, one {"prompt": ...} a line
-    # (vLLM's CustomDataset), sent in its file's order (docs/campaign.md "Your own prompts")
-    dataset_name: Literal["spec_bench", "custom"] = "spec_bench"
+    # (vLLM's CustomDataset), sent in its file's order (docs/campaign.md "Your own prompts");
+    # speed_bench: a SPEED-Bench subset's file, <subset>.jsonl of {"messages": [...], "category": ...}
+    dataset_name: Literal["spec_bench", "custom", "speed_bench"] = "spec_bench"
     dataset_path: str | OnWorker    # DATASET_RULE; docs/campaign.md "Where the dataset lives"
     num_prompts: int = Field(default=80, ge=1)  # 5 x the default top concurrency 16: a steady state
     output_len: int = Field(default=512, ge=1)
@@ -378,6 +380,12 @@ class Benchmark(_Strict):
             if not str(path).endswith(".jsonl"):
                 raise ValueError(f"dataset_path: {path} must end in .jsonl: vLLM's custom dataset reads JSON Lines "
                                  "files by that name only")
+        if self.dataset_name == SPEED_BENCH:
+            name = PurePosixPath(str(self.on_worker or self.dataset_path)).name
+            if name.removesuffix(".jsonl") not in SPEED_BENCH_SUBSETS or not name.endswith(".jsonl"):
+                raise ValueError(f"dataset_path: {name} is not a SPEED-Bench subset's file: vLLM's speed_bench "
+                                 "loader reads <folder>/<subset>.jsonl, subset one of "
+                                 f"{', '.join(SPEED_BENCH_SUBSETS)} (name the file; its folder is passed)")
         if self.request_rates is not None:
             if len(set(self.request_rates)) != len(self.request_rates) or not all(r > 0 for r in self.request_rates):
                 raise ValueError("request_rates: must be distinct rates > 0 (requests/s; inf = closed loop)")
@@ -411,11 +419,7 @@ class Benchmark(_Strict):
             raise ValueError(f"backend {self.backend} does not go with endpoint {self.endpoint}")
         if self.chat_template == "double" and not chat:
             raise ValueError("chat_template 'double' means backend openai-chat on /v1/chat/completions")
-        if self.chat_template == "single" and chat:
-            raise ValueError(
-                "chat_template 'single' needs backend openai (or vllm) on /v1/completions: "
-                "spec_bench templates client-side and the chat endpoint would template again"
-            )
+        # single on the chat backend: only a release whose client skips the template (releases.template_problem)
         return self
 
 
@@ -624,6 +628,8 @@ def parse_plan(raw: Any, file: str | os.PathLike = "<plan>") -> Plan:
         problems = [line for lines in plan_problems(plan, rel).values() for line in lines]
         if problems:
             raise PlanError(problems[0])
+    elif line := template_problem(plan, None):  # the chat template of no known release
+        raise PlanError(line)
     return plan
 
 

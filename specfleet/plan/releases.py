@@ -15,6 +15,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..worker.fitcheck import CHAT_BACKEND, applied_template
+
 if TYPE_CHECKING:
     from . import Plan
 
@@ -34,6 +36,16 @@ class Release:
     speculative_keys: frozenset[str]
     methods: frozenset[str]
     result_keys: frozenset[str]
+    # the bench backends whose prompts the client leaves untemplated (CHAT_TEMPLATE_BACKENDS, 0.34 on)
+    client_template_skipped_for: frozenset[str] = frozenset()
+
+    def chat_template(self, backend: str) -> str:
+        """double / single: how often the prompts `vllm bench serve` sends are chat-templated with
+        `backend` (spec_bench, speed_bench and custom alike): the client templates unless this release
+        skips it for the backend, and a chat backend's server templates the message again."""
+        if backend != CHAT_BACKEND:
+            return "single"
+        return "single" if backend in self.client_template_skipped_for else "double"
 
 
 @lru_cache(maxsize=1)
@@ -42,7 +54,7 @@ def releases() -> dict[str, Release]:
     doc = json.loads(DATA.read_text())
     return {v: Release(v, frozenset(r["serve_flags"]), frozenset(r["bench_flags"]), frozenset(r["datasets"]),
                        frozenset(r["speculative"]["keys"]), frozenset(r["speculative"]["methods"]),
-                       frozenset(r["result"]["keys"]))
+                       frozenset(r["result"]["keys"]), frozenset(r.get("client_template_skipped_for", [])))
             for v, r in doc["releases"].items()}
 
 
@@ -98,6 +110,9 @@ def plan_problems(plan: Plan, rel: Release) -> dict[str | None, list[str]]:
     if b.dataset_name not in rel.datasets:
         out.setdefault(None, []).append(f"{_where(plan, None, 'benchmark.dataset_name')}: {b.dataset_name}: "
                                         + _lacks(rel, "such dataset"))
+    line = template_problem(plan, rel)
+    if line:
+        out.setdefault(None, []).append(line)
     for w in plan.server.args:
         f = _flag(w)
         if f and not _flag_known(f, rel.serve_flags):
@@ -123,6 +138,28 @@ def plan_problems(plan: Plan, rel: Release) -> dict[str | None, list[str]]:
     return {k: v for k, v in out.items() if v}
 
 
+def template_problem(plan: Plan, rel: Release | None) -> str | None:
+    """The one line refusing the plan's `benchmark.chat_template` under `rel` (None: the plan pins no
+    release the matrix holds): the release decides whether its client templates (docs/campaign.md §3)."""
+    b = plan.benchmark
+    where = f"{_where(plan, None, 'benchmark.chat_template')}: {b.chat_template}"
+    if rel is None:
+        if b.chat_template == "single" and b.backend == CHAT_BACKEND:
+            skip = [v for v, r in releases().items() if r.chat_template(b.backend) == "single"]
+            return (f"{where}: with backend {b.backend} the prompts are templated once only where the vLLM "
+                    f"release's bench client skips the template ({', '.join(skip) or 'no release of the matrix'}: "
+                    "docs/vllm-releases.md); pin vllm_version to such a release, or use backend openai on "
+                    "/v1/completions")
+        return None
+    want = rel.chat_template(b.backend)
+    if want == b.chat_template:
+        return None
+    how = {"client+server": "twice, on the client and again on the server", "server": "once, on the server "
+           "(its bench client skips the template)", "client": "once, on the client"}[applied_template(want, b.backend)]
+    return (f"{where}: vLLM {rel.version} chat-templates the prompts of backend {b.backend} {how} (read from its "
+            f"wheel, docs/vllm-releases.md): write chat_template: {want}, or pin another release")
+
+
 def refusals(plan: Plan, config: str) -> dict[str, str]:
     """Release -> the one line that refuses `config` under it (the first problem), for every release
     in the matrix that refuses it: the worker looks up the version its venv reports."""
@@ -141,7 +178,7 @@ def not_checked(plan: Plan) -> list[str]:
     out = []
     if plan.vllm_version and release_of(plan.vllm_version) is None:
         out.append(f"the plan pins vLLM {plan.vllm_version}, which the release matrix (docs/vllm-releases.md) does "
-                   "not hold: its flags, speculative keys, methods and dataset were not checked against it")
+                   "not hold: its flags, speculative keys, methods, dataset and chat template were not checked against it")
     for c in plan.configurations:
         sc = c.speculative_config or {}
         if sc.get("method") in set(c.speculative_extra_methods) - known_methods():
@@ -158,5 +195,5 @@ def unchecked_releases(versions) -> list[str]:
     """One line per vLLM version the results ran that the matrix does not hold (real engines only:
     the caller leaves out the simulated): nothing the plan uses was checked against it."""
     return [f"the results ran vLLM {v}, which the release matrix (docs/vllm-releases.md) does not hold: the "
-            "plan's flags, speculative keys, methods and dataset were not checked against it"
+            "plan's flags, speculative keys, methods, dataset and chat template were not checked against it"
             for v in sorted(set(versions)) if v and release_of(v) is None]

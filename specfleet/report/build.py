@@ -11,7 +11,7 @@ from pathlib import Path
 from ..exits import EXIT_ASSERTION, EXIT_INCOMPLETE, EXIT_NOT_MERGED
 from ..plan.assertions import NOT_CHECKED, AssertionResult, check
 from ..plan.releases import not_checked, unchecked_releases
-from .scan.folder import Campaign, Expect, Quarantined, scan_campaign
+from .scan.folder import CollectedFolder, Expect, Quarantined, scan_folder
 from ..bastion_io import atomic_write_text
 from .scan.cells import PLANNED_FILE, CellState, Planned, cell_states, planned_from
 from .tables.conclusions import conclusions
@@ -25,7 +25,7 @@ from .render.acceptance_report import add_acceptance_section
 from .render.drafter_report import add_drafter_section
 from .render.export import export_cells, remove_stale
 from .scan.plan_snapshot import plan_drift, write_snapshot
-from .scan.provenance import given_bandwidths, plan_hashes
+from .scan.provenance import given_bandwidths, plan_hashes, simulated_signals
 from .render.plots import namespace_ids
 from .render.telemetry_report import (TELEMETRY_HEADERS, TIMELINE_IMAGE, node_differences, telemetry_rows, telemetry_table,
                                timeline_svg)
@@ -51,7 +51,7 @@ class ReportOutcome:
     cells: list[CellState] = field(default_factory=list)
     command: str | None = None   # what measures the cells that are not merged again
     assertions: list = field(default_factory=list)  # the plan's assertions (bench/assertions.py), checked
-    campaign: Campaign | None = None   # what was scanned (the llm-d export reads its runs)
+    folder: CollectedFolder | None = None   # what was scanned (the llm-d export reads its runs)
     measured_plan: str | None = None   # the plan hash(es) the results carry where the plan's is not one
     measurement_changed: bool = False  # ...and the plan now measures something else (or unknown)
 
@@ -119,15 +119,15 @@ def report_campaign(campaign_dir: Path | str, baseline: str = DEFAULT_BASELINE,
     """
     campaign_dir = Path(campaign_dir)
     rule = rule or EquivalenceRule()
-    camp: Campaign = scan_campaign(campaign_dir, quarantine=quarantine, expect=expect)
+    camp: CollectedFolder = scan_folder(campaign_dir, quarantine=quarantine, expect=expect)
     gate = check_equivalence(camp, rule, baseline, vllm_pin)
     out = ReportOutcome(campaign_dir=campaign_dir, gate=gate, merged=False, forced=False,
-                         simulated=camp.simulated, quarantined=list(camp.quarantined),
+                         simulated=bool(simulated_signals(camp)), quarantined=list(camp.quarantined),
                          pending=list(camp.pending), warnings=list(notes or []) + list(camp.warnings))
     out.warnings += unchecked_releases(str(r.result.extra.get("vllm_version") or "") for r in camp.runs
                                        if not r.result.simulated)
     out.cells = cell_states(camp, planned) if planned else []
-    out.campaign = camp
+    out.folder = camp
     qmsgs = [q.message() for q in camp.quarantined]
     qmsgs += [f"in quarantine: {a.path}: {a.reason}" for a in camp.set_aside]
     # while a runner is still measuring, fab bench is not the advice: the note says to collect later
@@ -164,7 +164,7 @@ def report_campaign(campaign_dir: Path | str, baseline: str = DEFAULT_BASELINE,
     tables.runs = add_goodput(camp, tables.runs, baseline, slo)  # goodput under the plan's SLO (docs/slo.md)
     concl = conclusions(tables, baseline)
     forced = force and not gate.passed
-    model = build_model(camp.name, tables, gate, concl, baseline=baseline, simulated=camp.simulated,
+    model = build_model(camp.name, tables, gate, concl, baseline=baseline, simulated=out.simulated,
                         forced=forced, warnings=out.warnings, quarantined=qmsgs, cells=out.cells,
                         command=command)
     add_peer_sections(model, camp, tables, baseline, slo)
@@ -221,24 +221,25 @@ def add_peer_sections(model, camp, tables, baseline: str, slo) -> None:
     """The report's "Goodput under the SLO" section (after the results) when the plan has an SLO;
     "Telemetry per run" with its timeline (inlined in report.html) when any run has a telemetry file
     (telemetry_report.py); and, when the gate failed, each node's telemetry beside the gate line."""
-    tel = telemetry_table(camp)
+    tel, simulated = telemetry_table(camp), bool(simulated_signals(camp))
     if not model.gate.passed:
         model.gate_telemetry = node_differences(tel, baseline, model.gate.rule.concurrency)
     if tel is not None:
-        svg = timeline_svg(camp, camp.simulated)
+        svg = timeline_svg(camp, simulated)
         model.sections.append(Section(
             "Telemetry per run", TELEMETRY_HEADERS, telemetry_rows(tel, fmt),
             "Sampled on the worker during each vllm bench serve run (nvidia-smi --query-gpu for the server's "
             "GPUs, the server's /metrics; docs/telemetry.md). Mean power = the run's GPUs summed, averaged over "
             "the samples (client start-up and warm-ups included); J / output token = the GPUs' energy over the "
-            "measured window only (first request's start to last request's end: the driver's energy counter, "
-            "else the trapezoid of power) / its output tokens; above idle: minus idle W x the window, idle W = "
-            "median power before the first request; fewer than 10 power readings in the window: 'not "
+            "measured window only (first request's start to last request's end: the trapezoid of the distinct "
+            "power readings, within 0.5 % of NVML's energy counter on an H100) / its output tokens; above idle: "
+            "minus idle W x the window, idle W = median power before the first request; fewer than 10 distinct "
+            "power readings in the window: 'not "
             "measurable' (the note says why); throttle = the clock-event reasons seen (SW/HW power cap, thermal, power brake); "
             "'not recorded' = the worker could not read it (no nvidia-smi, a field its driver lacks). "
             "The timeline: requests in flight, generated tokens/s and GPU power over each run at the highest "
             "concurrency with telemetry (up to 8 runs)."
-            + (" SIMULATED: the testbed's GPU stand-in models power and clocks." if camp.simulated else ""),
+            + (" SIMULATED: the testbed's GPU stand-in models power and clocks." if simulated else ""),
             anchor="telemetry-per-run", images=[TIMELINE_IMAGE] if svg else [],
             figures={TIMELINE_IMAGE: namespace_ids(svg, "timeline")} if svg else {}))
     if slo is None or "goodput_req_s" not in tables.runs:
@@ -259,9 +260,9 @@ def after_report(out, plan, console=None, quiet: bool = False) -> None:
     if out.campaign_dir.is_dir() and out.measured_plan is None:  # plan.json: the plan the results measured
         write_snapshot(out.campaign_dir, plan)
     _stale_timeline(out)
-    if out.merged and out.tables is not None and out.campaign is not None and not out.measurement_changed:
+    if out.merged and out.tables is not None and out.folder is not None and not out.measurement_changed:
         # llm-d Benchmark Report v0.2, stamped with the plan hash the results carry
-        if files := export_cells(out.campaign_dir, out.campaign, out.tables, plan, out.model.gate_verdict,
+        if files := export_cells(out.campaign_dir, out.folder, out.tables, plan, out.model.gate_verdict,
                                  out.gate.rule.describe(), out.measured_plan or plan.plan_hash()):
             out.paths["llm-d"] = files[0].parent
     else:

@@ -146,7 +146,8 @@ def main(argv=None) -> int:
     else:
         rows = fitcheck.select(p["dataset"], p["prompts"], p.get("category"), custom)
     template = fitcheck.tokenizer(a.model)[1] if p["client_template"] else (lambda t: t)
-    prompts = [(row, template(row["prompt"] if custom else row["turns"][0])) for row, _ in rows]
+    field = p.get("prompt_field") or ("prompt" if custom else None)   # the run spec's fit: custom, speed_bench
+    prompts = [(row, template(fitcheck.prompt_of(row, field))) for row, _ in rows]
     out = {"requests": run_pass(p, prompts)}
     with open(a.out, "w", encoding="utf-8") as f:
         json.dump(out, f)

@@ -54,9 +54,9 @@ def check(draft: dict, model: dict, *, method: str, k: int | None, model_dir: st
     if dv and vocab and dv > vocab:
         return f"{d_name}'s draft_vocab_size {dv} is larger than its vocabulary {vocab}", [], []
     aux, layers = draft.get("eagle_aux_hidden_state_layer_ids") or [], target.get("num_hidden_layers")
-    if aux and layers and max(aux) >= layers:
+    if aux and layers and max(aux) > layers:  # states 0..L: 0 the embeddings, i layer i's output (vLLM 0.28, 0.32)
         return (f"{d_name} reads hidden states of layer {max(aux)} (eagle_aux_hidden_state_layer_ids), {m_name} "
-                f"has {layers} layers (0-{layers - 1})", [], [])
+                f"has {layers} layers (states 0-{layers})", [], [])
     warnings, notes = [], []
     verifier = (sc or {}).get("verifier") if isinstance((sc or {}).get("verifier"), dict) else None
     if sc is None:

@@ -19,7 +19,17 @@ import os
 import random
 import sys
 
-SPEC_BENCH_SEED = 0  # SpecBench is built without random_seed: always DEFAULT_SEED (notes A2)
+SPEC_BENCH_SEED = 0  # SpecBench takes no seed: always DEFAULT_SEED (vLLM's benchmarks/datasets/datasets.py)
+CHAT_BACKEND = "openai-chat"  # the bench backend on /v1/chat/completions: its server templates the message
+
+
+def applied_template(chat_template: str, backend: str) -> str:
+    """Where the chat template is applied to a prompt: client+server (double: up to vLLM 0.33 the bench
+    client templates and the chat server templates again), server (single on the chat backend: 0.34's
+    client leaves the message to the server), client (single on /v1/completions: sent as templated)."""
+    if chat_template == "double":
+        return "client+server"
+    return "server" if backend == CHAT_BACKEND else "client"
 
 
 def human_int(text: str) -> int:
@@ -31,11 +41,23 @@ def human_int(text: str) -> int:
     return int(t)
 
 
+# the run spec's fit names a dataset's prompt field where it is not Spec-Bench's turns[0]
+PROMPT_FIELD = {"custom": "prompt", "speed_bench": "messages"}
+
+
+def prompt_of(row: dict, field: str | None) -> str:
+    """The text vLLM's loader takes from a record: custom's `prompt`, SpeedBench's first message's
+    `content`, SpecBench's first turn."""
+    return row["prompt"] if field == "prompt" else row["messages"][0]["content"] if field == "messages" \
+        else row["turns"][0]
+
+
 def select(path: str, num_prompts: int, category: str | None = None,
            custom: bool = False) -> list[tuple[dict, str]]:
     """(row, raw line) of the prompts vllm bench serve sends, in its order: --spec-bench-category
-    filters the rows before the seeded shuffle (SpecBench.load_data), then the first N. A custom
-    dataset (`custom`: the run spec's fit says so) is sent in its file's order (--disable-shuffle)."""
+    (--speed-bench-category) filters the rows before the seeded shuffle (SpecBench.load_data; SpeedBench
+    is built without random_seed too), then the first N. A custom dataset (`custom`: the run spec's fit
+    says so) is sent in its file's order (--disable-shuffle)."""
     rows = []
     with open(path, encoding="utf-8") as f:
         for line in f:
@@ -146,14 +168,25 @@ def main(argv=None) -> int:
     name, template, count = tokenizer(a.model)
     too_long, kept = [], []
     custom = fit.get("prompt_field") == "prompt"   # a custom dataset: {"prompt": ...}, in file order
+    # the lane adds the client's backend; without it, single is /v1/completions (before 0.34 the only one)
+    on = applied_template(fit["chat_template"], fit.get("backend") or
+                          (CHAT_BACKEND if fit["chat_template"] == "double" else "openai"))
     rows = select(fit["dataset"], int(fit["num_prompts"]), fit.get("category"), custom)
+    record = {}   # a record without question_id is named by its number in the file, not by the shuffle's order
+    if fit.get("prompt_field"):
+        with open(fit["dataset"], encoding="utf-8") as f:
+            for n, line in enumerate((ln.rstrip("\n") for ln in f if ln.strip()), 1):
+                record.setdefault(line, n)
     for index, (row, line) in enumerate(rows):
-        client = template(row["prompt"] if custom else row["turns"][0])  # both template on the client
-        # chat endpoint: the server templates the message again; completions: sent as it is
-        n = count(template(client), False) if fit["chat_template"] == "double" else count(client, True)
+        raw = prompt_of(row, fit.get("prompt_field"))
+        # client+server: the chat server templates the client's templated text again; server: the
+        # message as it is (0.34's client skips the template); client: sent to /v1/completions as templated
+        n = count(template(template(raw)), False) if on == "client+server" else \
+            count(template(raw), False) if on == "server" else count(template(raw), True)
         if n + fit["output_len"] > limit:
-            too_long.append({"index": index, "question_id": row.get("question_id", f"record {index + 1}" if custom
-                                                                    else None), "prompt_tokens": n,
+            too_long.append({"index": index, "question_id": row.get("question_id", f"record {record[line]}"
+                                                                    if record else None),
+                             "prompt_tokens": n,
                              "category": row.get("category")})
         else:
             kept.append(line)

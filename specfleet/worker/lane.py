@@ -21,6 +21,7 @@ from collections import Counter
 from . import acceptance, drafter, layout
 from .host import (Fatal, ItemFailed, Stopped, atomic_write, end_pids, engine_identity, env_without_devices, gpu_table,
                    kill, live_pids, log, now, sourced_env, proc_argv0, proc_has_token)
+from .fitcheck import CHAT_BACKEND, applied_template
 from .record import RunCell, RunRecord
 from .runspec import CUSTOM, BenchRun, Client, Dropped, Serve
 from .slots import flag_values
@@ -225,8 +226,26 @@ class Lane:
             with self.owner.lock:
                 self.owner.state.update(vllm_version=ident["version"], engine=ident)  # every result carries it
         self.check_release(item)
+        self.check_template(item)
         self.drafter = self.check_drafter(item)
         self.sampling = self.server_sampling(item)
+
+    def template_on(self, backend: str) -> str:
+        """Where this venv's bench chat-templates the prompts (fitcheck.applied_template's words): its
+        client templates unless the release skips it for the backend (acceptance.client_templates)."""
+        client = acceptance.client_templates(self.owner.state.get("vllm_version"), backend)
+        return applied_template("double" if client and backend == CHAT_BACKEND else "single", backend)
+
+    def check_template(self, item: dict) -> None:
+        """The plan's benchmark.chat_template against the release the venv reports (the matrix's releases
+        were refused by check_release already; a newer one is refused here), before the server starts."""
+        fit, backend = item.get("fit") or {}, item["client"]["backend"]
+        on = self.template_on(backend)
+        want = "double" if on == "client+server" else "single"
+        if fit.get("chat_template") not in (None, want):
+            raise ItemFailed(f"benchmark.chat_template: {fit['chat_template']}: the venv's vLLM "
+                             f"{self.owner.state.get('vllm_version')} chat-templates the prompts of backend {backend} "
+                             f"on the {on.replace('+', ' and the ')} ({want}); nothing was started")
 
     def check_release(self, item: dict) -> None:
         """The bastion checked the item against every vLLM release of its matrix (release_refusals: the
@@ -289,7 +308,8 @@ class Lane:
         if not item.get("fit"):
             return item
         with self.owner.fit_lock:  # one check per distinct setup, never two lanes writing one file
-            return dict(item, bench=[self.fit_bench({**item["fit"], **(b.get("fit") or {})}, b, rec)
+            backend = {"backend": item["client"]["backend"]}  # where the template is applied (fitcheck)
+            return dict(item, bench=[self.fit_bench({**item["fit"], **(b.get("fit") or {}), **backend}, b, rec)
                                      for b in item["bench"]])
 
     def fit_bench(self, fit: dict, b: dict, rec: dict) -> dict:
@@ -298,6 +318,9 @@ class Lane:
         fits = self.owner.fits
         if key not in fits:
             kept = os.path.join(self.run_dir, layout.prompts_fit(hashlib.sha256(key.encode()).hexdigest()[:12]))
+            if fit.get("prompt_field") == "messages":  # speed_bench reads <folder>/<subset>.jsonl: a folder of its own
+                os.makedirs(kept + ".d", exist_ok=True)
+                kept = os.path.join(kept + ".d", os.path.basename(fit["dataset"]))
             argv = [*fitcheck_command(os.path.join(self.spec["venv"], "bin", "python")),
                     "--model", self.model, "--fit", json.dumps(fit), "--write-kept", kept]
             try:
@@ -509,10 +532,11 @@ class Lane:
             self.owner.set(rec, phase=f"untimed acceptance pass {n}: {s['prompts']} prompts, {s['concurrency']} at "
                                       "a time", requests=None)
             p = {**s, "dataset": client.dataset_path, "custom": client.dataset_name == CUSTOM,
+                 "prompt_field": (item.get("fit") or {}).get("prompt_field"),
                  "base_url": f"http://{self.spec['server_host']}:{self.port}", "endpoint": client.endpoint,
                  "served_name": client.served_name, "timeout_s": self.spec["bench_timeout_s"],
                  "sampling": {} if client.temperature is None else {"temperature": client.temperature},
-                 "client_template": acceptance.client_templates(self.owner.state.get("vllm_version"), client.backend)}
+                 "client_template": self.template_on(client.backend) != "server"}
             out, started, why, got = log_path + f".{n}.json", now(), None, []
             argv = [*fitcheck_command(os.path.join(self.spec["venv"], "bin", "python"), "acceptance"),
                     "--model", self.model, "--pass", json.dumps(p), "--out", out]
@@ -562,7 +586,9 @@ class Lane:
             prompts_sent=run.prompts(), prompts_dropped=d.ids if d else [], prompts_selected=d.selected if d else None,
             sampling_sent={} if client.temperature is None else {"temperature": client.temperature}, server_sampling=self.sampling, decoding=self.decoding(item),
             bench_started_at=started, bench_finished_at=finished,
-            telemetry_file=tel if os.path.exists(os.path.join(self.run_dir, tel)) else None)
+            telemetry_file=tel if os.path.exists(os.path.join(self.run_dir, tel)) else None,
+            # the release the venv reports decides it; a plan that says otherwise was refused (check_template)
+            chat_template=self.template_on(client.backend))
 
     def stop_server(self) -> None:
         p, self.server = self.server, None

@@ -32,7 +32,7 @@ _RECORD = {"record_version": (int, False), "node": (str, False), "configuration"
            "packing": (str, True), "prompts_sent": (int, True), "prompts_dropped": (list, True),
            "prompts_selected": (int, True), "sampling_sent": (dict, True), "server_sampling": (dict, True),
            "decoding": (str, True), "bench_started_at": (str, True), "bench_finished_at": (str, True),
-           "telemetry_file": (str, True)}
+           "telemetry_file": (str, True), "chat_template": (str, True)}
 
 
 def _checked(d, kinds: dict, where: str) -> dict:
@@ -90,6 +90,8 @@ class RunRecord:
     bench_started_at: str | None = None  # the telemetry window: the client's start and end
     bench_finished_at: str | None = None
     telemetry_file: str | None = None
+    # where the prompts were chat-templated (fitcheck.applied_template): client+server, server or client
+    chat_template: str | None = None
     record_version: int = RECORD_VERSION
 
     def to_json(self) -> dict:

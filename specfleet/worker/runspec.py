@@ -22,6 +22,27 @@ def _num(x: float) -> str:
 
 _LEAVES = (str, int, float, bool, type(None))
 CUSTOM = "custom"   # --dataset-name custom: the user's JSONL of {"prompt": ...}, its own output-len flag
+# --dataset-name speed_bench (vLLM's SpeedBench): --dataset-path is a folder, the loader reads its
+# <subset>.jsonl (records with `messages`); specfleet names the subset's file and passes its folder
+SPEED_BENCH = "speed_bench"
+SPEED_BENCH_SUBSETS = ("qualitative", "throughput_1k", "throughput_2k", "throughput_8k", "throughput_16k",
+                       "throughput_32k")   # --speed-bench-dataset-subset's choices, 0.26.0-0.34.0 alike
+
+
+def dataset_path_args(dataset_name: str, path: str) -> list[str]:
+    """--dataset-path: speed_bench reads <folder>/<subset>.jsonl, so the file's folder and its subset."""
+    if dataset_name != SPEED_BENCH:
+        return ["--dataset-path", path]
+    folder, name = path.rsplit("/", 1) if "/" in path else (".", path)
+    return ["--dataset-path", folder or "/", "--speed-bench-dataset-subset", name.removesuffix(".jsonl")]
+
+
+def dataset_len_args(dataset_name: str, output_len: int, category: str | None) -> list[str]:
+    """The dataset's own output-length and category flags (spec_bench's, custom's, speed_bench's)."""
+    prefix = {CUSTOM: "--custom", SPEED_BENCH: "--speed-bench"}.get(dataset_name, "--spec-bench")
+    # the loader filters by category before its seed-0 shuffle: the first num_prompts of that category
+    has = category and dataset_name != CUSTOM   # a custom file has no categories (the plan refuses them)
+    return [f"{prefix}-output-len", str(output_len), *([f"{prefix}-category", category] if has else [])]
 
 
 def _plain(v):
@@ -187,14 +208,12 @@ class BenchRun(_Json):
             "--model", c.served_name,
             "--tokenizer", model or MODEL,       # the served name is not a HF repo id (report §3.3)
             "--dataset-name", c.dataset_name,
-            "--dataset-path", d.kept_file if d else c.dataset_path,
+            *dataset_path_args(c.dataset_name, d.kept_file if d else c.dataset_path),
             "--num-prompts", str(self.prompts()),
             "--no-oversample",
             # the kept file is in selection order; a custom file is read in its own order (fitcheck.select)
             *(["--disable-shuffle"] if d or c.dataset_name == CUSTOM else []),
-            "--custom-output-len" if c.dataset_name == CUSTOM else "--spec-bench-output-len", str(self.output_len),
-            # the loader filters by category before its seed-0 shuffle: the first num_prompts of that category
-            *(["--spec-bench-category", self.category] if self.category else []),
+            *dataset_len_args(c.dataset_name, self.output_len, self.category),
             # an open-loop cell has no cap: a request held back by the client's semaphore waits outside
             # its TTFT (coordinated omission); unbounded, every arrival reaches the server on time
             *(["--request-rate", _num(self.request_rate), "--burstiness", _num(c.burstiness), "--seed", str(c.seed)]

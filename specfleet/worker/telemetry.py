@@ -3,9 +3,9 @@
 drivers' field names are in docs/telemetry.md. Stdlib only: part of the worker program (runner.pyz).
 
 Power has its own stream: nvidia-smi's own loop (`--loop-ms`, FAST_PERIOD_MS) writes `power` lines
-(the driver's energy counter and instantaneous power where it knows them), each stamped with the
-monotonic clock that vLLM's per-request `start_times` use (time.perf_counter), so the report can
-integrate over the measured window alone.
+(instantaneous power where the driver knows it), each stamped with the monotonic clock that vLLM's
+per-request `start_times` use (time.perf_counter), so the report can integrate over the measured
+window alone.
 
 Nothing here fails a run: a command that cannot run, a field a driver does not know, a server
 without /metrics is recorded in the header (or as "errors" of a sample) and the value is left out,
@@ -31,10 +31,9 @@ SERVER_METRICS = {"vllm:num_requests_running": "running", "vllm:num_requests_wai
                   "vllm:kv_cache_usage_perc": "kv_cache_usage", "vllm:gpu_cache_usage_perc": "kv_cache_usage",
                   "vllm:num_preemptions_total": "preemptions", "vllm:generation_tokens_total": "generation_tokens",
                   "vllm:request_success_total": "requests_finished"}
-# the driver's energy counter (mJ since it loaded; Volta and newer) and instantaneous power: power.draw
-# is an average over 1 s on Ampere and newer (nvmlDeviceGetPowerUsage), too slow for a 0.4 s window
-FAST_FIELDS = {"total_energy_consumption": "energy_mj", "power.draw.instant": "power_instant_w"}
-FAST_PERIOD_MS = 25  # a 0.25 s window holds 10 readings (the report's minimum, telemetry_report)
+# power.draw: a 1 s average, lags ~0.5 s; no energy counter: nvidia-smi 580 has none (docs/telemetry.md)
+FAST_FIELDS = {"power.draw.instant": "power_instant_w"}
+FAST_PERIOD_MS = 25  # stamps each ~100 ms reading within 25 ms (the report counts distinct readings)
 DEFAULT_PERIOD_S = 1.0
 SMI_TIMEOUT_S = 5.0
 
@@ -119,8 +118,9 @@ class Sampler:
             self.names, self.fast_ms = [], 0
             return
         self.fast_names += [f for f in FAST_FIELDS if self._smi(["index", f])[0] is not None]
-        if "total_energy_consumption" not in self.fast_names:
-            self.problems.append("energy counter not recorded: the driver does not know total_energy_consumption")
+        if "power.draw.instant" not in self.fast_names:
+            self.problems.append("instantaneous power not recorded: nvidia-smi does not know power.draw.instant "
+                                 "(the power stream carries power.draw, a 1 s average that lags ~0.5 s)")
         for f in REASON_FIELDS:
             if self._smi(["index", f])[0] is not None:
                 self.names.append(f)

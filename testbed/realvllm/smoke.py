@@ -6,7 +6,8 @@ worker (``["ssh", "-o", "BatchMode=yes", "root@10.10.30.14", "--", "/opt/vllm-ve
 "serve", ...]``; pass ``ps_argv=["ssh", ..., "ps", "-eo", "pid=,pgid=,args="]`` to the process
 checks).
 
-Lifecycle used by the tests (see vllm.md A3 for why):
+Lifecycle used by the tests (why: vLLM's EngineCore has no parent-death
+detection, so a SIGKILLed server leaves it running; docs/engines.md, "Processes"):
 
     h = start_server(serve_argv(...), log_path=..., env=server_env())  # own session/process group
     try:

@@ -11,6 +11,10 @@ Writes ``config.json`` (Qwen3ForCausalLM, 2 layers, hidden 128, 4 heads, 2 KV he
 ``generation_config.json``. There are no weights: serve it with ``--load-format dummy``.
 The output is a toy: random weights, so no acceptance rate or speedup means anything.
 
+``--eagle3-out DIR`` also writes an EAGLE-3 drafter for it: a ``config.json`` in the speculators
+layout (:func:`eagle3_drafter_config`), again without weights (the drafter takes the server's
+``--load-format dummy`` too), served with ``--speculative-config '{"model": DIR}'``.
+
 Only this module's :func:`write_tiny_model` needs ``tokenizers``; the rest is stdlib so the test
 tier can import the constants with any interpreter.
 """
@@ -84,6 +88,57 @@ def tokenizer_config(model_max_length: int = 2048) -> dict:
         "split_special_tokens": False,
         "chat_template": CHAT_TEMPLATE,
     }
+
+
+#: The target layers whose hidden states the tiny drafter reads. A 2-layer model has no (2, L/2, L-3)
+#: of the real checkpoints; vLLM's Qwen3 model hands out ids 0..L (0 = the embeddings, i = the output
+#: of layer i-1), and specfleet's drafter check (specfleet/worker/drafter.py) allows 0..L-1.
+EAGLE3_AUX_LAYERS = (0, 1)
+
+
+def eagle3_drafter_config(target: dict | None = None, verifier: str = "specfleet/tiny-qwen3",
+                          k: int = 3) -> dict:
+    """An EAGLE-3 drafter's ``config.json`` for the toy model, in the speculators layout (the one
+    RedHatAI/Qwen3-32B-speculator.eagle3 publishes; testbed/seed.py writes the simulated one):
+    one draft layer of the target's width and vocabulary (draft vocabulary = full vocabulary, so
+    no d2t table is needed), trained (nominally) for ``verifier``, proposing ``k`` tokens.
+
+    The draft layer is ``qwen3``, not the published ``llama``: vLLM's Eagle3Llama sizes its input
+    projection from ``eagle_config`` (3 aux states unless it says otherwise) while the target reads
+    the top-level ``eagle_aux_hidden_state_layer_ids``; Eagle3Qwen3 reads the top-level ids too, so
+    the two aux states of a 2-layer target agree with it."""
+    t = target or model_config()
+    layer = {key: t[key] for key in ("hidden_size", "intermediate_size", "num_attention_heads",
+                                     "num_key_value_heads", "head_dim", "max_position_embeddings",
+                                     "vocab_size", "rms_norm_eps", "rope_theta", "tie_word_embeddings")}
+    return {
+        "architectures": ["Eagle3Speculator"],
+        "speculators_model_type": "eagle3",
+        "speculators_version": "0.1.0.dev13",
+        "transformer_layer_config": {**layer, "model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"],
+                                     "num_hidden_layers": 1, "hidden_act": "silu",
+                                     "attention_bias": False, "torch_dtype": t["torch_dtype"]},
+        "draft_vocab_size": t["vocab_size"],
+        "target_hidden_size": None,
+        "norm_before_residual": False,
+        "eagle_aux_hidden_state_layer_ids": list(EAGLE3_AUX_LAYERS),
+        "torch_dtype": t["torch_dtype"],
+        "speculators_config": {
+            "algorithm": "eagle3",
+            "default_proposal_method": "greedy",
+            "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": k,
+                                  "verifier_accept_k": 1, "accept_tolerance": 0.0}],
+            "verifier": {"name_or_path": verifier, "architectures": list(t["architectures"])},
+        },
+    }
+
+
+def write_eagle3_drafter(out: str | Path, target: dict | None = None) -> Path:
+    """Write the drafter directory ``out`` (config.json only: ``--load-format dummy``)."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.json").write_text(json.dumps(eagle3_drafter_config(target), indent=2) + "\n")
+    return out
 
 
 def generation_config() -> dict:
@@ -170,10 +225,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--vocab-size", type=int, default=VOCAB_SIZE)
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--max-model-len", type=int, default=2048)
+    ap.add_argument("--eagle3-out", help="also write an EAGLE-3 drafter (speculators layout) there")
     a = ap.parse_args(argv)
     path = write_tiny_model(a.out, a.dataset, vocab_size=a.vocab_size, dtype=a.dtype,
                             max_model_len=a.max_model_len)
     print(path)
+    if a.eagle3_out:
+        target = json.loads((path / "config.json").read_text())
+        print(write_eagle3_drafter(a.eagle3_out, target))
     return 0
 
 

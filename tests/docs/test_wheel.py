@@ -31,6 +31,7 @@ def test_the_wheel_has_the_roles_tasks_templates_and_runner(wheel_names):
     for need in ("specfleet/roles/__init__.py", "specfleet/roles/nfs.py", "specfleet/tasks/__init__.py",
                  "specfleet/tasks/provision.py", "specfleet/venv_build.py", "specfleet/worker/runner.py",
                  "specfleet/templates/provision/vllm.env.j2", "specfleet/templates/report/report.html.j2",
+                 "specfleet/templates/compare/compare.html.j2", "specfleet/templates/compare/compare.md.j2",
                  "specfleet/plan/vllm_releases.json"):
         assert need in names, need
 

@@ -691,3 +691,38 @@ def test_a_campaign_on_a_custom_jsonl_runs_end_to_end(tb, tmp_path):
                runs=tmp_path / "runs-collect")
     assert coll.returncode == 0, out_of(coll)
     assert (tmp_path / "results" / CAMPAIGN / "report.md").is_file()
+
+
+def test_a_speed_bench_campaign_with_category_cells_runs_end_to_end(tb, tmp_path):
+    """dataset_name: speed_bench on the project's SPEED-Bench-format sample: fab bench places the subset's
+    file on every worker, the simulated bench reads its folder as vLLM's SpeedBench does (<subset>.jsonl,
+    messages[0].content, --speed-bench-category), one bench cell per category; every run record says
+    where its prompts were chat-templated; fab collect gives the per-category table."""
+    sample = PROJECT / "datasets" / "sample" / "speed-bench" / "qualitative.jsonl"
+
+    def edit(doc):
+        doc["benchmark"].update(dataset_name="speed_bench", dataset_path=str(sample),
+                                sweep={"category": ["rag", "coding"]})
+        doc["configurations"] = [c for c in doc["configurations"] if c["name"] in ("vanilla", "ngram_improved")]
+    plan = plan_variant(tmp_path, edit)
+    out = bench(tb, tmp_path, "--assign", "ngram_improved=w1", plan=plan, timeout=400)
+    assert out.returncode == 0, out_of(out)
+    spec = host_json(tb, "w1", f"{run_dir('w1')}/run.json")
+    assert {i["client"]["dataset_name"] for i in spec["items"]} == {"speed_bench"}
+    cells = [b["cell"] for b in spec["items"][0]["bench"]]
+    assert len(cells) == 4 and all("-cat_" in c for c in cells), cells
+    texts = {}
+    for cell in cells:
+        path = f"{run_dir('w1')}/ngram_improved_{cell}.json"
+        r = host_json(tb, "w1", path)
+        assert r is not None and r["simulated"] is True and r["completed"] == 4, path
+        assert cell.endswith("cat_" + r["category"]), (cell, r["category"])
+        texts.setdefault(r["category"], set()).add(tuple(r["input_lens"]))
+        rec = host_json(tb, "w1", path.removesuffix(".json") + ".record.json")
+        assert rec["cell"]["category"] == r["category"] and rec["chat_template"] == "client+server", rec
+    assert texts["rag"] != texts["coding"]   # each cell sent its own category's prompts
+    coll = fab("collect", "--plan", str(plan), "--results", str(tmp_path / "results"), "--force",
+               inventory=inventory_of(tb), runs=tmp_path / "runs-collect")
+    assert coll.returncode == 0, out_of(coll)
+    md = (tmp_path / "results" / CAMPAIGN / "report.md").read_text()
+    assert "## Per Spec-Bench category" in md and "client + server (double)" in md

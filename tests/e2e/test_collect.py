@@ -403,8 +403,8 @@ def test_gate_runs_add_baseline_runs_on_their_own_server_starts_and_measure_noth
     report = (camp / "report.md").read_text()
     assert "Repeats: server-start, each repeat on its own server start" in report
     # every result came with its run record, and the report read the run from it (issue 40)
-    from specfleet.report.scan.folder import scan_campaign
-    runs = scan_campaign(camp, quarantine=False).runs
+    from specfleet.report.scan.folder import scan_folder
+    runs = scan_folder(camp, quarantine=False).runs
     assert runs and all(r.path.with_name(r.path.name.removesuffix(".json") + ".record.json").is_file() for r in runs)
     assert all(r.record.run_id and r.record.serve_argv and r.record.engine["simulated"] is True for r in runs)
     for h in HOSTS:

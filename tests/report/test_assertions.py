@@ -93,6 +93,6 @@ def test_the_report_says_a_real_vllm_outside_the_matrix_was_not_checked(tmp_path
     camp = write_campaign(tmp_path / "c", extra={"vllm_version": "0.29.0"})
     out = report_campaign(camp, quiet=True)
     assert ("the results ran vLLM 0.29.0, which the release matrix (docs/vllm-releases.md) does not hold: the plan's "
-            "flags, speculative keys, methods and dataset were not checked against it") in out.warnings
+            "flags, speculative keys, methods, dataset and chat template were not checked against it") in out.warnings
     other = write_campaign(tmp_path / "d")   # 0.28.0: in the matrix
     assert not [w for w in report_campaign(other, quiet=True).warnings if "release matrix" in w]

@@ -393,3 +393,23 @@ def test_metric_narrowed_to_throughput_says_open_loop_cells_are_not_judged(tmp_p
     assert not any(d.cell == "conc16-rate4" for d in cmp.cells)
     assert any(u.startswith("open-loop cell(s) conc16-rate4 not judged: --metric names only throughput")
                for u in cmp.unmatched)
+
+
+def test_hostile_names_and_worker_strings_are_shown_as_text(tmp_path, base):
+    """A campaign folder's name and a worker's strings (here the speculative config of its server log)
+    reach compare.md and compare.html through the report's templates: HTML escaped, Markdown's HTML as
+    text, a pipe or newline kept inside its table cell or line, a terminal's escape codes visible."""
+    hostile = "x<img src=x onerror=alert(1)>|\x1b[31m\nred"
+    cand = campaign(tmp_path / "new", plan_raw(), seed=3)
+    cand = cand.rename(cand.with_name(hostile))
+    _server_logs(base, {"ngram": '{"method":"ngram"}'})
+    _server_logs(cand, {"ngram": '{"method":"<script>alert(1)</script>|\x1b[2J"}'})
+    paths = write_outputs(compare_dirs(base, cand), tmp_path / "out")
+    md, page = paths["md"].read_text(), paths["html"].read_text()
+    assert "\x1b" not in md + page and "\\x1b[31m" in md and "\\x1b[2J" in page
+    assert "<img" not in md + page and "<script" not in md + page
+    assert "&lt;img src=x onerror=alert(1)>" in md and "&lt;img src=x onerror=alert(1)&gt;" in page
+    assert md.splitlines()[0] == "# Campaign comparison: demo -> x&lt;img src=x onerror=alert(1)>\\|\\x1b[31m red"
+    row = next(line for line in md.splitlines() if line.startswith("| speculative_config |"))
+    assert row.count(" | ") == 2 and "&lt;script>alert(1)&lt;/script>\\|\\x1b[2J" in row
+    assert "{&#34;method&#34;:&#34;&lt;script&gt;alert(1)&lt;/script&gt;|\\x1b[2J&#34;}</td>" in page

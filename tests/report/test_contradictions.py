@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from specfleet.report.scan.folder import scan_campaign
+from specfleet.report.scan.folder import scan_folder
 
 from campaign_builder import write_campaign
 
@@ -24,7 +24,7 @@ def test_contradicting_fields_are_quarantined(tmp_path, change, why):
     d = json.loads(f.read_text())
     d.update(change)
     f.write_text(json.dumps(d))
-    camp = scan_campaign(root)
+    camp = scan_folder(root)
     [q] = camp.quarantined
     assert q.source == f and "fields contradict each other" in q.reason and why in q.reason, q.reason
     assert ("w1", "ngram", 16) not in {(r.host, r.config, r.conc) for r in camp.runs}

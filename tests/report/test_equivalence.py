@@ -5,7 +5,7 @@ import math
 import pytest
 
 from specfleet.report import report_campaign
-from specfleet.report.scan.folder import scan_campaign
+from specfleet.report.scan.folder import scan_folder
 from specfleet.report.gates.gate import EquivalenceRule, check_equivalence
 from specfleet.report.gates.gate import tost_p
 from specfleet.worker.stats import ratio_interval, t_quantile
@@ -74,7 +74,7 @@ def _baselines(root, values: dict[str, list[float]]):
             # each repeat a server start of its own: independent samples (a shared start counts once)
             extra = {"node": host, **({"repeat_isolation": "server-start"} if len(vals) > 1 else {})}
             (hdir / name).write_text(json.dumps(result_json((v, *base[1:]), conc=16, extra=extra)))
-    return scan_campaign(root)
+    return scan_folder(root)
 
 
 def _gate(tmp_path, values, name="c"):

@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from specfleet.report.scan.folder import scan_campaign
+from specfleet.report.scan.folder import scan_folder
 from specfleet.report.gates.gate import EquivalenceRule, check_equivalence
 
 from campaign_builder import REPORT, result_json, write_campaign
@@ -11,7 +11,7 @@ RULE = EquivalenceRule(metric="output_throughput", concurrency=16, tolerance_pct
 
 
 def test_report_nodes_are_equivalent(campaign):
-    g = check_equivalence(scan_campaign(campaign), RULE)
+    g = check_equivalence(scan_folder(campaign), RULE)
     assert g.passed
     [c] = g.checks
     assert (c.node_a, c.node_b, c.conc) == ("w1", "w2", 16)
@@ -24,7 +24,7 @@ def test_report_nodes_are_equivalent(campaign):
 
 
 def test_six_percent_slower_node_on_single_runs_is_inconclusive_and_refused(tmp_path):
-    camp = scan_campaign(write_campaign(tmp_path / "c", scale={"w2": 0.94 * 301.19 / 306.70}))
+    camp = scan_folder(write_campaign(tmp_path / "c", scale={"w2": 0.94 * 301.19 / 306.70}))
     g = check_equivalence(camp, RULE)
     assert not g.passed
     assert g.checks[0].diff_pct == pytest.approx(-6.0)
@@ -37,7 +37,7 @@ def test_six_percent_slower_node_on_single_runs_is_inconclusive_and_refused(tmp_
 
 
 def test_tolerance_is_a_parameter(tmp_path):
-    camp = scan_campaign(write_campaign(tmp_path / "c", scale={"w2": 0.94 * 301.19 / 306.70}))
+    camp = scan_folder(write_campaign(tmp_path / "c", scale={"w2": 0.94 * 301.19 / 306.70}))
     assert check_equivalence(camp, EquivalenceRule(metric="output_throughput", tolerance_pct=7.0)).passed
     assert not check_equivalence(camp, EquivalenceRule(metric="output_throughput", tolerance_pct=1.0,
                                                        concurrency=None)).passed
@@ -55,7 +55,7 @@ def test_noisy_repeats_over_tolerance_are_not_shown_equivalent(tmp_path):
     root = write_campaign(tmp_path / "c")
     _repeats(root, "w1", [300.0, 340.0, 280.0])      # mean 306.7, sd ~30
     _repeats(root, "w2", [320.0, 290.0, 340.0])      # mean 316.7: +3.3 %
-    g = check_equivalence(scan_campaign(root), RULE)
+    g = check_equivalence(scan_folder(root), RULE)
     c = g.checks[0]
     assert abs(c.diff_pct) > 3.0 and c.tost_p > 0.05
     assert not g.passed and c.state == "INCONCLUSIVE" and "add 2 run(s)" in c.reason
@@ -65,7 +65,7 @@ def test_tight_repeats_over_tolerance_and_significant_fail(tmp_path):
     root = write_campaign(tmp_path / "c")
     _repeats(root, "w1", [300.0, 301.0, 302.0])
     _repeats(root, "w2", [282.0, 283.0, 284.0])      # -6 %
-    g = check_equivalence(scan_campaign(root), RULE)
+    g = check_equivalence(scan_folder(root), RULE)
     c = g.checks[0]
     assert (c.n_a, c.n_b) == (3, 3) and c.ci_high < RULE.band[0]
     assert not g.passed and c.state == "FAILED" and "shown to differ by more than ±3 %" in c.reason
@@ -73,14 +73,14 @@ def test_tight_repeats_over_tolerance_and_significant_fail(tmp_path):
 
 def test_node_without_baseline_at_rule_concurrency_fails(campaign):
     (campaign / "w2" / "vanilla_conc16.json").unlink()
-    g = check_equivalence(scan_campaign(campaign), RULE)
+    g = check_equivalence(scan_folder(campaign), RULE)
     assert not g.passed
     assert any("w2" in p and "concurrency 16" in p for p in g.problems)
 
 
 def test_single_node_passes_with_note(tmp_path):
     data = {k: v for k, v in REPORT.items() if k[0] == "w1"}
-    g = check_equivalence(scan_campaign(write_campaign(tmp_path / "c", data)), RULE)
+    g = check_equivalence(scan_folder(write_campaign(tmp_path / "c", data)), RULE)
     assert g.passed and g.notes and g.table.empty
 
 
@@ -104,7 +104,7 @@ def test_an_open_loop_cell_does_not_decide_where_a_closed_loop_cell_at_the_rules
     root = write_campaign(tmp_path / "c")
     _rate_cell(root, "w1", 1.0)
     _rate_cell(root, "w2", 0.8)
-    g = check_equivalence(scan_campaign(root), RULE)
+    g = check_equivalence(scan_folder(root), RULE)
     assert g.passed, g.summary()
     assert [c.cell for c in g.checks] == ["conc16"]
     assert any("open-loop cell(s) conc16-rate4 do not decide" in n for n in g.notes), g.notes
@@ -115,7 +115,7 @@ def test_an_open_loop_cell_does_not_decide_where_a_closed_loop_cell_at_the_rules
     root2 = write_campaign(tmp_path / "c2", scale={"w2": 0.94 * 301.19 / 306.70})
     _rate_cell(root2, "w1", 1.0)
     _rate_cell(root2, "w2", 1.0)
-    assert not check_equivalence(scan_campaign(root2), RULE).passed
+    assert not check_equivalence(scan_folder(root2), RULE).passed
 
 
 def test_open_loop_cells_alone_at_the_rules_point_decide(tmp_path):
@@ -124,6 +124,6 @@ def test_open_loop_cells_alone_at_the_rules_point_decide(tmp_path):
         (root / h / "vanilla_conc16.json").unlink()
     _rate_cell(root, "w1", 1.0)
     _rate_cell(root, "w2", 0.8)
-    g = check_equivalence(scan_campaign(root), RULE)
+    g = check_equivalence(scan_folder(root), RULE)
     assert [c.cell for c in g.checks] == ["conc16-rate4"] and not g.passed
     assert not any("do not decide" in n for n in g.notes)

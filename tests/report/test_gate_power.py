@@ -7,7 +7,7 @@ import json
 import random
 from pathlib import Path
 
-from specfleet.report.scan.folder import scan_campaign
+from specfleet.report.scan.folder import scan_folder
 from specfleet.report.gates.gate import EquivalenceRule, check_equivalence, decide
 from specfleet.report.gates.gate_policy import token_weighted_tpot
 from specfleet.resultfile.schema import load_result
@@ -50,7 +50,7 @@ def test_the_reports_gate_decides_as_the_simulation_on_token_weighted_tpot(tmp_p
     a, b = [1.0, 1.004, 0.997], [1.002, 0.999, 1.006]
     _write_repeats(tmp_path / "c", "w1", a)
     _write_repeats(tmp_path / "c", "w2", b)
-    g = check_equivalence(scan_campaign(tmp_path / "c"), EquivalenceRule())
+    g = check_equivalence(scan_folder(tmp_path / "c"), EquivalenceRule())
     [c] = g.checks
     ref = decide(EquivalenceRule(), [base * f for f in a], [base * f for f in b])
     assert c.state == ref.state and abs(c.ci_low - ref.ci_low) < 1e-12 and abs(c.ci_high - ref.ci_high) < 1e-12
@@ -62,7 +62,7 @@ def test_the_reports_gate_decides_as_the_simulation_on_token_weighted_tpot(tmp_p
 def test_four_percent_apart_with_three_runs_is_inconclusive_with_the_runs_to_add(tmp_path):
     _write_repeats(tmp_path / "c", "w1", [1.0, 1.004, 0.997])
     _write_repeats(tmp_path / "c", "w2", [1.04, 1.036, 1.046])
-    g = check_equivalence(scan_campaign(tmp_path / "c"), EquivalenceRule())
+    g = check_equivalence(scan_folder(tmp_path / "c"), EquivalenceRule())
     assert not g.passed and g.verdict.startswith("INCONCLUSIVE: the data can show equivalence only within ±")
     assert "2 more run(s) of the baseline per node" in g.verdict
 
@@ -72,7 +72,7 @@ def test_a_gap_at_another_concurrency_is_a_named_warning(tmp_path):
     data = dict(REPORT)
     out, total, tpot, ttft, itl, dur = data[("w2", "vanilla", 1)]
     data[("w2", "vanilla", 1)] = (out / 1.06, total / 1.06, tpot * 1.06, ttft, itl * 1.06, dur * 1.06)  # 6 % at c=1
-    g = check_equivalence(scan_campaign(write_campaign(tmp_path / "c", data)), EquivalenceRule())
+    g = check_equivalence(scan_folder(write_campaign(tmp_path / "c", data)), EquivalenceRule())
     assert g.passed  # the rule's point (c=16) decides the merge
     [w] = [n for n in g.notes if n.startswith("WARNING: w1 vs w2 at concurrency 1 (not the rule's point)")]
     assert "+6.16 %" in w and "INCONCLUSIVE" in w  # 47.01 x 1.06 vs 46.94 ms
@@ -114,7 +114,7 @@ def test_tight_repeats_on_one_server_start_verify_nothing(tmp_path):
             d = json.loads(f.read_text())
             d["repeat_isolation"] = "cache-reset"
             f.write_text(json.dumps(d))
-    g = check_equivalence(scan_campaign(tmp_path / "c"), EquivalenceRule())
+    g = check_equivalence(scan_folder(tmp_path / "c"), EquivalenceRule())
     [c] = g.checks
     assert c.state == "UNVERIFIED" and (c.n_a, c.n_b, c.runs_a, c.runs_b) == (1, 1, 3, 3)
     assert "single server start (its runs share it, one sample)" in c.reason
@@ -127,5 +127,5 @@ def test_tight_repeats_on_one_server_start_verify_nothing(tmp_path):
         for k, f in zip((4, 5), f5):
             x = dict(d, repeat_isolation="server-start", itls=[[v * f for v in row] for row in d["itls"]])
             (tmp_path / "c" / host / f"vanilla_conc16_r{k}.json").write_text(json.dumps(x))
-    [c] = check_equivalence(scan_campaign(tmp_path / "c"), EquivalenceRule()).checks
+    [c] = check_equivalence(scan_folder(tmp_path / "c"), EquivalenceRule()).checks
     assert (c.n_a, c.runs_a) == (3, 5) and c.ci_low is not None

@@ -1,7 +1,7 @@
 """Equivalence across the GPUs of one node, and the packing/GPU provenance the report states."""
 import json
 
-from specfleet.report.scan.folder import scan_campaign
+from specfleet.report.scan.folder import scan_folder
 from specfleet.report.gates.gate import EquivalenceRule, check_equivalence
 from specfleet.report.gates.consistency import result_table
 
@@ -22,10 +22,10 @@ def test_configurations_on_several_gpus_with_the_baseline_on_one_say_not_checked
         if "_conc" in f.name:
             stamp(f, gpu_uuids="GPU-a" if f.name.startswith("vanilla") else "GPU-b", gpu_names="NVIDIA H200",
                   packing="shared")
-    g = check_equivalence(scan_campaign(root), RULE)
+    g = check_equivalence(scan_folder(root), RULE)
     assert any("across the GPUs of w1: not checked" in n and "baseline 'vanilla' on GPU-a only" in n for n in g.notes)
     assert g.packing.startswith("shared") and "skew" in g.packing
-    rows = result_table(scan_campaign(root))
+    rows = result_table(scan_folder(root))
     assert rows[(rows.node == "w1") & (rows.config == "vanilla")].gpus.iloc[0] == "GPU-a (NVIDIA H200)"
     assert rows[rows.node == "w2"].gpus.iloc[0].startswith("not recorded")
 
@@ -38,14 +38,14 @@ def test_a_slower_gpu_of_one_node_fails_the_gate(tmp_path):
         d = result_json((v, *base[1:]), conc=16, extra={"node": "w1", "config": "vanilla", "plan_hash": "abc123",
                                                         "vllm_version": "0.28.0", "gpu_uuids": gpu})
         (root / "w1" / f"vanilla_conc16_r{k}.json").write_text(json.dumps(d))
-    g = check_equivalence(scan_campaign(root), RULE)
+    g = check_equivalence(scan_folder(root), RULE)
     gpu = [c for c in g.checks if c.node_a.startswith("w1 [")]
     assert [(c.node_a, c.node_b) for c in gpu] == [("w1 [GPU-a]", "w1 [GPU-b]")]
     assert not gpu[0].passed and gpu[0].diff_pct < -5 and not g.passed
 
 
 def test_one_gpu_results_state_exclusive_packing(tmp_path):
-    g = check_equivalence(scan_campaign(write_campaign(tmp_path / "c")), RULE)
+    g = check_equivalence(scan_folder(write_campaign(tmp_path / "c")), RULE)
     assert g.packing.startswith("exclusive") and not any("GPUs of" in n for n in g.notes)
 
 
@@ -65,7 +65,7 @@ def every_gpu_campaign(tmp_path, gpu_b_factor):
 def test_every_gpu_copies_feed_the_gpu_check_and_stay_out_of_the_tables(tmp_path):
     from specfleet.report.build import report_campaign
     same = every_gpu_campaign(tmp_path / "same", 1.004)
-    g = check_equivalence(scan_campaign(same), RULE)
+    g = check_equivalence(scan_folder(same), RULE)
     gpu = [c for c in g.checks if c.node_a.startswith("w1 [")]
     assert [(c.node_a, c.node_b, c.conc) for c in gpu] == [("w1 [GPU-a]", "w1 [GPU-b]", 16)] and gpu[0].passed
     assert not any("not checked" in n for n in g.notes)
@@ -74,5 +74,5 @@ def test_every_gpu_copies_feed_the_gpu_check_and_stay_out_of_the_tables(tmp_path
     assert "vanilla.gpu1" not in set(out.tables.runs.config) and "vanilla" in set(out.tables.runs.config)
     assert "vanilla.gpu1" not in (same / "merged.csv").read_text()
     slow = every_gpu_campaign(tmp_path / "slow", 0.90)
-    g = check_equivalence(scan_campaign(slow), RULE)
+    g = check_equivalence(scan_folder(slow), RULE)
     assert not g.passed and any(c.node_a == "w1 [GPU-a]" and not c.passed for c in g.checks)

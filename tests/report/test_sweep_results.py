@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from specfleet.report.scan.folder import Expect, scan_campaign
+from specfleet.report.scan.folder import Expect, scan_folder
 from specfleet.report.gates.gate import EquivalenceRule, check_equivalence
 from specfleet.report.tables.merge import build_tables
 from specfleet.report.render.plots import category_plots
@@ -42,7 +42,7 @@ def write(root: Path, cells=CELLS) -> Path:
 
 
 def test_cells_merge_with_the_same_cells_baseline_on_the_same_node(tmp_path):
-    camp = scan_campaign(write(tmp_path / "c"))
+    camp = scan_folder(write(tmp_path / "c"))
     assert not camp.warnings and not camp.quarantined
     t = build_tables(camp, "vanilla")
     got = {(r.node, r.config, r.cell): r.speedup for r in t.runs.itertuples()}
@@ -58,7 +58,7 @@ def test_cells_merge_with_the_same_cells_baseline_on_the_same_node(tmp_path):
 
 
 def test_heatmap_is_configuration_by_category_and_stamped_when_simulated(tmp_path):
-    t = build_tables(scan_campaign(write(tmp_path / "c")), "vanilla")
+    t = build_tables(scan_folder(write(tmp_path / "c")), "vanilla")
     plots = category_plots(t.categories, "vanilla", simulated=True)
     assert len(plots) == 1 and plots[0][0] == "Categories, concurrency 1"
     svg = plots[0][1]
@@ -67,7 +67,7 @@ def test_heatmap_is_configuration_by_category_and_stamped_when_simulated(tmp_pat
 
 
 def test_gate_compares_the_baseline_cell_by_cell(tmp_path):
-    camp = scan_campaign(write(tmp_path / "c"))
+    camp = scan_folder(write(tmp_path / "c"))
     gate = check_equivalence(camp, EquivalenceRule(metric="output_throughput", concurrency=1, tolerance_pct=3.0),
                               "vanilla")
     # summarization differs by 5 %, rag by 10 %: each cell is its own check, none pooled
@@ -81,15 +81,15 @@ def test_a_cell_that_asks_other_prompts_is_judged_by_its_own_count(tmp_path):
     res = json.loads((root / "w1/vanilla_conc1-n8.json").read_text())
     res.update(completed=8, num_prompts=8)
     (root / "w1/vanilla_conc1-n8.json").write_text(json.dumps(res))
-    ok = scan_campaign(root, quarantine=False, expect=Expect(16, 0, {"conc1-n8": 8}))
+    ok = scan_folder(root, quarantine=False, expect=Expect(16, 0, {"conc1-n8": 8}))
     assert len(ok.runs) == 1 and not ok.quarantined
-    wrong = scan_campaign(root, quarantine=False, expect=Expect(16, 0))
+    wrong = scan_folder(root, quarantine=False, expect=Expect(16, 0))
     assert not wrong.runs and "8 of 16 requests were never sent: the run asked for 8" in wrong.quarantined[0].reason
 
 
 def test_conclusions_compare_each_cell_with_its_own_baseline(tmp_path):
     from specfleet.report.tables.conclusions import conclusions
-    t = build_tables(scan_campaign(write(tmp_path / "c")), "vanilla")
+    t = build_tables(scan_folder(write(tmp_path / "c")), "vanilla")
     text = "\n".join(conclusions(t, "vanilla"))
     # rag: ngram 25 vs its own cell's 10 tok/s -> 2.50x; pairing with summarization's 20 would say 1.25x
     rag = t.runs[(t.runs.config == "ngram") & (t.runs.cell == "conc1-cat_rag")].iloc[0]

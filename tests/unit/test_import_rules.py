@@ -48,7 +48,8 @@ def test_the_checkout_keeps_its_import_rules():
 
 
 def test_an_upward_import_a_worker_import_a_crossing_and_a_cycle_are_each_caught(tmp_path):
-    """The rules can fail (a check that cannot fail proves nothing), lazy imports included; the upward
+    """The rules can fail (a check that cannot fail proves nothing), lazy and annotation-only imports
+    included; the upward
     import goes into a role behind the symlink, so a part at the top level is checked too."""
     p = lint(checkout_copy(tmp_path, {
         "specfleet/steps/extra.py": "def f():\n    from ..roles import configs\n",     # core -> roles
@@ -56,6 +57,8 @@ def test_an_upward_import_a_worker_import_a_crossing_and_a_cycle_are_each_caught
         "specfleet/worker/leak.py": "from ..plan import Plan\n",                        # worker -> plan
         "specfleet/report/scan/loop_a.py": "from . import loop_b\n",
         "specfleet/report/scan/loop_b.py": "def g():\n    from . import loop_a\n",        # a cycle
+        "specfleet/plan/note_a.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from . import note_b\n",
+        "specfleet/plan/note_b.py": "from . import note_a\n",                              # a cycle by annotation
         "specfleet/collect/leak.py": "def h():\n    from ..report.scan import folder\n",   # collect -> report
         "specfleet/report/gates/up.py": "def u():\n    from ..render import document\n",  # a room upward
         "specfleet/campaign/leak.py": "from ..report.scan import cells\n",                 # campaign -> report
@@ -64,7 +67,7 @@ def test_an_upward_import_a_worker_import_a_crossing_and_a_cycle_are_each_caught
     assert p.returncode == 1, p.stdout
     assert "0 kept, 7 broken" in p.stdout, p.stdout
     for edge in ("specfleet.steps.extra -> specfleet.roles.configs", "specfleet.roles.leak -> specfleet.tasks.bench",
-                 "specfleet.worker.leak -> specfleet.plan", ".loop_b -> .loop_a",
+                 "specfleet.worker.leak -> specfleet.plan", ".loop_b -> .loop_a", "No cycles are allowed in specfleet.plan",
                  "specfleet.collect.leak -> specfleet.report.scan.folder",
                  "specfleet.report.gates.up -> specfleet.report.render.document",
                  "specfleet.campaign.leak -> specfleet.report.scan.cells",

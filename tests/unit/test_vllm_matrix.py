@@ -93,7 +93,16 @@ def test_a_release_s_facts_are_read_from_its_wheel(tmp_path):
             "--enable-log-requests", "--no-enable-log-requests"} == set(r["serve_flags"])
     assert r["bench_flags"] == ["--dataset-name", "--num-prompts", "--save-detailed", "--spec-bench-output-len"]
     assert r["datasets"] == ["random", "spec_bench", "custom"]
+    assert r["client_template_skipped_for"] == []   # before 0.34: the client templates every dataset's prompts
     assert r["speculative"] == {"keys": ["method", "num_speculative_tokens"],
                                 "methods": ["deepseek_mtp", "eagle", "eagle3", "medusa", "mtp", "ngram"]}
     assert r["result"] == {"keys": ["date", "duration", "itls", "latencies", "mean_{name}_ms", "ttfts"],
                            "detailed_only": ["itls", "ttfts"]}
+
+
+def test_the_backends_whose_prompts_the_client_leaves_to_the_server_are_read(tmp_path):
+    """vLLM 0.34's datasets module names the chat backends it does not template for (the server does)."""
+    m = load_script()
+    src = DATASETS + 'CHAT_TEMPLATE_BACKENDS = ("openai-chat", "openai-responses", "vllm-chat")\n'
+    assert m.chat_template_backends(src) == ["openai-chat", "openai-responses", "vllm-chat"]
+    assert m.chat_template_backends(DATASETS) == []

@@ -131,9 +131,11 @@ def test_per_request_renders_the_flag_for_speculative_servers_only_and_the_worke
     assert serve_argv(plan, "ngram", paths)[-2:] == ["--per-request-spec-decode-metrics", "summary"]
     assert "--per-request-spec-decode-metrics" not in serve_argv(plan, "vanilla", paths)
     # unpinned: the worker refuses the item under the release its venv reports, before any server starts
+    # (0.34 refuses every item of this chat_template: double plan for its template: not this test's matter)
     item = item_spec(plan, "w1", "ngram", paths)
-    assert set(item["release_refusals"]) == {"0.26.0", "0.28.0"}
-    assert "release_refusals" not in item_spec(plan, "w1", "vanilla", paths)
+    assert {v for v, why in item["release_refusals"].items() if "spec_decode_metrics" in why} == {"0.26.0", "0.28.0"}
+    assert not [why for why in item_spec(plan, "w1", "vanilla", paths).get("release_refusals", {}).values()
+                if "spec_decode_metrics" in why]
 
 
 def test_counters_keeps_the_plan_hash_per_request_changes_it():

@@ -50,10 +50,17 @@ def test_the_published_layout_for_its_model_is_consistent():
      f"the drafter {D}'s draft_vocab_size 200000 is larger than its vocabulary 151936"),
     (DRAFT, changed(MODEL, "num_hidden_layers", 48), "eagle3",
      f"the drafter {D} reads hidden states of layer 61 (eagle_aux_hidden_state_layer_ids), the model {M} has 48 "
-     "layers (0-47)"),
+     "layers (states 0-48)"),
 ])
 def test_a_mismatch_refuses_naming_both_values(draft, model, method, refusal):
     assert run(draft, model, method) == (refusal, [], [])
+
+
+def test_the_last_layer_s_output_is_a_state_the_model_has():
+    # id L (the model's layer count) is the last layer's output, which vLLM hands over; L + 1 is not
+    layers = max(DRAFT["eagle_aux_hidden_state_layer_ids"])
+    assert run(DRAFT, changed(MODEL, "num_hidden_layers", layers), "eagle3")[0] is None
+    assert "reads hidden states of layer" in run(DRAFT, changed(MODEL, "num_hidden_layers", layers - 1), "eagle3")[0]
 
 
 def test_a_vlm_s_text_config_is_the_model_compared():

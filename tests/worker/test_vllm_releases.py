@@ -4,6 +4,7 @@ version its venv reports, in one line naming the field, the value and the releas
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -58,10 +59,11 @@ def test_medusa_under_0_33_is_refused_naming_field_value_and_release():
 def test_disable_padded_drafter_batch_under_0_34_is_refused():
     raw = plan_with({"name": "e3", "speculative_config": {"method": "eagle3", "model": "/d/e3", "num_speculative_tokens": 3,
                                                           "disable_padded_drafter_batch": True}}, vllm_version="0.34.0")
+    raw["benchmark"]["chat_template"] = "single"   # 0.34's client leaves the chat template to the server
     assert refused(raw) == ("p.yml: configuration 'e3', field 'speculative_config.disable_padded_drafter_batch': "
                             "disable_padded_drafter_batch: vLLM 0.34.0 has no such speculative-config key "
                             "(docs/vllm-releases.md, read from its wheel)")
-    raw["vllm_version"] = "0.33.0"
+    raw["vllm_version"], raw["benchmark"]["chat_template"] = "0.33.0", "double"
     parse_plan(raw, "p.yml")
 
 
@@ -94,7 +96,8 @@ def test_a_method_or_key_no_release_has_needs_the_opt_in_and_is_reported():
                    "vLLM release in docs/vllm-releases.md (a newer vLLM's method goes in speculative_extra_methods)")
     plan = parse_plan(plan_with({"name": "x", "speculative_extra_keys": ["xfuture_key"],
                                  "speculative_extra_methods": ["dflash9"], "speculative_config": sc},
-                                vllm_version="0.34.0"), "p.yml")
+                                vllm_version="0.34.0", benchmark=dict(MINI["benchmark"], chat_template="single")),
+                      "p.yml")
     assert "speculative_extra_methods" not in plan.canonical_json()
     assert not_checked(plan) == [
         "configuration 'x': speculative method 'dflash9' is in no vLLM release of the matrix (opted in by "
@@ -115,6 +118,8 @@ def test_every_shipped_plan_renders_for_every_release(plan_file, version):
     rel = releases()[version]
     raw = yaml.safe_load(plan_file.read_text())
     raw["vllm_version"] = version
+    b = raw["benchmark"]
+    b["chat_template"] = rel.chat_template(b.get("backend", "openai-chat"))  # what a plan for the release says
     plan = parse_plan(raw, plan_file)
     assert plan_problems(plan, rel) == {}
     paths = Paths(venv="/opt/v", work_dir="/w", dataset="/w/q.jsonl")
@@ -135,6 +140,8 @@ def test_every_shipped_plan_renders_for_every_release(plan_file, version):
 def test_the_item_carries_each_refusing_release_and_keeps_its_hash():
     raw = plan_with({"name": "med", "speculative_config": {"method": "medusa", "model": "/d/med",
                                                            "num_speculative_tokens": 3}})
+    # on /v1/completions every release templates once, on the client: no release refuses the template
+    raw["benchmark"].update(backend="openai", endpoint="/v1/completions", chat_template="single")
     plan = parse_plan(raw, "p.yml")
     paths = Paths(venv="/opt/v", work_dir="/w")
     it = item_spec(plan, "w1", "med", paths)
@@ -157,3 +164,51 @@ def test_the_worker_refuses_under_the_release_its_venv_reports_before_a_server_s
                    "such speculative method (docs/vllm-releases.md, read from its wheel) (the venv reports vLLM "
                    "0.33.0; nothing was started)")
     assert not (bed.run_dir / "eagle3.server.log").exists()   # no server was started
+
+
+def test_the_chat_template_a_release_cannot_do_is_refused_naming_field_value_and_release():
+    """0.34 leaves the openai-chat prompts to the server (CHAT_TEMPLATE_BACKENDS, read from its wheel):
+    `double` cannot happen there, `single` cannot happen before it, nor on a release no pin names."""
+    raw = plan_with(vllm_version="0.34.0")
+    assert refused(raw) == ("p.yml: field 'benchmark.chat_template': double: vLLM 0.34.0 chat-templates the prompts "
+                            "of backend openai-chat once, on the server (its bench client skips the template) (read "
+                            "from its wheel, docs/vllm-releases.md): write chat_template: single, or pin another release")
+    raw["benchmark"]["chat_template"] = "single"
+    parse_plan(raw, "p.yml")
+    raw["vllm_version"] = "0.33.0"
+    assert refused(raw).startswith("p.yml: field 'benchmark.chat_template': single: vLLM 0.33.0 chat-templates the "
+                                   "prompts of backend openai-chat twice, on the client and again on the server")
+    raw["vllm_version"] = None
+    assert "templated once only where the vLLM release's bench client skips the template (0.34.0" in refused(raw)
+    # unpinned and double: the worker refuses it under a 0.34 venv, before the server starts
+    plan = parse_plan(plan_with(), "p.yml")
+    it = item_spec(plan, "w1", "vanilla", Paths(venv="/opt/v", work_dir="/w"))
+    assert set(it["release_refusals"]) == {"0.34.0"} and "benchmark.chat_template" in it["release_refusals"]["0.34.0"]
+
+
+class _Owner:
+    def __init__(self, version: str):
+        self.spec, self.run_dir, self.state = {}, "/nonexistent", {"vllm_version": version}
+
+
+@pytest.mark.parametrize("version, backend, plan_says, on", [
+    ("0.33.0", "openai-chat", "double", "client+server"),
+    ("0.34.0", "openai-chat", "single", "server"),
+    ("0.35.1", "openai-chat", "single", "server"),     # a newer release than the matrix: as 0.34
+    ("0.34.0", "openai", "single", "client"),
+    ("simvllm 1.0 (simulated vLLM)", "openai-chat", "double", "client+server"),   # emulates 0.32
+])
+def test_the_worker_derives_the_template_from_the_release_it_observed(version, backend, plan_says, on):
+    """The lane's preflight: where the venv's bench templates (its release and the backend) is what the
+    run record says; a plan that says otherwise fails the item before the server starts, naming the field,
+    the value and the release (a release newer than the matrix included)."""
+    from specfleet.worker.host import ItemFailed
+    from specfleet.worker.lane import Lane
+    lane = Lane(_Owner(version), None, 8000)
+    assert lane.template_on(backend) == on
+    item = {"client": {"backend": backend}, "fit": {"chat_template": plan_says}}
+    lane.check_template(item)
+    other = "single" if plan_says == "double" else "double"
+    with pytest.raises(ItemFailed, match=rf"benchmark.chat_template: {other}: the venv's vLLM {re.escape(version)} "
+                                         rf"chat-templates the prompts of backend {backend}.*nothing was started"):
+        lane.check_template({**item, "fit": {"chat_template": other}})

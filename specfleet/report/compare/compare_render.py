@@ -1,23 +1,27 @@
 """`fab compare`'s outputs: compare.md, compare.html (the plot inlined), compare.svg, compare.json.
 
-One list of sections (title, headers, rows of formatted strings, note) feeds Markdown and HTML, as in
-the report (document.py), so they never disagree. Simulated inputs stamp every output and the plot.
+One model (`CompareModel`: stamps, summary lines, sections of title, headers, rows of formatted strings
+and note) feeds the Markdown and HTML templates in templates/compare/, through the report's Jinja
+environments (document.page_environments: HTML autoescaped, control characters and Markdown's HTML
+shown as text), so they never disagree. Simulated inputs stamp every output and the plot.
 """
 from __future__ import annotations
 
-import html
 import json
 import math
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ...worker.layout import PROVENANCE
 from ..tables.compare_policy import (FAMILY_ALPHA, IMPROVEMENT, LOWER_IS_BETTER, POWER, REGRESSION, UNDECIDABLE,
                                      single_run_statement)
 from .comparison import Comparison
-from ..render.document import SIMULATED_STAMP, Section, fmt, md_cell
+from ..render.document import SIMULATED_STAMP, Section, fmt, page_environments
+from ...bastion_io import AtomicFiles
+from ...render import TEMPLATES
 from ..gates.gate import GATE_METRICS
 
+TEMPLATE_DIR = TEMPLATES / "compare"
 FORCED_STAMP = "FORCED: compared with --force although {why}."
 
 
@@ -215,46 +219,30 @@ def plot_svg(c: Comparison) -> str | None:
         return _svg(fig, c.simulated)
 
 
-def to_markdown(c: Comparison, secs: list[Section], image: str | None) -> str:
-    lines = [f"# Campaign comparison: {c.base.camp.name} -> {c.cand.camp.name}", ""]
-    lines += [f"**{s}**" for s in stamps(c)] + ([""] if stamps(c) else [])
-    lines += [f"- {md_cell(s)}" for s in summary(c)] + [""]
-    if image:
-        lines += [f"![candidate vs baseline]({image})", ""]
-    for s in secs:
-        lines += [f"## {s.title}", ""]
-        if s.note:
-            lines += [md_cell(s.note), ""]
-        if s.rows:
-            lines += ["| " + " | ".join(map(md_cell, s.headers)) + " |", "|" + "---|" * len(s.headers)]
-            lines += ["| " + " | ".join(md_cell(x) for x in r) + " |" for r in s.rows]
-            lines.append("")
-        else:
-            lines += ["(none)", ""]
-    return "\n".join(lines)
+@dataclass
+class CompareModel:
+    """What compare.md and compare.html show (templates/compare/), as the report's ReportModel: the two
+    campaigns' names, the stamps, the summary's lines and the sections."""
+
+    baseline: str
+    candidate: str
+    stamps: list[str]
+    tags: list[str]          # the HTML title's [TAG]s
+    summary: list[str]
+    sections: list[Section]
 
 
-def to_html(c: Comparison, secs: list[Section], svg: str | None) -> str:
-    e = html.escape
-    body = [f"<h1>Campaign comparison: {e(c.base.camp.name)} &rarr; {e(c.cand.camp.name)}</h1>"]
-    body += [f'<p class="stamp">{e(s)}</p>' for s in stamps(c)]
-    body.append("<ul>" + "".join(f"<li>{e(s)}</li>" for s in summary(c)) + "</ul>")
-    if svg:
-        body.append(f'<figure id="compare-plot">{svg}</figure>')
-    for s in secs:
-        body.append(f"<h2>{e(s.title)}</h2>" + (f"<p>{e(s.note)}</p>" if s.note else ""))
-        if s.rows:
-            head = "".join(f"<th>{e(h)}</th>" for h in s.headers)
-            rows = "".join("<tr>" + "".join(f"<td>{e(x)}</td>" for x in r) + "</tr>" for r in s.rows)
-            body.append(f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>")
-        else:
-            body.append("<p>(none)</p>")
-    style = ("body{font-family:sans-serif;margin:2em;max-width:1400px}table{border-collapse:collapse;font-size:90%}"
-             "td,th{border:1px solid #ccc;padding:2px 6px;text-align:left}"
-             ".stamp{background:#b00020;color:#fff;padding:4px 8px;font-weight:bold}")
-    title = ("[SIMULATED] " if c.simulated else "") + f"compare {c.base.camp.name} -> {c.cand.camp.name}"
-    return (f"<!doctype html><html><head><meta charset=\"utf-8\"><title>{e(title)}</title>"
-            f"<style>{style}</style></head><body>{''.join(body)}</body></html>\n")
+def build_model(c: Comparison) -> CompareModel:
+    return CompareModel(baseline=c.base.camp.name, candidate=c.cand.camp.name, stamps=stamps(c),
+                        tags=["SIMULATED"] if c.simulated else [], summary=summary(c), sections=sections(c))
+
+
+def to_markdown(m: CompareModel, image: str | None) -> str:
+    return page_environments(TEMPLATE_DIR)[1].get_template("compare.md.j2").render(m=m, image=image)
+
+
+def to_html(m: CompareModel, svg: str | None) -> str:
+    return page_environments(TEMPLATE_DIR)[0].get_template("compare.html.j2").render(m=m, svg=svg) + "\n"
 
 
 def _no_nan(v):
@@ -292,12 +280,15 @@ def to_json(c: Comparison) -> str:
 
 def write_outputs(c: Comparison, out_dir: Path) -> dict[str, Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
-    secs, svg = sections(c), plot_svg(c)
+    model, svg = build_model(c), plot_svg(c)
     paths = {"md": out_dir / "compare.md", "html": out_dir / "compare.html", "json": out_dir / "compare.json"}
-    if svg:
-        paths["svg"] = out_dir / "compare.svg"
-        paths["svg"].write_text(svg, encoding="utf-8")
-    paths["md"].write_text(to_markdown(c, secs, "compare.svg" if svg else None), encoding="utf-8")
-    paths["html"].write_text(to_html(c, secs, svg), encoding="utf-8")
-    paths["json"].write_text(to_json(c), encoding="utf-8")
+    # written as a set (bastion_io.AtomicFiles), as the report: a full disk half-way leaves the earlier ones whole
+    with AtomicFiles() as files:
+        if svg:
+            paths["svg"] = out_dir / "compare.svg"
+            files.tmp(paths["svg"]).write_text(svg, encoding="utf-8")
+        files.tmp(paths["md"]).write_text(to_markdown(model, "compare.svg" if svg else None), encoding="utf-8")
+        files.tmp(paths["html"]).write_text(to_html(model, svg), encoding="utf-8")
+        files.tmp(paths["json"]).write_text(to_json(c), encoding="utf-8")
+        files.commit()
     return paths

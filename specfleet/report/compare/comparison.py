@@ -23,7 +23,7 @@ from ...plan.assertions import Assertion, AssertionResult, check
 from ...plan.slo import Slo
 from ...errors import UserError
 from ... import untrusted_json
-from ..scan.folder import Campaign, Expect, scan_campaign
+from ..scan.folder import CollectedFolder, Expect, scan_folder
 from ..gates.gate import (DEFAULT_BASELINE, GATE_METRICS, PLAN_DEFAULTS, EquivalenceRule, GateResult,
                           check_equivalence, open_loop)
 from ..gates.gate_policy import metric_value
@@ -33,9 +33,9 @@ from ..render.goodput import good_requests
 from ..gates.gpu_gate import split_off_gpu_copies
 from ..tables.measures import NoiseBand, rate_check, speed
 from ..tables.merge import Tables, build_tables
-from ..gates.consistency import result_table
+from ..gates.consistency import TEMPLATE_WORDS, facts_by_run, result_table, version_of
 from ..scan.plan_snapshot import PLAN_SNAPSHOT, field_diffs
-from ..scan.provenance import NOT_RECORDED, node_table
+from ..scan.provenance import NOT_RECORDED, node_table, simulated_signals
 from ...worker.stats import ratio_interval, t_quantile, wilson_interval
 
 # plan fields that may differ between the two campaigns: what is being compared (the GPU and the date
@@ -48,7 +48,7 @@ NODE_FACTS = ("engine", "vllm", "torch", "gpu", "gpus", "driver", "cuda", "pytho
 class Side:
     label: str                    # "baseline" | "candidate"
     dir: Path
-    camp: Campaign
+    camp: CollectedFolder
     plan: dict | None
     assertions: list[Assertion]
     baseline: str
@@ -72,7 +72,7 @@ def load_side(label: str, path: Path | str, tolerance_pct: float | None = None) 
                             "`fab report --plan ...` writes it again") from None
     b = (plan or {}).get("benchmark") or {}
     expect = Expect(None, int(b.get("max_failed_requests") or 0))
-    camp = scan_campaign(path, quarantine=False, expect=expect)
+    camp = scan_folder(path, quarantine=False, expect=expect)
     if not camp.runs:
         raise UserError(f"{path}: no valid, done result files ({label} side)")
     baseline = (plan or {}).get("baseline") or DEFAULT_BASELINE
@@ -118,7 +118,7 @@ def _excludes_one(lo: float | None, hi: float | None, better_up: bool = True) ->
     return 1 if (lo > 1.0) == better_up else -1
 
 
-def _samples(camp: Campaign, metric: str, nodes: set[str] | None = None) -> dict[tuple[str, str], list[float]]:
+def _samples(camp: CollectedFolder, metric: str, nodes: set[str] | None = None) -> dict[tuple[str, str], list[float]]:
     """(config, cell) -> the metric over every run (every repeat on every node, or on `nodes`)."""
     out: dict[tuple[str, str], list[float]] = {}
     for r in camp.runs:
@@ -130,7 +130,7 @@ def _samples(camp: Campaign, metric: str, nodes: set[str] | None = None) -> dict
     return out
 
 
-def _conc(camp: Campaign) -> dict[str, int]:
+def _conc(camp: CollectedFolder) -> dict[str, int]:
     return {r.cell: r.conc for r in camp.runs}
 
 
@@ -226,7 +226,7 @@ def speedup_ratio_interval(groups: list[list[float]], confidence: float) -> tupl
     return math.exp(d), math.exp(d - half), math.exp(d + half)
 
 
-def _speeds(camp: Campaign, nodes: set[str]) -> dict[tuple[str, str], list[float]]:
+def _speeds(camp: CollectedFolder, nodes: set[str]) -> dict[tuple[str, str], list[float]]:
     """(config, cell) -> what the report's speedup is a ratio of (measures.speed: output tok/s, per token
     in an open-loop cell), over the runs on `nodes`."""
     out: dict[tuple[str, str], list[float]] = {}
@@ -343,7 +343,7 @@ def plan_slo(plan: dict | None) -> Slo | None:
     return Slo.model_validate(raw) if raw else None
 
 
-def _per_run(camp: Campaign, slo: Slo) -> dict[tuple[str, str], list[tuple[float, int, int]]]:
+def _per_run(camp: CollectedFolder, slo: Slo) -> dict[tuple[str, str], list[tuple[float, int, int]]]:
     """(config, cell) -> (goodput, good, completed) per run with per-request arrays."""
     out: dict[tuple[str, str], list[tuple[float, int, int]]] = {}
     for r in camp.runs:
@@ -352,7 +352,7 @@ def _per_run(camp: Campaign, slo: Slo) -> dict[tuple[str, str], list[tuple[float
     return out
 
 
-def goodput_diffs(base_camp: Campaign, cand_camp: Campaign, slo: Slo, noise: NoiseBand,
+def goodput_diffs(base_camp: CollectedFolder, cand_camp: CollectedFolder, slo: Slo, noise: NoiseBand,
                   conc: dict[str, int]) -> tuple[list[GoodputDiff], list[Figure], list[str]]:
     """Per cell in both campaigns with per-request arrays on both sides, the figures judged; notes for
     the cells without."""
@@ -487,6 +487,9 @@ def refusals(base: Side, cand: Side) -> list[str]:
         va, vb = _values(ra, col), _values(rb, col)
         if NOT_RECORDED not in (va, vb) and va != vb:
             out.append(f"different {what}: sha256 {va} (baseline) vs {vb} (candidate)")
+    line = template_refusal(base, cand)
+    if line:
+        out.append(line)
     if base.plan and cand.plan and not any(o.startswith("different dataset") for o in out):
         ka = (base.plan["benchmark"].get("dataset_name"), base.plan["benchmark"].get("dataset_path"))
         kb = (cand.plan["benchmark"].get("dataset_name"), cand.plan["benchmark"].get("dataset_path"))
@@ -495,6 +498,25 @@ def refusals(base: Side, cand: Side) -> list[str]:
                        "plan benchmark.dataset_name/dataset_path (no sha256 recorded on both sides to show "
                        "they are the same file)")
     return out
+
+
+def template_refusal(base: Side, cand: Side) -> str | None:
+    """One line when the two sides' prompts were chat-templated differently (vLLM 0.34 skips the bench
+    client's template for chat backends: same flags, other prompts), naming each side's releases."""
+    def side(s: Side) -> dict[str, set[str]]:   # behaviour -> vLLM versions
+        out: dict[str, set[str]] = {}
+        for run, f in facts_by_run(s.camp):
+            for value, _ in f["chat_template"]:
+                out.setdefault(value, set()).add(version_of(f))
+        return out
+    a, b = side(base), side(cand)
+    if not a or not b or set(a) == set(b):
+        return None
+    say = lambda d: "; ".join(f"{TEMPLATE_WORDS.get(t, t)} under vLLM {', '.join(sorted(vs))}"  # noqa: E731
+                              for t, vs in sorted(d.items()))
+    return (f"different prompt templates: {say(a)} (baseline) vs {say(b)} (candidate): the same bench flags "
+            "sent differently templated prompts (vLLM 0.34 leaves the chat backend's prompts to the server), "
+            "not one workload")
 
 
 # ------------------------------------------------------------------ the whole comparison
@@ -522,7 +544,7 @@ class Comparison:
 
     @property
     def simulated(self) -> bool:
-        return self.base.camp.simulated or self.cand.camp.simulated
+        return bool(simulated_signals(self.base.camp) or simulated_signals(self.cand.camp))
 
     @property
     def regressions(self) -> list[CellDiff]:

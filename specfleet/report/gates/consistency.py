@@ -3,7 +3,8 @@
 Per run, from the result's metadata (the runner's `--metadata`: vllm_version, torch_version, gpu or
 gpu_names, driver, cuda_version, decoding / sampling_params), the node's provenance.json (fab collect's
 probe: gpu_name, driver, cuda, the venv's dists) and the server log's version line. Two runs that
-differ in GPU model, driver, CUDA, torch, vLLM version or decoding (greedy / sampled) are not one
+differ in GPU model, driver, CUDA, torch, vLLM version, decoding (greedy / sampled) or prompt template
+(client + server vs server only: vLLM 0.34 stopped the bench client's template for chat backends) are not one
 campaign: the gate refuses the merge as for mixed plans (exit 8; --force merges and stamps every
 output MIXED PROVENANCE). The plan's `vllm_version` pin is compared with every version a real node
 recorded (the simulated engine has no vLLM version: not checked there, said so).
@@ -16,19 +17,58 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from ...plan.releases import release_of
 from ...untrusted_json import loads
 from ...worker import layout
+from ...worker.fitcheck import applied_template
 from .gpu_gate import where
 from ..scan.provenance import NOT_RECORDED, RESULT_COLS, argv_facts, read_provenance, server_facts, simulated_signals
 
 if TYPE_CHECKING:
-    from ..scan.folder import Campaign, Run
+    from ..scan.folder import CollectedFolder, Run
 
 # "cuda" is torch's CUDA build (the runner's cuda_version), "driver_cuda" the highest CUDA the driver
 # supports (nvidia-smi, provenance.json): they differ legitimately (a cu128 torch on a 13.0 driver),
 # so each is compared only with itself
 FIELDS = {"gpu": "GPU model", "driver": "driver", "cuda": "CUDA (torch build)", "driver_cuda": "CUDA (driver)",
-          "torch": "torch", "vllm": "vLLM version", "decoding": "decoding"}
+          "torch": "torch", "vllm": "vLLM version", "decoding": "decoding", "chat_template": "prompt template"}
+# where the prompts were chat-templated (fitcheck.applied_template), as the report words it
+TEMPLATE_WORDS = {"client+server": "client + server (double)", "server": "server only (single)",
+                  "client": "client only (single)"}
+
+
+def template_of(run: "Run") -> tuple[str, str] | None:
+    """(where the prompts were chat-templated, its source) for one run: the run record's, else, for a
+    result written before records carried it, the release the result names and its backend, from that
+    release's wheel (releases.py); None when neither tells."""
+    if run.record and run.record.chat_template:
+        return run.record.chat_template, "run record"
+    rel, backend = release_of(str(run.result.extra.get("vllm_version") or "")), run.result.backend
+    if rel is None or not backend:
+        return None
+    return applied_template(rel.chat_template(backend), backend), f"vLLM {rel.version}'s wheel, backend {backend}"
+
+
+def version_of(f: dict) -> str:
+    """The vLLM version a run's facts name (the result's metadata first)."""
+    return next((v for v, src in f["vllm"] if src == "result metadata"), None) or \
+        next((v for v, _ in f["vllm"]), "an unrecorded vLLM")
+
+
+def template_line(facts, scope: str = "across nodes") -> str | None:
+    """One line when runs were chat-templated differently, naming each behaviour with the vLLM
+    releases and nodes that ran it: the same flags sent other prompts (vLLM 0.34 skips the client's
+    template for chat backends), so the runs are not one workload."""
+    by: dict[str, dict[str, set[str]]] = {}   # behaviour -> vLLM version -> hosts
+    for run, f in facts:
+        for value, _ in f["chat_template"]:
+            by.setdefault(value, {}).setdefault(version_of(f), set()).add(run.host)
+    if len(by) < 2:
+        return None
+    say = "; ".join(f"{TEMPLATE_WORDS.get(t, t)} under " + ", ".join(
+        f"vLLM {v} ({', '.join(sorted(hs))})" for v, hs in sorted(vs.items())) for t, vs in sorted(by.items()))
+    return (f"prompt template differs {scope}: {say}: the same bench flags sent differently templated prompts "
+            "(vLLM 0.34 leaves the chat backend's prompts to the server), not one workload")
 
 
 # what a client may send that changes sampling, as --metadata keys
@@ -92,7 +132,7 @@ def decoding_of(extra: dict) -> str | None:
         return None
 
 
-def run_facts(camp: "Campaign", run: "Run", prov: dict | None = None, log_version: str | None = None
+def run_facts(camp: "CollectedFolder", run: "Run", prov: dict | None = None, log_version: str | None = None
               ) -> dict[str, list[tuple[str, str]]]:
     """field -> [(value, source)] for one run (several sources may disagree: all are kept)."""
     ex = run.result.extra
@@ -119,10 +159,12 @@ def run_facts(camp: "Campaign", run: "Run", prov: dict | None = None, log_versio
     add("vllm", log_version, "server log")
     add("decoding", run.record.decoding if run.record and run.record.decoding else decoding_of(ex),
         "run record" if run.record and run.record.decoding else "result metadata")
+    if (tpl := template_of(run)) is not None:
+        add("chat_template", *tpl)
     return out
 
 
-def facts_by_run(camp: "Campaign") -> list[tuple["Run", dict[str, list[tuple[str, str]]]]]:
+def facts_by_run(camp: "CollectedFolder") -> list[tuple["Run", dict[str, list[tuple[str, str]]]]]:
     provs = {h: read_provenance(camp.root / h) for h in camp.hosts}
     logv = {(k.host, k.config): k.vllm_version for k in camp.kv}
     return [(r, run_facts(camp, r, provs[r.host], logv.get((r.host, r.config)))) for r in camp.runs]
@@ -136,7 +178,7 @@ def _with_local_label(values: set[str]) -> dict[str, str]:
     return {v: (labelled[v][0] if "+" not in v and len(labelled[v]) == 1 else v) for v in values}
 
 
-def mismatches(camp: "Campaign", vllm_pin: str | None = None) -> list[str]:
+def mismatches(camp: "CollectedFolder", vllm_pin: str | None = None) -> list[str]:
     """One line per field whose runs disagree (across nodes or within one), and per pin broken."""
     sim_hosts = {s.split(":", 1)[0] for s in simulated_signals(camp)}
     facts = facts_by_run(camp)
@@ -145,6 +187,11 @@ def mismatches(camp: "Campaign", vllm_pin: str | None = None) -> list[str]:
     vllm_stands = _with_local_label({v for _, f in real for v, _ in f["vllm"]})
     out: list[str] = []
     for field, label in FIELDS.items():
+        if field == "chat_template":  # named with the releases that templated so (template_line)
+            within = {r.host for r, _ in facts} if len({r.host for r, _ in facts}) == 1 else set()
+            line = template_line(facts, f"within {', '.join(within)}" if within else "across nodes")
+            out += [line] if line else []
+            continue
         where: dict[str, dict[str, set[str]]] = {}   # value -> host -> "config (source)"
         for run, f in real if field == "vllm" else facts:
             for value, source in f[field]:
@@ -166,20 +213,24 @@ def mismatches(camp: "Campaign", vllm_pin: str | None = None) -> list[str]:
     return out
 
 
-def column_values(camp: "Campaign", runs: list["Run"]) -> dict[str, str]:
+def column_values(camp: "CollectedFolder", runs: list["Run"]) -> dict[str, str]:
     """Per field, the values of a group of runs for the per-result table ('a | b' when they differ)."""
     logv = {(k.host, k.config): k.vllm_version for k in camp.kv}
+    facts = [run_facts(camp, r, None, logv.get((r.host, r.config))) for r in runs]
+    # the server log's `0.32.0` and the dist's `0.32.0+cpu` are one release: the gate's rule, not MIXED
+    stands = _with_local_label({v for f in facts for v, _ in f["vllm"]})
     vals: dict[str, list[str]] = {f: [] for f in FIELDS}
-    for r in runs:
-        for field, got in run_facts(camp, r, None, logv.get((r.host, r.config))).items():
+    for f in facts:
+        for field, got in f.items():
             for v, _ in got:
+                v = stands[v] if field == "vllm" else v
                 if v not in vals[field]:
                     vals[field].append(v)
     return {f: " | ".join(v) + (" (MIXED)" if len(v) > 1 else "") if v else "not recorded"
             for f, v in vals.items()}
 
 
-def result_table(camp: "Campaign") -> pd.DataFrame:
+def result_table(camp: "CollectedFolder") -> pd.DataFrame:
     """One row per (node, config): what produced those result files."""
     groups: dict[tuple[str, str], list] = {}
     for r in camp.runs:
@@ -210,6 +261,9 @@ def result_table(camp: "Campaign") -> pd.DataFrame:
             "cuda": cv["cuda"] if cv["driver_cuda"] == NOT_RECORDED else f"{cv['cuda']} (driver {cv['driver_cuda']})",
             "torch": cv["torch"],
             "vllm": cv["vllm"], "decoding": cv["decoding"],
+            "chat_template": " | ".join(TEMPLATE_WORDS.get(v, v) for v in cv["chat_template"].removesuffix(
+                " (MIXED)").split(" | ")) + (" (MIXED)" if cv["chat_template"].endswith(" (MIXED)") else "")
+            if cv["chat_template"] != "not recorded" else NOT_RECORDED,
             "sampling": _sampling(runs, item),
             "server_sampling_defaults": srv.get("server_sampling_defaults", NOT_RECORDED),
             "speculative_config": spec_cmd or NOT_RECORDED,

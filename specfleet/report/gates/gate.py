@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from ...plan import Equivalence
-from ..scan.folder import Campaign, at_cell
+from ..scan.folder import CollectedFolder, at_cell
 from .gpu_gate import gpu_checks, packing_of
 from .consistency import mismatches
 from .gate_policy import (ALPHA, ALPHA_PER_LOOK, FAILED, INCONCLUSIVE, MERGES, METHOD as POLICY, PASSED, SAMPLES,
@@ -276,7 +276,7 @@ def _words(d: Decision, rule: EquivalenceRule) -> str:
             "(docs/report.md, \"Adding repeats\")")
 
 
-def check_equivalence(camp: Campaign, rule: EquivalenceRule | None = None,
+def check_equivalence(camp: CollectedFolder, rule: EquivalenceRule | None = None,
                       baseline: str = DEFAULT_BASELINE, vllm_pin: str | None = None) -> GateResult:
     rule = rule or EquivalenceRule()
     # (host, bench cell) -> metric -> the baseline's values over repeats: a sweep's cells at one

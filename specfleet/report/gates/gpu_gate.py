@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from ...plan import copy_of
 
 if TYPE_CHECKING:
-    from ..scan.folder import Campaign
+    from ..scan.folder import CollectedFolder
 
 ONE_GPU = "not recorded (the one-GPU runner: the node's GPU)"
 
@@ -36,7 +36,7 @@ def where(run) -> str:
         uuids.split(","))], fillvalue=""))
 
 
-def packing_of(camp: "Campaign") -> str:
+def packing_of(camp: "CollectedFolder") -> str:
     """What the report says about packing: the results' stamp, or the one-GPU runner's one server."""
     seen = sorted({r.record.packing for r in camp.runs if r.record and r.record.packing})
     if not seen:
@@ -47,7 +47,7 @@ def packing_of(camp: "Campaign") -> str:
     return "; ".join(say.get(s, s) for s in seen) + (" -- MIXED across results" if len(seen) > 1 else "")
 
 
-def split_off_gpu_copies(camp: "Campaign", baseline: str) -> "Campaign":
+def split_off_gpu_copies(camp: "CollectedFolder", baseline: str) -> "CollectedFolder":
     """The campaign without the baseline's runs on other GPUs: they serve the GPU check, not the tables
     (the baseline's own runs are the node's reference)."""
     keep = lambda config: copy_of(config, baseline) is None  # noqa: E731
@@ -55,7 +55,7 @@ def split_off_gpu_copies(camp: "Campaign", baseline: str) -> "Campaign":
                                kv=[k for k in camp.kv if keep(k.config)])
 
 
-def gpu_checks(camp: "Campaign", rule, baseline: str, decide, samples_of) -> tuple[list, list[str]]:
+def gpu_checks(camp: "CollectedFolder", rule, baseline: str, decide, samples_of) -> tuple[list, list[str]]:
     """(PairChecks labelled 'node [set]', notes) for the nodes whose configurations used several GPU sets."""
     checks, notes = [], []
     for host in camp.hosts:

@@ -6,7 +6,8 @@ import pandas as pd
 
 from ...plan.releases import PER_REQUEST_FLAG
 from ...worker.acceptance import MAX_CONCURRENCY
-from ..scan.folder import Campaign
+from ..scan.folder import CollectedFolder
+from ..scan.provenance import simulated_signals
 from ..tables.acceptance_spread import acceptance_rows
 from .document import ReportModel, Section
 from .plots import namespace_ids, per_request_acceptance_svg
@@ -17,12 +18,13 @@ HEADERS = ["node", "config", "cell", "runs' acceptance length", "runs' acceptanc
            "per-request draft acceptance rate: median [p10, p90]", "pass pooled length"]
 
 
-def add_acceptance_section(model: ReportModel, camp: Campaign, runs_table: pd.DataFrame, baseline: str) -> None:
+def add_acceptance_section(model: ReportModel, camp: CollectedFolder, runs_table: pd.DataFrame, baseline: str) -> None:
     """The section after the results, with its histogram; nothing when no configuration is speculative."""
     rows, series = acceptance_rows(camp, runs_table, baseline)
     if not rows:
         return
-    svg = per_request_acceptance_svg(series, series.pop("_k", 0), camp.simulated)
+    simulated = bool(simulated_signals(camp))
+    svg = per_request_acceptance_svg(series, series.pop("_k", 0), simulated)
     if not svg:  # nothing recorded: each row says why; the method is for a report that has it
         model.sections.append(Section(
             "Acceptance per request", HEADERS, rows, "No cell has per-request acceptance (the untimed pass of "
@@ -45,7 +47,7 @@ def add_acceptance_section(model: ReportModel, camp: Campaign, runs_table: pd.Da
         "runs' counters unless the pass's requests drafted otherwise (temperature > 0 samples other tokens). "
         "No interval: a distribution across requests, not an estimate of a mean."
         + (" SIMULATED: the simulated engine draws each request's steps from its acceptance model; its untimed "
-           "pass sends no category, so every request draws from the field report's prompt mix." if camp.simulated
+           "pass sends no category, so every request draws from the field report's prompt mix." if simulated
            else ""),
         anchor="acceptance-per-request", images=[IMAGE] if svg else [],
         figures={IMAGE: namespace_ids(svg, "acceptance")} if svg else {}))

@@ -38,7 +38,7 @@ SIMULATED_STAMP = ("SIMULATED ENGINE: inputs come from the simulated vLLM (specf
 NOT_EQUIVALENT_STAMP = ("NODES NOT EQUIVALENT: merged with --force although the node-equivalence gate did not pass "
                         "(FAILED, or INCONCLUSIVE: the data could not show the nodes equivalent).")
 MIXED_PROVENANCE_STAMP = ("MIXED PROVENANCE: merged with --force although the runs differ in GPU model, driver, "
-                          "CUDA, torch, vLLM version or decoding (see 'Gate decision').")
+                          "CUDA, torch, vLLM version, decoding or prompt template (see 'Gate decision').")
 MIXED_PLANS_STAMP = "MIXED PLANS: merged with --force although the results carry different plan hashes."
 CATEGORY_IMAGE = "category-heatmap"  # <name>-<k>.svg beside report.md, one per (concurrency, output_len)
 INCOMPLETE_STAMP = "INCOMPLETE: {n} of {total} planned cells are not merged (see 'Planned cells')."
@@ -345,12 +345,19 @@ def shown_md(value: Any) -> Any:
     return _HTML_OPEN.sub("&lt;", value) if isinstance(value, str) else value
 
 
-def write_report(out_dir: Path, model: ReportModel, tables: Tables) -> dict[str, Path]:
-    out_dir = Path(out_dir)
-    env = environment(TEMPLATE_DIR, autoescape=jinja2.select_autoescape(["html", "html.j2"]),
+def page_environments(folder: Path) -> tuple[jinja2.Environment, jinja2.Environment]:
+    """The Jinja environments of a page's HTML and Markdown templates in `folder` (the report's, `fab
+    compare`'s): HTML autoescaped, every value through `shown` (Markdown: `shown_md`), `mdcell` for a
+    table cell."""
+    env = environment(folder, autoescape=jinja2.select_autoescape(["html", "html.j2"]),
                       keep_trailing_newline=False).overlay(finalize=shown)
     env.filters["mdcell"] = md_cell
-    md_env = env.overlay(autoescape=False, finalize=shown_md)
+    return env, env.overlay(autoescape=False, finalize=shown_md)
+
+
+def write_report(out_dir: Path, model: ReportModel, tables: Tables) -> dict[str, Path]:
+    out_dir = Path(out_dir)
+    env, md_env = page_environments(TEMPLATE_DIR)
     paths = {"md": out_dir / "report.md", "html": out_dir / "report.html",
              "csv": out_dir / "merged.csv", "json": out_dir / "merged.json"}
     # written as a set (bastion_io.AtomicFiles): a full disk half-way leaves the earlier report whole

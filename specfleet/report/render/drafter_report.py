@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import json
 
-from ..scan.folder import Campaign
+from ..scan.folder import CollectedFolder
 from .document import ReportModel, Section
 
 HEADERS = ["node", "config", "verdict", "warnings and notes"]
 
 
-def findings(camp: Campaign) -> dict[tuple[str, str], dict]:
+def findings(camp: CollectedFolder) -> dict[tuple[str, str], dict]:
     """(node, config) -> {"warnings": [...], "notes": [...]} of the results that carry a drafter check."""
     out: dict[tuple[str, str], dict] = {}
     for r in camp.runs:
@@ -30,7 +30,7 @@ def findings(camp: Campaign) -> dict[tuple[str, str], dict]:
     return out
 
 
-def add_drafter_section(model: ReportModel, camp: Campaign) -> None:
+def add_drafter_section(model: ReportModel, camp: CollectedFolder) -> None:
     """The section "Drafter checked against the model" after the provenance, and the warnings among the
     conclusions; nothing when no result carries a check (no drafter, or results of an older worker)."""
     found = findings(camp)

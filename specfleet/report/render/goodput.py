@@ -17,7 +17,7 @@ import pandas as pd
 
 from ...plan.slo import Slo
 from ...worker.crossover import good_requests as count_good, why_no_goodput
-from ..scan.folder import Campaign, Run
+from ..scan.folder import CollectedFolder, Run
 from ..tables.conclusions import tail_dominated
 from ..tables.measures import ACCEPTANCE_FLAGS
 
@@ -36,7 +36,7 @@ def why_not(run: Run) -> str | None:
     return why_no_goodput({k: getattr(res, k) for k in ("ttfts", "latencies", "itls", "output_lens", "errors")})
 
 
-def add_goodput(camp: Campaign, runs: pd.DataFrame, baseline: str, slo: Slo | None) -> pd.DataFrame:
+def add_goodput(camp: CollectedFolder, runs: pd.DataFrame, baseline: str, slo: Slo | None) -> pd.DataFrame:
     """The merged rows with the columns above added (nothing added without an SLO)."""
     if slo is None or runs.empty:
         return runs

@@ -16,7 +16,7 @@ import pandas as pd
 
 from ... import untrusted_json
 from ...worker import layout
-from ..scan.folder import Campaign, Run
+from ..scan.folder import CollectedFolder, Run
 
 NOT_RECORDED = "not recorded"
 # nvidia-smi clock-event reasons (nvml.h, nvmlClocksEventReason*): the ones that slow a GPU down
@@ -28,6 +28,7 @@ IDLE_MIN_SAMPLES = 3
 # power.draw is a 1 s average on Ampere and newer: the first second of a file still shows the run before
 IDLE_SKIP_S = 1.0
 NOT_MEASURABLE = "not measurable"
+POWER_STREAM = "power stream"  # the sampler's `power` lines (telemetry.py), as against its 1 s samples
 
 
 @dataclass
@@ -131,7 +132,7 @@ def read_run(path: Path) -> RunTelemetry | None:
     t.throttle = [name for bit, name in THROTTLE.items() if masks & bit]
     if t.samples and not t.gpu_samples and not t.problems:
         t.problems.append("no GPU power in the samples")
-    t.power, t.power_source = (fast, "power stream") if fast else (slow, "1 s samples")
+    t.power, t.power_source = (fast, POWER_STREAM) if fast else (slow, "1 s samples")
     return t
 
 
@@ -203,6 +204,15 @@ def _held(pts: list[tuple[float, float]], a: float, b: float) -> list[tuple[floa
     return head + pts + tail
 
 
+def _readings(pts: list[tuple], clock: int, a: float, b: float, stream: bool) -> int:
+    """The power readings inside (a, b). In the power stream a row that repeats the row before it is the
+    driver's last reading printed again, not a new one: an H100's driver (580) refreshes
+    power.draw.instant every ~100 ms, so nvidia-smi's 25 ms loop prints each reading about four times
+    (docs/telemetry.md). Each 1 s sample is a reading of its own."""
+    fresh = [p for i, p in enumerate(pts) if not stream or i == 0 or p[2:] != pts[i - 1][2:]]
+    return sum(a < p[clock] < b for p in fresh)
+
+
 def window_energy(tel: RunTelemetry, res) -> Energy:
     """The GPUs' energy over the run's measured window (summed over the run's GPUs): the driver's
     energy counter where every reading has it (its difference across the window, interpolated at the
@@ -210,8 +220,8 @@ def window_energy(tel: RunTelemetry, res) -> Energy:
     file written before they existed places it ending at the sampler's end line (the client had exited
     by then: up to ~0.5 s late, stated). Idle: the median power before the first request (client
     start-up), its first IDLE_SKIP_S left out. An edge within one interval beyond the power readings takes
-    the nearest reading (`_held`). Fewer than MIN_WINDOW_SAMPLES readings inside the
-    window: not measurable, with the reason."""
+    the nearest reading (`_held`). Fewer than MIN_WINDOW_SAMPLES distinct readings inside the
+    window (`_readings`): not measurable, with the reason."""
     e = Energy()
     w = request_window(res)
     if isinstance(w, str):
@@ -242,7 +252,7 @@ def window_energy(tel: RunTelemetry, res) -> Energy:
         if not series or series[0][0] > a or series[-1][0] < b:
             e.why = f"the telemetry ({tel.power_source}) does not cover the measured window"
             return e
-        counted.append(sum(a < x < b for x, _ in series))
+        counted.append(_readings(pts, clock, a, b, tel.power_source == POWER_STREAM))
         total += _at(joules, b) - _at(joules, a) if counters else _integral(watts, a, b)
         before = [v for x, v in watts if watts[0][0] + IDLE_SKIP_S <= x < a]
         idles.append(statistics.median(before) if len(before) >= IDLE_MIN_SAMPLES else math.nan)
@@ -263,7 +273,7 @@ def of_run(run: Run) -> RunTelemetry | None:
     return read_run(run.path.with_name(layout.telemetry_file(run.path.name)))
 
 
-def telemetry_table(camp: Campaign) -> pd.DataFrame | None:
+def telemetry_table(camp: CollectedFolder) -> pd.DataFrame | None:
     """One row per run with telemetry (None when no run has a telemetry file)."""
     rows = []
     for r in sorted(camp.runs, key=lambda r: (r.conc, r.cell, r.config, r.host, r.repeat or 0)):
@@ -329,7 +339,7 @@ def node_differences(df: pd.DataFrame, baseline: str, concurrency: int | None) -
     return out
 
 
-def timeline_svg(camp: Campaign, simulated: bool) -> str | None:
+def timeline_svg(camp: CollectedFolder, simulated: bool) -> str | None:
     """Requests in flight, tokens/s and power over time, one line per run of the highest concurrency."""
     runs = [(r, t) for r in camp.runs if (t := of_run(r)) is not None and t.series]
     if not runs:

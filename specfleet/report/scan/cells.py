@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ...worker.layout import RUN_SPEC, cell_result_filename
 from ...plan.sweep import Cell
-from .folder import NOT_HOSTS, Campaign, at_cell, parse_name
+from .folder import NOT_HOSTS, CollectedFolder, at_cell, parse_name
 from ... import untrusted_json
 
 PLANNED_FILE = "planned.json"
@@ -234,7 +234,7 @@ def _file_names(p: Planned, cfg: str, cell: str) -> list[str]:
     return [cell_result_filename(cfg, named, k, p.repeat) for k in range(1, p.repeat + 1)]
 
 
-def _missing_why(camp: Campaign, p: Planned, node: str, cfg: str, name: str) -> str:
+def _missing_why(camp: CollectedFolder, p: Planned, node: str, cfg: str, name: str) -> str:
     if node in p.host_notes:
         return p.host_notes[node]
     info = camp.nodes.get(node)
@@ -251,7 +251,7 @@ def _missing_why(camp: Campaign, p: Planned, node: str, cfg: str, name: str) -> 
     return f"{name}: no such file in {camp.root / node}"
 
 
-def cell_states(camp: Campaign, p: Planned) -> list[CellState]:
+def cell_states(camp: CollectedFolder, p: Planned) -> list[CellState]:
     """One state per planned cell, in plan order (configurations, bench cells, nodes)."""
     merged: dict[tuple[str, str], Path] = {(r.host, r.path.name): r.path for r in camp.runs}
     bad = {(q.host, q.source.name): q for q in camp.quarantined}

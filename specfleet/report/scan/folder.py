@@ -1,4 +1,6 @@
-"""Scan a collected campaign directory (the layout: docs/report.md, "The result folder").
+"""Scan a collected folder, results/<campaign>/ as `fab collect` leaves it (`scan_folder` ->
+`CollectedFolder`; the layout: docs/report.md, "The result folder"). Not a campaign: that name is the
+bastion's placement's (specfleet/campaign/).
 
 Only items of a done config (marker, or the runner's `state.json` says done) are used: a running
 item's files are not results yet. A result file of a done config that does not validate is moved to
@@ -18,7 +20,6 @@ from typing import Any
 from ...facts.runner_state import items_problem
 from ...worker import layout
 from ...worker.record import RunRecord
-from .provenance import simulated_signals
 from ...resultfile.check import (QUARANTINE_DIR, REASON_SUFFIX, Expect, Quarantined, check_run, is_record, named_config,
                                  parse_name, quarantine_file)
 from ...resultfile.schema import PROVENANCE_KEYS, Result, ResultError
@@ -34,6 +35,9 @@ MAX_CONC_RE = re.compile(r"Maximum concurrency for\s*([\d,]+)\s*tokens per reque
 WEIGHTS_RE = re.compile(r"Model loading took\s*([\d.]+)\s*GiB")
 KV_MEM_RE = re.compile(r"Available KV cache memory:\s*([\d.]+)\s*GiB")
 LOG_VERSION_RE = re.compile(r"Initializing a V1 LLM engine \(v([^)\s]+)\)|\bversion\s+(\d+\.\d+\.\d+\S*)")
+# vLLM 0.28 writes "GPU KV cache size" on every platform (kv_cache_utils.py, a fixed word; 0.32 names the
+# device); its CPU build's worker logs from cpu_worker.py, a file no GPU server runs
+CPU_WORKER_RE = re.compile(r"\[cpu_worker\.py:\d+\]")
 
 
 @dataclass
@@ -94,7 +98,11 @@ class NodeRecord:
 
 
 @dataclass
-class Campaign:
+class CollectedFolder:
+    """What one collected folder holds: its valid runs, what was quarantined or set aside, each node's
+    record, the KV facts of its server logs. Whether it is simulated is provenance.simulated_signals'
+    (the room's readers import this module; it imports none of them)."""
+
     root: Path
     runs: list[Run] = field(default_factory=list)
     quarantined: list[Quarantined] = field(default_factory=list)
@@ -107,11 +115,6 @@ class Campaign:
     @property
     def name(self) -> str:
         return self.root.name
-
-    @property
-    def simulated(self) -> bool:
-        """Any sign of the simulator (several signals, not one key: provenance.simulated_signals)."""
-        return bool(simulated_signals(self))
 
     @property
     def hosts(self) -> list[str]:
@@ -151,6 +154,8 @@ def parse_server_log(path: Path, host: str, config: str) -> KVFacts:
         text = text[starts[-1]:]
     if m := KV_SIZE_RE.search(text):
         facts.device, facts.kv_tokens = m.group(1), int(_num(m.group(2)))
+        if facts.device == "GPU" and CPU_WORKER_RE.search(text):
+            facts.device = "CPU"
     if m := MAX_CONC_RE.search(text):
         facts.tokens_per_request, facts.max_concurrency = int(_num(m.group(1))), _num(m.group(2))
     if m := WEIGHTS_RE.search(text):
@@ -188,13 +193,13 @@ def _set_aside(root: Path) -> list[SetAside]:
     return out
 
 
-def scan_campaign(root: Path | str, quarantine: bool = True, expect: Expect | None = None) -> Campaign:
-    """Read every host directory of a campaign; move invalid files of done items
+def scan_folder(root: Path | str, quarantine: bool = True, expect: Expect | None = None) -> CollectedFolder:
+    """Read every host directory of a collected folder; move invalid files of done items
     to quarantine (unless quarantine=False, then they are only reported)."""
     root = Path(root)
     if not root.is_dir():
         raise FileNotFoundError(f"campaign directory {root} does not exist")
-    camp = Campaign(root=root)
+    camp = CollectedFolder(root=root)
     for hdir in sorted(p for p in root.iterdir()
                        if p.is_dir() and p.name not in NOT_HOSTS and not p.name.startswith(".")):
         host = hdir.name

@@ -26,7 +26,7 @@ from ...worker import layout
 if TYPE_CHECKING:
     import pandas as pd
 
-    from .folder import Campaign
+    from .folder import CollectedFolder
 
 NOT_RECORDED = "not recorded"
 SIM_WORDS = re.compile(r"simvllm|simulated", re.I)
@@ -42,7 +42,7 @@ def read_provenance(hdir: Path) -> dict:
     return data if isinstance(data, dict) else {}
 
 
-def given_bandwidths(camp: "Campaign") -> dict[str, float]:
+def given_bandwidths(camp: "CollectedFolder") -> dict[str, float]:
     """node -> the GPU memory bandwidth (GB/s) its inventory gave, as `fab collect` saved it in the node's
     provenance.json (layout.GIVEN_BANDWIDTH): `fab report` later uses what collect used, per node."""
     out = {}
@@ -111,7 +111,7 @@ def _sim_result(run) -> list[str]:
     return sig
 
 
-def simulated_signals(camp: "Campaign") -> list[str]:
+def simulated_signals(camp: "CollectedFolder") -> list[str]:
     """Why these inputs count as simulated ([] = no sign of the simulator). Results that carry the
     engine the worker observed (engine_of) are judged by it alone; the signs below are read only for
     a host whose results lack it (plain vLLM files, a campaign of an older runner)."""
@@ -155,7 +155,7 @@ def engine_name(res_meta: dict, prov: dict, simulated: bool, seen: dict | None =
     return f"{name}, {res_meta['engine']}" if res_meta.get("engine") else name  # e.g. "vllm-cuda (real GPU)"
 
 
-def node_table(camp: "Campaign") -> pd.DataFrame:
+def node_table(camp: "CollectedFolder") -> pd.DataFrame:
     sim_hosts = {s.split(":", 1)[0] for s in simulated_signals(camp)}
     rows = []
     for host in sorted(camp.nodes):
@@ -186,7 +186,7 @@ def node_table(camp: "Campaign") -> pd.DataFrame:
     return pd.DataFrame(rows, columns=[c for c, *_ in NODE_COLS])
 
 
-def plan_hashes(camp: "Campaign") -> dict[str, list[str]]:
+def plan_hashes(camp: "CollectedFolder") -> dict[str, list[str]]:
     """plan hash -> the 'node/config' items that carry it (results without one are left out)."""
     out: dict[str, list[str]] = {}
     for r in camp.runs:
@@ -204,6 +204,7 @@ NODE_COLS = [(c, c.replace("_", " "), 0 if c == "runs" else -1, "") for c in
 RESULT_COLS = [(c, c.replace("_", " "), -1, "") for c in
                ("node", "config", "plan_hash", "model", "model_config_sha256", "weight_index_sha256",
                 "dataset_sha256", "prompts", "gpus", "gpu_model", "driver", "cuda", "torch", "vllm", "decoding",
+                "chat_template",
                 "sampling", "server_sampling_defaults", "speculative_config",
                 "engine_speculative_config", "server_argv")]
 
@@ -219,7 +220,10 @@ def provenance_sections(nodes: pd.DataFrame, results: pd.DataFrame | None) -> li
                     "each run sent (and those dropped as too long for the context), the GPU(s) it ran on "
                     "(UUID and name, from the result metadata), GPU model, driver, CUDA, torch and vLLM as every source "
                     f"recorded them (result metadata, {layout.PROVENANCE}, server log; 'a | b (MIXED)' when they differ), "
-                    "decoding (greedy / sampled, the runner's `decoding`), sampling "
+                    "decoding (greedy / sampled, the runner's `decoding`), where the prompts were chat-templated "
+                    "(client + server, server only or client only: the run record, else the result's vLLM release "
+                    "and backend read from that release's wheel; vLLM 0.34 stopped the bench client's template for "
+                    "chat backends), sampling "
                     "parameters (result metadata, else the run spec's bench command), the server's own "
                     "sampling defaults (server log), the speculative config on the command line and as the "
                     "engine logged it, and the exact server command line (server log)."))

@@ -10,7 +10,7 @@ import pandas as pd
 
 from ...worker import layout
 from ..scan.acceptance_files import CellAcceptance, not_asked, read, speculative
-from ..scan.folder import Campaign
+from ..scan.folder import CollectedFolder
 
 
 def _fmt(v: float, nd: int, suffix: str = "") -> str:
@@ -33,7 +33,7 @@ def _spread_cell(vals: list[float], nd: int, suffix: str = "", scale: float = 1.
     return f"{_fmt(med, nd, suffix)} [{_fmt(lo, nd)}, {_fmt(hi, nd)}]"
 
 
-def acceptance_rows(camp: Campaign, runs_table: pd.DataFrame, baseline: str) -> tuple[list[list[str]], dict]:
+def acceptance_rows(camp: CollectedFolder, runs_table: pd.DataFrame, baseline: str) -> tuple[list[list[str]], dict]:
     """The section's rows (node, config, cell order) and the histogram's series: config -> node -> the
     lengths of the cell with the most requests."""
     counters = {(r.node, r.config, r.cell): r for r in runs_table.itertuples()} if len(runs_table) else {}

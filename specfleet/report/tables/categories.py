@@ -1,7 +1,8 @@
 """Per Spec-Bench category results from per-category bench cells (`--spec-bench-category CAT`).
 
 Why per-category runs and not per-request mapping: vLLM's spec-decode numbers are server-wide
-Prometheus counters scraped before the first and after the last request of a run (notes A1.3),
+Prometheus counters scraped before the first and after the last request of a run (vLLM's
+`benchmarks/serve.py`: `vllm:spec_decode_*_total` differenced over the run),
 so a run over all categories gives one acceptance figure for the mix; only a run that sends one
 category's prompts gives that category's exact counters. The loader filters by category before
 its shuffle (SpecBench.load_data, seed always 0), so the cell measures the first num_prompts of

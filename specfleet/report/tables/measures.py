@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from ..scan.folder import Campaign
+from ..scan.folder import CollectedFolder
 from .diagnosis import LOOP_SHARE_DEGENERATE
 from ..gates.gate import EquivalenceRule, open_loop
 from ..gates.gate_policy import metric_value
@@ -96,7 +96,7 @@ def speed(res, cell: str) -> float:
     return float(res.output_throughput)
 
 
-def speedup_noise(camp: Campaign, runs: pd.DataFrame, baseline: str, noise: NoiseBand) -> pd.DataFrame:
+def speedup_noise(camp: CollectedFolder, runs: pd.DataFrame, baseline: str, noise: NoiseBand) -> pd.DataFrame:
     """Sets speedup to the ratio of geometric means (the interval's centre) and adds speedup_ci_low,
     speedup_ci_high, speedup_method, speedup_verdict. An open-loop cell's is per token (speed)."""
     # keyed by bench cell: a sweep has several cells per concurrency
@@ -174,7 +174,7 @@ def _mean(vals: list) -> float:
     return sum(vals) / len(vals) if vals else math.nan
 
 
-def percentile_columns(camp: Campaign) -> list[str]:
+def percentile_columns(camp: CollectedFolder) -> list[str]:
     """`p<P>_<metric>_ms` keys present in any result, ordered by metric then P."""
     declared = [k for k in type(camp.runs[0].result).model_fields if PCT_KEY.match(k)] if camp.runs else []
     keys = {k for r in camp.runs for k in [*r.result.extra, *declared]
@@ -182,7 +182,7 @@ def percentile_columns(camp: Campaign) -> list[str]:
     return sorted(keys, key=lambda k: (LATENCY_METRICS.index(PCT_KEY.match(k)[2]), float(PCT_KEY.match(k)[1])))
 
 
-def latency_table(camp: Campaign, runs: pd.DataFrame) -> pd.DataFrame:
+def latency_table(camp: CollectedFolder, runs: pd.DataFrame) -> pd.DataFrame:
     """Per (conc, config, node): mean TTFT/E2EL and every collected percentile (means over
     repeats), with output tokens per run."""
     cols = ["mean_e2el_ms", *percentile_columns(camp)]
@@ -199,7 +199,7 @@ def latency_table(camp: Campaign, runs: pd.DataFrame) -> pd.DataFrame:
                                        "ttft_ms", *cols])
 
 
-def add_measures(camp: Campaign, runs: pd.DataFrame, baseline: str, noise: NoiseBand) -> pd.DataFrame:
+def add_measures(camp: CollectedFolder, runs: pd.DataFrame, baseline: str, noise: NoiseBand) -> pd.DataFrame:
     out = speedup_noise(camp, runs, baseline, noise)
     out["drafts_per_step"] = drafts_per_step(out)
     out["acceptance_flag"] = [acceptance_flag(r) for _, r in out.iterrows()] if len(out) else pd.Series(dtype=str)
@@ -244,7 +244,7 @@ OUTLIER_PCT = 10.0   # a repeat this far from the median of the others ...
 OUTLIER_SPREAD = 3.0  # ... and this many times farther than the others stand from that median
 
 
-def outlier_notes(camp: Campaign) -> list[str]:
+def outlier_notes(camp: CollectedFolder) -> list[str]:
     """One note per repeat that stands far from the others of its (cell, config, node): >= 3 runs, its
     output tok/s more than OUTLIER_PCT % from the median of the others, and more than OUTLIER_SPREAD
     times the others' own largest distance from that median. It stays in the means and intervals
@@ -281,7 +281,7 @@ REPEAT_MEANING = {
 }
 
 
-def repeat_meaning(camp: Campaign) -> str | None:
+def repeat_meaning(camp: CollectedFolder) -> str | None:
     """What the intervals' repeats are, read from the results (benchmark.repeat_isolation), or None when
     no cell has more than one run."""
     seen = Counter(str(r.record.isolation if r.record and r.record.isolation else "not recorded")
@@ -342,7 +342,7 @@ def rate_check(res) -> RateCheck | None:
                      res.duration <= expected * (1 + SUSTAIN_SLACK), how, res.max_concurrency or None)
 
 
-def rate_notes(camp: Campaign) -> list[str]:
+def rate_notes(camp: CollectedFolder) -> list[str]:
     """One line per open-loop run that could not sustain its rate, or whose client capped its
     requests in flight (results from before the cap was dropped: coordinated omission)."""
     out = []
@@ -360,7 +360,7 @@ def rate_notes(camp: Campaign) -> list[str]:
     return out
 
 
-def rate_summary(camp: Campaign) -> dict[str, str]:
+def rate_summary(camp: CollectedFolder) -> dict[str, str]:
     """Open-loop cell -> offered vs achieved rate over its runs, for the cell's Results table note."""
     by_cell: dict[str, list[RateCheck]] = {}
     for r in camp.runs:

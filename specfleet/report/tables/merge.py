@@ -16,7 +16,7 @@ import pandas as pd
 
 from ...plan.sweep import parse_cell
 from ...worker.crossover import request_latencies
-from ..scan.folder import Campaign, Run
+from ..scan.folder import CollectedFolder, Run
 from .categories import cells_by_category
 from .crossover_curve import search_status
 from .diagnosis import MIN_WAVES, OVERHEAD_BOUND_FRACTION, bandwidth_of, greedy_divergence, loop_share, waves
@@ -102,7 +102,7 @@ def _spec_means(runs: list[Run]) -> dict[str, float]:
             "drafts": drafts / n, "draft_tokens": dtok / n, "accepted_tokens": acc / n}
 
 
-def runs_table(camp: Campaign, baseline: str) -> pd.DataFrame:
+def runs_table(camp: CollectedFolder, baseline: str) -> pd.DataFrame:
     """The §4.1 table for all concurrencies: one row per (conc, config, node)."""
     order = {c: i for i, c in enumerate(sorted(camp.configs, key=lambda c: c != baseline))}  # the baseline first
     rows = []
@@ -145,7 +145,7 @@ def spec_table(runs: pd.DataFrame, baseline: str) -> pd.DataFrame:
     return runs[runs.config != baseline][cols].reset_index(drop=True)
 
 
-def kv_table(camp: Campaign) -> pd.DataFrame:
+def kv_table(camp: CollectedFolder) -> pd.DataFrame:
     maxconc = {}
     for r in camp.runs:
         maxconc[(r.host, r.config)] = max(maxconc.get((r.host, r.config), 0), r.conc)
@@ -248,7 +248,7 @@ def _request_tpots(run: Run) -> list[tuple[str, float]] | None:
     return out
 
 
-def category_table(camp: Campaign, baseline: str) -> tuple[pd.DataFrame | None, str | None]:
+def category_table(camp: CollectedFolder, baseline: str) -> tuple[pd.DataFrame | None, str | None]:
     """Per Spec-Bench category mean TPOT and TPOT speedup vs the same node's baseline.
     Needs --save-detailed arrays and a per-request category list in the JSON
     (key `categories`/`request_categories`); vLLM itself records none."""
@@ -272,7 +272,7 @@ def category_table(camp: Campaign, baseline: str) -> tuple[pd.DataFrame | None, 
     return df.sort_values(["concurrency", "category", "config", "node"]).reset_index(drop=True), None
 
 
-def build_tables(camp: Campaign, baseline: str, gpu_bandwidth_gbps: float | dict[str, float] | None = None,
+def build_tables(camp: CollectedFolder, baseline: str, gpu_bandwidth_gbps: float | dict[str, float] | None = None,
                  weights_gib: float | None = None, noise: NoiseBand | None = None) -> Tables:
     noise = noise or NoiseBand()
     runs = add_measures(camp, runs_table(camp, baseline), baseline, noise)

@@ -4,7 +4,7 @@ Started by the API server through `bash -c 'exec -a VLLM::EngineCore python -m v
 so its argv[0] (and, via prctl, its comm) is `VLLM::EngineCore` as with vLLM's setproctitle.
 It holds the "GPU memory" (a reservation file of the testbed's GPU stand-in), simulates the
 model load, reports KV-cache numbers to the API server over an inherited pipe, then idles
-until SIGTERM. Like vLLM's EngineCore (notes A3) it has NO parent-death detection: if the API
+until SIGTERM. Like vLLM's EngineCore (docs/engines.md, "Processes") it has NO parent-death detection: if the API
 server is SIGKILLed it keeps running and keeps its memory.
 """
 

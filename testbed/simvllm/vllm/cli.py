@@ -64,12 +64,17 @@ def bench_serve_parser() -> argparse.ArgumentParser:
     a("--tokenizer-mode", default="auto")
     a("--trust-remote-code", action="store_true")
     a("--skip-tokenizer-init", action="store_true")
-    a("--dataset-name", default="random", choices=["spec_bench", "custom", "random", "sharegpt", "hf"])
+    a("--dataset-name", default="random", choices=["spec_bench", "custom", "speed_bench", "random", "sharegpt", "hf"])
     a("--dataset-path", default=None)
     a("--num-prompts", type=int, default=1000)
     a("--spec-bench-output-len", type=int, default=256)
     a("--spec-bench-category", default=None)
     a("--custom-output-len", type=int, default=256)
+    a("--speed-bench-dataset-subset", default="qualitative", choices=["qualitative", "throughput_1k", "throughput_2k",
+                                                                       "throughput_8k", "throughput_16k",
+                                                                       "throughput_32k"])
+    a("--speed-bench-output-len", type=int, default=4096)
+    a("--speed-bench-category", default=None)
     a("--skip-chat-template", action="store_true")
     a("--input-len", type=int, default=None)
     a("--output-len", type=int, default=None)

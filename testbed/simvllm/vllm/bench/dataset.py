@@ -5,6 +5,12 @@
   --disable-shuffle; first N (N <= 0: all);
 - oversampled to N with random.seed(0) + random.choice per missing request unless --no-oversample;
 - the chat template is applied client-side (skip_chat_template is not passed for spec_bench).
+
+speed_bench with vLLM 0.32.0's SpeedBench rules: --dataset-path is a folder, the loader reads
+<folder>/<--speed-bench-dataset-subset>.jsonl (pandas, lines=True), requires a `messages` column,
+sends `messages[0]["content"]`, filters on `category` by exact match, shuffles with seed 0 (it gets
+no random_seed either) unless --disable-shuffle, and templates on the client unless
+--skip-chat-template (CustomDataset.sample).
 specfleet-simvllm keeps each row's `category` with its sample and sends it to the simulated
 server (header x-simvllm-category): the simulated acceptance depends on it (model.py).
 """
@@ -12,6 +18,7 @@ server (header x-simvllm-category): the simulated acceptance depends on it (mode
 from __future__ import annotations
 
 import json
+import os
 import random
 from dataclasses import dataclass, replace
 
@@ -45,6 +52,30 @@ def load_spec_bench(path: str, category: str | None, disable_shuffle: bool) -> l
     for row in rows:
         if (not category) or category == row.get("category"):
             data.append({"prompt": row["turns"][0], "category": row.get("category")})
+    random.seed(DEFAULT_SEED)
+    if not disable_shuffle:
+        random.shuffle(data)
+    return data
+
+
+def load_speed_bench(path: str | None, subset: str, category: str | None, disable_shuffle: bool) -> list[dict]:
+    if path is None:
+        raise ValueError("dataset_path must be provided for loading data.")
+    if not os.path.isdir(path):
+        raise ValueError(f"dataset_path {path} is not a directory. Please make sure to download the dataset "
+                         "from HuggingFace")
+    rows = []
+    with open(os.path.join(path, f"{subset}.jsonl"), encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if line.strip():
+                try:
+                    rows.append(json.loads(line))
+                except ValueError as e:
+                    raise ValueError(f"Expected object or value (line {lineno}): {e}") from e
+    if not rows or not all(isinstance(r, dict) and "messages" in r for r in rows):
+        raise ValueError("JSONL file must contain a 'messages' column.")
+    data = [{"prompt": r["messages"][0]["content"], "category": r.get("category")} for r in rows
+            if not category or category == r.get("category")]
     random.seed(DEFAULT_SEED)
     if not disable_shuffle:
         random.shuffle(data)
@@ -98,5 +129,10 @@ def get_samples(args) -> list[SampleRequest]:
             random.shuffle(data)
         return sample(data, args.num_prompts, args.custom_output_len, args.skip_chat_template,
                       args.no_oversample)
-    raise ValueError(f"specfleet-simvllm's `bench serve` supports --dataset-name spec_bench and custom only, "
+    if args.dataset_name == "speed_bench":
+        data = load_speed_bench(args.dataset_path, args.speed_bench_dataset_subset, args.speed_bench_category,
+                                args.disable_shuffle)
+        return sample(data, args.num_prompts, args.speed_bench_output_len, args.skip_chat_template,
+                      args.no_oversample)
+    raise ValueError(f"specfleet-simvllm's `bench serve` supports --dataset-name spec_bench, custom and speed_bench only, "
                      f"not {args.dataset_name!r}")
