@@ -39,9 +39,10 @@ class HostOutcome:
 
     host: str
     status: Status
-    value: Any = None                 # each: what the work returned; None when it failed
+    value: Any = None                 # each: what the work returned; facts: what was read; None when it failed
     message: str = ""
     results: list[StepResult] = field(default_factory=list)
+    error: Exception | None = None    # each: the exception that failed the host, kept as Fabric keeps it
 
     @property
     def failed(self) -> bool:
@@ -133,6 +134,16 @@ class Fleet:
         self._parallel(one, targets)
         return out
 
+    def facts(self, steps_for: StepsFor, hosts: list[Host] | None = None) -> Outcomes:
+        """Read each host, hosts in parallel (after pyinfra's `get_facts`): its steps' facts in one round
+        trip, as a play gathers them; a check among the steps fails its host alone. Each outcome's value
+        is what the host's reading step answered (`Step.read`), None where it failed. Reading steps
+        change nothing."""
+        out = self.play(steps_for, hosts)
+        for o in out.values():
+            o.value = None if o.failed else next((r.value for r in o.results if r.value is not None), None)
+        return out
+
     def each(self, name: str, fn: Callable[[HostConnection], Any], hosts: list[Host] | None = None) -> Outcomes:
         """Run `fn(connection)` per host in parallel; an exception fails that host only.
 
@@ -150,17 +161,18 @@ class Fleet:
         def work(host: Host) -> HostOutcome:
             t0 = time.monotonic()
             hc = self.connections[host.name]
-            value, status, message, data = None, Status.OK, "", {}
+            value, status, message, data, error = None, Status.OK, "", {}, None
             try:
                 hc.open()
                 value = fn(hc)
             except Exception as e:  # anything in one host's work fails (or loses) that host only
                 status, message = self._failure(host.name, name, e)
+                error = e
             else:
                 if isinstance(value, HostStatus):
                     status, message, data = value.status, value.message, value.data
             r = self._result(host.name, name, status, message=message, data=data or {}, duration=time.monotonic() - t0)
-            return HostOutcome(host.name, status, value, r.message, [r])
+            return HostOutcome(host.name, status, value, r.message, [r], error)
 
         self._parallel(one, targets)
         return out
@@ -225,6 +237,7 @@ class Fleet:
                         raise facts[i]
                     changes = step.decide(facts[i])
                     data = step.report(facts[i])
+                    value = step.read(facts[i])
                 except Exception as e:
                     if not isinstance(e, StepFailed):  # a bug or an OSError on the bastion: one line
                         e = StepFailed(self._unexpected(host.name, step.name, e))
@@ -237,7 +250,7 @@ class Fleet:
                     return done + [r] + self._drop(host, pending[i + 1:], Status.FAILED, None, 0)
                 if not changes or self.check:
                     done.append(self._result(host.name, step.name, Status.CHANGED if changes else Status.OK,
-                                             changes, data=data, duration=share + time.monotonic() - t1,
+                                             changes, data=data, value=value, duration=share + time.monotonic() - t1,
                                              message="would change (check mode)" if changes else ""))
                     continue
                 try:
@@ -323,10 +336,11 @@ class Fleet:
         return line
 
     def _result(self, host: str, step: str, status: Status, changes: list[Change] | None = None, *,
-                message: str = "", stderr_tail: str = "", duration: float = 0.0, data: dict | None = None) -> StepResult:
+                message: str = "", stderr_tail: str = "", duration: float = 0.0, data: dict | None = None,
+                value: Any = None) -> StepResult:
         """The one place a step result is made: built, masked, recorded (unless after Ctrl-C), returned."""
         r = StepResult(host, step, status, list(changes or ()), message=message, stderr_tail=stderr_tail,
-                       duration=duration, data=data or {})
+                       duration=duration, data=data or {}, value=value)
         if self.interrupted:  # a thread still finishing after Ctrl-C: the record is already closed
             return r
         # masked before any output sees it (console, event log, data a task prints);

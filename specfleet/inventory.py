@@ -201,7 +201,7 @@ class CoreVars(HostVars):
     """
 
     model_config = ConfigDict(extra="allow", strict=True)
-    bench_work_dir: AbsPath | None = None  # None: <specfleet_home>/campaigns (tasks/bench.py)
+    bench_work_dir: AbsPath | None = None  # None: <specfleet_home>/campaigns (backend/ssh.py: work_dir)
     runner_python: AbsPath = "/usr/bin/python3"
     gpu_index: int | None = Field(default=None, ge=0)
     gpus: list[GpuEntry] | None = Field(default=None, min_length=1)  # overrides `fab facts`' nvidia-smi list

@@ -135,6 +135,7 @@ class StepResult:
     stderr_tail: str = ""
     duration: float = 0.0
     data: dict = field(default_factory=dict)  # facts a step reports (e.g. `fab facts`)
+    value: Any = field(default=None, repr=False)  # what a reading step answered (Step.read; Fleet.facts)
 
     @property
     def changed(self) -> bool:
@@ -166,6 +167,11 @@ class Step:
     def report(self, facts: Values) -> dict:
         """Data worth showing or using after the run (optional)."""
         return {}
+
+    def read(self, facts: Values) -> Any:
+        """What a step that reads a host answers from its facts (optional): `Fleet.facts` returns it
+        per host, so no step keeps what it read on itself."""
+        return None
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name}>"

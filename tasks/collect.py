@@ -7,7 +7,7 @@ from invoke import task
 from invoke.exceptions import Exit
 
 from specfleet.exits import EXIT_ASSERTION, EXIT_INCOMPLETE, EXIT_NOT_MERGED
-from specfleet.tasks.bench import DEFAULT_PLAN, PLAN_HELP, plan_of, work_dir
+from specfleet.tasks.bench import DEFAULT_PLAN, PLAN_HELP, campaign_run, plan_of
 from specfleet.tasks.common import fleet_help, fleet_run
 
 
@@ -19,34 +19,18 @@ def collect(c, plan=None, inventory=None, hosts=None, results="results", force=F
     # here, not at the top: every `fab` command loads this module for its task list (tasks/bench.py)
     from specfleet.campaign import NodeInfo, PlanError, split
     from specfleet.bastion_io import BastionStorageError, check_writable, storage_checked
-    from specfleet.collect.fetch import fetch, host_notes
+    from specfleet.collect.fetch import host_notes
     from specfleet.worker import layout
     p = plan_of(plan)
     dest = Path(results) / p.campaign
     storage_checked(lambda: check_writable(dest))  # a read-only or full results folder: before any host
     with fleet_run("collect", inventory=inventory, hosts=hosts, forks=forks, serial=serial,
                    accept_new_host_keys=accept_new_host_keys, verbose=True) as (fleet, inv, rep):
-        refused: dict[str, list[str]] = {}
-        faults: list[BastionStorageError] = []
-        running: dict[str, str] = {}
-
-        def fetch_one(hc):
-            try:
-                return fetch(hc, p, work_dir(hc.host), dest, refused, running)
-            except BastionStorageError as e:
-                faults.append(e)
-                raise
-        slurm_notes = []
-        if inv.slurm:  # results on the shared path, no SSH (specfleet/slurm/)
-            from specfleet.slurm.dispatch import collect as slurm_collect
-            try:
-                slurm_notes = slurm_collect(fleet, inv, p, dest, refused)
-            except BastionStorageError as e:
-                faults.append(e)
-        else:
-            fleet.each("fetch results", fetch_one)
-        if faults:  # the bastion's disk, not a host: one line, its own exit code, no report attempted
-            raise Exit(f"error: {faults[0]}", code=faults[0].code)
+        backend, run = campaign_run(fleet, inv, rep, p, plan)
+        try:
+            fetched = backend.fetch(run, dest)
+        except BastionStorageError as e:  # the bastion's disk, not a host: one line, its own exit code, no report
+            raise Exit(f"error: {e}", code=e.code) from None
         from specfleet.report.scan.cells import PLACED, SPLIT, placed_missing, placed_queues
         queues, source = placed_queues(p, dest), PLACED
         if queues is None:  # a campaign placed without planned.json: the split over the inventory, said so
@@ -59,18 +43,19 @@ def collect(c, plan=None, inventory=None, hosts=None, results="results", force=F
                 queues = {}
                 fleet.warn(f"cannot work out the planned queues of hosts without a {layout.RUN_SPEC}: {e}")
         from specfleet.report.build import report_plan  # heavy: pandas, matplotlib
-        msgs = slurm_notes + [m for h in sorted(refused) for m in refused[h]]
+        msgs = fetched.notes + [m for h in sorted(fetched.refused) for m in fetched.refused[h]]
         outcome = storage_checked(lambda: report_plan(
             # each host's gpu_memory_bandwidth_gbps went into its provenance.json (fetch.bandwidth_given):
             # the report reads it from there per host, as a later `fab report` does
             p, plan or DEFAULT_PLAN, results, force=force,
             split_queues=queues, queues_source=source, host_notes=host_notes(fleet.results), notes=msgs,
             console=rep.console,
-            running=running), dest)
+            running=fetched.running), dest)
         from specfleet.report.scan.cells import running_note
-        for m in msgs[len(slurm_notes):] + ([running_note(running, plan or DEFAULT_PLAN)] if running else []):
+        for m in msgs[len(fetched.notes):] + ([running_note(fetched.running, plan or DEFAULT_PLAN)]
+                                               if fetched.running else []):
             fleet.warn(m)
-        for m in slurm_notes:
+        for m in fetched.notes:
             rep.console.print(m, markup=False)
         say(fleet, rep, outcome)
 

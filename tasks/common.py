@@ -24,7 +24,6 @@ from specfleet.exits import EXIT_BAD_INPUT, EXIT_CRASHED, EXIT_INTERRUPTED
 from specfleet.fleet import Fleet
 from specfleet.inventory import DEFAULT_INVENTORY, INVENTORY_ENV, Inventory, load_inventory
 from specfleet.roles import vars_model
-from specfleet.slurm.hooks import chosen_hosts
 
 FLEET_HELP = {
     "inventory": f"inventory file (default: ${INVENTORY_ENV}, else {DEFAULT_INVENTORY})",
@@ -47,6 +46,24 @@ def fleet_help(*, changes: bool = True, **extra: str) -> dict[str, str]:
 def load(inventory: str | None) -> Inventory:
     """The inventory, every var checked against its declared type and defaulted (the roles' registry)."""
     return load_inventory(inventory, vars_model=vars_model())  # an InventoryError is a UserError: `guarded` words it
+
+
+def chosen_hosts(inv: Inventory, hosts: str | None):
+    """--hosts, or the `workers` group (every host when the inventory has none): where a fleet task runs,
+    whatever its backend."""
+    return inv.select(hosts or ("workers" if "workers" in inv.groups else None))
+
+
+def without(inv: Inventory, chosen: list, exclude: str, hosts: str | None) -> list:
+    """The chosen hosts less those `--exclude` names (host or group names, as --hosts takes them)."""
+    try:  # the one line names the flag that gave the unknown name
+        drop = {h.name for h in inv.select(exclude)}
+    except UserError as e:
+        raise UserError(one_line(e).replace("--hosts names", "--exclude names", 1)) from None
+    keep = [h for h in chosen if h.name not in drop]
+    if not keep:
+        raise UserError(f"{inv.path}: --exclude {exclude} leaves no host of {hosts or 'the workers'} to run on")
+    return keep
 
 
 def command_line() -> str:
@@ -81,12 +98,15 @@ def guarded(task):
 
 @contextlib.contextmanager
 def fleet_run(task: str, *, inventory=None, hosts=None, check=False, diff=False, forks=32, serial=False,
-              accept_new_host_keys=False, verbose=False, all_hosts: bool = False,
+              accept_new_host_keys=False, verbose=False, all_hosts: bool = False, exclude: str | None = None,
               recap: bool = True) -> Iterator[tuple[Fleet, Inventory, Reporter]]:
-    """Open a fleet for a task (by default on the workers, `all_hosts`: on every host); on the way out
-    print the recap and exit with its code."""
+    """Open a fleet for a task (by default on the workers, `all_hosts`: on every host; less those `exclude`
+    names); the inventory is loaded here, once per task. On the way out print the recap and exit with its
+    code."""
     inv = load(inventory)
     selected = inv.select(hosts) if all_hosts else chosen_hosts(inv, hosts)
+    if exclude:
+        selected = without(inv, selected, exclude, hosts)
     if not selected:
         raise UserError(f"{inv.path}: no hosts selected")
     redact = Redactor(inv.secrets())

@@ -27,7 +27,7 @@ class Paths:
 
     venv: str                       # e.g. /opt/vllm-venv; the CLI is <venv>/bin/vllm
     work_dir: str                   # results go to <work_dir>/<campaign>/<host>/
-    dataset: str | None = None      # worker path of the dataset (tasks/bench.py: paths_for)
+    dataset: str | None = None      # worker path of the dataset (backend/ssh.py: paths_for)
     model: str | None = None        # a resolved model path; None = layout.MODEL (runner resolves)
     vllm_version: str | None = None  # None = the plan's pin, else layout.VLLM_VERSION
 

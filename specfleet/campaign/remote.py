@@ -7,6 +7,8 @@ interrupted; the bastion only reads state.json and the runner's lock file.
 from __future__ import annotations
 
 import posixpath
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ..connection import HostConnection
 from ..facts.gpus import GpuTopology, Gpus
@@ -15,6 +17,9 @@ from ..shell import q
 from ..step import Change, HostStatus, Status, Step, StepFailed
 from ..steps.files import FileContent
 from ..worker import layout
+
+if TYPE_CHECKING:
+    from .schedule.split import NodeInfo
 
 
 def view(hc: HostConnection, work_dir: str, campaign: str) -> RunnerView:
@@ -59,26 +64,31 @@ def log_tail(hc: HostConnection, log_path: str) -> str:
     return one_line(res.stdout) or f"{log_path} is empty"
 
 
-def start_or_reattach(hc: HostConnection, work_dir: str, campaign: str, python: str, runner: str,
-                      resuming: bool = False) -> tuple[Status, str, int | None]:
-    """Follow the host's live runner, else start one on the run spec placed in its run folder.
+@dataclass(frozen=True)
+class Started(HostStatus):
+    """A host's start: its status and message, and the runner to follow (None when none could start)."""
 
-    Returns (status, message, PID of the runner to follow or None when none could start)."""
+    pid: int | None = None
+
+
+def start_or_reattach(hc: HostConnection, work_dir: str, campaign: str, python: str, runner: str,
+                      resuming: bool = False) -> Started:
+    """Follow the host's live runner, else start one on the run spec placed in its run folder."""
     fresh = view(hc, work_dir, campaign)
     if fresh.alive:
-        return Status.OK, f"reattached to runner pid {fresh.runner_pid}", fresh.runner_pid
+        return Started(Status.OK, f"reattached to runner pid {fresh.runner_pid}", pid=fresh.runner_pid)
     d = layout.run_dir(work_dir, campaign, hc.host.name)
     log = f"{d}/{layout.RUNNER_LOG}"
     try:
         pid = start(hc, python, runner, f"{d}/{layout.RUN_SPEC}", log)
     except StartFailed as e:
-        return Status.FAILED, str(e), None
+        return Started(Status.FAILED, str(e))
     holder = settle(hc, pid, work_dir)
     if holder is None:
-        return Status.FAILED, f"the runner exited at once: {log_tail(hc, log)} (from {log})", None
+        return Started(Status.FAILED, f"the runner exited at once: {log_tail(hc, log)} (from {log})")
     if holder != pid:  # another `fab bench` started one at the same instant and won the lock
-        return Status.OK, f"following runner pid {holder} (another fab bench started it just now)", holder
-    return Status.CHANGED, f"started runner pid {pid}{' (resuming)' if resuming else ''}", pid
+        return Started(Status.OK, f"following runner pid {holder} (another fab bench started it just now)", pid=holder)
+    return Started(Status.CHANGED, f"started runner pid {pid}{' (resuming)' if resuming else ''}", pid=pid)
 
 
 def settle(hc: HostConnection, pid: int, work_dir: str, wait_s: float = 10) -> int | None:
@@ -186,11 +196,20 @@ class RunSpecFile(FileContent):
     needs_root = False
 
 
+@dataclass(frozen=True)
+class WorkerRead:
+    """What `fab bench` read of one worker: its GPUs as the split's node, and its campaign's state."""
+
+    node: NodeInfo
+    view: RunnerView | None
+
+
 class ReadWorker(Step):
     """Changes nothing: what `fab bench` reads of a worker before the split, in one probe batch:
     its GPUs and topology (the split's slots: `NodeInfo.from_facts`, the inventory's `gpus`
-    winning) and its campaign's state (resume, reattach). A host whose nvidia-smi fails, with no
-    `gpus` in the inventory, fails here alone with one line."""
+    winning) and its campaign's state (resume, reattach), answered per host by `Fleet.facts`
+    (`read`: a `WorkerRead`). A host whose nvidia-smi fails, with no `gpus` in the inventory,
+    fails here alone with one line."""
 
     name = "read GPUs and campaign state"
     needs_root = False
@@ -198,24 +217,28 @@ class ReadWorker(Step):
     def __init__(self, host, work_dir: str, campaign: str):
         self.host = host
         self.campaign_view = CampaignView(work_dir, campaign, host.name)
-        self.node = None  # NodeInfo, once decided
-        self.view: RunnerView | None = None
 
     def facts(self) -> dict:
         return {"gpus": Gpus(), "topology": GpuTopology(), "view": self.campaign_view}
 
-    def decide(self, facts) -> list:
+    def node(self, facts) -> NodeInfo:
         from ..plan import PlanError
         from .schedule.split import NodeInfo
         try:
-            self.node = NodeInfo.from_facts(self.host.name, self.host.vars, facts["gpus"], facts["topology"])
+            return NodeInfo.from_facts(self.host.name, self.host.vars, facts["gpus"], facts["topology"])
         except PlanError as e:
             raise StepFailed(str(e)) from None
-        self.view = facts["view"]
+
+    def decide(self, facts) -> list:
+        self.node(facts)  # a host whose GPUs cannot be told fails here, alone
         return []
 
+    def read(self, facts) -> WorkerRead:
+        return WorkerRead(self.node(facts), facts["view"])
+
     def report(self, facts) -> dict:
-        return {"gpus": len(self.node.gpus) or 1, "gpus_source": self.node.gpus_source,
+        node = self.node(facts)
+        return {"gpus": len(node.gpus) or 1, "gpus_source": node.gpus_source,
                 "gpu_names": [f"{g['index']}: {g.get('name') or 'unnamed'}"
-                              + (f" {g['memory_mib']} MiB" if g.get("memory_mib") else "") for g in self.node.gpus],
-                "gpu_groups": [list(g) for g in self.node.gpu_groups or []], "groups_source": self.node.groups_source}
+                              + (f" {g['memory_mib']} MiB" if g.get("memory_mib") else "") for g in node.gpus],
+                "gpu_groups": [list(g) for g in node.gpu_groups or []], "groups_source": node.groups_source}

@@ -6,11 +6,12 @@ Light to import (fab loads it at start): pandas & co load only when a fetch runs
 """
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import json
 import shlex
 import subprocess
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
@@ -68,18 +69,24 @@ def finished_items(v: RunnerView) -> list[str]:
     return [n for n in v.done_markers if status.get(n, "done") == "done" and not set(n) & set("*?[]\\")]
 
 
-def fetch(hc, plan, work_dir: str, dest: Path, refused: dict[str, list[str]],
-          running: dict[str, str] | None = None) -> HostStatus:
+@dataclass(frozen=True)
+class HostFetch(HostStatus):
+    """One host's fetch: its status and message, the result files refused (one line each; None when
+    nothing was listed) and, while its runner still runs, which runner (the report then does not advise
+    measuring its unfinished cells again)."""
+
+    refused: list[str] | None = None
+    running: str | None = None
+
+
+def fetch(hc, plan, work_dir: str, dest: Path) -> HostFetch:
     """rsync the finished items of `hc`'s run folder under `work_dir` into a staging folder, then let
     only valid result files replace the local copies in `dest`/<host> (specfleet.collect.staging);
-    invalid ones are quarantined and listed in `refused`. Writes the host's provenance.json.
-    A host whose runner is still alive is named in `running` (the report then does not advise
-    measuring its unfinished cells again)."""
+    invalid ones are quarantined and named in the answer. Writes the host's provenance.json."""
     v = remote.view(hc, work_dir, plan.campaign)
-    if v.alive and running is not None:
-        running[hc.host.name] = f"runner pid {v.runner_pid}"
+    running = f"runner pid {v.runner_pid}" if v.alive else None
     if not v.state and not v.done_markers:
-        return HostStatus(Status.OK, "no campaign results on this host yet")
+        return HostFetch(Status.OK, "no campaign results on this host yet", running=running)
     from ..facts.worker_provenance import WorkerProvenance
     src = layout.run_dir(work_dir, plan.campaign, hc.host.name)
 
@@ -88,10 +95,10 @@ def fetch(hc, plan, work_dir: str, dest: Path, refused: dict[str, list[str]],
         res = hc.run(fact.command(), timeout=60)
         return fact.parse(res.stdout, res.exited)
     try:
-        return HostStatus(*take_finished(
+        return dataclasses.replace(take_finished(
             hc.host.name, plan, dest, v, src, lambda script: hc.run(script, timeout=60).stdout,
-            f"{hc.host.address}:{src}/", shlex.join(ssh_argv(hc.host)), refused, probe,
-            **bandwidth_given(hc.host.var("gpu_memory_bandwidth_gbps"))))
+            f"{hc.host.address}:{src}/", shlex.join(ssh_argv(hc.host)), probe,
+            **bandwidth_given(hc.host.var("gpu_memory_bandwidth_gbps"))), running=running)
     except OSError as e:  # the bastion's own storage: one line and its exit code (bastion_io), never a crash
         if (err := bastion_io.of_oserror(e, dest)) is None:
             raise
@@ -99,11 +106,11 @@ def fetch(hc, plan, work_dir: str, dest: Path, refused: dict[str, list[str]],
 
 
 def take_finished(host: str, plan, dest: Path, v: RunnerView, src: str, run: Callable[[str], str], source: str,
-                  ssh: str | None, refused: dict[str, list[str]], probe: Callable[[str | None, str | None], ProvenanceRecord],
-                  **provenance) -> tuple[Status, str]:
+                  ssh: str | None, probe: Callable[[str | None, str | None], ProvenanceRecord],
+                  **provenance) -> HostFetch:
     """The finished items of the run folder `src` (listed by `run`, a shell on the worker or, under
     Slurm, on the bastion), fetched from `source` and accepted (take_files), then the host's
-    provenance.json (write_provenance); the host's status and message."""
+    provenance.json (write_provenance); the host's status, message and refused files."""
     from .staging import refuse_unfetched
     from .untrusted import Limits, listing_script, parse_listing
     limits = Limits.of_plan(plan)
@@ -112,11 +119,10 @@ def take_finished(host: str, plan, dest: Path, v: RunnerView, src: str, run: Cal
     take, bad = select(parse_listing(run(listing_script(q(src)))), done, limits)
     got = take_files(host, plan, dest, source, ssh, take, limits)
     got.refused += refuse_unfetched(dest, host, bad)
-    refused[host] = got.refused
     write_provenance(dest / host / layout.PROVENANCE, host, v, done, probe, **provenance)
     if not [f for f in got.replaced if f not in BOOKKEEPING] and not got.refused:
-        return Status.OK, f"nothing new ({len(done)} finished item(s) already here)"
-    return Status.CHANGED, got.summary()
+        return HostFetch(Status.OK, f"nothing new ({len(done)} finished item(s) already here)", refused=got.refused)
+    return HostFetch(Status.CHANGED, got.summary(), refused=got.refused)
 
 
 def take_files(host: str, plan, dest: Path, source: str, ssh: str | None, take: list[str], limits):

@@ -1,4 +1,4 @@
-"""`fab bench` / `status` / `stop` / `collect` when the inventory says `scheduler: {kind: slurm}` (docs/slurm.md).
+"""What the Slurm backend (specfleet/backend/slurm.py) writes and reads on the shared path (docs/slurm.md).
 
 The bastion never opens SSH: it asks Slurm which nodes and GPUs there are (sinfo --json), splits the
 plan over them (the same split as over SSH; the GPU count is the GRES Slurm allocates per node, not
@@ -17,23 +17,21 @@ import subprocess
 import time
 from pathlib import Path
 
-from ..campaign import Paths, build_run_spec, format_split, parse_pins, split
+from ..campaign import Paths, build_run_spec
 from ..facts.runner_state import RunnerView, parse_view, view_script
 from ..campaign.spec import resumed, worker_zipapp
 from ..campaign.schedule.split import NodeInfo
 from ..worker import layout
 from ..worker.runspec import RunSpec
 from ..errors import UserError
-from ..exits import EXIT_FAILED
 from ..quoting import q
 from ..bastion_io import BastionStorageError
-from ..report.scan.cells import write_placed
 from ..step import Status, StepFailed
 from .. import untrusted_json
 from . import cli
 from ..scheduler import SlurmScheduler
-from .script import (JOBS, NODE_STEP, SCRIPT, SPECS, TOKEN, VERDICT, Job, campaign_dir, node_work_dir, render_script,
-                     sbatch_argv, site_check_dir, slurm_dir)
+from .script import (JOBS, RUNNER, SCRIPT, SPECS, TOKEN, VERDICT, Job, campaign_dir, node_work_dir, render_script,
+                     site_check_dir, slurm_dir)
 
 
 def write_atomic(path: str, text: str | bytes, mode: int = 0o644) -> None:
@@ -109,7 +107,7 @@ def place(cfg: SlurmScheduler, plan, hosts, queues, nodes: list[NodeInfo]) -> tu
     One file, slurm/specs.json, holds every node's run spec and provenance probe: no folder and no
     file per node (creating 3 x 256 folders took 0.7 s of CPU on the testbed's loaded ext4, 256 files
     up to 0.9 s; more on NFS). Each node's step creates its own run folder and places its spec there
-    (node_step.py); a node reads the whole file (about 6 KB per node)."""
+    (`runner.pyz slurm-step run`, worker/slurm_step.py); a node reads the whole file (about 6 KB per node)."""
     plan = _HashedOnce(plan)
     d = slurm_dir(cfg, plan.campaign)
     place_programs(d)
@@ -145,10 +143,9 @@ def place(cfg: SlurmScheduler, plan, hosts, queues, nodes: list[NodeInfo]) -> tu
 
 
 def place_programs(d: str) -> None:
-    """The worker program (runner.pyz, as over SSH) and node_step.py under <d>/bin, where the job steps run them."""
+    """The worker program (runner.pyz, as over SSH) under <d>/bin: every job step runs it (`slurm-step`)."""
     os.makedirs(os.path.join(d, "bin"), exist_ok=True)
-    write_atomic(os.path.join(d, "bin", "runner.pyz"), worker_zipapp())
-    write_atomic(os.path.join(d, "bin", NODE_STEP), Path(__file__).with_name(NODE_STEP).read_bytes())
+    write_atomic(os.path.join(d, "bin", RUNNER), worker_zipapp())
 
 
 def _gpus_of(cfg, nodes) -> int:
@@ -204,40 +201,6 @@ def without_failed_site_check(inv, cfg: SlurmScheduler, plan, hosts, console) ->
     return out
 
 
-def bench(plan, inv, hosts, *, assign=None, wait=True, poll=2.0, check=False, results: Path = Path("results"),
-          console) -> int:
-    cfg: SlurmScheduler = inv.slurm
-    prev = last_job(cfg, plan.campaign)
-    if prev and cli.is_active(j := cli.job(cfg, prev["job_id"])):
-        console.print(f"job {prev['job_id']} of campaign {plan.campaign} is {cli.job_state(j)}: following it "
-                      f"(`fab stop --plan ...` cancels it)", markup=False)
-        return follow(cfg, plan, inv, hosts, prev["job_id"], poll, console) if wait else 0
-    hosts = without_failed_site_check(inv, cfg, plan, hosts, console)
-    nodes = slurm_nodes(cfg, inv, hosts, plan)
-    check_account(inv, cfg, console)
-    queues = split(plan, nodes, pins=parse_pins(assign or []))
-    console.print(format_split(queues, nodes), markup=False)
-    job, _ = place(cfg, plan, hosts, queues, nodes)
-    console.print(f"sbatch script: {os.path.join(slurm_dir(cfg, plan.campaign), SCRIPT)}", markup=False)
-    try:
-        cli.submit(cfg, sbatch_argv(cfg, job, test_only=True))
-    except cli.SlurmError as e:
-        raise cli.explain_refusal(inv, cfg, e) from None
-    if check:
-        console.print("check mode: sbatch --test-only accepted the job; nothing submitted", markup=False)
-        return 0
-    write_placed(plan, queues.queues, results / plan.campaign)  # as over SSH: fab collect reads these queues
-    job_id = cli.submit(cfg, sbatch_argv(cfg, job))
-    records = jobs(cfg, plan.campaign) + [{"job_id": job_id, "nodes": list(job.nodes),
-                                           "gpus_per_node": job.gpus_per_node, "token": job.token,
-                                           "submitted_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}]
-    write_atomic(os.path.join(slurm_dir(cfg, plan.campaign), JOBS), json.dumps(records, indent=1) + "\n")
-    console.print(f"submitted Slurm job {job_id} on {','.join(job.nodes)} ({job.gpus_per_node} GPU(s) per node)",
-                  markup=False)
-    wait_started(cfg, inv, plan, job_id, job, console)
-    return follow(cfg, plan, inv, hosts, job_id, poll, console) if wait else 0
-
-
 def wait_started(cfg: SlurmScheduler, inv, plan, job_id: str, job: Job, console) -> None:
     """Until every node has passed the check step (or the job ended, or the pending deadline passed)."""
     d = slurm_dir(cfg, plan.campaign)
@@ -276,30 +239,6 @@ def view(cfg: SlurmScheduler, plan, host: str, alive: bool) -> RunnerView:
     return v
 
 
-def follow(cfg, plan, inv, hosts, job_id: str, poll: float, console) -> int:
-    from ..campaign.follow import progress_line
-    last = {}
-    while True:
-        j = cli.job(cfg, job_id)
-        active = cli.is_active(j)
-        for h in hosts:
-            line = progress_line(h.name, view(cfg, plan, h.name, active))
-            if last.get(h.name) != line:
-                console.print(line, markup=False)
-                last[h.name] = line
-        if not active:
-            state = cli.job_state(j)
-            console.print(f"Slurm job {job_id}: {state}", markup=False)
-            failed = {} if "CANCELLED" in state else failed_nodes(cfg, plan, hosts)
-            for node, why in failed.items():
-                console.print(f"node {node} failed: {why}", markup=False)
-            if failed:
-                console.print(exclude_hint(plan, list(failed)), markup=False)
-                return EXIT_FAILED
-            return 0 if state == "COMPLETED" else 1
-        time.sleep(poll)
-
-
 def failed_nodes(cfg: SlurmScheduler, plan, hosts) -> dict[str, str]:
     """Slurm node name -> why its queue did not finish (its state.json on the shared path)."""
     out = {}
@@ -322,45 +261,14 @@ def exclude_hint(plan, nodes: list[str]) -> str:
             f"fab bench --plan {q(str(plan.file))} --exclude {','.join(nodes)}")
 
 
-def status(plan, inv, hosts, console) -> int:
-    cfg = inv.slurm
-    rec = last_job(cfg, plan.campaign)
-    if not rec:
-        console.print(f"campaign {plan.campaign}: no Slurm job submitted yet", markup=False)
-        return 0
-    j = cli.job(cfg, rec["job_id"])
-    from ..campaign.follow import progress_line
-    console.print(f"Slurm job {rec['job_id']}: {cli.job_state(j)}"
-                  + (f" ({j.get('state_reason')})" if j and j.get("state_reason") not in (None, "None") else "")
-                  + (f", restarts {j.get('restart_cnt')}" if j and j.get("restart_cnt") else ""), markup=False)
-    for h in hosts:
-        console.print(progress_line(h.name, view(cfg, plan, h.name, cli.is_active(j))), markup=False)
-    return 0
-
-
-def stop(plan, inv, console, wait_s: float = 180) -> int:
-    """scancel: Slurm sends SIGTERM to every step (the runners stop their servers cleanly), SIGKILL
-    after KillWait; waits for the job to end."""
-    cfg = inv.slurm
-    rec = last_job(cfg, plan.campaign)
-    if not rec or not cli.is_active(cli.job(cfg, rec["job_id"])):
-        console.print("no Slurm job of this campaign is active", markup=False)
-        return 0
-    cli.cancel(cfg, rec["job_id"])
-    deadline = time.monotonic() + wait_s
-    while cli.is_active(j := cli.job(cfg, rec["job_id"])) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    console.print(f"Slurm job {rec['job_id']}: {cli.job_state(j)}", markup=False)
-    return 0 if not cli.is_active(j) else 1
-
-
-def collect(fleet, inv, plan, dest: Path, refused: dict[str, list[str]]) -> list[str]:
+def collect(fleet, inv, plan, dest: Path) -> tuple[dict[str, list[str]], list[str]]:
     """Each host's finished items from the shared path (no SSH), then provenance with the job ids.
-    Returns notes for the report (the Slurm job(s) of the campaign)."""
+    Returns the result files refused per host and notes for the report (the Slurm job(s) of the campaign)."""
     from ..facts.worker_provenance import WorkerProvenance
     from ..collect.fetch import bandwidth_given, take_finished
     cfg = inv.slurm
     recs = jobs(cfg, plan.campaign)
+    refused = {}
     for h in fleet.hosts:
         try:
             v = view(cfg, plan, h.name, False)
@@ -370,23 +278,24 @@ def collect(fleet, inv, plan, dest: Path, refused: dict[str, list[str]]) -> list
             src = layout.run_dir(node_work_dir(cfg, plan.campaign, h.name), plan.campaign, h.name)
             eff = read_json(os.path.join(src, "run.slurm.json")) or {}
             # the shared path is written by the nodes: untrusted as a worker is (collect/untrusted.py)
-            status, message = take_finished(
-                h.name, plan, dest, v, src, _sh, f"{src}/", None, refused,
+            got = take_finished(
+                h.name, plan, dest, v, src, _sh, f"{src}/", None,
                 # the node ran the command after its queue, without the model (not known before it):
                 # parsed with it, as over SSH
                 lambda model, dataset: WorkerProvenance(h.var("venv_path") or "", src, model, dataset).parse(
                     _read_text(Path(src, "provenance.probe")), 0),
                 slurm={**(eff.get("slurm") or {}), "jobs": [r["job_id"] for r in recs if h.name in r.get("nodes", [])]},
                 **bandwidth_given(h.var("gpu_memory_bandwidth_gbps")))
-            fleet.record_local_for(h.name, "fetch results", status, message)
+            refused[h.name] = got.refused
+            fleet.record_local_for(h.name, "fetch results", got.status, got.message)
         except BastionStorageError:
             raise  # the bastion's own disk, not this node: the task's one line and exit code
         except (UserError, OSError, StepFailed) as e:
             fleet.record_local_for(h.name, "fetch results", Status.FAILED, str(e))
     if not recs:
-        return []
+        return refused, []
     states = {r["job_id"]: cli.job_state(cli.job(cfg, r["job_id"])) for r in recs[-3:]}
-    return ["Slurm job(s) of this campaign: " + "; ".join(
+    return refused, ["Slurm job(s) of this campaign: " + "; ".join(
         f"{r['job_id']} on {','.join(r['nodes'])} ({states.get(r['job_id'], 'earlier')})" for r in recs)]
 
 

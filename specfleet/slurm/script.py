@@ -1,7 +1,7 @@
 """The sbatch submission of a campaign: its options (argv, never a shell) and its script, rendered pure.
 
 One job per campaign: `--nodes N --nodelist <the split's nodes> --ntasks-per-node 1 --gpus-per-node G`.
-The script runs two job steps on every node (node_step.py): `check` (the shared path is shared,
+The script runs two job steps on every node (`runner.pyz slurm-step`, specfleet/worker/slurm_step.py): `check` (the shared path is shared,
 the allocation recorded) and `run` (the node's queue, baseline first, under the runner). Every value
 from the inventory or the plan reaches the script through specfleet.quoting (`q`, `join`); sbatch's
 options go as argv words, so no option value is ever parsed by a shell, and the script keeps them as
@@ -24,7 +24,7 @@ SCRIPT = "job.sbatch"
 JOBS = "jobs.json"
 TOKEN = "token"
 SPECS = "specs.json"  # {node: {run_spec, provenance_probe}}: what the bastion placed for each node
-NODE_STEP = "node_step.py"
+RUNNER = "runner.pyz"  # the worker program, in <slurm_dir>/bin: its `slurm-step` is each job step (worker/slurm_step.py)
 
 
 def campaign_dir(cfg: SlurmScheduler, campaign: str) -> str:
@@ -76,7 +76,7 @@ def sbatch_argv(cfg: SlurmScheduler, job: Job, *, test_only: bool = False) -> li
 def render_script(cfg: SlurmScheduler, job: Job) -> str:
     """The batch script (bash): both steps on every node; values quoted by specfleet.quoting."""
     d = slurm_dir(cfg, job.campaign)
-    step = [cfg.python, "-S", posixpath.join(d, "bin", NODE_STEP)]
+    step = [cfg.python, "-S", posixpath.join(d, "bin", RUNNER), "slurm-step"]
     check = join([*step, "check", "--dir", d, "--token", job.token])
     run = join([*step, "run", "--dir", campaign_dir(cfg, job.campaign), "--campaign", job.campaign,
                 "--python", cfg.python])
@@ -115,7 +115,7 @@ def site_check_argv(cfg: SlurmScheduler, nodes) -> list[str]:
 
 def render_site_check(cfg: SlurmScheduler) -> str:
     d = site_check_dir(cfg)
-    step = join([cfg.python, "-S", posixpath.join(d, "bin", NODE_STEP), "site-check", "--dir", d])
+    step = join([cfg.python, "-S", posixpath.join(d, "bin", RUNNER), "slurm-step", "site-check", "--dir", d])
     return "\n".join([
         "#!/bin/bash",
         "# specfleet: fab provision under Slurm checks every node's site roles and venv, changes nothing",

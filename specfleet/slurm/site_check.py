@@ -4,7 +4,7 @@ A site owns its nodes' drivers and mounts, and its image holds the venv: specfle
 them. The site roles (SITE_ROLES: the GPU modules, the storage route and the model share) and the
 venv's presence are checked in check mode as the first job step on every node: the bastion batches
 each node's fact probes into one script (the same batch it sends over SSH, specfleet.facts.gather),
-a job runs them on every node (`node_step.py site-check`), each node leaves its output on the shared
+a job runs them on every node (`runner.pyz slurm-step site-check`), each node leaves its output on the shared
 path, and the bastion decides from it, in check mode. A node with anything to change, or a probe
 that failed, is named by its Slurm node name with the `--exclude` hint, and recorded in
 `<shared_dir>/provision/verdict.json`, which `fab bench` reads: it leaves that node out of the split
@@ -19,7 +19,6 @@ import time
 
 from ..errors import UserError
 from ..facts.gather import gather
-from ..exits import EXIT_FAILED
 from ..scheduler import SlurmScheduler
 from ..steps.command import Assert
 from ..shell import q
@@ -75,8 +74,9 @@ def verdict(steps: list, stdout: str, token: str) -> list[str]:
     return out
 
 
-def provision(inv, hosts, steps_for, console, poll: float = 0.5) -> int:
-    """Check every host (`steps_for(host)`: the site roles' steps, tasks/provision.py) in one Slurm job."""
+def provision(inv, hosts, steps_for, console, poll: float = 0.5) -> dict[str, str]:
+    """Check every host (`steps_for(host)`: the site roles' steps, backend/slurm.py) in one Slurm job;
+    returns each node that failed, with why."""
     cfg: SlurmScheduler = inv.slurm
     d = site_check_dir(cfg)
     steps, scripts, failed = {}, {}, {}
@@ -123,8 +123,7 @@ def provision(inv, hosts, steps_for, console, poll: float = 0.5) -> int:
         console.print(f"fab bench leaves {'it' if len(failed) == 1 else 'them'} out until `fab provision` passes "
                       f"{'it' if len(failed) == 1 else 'them'}; by hand: fab bench --plan P --exclude "
                       f"{','.join(sorted(failed))}", markup=False, soft_wrap=True)
-        return EXIT_FAILED
-    return 0
+    return failed
 
 
 def _wait(inv, cfg: SlurmScheduler, job_id: str, poll: float) -> None:

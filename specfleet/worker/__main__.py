@@ -1,5 +1,6 @@
 """`python3 runner.pyz --spec run.json` runs the runner; `python runner.pyz fitcheck ...` the fit check,
-`python runner.pyz acceptance ...` the untimed per-request acceptance pass (acceptance.py)."""
+`python runner.pyz acceptance ...` the untimed per-request acceptance pass (acceptance.py);
+`python3 -S runner.pyz slurm-step check|run|site-check ...` one Slurm job step on a node (slurm_step.py)."""
 from __future__ import annotations
 
 import sys
@@ -13,6 +14,9 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["acceptance"]:
         from .acceptance import main as acceptance
         return acceptance(argv[1:])
+    if argv[:1] == ["slurm-step"]:
+        from .slurm_step import main as slurm_step
+        return slurm_step(argv[1:])
     from .runner import main as runner
     return runner(argv)
 

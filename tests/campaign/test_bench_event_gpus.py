@@ -14,8 +14,9 @@ from specfleet.step import Status, StepResult
 def test_read_worker_reports_the_gpus_nvidia_smi_named_and_the_event_log_keeps_them(tmp_path):
     step = ReadWorker(SimpleNamespace(name="w1", vars={}), "/tmp/sfgpu/campaigns", "c")
     found = GpuList([Gpu(0, "GPU-00000000-aaaa-bbbb-cccc-000000000000", "NVIDIA H200", 143771)])
-    assert step.decide({"gpus": found, "topology": None, "view": None}) == []
-    data = step.report({})
+    facts = {"gpus": found, "topology": None, "view": None}
+    assert step.decide(facts) == [] and step.read(facts).node.gpus_source == "nvidia-smi"
+    data = step.report(facts)
     assert data["gpu_names"] == ["0: NVIDIA H200 143771 MiB"] and data["gpus_source"] == "nvidia-smi"
     log = EventLog("bench", tmp_path)
     log.step(StepResult("w1", step.name, Status.OK, data=data))
@@ -27,5 +28,5 @@ def test_read_worker_reports_the_gpus_nvidia_smi_named_and_the_event_log_keeps_t
 
 def test_an_inventory_gpu_list_is_named_as_the_inventory_gives_it():
     step = ReadWorker(SimpleNamespace(name="w1", vars={"gpus": [{"index": 0, "name": "NVIDIA H200"}]}), "/w", "c")
-    step.decide({"gpus": None, "topology": None, "view": None})
-    assert step.report({})["gpu_names"] == ["0: NVIDIA H200"] and step.report({})["gpus_source"] == "inventory"
+    facts = {"gpus": None, "topology": None, "view": None}
+    assert step.report(facts)["gpu_names"] == ["0: NVIDIA H200"] and step.report(facts)["gpus_source"] == "inventory"

@@ -14,7 +14,7 @@ from specfleet.plan import PlanError, load_plan
 from specfleet.inventory import Host, declared_defaults
 from specfleet.roles import vars_model
 
-from specfleet.tasks.bench import paths_for, worker_dataset
+from specfleet.backend.ssh import paths_for, worker_dataset
 
 PROJECT = Path(__file__).resolve().parents[2]
 FAB = str(Path(sys.executable).parent / "fab")

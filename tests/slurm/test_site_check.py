@@ -13,7 +13,7 @@ from types import SimpleNamespace
 from rich.console import Console
 
 from specfleet.scheduler import SlurmScheduler
-from specfleet.slurm.dispatch import without_failed_site_check
+from specfleet.slurm.dispatch import place_programs, without_failed_site_check
 from specfleet.slurm.script import VERDICT, site_check_dir
 from specfleet.slurm.site_check import batch_of, verdict
 from specfleet.steps.command import Assert
@@ -51,19 +51,22 @@ def test_a_node_whose_output_never_came_fails_every_step():
 
 
 def test_the_node_step_runs_its_own_script_and_writes_its_output(tmp_path, monkeypatch):
+    """The step runs from the one runner.pyz the bastion places (dispatch.place_programs): no second
+    program travels."""
     steps = [Assert("ok", "true", "never")]
     script, root = batch_of(steps, TOKEN)
     (tmp_path / "scripts.json").write_text(json.dumps({"w7": {"script": script, "root": False}}))
+    place_programs(str(tmp_path))
+    assert sorted(p.name for p in (tmp_path / "bin").iterdir()) == ["runner.pyz"]
+    step = [sys.executable, "-S", str(tmp_path / "bin" / "runner.pyz"), "slurm-step", "site-check"]
     env = {"SLURMD_NODENAME": "w7", "SLURM_JOB_ID": "42", "PATH": "/usr/bin:/bin"}
-    p = subprocess.run([sys.executable, "-m", "specfleet.slurm.node_step", "site-check", "--dir", str(tmp_path)],
-                       env=env, capture_output=True, text=True)
+    p = subprocess.run([*step, "--dir", str(tmp_path)], env=env, capture_output=True, text=True, cwd="/")
     assert p.returncode == 0, p.stderr
     got = json.loads((tmp_path / "out" / "w7.json").read_text())
     assert (got["node"], got["job_id"], got["rc"]) == ("w7", "42", 0)
     assert verdict(steps, got["stdout"], TOKEN) == []
     env["SLURMD_NODENAME"] = "w8"  # a node the bastion wrote no script for
-    p = subprocess.run([sys.executable, "-m", "specfleet.slurm.node_step", "site-check", "--dir", str(tmp_path)],
-                       env=env, capture_output=True, text=True)
+    p = subprocess.run([*step, "--dir", str(tmp_path)], env=env, capture_output=True, text=True, cwd="/")
     assert p.returncode == 2 and "node w8 has no site check" in p.stderr
 
 

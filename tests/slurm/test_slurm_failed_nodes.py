@@ -9,12 +9,12 @@ from types import SimpleNamespace
 
 import pytest
 import yaml
-from invoke.exceptions import Exit
 
 from specfleet.scheduler import SlurmScheduler
 from specfleet.slurm.dispatch import exclude_hint, failed_nodes
 from specfleet.slurm.script import node_work_dir
-from specfleet.tasks.bench import without
+from specfleet.errors import UserError
+from specfleet.tasks.common import chosen_hosts, load, without
 from specfleet.worker import layout
 
 
@@ -62,12 +62,16 @@ def test_exclude_leaves_the_named_hosts_out_of_the_selection(tmp_path):
     f = tmp_path / "inv.yml"
     f.write_text(yaml.safe_dump({"hosts": {n: {"address": f"10.0.0.{k}"} for k, n in enumerate(("w1", "w2", "w3"), 1)},
                                  "groups": {"workers": {"hosts": ["w1", "w2"]}, "spare": {"hosts": ["w3"]}}}))
-    assert without(f, None, "w2") == "w1"            # the default selection is the workers group
-    assert without(f, "workers,spare", "w1") == "w2,w3"
-    assert without(f, "all", "spare") == "w1,w2"     # a group name excludes its hosts
-    with pytest.raises(Exit) as e:
-        without(f, None, "workers")
-    assert e.value.code == 1 and "leaves no host" in str(e.value.message)
-    with pytest.raises(Exit) as e:
-        without(f, None, "w9")
-    assert e.value.code == 1 and "--exclude names 'w9'" in str(e.value.message) and str(f) in str(e.value.message)
+    inv = load(str(f))
+
+    def without_(hosts, exclude):
+        return ",".join(h.name for h in without(inv, chosen_hosts(inv, hosts), exclude, hosts))
+    assert without_(None, "w2") == "w1"            # the default selection is the workers group
+    assert without_("workers,spare", "w1") == "w2,w3"
+    assert without_("all", "spare") == "w1,w2"     # a group name excludes its hosts
+    with pytest.raises(UserError) as e:
+        without_(None, "workers")
+    assert "leaves no host" in str(e.value)
+    with pytest.raises(UserError) as e:
+        without_(None, "w9")
+    assert "--exclude names 'w9'" in str(e.value) and str(f) in str(e.value)

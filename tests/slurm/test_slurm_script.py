@@ -6,14 +6,13 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from specfleet.scheduler import SlurmScheduler
 from specfleet.slurm.script import Job, campaign_dir, render_script, sbatch_argv, slurm_dir
 
-from specfleet.slurm.node_step import allocated_gpus, effective_spec  # noqa: E402
+from specfleet.worker.slurm_step import allocated_gpus, effective_spec  # noqa: E402
 
 HOSTILE = "/sh ared/$(touch pwned)/`id`/'q'\"; rm -rf ~ #"
 
@@ -41,7 +40,7 @@ def test_bash_reads_every_value_back_exactly(tmp_path):
     assert p.returncode == 0, p.stderr
     calls = [json.loads(line) for line in (tmp_path / "calls").read_text().splitlines()]
     c = cfg()
-    step = ["/opt/py thon/bin/python3", "-S", f"{slurm_dir(c, 'demo')}/bin/node_step.py"]
+    step = ["/opt/py thon/bin/python3", "-S", f"{slurm_dir(c, 'demo')}/bin/runner.pyz", "slurm-step"]
     assert calls[0][calls[0].index("--") + 1:] == [*step, "check", "--dir", slurm_dir(c, "demo"),
                                                    "--token", "0123abcd"]
     assert calls[1][calls[1].index("--") + 1:] == [*step, "run", "--dir", campaign_dir(c, "demo"),

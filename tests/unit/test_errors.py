@@ -238,6 +238,25 @@ def test_play_returns_one_outcome_per_host_with_failed_and_succeeded_views(tmp_p
     assert all(any(r is x for x in fleet.results) for o in out.values() for r in o.results)
 
 
+class Reads(Step):
+    """A reading step with no host facts (no round trip): it answers the host's name."""
+
+    def __init__(self, host):
+        self.name, self.host = "read", host
+
+    def read(self, facts):
+        return f"read {self.host}"
+
+
+def test_facts_returns_what_each_host_read_and_none_where_a_check_beside_it_failed(tmp_path):
+    fleet = Fleet(hosts_of(tmp_path), forks=3)
+    out = fleet.facts(lambda h: [Reads(h.name), LocalStep("check", StepFailed("no dataset") if h.name == "w2" else None)])
+    fleet.close()
+    assert out.values_by_host() == {"w1": "read w1", "w3": "read w3"}
+    assert out["w2"].failed and out["w2"].value is None and out["w2"].message == "no dataset"
+    assert [r.value for r in fleet.results if r.host == "w1"] == ["read w1", None]
+
+
 def test_a_good_host_goes_on_when_another_raises(tmp_path):
     fleet = Fleet(hosts_of(tmp_path), forks=3)
     fleet.play(lambda h: [LocalStep("a", ValueError("boom") if h.name == "w2" else None), LocalStep("b")])

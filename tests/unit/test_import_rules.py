@@ -1,5 +1,5 @@
-"""The import rules of pyproject.toml ([tool.importlinter]) hold: tasks -> roles -> core -> worker,
-never upward; the worker program imports nothing else of specfleet; collect and report never import
+"""The import rules of pyproject.toml ([tool.importlinter]) hold: tasks -> backend -> slurm -> roles -> core
+-> worker, never upward; the tasks reach a backend only through specfleet.backend (backend_for); the worker program imports nothing else of specfleet; collect and report never import
 each other; the report's rooms never import upward; the campaign imports neither collect nor report;
 no import cycle in any package.
 
@@ -44,7 +44,7 @@ def test_the_parts_at_the_top_level_are_the_packages_symlinks():
 def test_the_checkout_keeps_its_import_rules():
     p = lint(ROOT)
     assert p.returncode == 0, p.stdout + p.stderr
-    assert "6 kept, 0 broken" in p.stdout, p.stdout
+    assert "7 kept, 0 broken" in p.stdout, p.stdout
 
 
 def test_an_upward_import_a_worker_import_a_crossing_and_a_cycle_are_each_caught(tmp_path):
@@ -62,12 +62,14 @@ def test_an_upward_import_a_worker_import_a_crossing_and_a_cycle_are_each_caught
         "specfleet/collect/leak.py": "def h():\n    from ..report.scan import folder\n",   # collect -> report
         "specfleet/report/gates/up.py": "def u():\n    from ..render import document\n",  # a room upward
         "specfleet/campaign/leak.py": "from ..report.scan import cells\n",                 # campaign -> report
+        "tasks/branch.py": "def b():\n    from specfleet.slurm import dispatch\n",        # a task past its backend
     }))
     assert p.returncode == 1, p.stdout
-    assert "0 kept, 6 broken" in p.stdout, p.stdout
+    assert "0 kept, 7 broken" in p.stdout, p.stdout
     for edge in ("specfleet.steps.extra -> specfleet.roles.configs", "specfleet.roles.leak -> specfleet.tasks.bench",
                  "specfleet.worker.leak -> specfleet.plan", ".loop_b -> .loop_a", "No cycles are allowed in specfleet.plan",
                  "specfleet.collect.leak -> specfleet.report.scan.folder",
                  "specfleet.report.gates.up -> specfleet.report.render.document",
-                 "specfleet.campaign.leak -> specfleet.report.scan.cells"):
+                 "specfleet.campaign.leak -> specfleet.report.scan.cells",
+                 "specfleet.tasks.branch -> specfleet.slurm.dispatch"):
         assert edge in p.stdout, (edge, p.stdout)

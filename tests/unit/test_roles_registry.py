@@ -61,7 +61,7 @@ def test_bench_places_the_configs_roles_files(tmp_path):
     from types import SimpleNamespace
 
     from specfleet.inventory import Host
-    from specfleet.tasks.bench import _placement
+    from specfleet.backend.ssh import placement_steps as _placement
 
     host = Host("w1", "10.0.0.1", "root", 22, None, "/dev/null", False, 5, 5, (),
                 {"specfleet_home": "/srv/sf"})

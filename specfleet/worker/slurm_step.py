@@ -1,12 +1,11 @@
-#!/usr/bin/env python3
-"""What one Slurm job step runs on one node (stdlib only; copied beside runner.pyz on the shared path).
+"""What one Slurm job step runs on one node: a part of the worker program, in the one runner.pyz.
 
-    node_step.py check --dir D --token T     every node: the shared path is shared (D/token holds T),
-                                             then D/nodes/<node>.json records what Slurm allocated
-    node_step.py run --dir D --campaign C    every node: the runner on this node's run spec, with
-                                             the allocation's GPUs and a free port, then the probe
-    node_step.py site-check --dir D          fab provision: this node's fact probes, output to the
-                                             shared path (specfleet/slurm/site_check.py decides)
+    runner.pyz slurm-step check --dir D --token T    every node: the shared path is shared (D/token holds
+                                                     T), then D/nodes/<node>.json records what Slurm allocated
+    runner.pyz slurm-step run --dir D --campaign C   every node: the runner on this node's run spec, with
+                                                     the allocation's GPUs and a free port, then the probe
+    runner.pyz slurm-step site-check --dir D         fab provision: this node's fact probes, output to the
+                                                     shared path (specfleet/slurm/site_check.py decides)
 
 The bastion placed one run spec per node (D/slurm/specs.json: each node's queue and provenance
 probe). `run` places
@@ -30,13 +29,7 @@ import subprocess
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-RUNNER = os.path.join(HERE, "runner.pyz")  # the worker program (specfleet.worker as a zipapp), beside this file
-sys.path.insert(0, RUNNER)
-try:
-    from specfleet_worker import layout  # noqa: E402
-except ImportError:  # in a checkout (unit tests)
-    from specfleet.worker import layout  # noqa: E402
+from . import layout
 
 EXIT_NO_SPEC, EXIT_NOT_SHARED = 2, 3
 PORT_RANGE = (20000, 60000)
@@ -54,6 +47,12 @@ def allocated_gpus(env: dict) -> list[int]:
         if words and all(w.strip().isdigit() for w in words):
             return [int(w) for w in words]
     return []
+
+
+def runner_zipapp() -> str:
+    """The runner.pyz this module runs from (<bin>/runner.pyz/specfleet_worker/slurm_step.py): the run
+    step starts the runner from the same file, in a process of its own."""
+    return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def free_ports(host: str, count: int, start: int) -> int:
@@ -139,7 +138,7 @@ def run(d: str, campaign: str, python: str) -> int:
               "nodes the split did not plan (run `fab bench` again)", file=sys.stderr, flush=True)
         return EXIT_NO_SPEC
     os.makedirs(rdir, exist_ok=True)  # the node's run folder: the runner reads its spec there, as over SSH
-    # as campaign.spec.dump_run_spec writes it over SSH (this file may import nothing of specfleet's)
+    # as campaign.spec.dump_run_spec writes it over SSH (the worker imports nothing of specfleet's)
     _place(os.path.join(rdir, layout.RUN_SPEC), (json.dumps(spec, indent=2, sort_keys=True) + "\n").encode())
     gpus = allocated_gpus(dict(os.environ))
     job = int(os.environ.get("SLURM_JOB_ID") or 0)
@@ -158,7 +157,7 @@ def run(d: str, campaign: str, python: str) -> int:
     with open(os.path.join(rdir, layout.RUNNER_LOG), "ab") as log:
         log.write(f"==== slurm job {job} step on {node}: GPUs {gpus or 'none'}, port {port}\n".encode())
         log.flush()
-        rc = subprocess.call([python, "-S", RUNNER, "--spec", path],
+        rc = subprocess.call([python, "-S", runner_zipapp(), "--spec", path],
                              stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd="/")
     if probe:  # provenance, read on the node (collect has no SSH under Slurm)
         with open(os.path.join(rdir, "provenance.probe"), "w") as out:
@@ -188,7 +187,7 @@ def site_check(d: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="runner.pyz slurm-step", description=__doc__.split("\n")[0])
     ap.add_argument("what", choices=("check", "run", "site-check"))
     ap.add_argument("--dir", required=True)
     ap.add_argument("--token", default="")
@@ -198,7 +197,3 @@ def main(argv: list[str] | None = None) -> int:
     if a.what == "site-check":
         return site_check(a.dir)
     return check(a.dir, a.token) if a.what == "check" else run(a.dir, a.campaign, a.python)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
