@@ -7,19 +7,17 @@ them on the worker with the model candidate it picked and the engine version it 
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import posixpath
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..worker.layout import cell_result_filename, run_dir
 from ..worker.fitcheck import PROMPT_FIELD
-from ..worker.runspec import BenchRun, Client, Serve
-from ..worker.slots import flag_values
-from ..plan import Plan
-from ..plan.releases import PER_REQUEST_FLAG, refusals
+from ..worker.runspec import BenchRun, CellFit, Client, Fit, Item, Serve
+from ..plan import Plan, engine
+from ..plan.releases import refusals
 from ..plan.sweep import Cell
 
 
@@ -63,12 +61,12 @@ def find_cell(plan: Plan, cell: int | Cell) -> Cell:
 def serve_spec(plan: Plan, item: str, paths: Paths) -> Serve:
     c, s = plan.config(item), plan.server
     # per-request acceptance (benchmark.spec_decode_metrics): only a speculative server takes the flag (vLLM
-    # refuses it without --speculative-config); the worker's untimed pass reads it back (worker/acceptance.py)
-    per_request = [PER_REQUEST_FLAG, "summary"] if c.speculative_config and \
-        plan.benchmark.spec_decode_metrics == "per_request" else []
+    # refuses it without --speculative-config); the worker's untimed pass runs where it is set (worker/acceptance.py)
+    per_request = "summary" if c.speculative_config and plan.benchmark.spec_decode_metrics == "per_request" else None
     return Serve(vllm=posixpath.join(paths.venv, "bin", "vllm"), served_name=plan.model.served_name,
                  server_args=list(s.args), prefix_caching=s.prefix_cache != "disabled",
-                 speculative_config=c.speculative_config, extra_args=[*c.extra_args, *per_request])
+                 speculative_config=c.speculative_config, extra_args=list(c.extra_args),
+                 per_request_spec_decode_metrics=per_request, **engine(plan, item))
 
 
 def serve_argv(plan: Plan, item: str, paths: Paths) -> list[str]:
@@ -155,7 +153,7 @@ def gate_cells(plan: Plan) -> list[Cell]:
     return [c for c in plan.benchmark.cells if c.concurrency == plan.equivalence.concurrency]
 
 
-def queue_items(plan: Plan, node: str, queue: list[str], paths: Paths, gate_runs: int = 0) -> list[dict]:
+def queue_items(plan: Plan, node: str, queue: list[str], paths: Paths, gate_runs: int = 0) -> list[Item]:
     """The run spec's items for `queue` (configuration names, baseline first), in the order they run.
 
     repeat_isolation server-start: one item per (repeat, configuration), repeats outermost, so the
@@ -175,21 +173,16 @@ def queue_items(plan: Plan, node: str, queue: list[str], paths: Paths, gate_runs
     return items
 
 
-def cell_fit(plan: Plan, cell: Cell) -> dict:
+def cell_fit(plan: Plan, cell: Cell) -> CellFit:
     """What the runner's prompt-fit check needs of one cell where it differs from the item's `fit`."""
     b = plan.benchmark
     own = (("num_prompts", cell.num_prompts, b.num_prompts), ("output_len", cell.output_len, b.output_len),
            ("category", cell.category, None))
-    return {key: value for key, value, items in own if value != items}
-
-
-def max_model_len(plan: Plan, item: str) -> str | None:
-    """The --max-model-len the server gets (the last one wins, as in argparse); None = model's."""
-    return ([None] + flag_values([*plan.server.args, *plan.config(item).extra_args], "--max-model-len"))[-1] or None
+    return CellFit(**{key: value for key, value, items in own if value != items})
 
 
 def item_spec(plan: Plan, node: str, item: str, paths: Paths, rep: int | None = None,
-              cells: list[Cell] | None = None) -> dict:
+              cells: list[Cell] | None = None) -> Item:
     """One queue item as the runner spec holds it (docs/campaign.md; runspec.py for its typed parts):
     every repeat of configuration `item` on one server start, or with `rep` that repeat alone (of
     `cells`, default all), named repeat_item_name. A repeat past benchmark.repeat is a gate run
@@ -197,29 +190,21 @@ def item_spec(plan: Plan, node: str, item: str, paths: Paths, rep: int | None = 
     b = plan.benchmark
     isolation = "server-start" if rep is not None and rep > b.repeat else None
     # what the runner's prompt-fit check needs (fitcheck.py, run with the venv's python)
-    fit = {"dataset": paths.dataset_of(plan),
-           "num_prompts": max(num_prompts(plan, c) for c in b.concurrencies),
-           "output_len": b.output_len,
-           "max_model_len": max_model_len(plan, item), "chat_template": b.chat_template,
-           "policy": b.prompts_that_do_not_fit}
-    if b.dataset_name in PROMPT_FIELD:  # only then: a Spec-Bench item keeps its hash
-        fit["prompt_field"] = PROMPT_FIELD[b.dataset_name]
-    out = {"name": item if rep is None else repeat_item_name(item, rep),
-           "serve": serve_spec(plan, item, paths).to_json(),
-           "client": client_spec(plan, node, item, paths, isolation).to_json(),
-           "bench": [bench_run(plan, item, cell, k).to_json()
-                     for cell, k in run_order(plan, None if rep is None else [rep], cells)],
-           "required_paths": required_paths(plan, item, paths), "fit": fit,
-           "max_failed_requests": b.max_failed_requests, "temperature": b.temperature}
-    if out["name"] != item:   # its server log is the configuration's (a header per start), as a crossover round's
-        out.update(config=item, log_name=item)
-    out["item_hash"] = hashlib.sha256(json.dumps(out, sort_keys=True).encode()).hexdigest()[:12]
+    fit = Fit(dataset=paths.dataset_of(plan), num_prompts=max(num_prompts(plan, c) for c in b.concurrencies),
+              output_len=b.output_len, max_model_len=engine(plan, item)["max_model_len"],
+              chat_template=b.chat_template, policy=b.prompts_that_do_not_fit,
+              prompt_field=PROMPT_FIELD.get(b.dataset_name))  # only then: a Spec-Bench item keeps its hash
+    name = item if rep is None else repeat_item_name(item, rep)
+    out = Item(name=name, serve=serve_spec(plan, item, paths),
+               client=client_spec(plan, node, item, paths, isolation),
+               bench=[bench_run(plan, item, cell, k) for cell, k in run_order(plan, None if rep is None else [rep], cells)],
+               required_paths=required_paths(plan, item, paths), fit=fit,
+               max_failed_requests=b.max_failed_requests, temperature=b.temperature,
+               # its server log is the configuration's (a header per start), as a crossover round's
+               **({"config": item, "log_name": item} if name != item else {})).hashed()
     # after the hash: the releases of the matrix that refuse this item (the worker refuses it under the
     # version its venv reports, before the server starts); the same measurement whatever the matrix says
-    refused = refusals(plan, item)
-    if refused:
-        out["release_refusals"] = refused
-    return out
+    return replace(out, release_refusals=refusals(plan, item) or None)
 
 
 def required_paths(plan: Plan, item: str, paths: Paths) -> list[str]:

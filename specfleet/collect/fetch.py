@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Callable
 from ..campaign import remote
 from ..facts.runner_state import RunnerView
 from ..worker import layout
-from ..worker.runspec import item_parts
+from ..worker.runspec import Item
 from ..connection import ssh_argv
 from ..quoting import q
 from ..step import HostStatus, Status, StepFailed
@@ -175,14 +175,14 @@ def spec_facts(spec: dict | None) -> tuple[str | None, dict[str, dict]]:
     what the client sends and the server's command line as the printed plan shows it (runspec.py)."""
     dataset, items = None, {}
     for it in (spec or {}).get("items", []) if isinstance(spec, dict) else []:
-        try:
-            serve, client, _ = item_parts(it)
-        except (KeyError, TypeError, ValueError):  # an older spec (argv lists) or a damaged one: not recorded
+        try:   # item by item: the worker's file is untrusted, and may be an older specfleet's
+            item = Item.from_json(it)
+        except ValueError:  # an older spec (argv lists) or a damaged one: not recorded
             continue
-        dataset = dataset or client.dataset_path
-        items[it["name"]] = {"sampling": client.sampling(),
-                             "serve_argv": serve.argv(model=None, host=spec.get("server_host", ""),
-                                                      port=spec.get("port", 0))}
+        dataset = dataset or item.client.dataset_path
+        items[item.name] = {"sampling": item.client.sampling(),
+                            "serve_argv": item.serve.argv(model=None, host=spec.get("server_host", ""),
+                                                          port=spec.get("port", 0))}
     return dataset, items
 
 

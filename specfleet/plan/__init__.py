@@ -23,8 +23,8 @@ from .arrivals import rate_cells
 from .crossover_grid import coarse_grid, fine_grid
 from .releases import known_methods, known_speculative_keys, plan_problems, release_of, template_problem
 from .slo import Slo
-from ..worker.runspec import SPEED_BENCH, SPEED_BENCH_SUBSETS
-from ..worker.slots import needed, parallel_sizes
+from ..worker.fitcheck import human_int
+from ..worker.runspec import ENGINE_FLAGS, PARALLEL_FIELDS, SPEED_BENCH, SPEED_BENCH_SUBSETS
 from ..yamlfile import YamlFileError, first_error, load_yaml
 from .sweep import Cell, SweepError, bench_cells, expand_configurations
 
@@ -75,7 +75,6 @@ def _argv(v: Any) -> list[str]:
 
 
 def _check_flags(words: list[str]) -> list[str]:
-    parallel_sizes(words)  # --tensor-parallel-size 0 / two: refused here, not after a model load
     for w in words:
         flag = w.split("=", 1)[0]
         if flag in REMOVED_FLAGS:
@@ -87,6 +86,101 @@ def _check_flags(words: list[str]) -> list[str]:
 
 # server.args and a configuration's extra_args: CLI words, checked against the flags the plan owns
 Argv = Annotated[list[str], BeforeValidator(_argv), AfterValidator(_check_flags)]
+
+
+# the engine fields' short flags (vLLM's FlexibleArgumentParser); the long ones: runspec.ENGINE_FLAGS
+ENGINE_SHORT = {"-tp": "tensor_parallel_size", "-pp": "pipeline_parallel_size", "-dp": "data_parallel_size"}
+_ENGINE_BY_FLAG = {flag: name for name, flag in ENGINE_FLAGS.items()}
+
+
+def _engine_field(word: str) -> tuple[str | None, str | None]:
+    """(the engine field a command-line word sets, its value when the word carries it: `--flag=V`)."""
+    name, eq, value = word.partition("=")
+    if name.startswith("--"):
+        name = "--" + name[2:].replace("_", "-")   # vLLM reads --max_model_len as --max-model-len
+    f = _ENGINE_BY_FLAG.get(name) or ENGINE_SHORT.get(name)
+    return f, (value if eq else None)
+
+
+def lift_engine_flags(words: list[str], where: str) -> tuple[dict[str, str], list[str]]:
+    """The engine fields given as flags in `words` (the last one wins, as vLLM's argparse) and the
+    words without them: the plan reads these flags once, here, into its typed fields."""
+    found, rest, i = {}, [], 0
+    while i < len(words):
+        f, value = _engine_field(words[i])
+        if f is None:
+            rest.append(words[i])
+            i += 1
+            continue
+        if value is None:
+            if i + 1 >= len(words):
+                raise ValueError(f"{where}: {words[i]} has no value")
+            value, i = words[i + 1], i + 1
+        found[f] = value
+        i += 1
+    return found, rest
+
+
+def _engine_value(name: str, raw: Any, where: str) -> Any:
+    """A typed engine field from the plan (a YAML value, or a flag's word): ValueError names `where`."""
+    if name == "generation_config":
+        if not isinstance(raw, str) or not raw.strip():
+            raise ValueError(f"{where}: {raw!r} is not auto, vllm or a folder")
+        return raw
+    try:
+        n = raw if isinstance(raw, int) and not isinstance(raw, bool) else \
+            human_int(raw) if name == "max_model_len" and isinstance(raw, str) else \
+            int(raw) if isinstance(raw, str) and raw.isdigit() else None
+    except ValueError:
+        n = None
+    if n is None or n < 1:
+        what = "a positive integer (2048, 2k, 2K)" if name == "max_model_len" else "a positive integer"
+        raise ValueError(f"{where}: {raw!r} is not {what}")
+    return n
+
+
+class _EngineFields(_Strict):
+    """The vLLM flags specfleet reads itself, as typed fields: the context length (the prompt-fit check),
+    the parallel sizes (how many GPUs a server takes), where the sampling defaults come from. Written
+    as fields, or as their flags in args (read once, here, into the field; both at once is refused).
+    A configuration's value replaces the server's (Plan.engine)."""
+
+    max_model_len: int | None = None            # None: the model's own; 2k (x1000) and 2K (x1024) as vLLM
+    tensor_parallel_size: int | None = None
+    pipeline_parallel_size: int | None = None
+    data_parallel_size: int | None = None
+    generation_config: str | None = None        # auto (vLLM's default), vllm, or a folder
+    _written_args: list[str] | None = PrivateAttr(default=None)  # args as written, flags and all (the hash)
+    _lifted: tuple[str, ...] = PrivateAttr(default=())
+
+    @model_validator(mode="before")
+    @classmethod
+    def _typed_engine(cls, d: Any) -> Any:
+        if isinstance(d, dict):
+            for name in ENGINE_FLAGS:
+                if d.get(name) is not None:
+                    d = {**d, name: _engine_value(name, d[name], name)}
+        return d
+
+    def _lift(self, args_field: str) -> None:
+        words = getattr(self, args_field)
+        found, rest = lift_engine_flags(words, args_field)
+        for name, raw in found.items():
+            if getattr(self, name) is not None:
+                raise ValueError(f"{name}: also given as {ENGINE_FLAGS[name]} in {args_field}; give it once "
+                                 f"(the field {name}, or the flag)")
+            setattr(self, name, _engine_value(name, raw, f"{args_field}: {ENGINE_FLAGS[name]}"))
+        if found:
+            self._written_args, self._lifted = list(words), tuple(found)
+            setattr(self, args_field, rest)
+
+    def as_hashed(self, d: dict, args_field: str) -> dict:
+        """Its model_dump `d` as the plan hash reads it: flags read from args as written there (a plan
+        written before the fields existed keeps its hash), fields left at None left out."""
+        d = {k: v for k, v in d.items() if not (k in ENGINE_FLAGS and (v is None or k in self._lifted))}
+        if self._written_args is not None:
+            d[args_field] = list(self._written_args)
+        return d
 
 
 def _name(what: str):
@@ -115,7 +209,7 @@ class Model(_Strict):
         return v
 
 
-class Server(_Strict):
+class Server(_EngineFields):
     args: Argv = Field(default_factory=list)
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=1, le=65535)
@@ -123,6 +217,11 @@ class Server(_Strict):
     health_poll_s: float = Field(default=5, gt=0)
     # keep: no reset between runs (the field report's setting: c=16 then reads c=1's cached prefixes)
     prefix_cache: Literal["reset", "fresh-server-per-concurrency", "disabled", "keep"] = "reset"
+
+    @model_validator(mode="after")
+    def _engine(self) -> "Server":
+        self._lift("args")
+        return self
 
 
 def check_speculative_config(sc: dict[str, Any], extra_methods: list[str] = ()) -> dict[str, Any]:
@@ -150,7 +249,7 @@ def check_speculative_config(sc: dict[str, Any], extra_methods: list[str] = ()) 
     return sc
 
 
-class Configuration(_Strict):
+class Configuration(_EngineFields):
     name: Annotated[str, _name("files")]
     # opt-ins for keys and methods no vLLM release of the matrix has (releases.py); validation only,
     # so not in the plan hash; the report says they were not checked
@@ -174,6 +273,11 @@ class Configuration(_Strict):
             raise ValueError(f"unknown key(s) {', '.join(map(repr, unknown))}: a SpeculativeConfig field of no vLLM "
                              "release in docs/vllm-releases.md (a newer vLLM's key goes in speculative_extra_keys)")
         return check_speculative_config(v, info.data.get("speculative_extra_methods") or [])
+
+    @model_validator(mode="after")
+    def _engine(self) -> "Configuration":
+        self._lift("extra_args")
+        return self
 
     @property
     def method(self) -> str | None:
@@ -564,6 +668,9 @@ class Plan(_Strict):
             del d[key]
         if d["equivalence"]["every_gpu"] == Equivalence.model_fields["every_gpu"].default:
             del d["equivalence"]["every_gpu"]
+        d["server"] = self.server.as_hashed(d["server"], "args")
+        d["configurations"] = [c.as_hashed(dc, "extra_args") for c, dc in zip(self.configurations,
+                                                                               d["configurations"])]
         for c in d["configurations"]:
             for key in [k for k in CONFIG_HASH_IF_SET if c.get(k) == CONFIG_HASH_IF_SET[k]]:
                 del c[key]
@@ -582,9 +689,15 @@ HASH_IF_SET = {"packing": Plan.model_fields["packing"].default}
 CONFIG_HASH_IF_SET = {k: Configuration.model_fields[k].default for k in ("gpu_model", "whole_node")}
 
 
+def engine(plan: Plan, config: str) -> dict[str, Any]:
+    """The engine fields one server of `config` gets: the configuration's, else the server's (None: vLLM's)."""
+    c, s = plan.config(config), plan.server
+    return {name: getattr(c, name) if getattr(c, name) is not None else getattr(s, name) for name in ENGINE_FLAGS}
+
+
 def gpus_needed(plan: Plan, config: str) -> int:
-    """GPUs one server of `config` uses: its tensor x pipeline x data parallel size (slots.needed)."""
-    return needed([*plan.server.args, *plan.config(config).extra_args])
+    """GPUs one server of `config` uses: its tensor x pipeline x data parallel size (1 each when not set)."""
+    return math.prod(v or 1 for k, v in engine(plan, config).items() if k in PARALLEL_FIELDS)
 
 
 def _where(loc: tuple, file: Path, raw: Any) -> str:

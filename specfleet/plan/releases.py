@@ -16,14 +16,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..worker.fitcheck import CHAT_BACKEND, applied_template
+from ..worker.runspec import ENGINE_FLAGS, PER_REQUEST_FLAG
 
 if TYPE_CHECKING:
     from . import Plan
 
 DATA = Path(__file__).with_name("vllm_releases.json")
 _RELEASE = re.compile(r"(\d+\.\d+\.\d+)")
-# benchmark.spec_decode_metrics: per_request renders this flag for every speculative configuration
-PER_REQUEST_FLAG = "--per-request-spec-decode-metrics"
+# benchmark.spec_decode_metrics: per_request renders PER_REQUEST_FLAG for every speculative configuration
 _NUMBER = re.compile(r"-?\d+(\.\d+)?")
 
 
@@ -65,11 +65,13 @@ def release_of(version: str | None) -> Release | None:
     return releases().get(m.group(1)) if m else None
 
 
+@lru_cache(maxsize=1)   # asked per configuration per release by plan_problems: the matrix is read once
 def known_methods() -> frozenset[str]:
     """Every speculative method of any release in the matrix."""
     return frozenset().union(*(r.methods for r in releases().values()))
 
 
+@lru_cache(maxsize=1)   # asked per configuration per release by plan_problems: the matrix is read once
 def known_speculative_keys() -> frozenset[str]:
     """Every SpeculativeConfig key of any release in the matrix."""
     return frozenset().union(*(r.speculative_keys for r in releases().values()))
@@ -101,6 +103,12 @@ def _flag_known(flag: str, flags: frozenset[str]) -> bool:
                                                                if not f.startswith("--")))
 
 
+def _engine_flags(part) -> list[tuple[str, str]]:
+    """(field, its vLLM flag) of each typed engine field a plan's server or configuration sets: the
+    flags they render to (runspec.Serve.engine_args) are checked as the args' are."""
+    return [(name, flag) for name, flag in ENGINE_FLAGS.items() if getattr(part, name, None) is not None]
+
+
 def plan_problems(plan: Plan, rel: Release) -> dict[str | None, list[str]]:
     """Configuration (None: the whole plan) -> each thing of the plan `rel` lacks, one line each,
     naming the plan's field, the value and the release. Keys and methods the matrix does not know
@@ -118,12 +126,19 @@ def plan_problems(plan: Plan, rel: Release) -> dict[str | None, list[str]]:
         if f and not _flag_known(f, rel.serve_flags):
             out.setdefault(None, []).append(f"{_where(plan, None, 'server.args')}: {f}: "
                                             + _lacks(rel, "such vllm serve flag"))
+    for name, f in _engine_flags(plan.server):
+        if not _flag_known(f, rel.serve_flags):
+            out.setdefault(None, []).append(f"{_where(plan, None, f'server.{name}')}: {f}: "
+                                            + _lacks(rel, "such vllm serve flag"))
     for c in plan.configurations:
         lines = out.setdefault(c.name, [])
         for w in c.extra_args:
             f = _flag(w)
             if f and not _flag_known(f, rel.serve_flags):
                 lines.append(f"{_where(plan, c.name, 'extra_args')}: {f}: " + _lacks(rel, "such vllm serve flag"))
+        for name, f in _engine_flags(c):
+            if not _flag_known(f, rel.serve_flags):
+                lines.append(f"{_where(plan, c.name, name)}: {f}: " + _lacks(rel, "such vllm serve flag"))
         sc = c.speculative_config or {}
         if sc and b.spec_decode_metrics == "per_request" and PER_REQUEST_FLAG not in rel.serve_flags:
             lines.append(f"{_where(plan, c.name, 'benchmark.spec_decode_metrics')}: per_request: "

@@ -22,6 +22,7 @@ from ..facts.runner_state import RunnerView, parse_view, view_script
 from ..campaign.spec import resumed, worker_zipapp
 from ..campaign.schedule.split import NodeInfo
 from ..worker import layout
+from ..worker.runspec import RunSpec
 from ..errors import UserError
 from ..quoting import q
 from ..bastion_io import BastionStorageError
@@ -100,7 +101,7 @@ class _HashedOnce:
         return value
 
 
-def place(cfg: SlurmScheduler, plan, hosts, queues, nodes: list[NodeInfo]) -> tuple[Job, dict[str, dict]]:
+def place(cfg: SlurmScheduler, plan, hosts, queues, nodes: list[NodeInfo]) -> tuple[Job, dict[str, RunSpec]]:
     """Write everything the job needs on the shared path; returns the job and each node's run spec.
 
     One file, slurm/specs.json, holds every node's run spec and provenance probe: no folder and no
@@ -130,7 +131,7 @@ def place(cfg: SlurmScheduler, plan, hosts, queues, nodes: list[NodeInfo]) -> tu
         # the spec the node last ran (its step placed it in its run folder): same queue, same run_id
         specs[h.name] = resumed(spec, read_json(os.path.join(rdir, layout.RUN_SPEC)) if h.name in ran else None, None)
         # with the provenance probe the node runs after its queue (collect has no SSH under Slurm)
-        placed[h.name] = {"run_spec": specs[h.name],
+        placed[h.name] = {"run_spec": specs[h.name].to_json(),
                           "provenance_probe": WorkerProvenance(paths.venv, rdir, None, dataset).command() + "\n"}
     # compact: json's C encoder (the node writes its run.json as dump_run_spec does)
     write_atomic(os.path.join(d, SPECS), json.dumps(placed, sort_keys=True))

@@ -6,13 +6,13 @@ the queue runs dry.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import statistics
+from dataclasses import replace
 
 from .layout import result_filename
-from .runspec import BenchRun
+from .runspec import BenchRun, Crossover, Item
 from .stats import geometric_ratio, ratio_interval, wilson_interval
 
 FASTER, NO_DIFF, SLOWER = "faster", "no measurable difference", "slower"
@@ -170,34 +170,34 @@ def next_points(grid: list[int], coarse: list[int], points: dict[int, dict], bud
 
 
 # ---------------------------------------------------------------- the runner's side
-def _runs(x: dict, config: str, conc: int, num_prompts: int) -> list[dict]:
-    """The bench runs (runspec.BenchRun as JSON) of `config` at `conc`, one per repeat."""
-    return [BenchRun(concurrency=conc, rep=rep, num_prompts=num_prompts, output_len=x["output_len"],
-                     result_file=result_filename(config, conc, rep, x["repeat"])).to_json()
-            for rep in range(1, x["repeat"] + 1)]
+def _runs(x: Crossover, config: str, conc: int, num_prompts: int) -> list[BenchRun]:
+    """The bench runs of `config` at `conc`, one per repeat."""
+    return [BenchRun(concurrency=conc, rep=rep, num_prompts=num_prompts, output_len=x.output_len,
+                     result_file=result_filename(config, conc, rep, x.repeat))
+            for rep in range(1, x.repeat + 1)]
 
 
-def _value(x: dict, d: dict):
+def _value(x: Crossover, d: dict):
     """What the search judges of one result: the metric (> 0), or for a goodput search (good,
     succeeded, duration) from its per-request arrays; None when the result has none."""
-    if x["metric"] != GOODPUT:
-        v = d.get(x["metric"])
+    if x.metric != GOODPUT:
+        v = d.get(x.metric)
         return None if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0 else float(v)
     counts = good_requests(d.get("ttfts"), d.get("latencies"), d.get("output_lens"), d.get("errors"),
-                           x["slo"]["limits"], d.get("itls"))
+                           x.slo.limits, d.get("itls"))
     duration = float(d.get("duration"))
     return None if counts is None or not duration > 0 else (*counts, duration)
 
 
-def measured(x: dict, result_dir: str, config: str) -> dict[int, list]:
+def measured(x: Crossover, result_dir: str, config: str) -> dict[int, list]:
     """concurrency -> values over repeats (_value), for the cells of `config` whose every repeat's file
     is a result."""
     out = {}
-    for c in x["grid"]:
+    for c in x.grid:
         vals = []
-        for run in _runs(x, config, c, 0):
+        for run in _runs(x, config, c, 1):
             try:
-                with open(os.path.join(result_dir, run["result_file"])) as f:
+                with open(os.path.join(result_dir, run.result_file)) as f:
                     vals.append(_value(x, json.load(f)))
             except (OSError, ValueError, AttributeError, TypeError):
                 vals.append(None)
@@ -206,27 +206,26 @@ def measured(x: dict, result_dir: str, config: str) -> dict[int, list]:
     return out
 
 
-def decide(x: dict, result_dir: str, tried: dict[str, set[int]]) -> dict[str, dict]:
+def decide(x: Crossover, result_dir: str, tried: dict[str, set[int]]) -> dict[str, dict]:
     """Per configuration: its judged points, the next concurrencies and why."""
-    grid, coarse = x["grid"], x["coarse"]
-    base = measured(x, result_dir, x["baseline"])
+    base = measured(x, result_dir, x.baseline)
     out = {}
-    goodput = x["metric"] == GOODPUT
-    for cfg in x["configs"] + ([x["baseline"]] if goodput else []):  # a goodput search finds the baseline's too
+    goodput = x.metric == GOODPUT
+    for cfg in x.configs + ([x.baseline] if goodput else []):  # a goodput search finds the baseline's too
         mine = measured(x, result_dir, cfg)
         if goodput:
             points = {c: j for c, v in mine.items() if (j := judge_slo(
-                v, base.get(c) if cfg != x["baseline"] else None, x["confidence"], x["slo"]["attainment_pct"]))}
+                v, base.get(c) if cfg != x.baseline else None, x.confidence, x.slo.attainment_pct))}
         else:
             points = {c: j for c, v in mine.items() if c in base
-                      and (j := judge(v, base[c], x["confidence"], x["tolerance_pct"])) is not None}
-        todo, why = next_points(grid, coarse, points, x["budget"], tried.get(cfg, set()))
+                      and (j := judge(v, base[c], x.confidence, x.tolerance_pct)) is not None}
+        todo, why = next_points(x.grid, x.coarse, points, x.budget, tried.get(cfg, set()))
         if goodput:
             top = highest_meeting(points)
             why += ("; highest concurrency measured meeting the SLO: none" if top is None else
                     f"; highest concurrency measured meeting the SLO: {top}"
                     f" ({points[top]['attainment_pct']:.1f} % of requests good, Wilson "
-                    f"{x['confidence']:.0%} interval {points[top]['attainment_low']:.1f}-"
+                    f"{x.confidence:.0%} interval {points[top]['attainment_low']:.1f}-"
                     f"{points[top]['attainment_high']:.1f} %)")
         # a cell of the configuration whose baseline is missing needs only the baseline: never redone
         out[cfg] = {"points": {str(c): p for c, p in sorted(points.items())},
@@ -235,40 +234,38 @@ def decide(x: dict, result_dir: str, tried: dict[str, set[int]]) -> dict[str, di
     return out
 
 
-def _item(base_item: dict, name: str, entries: list[dict]) -> dict:
+def _item(base_item: Item, name: str, entries: list[BenchRun]) -> Item:
     # the configuration's server log gets every round's server (appended, a header per start), so the
     # report's KV facts stay per configuration
-    item = dict(base_item, name=name, bench=entries, log_name=base_item["name"])
-    if item.get("fit"):
-        item["fit"] = dict(item["fit"], num_prompts=max(e["num_prompts"] for e in entries))
-    item.pop("item_hash", None)
-    item["item_hash"] = hashlib.sha256(json.dumps(item, sort_keys=True).encode()).hexdigest()[:12]
-    return item
+    fit = base_item.fit and replace(base_item.fit, num_prompts=max(e.num_prompts for e in entries))
+    return replace(base_item, name=name, bench=entries, log_name=base_item.name, fit=fit,
+                   item_hash=None).hashed(leave_out=("item_hash",))
 
 
-def crossover_round(spec: dict, result_dir: str, tried: dict[str, set[int]], round_no: int) -> tuple[list[dict], dict]:
-    """(the next round's queue items, the decision per configuration). `tried` is updated."""
-    x = spec["crossover"]   # the runner asks only for a plan with a search
+def crossover_round(x: Crossover, queue: list[Item], result_dir: str, tried: dict[str, set[int]],
+                    round_no: int) -> tuple[list[Item], dict]:
+    """(the next round's queue items, the decision per configuration), after the items of `queue`.
+    `tried` is updated."""
     if not tried:  # what the spec's own items measure counts as tried: a failed cell is not retried here
-        for it in spec["items"]:
-            tried.setdefault(it.get("config", it["name"]), set()).update(b["concurrency"] for b in it["bench"])
+        for it in queue:
+            tried.setdefault(it.configuration, set()).update(b.concurrency for b in it.bench)
     decision = decide(x, result_dir, tried)
     need: dict[str, list[int]] = {cfg: d["next"] for cfg, d in decision.items() if d["next"]}
-    base_have = set(measured(x, result_dir, x["baseline"]))
+    base_have = set(measured(x, result_dir, x.baseline))
     base_need = sorted(({c for v in need.values() for c in v}
                         | {c for d in decision.values() for c in d["baseline_missing"]})
-                       - base_have - tried.get(x["baseline"], set()))
-    by_name = {it["name"]: it for it in spec["items"]}
-    todo = [(cfg, concs) for cfg, concs in [(x["baseline"], base_need),
-                                            *((c, v) for c, v in need.items() if c != x["baseline"])]
+                       - base_have - tried.get(x.baseline, set()))
+    by_name = {it.name: it for it in queue}
+    todo = [(cfg, concs) for cfg, concs in [(x.baseline, base_need),
+                                            *((c, v) for c, v in need.items() if c != x.baseline)]
             if concs and cfg in by_name]
-    apart = bool(x.get("server_per_repeat"))  # the plan's repeat_isolation: server-start (the bastion's)
+    apart = x.server_per_repeat  # the plan's repeat_isolation: server-start (the bastion's)
     # server-start: one item per (repeat, configuration), repeats outermost; else one per configuration
-    reps = [[r] for r in range(1, x["repeat"] + 1)] if apart else [list(range(1, x["repeat"] + 1))]
+    reps = [[r] for r in range(1, x.repeat + 1)] if apart else [list(range(1, x.repeat + 1))]
     items = []
     for group in reps:
         for cfg, concs in todo:
-            by_conc = {c: _runs(x, cfg, c, x["prompts"][str(c)]) for c in concs}
+            by_conc = {c: _runs(x, cfg, c, x.prompts[str(c)]) for c in concs}
             entries = [by_conc[c][k - 1] for k in group for c in concs]  # repeats interleaved across concurrencies
             suffix = f".r{group[0]}" if apart and group[0] > 1 else ""
             items.append(_item(by_name[cfg], f"{cfg}.round{round_no}{suffix}", entries))

@@ -23,8 +23,8 @@ from . import layout
 from .host import (Fatal, ItemFailed, Stopped, atomic_write, boot_identity, end_pids, env_without_devices, gpu_table,
                    live_pids, log, now, proc_has_token)
 from .lane import Lane
-from .runspec import Client, Serve, item_parts
-from .slots import admit, check_gpus, fits_ever, needed
+from .runspec import Gpu, Item, ItemState, RunSpec, RunState, SpecError
+from .slots import admit, check_gpus, fits_ever
 
 EXIT_OK, EXIT_FAILED, EXIT_SPEC, EXIT_LOCKED, EXIT_FATAL, EXIT_STOPPED = 0, 1, 2, 3, 4, 143
 # every result's required keys, here and in collect's schema (resultfile/schema.py): the runner redoes
@@ -36,48 +36,25 @@ POLL_S = 0.2  # how often the pool looks for a finished server and a free GPU se
 
 REBOOT_HINT = ("the host rebooted since this campaign's last runner (boot id changed): run `fab provision` "
                "(mounts, GPU modules), then `fab bench` to resume")
-# every key the bastion writes (campaign.spec.build_run_spec, from the plan and its defaults: no second set here)
-REQUIRED = ("schema", "run_id", "campaign", "plan_hash", "host", "work_dir", "venv", "env_file", "model_candidates",
-            "expected_vllm_version", "server_host", "port", "health_timeout_s", "health_poll_s", "prefix_cache",
-            "bench_timeout_s", "gpu_memory_free_mib", "gpu_index", "stop_timeout_s", "items")
-
-
 RESERVE_BYTES = 1 << 20  # held on the run folder's file system, so a full disk can still record why
-
-
-def load_spec(path: str) -> dict:
-    with open(path) as f:
-        spec = json.load(f)
-    missing = [k for k in REQUIRED if k not in spec] if isinstance(spec, dict) else ["(not a JSON object)"]
-    if missing:
-        raise ValueError(f"missing keys {missing}")
-    if not isinstance(spec["items"], list) or not all(isinstance(it, dict) for it in spec["items"]):
-        raise ValueError("items is not a list of objects")
-    for it in spec["items"]:
-        if not {"name", "serve", "client", "bench"} <= set(it):
-            raise ValueError(f"item {it.get('name')!r} needs name, serve, client, bench")
-        try:
-            item_parts(it)
-        except (ValueError, TypeError) as e:
-            raise ValueError(f"item {it.get('name')!r}: {e}") from None
-    return spec
 
 
 class Runner:
     """The queue's owner: the spec, state.json and its saving (under `lock`), the done markers, the
     crossover rounds, and the pool that runs each item in a Lane on a free GPU set."""
 
-    def __init__(self, spec: dict):
+    def __init__(self, spec: RunSpec):
         self.spec = s = spec
-        self.run_dir = layout.run_dir(s["work_dir"], s["campaign"], s["host"])
+        self.run_dir = layout.run_dir(s.work_dir, s.campaign, s.host)
         self.state_path = os.path.join(self.run_dir, layout.STATE)
         self.token = f"SPECFLEET_RUN_DIR={self.run_dir}".encode()
         self.reserve = os.path.join(self.run_dir, layout.DISK_RESERVE)
-        self.state: dict = {}
+        self.state: RunState | None = None
         self.lock, self.fit_lock = threading.RLock(), threading.Lock()
         self.fits: dict[str, dict] = {}        # fit-check key -> its answer (one check per distinct setup)
         self.stopping = False
         self.rebooted = False
+        self.items: list[Item] = list(s.items)  # the queue: the spec's items, then the crossover rounds'
         self.lanes: dict[str, Lane] = {}       # item name -> the lane running it
         self.held: dict = {}                   # GPU index (None: the one-GPU node) -> why it is kept out
         self.tried: dict[str, set[int]] = {}   # the crossover search's concurrencies given out so far
@@ -86,62 +63,59 @@ class Runner:
     # ---------------------------------------------------------------- state
     def save(self) -> None:
         with self.lock:
-            self.state["updated_at"] = now()
-            atomic_write(self.state_path, json.dumps(self.state, indent=2) + "\n")
+            self.state.updated_at = now()
+            atomic_write(self.state_path, json.dumps(self.state.to_json(), indent=2) + "\n")
 
-    def set(self, rec: dict, status: str | None = None, phase: str | None = None, **kw) -> None:
+    def set(self, rec: ItemState, status: str | None = None, phase: str | None = None, **kw) -> None:
         with self.lock:
             if status:
-                rec["status"] = status
+                rec.status = status
             if phase is not None:
-                rec["phase"] = phase
-                log(f"[{rec['name']}] {status or rec['status']}: {phase}")
-            rec.update(kw)
+                rec.phase = phase
+                log(f"[{rec.name}] {status or rec.status}: {phase}")
+            for k, v in kw.items():
+                if not hasattr(rec, k):
+                    raise AttributeError(f"an item's record has no field {k}")
+                setattr(rec, k, v)
             self.save()
 
     def finish(self, status: str, error: str | None) -> None:
         with self.lock:
-            self.state.update(status=status, error=error, finished_at=now(), current=None)
+            st = self.state
+            st.status, st.error, st.finished_at, st.current = status, error, now(), None
             self.save()
         log(f"runner {status}" + (f": {error}" if error else ""))
 
-    def write_marker(self, item: dict, marker: dict) -> None:
-        atomic_write(os.path.join(self.run_dir, layout.done_marker(item["name"])), json.dumps(marker, indent=2) + "\n")
+    def write_marker(self, item: Item, marker: dict) -> None:
+        atomic_write(os.path.join(self.run_dir, layout.done_marker(item.name)), json.dumps(marker, indent=2) + "\n")
 
-    def done_marker(self, item: dict) -> dict | None:
+    def done_marker(self, item: Item) -> dict | None:
         """The item's done marker while it holds (the item's hash, its results still valid), else None."""
         try:
-            with open(os.path.join(self.run_dir, layout.done_marker(item["name"]))) as f:
+            with open(os.path.join(self.run_dir, layout.done_marker(item.name))) as f:
                 marker = json.load(f)
         except (OSError, ValueError):
             return None
-        ok = isinstance(marker, dict) and marker and marker.get("item_hash") == item.get("item_hash")
+        ok = isinstance(marker, dict) and marker and marker.get("item_hash") == item.item_hash
         return marker if ok and self.results_valid(item) else None
 
-    def results_valid(self, item: dict) -> bool:
+    def results_valid(self, item: Item) -> bool:
         """A done marker counts only while each result file it stands for is still a complete result:
         one found corrupted or missing (collect quarantines such a copy) is measured again."""
-        rdir = Client.from_json(item["client"]).result_dir
-        for b in item["bench"]:
+        for b in item.bench:
             try:
-                with open(os.path.join(rdir, b["result_file"])) as f:
+                with open(os.path.join(item.client.result_dir, b.result_file)) as f:
                     r = json.load(f)
             except (OSError, ValueError):
                 r = None
             nums = [r.get(k, 0) for k in RESULT_KEYS] + [r.get("failed") or 0] if isinstance(r, dict) else [None]
             ok = all(isinstance(v, (int, float)) for v in nums) \
-                and r.get("completed", 1) > 0 and (r.get("failed") or 0) <= item.get("max_failed_requests", 0)
+                and r.get("completed", 1) > 0 and (r.get("failed") or 0) <= item.max_failed_requests
             if not ok:
-                log(f"[{item['name']}] done marker present but {b['result_file']} is missing or invalid: "
+                log(f"[{item.name}] done marker present but {b.result_file} is missing or invalid: "
                     "measured again")
                 return False
         return True
-
-    @staticmethod
-    def new_record(name: str, item_hash, phase: str = "") -> dict:
-        return {"name": name, "item_hash": item_hash, "status": "pending", "phase": phase, "attempts": 0,
-                "started_at": None, "finished_at": None, "error": None, "server_pid": None, "results": [],
-                "notes": []}
 
     def load_state(self) -> None:
         """state.json for this start: the earlier runner's records where they still hold."""
@@ -155,28 +129,30 @@ class Runner:
         old_state = old_state if isinstance(old_state, dict) else {}
         boot = boot_identity()
         self.rebooted = bool(old_state.get("boot")) and old_state.get("boot") != boot
-        self.state = {"schema": 1, "run_id": s["run_id"], "campaign": s["campaign"],
-                      "plan_hash": s["plan_hash"], "host": s["host"], "runner_pid": os.getpid(),
-                      "status": "running", "started_at": now(), "finished_at": None, "error": None,
-                      "vllm_version": None, "model_path": None, "current": None, "boot": boot,
-                      "rebooted": REBOOT_HINT if self.rebooted else None, "items": []}
-        for it in s["items"]:
-            marker, prev = self.done_marker(it), old.get(it["name"], {})
+        self.state = RunState(run_id=s.run_id, campaign=s.campaign, plan_hash=s.plan_hash, host=s.host,
+                              runner_pid=os.getpid(), started_at=now(), boot=boot,
+                              rebooted=REBOOT_HINT if self.rebooted else None, items=[])
+        for it in s.items:
+            marker, prev = self.done_marker(it), old.get(it.name, {})
+            prev = prev if isinstance(prev, dict) else {}
             done = marker is not None
-            rec = self.new_record(it["name"], it.get("item_hash"), "done earlier" if done else "")
+            rec = ItemState.new(it.name, it.item_hash, "done earlier" if done else "")
             n = prev.get("attempts")  # the earlier runner's record: a damaged one is not a crash
-            rec.update(status="done" if done else "pending", attempts=n if type(n) is int else 0)
+            rec.status, rec.attempts = "done" if done else "pending", n if type(n) is int else 0
             if done:  # keep what the earlier run recorded (the done marker is the authority)
-                rec.update({k: prev[k] for k in ("started_at", "server_pid", "model_path", "notes") if k in prev},
-                           finished_at=marker.get("finished_at"), results=marker.get("results", []))
+                for k, kind in (("started_at", str), ("server_pid", int), ("model_path", str), ("notes", list)):
+                    if isinstance(prev.get(k), kind):
+                        setattr(rec, k, prev[k])
+                results = marker.get("results")
+                rec.finished_at, rec.results = marker.get("finished_at"), results if isinstance(results, list) else []
             elif self.rebooted and prev.get("status") not in (None, "pending", "failed", "done") \
                     or self.rebooted and "SIGTERM" in str(prev.get("error")):
-                rec["interrupted"] = ("host rebooted while it ran (the shutdown stopped it)"
-                                      if prev.get("status") in (None, "pending")
-                                      else f"host rebooted during {prev['status']} ({prev.get('phase') or ''})")
+                rec.interrupted = ("host rebooted while it ran (the shutdown stopped it)"
+                                   if prev.get("status") in (None, "pending")
+                                   else f"host rebooted during {prev['status']} ({prev.get('phase') or ''})")
             elif prev.get("interrupted"):  # keep the record until the item is done
-                rec["interrupted"] = prev["interrupted"]
-            self.state["items"].append(rec)
+                rec.interrupted = str(prev["interrupted"])
+            self.state.items.append(rec)
         self.save()
 
     # ---------------------------------------------------------------- the queue
@@ -192,55 +168,55 @@ class Runner:
         except OSError:
             pass
         self.load_state()
-        log(f"runner pid {os.getpid()} run {s['run_id']}: {len(s['items'])} items in {self.run_dir}")
+        log(f"runner pid {os.getpid()} run {s.run_id}: {len(s.items)} items in {self.run_dir}")
         self.end_previous_leftovers()
         gpus = None
-        if s.get("gpus"):  # a node with several GPUs: servers on disjoint GPU sets
+        if s.gpus:  # a node with several GPUs: servers on disjoint GPU sets
             try:
-                gpus = check_gpus(s["gpus"], gpu_table(env_without_devices(None)))
+                gpus = check_gpus(s.gpus, gpu_table(env_without_devices(None)))
             except (ValueError, ItemFailed) as e:
                 self.finish("failed", f"the node's GPUs: {e}")
                 return EXIT_SPEC
-            self.state.update(gpus=gpus, packing=s.get("packing", "exclusive"))
-        todo = [(it, rec) for it, rec in zip(s["items"], self.state["items"]) if rec["status"] != "done"]
-        for it, rec in zip(s["items"], self.state["items"]):
-            if rec["status"] == "done":
-                log(f"[{it['name']}] done marker present: skipped")
+            self.state.gpus, self.state.packing = gpus, s.packing
+        todo = [(it, rec) for it, rec in zip(self.items, self.state.items) if rec.status != "done"]
+        for it, rec in zip(self.items, self.state.items):
+            if rec.status == "done":
+                log(f"[{it.name}] done marker present: skipped")
         return self.pool(todo, gpus)
 
-    def next_round(self) -> list[tuple[dict, dict]]:
+    def next_round(self) -> list[tuple[Item, ItemState]]:
         """The crossover search's next round, if the plan has one (crossover.py: its items are
         appended to the spec and the state). It reads what every finished server measured, so the
         pool asks only when no server runs. [] when the search is done."""
-        if not self.spec.get("crossover"):
+        if self.spec.crossover is None:
             return []
         from .crossover import crossover_round
         self.rounds += 1
-        more, decision = crossover_round(self.spec, self.run_dir, self.tried, self.rounds)
-        self.state["crossover"] = {"round": self.rounds, "configs": decision}
+        more, decision = crossover_round(self.spec.crossover, self.items, self.run_dir, self.tried, self.rounds)
+        self.state.crossover = {"round": self.rounds, "configs": decision}
         for cfg, d in decision.items():
             log(f"[crossover] {cfg}: {d['why']}; next: {d['next'] or 'none'}")
-        out = [(it, self.new_record(it["name"], it["item_hash"], f"crossover round {self.rounds}")) for it in more]
-        self.spec["items"] += [it for it, _ in out]
-        self.state["items"] += [rec for _, rec in out]
+        out = [(it, ItemState.new(it.name, it.item_hash, f"crossover round {self.rounds}")) for it in more]
+        self.items += [it for it, _ in out]
+        self.state.items += [rec for _, rec in out]
         self.save()
         return out
 
-    def pool(self, todo: list[tuple[dict, dict]], gpus: list[dict] | None) -> int:
+    def pool(self, todo: list[tuple[Item, ItemState]], gpus: list[Gpu] | None) -> int:
         """Run `todo` ((item, rec) in queue order): at each moment every pending item that the
         admission rule (slots.admit) places starts in its own Lane; `gpus` None: one slot, the node as
         the one-GPU runner sees it. The runner's exit code."""
         s, pending, finished = self.spec, list(todo), []
-        by_index = {g["index"]: g for g in gpus or []}
+        by_index = {g.index: g for g in gpus or []}
         indices = list(by_index) if gpus else [None]
-        groups, exclusive = s.get("gpu_groups"), not gpus or s.get("packing", "exclusive") == "exclusive"
+        groups, exclusive = s.gpu_groups, s.exclusive
         busy: dict[str, list] = {}     # item name -> the GPU indices it holds
         crash: BaseException | None = None
         stopped_at = None
         while True:
             while finished:
                 item, rec, outcome = finished.pop(0)
-                used = busy.pop(item["name"])
+                used = busy.pop(item.name)
                 why = self.ended(item, rec, outcome)
                 if outcome is not None and not isinstance(outcome, (ItemFailed, Stopped, Fatal)):
                     crash = crash or outcome   # a runner bug, a full disk: the others stop, then the runner
@@ -248,7 +224,7 @@ class Runner:
                 elif why:
                     self.held.update({i: why for i in used})
                     if set(self.held) >= set(indices):   # nothing left to run on: the queue stops here
-                        stopped_at = stopped_at or f"queue stopped at {item['name']}: {why}"
+                        stopped_at = stopped_at or f"queue stopped at {item.name}: {why}"
                         self.stopping = True
                 self.note_running()
             if not pending and not busy:
@@ -267,36 +243,36 @@ class Runner:
                     got, why = self.place(item, indices, groups, busy)
                     if why:
                         pending.remove((item, rec))
-                        rec.update(attempts=rec["attempts"] + 1, started_at=now())
-                        self.set(rec, "failed", "no GPU set", finished_at=now(), error=why)
+                        self.set(rec, "failed", "no GPU set", attempts=rec.attempts + 1, started_at=now(),
+                                 finished_at=now(), error=why)
                     elif got is not None:
                         pending.remove((item, rec))
                         self.start(item, rec, got, by_index, finished)
-                        busy[item["name"]] = got
+                        busy[item.name] = got
             time.sleep(POLL_S)
         if crash is not None:
             raise crash
         if stopped_at:
             self.finish("failed", stopped_at)
             return EXIT_FATAL
-        if self.stopping and any(rec["status"] == "pending" for rec in self.state["items"]):
+        if self.stopping and any(rec.status == "pending" for rec in self.state.items):
             self.finish("stopped", "stopped by SIGTERM")
             return EXIT_STOPPED
         if self.held:
             held = "; ".join(f"GPU {i}: {w}" for i, w in sorted(self.held.items()))
             self.finish("failed", f"GPU memory not released, these GPUs were kept out: {held}")
             return EXIT_FATAL
-        failed = any(rec["status"] == "failed" for rec in self.state["items"])
+        failed = any(rec.status == "failed" for rec in self.state.items)
         self.finish("failed" if failed else "done", "some items failed (see items[].error)" if failed else None)
         return EXIT_FAILED if failed else EXIT_OK
 
-    def place(self, item: dict, indices: list, groups, busy: dict) -> tuple[list | None, str | None]:
+    def place(self, item: Item, indices: list, groups, busy: dict) -> tuple[list | None, str | None]:
         """(the GPU set the item starts on now, None) / (None, None): it waits / (None, why): it never can."""
         if indices == [None]:   # the one-GPU node: one slot
             return ([None], None) if not busy and None not in self.held else (None, None)
-        need = max(needed(Serve.from_json(item["serve"]).options()), len(indices) if item.get("whole_node") else 1)
+        need = max(item.serve.gpus_needed(), len(indices) if item.whole_node else 1)
         ok = [i for i in indices if i not in self.held]
-        pin = item.get("gpu_pin")   # equivalence.every_gpu: the baseline's run on this GPU
+        pin = item.gpu_pin   # equivalence.every_gpu: the baseline's run on this GPU
         if pin is not None and pin not in ok:
             return None, f"pinned to GPU {pin}, which is " + (
                 f"kept out: {self.held[pin]}" if pin in self.held else f"not one of the node's GPUs {indices}")
@@ -307,15 +283,16 @@ class Runner:
         taken = {i for used in busy.values() for i in used} | set(self.held)
         return admit(need, pin, [i for i in indices if i not in taken], groups), None
 
-    def start(self, item: dict, rec: dict, got: list, by_index: dict, finished: list) -> None:
+    def start(self, item: Item, rec: ItemState, got: list, by_index: dict, finished: list) -> None:
         """The item's Lane on `got`, in its own thread; its end is appended to `finished`."""
-        gpus = None if got == [None] else [by_index[i] for i in got][:needed(Serve.from_json(item["serve"]).options())]
-        lane = Lane(self, gpus, int(self.spec["port"]) + (gpus[0]["index"] if gpus else 0))
+        gpus = None if got == [None] else [by_index[i] for i in got][:item.serve.gpus_needed()]
+        lane = Lane(self, gpus, self.spec.port + (gpus[0].index if gpus else 0))
         with self.lock:  # a record changes under the lock only: another lane may be writing the state
-            rec.update(attempts=rec["attempts"] + 1, started_at=now(), error=None, notes=[],
-                       **({"gpus": gpus, "port": lane.port} if gpus else {}))
-            self.state["current"] = item["name"]
-        self.lanes[item["name"]] = lane
+            rec.attempts, rec.started_at, rec.error, rec.notes = rec.attempts + 1, now(), None, []
+            if gpus:
+                rec.gpus, rec.port = gpus, lane.port
+            self.state.current = item.name
+        self.lanes[item.name] = lane
 
         def go() -> None:
             outcome: BaseException | None = None
@@ -325,16 +302,16 @@ class Runner:
                 outcome = e
             finished.append((item, rec, outcome))
         self.note_running(list(self.lanes))
-        threading.Thread(target=go, daemon=True, name=item["name"]).start()
+        threading.Thread(target=go, daemon=True, name=item.name).start()
 
-    def ended(self, item: dict, rec: dict, e: BaseException | None) -> str | None:
+    def ended(self, item: Item, rec: ItemState, e: BaseException | None) -> str | None:
         """The one failure path: record how the item ended; why its GPUs are kept out (their memory
         stays held), else None. Anything but ItemFailed / Stopped / Fatal (a runner bug, a full disk)
         is a crash: its server is ended here, the pool stops, main() records why (abort)."""
-        lane = self.lanes.pop(item["name"], None)
+        lane = self.lanes.pop(item.name, None)
         if isinstance(e, ItemFailed):
-            msg = f"{e}; {REBOOT_HINT}" if self.rebooted and rec["status"] == "preflight" else str(e)
-            self.set(rec, "failed", f"failed during {rec['status']}", error=msg, finished_at=now())
+            msg = f"{e}; {REBOOT_HINT}" if self.rebooted and rec.status == "preflight" else str(e)
+            self.set(rec, "failed", f"failed during {rec.status}", error=msg, finished_at=now())
         elif isinstance(e, Stopped):
             self.set(rec, "pending", "interrupted by SIGTERM; redone on resume", error=str(e))
         elif isinstance(e, Fatal):  # this set's memory stayed held: these GPUs are out, the others go on
@@ -349,8 +326,8 @@ class Runner:
 
     def note_running(self, names: list[str] | None = None) -> None:
         with self.lock:
-            self.state["running"] = names if names is not None else \
-                [i["name"] for i in self.state["items"] if i["status"] in RUNNING_STATUSES]
+            self.state.running = names if names is not None else \
+                [i.name for i in self.state.items if i.status in RUNNING_STATUSES]
             self.save()
 
     # ---------------------------------------------------------------- processes
@@ -368,11 +345,12 @@ class Runner:
             why = f"runner crashed: {type(e).__name__}: {e}"
         with suppress(OSError):
             os.unlink(self.reserve)  # frees room on a full disk for the last state
-        for rec in self.state.get("items", []):  # the item(s) it ran in; a lane the pool stopped is pending
-            if rec["status"] in RUNNING_STATUSES:
-                rec.update(status="failed", phase="queue stopped", error=why, finished_at=now())
+        for rec in self.state.items if self.state else []:  # the item(s) it ran in; a lane the pool stopped is pending
+            if rec.status in RUNNING_STATUSES:
+                rec.status, rec.phase, rec.error, rec.finished_at = "failed", "queue stopped", why, now()
         try:
-            self.finish("failed", why)
+            if self.state is not None:
+                self.finish("failed", why)
         except OSError as e2:
             log(f"cannot record the state ({e2}): {why}")
         with suppress(OSError):
@@ -393,12 +371,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--spec", required=True, help="run spec JSON written by the bastion")
     args = ap.parse_args(argv)
     try:
-        spec = load_spec(args.spec)
-    except (OSError, ValueError) as e:
-        print(f"specfleet runner: bad run spec {args.spec}: {e}", file=sys.stderr)
+        spec = RunSpec.load(args.spec)
+    except (OSError, ValueError) as e:   # SpecError names the field; json's error its line
+        why = str(e) if isinstance(e, SpecError) else f"{type(e).__name__}: {e}"
+        print(f"specfleet runner: bad run spec {args.spec}: {' '.join(why.split())}", file=sys.stderr)
         return EXIT_SPEC
-    os.makedirs(spec["work_dir"], exist_ok=True)
-    lock_path = layout.lock_path(spec["work_dir"])
+    os.makedirs(spec.work_dir, exist_ok=True)
+    lock_path = layout.lock_path(spec.work_dir)
     fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -408,7 +387,7 @@ def main(argv: list[str] | None = None) -> int:
               "use `fab stop` or wait for it to finish", file=sys.stderr)
         return EXIT_LOCKED
     os.ftruncate(fd, 0)
-    os.pwrite(fd, f"pid={os.getpid()} run_id={spec['run_id']}\n".encode(), 0)
+    os.pwrite(fd, f"pid={os.getpid()} run_id={spec.run_id}\n".encode(), 0)
     runner = Runner(spec)
     signal.signal(signal.SIGTERM, runner.on_sigterm)
     signal.signal(signal.SIGINT, runner.on_sigterm)

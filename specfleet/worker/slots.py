@@ -1,46 +1,13 @@
-"""GPU slots: what a configuration needs, which GPUs of a node it gets, several servers at once.
+"""GPU slots: which GPUs of a node a server gets, several servers at once.
 
-Stdlib only: part of the worker program; the bastion's split and plan checks import the same
-functions, so the GPU count a configuration needs and the admission rule (`admit`) have one
-definition. The node's GPUs, `packing` and `gpu_groups`: docs/campaign.md §12.
+Stdlib only: part of the worker program; the bastion's split imports the same admission rule
+(`admit`), so it has one definition. How many GPUs a server needs is its typed parallel sizes
+(runspec.Serve.gpus_needed; the plan's plan.gpus_needed). The node's GPUs, `packing` and
+`gpu_groups`: docs/campaign.md §12.
 """
 from __future__ import annotations
 
-import math
-
-# flag -> (short form) the parallel sizes whose product is the number of GPUs one server uses
-PARALLEL_FLAGS = {"--tensor-parallel-size": "-tp", "--pipeline-parallel-size": "-pp",
-                  "--data-parallel-size": "-dp"}
-
-
-def flag_values(argv: list[str], *names: str) -> list[str]:
-    """Every value a flag (any of `names`) is given in a `vllm serve` argv, as `--flag V` or `--flag=V`,
-    in order (vLLM's argparse keeps the last); '' for a flag that ends the line."""
-    out = []
-    for i, w in enumerate(argv):
-        for name in names:
-            if w == name:
-                out.append(argv[i + 1] if i + 1 < len(argv) else "")
-            elif w.startswith(name + "="):
-                out.append(w.split("=", 1)[1])
-    return out
-
-
-def parallel_sizes(argv: list[str]) -> dict[str, int]:
-    """{'--tensor-parallel-size': N, ...} as vLLM's argparse reads it (the last one wins); ValueError
-    names the flag when a value is not a positive integer."""
-    out: dict[str, int] = {}
-    for flag, short in PARALLEL_FLAGS.items():
-        for val in flag_values(argv, flag, short):
-            if not val.isdigit() or int(val) < 1:
-                raise ValueError(f"{flag} {val!r} is not a positive integer")
-            out[flag] = int(val)
-    return out
-
-
-def needed(argv: list[str]) -> int:
-    """How many GPUs one server with this argv uses (1 when no parallel size is given)."""
-    return math.prod(parallel_sizes(argv).values())
+from .runspec import Gpu
 
 
 def pick(free: list[int], need: int, groups: list[list[int]] | None = None) -> list[int] | None:
@@ -81,16 +48,16 @@ def admit(need: int, pin: int | None, free, groups, picker=pick) -> list[int] | 
 
 
 # ------------------------------------------------------------------------------------------ runner side
-def check_gpus(want: list[dict], seen: list[dict]) -> list[dict]:
-    """The spec's GPUs completed from nvidia-smi's (index, uuid, name); ValueError when they disagree
-    (an inventory written for another node, a GPU that fell off the bus)."""
+def check_gpus(want: list[Gpu], seen: list[dict]) -> list[Gpu]:
+    """The spec's GPUs completed from nvidia-smi's rows (index, uuid, name); ValueError when they
+    disagree (an inventory written for another node, a GPU that fell off the bus)."""
     by_index = {g["index"]: g for g in seen}
     out = []
     for g in want:
-        s = by_index.get(g["index"])
+        s = by_index.get(g.index)
         if s is None:
-            raise ValueError(f"GPU {g['index']} is not listed by nvidia-smi (it lists {sorted(by_index)})")
-        if g.get("uuid") and g["uuid"] != s["uuid"]:
-            raise ValueError(f"GPU {g['index']}: nvidia-smi says UUID {s['uuid']}, the inventory {g['uuid']}")
-        out.append({"index": g["index"], "uuid": s["uuid"], "name": s.get("name") or g.get("name") or "?"})
+            raise ValueError(f"GPU {g.index} is not listed by nvidia-smi (it lists {sorted(by_index)})")
+        if g.uuid and g.uuid != s["uuid"]:
+            raise ValueError(f"GPU {g.index}: nvidia-smi says UUID {s['uuid']}, the inventory {g.uuid}")
+        out.append(Gpu(g.index, s["uuid"], s.get("name") or g.name or "?"))
     return out

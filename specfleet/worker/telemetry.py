@@ -23,6 +23,7 @@ import urllib.request
 from contextlib import suppress
 
 from .host import smi_row
+from .runspec import RunSpec
 
 GPU_FIELDS = {"index": "index", "power.draw": "power_w", "clocks.sm": "sm_mhz", "clocks.mem": "mem_mhz",
               "temperature.gpu": "temp_c", "utilization.gpu": "util_pct"}
@@ -240,12 +241,14 @@ class Sampler:
             self._fh = None
 
 
-def sampler_for(spec: dict, path: str, env: dict | None, gpus: list[int] | None, on_server=None) -> Sampler:
-    """The runner's one call: the sampler of one bench run into `path` (spec keys server_host, port,
-    telemetry_period_s, telemetry_power_ms; 0 turns either off: a Sampler that records nothing, no power
-    stream), calling on_server(metrics)."""
-    url = f"http://{spec.get('server_host') or '127.0.0.1'}:{spec.get('port', 8000)}/metrics"
-    period = spec.get("telemetry_period_s", DEFAULT_PERIOD_S)
+def sampler_for(spec: RunSpec, port: int, path: str, env: dict | None, gpus: list[int] | None,
+                on_server=None) -> Sampler:
+    """The runner's one call: the sampler of one bench run into `path` of the server at
+    spec.server_host:`port` (the spec's telemetry_period_s, telemetry_power_ms: None their defaults
+    here, 0 turns either off: a Sampler that records nothing, no power stream), calling on_server(metrics)."""
+    url = f"http://{spec.server_host}:{port}/metrics"
+    period = DEFAULT_PERIOD_S if spec.telemetry_period_s is None else spec.telemetry_period_s
+    fast_ms = FAST_PERIOD_MS if spec.telemetry_power_ms is None else spec.telemetry_power_ms
     env = {k: v for k, v in (env or os.environ).items() if k != "CUDA_VISIBLE_DEVICES"}  # --id picks them
     return Sampler(path, gpus, url, float(period or DEFAULT_PERIOD_S), env=env, off=not period, on_server=on_server,
-                   fast_ms=spec.get("telemetry_power_ms", FAST_PERIOD_MS))
+                   fast_ms=fast_ms)

@@ -51,14 +51,13 @@ def gpu_env_file(index: int) -> str:
     return f"{DATA_DIR}/vllm-gpu{index}.env"
 
 
-def for_gpu(spec: dict, index: int) -> dict:
-    """A copy of a one-host spec moved onto GPU `index`: the runner's nvidia-smi gate watches that GPU,
-    the server listens on port + index (two servers on one host), the env file shows it only that GPU.
-    The plan (and its hash) is unchanged: the node is what differs, as between two hosts."""
-    out = json.loads(json.dumps(spec))
-    port = int(out["port"]) + index
-    out.update(gpu_index=index, port=port, env_file=gpu_env_file(index))  # the runner renders argv from port
-    return out
+def for_gpu(spec, index: int):
+    """A one-host run spec (runspec.RunSpec) moved onto GPU `index`: the runner's nvidia-smi gate watches
+    that GPU, the server listens on port + index (two servers on one host), the env file shows it only
+    that GPU. The plan (and its hash) is unchanged: the node is what differs, as between two hosts."""
+    from dataclasses import replace
+    # the runner renders argv from the port
+    return replace(spec, gpu_index=index, port=spec.port + index, env_file=gpu_env_file(index))
 
 
 def env_for_gpu(base_env: str, index: int) -> str:

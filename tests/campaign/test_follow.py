@@ -255,13 +255,22 @@ def test_follow_loop_reads_until_every_host_is_done_or_given_up():
     assert clock[0] < DEAD_GRACE_S + 10  # not followed forever
 
 
+def new_spec():
+    """A run spec as fab bench builds it (run_id c-new), and the run.json a worker holds of it (c-old)."""
+    from specfleet.campaign import Paths, build_run_spec, load_plan
+    spec = build_run_spec(load_plan("plans/demo.yml"), "w1", ["vanilla", "ngram"], Paths(venv="/v", work_dir="/w"),
+                          run_id="c-new")
+    return spec, {"run_id": "c-old", "plan_hash": spec.plan_hash, "items": [{"name": i.name} for i in spec.items]}
+
+
 def test_resume_keeps_the_campaigns_identity():
-    spec = {"run_id": "c-new", "plan_hash": "h1", "items": [{"name": "vanilla"}, {"name": "ngram"}]}
-    placed = {"run_id": "c-old", "plan_hash": "h1", "items": [{"name": "vanilla"}, {"name": "ngram"}]}
-    assert resumed(spec, placed, None)["run_id"] == "c-old"
-    assert resumed(spec, placed, 42)["run_id"] == "c-old"      # its own runner still runs: reattach
+    spec, placed = new_spec()
+    assert resumed(spec, placed, None).run_id == "c-old"
+    assert resumed(spec, placed, 42).run_id == "c-old"      # its own runner still runs: reattach
+    assert resumed(spec, placed, None).items == spec.items
     other = {**placed, "plan_hash": "h2"}
-    assert resumed(spec, other, None)["run_id"] == "c-new"     # another plan, nothing runs: replaced
+    assert resumed(spec, other, None).run_id == "c-new"     # another plan, nothing runs: replaced
+    assert resumed(spec, {**placed, "items": [1, 2]}, None) is spec   # a damaged run.json: replaced
     assert resumed(spec, None, None) is spec
     reordered = {**placed, "items": placed["items"][::-1]}
     try:
@@ -276,10 +285,10 @@ def test_a_placed_run_spec_without_its_run_id_is_replaced_not_a_crash():
     """run.json on the worker with this plan's hash but no run_id (or not a string), or no items: fab bench
     stopped for every host with a KeyError; now it is placed anew (the done items keep their item_hash,
     so nothing is measured twice), or refused while a runner runs it."""
-    spec = {"run_id": "c-new", "plan_hash": "h1", "items": [{"name": "vanilla"}, {"name": "ngram"}]}
-    for placed in ({"plan_hash": "h1", "items": spec["items"]}, {"run_id": 7, "plan_hash": "h1",
-                                                                  "items": spec["items"]},
-                   {"run_id": "c-old", "plan_hash": "h1"}):
+    spec, good = new_spec()
+    for placed in ({"plan_hash": spec.plan_hash, "items": good["items"]},
+                   {"run_id": 7, "plan_hash": spec.plan_hash, "items": good["items"]},
+                   {"run_id": "c-old", "plan_hash": spec.plan_hash}):
         assert resumed(spec, placed, None) is spec
         with pytest.raises(RunnerBusy):
             resumed(spec, placed, 42)

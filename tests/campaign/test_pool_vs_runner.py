@@ -6,6 +6,7 @@ lanes on a fake clock: a lane "takes" its item's duration by waiting until the p
 moves the clock to its end. The sleep first waits for every started lane to report, then advances to
 the earliest end and lets those lanes finish, so the runner sees the same moments the simulation does.
 """
+import dataclasses
 import random
 import threading
 import types
@@ -18,6 +19,7 @@ from specfleet.campaign.schedule.gpusets import simulate
 from specfleet.campaign.spec import build_run_spec
 from specfleet.plan import load_plan, parse_plan
 from specfleet.worker import runner as runner_mod
+from specfleet.worker.runspec import Gpu
 
 REPORT_PLAN = Path(__file__).resolve().parents[2] / "plans" / "qwen3-32b.yml"
 
@@ -42,7 +44,7 @@ class FakeClock:
             def run_item(self, item, rec):
                 ev = threading.Event()
                 with clock.changed:
-                    clock.running[item["name"]] = (clock.t + clock.seconds[item["name"]], ev,
+                    clock.running[item.name] = (clock.t + clock.seconds[item.name], ev,
                                                    threading.current_thread())
                     clock.changed.notify_all()
                 assert ev.wait(30), "the fake clock never reached this lane's end"
@@ -88,9 +90,8 @@ def run_worker_pool(tmp_path, monkeypatch, queue, gpus, groups, packing, pins, s
     node_gpus = [{"index": i} for i in gpus] if len(gpus) > 1 else None
     spec = build_run_spec(plan, "w1", names, Paths(venv="/nonexistent", work_dir=str(tmp_path)),
                           run_id="pool-vs-sim", gpus=node_gpus, gpu_groups=groups)
-    for it in spec["items"]:
-        if it["name"] in pins:
-            it["gpu_pin"] = pins[it["name"]]
+    spec = dataclasses.replace(spec, items=[dataclasses.replace(it, gpu_pin=pins[it.name]) if it.name in pins else it
+                                            for it in spec.items])
     clock = FakeClock(seconds)
     starts = {}
     monkeypatch.setattr(runner_mod, "Lane", clock.lane)
@@ -98,14 +99,13 @@ def run_worker_pool(tmp_path, monkeypatch, queue, gpus, groups, packing, pins, s
     real_start = runner_mod.Runner.start
 
     def start(self, item, rec, got, by_index, finished):
-        starts[item["name"]] = (clock.t, [] if got == [None] else list(got))
+        starts[item.name] = (clock.t, [] if got == [None] else list(got))
         real_start(self, item, rec, got, by_index, finished)
     monkeypatch.setattr(runner_mod.Runner, "start", start)
     r = runner_mod.Runner(spec)
     Path(r.run_dir).mkdir(parents=True)
     r.load_state()
-    rc = r.pool(list(zip(spec["items"], r.state["items"])), [{"index": i, "uuid": f"GPU-{i}", "name": "fake"}
-                                                              for i in gpus] if node_gpus else None)
+    rc = r.pool(list(zip(spec.items, r.state.items)), [Gpu(i, f"GPU-{i}", "fake") for i in gpus] if node_gpus else None)
     assert rc == 0, r.state
     return clock.t, starts
 

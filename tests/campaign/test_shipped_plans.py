@@ -14,8 +14,7 @@ import yaml
 from specfleet.campaign import load_plan, promptcount, split
 from specfleet.campaign.commands import Paths, item_spec
 from specfleet.campaign.schedule.split import NodeInfo
-from specfleet.plan import PlanError
-from specfleet.worker.slots import needed
+from specfleet.plan import PlanError, gpus_needed
 from tests.shared_data import SPEC_BENCH as SHARED_SPEC_BENCH
 
 PROJECT = Path(__file__).resolve().parents[2]
@@ -26,7 +25,7 @@ PLANS = sorted((PROJECT / "plans").glob("*.yml"))
 def demo_fleet(plan) -> list[NodeInfo]:
     """`fab testbed.up`'s workers: two of one GPU; a plan whose servers want several GPUs (or several at
     once) gets `fab testbed.up --gpus 8`: one node of 8 GPUs in two NVLink groups of 4."""
-    wide = max(needed(list(plan.server.args) + list(c.extra_args)) for c in plan.configurations)
+    wide = max(gpus_needed(plan, c.name) for c in plan.configurations)
     if wide == 1 and plan.packing != "shared":
         return [NodeInfo("w1"), NodeInfo("w2")]
     return [NodeInfo("w1", gpus=tuple({"index": i, "name": "NVIDIA H200"} for i in range(8)),
@@ -143,7 +142,7 @@ def test_a_shipped_plan_runs_on_the_full_spec_bench_file(plan_file, tmp_path):
     items = sorted({c for q in split(plan, demo_fleet(plan)).queues.values() for c in q})
     cache: dict = {}
     for item in items:
-        spec = item_spec(plan, "w1", item, Paths(venv="/v", work_dir="/w"))
+        spec = item_spec(plan, "w1", item, Paths(venv="/v", work_dir="/w")).to_json()
         for b in spec["bench"]:
             fit = {**spec["fit"], **(b.get("fit") or {})}
             fit.pop("policy")

@@ -2,10 +2,11 @@
 import pytest
 
 from specfleet.campaign.commands import Paths
-from specfleet.plan import PlanError, load_plan, parse_plan
+from specfleet.plan import PlanError, gpus_needed, load_plan, parse_plan
 from specfleet.campaign.schedule.slotsplit import polish
 from specfleet.campaign.schedule.gpusets import parse_gpus, parse_groups, simulate
-from specfleet.worker.slots import check_gpus, needed, pick
+from specfleet.worker.runspec import Gpu
+from specfleet.worker.slots import check_gpus, pick
 from specfleet.campaign.spec import build_run_spec
 from specfleet.campaign.schedule.split import NodeInfo, split
 
@@ -23,22 +24,37 @@ def ngram(name, k=3, **kw):
     return {"name": name, "speculative_config": {"method": "ngram", "num_speculative_tokens": k}, **kw}
 
 
+def needed(extra_args=(), **fields) -> int:
+    """GPUs of one server of a configuration with these extra_args and engine fields."""
+    return gpus_needed(plan([ngram("x", extra_args=list(extra_args), **fields)]), "x")
+
+
 def test_needed_is_tensor_times_pipeline_times_data_parallel_last_flag_wins():
-    assert needed([]) == 1
+    assert needed() == 1
     assert needed(["--tensor-parallel-size", "2"]) == 2
     assert needed(["-tp=4", "--pipeline-parallel-size", "2"]) == 8
     assert needed(["--tensor-parallel-size", "2", "--tensor-parallel-size=4", "-dp", "2"]) == 8
-    with pytest.raises(ValueError, match="--tensor-parallel-size '0'"):
+    assert needed(tensor_parallel_size=2, data_parallel_size=2) == 4
+    with pytest.raises(PlanError, match="field 'extra_args': --tensor-parallel-size: '0' is not a positive integer"):
         needed(["--tensor-parallel-size", "0"])
 
 
 def test_plan_refuses_a_bad_parallel_size_naming_configuration_and_field():
-    with pytest.raises(PlanError, match=r"p.yml: configuration 'tp', field 'extra_args': --tensor-parallel-size 'two'"):
+    with pytest.raises(PlanError, match=r"p.yml: configuration 'tp', field 'extra_args': --tensor-parallel-size: "
+                                        r"'two' is not a positive integer"):
         plan([ngram("tp", extra_args=["--tensor-parallel-size", "two"])])
+    with pytest.raises(PlanError, match=r"p.yml: configuration 'tp', field 'tensor_parallel_size': 0 is not"):
+        plan([ngram("tp", tensor_parallel_size=0)])
+
+
+def test_an_engine_field_given_twice_is_refused_naming_the_field():
+    with pytest.raises(PlanError, match=r"p.yml: configuration 'tp', field 'tensor_parallel_size': also given as "
+                                        r"--tensor-parallel-size in extra_args; give it once"):
+        plan([ngram("tp", tensor_parallel_size=2, extra_args=["-tp", "2"])])
 
 
 def test_new_plan_fields_left_at_defaults_keep_the_plan_hash():
-    base = load_plan(REPORT)
+    base = plan()   # the report's plan as dumped: its --max-model-len as the typed field (load_plan: as written)
     same = plan(packing="exclusive")
     assert same.plan_hash() == base.plan_hash()
     assert plan(packing="shared").plan_hash() != base.plan_hash()
@@ -81,11 +97,11 @@ def test_parse_gpus_and_groups_refuse_what_would_mislead_the_runner():
 def test_check_gpus_fills_uuids_from_nvidia_smi_and_refuses_a_mismatch():
     seen = [{"index": 0, "uuid": "GPU-a", "name": "H200", "used": 0}, {"index": 1, "uuid": "GPU-b", "name": "H200",
                                                                        "used": 0}]
-    assert check_gpus([{"index": 1}], seen) == [{"index": 1, "uuid": "GPU-b", "name": "H200"}]
+    assert check_gpus([Gpu(1)], seen) == [Gpu(1, "GPU-b", "H200")]
     with pytest.raises(ValueError, match="GPU 1: nvidia-smi says UUID GPU-b, the inventory GPU-x"):
-        check_gpus([{"index": 1, "uuid": "GPU-x"}], seen)
+        check_gpus([Gpu(1, "GPU-x")], seen)
     with pytest.raises(ValueError, match="GPU 5 is not listed"):
-        check_gpus([{"index": 5}], seen)
+        check_gpus([Gpu(5)], seen)
 
 
 def nodes(n=2, g=4, name="NVIDIA H200", groups=None):
@@ -139,9 +155,10 @@ def test_gpu_model_pin_and_whole_node():
 def test_run_spec_lists_gpus_only_for_nodes_with_several():
     p = plan(SIX_AND_TP2 + [ngram("alone", whole_node=True)], packing="shared")
     paths = Paths(venv="/v", work_dir="/w")
-    one = build_run_spec(p, "w1", ["vanilla", "tp2"], paths, gpus=[{"index": 0}], run_id="r")
+    one = build_run_spec(p, "w1", ["vanilla", "tp2"], paths, gpus=[{"index": 0}], run_id="r").to_json()
     assert "gpus" not in one and "packing" not in one
-    many = build_run_spec(p, "w1", ["vanilla", "alone"], paths, gpus=[{"index": 0}, {"index": 1}], run_id="r")
+    many = build_run_spec(p, "w1", ["vanilla", "alone"], paths, gpus=[{"index": 0}, {"index": 1}],
+                          run_id="r").to_json()
     assert many["packing"] == "shared" and many["gpus"] == [{"index": 0}, {"index": 1}]
     assert many["items"][1]["whole_node"] is True and "whole_node" not in many["items"][0]
 
@@ -212,7 +229,7 @@ def test_every_gpu_runs_the_baseline_pinned_on_each_gpu_of_every_node():
     # the copies' work is in the bound: it can only grow
     assert s.lower_bound_s > split(plan(SIX_AND_TP2, packing="shared"), fleet).lower_bound_s
     spec = build_run_spec(p, "w1", s.queues["w1"], Paths(venv="/v", work_dir="/w"),
-                          gpus=[{"index": i} for i in range(4)], run_id="r")
+                          gpus=[{"index": i} for i in range(4)], run_id="r").to_json()
     pins = {it["name"]: it.get("gpu_pin") for it in spec["items"]}
     assert [pins[f"vanilla{x}"] for x in ("", ".gpu1", ".gpu2", ".gpu3")] == [0, 1, 2, 3]
     assert all(v is None for k, v in pins.items() if not k.startswith("vanilla"))

@@ -1,4 +1,5 @@
 """Plan validation, plan_hash, commands."""
+import json
 import shlex
 import textwrap
 
@@ -155,13 +156,13 @@ def test_run_spec_shape():
     p = load_plan("plans/demo.yml")
     spec = build_run_spec(p, "w1", ["vanilla", "ngram"], Paths(venv="/opt/v", work_dir="/w", dataset="/w/q.jsonl"))
     # a server start per repeat (repeat_isolation: server-start), the configurations interleaved
-    assert spec["host"] == "w1" and [i["name"] for i in spec["items"]] == \
+    assert spec.host == "w1" and [i.name for i in spec.items] == \
         ["vanilla", "ngram", "vanilla.r2", "ngram.r2", "vanilla.r3", "ngram.r3"]
-    it = spec["items"][3]
-    assert [b["result_file"] for b in it["bench"]] == [f"ngram_conc{c}_r2.json" for c in (1, 16)]
-    assert it["required_paths"] == ["/w/q.jsonl"]
+    it = spec.items[3]
+    assert [b.result_file for b in it.bench] == [f"ngram_conc{c}_r2.json" for c in (1, 16)]
+    assert it.required_paths == ["/w/q.jsonl"] and it.configuration == "ngram"
     assert item_spec(p, "w1", "ngram", Paths(venv="/opt/v", work_dir="/w", dataset="/w/q.jsonl"),
-                     rep=2)["item_hash"] == it["item_hash"]
+                     rep=2).item_hash == it.item_hash
 
 
 def test_unknown_speculative_key_is_refused_unless_the_plan_opts_in(tmp_path):
@@ -181,7 +182,7 @@ def test_repeats_default_to_three_interleaved(tmp_path):
     p = load_plan(write(tmp_path, MINI))
     assert p.benchmark.repeat == 3
     it = item_spec(p, "w1", "ng", Paths(venv="/v", work_dir="/w"))
-    assert [(b["concurrency"], b["rep"]) for b in it["bench"]] == [(1, 1), (16, 1), (1, 2), (16, 2), (1, 3), (16, 3)]
+    assert [(b.concurrency, b.rep) for b in it.bench] == [(1, 1), (16, 1), (1, 2), (16, 2), (1, 3), (16, 3)]
 
 
 def test_steady_state_needs_prompts_for_the_concurrency(tmp_path):
@@ -231,6 +232,36 @@ def test_run_spec_carries_the_fit_check_and_the_tolerance(tmp_path):
     p = load_plan(write(tmp_path, MINI.replace("chat_template: double", "chat_template: double, max_failed_requests: 1")
                         + "server: {args: [--max-model-len, 2k]}\n"))
     it = item_spec(p, "w1", "ng", Paths(venv="/v", work_dir="/w", dataset="/w/q.jsonl"))
-    assert it["fit"] == {"dataset": "/w/q.jsonl", "num_prompts": 80, "output_len": 512, "max_model_len": "2k",
-                         "chat_template": "double", "policy": "refuse"}
-    assert it["max_failed_requests"] == 1 and all(b["num_prompts"] == 80 for b in it["bench"])
+    # the flag in args is read once into the typed field (2k: vLLM's x1000), which the fit check gets
+    assert p.server.max_model_len == 2000 and "--max-model-len" not in p.server.args
+    assert it.to_json()["fit"] == {"dataset": "/w/q.jsonl", "num_prompts": 80, "output_len": 512,
+                                   "max_model_len": 2000, "chat_template": "double", "policy": "refuse"}
+    assert it.max_failed_requests == 1 and all(b.num_prompts == 80 for b in it.bench)
+
+
+def test_the_engine_fields_are_typed_rendered_once_and_given_once(tmp_path):
+    """--max-model-len, the parallel sizes and --generation-config are plan fields: a flag in args is read
+    once into the field (the plan hash reads args as written), the field is rendered once, both at once
+    is refused naming the field."""
+    paths = Paths(venv="/v", work_dir="/w", dataset="/w/q.jsonl")
+    typed = load_plan(write(tmp_path, MINI + "server: {max_model_len: 4096, args: [--enforce-eager]}\n", "t.yml"))
+    raw = load_plan(write(tmp_path, MINI + "server: {args: [--max-model-len, '4096', --enforce-eager]}\n", "r.yml"))
+    for p in (typed, raw):
+        serve = shlex.split(commands_for(p, "w1", "ng", paths)[0])
+        assert serve.count("--max-model-len") == 1 and serve[serve.index("--max-model-len") + 1] == "4096"
+        assert p.server.max_model_len == 4096 and p.server.args == ["--enforce-eager"]
+        assert item_spec(p, "w1", "ng", paths).fit.max_model_len == 4096
+    assert json.loads(raw.canonical_json())["server"]["args"] == ["--max-model-len", "4096", "--enforce-eager"]
+    assert "max_model_len" not in json.loads(raw.canonical_json())["server"]
+    msg = err(tmp_path, MINI + "server: {max_model_len: 4096, args: [--max_model_len=2048]}\n")
+    assert msg == (f"{tmp_path / 'p.yml'}: field 'server.max_model_len': also given as --max-model-len in args; "
+                   "give it once (the field max_model_len, or the flag)")
+    msg = err(tmp_path, MINI + "server: {max_model_len: lots}\n")
+    assert msg.startswith(f"{tmp_path / 'p.yml'}: field 'server.max_model_len': 'lots' is not a positive integer")
+    # a configuration's field over the server's; its flags likewise
+    cfg = load_plan(write(tmp_path, MINI.replace("{name: ng, ", "{name: ng, generation_config: vllm, "
+                                                 "extra_args: [-tp, '2'], ") + "server: {tensor_parallel_size: 4}\n",
+                          "c.yml"))
+    serve = item_spec(cfg, "w1", "ng", paths).serve
+    assert (serve.tensor_parallel_size, serve.generation_config, serve.gpus_needed()) == (2, "vllm", 2)
+    assert item_spec(cfg, "w1", "vanilla", paths).serve.gpus_needed() == 4

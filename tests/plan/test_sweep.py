@@ -44,8 +44,8 @@ def test_a_plan_without_sweeps_keeps_its_names_hash_and_items():
     assert [c.name for c in p.benchmark.cells] == ["conc1", "conc16"]
     assert "sweep" not in p.canonical_json()  # the hash of every existing plan is unchanged
     it = item_spec(p, "w1", "eagle3", PATHS)
-    assert [b["result_file"] for b in it["bench"]] == [f"eagle3_conc{c}_r{r}.json" for r in (1, 2, 3) for c in (1, 16)]
-    assert all("cell" not in b and "fit" not in b for b in it["bench"])
+    assert [b.result_file for b in it.bench] == [f"eagle3_conc{c}_r{r}.json" for r in (1, 2, 3) for c in (1, 16)]
+    assert all("cell" not in b and "fit" not in b for b in it.to_json()["bench"])
     assert not any("--spec-bench-category" in argv for argv in rendered(SPEC_AT, it)[1])
 
 
@@ -118,9 +118,9 @@ def test_one_item_per_server_configuration_holds_every_cell_with_its_own_argv():
     p = parse_plan(demo(lambda d: (d["benchmark"].update(repeat=1, sweep={"category": ["summarization", "rag"]}),
                                    d["configurations"][3].update(sweep={"num_speculative_tokens": [2, 4]}))))
     it = item_spec(p, "w2", "eagle3-k4", PATHS)
-    assert [b["cell"] for b in it["bench"]] == [c.name for c in p.benchmark.cells]
+    assert [b.cell for b in it.bench] == [c.name for c in p.benchmark.cells]
     serve, argvs = rendered(SPEC_AT, it)
-    for b, argv, cell in zip(it["bench"], argvs, p.benchmark.cells):
+    for b, argv, cell in zip(it.to_json()["bench"], argvs, p.benchmark.cells):
         assert argv[argv.index("--spec-bench-category") + 1] == cell.category
         assert argv[argv.index("--max-concurrency") + 1] == str(cell.concurrency)
         assert f"category={cell.category}" in argv[argv.index("--metadata"):]

@@ -104,11 +104,11 @@ def test_spec_facts_take_sampling_dataset_and_server_line_from_the_typed_spec():
     from specfleet.campaign import Paths, build_run_spec, load_plan
     spec = build_run_spec(load_plan("plans/qwen3-32b-controlled.yml"), "w1", ["vanilla", "ngram"],
                           Paths(venv="/v", work_dir="/w", dataset="/w/d.jsonl"))
-    dataset, items = spec_facts(json.loads(json.dumps(spec)))
+    dataset, items = spec_facts(spec.to_json())
     assert dataset == "/w/d.jsonl" and items["ngram"]["sampling"] == {"temperature": "0"}
     argv = items["ngram"]["serve_argv"]
     assert argv[:3] == ["/v/bin/vllm", "serve", "@MODEL@"] and "--speculative-config" in argv
-    assert argv[argv.index("--port") + 1] == str(spec["port"])
+    assert argv[argv.index("--port") + 1] == str(spec.port)
     # an older spec (argv lists) is not recorded, not misread
     assert spec_facts({"items": [{"name": "ngram", "serve_argv": ["vllm"], "bench": [{"argv": []}]}]}) == (None, {})
 

@@ -31,14 +31,14 @@ def test_place_writes_one_specs_file_and_keeps_the_run_id_a_node_ran(tmp_path):
     placed = json.loads((d / "slurm" / "specs.json").read_text())
     assert set(placed) == {"w1", "w2"} and job.nodes == ("w1", "w2")
     for h in ("w1", "w2"):
-        assert placed[h]["run_spec"] == specs[h]
-        assert [i["name"] for i in specs[h]["items"]][0] == plan.baseline
-        assert specs[h]["work_dir"] == node_work_dir(cfg, plan.campaign, h)
+        assert placed[h]["run_spec"] == specs[h].to_json()
+        assert specs[h].items[0].name == plan.baseline
+        assert specs[h].work_dir == node_work_dir(cfg, plan.campaign, h)
         assert "nvidia-smi" in placed[h]["provenance_probe"]
 
     # w1's step ran this queue (its run.json): placed again, w1 keeps that run id, w2 gets a new one
     rdir = Path(layout.run_dir(node_work_dir(cfg, plan.campaign, "w1"), plan.campaign, "w1"))
     rdir.mkdir(parents=True)
-    (rdir / layout.RUN_SPEC).write_text(json.dumps({**specs["w1"], "run_id": "ran-before"}))
+    (rdir / layout.RUN_SPEC).write_text(json.dumps({**specs["w1"].to_json(), "run_id": "ran-before"}))
     _, again = place(cfg, plan, hosts, queues, nodes)
-    assert again["w1"]["run_id"] == "ran-before" and again["w2"]["run_id"] != "ran-before"
+    assert again["w1"].run_id == "ran-before" and again["w2"].run_id != "ran-before"

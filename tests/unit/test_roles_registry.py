@@ -68,7 +68,8 @@ def test_bench_places_the_configs_roles_files(tmp_path):
     ds = tmp_path / "q.jsonl"
     ds.write_text('{"turns": ["hi"]}\n')
     plan = SimpleNamespace(campaign="c1", benchmark=SimpleNamespace(on_worker=None), dataset_file=lambda: ds)
-    got = [s.path for s in _placement(host, plan, {"x": 1}) if hasattr(s, "path")]
+    spec = SimpleNamespace(to_json=lambda: {"x": 1})   # the run spec: what dump_run_spec writes of it
+    got = [s.path for s in _placement(host, plan, spec) if hasattr(s, "path")]
     role = [s.path for s in registry()["configs"].steps(host, apply.Context(datasets=[ds]))]
     assert got[:len(role)] == role
     assert "/srv/sf/runner.pyz" in got

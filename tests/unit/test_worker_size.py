@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-WORKER_LINES = 3_201  # all lines, as scripts/package-lines counts them (2,300 on 2026-12-03; main 2,304 on 2026-12-06,
+WORKER_LINES = 3_487  # all lines, as scripts/package-lines counts them (2,300 on 2026-12-03; main 2,304 on 2026-12-06,
 # then 2,323 with issue 37's request count of the running bench and the phase's "repeat K of R" wording, then
 # 2,482 with issue 38's drafter check, release refusal, TTFT + ITL latency and custom dataset prompts, then
 # 2,552 with issue 39's power stream: nvidia-smi --loop-ms on a pty, on the monotonic clock, then 2,692 with
@@ -19,7 +19,9 @@ WORKER_LINES = 3_201  # all lines, as scripts/package-lines counts them (2,300 o
 # release it observed, the fit check's count, the run
 # record's chat_template) and speed_bench (its flags in runspec, messages[0].content, its kept folder),
 # then 3,201 with issue 40's Slurm job step, slurm_step.py: it travelled already, as a second program beside
-# runner.pyz (slurm/node_step.py, 204 lines); now it is a part of the one zipapp, not a line more on a node)
+# runner.pyz (slurm/node_step.py, 204 lines); now it is a part of the one zipapp, not a line more on a node), then
+# 3,487 with issue 40's typed run spec: RunSpec, Item, Fit, Crossover, Gpu and the state records ItemState and
+# RunState as dataclasses, built once from run.json by a field checker that names the field in one line)
 
 
 def worker_lines(folder: Path) -> int:

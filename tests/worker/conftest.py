@@ -13,7 +13,7 @@ import pytest
 
 from specfleet.campaign.commands import Paths
 from specfleet.plan import parse_plan
-from specfleet.campaign.spec import build_run_spec, worker_zipapp
+from specfleet.campaign.spec import build_run_spec, dump_run_spec, worker_zipapp
 
 FAKES = Path(__file__).parent / "fakes"
 SIMVLLM = Path(__file__).resolve().parents[2] / "testbed" / "simvllm"
@@ -86,7 +86,7 @@ class Bed:
         spec = build_run_spec(plan, "w1", list(queue), Paths(venv=str(self.venv), work_dir=str(self.work)),
                               env_file=str(self.env_file), run_id="test-run")
         path = self.tmp / name
-        path.write_text(json.dumps(spec))
+        path.write_text(dump_run_spec(spec))
         return path
 
     @property

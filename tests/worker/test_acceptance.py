@@ -133,8 +133,9 @@ def test_per_request_renders_the_flag_for_speculative_servers_only_and_the_worke
     # unpinned: the worker refuses the item under the release its venv reports, before any server starts
     # (0.34 refuses every item of this chat_template: double plan for its template: not this test's matter)
     item = item_spec(plan, "w1", "ngram", paths)
-    assert {v for v, why in item["release_refusals"].items() if "spec_decode_metrics" in why} == {"0.26.0", "0.28.0"}
-    assert not [why for why in item_spec(plan, "w1", "vanilla", paths).get("release_refusals", {}).values()
+    assert item.serve.per_request_spec_decode_metrics == "summary"   # typed: the worker never reads an argv back
+    assert {v for v, why in item.release_refusals.items() if "spec_decode_metrics" in why} == {"0.26.0", "0.28.0"}
+    assert not [why for why in (item_spec(plan, "w1", "vanilla", paths).release_refusals or {}).values()
                 if "spec_decode_metrics" in why]
 
 

@@ -5,11 +5,13 @@ import json
 import math
 import random
 from types import SimpleNamespace
+from dataclasses import replace
 
 import pytest
 
 from specfleet.worker import crossover
 from specfleet.worker.crossover import FASTER, NO_DIFF, SLOWER, judge, next_points
+from specfleet.worker.runspec import Crossover
 from specfleet.plan.crossover_grid import coarse_grid, crossings, fine_grid
 from specfleet.plan import crossover_grid
 from specfleet.campaign.spec import crossover_spec
@@ -144,11 +146,11 @@ def test_next_points_on_hand_made_points():
 def test_the_spec_carries_the_grids_and_prompts_scaled_to_a_steady_state_only_when_asked():
     search = {"search": "crossover", "min": 1, "max": 32, "budget": 8}
     x = crossover_spec(plan_with(search, num_prompts=80, min_prompts_per_concurrency=5), ["vanilla", "ng"])
-    assert x["grid"] == fine_grid(1, 32, 2) and x["coarse"] == coarse_grid(1, 32, 4) == [1, 4, 16, 32]
-    assert x["prompts"]["8"] == 80 and x["prompts"]["23"] == 115
+    assert x.grid == fine_grid(1, 32, 2) and x.coarse == coarse_grid(1, 32, 4) == [1, 4, 16, 32]
+    assert x.prompts["8"] == 80 and x.prompts["23"] == 115
     lean = crossover_spec(plan_with(search, num_prompts=80, min_prompts_per_concurrency=5, steady_state="report-setup",
                                     prompts_that_do_not_fit="refuse"), ["vanilla", "ng"])
-    assert set(lean["prompts"].values()) == {80}
+    assert set(lean.prompts.values()) == {80}
 
 
 PLAN = {"campaign": "x", "model": {"name": "m", "candidates": ["/m"], "weights_gib": 1},
@@ -270,35 +272,41 @@ def test_a_plan_without_a_search_keeps_its_hash():
 GOODPUT_X = {"grid": fine_grid(1, 256, 2), "coarse": coarse_grid(1, 256, 4), "budget": 10, "metric": "goodput",
              "confidence": SPEEDUP_CONFIDENCE, "tolerance_pct": TOL, "baseline": "vanilla", "configs": ["eagle3"],
              "prompts": {str(c): 32 for c in fine_grid(1, 256, 2)},
-             "slo": {"limits": {"tpot_ms": 50.0}, "attainment_pct": 90.0}, "repeat": 2, "output_len": 101}
+             "slo": {"limits": {"tpot_ms": 50.0}, "attainment_pct": 90.0}, "repeat": 2, "output_len": 101,
+             "server_per_repeat": False}
 TPOT_S = {"vanilla": 0.020, "eagle3": 0.012}   # at no load; both grow as (1 + c / 32)
 
 
 def write_cell(d, entry, cfg, rng):
     """A result file of 32 requests whose TPOT is TPOT_S[cfg] x (1 + c / 32) with 5 % noise per request."""
-    c = entry["concurrency"]
+    c = entry.concurrency
     tpots = [TPOT_S[cfg] * (1 + c / 32) * math.exp(rng.gauss(0, 0.05)) for _ in range(32)]
-    (d / entry["result_file"]).write_text(json.dumps({
+    (d / entry.result_file).write_text(json.dumps({
         "duration": 10.0 + c / 8, "completed": 32, "ttfts": [0.1] * 32, "output_lens": [101] * 32,
         "errors": [""] * 32, "latencies": [0.1 + 100 * t for t in tpots], "output_throughput": 100.0}))
 
 
 def test_goodput_search_finds_each_configurations_highest_concurrency_meeting_the_slo(tmp_path):
     rng = random.Random(4)
-    spec = {"crossover": GOODPUT_X,
-            "items": [{"name": n, "bench": [r for c in coarse_grid(1, 256, 4) for r in crossover._runs(GOODPUT_X, n, c, 32)]}
-                      for n in ("vanilla", "eagle3")]}
-    for it in spec["items"]:
-        for e in it["bench"]:
-            write_cell(tmp_path, e, it["name"], rng)
+    from specfleet.campaign.commands import Paths
+    from specfleet.campaign.spec import build_run_spec
+    x = Crossover.from_json(GOODPUT_X)
+    p = plan_with({"search": "crossover", "max": 64, "budget": 9, "metric": "goodput"}, slo={"tpot_ms": 50})
+    base = build_run_spec(p, "w1", ["vanilla"], Paths(venv="/v", work_dir="/w"), run_id="r").items[0]
+    queue = [replace(base, name=n, bench=[r for c in coarse_grid(1, 256, 4) for r in crossover._runs(x, n, c, 32)])
+             for n in ("vanilla", "eagle3")]
+    for it in queue:
+        for e in it.bench:
+            write_cell(tmp_path, e, it.name, rng)
     tried: dict = {}
     for round_no in range(1, 12):
-        items, decision = crossover.crossover_round(spec, str(tmp_path), tried, round_no)
+        items, decision = crossover.crossover_round(x, queue, str(tmp_path), tried, round_no)
         if not items:
             break
+        queue += items
         for it in items:
-            for e in it["bench"]:
-                write_cell(tmp_path, e, it["name"].split(".")[0], rng)
+            for e in it.bench:
+                write_cell(tmp_path, e, it.name.split(".")[0], rng)
     grid = fine_grid(1, 256, 2)
     assert set(decision) == {"eagle3", "vanilla"}   # the baseline's own boundary is searched too
     for cfg, d in decision.items():
@@ -331,9 +339,9 @@ def test_goodput_search_needs_an_slo_and_the_arrays():
     p = plan_with(goodput, slo={"tpot_ms": 50, "attainment_pct": 95})
     from specfleet.campaign.spec import crossover_spec
     x = crossover_spec(p, [c.name for c in p.configurations])
-    assert x["metric"] == "goodput" and x["slo"] == {"limits": {"tpot_ms": 50.0}, "attainment_pct": 95.0}
+    assert x.metric == "goodput" and x.to_json()["slo"] == {"limits": {"tpot_ms": 50.0}, "attainment_pct": 95.0}
     assert "slo" not in crossover_spec(plan_with({"search": "crossover", "max": 64, "budget": 9}, slo={"tpot_ms": 50}),
-                                       [c.name for c in p.configurations])
+                                       [c.name for c in p.configurations]).to_json()
 
 
 @pytest.mark.parametrize("isolation", ["server-start", "cache-reset"])
@@ -343,29 +351,28 @@ def test_a_rounds_repeats_are_kept_apart_as_the_plans_are(tmp_path, isolation):
     interleaved as the plan's (vanilla, ng, vanilla.r2, ng.r2); cache-reset = one item holding both."""
     from specfleet.campaign.commands import Paths
     from specfleet.campaign.spec import build_run_spec
-    from specfleet.worker.runspec import Client
     plan = plan_with({"search": "crossover", "min": 1, "max": 16, "budget": 6}, repeat=2, num_prompts=8,
                      repeat_isolation=isolation)
     spec = build_run_spec(plan, "w1", ["vanilla", "ng"], Paths(venv="/v", work_dir=str(tmp_path)), run_id="r")
-    first = [(it["name"], sorted({b["rep"] for b in it["bench"]})) for it in spec["items"]]
+    first = [(it.name, sorted({b.rep for b in it.bench})) for it in spec.items]
     assert first == ([("vanilla", [1]), ("ng", [1]), ("vanilla.r2", [2]), ("ng.r2", [2])]
                      if isolation == "server-start" else [("vanilla", [1, 2]), ("ng", [1, 2])])
     # round 1 measured: ng is 3x faster at 1, 0.5x at 4 and 16 (a crossing between 1 and 4, refined at 2)
     speed = {"vanilla": {1: 100, 4: 100, 16: 100}, "ng": {1: 300, 4: 50, 16: 50}}
-    for it in spec["items"]:
-        for b in it["bench"]:
-            cfg = it["name"].split(".")[0]
-            (tmp_path / b["result_file"]).write_text(json.dumps(
-                {"output_throughput": speed[cfg][b["concurrency"]] * (1 + b["rep"] / 100)}))
-    items, decision = crossover.crossover_round(spec, str(tmp_path), {}, 2)
+    for it in spec.items:
+        for b in it.bench:
+            cfg = it.name.split(".")[0]
+            (tmp_path / b.result_file).write_text(json.dumps(
+                {"output_throughput": speed[cfg][b.concurrency] * (1 + b.rep / 100)}))
+    items, decision = crossover.crossover_round(spec.crossover, spec.items, str(tmp_path), {}, 2)
     assert decision["ng"]["next"] == [2], decision
-    got = [(it["name"], [(b["concurrency"], b["rep"]) for b in it["bench"]]) for it in items]
+    got = [(it.name, [(b.concurrency, b.rep) for b in it.bench]) for it in items]
     if isolation == "server-start":
         assert got == [("vanilla.round2", [(2, 1)]), ("ng.round2", [(2, 1)]),
                        ("vanilla.round2.r2", [(2, 2)]), ("ng.round2.r2", [(2, 2)])]
     else:
         assert got == [("vanilla.round2", [(2, 1), (2, 2)]), ("ng.round2", [(2, 1), (2, 2)])]
     for it in items:   # each result says how its repeats were kept apart, and now it is so
-        meta = dict(map(tuple, Client.from_json(it["client"]).metadata))
-        assert meta["repeat_isolation"] == isolation and it["log_name"] == it["name"].split(".")[0]
-    assert len({it["item_hash"] for it in items}) == len(items)
+        meta = dict(map(tuple, it.client.metadata))
+        assert meta["repeat_isolation"] == isolation and it.log_name == it.name.split(".")[0]
+    assert len({it.item_hash for it in items}) == len(items)

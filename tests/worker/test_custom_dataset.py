@@ -42,13 +42,13 @@ def test_a_custom_run_renders_vllm_s_custom_flags():
     assert bench[bench.index("--custom-output-len") + 1] == "256" and "--disable-shuffle" in bench
     assert "--spec-bench-output-len" not in bench
     it = item_spec(plan, "w1", "ngram", Paths(venv="/v", work_dir="/w", dataset="/w/d.jsonl"))
-    assert it["fit"]["prompt_field"] == "prompt"
+    assert it.fit.prompt_field == "prompt"
 
 
 def test_a_spec_bench_item_keeps_its_hash():
     p = load_plan(PROJECT / "plans" / "demo.yml")
     it = item_spec(p, "w1", "ngram", Paths(venv="/v", work_dir="/w", dataset="/w/q.jsonl"))
-    assert "prompt_field" not in it["fit"]
+    assert "prompt_field" not in it.to_json()["fit"]
 
 
 @pytest.mark.parametrize("line, msg", [
@@ -103,7 +103,7 @@ def test_every_prompt_of_the_sample_fits_the_follow_up_plan(tmp_path):
     """The shipped plan's fit check on its sample (the simulated engine's tokenizer; Qwen3's own is not on
     this machine: not checked): every selected prompt + output_len fits its --max-model-len."""
     plan = load_plan(PLAN)
-    fit = dict(item_spec(plan, "w1", "ngram", Paths(venv="/v", work_dir="/w"))["fit"], dataset=str(SAMPLE))
+    fit = dict(item_spec(plan, "w1", "ngram", Paths(venv="/v", work_dir="/w")).fit.to_json(), dataset=str(SAMPLE))
     model = tmp_path / "m"
     model.mkdir()
     (model / "config.json").write_text(json.dumps({"max_position_embeddings": 40960}))

@@ -65,21 +65,21 @@ def test_a_done_result_within_the_items_failed_request_tolerance_is_not_measured
     """The done marker stands while its results count by the item's own max_failed_requests (the
     spec has no top-level one: a result with a tolerated failed request was measured on every resume)."""
     from specfleet.worker.runner import Runner
-    spec = json.loads(bed.spec(bed.plan(benchmark={"max_failed_requests": 1}),
-                               queue=["vanilla"]).read_text())
-    item = spec["items"][0]
+    from specfleet.worker.runspec import RunSpec
+    spec = RunSpec.load(bed.spec(bed.plan(benchmark={"max_failed_requests": 1}), queue=["vanilla"]))
+    item = spec.items[0]
     runner = Runner(spec)
-    rdir = Path(item["client"]["result_dir"])
+    rdir = Path(item.client.result_dir)
     rdir.mkdir(parents=True, exist_ok=True)
     result = {"duration": 1.0, "completed": 15, "failed": 1, "output_throughput": 1.0, "total_token_throughput": 1.0,
               "mean_tpot_ms": 1.0, "mean_ttft_ms": 1.0, "mean_itl_ms": 1.0}
-    for b in item["bench"]:
-        (rdir / b["result_file"]).write_text(json.dumps(result))
+    for b in item.bench:
+        (rdir / b.result_file).write_text(json.dumps(result))
     assert runner.results_valid(item)
-    (rdir / item["bench"][0]["result_file"]).write_text(json.dumps({**result, "completed": 14, "failed": 2}))
+    (rdir / item.bench[0].result_file).write_text(json.dumps({**result, "completed": 14, "failed": 2}))
     assert not runner.results_valid(item)
     # a damaged count is an invalid result, measured again, not a crash of every resume (before: TypeError)
-    (rdir / item["bench"][0]["result_file"]).write_text(json.dumps({**result, "failed": "1"}))
+    (rdir / item.bench[0].result_file).write_text(json.dumps({**result, "failed": "1"}))
     assert not runner.results_valid(item)
 
 
@@ -253,6 +253,15 @@ def test_sampling_in_force_is_recorded_with_every_result(bed):
     res = json.loads((bed.run_dir / "vanilla_conc1.json").read_text())
     assert res["temperature_sent"] == "0" and res["decoding"] == "greedy"
     assert res["sampling_params"] == '{"temperature":0.0}' and res["repeats"] == "1"
+    # server.generation_config: vllm (a typed plan field, rendered as --generation-config, never read back
+    # from the argv): the model's file is not what the server applies, vLLM's own defaults are
+    plan = bed.plan(benchmark={"temperature": None}, generation_config="vllm")
+    assert bed.run(bed.spec(plan, queue=["vanilla"], name="vllm.json")) == EXIT_OK, bed.log()
+    res = json.loads((bed.run_dir / "vanilla_conc1.json").read_text())
+    assert json.loads(res["generation_config"]) == {"source": "vllm defaults", "params": {}}
+    assert res["decoding"] == "sampled (temperature 1)"
+    starts = [ln for ln in (bed.run_dir / "vanilla.server.log").read_text().splitlines() if ln.startswith("==== ")]
+    assert starts[-1].count("--generation-config") == 1 and "--generation-config vllm" in starts[-1]
 
 
 def test_repeats_run_interleaved_on_one_server_start(bed):
@@ -354,17 +363,29 @@ def test_done_item_whose_result_is_invalid_is_measured_again(bed):
     assert isinstance(json.loads(bad.read_text()), dict)
 
 
-@pytest.mark.parametrize("spec", ["[1, 2]", '{"items": []}', "ITEMS5", "ITEMSX"])
-def test_a_malformed_run_spec_is_refused_with_exit_2_and_one_line(tmp_path, spec):
-    from specfleet.worker.runner import EXIT_SPEC, REQUIRED
-    full = {k: None for k in REQUIRED}
-    text = {"ITEMS5": json.dumps({**full, "items": 5}), "ITEMSX": json.dumps({**full, "items": ["x"]})}.get(spec, spec)
+@pytest.mark.parametrize("spec, said", [
+    ("[1, 2]", "RunSpec: expected an object, got list"),
+    ('{"items": []}', "field 'schema': null is not 2: a run spec of another specfleet"),
+    ("ITEMS5", "field 'items': expected a list, got 5"),
+    ("ITEMSX", "field 'items[0]': expected an object, got \"x\""),
+    ("PORT", "field 'port': expected an integer, got \"8000\""),
+    ("NOBENCH", "field 'items[1].bench': missing"),
+    ("{", "JSONDecodeError: Expecting property name enclosed in double quotes: line 1 column 2 (char 1)")])
+def test_a_malformed_run_spec_is_refused_with_exit_2_and_one_line_naming_the_field(tmp_path, spec, said):
+    from specfleet.campaign import Paths, build_run_spec, load_plan
+    from specfleet.worker.runner import EXIT_SPEC
+    full = build_run_spec(load_plan("plans/demo.yml"), "w1", ["vanilla", "ngram"], Paths(venv="/v", work_dir="/w"),
+                          run_id="r").to_json()
+    del full["items"][1]["bench"]
+    text = {"ITEMS5": json.dumps({**full, "items": 5}), "ITEMSX": json.dumps({**full, "items": ["x"]}),
+            "PORT": json.dumps({**full, "port": "8000"}), "NOBENCH": json.dumps(full)}.get(spec, spec)
     path = tmp_path / "run.json"
     path.write_text(text)
     p = subprocess.run([sys.executable, "-m", "specfleet.worker", "--spec", str(path)], capture_output=True,
                        text=True, cwd=Path(__file__).resolve().parents[2], timeout=60)
     assert p.returncode == EXIT_SPEC, p.stderr
-    assert p.stderr.startswith(f"specfleet runner: bad run spec {path}: ") and p.stderr.count("\n") == 1, p.stderr
+    assert p.stderr == f"specfleet runner: bad run spec {path}: {said}\n" or \
+        p.stderr.startswith(f"specfleet runner: bad run spec {path}: {said}") and p.stderr.count("\n") == 1, p.stderr
 
 
 @pytest.mark.parametrize("old", [{"items": [{"name": "vanilla", "attempts": None}]},

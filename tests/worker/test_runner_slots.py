@@ -10,7 +10,8 @@ import pytest
 
 from specfleet.campaign.commands import Paths
 from specfleet.plan import parse_plan
-from specfleet.campaign.spec import build_run_spec
+from specfleet.campaign.spec import build_run_spec, dump_run_spec
+from specfleet.worker.runspec import Gpu, ItemState, RunSpec
 
 GPUS = [{"uuid": f"GPU-0000000{i}-fake", "name": "Fake H200"} for i in range(4)]
 
@@ -34,7 +35,7 @@ def spec(bed, plan, queue=None, name="run.json"):
     s = build_run_spec(plan, "w1", queue, Paths(venv=str(bed.venv), work_dir=str(bed.work)),
                        env_file=str(bed.env_file), run_id="test-run", gpus=[{"index": i} for i in range(4)])
     path = bed.tmp / name
-    path.write_text(json.dumps(s))
+    path.write_text(dump_run_spec(s))
     return path
 
 
@@ -274,24 +275,24 @@ def test_a_runner_bug_in_one_lane_fails_that_item_and_leaves_the_stopped_one_pen
     from specfleet.worker.host import Stopped
     from specfleet.worker.lane import Lane
     from specfleet.worker.runner import Runner
-    s = json.loads(spec(bed, four_gpus(bed, tp2=False), ["vanilla", "ngram"]).read_text())
+    s = RunSpec.load(spec(bed, four_gpus(bed, tp2=False), ["vanilla", "ngram"]))
     runner = Runner(s)
     os.makedirs(runner.run_dir)
     runner.load_state()
 
     def run_item(lane, item, rec):   # vanilla crashes once ngram runs beside it; ngram runs until stopped
         runner.set(rec, "benchmarking", "bench")
-        while item["name"] == "vanilla" and runner.state["items"][1]["status"] != "benchmarking":
+        while item.name == "vanilla" and runner.state.items[1].status != "benchmarking":
             time.sleep(0.01)
-        if item["name"] == "vanilla":
+        if item.name == "vanilla":
             raise RuntimeError("a runner bug")
         while not runner.stopping:
             time.sleep(0.01)
         raise Stopped("stopped")
     monkeypatch.setattr(Lane, "run_item", run_item)
-    gpus = [{"index": i, **g} for i, g in enumerate(GPUS)]
+    gpus = [Gpu(index=i, **g) for i, g in enumerate(GPUS)]
     with pytest.raises(RuntimeError) as crash:
-        runner.pool(list(zip(s["items"], runner.state["items"])), gpus)
+        runner.pool(list(zip(s.items, runner.state.items)), gpus)
     runner.abort(crash.value)
     st = json.loads((bed.run_dir / "state.json").read_text())
     items = {i["name"]: i for i in st["items"]}
@@ -310,21 +311,21 @@ def test_sigterm_as_a_crossover_round_ends_stops_the_runner_with_the_next_round_
     raw = bed.plan(benchmark={"concurrencies": {"search": "crossover", "min": 1, "max": 32, "coarse_factor": 4,
                                                 "per_doubling": 2, "budget": 8},
                               "num_prompts": 8, "min_prompts_per_concurrency": 0.5}).model_dump(mode="json")
-    s = json.loads(bed.spec(parse_plan(raw, bed.tmp / "plan.yml"), queue=["vanilla", "ngram"]).read_text())
+    s = RunSpec.load(bed.spec(parse_plan(raw, bed.tmp / "plan.yml"), queue=["vanilla", "ngram"]))
     runner = Runner(s)
     os.makedirs(runner.run_dir)
     runner.load_state()
 
     def run_item(lane, item, rec):   # results as tests/worker/fakes' FAKE_CROSSOVER=ngram:12 measures them
-        for b in item["bench"]:
-            c = b["concurrency"]
-            tput = 100.0 * c * ((12 / c) ** 0.5 if item["name"].startswith("ngram") else 1.0)
-            with open(os.path.join(item["client"]["result_dir"], b["result_file"]), "w") as f:
-                json.dump({"output_throughput": tput, "completed": b["num_prompts"]}, f)
-        runner.stopping = runner.stopping or item["name"] == "ngram"   # SIGTERM as ngram's server stops
+        for b in item.bench:
+            c = b.concurrency
+            tput = 100.0 * c * ((12 / c) ** 0.5 if item.name.startswith("ngram") else 1.0)
+            with open(os.path.join(item.client.result_dir, b.result_file), "w") as f:
+                json.dump({"output_throughput": tput, "completed": b.num_prompts}, f)
+        runner.stopping = runner.stopping or item.name == "ngram"   # SIGTERM as ngram's server stops
         runner.set(rec, "done", "done")
     monkeypatch.setattr(Lane, "run_item", run_item)
-    assert runner.pool(list(zip(s["items"], runner.state["items"])), None) == EXIT_STOPPED
+    assert runner.pool(list(zip(s.items, runner.state.items)), None) == EXIT_STOPPED
     st = json.loads((bed.run_dir / "state.json").read_text())
     assert st["status"] == "stopped", st
     assert [i["status"] for i in st["items"] if ".round" in i["name"]] == ["pending", "pending"], st["items"]
@@ -341,32 +342,33 @@ def test_a_lane_writing_the_state_while_the_pool_starts_another_never_crashes(be
     from specfleet.worker import runner as runner_mod
     from specfleet.worker.lane import Lane
 
-    class SlowRecord(dict):   # the encoder walks it in ~60 ms instead of microseconds
-        def items(self):
-            for kv in dict.items(self):
-                time.sleep(0.005)
-                yield kv
-    s = json.loads(spec(bed, four_gpus(bed, tp2=False), ["vanilla", "ngram"]).read_text())
+    class SlowRecord(ItemState):   # the state's writer walks it in ~60 ms instead of microseconds
+        def to_json(self):
+            out = super().to_json()
+            for _ in out:
+                time.sleep(0.003)
+            return out
+    s = RunSpec.load(spec(bed, four_gpus(bed, tp2=False), ["vanilla", "ngram"]))
     runner = runner_mod.Runner(s)
     os.makedirs(runner.run_dir)
     runner.load_state()
-    vanilla, ngram = runner.state["items"]
-    runner.state["items"][1] = ngram = SlowRecord(ngram)
+    vanilla, ngram = runner.state.items
+    runner.state.items[1] = ngram = SlowRecord(**vars(ngram))
     errors, stop = [], threading.Event()
 
     def run_item(lane, item, rec):   # the first lane records its phase over and over, as lanes do
-        while item["name"] == "vanilla" and not stop.is_set():
+        while item.name == "vanilla" and not stop.is_set():
             try:
                 runner.set(rec, phase="bench")
             except RuntimeError as e:
                 errors.append(e)
                 return
     monkeypatch.setattr(Lane, "run_item", run_item)
-    by_index = {i: {"index": i, **g} for i, g in enumerate(GPUS)}
+    by_index = {i: Gpu(index=i, **g) for i, g in enumerate(GPUS)}
     try:
-        runner.start(s["items"][0], vanilla, [0], by_index, [])
+        runner.start(s.items[0], vanilla, [0], by_index, [])
         time.sleep(0.2)   # vanilla's lane is writing the state, walking ngram's record
-        runner.start(s["items"][1], ngram, [1], by_index, [])
+        runner.start(s.items[1], ngram, [1], by_index, [])
     finally:
         stop.set()
     assert not errors, errors

@@ -55,7 +55,7 @@ def test_a_speed_bench_run_passes_the_folder_and_the_subset():
     assert bench[bench.index("--speed-bench-output-len") + 1] == "256"
     assert "--spec-bench-output-len" not in bench and "--disable-shuffle" not in bench   # the loader's seed-0 order
     it = item_spec(plan, "w1", "ngram_improved", Paths(venv="/v", work_dir="/w", dataset="/w/qualitative.jsonl"))
-    assert it["fit"]["prompt_field"] == "messages"
+    assert it.fit.prompt_field == "messages"
 
 
 def test_a_category_cell_renders_the_speed_bench_category(tmp_path):
@@ -115,7 +115,7 @@ def test_the_fit_check_selects_and_counts_speed_bench_prompts_as_vllm_sends_them
     assert [fitcheck.prompt_of(r, "messages")[:22] for r, _ in rows] == [
         "Read the maintenance l", "Answer the question us", "Using the passage belo", "Based only on the poli"]
     plan = load_plan(PLAN)
-    fit = dict(item_spec(plan, "w1", "ngram_improved", Paths(venv="/v", work_dir="/w"))["fit"], dataset=str(SAMPLE))
+    fit = dict(item_spec(plan, "w1", "ngram_improved", Paths(venv="/v", work_dir="/w")).fit.to_json(), dataset=str(SAMPLE))
     ans = _fit(tmp_path, fit)
     assert ans["selected"] == 20 and ans["too_long"] == [], ans
     long = tmp_path / "qualitative.jsonl"

@@ -9,10 +9,12 @@ import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from specfleet.campaign import Paths, build_run_spec, load_plan
 from specfleet.worker.telemetry import Sampler, parse_metrics, parse_smi, sampler_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -102,7 +104,8 @@ def test_older_driver_field_and_period_zero(tmp_path, gpu2):
         == [{"index": 0, "power_w": 61.5, "sm_mhz": 345, "mem_mhz": 405, "temp_c": 30, "util_pct": 0}]
     assert parse_smi("0, [N/A]\n", ["index", "power.draw"]) == [{"index": 0}]
     assert parse_metrics(METRICS)["running"] == 8.0
-    off = sampler_for({"telemetry_period_s": 0}, str(tmp_path / "off.jsonl"), {}, None).start()
+    spec = build_run_spec(load_plan("plans/demo.yml"), "w1", ["vanilla"], Paths(venv="/v", work_dir="/w"), run_id="r")
+    off = sampler_for(replace(spec, telemetry_period_s=0), 8000, str(tmp_path / "off.jsonl"), {}, None).start()
     off.stop()
     assert not (tmp_path / "off.jsonl").exists()
 
@@ -192,12 +195,14 @@ def test_the_runner_counts_a_runs_finished_requests_from_its_servers_metrics():
     client's warm-ups, at most the run's prompts; written into the item's state only when it changes."""
     from types import SimpleNamespace
     from specfleet.worker.lane import Lane
+    from specfleet.worker.runspec import ItemState
     written = []
-    owner = SimpleNamespace(set=lambda rec, **kw: (rec.update(kw), written.append(kw["requests"])))
-    rec: dict = {}
+    owner = SimpleNamespace(set=lambda rec, **kw: (setattr(rec, "requests", kw["requests"]),
+                                                   written.append(kw["requests"])))
+    rec = ItemState.new("vanilla", None)
     on_server = Lane.requests_counter(SimpleNamespace(owner=owner), rec, SimpleNamespace(num_warmups=1),
                                       SimpleNamespace(prompts=lambda: 80))
     for text in (finished(4, 6), finished(4, 6), finished(5, 6), finished(30, 20), finished(150, 50), METRICS):
         on_server(parse_metrics(text))   # the last: a server without the counter changes nothing
     assert written == [{"done": 0, "of": 80}, {"done": 39, "of": 80}, {"done": 80, "of": 80}]
-    assert rec["requests"] == {"done": 80, "of": 80}
+    assert rec.requests == {"done": 80, "of": 80}

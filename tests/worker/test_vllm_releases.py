@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from types import SimpleNamespace
 from pathlib import Path
 
 import pytest
@@ -124,16 +125,16 @@ def test_every_shipped_plan_renders_for_every_release(plan_file, version):
     assert plan_problems(plan, rel) == {}
     paths = Paths(venv="/opt/v", work_dir="/w", dataset="/w/q.jsonl")
     spec = build_run_spec(plan, "w1", [c.name for c in plan.configurations], paths)
-    for item in spec["items"]:
+    for item in spec.items:
         serve, benches = rendered(spec, item, model="/m", vllm_version=version)
         flags = {w.split("=", 1)[0] for w in serve if w.startswith("--")}
-        assert flags <= rel.serve_flags, (item["name"], flags - rel.serve_flags)
-        sc = item["serve"].get("speculative_config") or {}
+        assert flags <= rel.serve_flags, (item.name, flags - rel.serve_flags)
+        sc = item.serve.speculative_config or {}
         assert set(sc) <= rel.speculative_keys and (not sc or sc["method"] in rel.methods)
         for argv in benches:
             words = argv[argv.index("serve") + 1:]
             flags = {w for w in words if w.startswith("--")}
-            assert flags <= rel.bench_flags, (item["name"], flags - rel.bench_flags)
+            assert flags <= rel.bench_flags, (item.name, flags - rel.bench_flags)
             assert words[words.index("--dataset-name") + 1] in rel.datasets
 
 
@@ -145,8 +146,8 @@ def test_the_item_carries_each_refusing_release_and_keeps_its_hash():
     plan = parse_plan(raw, "p.yml")
     paths = Paths(venv="/opt/v", work_dir="/w")
     it = item_spec(plan, "w1", "med", paths)
-    assert set(it["release_refusals"]) == {"0.33.0", "0.34.0"}
-    assert "item_hash" in it and "release_refusals" not in item_spec(plan, "w1", "vanilla", paths)
+    assert set(it.release_refusals) == {"0.33.0", "0.34.0"}
+    assert it.item_hash and "release_refusals" not in item_spec(plan, "w1", "vanilla", paths).to_json()
 
 
 def test_the_worker_refuses_under_the_release_its_venv_reports_before_a_server_starts(bed, tmp_path):
@@ -183,12 +184,12 @@ def test_the_chat_template_a_release_cannot_do_is_refused_naming_field_value_and
     # unpinned and double: the worker refuses it under a 0.34 venv, before the server starts
     plan = parse_plan(plan_with(), "p.yml")
     it = item_spec(plan, "w1", "vanilla", Paths(venv="/opt/v", work_dir="/w"))
-    assert set(it["release_refusals"]) == {"0.34.0"} and "benchmark.chat_template" in it["release_refusals"]["0.34.0"]
+    assert set(it.release_refusals) == {"0.34.0"} and "benchmark.chat_template" in it.release_refusals["0.34.0"]
 
 
 class _Owner:
     def __init__(self, version: str):
-        self.spec, self.run_dir, self.state = {}, "/nonexistent", {"vllm_version": version}
+        self.spec, self.run_dir, self.state = {}, "/nonexistent", SimpleNamespace(vllm_version=version)
 
 
 @pytest.mark.parametrize("version, backend, plan_says, on", [
@@ -206,9 +207,9 @@ def test_the_worker_derives_the_template_from_the_release_it_observed(version, b
     from specfleet.worker.lane import Lane
     lane = Lane(_Owner(version), None, 8000)
     assert lane.template_on(backend) == on
-    item = {"client": {"backend": backend}, "fit": {"chat_template": plan_says}}
+    item = SimpleNamespace(client=SimpleNamespace(backend=backend), fit=SimpleNamespace(chat_template=plan_says))
     lane.check_template(item)
     other = "single" if plan_says == "double" else "double"
     with pytest.raises(ItemFailed, match=rf"benchmark.chat_template: {other}: the venv's vLLM {re.escape(version)} "
                                          rf"chat-templates the prompts of backend {backend}.*nothing was started"):
-        lane.check_template({**item, "fit": {"chat_template": other}})
+        lane.check_template(SimpleNamespace(client=item.client, fit=SimpleNamespace(chat_template=other)))

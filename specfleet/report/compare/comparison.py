@@ -23,6 +23,7 @@ from ...plan.assertions import Assertion, AssertionResult, check
 from ...plan.slo import Slo
 from ...errors import UserError
 from ... import untrusted_json
+from ...worker.runspec import ENGINE_FLAGS
 from ..scan.folder import CollectedFolder, Expect, scan_folder
 from ..gates.gate import (DEFAULT_BASELINE, GATE_METRICS, PLAN_DEFAULTS, EquivalenceRule, GateResult,
                           check_equivalence, open_loop)
@@ -40,7 +41,8 @@ from ...worker.stats import ratio_interval, t_quantile, wilson_interval
 
 # plan fields that may differ between the two campaigns: what is being compared (the GPU and the date
 # are not plan fields; they show among the provenance differences)
-COMPARED_FIELDS = ("vllm_version", "campaign", "server.args")
+# the server's flags: its args and the engine fields the plan types (runspec.ENGINE_FLAGS), per configuration too
+COMPARED_FIELDS = ("vllm_version", "campaign", "server.args", *(f"server.{k}" for k in ENGINE_FLAGS))
 NODE_FACTS = ("engine", "vllm", "torch", "gpu", "gpus", "driver", "cuda", "python", "venv_digest")
 
 
@@ -470,7 +472,8 @@ def plan_diffs(base: Side, cand: Side) -> tuple[list[tuple[str, str, str]], list
     compared, other = [], []
     for row in field_diffs(base.plan, cand.plan):
         k = row[0]
-        flag = k in COMPARED_FIELDS or (k.startswith("configurations.") and k.endswith(".extra_args"))
+        flag = k in COMPARED_FIELDS or (k.startswith("configurations.") and k.rsplit(".", 1)[-1] in
+                                         ("extra_args", *ENGINE_FLAGS))
         (compared if flag else other).append(row)
     return compared, other
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from ...worker.slots import parallel_sizes
+from ...worker.runspec import Serve
 from ..gates.consistency import result_table
 from ..scan.provenance import NOT_RECORDED, node_table
 from .telemetry_report import of_run, request_window
@@ -157,12 +157,13 @@ def _h(*parts: Any) -> str:
 
 def cell_report(row: dict, runs: list, node: dict, result: dict, *, campaign: str, plan_hash: str,
                 model_name: str, gate_verdict: str, gate_rule: str, simulated: bool, serve_argv: list[str],
-                bench: dict) -> dict:
-    """The Benchmark Report v0.2 document of one merged row (the report's merged.json row `row`)."""
+                bench: dict, serve: Serve | None = None) -> dict:
+    """The Benchmark Report v0.2 document of one merged row (the report's merged.json row `row`);
+    `serve`: the configuration's server as the plan gives it, its argv `serve_argv` (None, []: the plan
+    no longer has it)."""
     res = [r.result for r in runs]
-    sizes = parallel_sizes(serve_argv)
-    tp, pp, dp = (sizes.get(f, 1) for f in ("--tensor-parallel-size", "--pipeline-parallel-size",
-                                            "--data-parallel-size"))
+    tp, pp, dp = (1, 1, 1) if serve is None else (serve.tensor_parallel_size or 1, serve.pipeline_parallel_size or 1,
+                                                  serve.data_parallel_size or 1)
     # the server's GPUs: the lane's GPU set its results name, else what its flags take (not the node's)
     lane = {g for r in res if (u := r.extra.get("gpu_uuids")) for g in str(u).split(",") if g}
     count = len(lane) or tp * pp * dp
@@ -252,7 +253,7 @@ def export_cells(campaign_dir: Path, camp, tables, plan, gate_verdict: str, gate
     """Write one file per merged row, stamped with `plan_hash`, the plan hash its results carry (a file
     whose content is the same is left as it is; files of rows no longer merged are removed); returns
     their paths."""
-    from ...campaign.commands import Paths, serve_argv
+    from ...campaign.commands import Paths, serve_spec
     out_dir = Path(campaign_dir) / EXPORT_DIR
     out_dir.mkdir(parents=True, exist_ok=True)
     nodes = {r["node"]: r for r in node_table(camp).to_dict("records")}
@@ -265,13 +266,14 @@ def export_cells(campaign_dir: Path, camp, tables, plan, gate_verdict: str, gate
         if not runs:
             continue
         try:
-            argv = serve_argv(plan, row["config"], Paths(venv="", work_dir=""))
+            serve = serve_spec(plan, row["config"], Paths(venv="", work_dir=""))
         except KeyError:
-            argv = []
+            serve = None
+        argv = [] if serve is None else serve.argv(model=None, host=plan.server.host, port=plan.server.port)
         doc = cell_report(row, runs, nodes.get(row["node"], {}), results.get((row["node"], row["config"]), {}),
                           campaign=plan.campaign, plan_hash=plan_hash, model_name=plan.model.name,
                           gate_verdict=gate_verdict, gate_rule=gate_rule, simulated=bool(row.get("simulated")),
-                          serve_argv=argv, bench={"output_len": _num(row.get("output_len")) or b.output_len})
+                          serve_argv=argv, serve=serve, bench={"output_len": _num(row.get("output_len")) or b.output_len})
         safe = lambda s: re.sub(r"[^A-Za-z0-9_.-]", "_", str(s))  # noqa: E731
         p = out_dir / f"{safe(row['config'])}__{safe(row['cell'])}__{safe(row['node'])}.json"
         text = json.dumps(doc, indent=1, allow_nan=False) + "\n"
