@@ -579,6 +579,7 @@ class Plan(_Strict):
     _file: Path = PrivateAttr(default=Path("<plan>"))  # where it was read (not part of plan_hash)
     _sweeps: dict[str, dict] = PrivateAttr(default_factory=dict)  # sweep.expand_configurations
     _by_name: tuple | None = PrivateAttr(default=None)  # (configurations, name -> configuration): config()
+    _release_problems: tuple | None = PrivateAttr(default=None)  # (configurations, releases.plan_problems per release)
 
     @model_validator(mode="after")
     def _cross(self) -> "Plan":

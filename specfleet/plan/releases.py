@@ -178,9 +178,15 @@ def template_problem(plan: Plan, rel: Release | None) -> str | None:
 def refusals(plan: Plan, config: str) -> dict[str, str]:
     """Release -> the one line that refuses `config` under it (the first problem), for every release
     in the matrix that refuses it: the worker looks up the version its venv reports."""
+    # asked once per queue item (1,542 at 256 nodes), each answer covering every configuration: the
+    # problems are computed once per plan, again when its list of configurations is replaced or grows
+    cached = plan._release_problems
+    if cached is None or cached[0] is not plan.configurations or cached[1] != len(plan.configurations):
+        cached = (plan.configurations, len(plan.configurations),
+                  {v: plan_problems(plan, rel) for v, rel in releases().items()})
+        plan._release_problems = cached
     out = {}
-    for v, rel in releases().items():
-        p = plan_problems(plan, rel)
+    for v, p in cached[2].items():
         lines = p.get(None, []) + p.get(plan.config(config).name, [])
         if lines:
             out[v] = lines[0]
