@@ -23,7 +23,7 @@ from .tables.merge import Tables, build_tables
 from .render.document import ReportModel, Section, build_model, fmt, print_cells, print_report, write_report
 from .render.acceptance_report import add_acceptance_section
 from .render.drafter_report import add_drafter_section
-from .render.export import export_cells, remove_stale
+from .export.llmd import export_cells, remove_stale
 from .scan.plan_snapshot import plan_drift, write_snapshot
 from .scan.provenance import given_bandwidths, plan_hashes, simulated_signals
 from .render.plots import namespace_ids

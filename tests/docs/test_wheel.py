@@ -36,6 +36,16 @@ def test_the_wheel_has_the_roles_tasks_templates_and_runner(wheel_names):
         assert need in names, need
 
 
+def test_every_module_of_the_package_is_in_the_wheel(wheel_names):
+    """pyproject lists the packages by hand: a package added without its line (specfleet/backend/ was,
+    once) installs from a checkout and fails from the bundle."""
+    from pathlib import Path
+    repo = Path(__file__).resolve().parents[2]
+    modules = {str(p.relative_to(repo)) for p in (repo / "specfleet").rglob("*.py") if "__pycache__" not in p.parts
+               and not {"roles", "tasks", "templates"} & set(p.relative_to(repo / "specfleet").parts[:1])}
+    assert modules and not modules - set(wheel_names), sorted(modules - set(wheel_names))
+
+
 def test_nothing_in_the_package_imports_the_testbed():
     """The CPU-vLLM fix-ups are a module the inventory names (venv_fixups), not an import of testbed."""
     import ast

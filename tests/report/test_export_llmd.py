@@ -20,7 +20,7 @@ import pytest
 from compare_builder import campaign, plan_raw
 from specfleet.plan import parse_plan
 from specfleet.yamlfile import load_yaml
-from specfleet.report.render.export import EXPORT_DIR
+from specfleet.report.export.llmd import EXPORT_DIR
 from specfleet.report.build import report_plan
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -262,7 +262,7 @@ def test_results_of_another_version_of_the_plan_say_so_and_what_changed(tmp_path
     and the changed fields (from plan.json, the measured plan, which it keeps), writes no llm-d export,
     and tells how to measure again; a change of the report's rule alone leaves the results standing."""
     from specfleet.plan import parse_plan
-    from specfleet.report.render.export import EXPORT_DIR
+    from specfleet.report.export.llmd import EXPORT_DIR
     measured = parse_plan(PLAN).plan_hash()
     camp = write_campaign(tmp_path / "results" / CAMPAIGN, extra={"plan_hash": measured})
     first = fab_report(tmp_path)

@@ -23,7 +23,6 @@ from ...render import TEMPLATES, environment
 from ..scan.cells import CellState
 from ..gates.gate import GateResult
 from ..tables.categories import heatmap_grid
-from .export import MERGED_SCHEMA_VERSION
 from ..tables.conclusions import answer, best_rows
 from ..tables.diagnosis import MIN_WAVES
 from ..tables.measures import ACCEPTANCE_FLAGS, NEAR_ZERO, NoiseBand, cell_order, cell_title, latency_sections
@@ -32,6 +31,8 @@ from .plots import all_plots, category_plots
 from ..scan.provenance import provenance_sections
 from ...bastion_io import AtomicFiles
 
+# merged.json / merged.csv: every row carries it; docs/schemas/merged.schema.json describes that version
+MERGED_SCHEMA_VERSION = 1
 TEMPLATE_DIR = TEMPLATES / "report"
 SIMULATED_STAMP = ("SIMULATED ENGINE: inputs come from the simulated vLLM (specfleet-simvllm), "
                    "not a real GPU run. These numbers are not performance measurements.")

@@ -25,11 +25,9 @@ import numpy as np
 from ...worker.runspec import Serve
 from ..gates.consistency import result_table
 from ..scan.provenance import NOT_RECORDED, node_table
-from .telemetry_report import of_run, request_window
+from ..render.telemetry_report import of_run, request_window
 
 BR_VERSION = "0.2"
-# merged.json / merged.csv: every row carries it; docs/schemas/merged.schema.json describes that version
-MERGED_SCHEMA_VERSION = 1
 COMPONENT_SCHEMA = "0.0.1"
 EXPORT_DIR = Path("report") / "llm-d-v0.2"  # under the campaign folder: "report" is not a host folder
 # vLLM's latency keys -> the schema's AggregateLatency field and units
