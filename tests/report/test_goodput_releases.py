@@ -15,6 +15,7 @@ from specfleet.plan.slo import Slo
 from specfleet.plan.releases import releases
 from specfleet.report.build import report_campaign, report_plan
 from specfleet.worker.crossover import _value, request_latencies, why_no_goodput
+from specfleet.worker.runspec import Crossover, Slo as RunSlo
 
 REPO = Path(__file__).resolve().parents[2]
 H200_026 = REPO / "docs" / "examples" / "h200-fleet" / "h200-dummy8b"   # real vLLM 0.26.0 on the H200
@@ -36,7 +37,10 @@ def test_ttft_plus_itls_is_the_latency_a_real_0_32_file_records():
 def test_a_real_0_26_h200_file_has_goodput_for_the_worker_s_search():
     d = json.loads((H200_026 / "w1" / "vanilla_conc16_r1.json").read_text())
     assert "latencies" not in d and d["vllm_version"] == "0.26.0"
-    x = {"metric": "goodput", "slo": {"limits": {"ttft_ms": 60000.0, "tpot_ms": 1000.0}}}
+    x = Crossover(grid=[16], coarse=[16], prompts={"16": 16}, budget=1, metric="goodput", confidence=0.95,
+                  tolerance_pct=3.0, baseline="vanilla", configs=["vanilla"], repeat=1, output_len=128,
+                  server_per_repeat=False,
+                  slo=RunSlo(limits={"ttft_ms": 60000.0, "tpot_ms": 1000.0}, attainment_pct=90.0))
     good, ok, duration = _value(x, d)
     assert good == ok == d["completed"] == 16 and duration == d["duration"]
     assert why_no_goodput(d) is None
