@@ -37,15 +37,7 @@ class SampleRequest:
 
 
 def load_spec_bench(path: str, category: str | None, disable_shuffle: bool) -> list[dict]:
-    rows = []
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                rows.append(json.loads(line))
-            except ValueError as e:
-                raise ValueError(f"Expected object or value (line {lineno}): {e}") from e
+    rows = _read_jsonl(path)
     if not rows or not all(isinstance(r, dict) and "turns" in r for r in rows):
         raise ValueError("JSONL file must contain a 'turns' column.")
     data = []
@@ -64,14 +56,7 @@ def load_speed_bench(path: str | None, subset: str, category: str | None, disabl
     if not os.path.isdir(path):
         raise ValueError(f"dataset_path {path} is not a directory. Please make sure to download the dataset "
                          "from HuggingFace")
-    rows = []
-    with open(os.path.join(path, f"{subset}.jsonl"), encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if line.strip():
-                try:
-                    rows.append(json.loads(line))
-                except ValueError as e:
-                    raise ValueError(f"Expected object or value (line {lineno}): {e}") from e
+    rows = _read_jsonl(os.path.join(path, f"{subset}.jsonl"))
     if not rows or not all(isinstance(r, dict) and "messages" in r for r in rows):
         raise ValueError("JSONL file must contain a 'messages' column.")
     data = [{"prompt": r["messages"][0]["content"], "category": r.get("category")} for r in rows
@@ -136,3 +121,16 @@ def get_samples(args) -> list[SampleRequest]:
                       args.no_oversample)
     raise ValueError(f"specfleet-simvllm's `bench serve` supports --dataset-name spec_bench, custom and speed_bench only, "
                      f"not {args.dataset_name!r}")
+
+
+def _read_jsonl(path: str) -> list:
+    """The records of a JSONL file, blank lines skipped; a bad line is named as pandas' reader names it."""
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if line.strip():
+                try:
+                    rows.append(json.loads(line))
+                except ValueError as e:
+                    raise ValueError(f"Expected object or value (line {lineno}): {e}") from e
+    return rows
